@@ -1,0 +1,98 @@
+//! The one error type of the storage crate.
+
+use std::sync::Arc;
+
+/// Everything that can go wrong in [`crate::Store`].
+///
+/// The variants split into caller mistakes (`InvalidId`, `InvalidInput`, `SessionNotFound`,
+/// `Conflict`), which never change stored data, and storage failures (`Storage`, `Corrupted`,
+/// `NewerFormat`, `Closed`), which the server reports as internal errors.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// An identifier (tenant, session, user, agent, flow, run, idempotency key) is malformed.
+    #[error("invalid {kind}: {reason}")]
+    InvalidId {
+        /// Which identifier, e.g. `session_id`.
+        kind: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A value other than an identifier is out of range or malformed.
+    #[error("invalid {field}: {reason}")]
+    InvalidInput {
+        /// The offending field.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The session does not exist in this tenant.
+    #[error("session {session_id:?} not found")]
+    SessionNotFound {
+        /// The id that was looked up.
+        session_id: String,
+    },
+    /// The request contradicts what is stored (existing id, other owner, reused key).
+    #[error("{0}")]
+    Conflict(String),
+    /// The database file was written by a newer memlayer.
+    #[error(
+        "the data file uses storage format {found}, this memlayer reads up to {supported}; \
+         upgrade memlayer to open it"
+    )]
+    NewerFormat {
+        /// The format version found in the file or record.
+        found: u32,
+        /// The newest version this build understands.
+        supported: u32,
+    },
+    /// A stored value could not be decoded: the file is damaged.
+    #[error("corrupted {what}: {detail}")]
+    Corrupted {
+        /// Which kind of record.
+        what: &'static str,
+        /// Why it could not be decoded.
+        detail: String,
+    },
+    /// redb reported an error (I/O, lock, space).
+    #[error("storage error: {0}")]
+    Storage(Arc<redb::Error>),
+    /// The store was shut down; no more writes are accepted.
+    #[error("the store is shut down")]
+    Closed,
+}
+
+impl StoreError {
+    /// True for errors that leave the current write transaction unusable.
+    ///
+    /// Caller mistakes are detected before a job writes anything, so they can share a
+    /// transaction with other jobs; storage errors abort the whole group commit.
+    pub(crate) fn aborts_transaction(&self) -> bool {
+        matches!(
+            self,
+            Self::Storage(_) | Self::Corrupted { .. } | Self::NewerFormat { .. }
+        )
+    }
+}
+
+macro_rules! from_redb {
+    ($($ty:ty),* $(,)?) => {$(
+        impl From<$ty> for StoreError {
+            fn from(err: $ty) -> Self {
+                Self::Storage(Arc::new(err.into()))
+            }
+        }
+    )*};
+}
+
+from_redb!(
+    redb::Error,
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError,
+);
+
+/// Shorthand used throughout the crate.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;

@@ -1,0 +1,29 @@
+//! Durable storage of memlayer's domain records — tenants' sessions (conversations), their
+//! messages (turns) and runs (agent executions) — in a single redb file.
+//!
+//! This crate owns the on-disk format (tables, key layout, versioned record encoding, see
+//! docs/storage-format.md), the write path (a group-committing writer thread: a write is
+//! acknowledged only after its transaction is durably committed) and consistent reads
+//! (MVCC snapshots that never block writes). It must not depend on anything about HTTP,
+//! embeddings, vector indexes or context strategies, nor on any other memlayer crate:
+//! every other crate builds on it.
+
+#![deny(missing_docs)]
+
+mod error;
+mod model;
+mod record;
+mod store;
+mod tables;
+mod writer;
+
+pub use error::{Result, StoreError};
+pub use model::{
+    Append, Appended, MAX_ID_LEN, MAX_MESSAGES_PER_APPEND, Message, Metadata, NewMessage, NewRun,
+    NewSession, Page, Role, Run, RunStatus, Session, SessionFilter, SessionState, Timestamp,
+    validate_id,
+};
+pub use store::{MAX_PAGE_SIZE, Store};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,362 @@
+//! The domain records callers see: sessions, messages (turns) and runs, and what it takes to
+//! create them. These types are independent of the on-disk encoding in `record`.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::{Result, StoreError};
+
+/// Free-form JSON attached to a session, message or run (citations, thought process, …).
+pub type Metadata = Map<String, Value>;
+
+/// Microseconds since the Unix epoch, UTC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Timestamp(u64);
+
+impl Timestamp {
+    /// The current wall-clock time.
+    pub fn now() -> Self {
+        let since_epoch = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        Self(u64::try_from(since_epoch.as_micros()).unwrap_or(u64::MAX))
+    }
+
+    /// A timestamp from microseconds since the Unix epoch.
+    pub fn from_micros(micros: u64) -> Self {
+        Self(micros)
+    }
+
+    /// Microseconds since the Unix epoch.
+    pub fn as_micros(self) -> u64 {
+        self.0
+    }
+}
+
+/// Who produced a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Instructions to the model.
+    System,
+    /// The human (or calling program) speaking to the agent.
+    User,
+    /// The agent's answer.
+    Assistant,
+    /// Output of a tool the agent called.
+    Tool,
+}
+
+/// Whether a session's last exchange is complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionState {
+    /// No message yet, or the last message is not an unanswered user message.
+    Active,
+    /// The last stored message is a user message with no answer after it: the process that
+    /// was generating the answer died or failed. The user message is kept; the client may retry.
+    IncompleteTurn,
+}
+
+/// Who a new session belongs to. Required to create a session, explicitly or on first use.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct NewSession {
+    /// The end user the conversation is with.
+    pub user_id: String,
+    /// The agent holding the conversation.
+    pub agent_id: String,
+    /// Optional workflow the conversation runs in.
+    pub flow_id: Option<String>,
+    /// Caller-defined metadata.
+    pub metadata: Metadata,
+}
+
+/// A stored session (conversation).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Session {
+    /// Caller-visible id, unique within the tenant.
+    pub id: String,
+    /// The end user.
+    pub user_id: String,
+    /// The agent.
+    pub agent_id: String,
+    /// Optional workflow.
+    pub flow_id: Option<String>,
+    /// When the session was created.
+    pub created_at: Timestamp,
+    /// Last activity: creation, or the newest append or run.
+    pub updated_at: Timestamp,
+    /// Caller-defined metadata.
+    pub metadata: Metadata,
+    /// Number of messages; also the index the next message gets.
+    pub message_count: u64,
+    /// Number of recorded runs.
+    pub run_count: u64,
+    /// Whether the last turn is complete.
+    pub state: SessionState,
+}
+
+/// A message to append.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewMessage {
+    /// Who said it.
+    pub role: Role,
+    /// The text. May be empty (an assistant message that only calls tools).
+    pub content: String,
+    /// Tokens in `content`, counted by the caller's tokenizer.
+    pub token_count: u32,
+    /// When it was said; the append time if absent (imports keep their original times).
+    pub timestamp: Option<Timestamp>,
+    /// Citations, thought process, tool calls, …
+    pub metadata: Metadata,
+}
+
+/// A stored message (turn).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    /// Position in the session: 0, 1, 2, … without gaps.
+    pub index: u64,
+    /// Who said it.
+    pub role: Role,
+    /// The text.
+    pub content: String,
+    /// When it was said.
+    pub timestamp: Timestamp,
+    /// Tokens in `content`.
+    pub token_count: u32,
+    /// Citations, thought process, tool calls, …
+    pub metadata: Metadata,
+}
+
+/// What an append should do.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Append {
+    /// The messages, stored in this order with consecutive indices.
+    pub messages: Vec<NewMessage>,
+    /// Creates the session on first use when given; without it an unknown session is an error.
+    /// When the session exists, its owner must match.
+    pub create: Option<NewSession>,
+    /// A retried append with the same key returns the first append's result.
+    pub idempotency_key: Option<String>,
+}
+
+/// What an append did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Appended {
+    /// Index of the first appended message; the others follow without gaps.
+    pub first_index: u64,
+    /// How many messages were appended.
+    pub count: u64,
+    /// True when this append created the session.
+    pub created_session: bool,
+    /// True when this is a retry answered from the idempotency record; nothing was written.
+    pub replayed: bool,
+}
+
+impl Appended {
+    /// The indices assigned to the appended messages.
+    pub fn indices(&self) -> std::ops::Range<u64> {
+        self.first_index..self.first_index + self.count
+    }
+}
+
+/// Outcome of an agent execution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum RunStatus {
+    /// Still executing.
+    Running,
+    /// Finished with an answer.
+    Completed,
+    /// Failed; `error` says why.
+    Failed,
+    /// Stopped by the caller.
+    Cancelled,
+}
+
+/// A run to record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRun {
+    /// Caller-supplied id, or a generated UUIDv4.
+    pub run_id: Option<String>,
+    /// Outcome.
+    pub status: RunStatus,
+    /// The final answer, if any.
+    pub content: Option<String>,
+    /// Tool calls the agent made, as JSON.
+    pub tool_calls: Vec<Value>,
+    /// Why it failed, if it did.
+    pub error: Option<String>,
+    /// Anything else (token usage, latency, model).
+    pub metadata: Metadata,
+}
+
+/// A recorded agent execution.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Run {
+    /// Run id, unique within the session.
+    pub run_id: String,
+    /// Outcome.
+    pub status: RunStatus,
+    /// The final answer, if any.
+    pub content: Option<String>,
+    /// Tool calls the agent made.
+    pub tool_calls: Vec<Value>,
+    /// Why it failed, if it did.
+    pub error: Option<String>,
+    /// Anything else.
+    pub metadata: Metadata,
+    /// When it was recorded.
+    pub created_at: Timestamp,
+}
+
+/// Which sessions to list. Both filters may be combined.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionFilter {
+    /// Only this user's sessions.
+    pub user_id: Option<String>,
+    /// Only this agent's sessions.
+    pub agent_id: Option<String>,
+}
+
+/// One page of a listing and the size of the whole listing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page<T> {
+    /// The items on this page.
+    pub items: Vec<T>,
+    /// How many items the listing has in all.
+    pub total: u64,
+}
+
+/// Longest identifier accepted, in bytes.
+pub const MAX_ID_LEN: usize = 128;
+/// Most messages in one append.
+pub const MAX_MESSAGES_PER_APPEND: usize = 1_000;
+
+/// Checks an identifier: 1 to [`MAX_ID_LEN`] characters from `A–Z a–z 0–9 . _ - : @ +`.
+///
+/// The narrow alphabet is deliberate: ids appear in URLs, logs and composite index keys, where
+/// `/` separates parts (see `keys::scopes`), so no id may contain it, a NUL, a space or any
+/// non-ASCII character.
+pub fn validate_id(kind: &'static str, id: &str) -> Result<()> {
+    let invalid = |reason: String| Err(StoreError::InvalidId { kind, reason });
+    if id.is_empty() {
+        return invalid("must not be empty".into());
+    }
+    if id.len() > MAX_ID_LEN {
+        return invalid(format!("must be at most {MAX_ID_LEN} characters"));
+    }
+    if let Some(bad) = id
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':' | '@' | '+')))
+    {
+        return invalid(format!(
+            "character {bad:?} is not allowed (use A-Z a-z 0-9 . _ - : @ +)"
+        ));
+    }
+    if id == "." || id == ".." {
+        return invalid("must not be . or ..".into());
+    }
+    Ok(())
+}
+
+/// Checks free text (message content, run content): no NUL characters.
+pub(crate) fn validate_text(field: &'static str, text: &str) -> Result<()> {
+    if text.contains('\0') {
+        return Err(StoreError::InvalidInput {
+            field,
+            reason: "must not contain NUL characters".into(),
+        });
+    }
+    Ok(())
+}
+
+impl NewSession {
+    pub(crate) fn validate(&self) -> Result<()> {
+        validate_id("user_id", &self.user_id)?;
+        validate_id("agent_id", &self.agent_id)?;
+        if let Some(flow) = &self.flow_id {
+            validate_id("flow_id", flow)?;
+        }
+        Ok(())
+    }
+}
+
+impl Append {
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.messages.is_empty() {
+            return Err(StoreError::InvalidInput {
+                field: "messages",
+                reason: "at least one message is required".into(),
+            });
+        }
+        if self.messages.len() > MAX_MESSAGES_PER_APPEND {
+            return Err(StoreError::InvalidInput {
+                field: "messages",
+                reason: format!("at most {MAX_MESSAGES_PER_APPEND} messages per append"),
+            });
+        }
+        for message in &self.messages {
+            validate_text("content", &message.content)?;
+        }
+        if let Some(create) = &self.create {
+            create.validate()?;
+        }
+        if let Some(key) = &self.idempotency_key {
+            validate_id("idempotency_key", key)?;
+        }
+        Ok(())
+    }
+}
+
+impl NewRun {
+    pub(crate) fn validate(&self) -> Result<()> {
+        if let Some(id) = &self.run_id {
+            validate_id("run_id", id)?;
+        }
+        if let Some(content) = &self.content {
+            validate_text("content", content)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_accept_the_documented_alphabet() {
+        for ok in [
+            "a",
+            "user-123",
+            "alice@example.com",
+            "s:1.2_3+x",
+            &"x".repeat(128),
+        ] {
+            assert!(validate_id("id", ok).is_ok(), "{ok:?} should be accepted");
+        }
+    }
+
+    #[test]
+    fn ids_reject_separators_controls_and_traversal() {
+        for bad in [
+            "",
+            "a/b",
+            "..",
+            ".",
+            "a b",
+            "nul\0",
+            "é",
+            &"x".repeat(129),
+            "a\\b",
+        ] {
+            assert!(
+                validate_id("id", bad).is_err(),
+                "{bad:?} should be rejected"
+            );
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! The on-disk form of every stored value: one format-version byte, then the record in
+//! bincode (standard configuration, varint integers).
+//!
+//! Records are private to this crate; `model` converts them to the public types. Metadata is
+//! kept as JSON text because bincode cannot decode self-describing `serde_json::Value`s.
+//! When a record's layout changes, bump its `VERSION` and teach `decode` the old layout;
+//! docs/storage-format.md lists every version.
+
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+
+use crate::model::{Metadata, Role, RunStatus};
+use crate::{Result, StoreError};
+
+/// Decoding refuses length prefixes beyond this, so a damaged record cannot make the decoder
+/// allocate gigabytes.
+const DECODE_LIMIT: usize = 256 << 20;
+
+fn bincode_config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<DECODE_LIMIT>()
+}
+
+/// A value stored in a table, with its current format version.
+pub(crate) trait Record: Serialize + DeserializeOwned {
+    /// Written as the first byte of every encoded value.
+    const VERSION: u8;
+    /// Names the record in errors.
+    const NAME: &'static str;
+
+    fn encode(&self) -> Vec<u8> {
+        let mut out = vec![Self::VERSION];
+        bincode::serde::encode_into_std_write(self, &mut out, bincode_config())
+            .expect("encoding into a Vec cannot fail");
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self> {
+        let corrupted = |detail: String| StoreError::Corrupted {
+            what: Self::NAME,
+            detail,
+        };
+        let (&version, body) = bytes
+            .split_first()
+            .ok_or_else(|| corrupted("empty value".into()))?;
+        if version > Self::VERSION {
+            return Err(StoreError::NewerFormat {
+                found: version.into(),
+                supported: Self::VERSION.into(),
+            });
+        }
+        if version < Self::VERSION {
+            // No older layout exists yet: version 1 is the first.
+            return Err(corrupted(format!("unknown record version {version}")));
+        }
+        let (record, used) = bincode::serde::decode_from_slice(body, bincode_config())
+            .map_err(|err| corrupted(err.to_string()))?;
+        if used != body.len() {
+            return Err(corrupted(format!("{} trailing bytes", body.len() - used)));
+        }
+        Ok(record)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SessionRecord {
+    /// Surrogate key of the session in the turn, run and idempotency tables. Never reused, so
+    /// a session deleted and created again under the same id starts empty.
+    pub(crate) sid: u64,
+    pub(crate) user_id: String,
+    pub(crate) agent_id: String,
+    pub(crate) flow_id: Option<String>,
+    pub(crate) created_at: u64,
+    pub(crate) updated_at: u64,
+    pub(crate) metadata: String,
+    /// Index the next message gets; equals the number of messages.
+    pub(crate) next_index: u64,
+    /// Sequence number the next run gets.
+    pub(crate) next_run: u64,
+    pub(crate) last_role: Option<Role>,
+}
+
+impl Record for SessionRecord {
+    const VERSION: u8 = 1;
+    const NAME: &'static str = "session record";
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct MessageRecord {
+    pub(crate) role: Role,
+    pub(crate) content: String,
+    pub(crate) timestamp: u64,
+    pub(crate) token_count: u32,
+    pub(crate) metadata: String,
+}
+
+impl Record for MessageRecord {
+    const VERSION: u8 = 1;
+    const NAME: &'static str = "message record";
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct RunRecord {
+    pub(crate) run_id: String,
+    pub(crate) status: RunStatus,
+    pub(crate) content: Option<String>,
+    /// JSON array text.
+    pub(crate) tool_calls: String,
+    pub(crate) error: Option<String>,
+    pub(crate) metadata: String,
+    pub(crate) created_at: u64,
+}
+
+impl Record for RunRecord {
+    const VERSION: u8 = 1;
+    const NAME: &'static str = "run record";
+}
+
+/// What an idempotent append returned the first time, and a digest of what it was asked, so
+/// a different request reusing the key is told so instead of silently getting another answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct IdempotencyRecord {
+    pub(crate) request_digest: [u8; 16],
+    pub(crate) first_index: u64,
+    pub(crate) count: u64,
+    pub(crate) created_session: bool,
+}
+
+impl Record for IdempotencyRecord {
+    const VERSION: u8 = 1;
+    const NAME: &'static str = "idempotency record";
+}
+
+pub(crate) fn metadata_to_text(metadata: &Metadata) -> String {
+    serde_json::to_string(metadata).expect("a JSON map always serialises")
+}
+
+pub(crate) fn metadata_from_text(what: &'static str, text: &str) -> Result<Metadata> {
+    serde_json::from_str(text).map_err(|err| StoreError::Corrupted {
+        what,
+        detail: format!("metadata: {err}"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn arb_message() -> impl Strategy<Value = MessageRecord> {
+        (
+            prop_oneof![
+                Just(Role::System),
+                Just(Role::User),
+                Just(Role::Assistant),
+                Just(Role::Tool)
+            ],
+            ".*",
+            any::<u64>(),
+            any::<u32>(),
+            ".*",
+        )
+            .prop_map(
+                |(role, content, timestamp, token_count, metadata)| MessageRecord {
+                    role,
+                    content,
+                    timestamp,
+                    token_count,
+                    metadata,
+                },
+            )
+    }
+
+    proptest! {
+        #[test]
+        fn message_records_round_trip(record in arb_message()) {
+            let decoded = MessageRecord::decode(&record.encode()).unwrap();
+            prop_assert_eq!(decoded, record);
+        }
+
+        /// Arbitrary bytes never panic the decoder: they decode or report corruption.
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = SessionRecord::decode(&bytes);
+            let _ = MessageRecord::decode(&bytes);
+        }
+    }
+
+    #[test]
+    fn newer_record_versions_are_refused() {
+        let mut bytes = IdempotencyRecord {
+            request_digest: [7; 16],
+            first_index: 3,
+            count: 2,
+            created_session: false,
+        }
+        .encode();
+        bytes[0] = IdempotencyRecord::VERSION + 1;
+        assert!(matches!(
+            IdempotencyRecord::decode(&bytes),
+            Err(StoreError::NewerFormat {
+                found: 2,
+                supported: 1
+            })
+        ));
+    }
+
+    #[test]
+    fn trailing_bytes_are_corruption() {
+        let mut bytes = RunRecord {
+            run_id: "r".into(),
+            status: RunStatus::Completed,
+            content: None,
+            tool_calls: "[]".into(),
+            error: None,
+            metadata: "{}".into(),
+            created_at: 1,
+        }
+        .encode();
+        bytes.push(0);
+        assert!(matches!(
+            RunRecord::decode(&bytes),
+            Err(StoreError::Corrupted { .. })
+        ));
+    }
+}

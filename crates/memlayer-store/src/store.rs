@@ -1,0 +1,636 @@
+//! The `Store`: opening the file, the write operations (run on the writer thread) and the
+//! reads (run on the caller's thread in a redb read transaction, never blocking writes).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, Table, WriteTransaction};
+use sha2::{Digest, Sha256};
+
+use crate::model::{
+    Append, Appended, Message, NewMessage, NewRun, NewSession, Page, Role, Run, Session,
+    SessionFilter, SessionState, Timestamp, validate_id,
+};
+use crate::record::{
+    IdempotencyRecord, MessageRecord, Record, RunRecord, SessionRecord, metadata_from_text,
+    metadata_to_text,
+};
+use crate::tables::{
+    FORMAT_VERSION, FORMAT_VERSION_KEY, IDEMPOTENCY, MESSAGES, META, NEXT_SID_KEY, RUN_IDS, RUNS,
+    SESSION_ACTIVITY, SESSION_COUNTS, SESSIONS, scope, scopes,
+};
+use crate::writer::Writer;
+use crate::{Result, StoreError};
+
+/// Largest page a listing returns.
+pub const MAX_PAGE_SIZE: usize = 100;
+
+/// A durable store of sessions, messages and runs in one redb file.
+///
+/// Cheap to clone: clones share the database and the writer thread. Writes are `async` and
+/// resolve once committed to disk; reads are synchronous and short (callers on an async
+/// runtime run them on a blocking thread).
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    db: Arc<Database>,
+    path: PathBuf,
+    writer: Writer,
+}
+
+impl Store {
+    /// Opens the store at `path`, creating the file if it does not exist.
+    ///
+    /// Fails with [`StoreError::NewerFormat`] if a newer memlayer wrote the file, and with
+    /// [`StoreError::Storage`] if another process has it open.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref().to_owned();
+        let db = Arc::new(Database::builder().create(&path)?);
+        check_format(&db)?;
+        initialise(&db)?;
+        let writer = Writer::spawn(Arc::clone(&db)).map_err(|err| StoreError::InvalidInput {
+            field: "writer thread",
+            reason: err.to_string(),
+        })?;
+        Ok(Self {
+            inner: Arc::new(Inner { db, path, writer }),
+        })
+    }
+
+    /// The file this store lives in.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Commits every write already submitted, then refuses new ones with
+    /// [`StoreError::Closed`]. Reads keep working.
+    pub fn shutdown(&self) {
+        self.inner.writer.shutdown();
+    }
+
+    /// Creates a session under `session_id`, or under a new UUIDv4 when `None`.
+    pub async fn create_session(
+        &self,
+        tenant: &str,
+        session_id: Option<&str>,
+        new: NewSession,
+    ) -> Result<Session> {
+        validate_id("tenant", tenant)?;
+        let session_id = match session_id {
+            Some(id) => {
+                validate_id("session_id", id)?;
+                id.to_owned()
+            }
+            None => uuid::Uuid::new_v4().to_string(),
+        };
+        new.validate()?;
+        let tenant = tenant.to_owned();
+        self.inner
+            .writer
+            .submit(move |txn| {
+                let mut sessions = txn.open_table(SESSIONS)?;
+                if sessions
+                    .get((tenant.as_str(), session_id.as_str()))?
+                    .is_some()
+                {
+                    return Err(StoreError::Conflict(format!(
+                        "session {session_id:?} already exists"
+                    )));
+                }
+                let record = new_session_record(txn, &new, Timestamp::now())?;
+                sessions.insert(
+                    (tenant.as_str(), session_id.as_str()),
+                    record.encode().as_slice(),
+                )?;
+                add_to_listing(txn, &tenant, &session_id, &record)?;
+                session_from_record(session_id, &record)
+            })
+            .await
+    }
+
+    /// Appends messages to a session, creating it first when `append.create` says who owns it.
+    ///
+    /// The messages get consecutive indices after the session's last message. The call returns
+    /// once they are durably stored.
+    pub async fn append(&self, tenant: &str, session_id: &str, append: Append) -> Result<Appended> {
+        validate_id("tenant", tenant)?;
+        validate_id("session_id", session_id)?;
+        append.validate()?;
+        let tenant = tenant.to_owned();
+        let session_id = session_id.to_owned();
+        self.inner
+            .writer
+            .submit(move |txn| apply_append(txn, &tenant, &session_id, append))
+            .await
+    }
+
+    /// Records an agent execution in a session.
+    pub async fn record_run(&self, tenant: &str, session_id: &str, run: NewRun) -> Result<Run> {
+        validate_id("tenant", tenant)?;
+        validate_id("session_id", session_id)?;
+        run.validate()?;
+        let tenant = tenant.to_owned();
+        let session_id = session_id.to_owned();
+        self.inner
+            .writer
+            .submit(move |txn| apply_record_run(txn, &tenant, &session_id, run))
+            .await
+    }
+
+    /// Deletes a session with its messages, runs and idempotency records.
+    pub async fn delete_session(&self, tenant: &str, session_id: &str) -> Result<()> {
+        validate_id("tenant", tenant)?;
+        validate_id("session_id", session_id)?;
+        let tenant = tenant.to_owned();
+        let session_id = session_id.to_owned();
+        self.inner
+            .writer
+            .submit(move |txn| apply_delete_session(txn, &tenant, &session_id))
+            .await
+    }
+
+    /// The session, or `None` if the tenant has no session with that id.
+    pub fn session(&self, tenant: &str, session_id: &str) -> Result<Option<Session>> {
+        validate_id("tenant", tenant)?;
+        validate_id("session_id", session_id)?;
+        let txn = self.inner.db.begin_read()?;
+        let sessions = txn.open_table(SESSIONS)?;
+        read_session_record(&sessions, tenant, session_id)?
+            .map(|record| session_from_record(session_id.to_owned(), &record))
+            .transpose()
+    }
+
+    /// Up to `limit` messages of a session from index `from` on, in index order.
+    pub fn messages(
+        &self,
+        tenant: &str,
+        session_id: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<Message>> {
+        let (txn, record) = self.read_existing_session(tenant, session_id)?;
+        let messages = txn.open_table(MESSAGES)?;
+        messages
+            .range((record.sid, from)..(record.sid, record.next_index))?
+            .take(limit)
+            .map(|entry| {
+                let (key, value) = entry?;
+                let (_, index) = key.value();
+                message_from_record(index, MessageRecord::decode(value.value())?)
+            })
+            .collect()
+    }
+
+    /// The runs of a session in the order they were recorded.
+    pub fn runs(&self, tenant: &str, session_id: &str) -> Result<Vec<Run>> {
+        let (txn, record) = self.read_existing_session(tenant, session_id)?;
+        let runs = txn.open_table(RUNS)?;
+        runs.range((record.sid, 0)..(record.sid, record.next_run))?
+            .map(|entry| run_from_record(RunRecord::decode(entry?.1.value())?))
+            .collect()
+    }
+
+    /// One page of the tenant's sessions matching `filter`, most recently active first.
+    /// Pages are numbered from 0. Reads the listing index only, never the messages.
+    pub fn list_sessions(
+        &self,
+        tenant: &str,
+        filter: &SessionFilter,
+        page: u64,
+        page_size: usize,
+    ) -> Result<Page<Session>> {
+        validate_id("tenant", tenant)?;
+        for (kind, id) in [("user_id", &filter.user_id), ("agent_id", &filter.agent_id)] {
+            if let Some(id) = id {
+                validate_id(kind, id)?;
+            }
+        }
+        if !(1..=MAX_PAGE_SIZE).contains(&page_size) {
+            return Err(StoreError::InvalidInput {
+                field: "page_size",
+                reason: format!("must be between 1 and {MAX_PAGE_SIZE}"),
+            });
+        }
+        let skip = usize::try_from(page)
+            .ok()
+            .and_then(|page| page.checked_mul(page_size))
+            .ok_or_else(|| StoreError::InvalidInput {
+                field: "page",
+                reason: "is too large".into(),
+            })?;
+        let scope = scope(filter.user_id.as_deref(), filter.agent_id.as_deref());
+        let txn = self.inner.db.begin_read()?;
+        let total = txn
+            .open_table(SESSION_COUNTS)?
+            .get((tenant, scope.as_str()))?
+            .map_or(0, |count| count.value());
+        let activity = txn.open_table(SESSION_ACTIVITY)?;
+        let sessions = txn.open_table(SESSIONS)?;
+        let items = activity
+            .range((tenant, scope.as_str(), 0, "")..(tenant, scope.as_str(), u64::MAX, ""))?
+            .rev()
+            .skip(skip)
+            .take(page_size)
+            .map(|entry| {
+                let (key, ()) = entry.map(|(key, _)| (key, ()))?;
+                let (_, _, _, session_id) = key.value();
+                let record =
+                    read_session_record(&sessions, tenant, session_id)?.ok_or_else(|| {
+                        StoreError::Corrupted {
+                            what: "session listing",
+                            detail: format!("lists missing session {session_id:?}"),
+                        }
+                    })?;
+                session_from_record(session_id.to_owned(), &record)
+            })
+            .collect::<Result<_>>()?;
+        Ok(Page { items, total })
+    }
+
+    fn read_existing_session(
+        &self,
+        tenant: &str,
+        session_id: &str,
+    ) -> Result<(ReadTransaction, SessionRecord)> {
+        validate_id("tenant", tenant)?;
+        validate_id("session_id", session_id)?;
+        let txn = self.inner.db.begin_read()?;
+        let record = read_session_record(&txn.open_table(SESSIONS)?, tenant, session_id)?
+            .ok_or_else(|| not_found(session_id))?;
+        Ok((txn, record))
+    }
+}
+
+fn not_found(session_id: &str) -> StoreError {
+    StoreError::SessionNotFound {
+        session_id: session_id.to_owned(),
+    }
+}
+
+fn check_format(db: &Database) -> Result<()> {
+    let txn = db.begin_read()?;
+    let meta = match txn.open_table(META) {
+        Ok(meta) => meta,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
+        Err(err) => return Err(err.into()),
+    };
+    match meta.get(FORMAT_VERSION_KEY)?.map(|v| v.value()) {
+        Some(found) if found > FORMAT_VERSION => Err(StoreError::NewerFormat {
+            found: u32::try_from(found).unwrap_or(u32::MAX),
+            supported: FORMAT_VERSION as u32,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Creates the tables and the format marker of a new file; a no-op on an existing one.
+fn initialise(db: &Database) -> Result<()> {
+    let txn = db.begin_write()?;
+    {
+        let mut meta = txn.open_table(META)?;
+        if meta.get(FORMAT_VERSION_KEY)?.is_none() {
+            meta.insert(FORMAT_VERSION_KEY, FORMAT_VERSION)?;
+            meta.insert(NEXT_SID_KEY, 1)?;
+        }
+        txn.open_table(SESSIONS)?;
+        txn.open_table(MESSAGES)?;
+        txn.open_table(RUNS)?;
+        txn.open_table(RUN_IDS)?;
+        txn.open_table(IDEMPOTENCY)?;
+        txn.open_table(SESSION_ACTIVITY)?;
+        txn.open_table(SESSION_COUNTS)?;
+    }
+    txn.commit()?;
+    Ok(())
+}
+
+fn read_session_record(
+    sessions: &impl ReadableTable<(&'static str, &'static str), &'static [u8]>,
+    tenant: &str,
+    session_id: &str,
+) -> Result<Option<SessionRecord>> {
+    sessions
+        .get((tenant, session_id))?
+        .map(|value| SessionRecord::decode(value.value()))
+        .transpose()
+}
+
+fn new_session_record(
+    txn: &WriteTransaction,
+    new: &NewSession,
+    now: Timestamp,
+) -> Result<SessionRecord> {
+    let mut meta = txn.open_table(META)?;
+    let sid = meta.get(NEXT_SID_KEY)?.map_or(1, |v| v.value());
+    meta.insert(NEXT_SID_KEY, sid + 1)?;
+    Ok(SessionRecord {
+        sid,
+        user_id: new.user_id.clone(),
+        agent_id: new.agent_id.clone(),
+        flow_id: new.flow_id.clone(),
+        created_at: now.as_micros(),
+        updated_at: now.as_micros(),
+        metadata: metadata_to_text(&new.metadata),
+        next_index: 0,
+        next_run: 0,
+        last_role: None,
+    })
+}
+
+fn add_to_listing(
+    txn: &WriteTransaction,
+    tenant: &str,
+    session_id: &str,
+    record: &SessionRecord,
+) -> Result<()> {
+    let mut activity = txn.open_table(SESSION_ACTIVITY)?;
+    let mut counts = txn.open_table(SESSION_COUNTS)?;
+    for scope in scopes(&record.user_id, &record.agent_id) {
+        activity.insert((tenant, scope.as_str(), record.updated_at, session_id), ())?;
+        let count = counts
+            .get((tenant, scope.as_str()))?
+            .map_or(0, |c| c.value());
+        counts.insert((tenant, scope.as_str()), count + 1)?;
+    }
+    Ok(())
+}
+
+fn remove_from_listing(
+    txn: &WriteTransaction,
+    tenant: &str,
+    session_id: &str,
+    record: &SessionRecord,
+) -> Result<()> {
+    let mut activity = txn.open_table(SESSION_ACTIVITY)?;
+    let mut counts = txn.open_table(SESSION_COUNTS)?;
+    for scope in scopes(&record.user_id, &record.agent_id) {
+        activity.remove((tenant, scope.as_str(), record.updated_at, session_id))?;
+        let count = counts
+            .get((tenant, scope.as_str()))?
+            .map_or(0, |c| c.value());
+        if count <= 1 {
+            counts.remove((tenant, scope.as_str()))?;
+        } else {
+            counts.insert((tenant, scope.as_str()), count - 1)?;
+        }
+    }
+    Ok(())
+}
+
+/// Moves the session's listing entries to its new last-activity time.
+fn touch(
+    txn: &WriteTransaction,
+    tenant: &str,
+    session_id: &str,
+    record: &mut SessionRecord,
+    now: Timestamp,
+) -> Result<()> {
+    // Keep last activity monotonic even if the wall clock steps back.
+    let updated_at = record.updated_at.max(now.as_micros());
+    if updated_at != record.updated_at {
+        let mut activity = txn.open_table(SESSION_ACTIVITY)?;
+        for scope in scopes(&record.user_id, &record.agent_id) {
+            activity.remove((tenant, scope.as_str(), record.updated_at, session_id))?;
+            activity.insert((tenant, scope.as_str(), updated_at, session_id), ())?;
+        }
+        record.updated_at = updated_at;
+    }
+    Ok(())
+}
+
+fn apply_append(
+    txn: &WriteTransaction,
+    tenant: &str,
+    session_id: &str,
+    append: Append,
+) -> Result<Appended> {
+    // Every check comes before the first write: a rejected append shares the transaction with
+    // other requests and must leave no trace in it.
+    let mut sessions = txn.open_table(SESSIONS)?;
+    let existing = read_session_record(&sessions, tenant, session_id)?;
+    let digest = append
+        .idempotency_key
+        .as_ref()
+        .map(|_| request_digest(&append.messages));
+    if let Some(record) = &existing {
+        if let Some(owner) = &append.create
+            && (owner.user_id != record.user_id || owner.agent_id != record.agent_id)
+        {
+            return Err(StoreError::Conflict(format!(
+                "session {session_id:?} belongs to another user or agent"
+            )));
+        }
+        if let (Some(key), Some(digest)) = (&append.idempotency_key, &digest)
+            && let Some(previous) = txn
+                .open_table(IDEMPOTENCY)?
+                .get((record.sid, key.as_str()))?
+        {
+            let previous = IdempotencyRecord::decode(previous.value())?;
+            if &previous.request_digest != digest {
+                return Err(StoreError::Conflict(format!(
+                    "idempotency key {key:?} was used for a different request"
+                )));
+            }
+            return Ok(Appended {
+                first_index: previous.first_index,
+                count: previous.count,
+                created_session: previous.created_session,
+                replayed: true,
+            });
+        }
+    }
+    let now = Timestamp::now();
+    let (mut record, created_session) = match existing {
+        Some(record) => (record, false),
+        None => match &append.create {
+            Some(owner) => {
+                let record = new_session_record(txn, owner, now)?;
+                add_to_listing(txn, tenant, session_id, &record)?;
+                (record, true)
+            }
+            None => return Err(not_found(session_id)),
+        },
+    };
+
+    let first_index = record.next_index;
+    let count = append.messages.len() as u64;
+    {
+        let mut messages = txn.open_table(MESSAGES)?;
+        for (offset, message) in append.messages.into_iter().enumerate() {
+            let index = first_index + offset as u64;
+            record.last_role = Some(message.role);
+            messages.insert(
+                (record.sid, index),
+                message_record(message, now).encode().as_slice(),
+            )?;
+        }
+    }
+    record.next_index += count;
+    touch(txn, tenant, session_id, &mut record, now)?;
+    if let (Some(key), Some(request_digest)) = (&append.idempotency_key, digest) {
+        let outcome = IdempotencyRecord {
+            request_digest,
+            first_index,
+            count,
+            created_session,
+        };
+        txn.open_table(IDEMPOTENCY)?
+            .insert((record.sid, key.as_str()), outcome.encode().as_slice())?;
+    }
+    sessions.insert((tenant, session_id), record.encode().as_slice())?;
+    Ok(Appended {
+        first_index,
+        count,
+        created_session,
+        replayed: false,
+    })
+}
+
+fn apply_record_run(
+    txn: &WriteTransaction,
+    tenant: &str,
+    session_id: &str,
+    run: NewRun,
+) -> Result<Run> {
+    let mut sessions = txn.open_table(SESSIONS)?;
+    let mut record =
+        read_session_record(&sessions, tenant, session_id)?.ok_or_else(|| not_found(session_id))?;
+    let run_id = run
+        .run_id
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let mut run_ids = txn.open_table(RUN_IDS)?;
+    if run_ids.get((record.sid, run_id.as_str()))?.is_some() {
+        return Err(StoreError::Conflict(format!(
+            "run {run_id:?} already exists in session {session_id:?}"
+        )));
+    }
+    let now = Timestamp::now();
+    let seq = record.next_run;
+    let stored = RunRecord {
+        run_id,
+        status: run.status,
+        content: run.content,
+        tool_calls: serde_json::to_string(&run.tool_calls).expect("JSON values serialise"),
+        error: run.error,
+        metadata: metadata_to_text(&run.metadata),
+        created_at: now.as_micros(),
+    };
+    run_ids.insert((record.sid, stored.run_id.as_str()), seq)?;
+    txn.open_table(RUNS)?
+        .insert((record.sid, seq), stored.encode().as_slice())?;
+    record.next_run += 1;
+    touch(txn, tenant, session_id, &mut record, now)?;
+    sessions.insert((tenant, session_id), record.encode().as_slice())?;
+    run_from_record(stored)
+}
+
+fn apply_delete_session(txn: &WriteTransaction, tenant: &str, session_id: &str) -> Result<()> {
+    let mut sessions = txn.open_table(SESSIONS)?;
+    let record =
+        read_session_record(&sessions, tenant, session_id)?.ok_or_else(|| not_found(session_id))?;
+    sessions.remove((tenant, session_id))?;
+    remove_from_listing(txn, tenant, session_id, &record)?;
+    let sid = record.sid;
+    remove_range(&mut txn.open_table(MESSAGES)?, (sid, 0)..(sid + 1, 0))?;
+    remove_range(&mut txn.open_table(RUNS)?, (sid, 0)..(sid + 1, 0))?;
+    remove_str_range(&mut txn.open_table(RUN_IDS)?, sid)?;
+    remove_str_range(&mut txn.open_table(IDEMPOTENCY)?, sid)?;
+    Ok(())
+}
+
+fn remove_range(
+    table: &mut Table<'_, (u64, u64), &'static [u8]>,
+    range: std::ops::Range<(u64, u64)>,
+) -> Result<()> {
+    table.retain_in(range, |_, _| false)?;
+    Ok(())
+}
+
+/// Removes every `(sid, _)` key of a table keyed by `(sid, string)`.
+fn remove_str_range<V: redb::Value + 'static>(
+    table: &mut Table<'_, (u64, &'static str), V>,
+    sid: u64,
+) -> Result<()> {
+    table.retain_in((sid, "")..(sid + 1, ""), |_, _| false)?;
+    Ok(())
+}
+
+fn request_digest(messages: &[NewMessage]) -> [u8; 16] {
+    let mut hasher = Sha256::new();
+    for message in messages {
+        // Length prefixes keep field boundaries unambiguous.
+        let metadata = metadata_to_text(&message.metadata);
+        let timestamp = message.timestamp.map_or(0, Timestamp::as_micros);
+        hasher.update([message.role as u8]);
+        hasher.update((message.content.len() as u64).to_le_bytes());
+        hasher.update(message.content.as_bytes());
+        hasher.update(message.token_count.to_le_bytes());
+        hasher.update(timestamp.to_le_bytes());
+        hasher.update((metadata.len() as u64).to_le_bytes());
+        hasher.update(metadata.as_bytes());
+    }
+    let digest = hasher.finalize();
+    let mut out = [0; 16];
+    out.copy_from_slice(&digest[..16]);
+    out
+}
+
+fn message_record(message: NewMessage, now: Timestamp) -> MessageRecord {
+    MessageRecord {
+        role: message.role,
+        content: message.content,
+        timestamp: message.timestamp.unwrap_or(now).as_micros(),
+        token_count: message.token_count,
+        metadata: metadata_to_text(&message.metadata),
+    }
+}
+
+fn session_from_record(id: String, record: &SessionRecord) -> Result<Session> {
+    Ok(Session {
+        id,
+        user_id: record.user_id.clone(),
+        agent_id: record.agent_id.clone(),
+        flow_id: record.flow_id.clone(),
+        created_at: Timestamp::from_micros(record.created_at),
+        updated_at: Timestamp::from_micros(record.updated_at),
+        metadata: metadata_from_text(SessionRecord::NAME, &record.metadata)?,
+        message_count: record.next_index,
+        run_count: record.next_run,
+        state: if record.last_role == Some(Role::User) {
+            SessionState::IncompleteTurn
+        } else {
+            SessionState::Active
+        },
+    })
+}
+
+fn message_from_record(index: u64, record: MessageRecord) -> Result<Message> {
+    Ok(Message {
+        index,
+        role: record.role,
+        metadata: metadata_from_text(MessageRecord::NAME, &record.metadata)?,
+        content: record.content,
+        timestamp: Timestamp::from_micros(record.timestamp),
+        token_count: record.token_count,
+    })
+}
+
+fn run_from_record(record: RunRecord) -> Result<Run> {
+    let tool_calls =
+        serde_json::from_str(&record.tool_calls).map_err(|err| StoreError::Corrupted {
+            what: RunRecord::NAME,
+            detail: format!("tool calls: {err}"),
+        })?;
+    Ok(Run {
+        metadata: metadata_from_text(RunRecord::NAME, &record.metadata)?,
+        run_id: record.run_id,
+        status: record.status,
+        content: record.content,
+        tool_calls,
+        error: record.error,
+        created_at: Timestamp::from_micros(record.created_at),
+    })
+}

@@ -1,0 +1,61 @@
+//! Table definitions and key layout. docs/storage-format.md describes the same in prose; keep
+//! the two in step.
+
+use redb::TableDefinition;
+
+/// Store-wide settings: `format_version`, `next_sid`.
+pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+/// `(tenant, session_id)` → `SessionRecord`.
+pub(crate) const SESSIONS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("sessions");
+
+/// `(sid, index)` → `MessageRecord`. `sid` is the session's surrogate key, so one session's
+/// turns are one contiguous range in index order.
+pub(crate) const MESSAGES: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("messages");
+
+/// `(sid, run_seq)` → `RunRecord`, in recording order.
+pub(crate) const RUNS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("runs");
+
+/// `(sid, idempotency_key)` → `IdempotencyRecord`.
+pub(crate) const IDEMPOTENCY: TableDefinition<(u64, &str), &[u8]> =
+    TableDefinition::new("idempotency");
+
+/// Secondary index for listing: `(tenant, scope, updated_at, session_id)` → `()`.
+/// Every session has one entry in each of its four scopes (see [`scopes`]), so a listing by
+/// any filter combination is one range scan, newest activity last.
+pub(crate) const SESSION_ACTIVITY: TableDefinition<(&str, &str, u64, &str), ()> =
+    TableDefinition::new("session_activity");
+
+/// `(tenant, scope)` → number of sessions in the scope, so a listing's total is one read.
+pub(crate) const SESSION_COUNTS: TableDefinition<(&str, &str), u64> =
+    TableDefinition::new("session_counts");
+
+pub(crate) const FORMAT_VERSION_KEY: &str = "format_version";
+pub(crate) const NEXT_SID_KEY: &str = "next_sid";
+
+/// The storage format this build writes. Opening a file with a larger value fails.
+pub(crate) const FORMAT_VERSION: u64 = 1;
+
+/// The listing scope that matches a filter.
+pub(crate) fn scope(user_id: Option<&str>, agent_id: Option<&str>) -> String {
+    // `/` cannot occur in an id (see `validate_id`), which keeps these unambiguous.
+    match (user_id, agent_id) {
+        (None, None) => "*".to_owned(),
+        (Some(user), None) => format!("u/{user}"),
+        (None, Some(agent)) => format!("a/{agent}"),
+        (Some(user), Some(agent)) => format!("ua/{user}/{agent}"),
+    }
+}
+
+/// The four scopes a session is listed under.
+pub(crate) fn scopes(user_id: &str, agent_id: &str) -> [String; 4] {
+    [
+        scope(None, None),
+        scope(Some(user_id), None),
+        scope(None, Some(agent_id)),
+        scope(Some(user_id), Some(agent_id)),
+    ]
+}
+
+/// `(sid, run_id)` → run sequence number, so run ids stay unique within a session.
+pub(crate) const RUN_IDS: TableDefinition<(u64, &str), u64> = TableDefinition::new("run_ids");
