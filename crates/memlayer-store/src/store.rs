@@ -71,6 +71,15 @@ impl Store {
         self.inner.writer.shutdown();
     }
 
+    /// Succeeds when the file can be read and writes are still accepted (readiness probe).
+    pub fn check_ready(&self) -> Result<()> {
+        if !self.inner.writer.is_open() {
+            return Err(StoreError::Closed);
+        }
+        self.inner.db.begin_read()?.open_table(META)?;
+        Ok(())
+    }
+
     /// Creates a session under `session_id`, or under a new UUIDv4 when `None`.
     pub async fn create_session(
         &self,

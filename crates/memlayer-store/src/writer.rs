@@ -101,6 +101,14 @@ impl Writer {
         outcome.await.map_err(|_| StoreError::Closed)?
     }
 
+    /// False once [`Writer::shutdown`] has begun.
+    pub(crate) fn is_open(&self) -> bool {
+        self.jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+    }
+
     /// Stops accepting jobs, lets the thread commit everything already queued, and waits.
     pub(crate) fn shutdown(&self) {
         drop(

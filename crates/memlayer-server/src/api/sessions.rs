@@ -1,0 +1,420 @@
+//! Sessions, their messages and runs: `/v1/sessions/...`.
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::get;
+use axum::{Json, Router};
+use memlayer_store::{
+    Append, MAX_PAGE_SIZE, Metadata, NewMessage, NewRun, NewSession, RunStatus, SessionFilter,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::api::read;
+use crate::extract::{ApiJson, ApiPath, ApiQuery, Tenant};
+use crate::wire::{MessageBody, MessageInput, RunBody, SessionBody, parse_timestamp};
+use crate::{ApiError, AppState};
+
+/// Largest page of messages one request returns.
+const MAX_MESSAGES_PER_PAGE: usize = 1_000;
+/// Header carrying an append's idempotency key (the body field `idempotency_key` also works).
+const IDEMPOTENCY_HEADER: &str = "idempotency-key";
+
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/sessions", get(list_sessions).post(create_session))
+        .route(
+            "/v1/sessions/{session_id}",
+            get(get_session).delete(delete_session),
+        )
+        .route(
+            "/v1/sessions/{session_id}/messages",
+            get(list_messages).post(append_messages),
+        )
+        .route(
+            "/v1/sessions/{session_id}/runs",
+            get(list_runs).post(record_run),
+        )
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateSessionRequest {
+    /// A UUIDv4 is generated when absent.
+    session_id: Option<String>,
+    user_id: String,
+    agent_id: String,
+    flow_id: Option<String>,
+    #[serde(default)]
+    metadata: Metadata,
+}
+
+async fn create_session(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiJson(request): ApiJson<CreateSessionRequest>,
+) -> Result<(StatusCode, Json<SessionBody>), ApiError> {
+    let owner = NewSession {
+        user_id: request.user_id,
+        agent_id: request.agent_id,
+        flow_id: request.flow_id,
+        metadata: request.metadata,
+    };
+    let session = state
+        .store()
+        .create_session(&tenant, request.session_id.as_deref(), owner)
+        .await?;
+    Ok((StatusCode::CREATED, Json(session.into())))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListSessionsQuery {
+    user_id: Option<String>,
+    agent_id: Option<String>,
+    /// Zero-based.
+    #[serde(default)]
+    page: u64,
+    #[serde(default = "default_page_size")]
+    page_size: usize,
+}
+
+fn default_page_size() -> usize {
+    20
+}
+
+#[derive(Serialize)]
+struct SessionPage {
+    content: Vec<SessionBody>,
+    total_elements: u64,
+    total_pages: u64,
+    page: u64,
+    page_size: usize,
+}
+
+async fn list_sessions(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiQuery(query): ApiQuery<ListSessionsQuery>,
+) -> Result<Json<SessionPage>, ApiError> {
+    if !(1..=MAX_PAGE_SIZE).contains(&query.page_size) {
+        return Err(ApiError::invalid(
+            "invalid_value",
+            format!("page_size must be between 1 and {MAX_PAGE_SIZE}"),
+        ));
+    }
+    let filter = SessionFilter {
+        user_id: query.user_id,
+        agent_id: query.agent_id,
+    };
+    let (page, page_size) = (query.page, query.page_size);
+    let listing = read(&state, move |store| {
+        store.list_sessions(&tenant, &filter, page, page_size)
+    })
+    .await?;
+    Ok(Json(SessionPage {
+        total_pages: listing.total.div_ceil(page_size as u64),
+        total_elements: listing.total,
+        content: listing.items.into_iter().map(SessionBody::from).collect(),
+        page,
+        page_size,
+    }))
+}
+
+#[derive(Serialize)]
+struct SessionWithMessages {
+    #[serde(flatten)]
+    session: SessionBody,
+    messages: Vec<MessageBody>,
+}
+
+async fn get_session(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(session_id): ApiPath<String>,
+) -> Result<Json<SessionWithMessages>, ApiError> {
+    let (session, messages) = read(&state, move |store| {
+        let session = store.session(&tenant, &session_id)?.ok_or(
+            memlayer_store::StoreError::SessionNotFound {
+                session_id: session_id.clone(),
+            },
+        )?;
+        let messages = store.messages(&tenant, &session_id, 0, usize::MAX)?;
+        Ok((session, messages))
+    })
+    .await?;
+    Ok(Json(SessionWithMessages {
+        session: session.into(),
+        messages: messages.into_iter().map(MessageBody::from).collect(),
+    }))
+}
+
+async fn delete_session(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(session_id): ApiPath<String>,
+) -> Result<StatusCode, ApiError> {
+    state.store().delete_session(&tenant, &session_id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Either one message (`role`, `content`, …) or a batch (`messages`), plus who owns the
+/// session so that an unknown session is created on first use.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AppendRequest {
+    messages: Option<Vec<MessageInput>>,
+    role: Option<memlayer_store::Role>,
+    content: Option<String>,
+    token_count: Option<u32>,
+    timestamp: Option<String>,
+    metadata: Option<Metadata>,
+    user_id: Option<String>,
+    agent_id: Option<String>,
+    flow_id: Option<String>,
+    /// Metadata of the session if this append creates it.
+    session_metadata: Option<Metadata>,
+    idempotency_key: Option<String>,
+}
+
+impl AppendRequest {
+    /// The messages of the request, whichever form it used.
+    fn into_parts(
+        self,
+    ) -> Result<(Vec<MessageInput>, Option<NewSession>, Option<String>), ApiError> {
+        let single = self.role.is_some()
+            || self.content.is_some()
+            || self.token_count.is_some()
+            || self.timestamp.is_some()
+            || self.metadata.is_some();
+        let messages = match (self.messages, single) {
+            (Some(messages), false) => messages,
+            (None, true) => match (self.role, self.content) {
+                (Some(role), Some(content)) => vec![MessageInput {
+                    role,
+                    content,
+                    token_count: self.token_count,
+                    timestamp: self.timestamp,
+                    metadata: self.metadata.unwrap_or_default(),
+                }],
+                _ => {
+                    return Err(ApiError::invalid(
+                        "invalid_value",
+                        "a single message needs both role and content",
+                    ));
+                }
+            },
+            (Some(_), true) => {
+                return Err(ApiError::invalid(
+                    "invalid_value",
+                    "give either messages or one message's role and content, not both",
+                ));
+            }
+            (None, false) => {
+                return Err(ApiError::invalid(
+                    "invalid_value",
+                    "nothing to append: give messages, or role and content",
+                ));
+            }
+        };
+        let create = match (self.user_id, self.agent_id) {
+            (Some(user_id), Some(agent_id)) => Some(NewSession {
+                user_id,
+                agent_id,
+                flow_id: self.flow_id,
+                metadata: self.session_metadata.unwrap_or_default(),
+            }),
+            (None, None) if self.flow_id.is_none() && self.session_metadata.is_none() => None,
+            _ => {
+                return Err(ApiError::invalid(
+                    "invalid_value",
+                    "user_id and agent_id go together (flow_id and session_metadata need both)",
+                ));
+            }
+        };
+        Ok((messages, create, self.idempotency_key))
+    }
+}
+
+#[derive(Serialize)]
+struct AppendResponse {
+    session_id: String,
+    indices: Vec<u64>,
+    created_session: bool,
+    replayed: bool,
+}
+
+async fn append_messages(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(session_id): ApiPath<String>,
+    headers: HeaderMap,
+    ApiJson(request): ApiJson<AppendRequest>,
+) -> Result<(StatusCode, Json<AppendResponse>), ApiError> {
+    let (inputs, create, body_key) = request.into_parts()?;
+    let idempotency_key = idempotency_key(&headers, body_key)?;
+    let encoding = state.config().token_encoding;
+    // Counting tokens of a large body takes milliseconds: keep it off the async workers.
+    let messages = tokio::task::spawn_blocking(move || {
+        inputs
+            .into_iter()
+            .map(|input| {
+                Ok(NewMessage {
+                    token_count: input
+                        .token_count
+                        .unwrap_or_else(|| encoding.count(&input.content)),
+                    timestamp: input
+                        .timestamp
+                        .map(|text| parse_timestamp("timestamp", &text))
+                        .transpose()?,
+                    role: input.role,
+                    content: input.content,
+                    metadata: input.metadata,
+                })
+            })
+            .collect::<Result<Vec<_>, ApiError>>()
+    })
+    .await
+    .map_err(|err| ApiError::Internal(format!("token counting failed: {err}")))??;
+    let append = Append {
+        messages,
+        create,
+        idempotency_key,
+    };
+    let appended = state.store().append(&tenant, &session_id, append).await?;
+    let status = if appended.replayed {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((
+        status,
+        Json(AppendResponse {
+            session_id,
+            indices: appended.indices().collect(),
+            created_session: appended.created_session,
+            replayed: appended.replayed,
+        }),
+    ))
+}
+
+fn idempotency_key(
+    headers: &HeaderMap,
+    body_key: Option<String>,
+) -> Result<Option<String>, ApiError> {
+    let header_key = headers
+        .get(IDEMPOTENCY_HEADER)
+        .map(|value| {
+            value
+                .to_str()
+                .map(str::to_owned)
+                .map_err(|_| ApiError::BadRequest {
+                    code: "invalid_header",
+                    message: format!("{IDEMPOTENCY_HEADER} must be visible ASCII"),
+                })
+        })
+        .transpose()?;
+    match (header_key, body_key) {
+        (Some(header), Some(body)) if header != body => Err(ApiError::invalid(
+            "invalid_value",
+            "the Idempotency-Key header and the idempotency_key field differ",
+        )),
+        (header, body) => Ok(header.or(body)),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MessagesQuery {
+    #[serde(default)]
+    from: u64,
+    #[serde(default = "default_message_limit")]
+    limit: usize,
+}
+
+fn default_message_limit() -> usize {
+    100
+}
+
+#[derive(Serialize)]
+struct MessagesPage {
+    session_id: String,
+    messages: Vec<MessageBody>,
+    /// Where the next page starts, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_from: Option<u64>,
+}
+
+async fn list_messages(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(session_id): ApiPath<String>,
+    ApiQuery(query): ApiQuery<MessagesQuery>,
+) -> Result<Json<MessagesPage>, ApiError> {
+    if !(1..=MAX_MESSAGES_PER_PAGE).contains(&query.limit) {
+        return Err(ApiError::invalid(
+            "invalid_value",
+            format!("limit must be between 1 and {MAX_MESSAGES_PER_PAGE}"),
+        ));
+    }
+    let id = session_id.clone();
+    let (messages, total) = read(&state, move |store| {
+        // Fetch one more than asked to learn whether another page follows.
+        let mut messages = store.messages(&tenant, &id, query.from, query.limit + 1)?;
+        let more = messages.len() > query.limit;
+        messages.truncate(query.limit);
+        Ok((messages, more))
+    })
+    .await?;
+    let next_from = total.then(|| query.from + query.limit as u64);
+    Ok(Json(MessagesPage {
+        session_id,
+        messages: messages.into_iter().map(MessageBody::from).collect(),
+        next_from,
+    }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RecordRunRequest {
+    run_id: Option<String>,
+    status: RunStatus,
+    content: Option<String>,
+    #[serde(default)]
+    tool_calls: Vec<Value>,
+    error: Option<String>,
+    #[serde(default)]
+    metadata: Metadata,
+}
+
+async fn record_run(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(session_id): ApiPath<String>,
+    ApiJson(request): ApiJson<RecordRunRequest>,
+) -> Result<(StatusCode, Json<RunBody>), ApiError> {
+    let run = NewRun {
+        run_id: request.run_id,
+        status: request.status,
+        content: request.content,
+        tool_calls: request.tool_calls,
+        error: request.error,
+        metadata: request.metadata,
+    };
+    let run = state.store().record_run(&tenant, &session_id, run).await?;
+    Ok((StatusCode::CREATED, Json(RunBody::new(session_id, run))))
+}
+
+async fn list_runs(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(session_id): ApiPath<String>,
+) -> Result<Json<Vec<RunBody>>, ApiError> {
+    let id = session_id.clone();
+    let runs = read(&state, move |store| store.runs(&tenant, &id)).await?;
+    Ok(Json(
+        runs.into_iter()
+            .map(|run| RunBody::new(session_id.clone(), run))
+            .collect(),
+    ))
+}

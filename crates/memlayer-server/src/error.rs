@@ -1,0 +1,144 @@
+//! The API's one error type and its JSON shape: `{"error": {"code": "...", "message": "..."}}`.
+
+use axum::Json;
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use memlayer_store::StoreError;
+use serde_json::json;
+
+/// An error answer: an HTTP status, a stable machine-readable code and a message for people.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApiError {
+    /// `400`: the request could not be parsed (malformed JSON, wrong field type, unknown field,
+    /// bad query string).
+    #[error("{message}")]
+    BadRequest {
+        /// Stable code, e.g. `malformed_json`.
+        code: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// `404`: no such resource in this tenant.
+    #[error("{message}")]
+    NotFound {
+        /// Stable code, e.g. `session_not_found`.
+        code: &'static str,
+        /// What was not found.
+        message: String,
+    },
+    /// `405`: the path exists but not with this method.
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    /// `409`: the request contradicts stored state.
+    #[error("{0}")]
+    Conflict(String),
+    /// `413`: the body is larger than the configured limit.
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    /// `415`: the body is not `application/json`.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// `422`: the request parsed but a value is invalid.
+    #[error("{message}")]
+    Invalid {
+        /// Stable code, e.g. `invalid_id`.
+        code: &'static str,
+        /// What is invalid.
+        message: String,
+    },
+    /// `503`: the server is shutting down.
+    #[error("{0}")]
+    Unavailable(String),
+    /// `500`: a failure the client cannot fix. The details are logged, never sent.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub(crate) fn invalid(code: &'static str, message: impl Into<String>) -> Self {
+        Self::Invalid {
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            Self::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
+            Self::NotFound { code, .. } => (StatusCode::NOT_FOUND, code),
+            Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            Self::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            Self::UnsupportedMediaType(_) => {
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+            }
+            Self::Invalid { code, .. } => (StatusCode::UNPROCESSABLE_ENTITY, code),
+            Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        let message = match &self {
+            Self::Internal(detail) => {
+                tracing::error!(%detail, "request failed");
+                "internal server error; the details are in the server log".to_owned()
+            }
+            other => other.to_string(),
+        };
+        let body = json!({ "error": { "code": code, "message": message } });
+        (status, Json(body)).into_response()
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(err: StoreError) -> Self {
+        match err {
+            StoreError::InvalidId { .. } => Self::invalid("invalid_id", err.to_string()),
+            StoreError::InvalidInput { .. } => Self::invalid("invalid_value", err.to_string()),
+            StoreError::SessionNotFound { .. } => Self::NotFound {
+                code: "session_not_found",
+                message: err.to_string(),
+            },
+            StoreError::Conflict(message) => Self::Conflict(message),
+            StoreError::Closed => Self::Unavailable("the server is shutting down".into()),
+            other => Self::Internal(other.to_string()),
+        }
+    }
+}
+
+/// Maps an extractor rejection: size and media type keep their statuses, the rest is `400`.
+fn rejection(status: StatusCode, code: &'static str, message: String) -> ApiError {
+    match status {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge(message),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::UnsupportedMediaType(message),
+        _ => ApiError::BadRequest { code, message },
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(err: JsonRejection) -> Self {
+        let code = match &err {
+            JsonRejection::JsonSyntaxError(_) => "malformed_json",
+            _ => "invalid_body",
+        };
+        rejection(err.status(), code, err.body_text())
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(err: QueryRejection) -> Self {
+        rejection(err.status(), "invalid_query", err.body_text())
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(err: PathRejection) -> Self {
+        rejection(err.status(), "invalid_path", err.body_text())
+    }
+}

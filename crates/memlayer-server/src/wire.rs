@@ -1,0 +1,161 @@
+//! JSON shapes of the API (field names in snake_case) and their conversion from the store's
+//! domain types. Timestamps travel as RFC 3339 strings in UTC with microseconds.
+
+use memlayer_store::{Message, Metadata, Role, Run, RunStatus, Session, SessionState, Timestamp};
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::Value;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339 as Rfc3339Format;
+
+use crate::ApiError;
+
+/// A timestamp that serialises as RFC 3339.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rfc3339(pub(crate) Timestamp);
+
+impl Serialize for Rfc3339 {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let nanos = i128::from(self.0.as_micros()) * 1_000;
+        let formatted = OffsetDateTime::from_unix_timestamp_nanos(nanos)
+            .ok()
+            .and_then(|time| time.format(&Rfc3339Format).ok())
+            .ok_or_else(|| serde::ser::Error::custom("timestamp out of range"))?;
+        serializer.serialize_str(&formatted)
+    }
+}
+
+/// Parses a client-supplied RFC 3339 timestamp; times before 1970 are rejected.
+pub(crate) fn parse_timestamp(field: &str, text: &str) -> Result<Timestamp, ApiError> {
+    let invalid =
+        |reason: &str| ApiError::invalid("invalid_value", format!("invalid {field}: {reason}"));
+    let time = OffsetDateTime::parse(text, &Rfc3339Format)
+        .map_err(|_| invalid("expected an RFC 3339 timestamp such as 2026-05-06T10:00:00Z"))?;
+    let micros = time.unix_timestamp_nanos() / 1_000;
+    u64::try_from(micros)
+        .map(Timestamp::from_micros)
+        .map_err(|_| invalid("must not be before 1970-01-01"))
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct SessionBody {
+    pub(crate) session_id: String,
+    pub(crate) user_id: String,
+    pub(crate) agent_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) flow_id: Option<String>,
+    pub(crate) state: SessionState,
+    pub(crate) message_count: u64,
+    pub(crate) run_count: u64,
+    pub(crate) metadata: Metadata,
+    pub(crate) created_at: Rfc3339,
+    pub(crate) updated_at: Rfc3339,
+}
+
+impl From<Session> for SessionBody {
+    fn from(session: Session) -> Self {
+        Self {
+            session_id: session.id,
+            user_id: session.user_id,
+            agent_id: session.agent_id,
+            flow_id: session.flow_id,
+            state: session.state,
+            message_count: session.message_count,
+            run_count: session.run_count,
+            metadata: session.metadata,
+            created_at: Rfc3339(session.created_at),
+            updated_at: Rfc3339(session.updated_at),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct MessageBody {
+    pub(crate) index: u64,
+    pub(crate) role: Role,
+    pub(crate) content: String,
+    pub(crate) token_count: u32,
+    pub(crate) timestamp: Rfc3339,
+    pub(crate) metadata: Metadata,
+}
+
+impl From<Message> for MessageBody {
+    fn from(message: Message) -> Self {
+        Self {
+            index: message.index,
+            role: message.role,
+            content: message.content,
+            token_count: message.token_count,
+            timestamp: Rfc3339(message.timestamp),
+            metadata: message.metadata,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct RunBody {
+    pub(crate) run_id: String,
+    pub(crate) session_id: String,
+    pub(crate) status: RunStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) content: Option<String>,
+    pub(crate) tool_calls: Vec<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) error: Option<String>,
+    pub(crate) metadata: Metadata,
+    pub(crate) created_at: Rfc3339,
+}
+
+impl RunBody {
+    pub(crate) fn new(session_id: String, run: Run) -> Self {
+        Self {
+            run_id: run.run_id,
+            session_id,
+            status: run.status,
+            content: run.content,
+            tool_calls: run.tool_calls,
+            error: run.error,
+            metadata: run.metadata,
+            created_at: Rfc3339(run.created_at),
+        }
+    }
+}
+
+/// One message in an append request.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MessageInput {
+    pub(crate) role: Role,
+    pub(crate) content: String,
+    /// Counted with the server's token encoding when absent.
+    pub(crate) token_count: Option<u32>,
+    /// RFC 3339; the append time when absent.
+    pub(crate) timestamp: Option<String>,
+    #[serde(default)]
+    pub(crate) metadata: Metadata,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_round_trip_through_rfc3339() {
+        let ts = parse_timestamp("t", "2026-05-06T10:00:00.123456Z").unwrap();
+        assert_eq!(ts.as_micros(), 1_778_061_600_123_456);
+        let json = serde_json::to_string(&Rfc3339(ts)).unwrap();
+        assert_eq!(json, "\"2026-05-06T10:00:00.123456Z\"");
+    }
+
+    #[test]
+    fn bad_timestamps_are_invalid_values() {
+        for bad in ["yesterday", "1969-12-31T23:59:59Z", ""] {
+            assert!(matches!(
+                parse_timestamp("t", bad),
+                Err(ApiError::Invalid {
+                    code: "invalid_value",
+                    ..
+                })
+            ));
+        }
+    }
+}
