@@ -1,1 +1,312 @@
-//! placeholder
+//! Support for memlayer's end-to-end tests: [`TestServer`] runs the real HTTP server
+//! (`memlayer_server::serve`) over a real redb file in a fresh temporary directory, on an
+//! ephemeral 127.0.0.1 port and on a tokio runtime of its own, and drives it with a blocking
+//! HTTP client whose helpers answer `(status, JSON body)`. [`TestServer::restart`] stops the
+//! server gracefully and reopens the same file, which is how tests prove durability. Tests stay
+//! synchronous; concurrency comes from plain threads sharing one client.
+//!
+//! Each server owns its runtime rather than borrowing the test's: shutting that runtime down
+//! after a stop guarantees every task (and so every clone of the `Store`) is gone, so the redb
+//! file can be reopened in the same process without racing the last connection task.
+
+#![deny(missing_docs)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use memlayer_server::{AppState, ServerConfig};
+use memlayer_store::Store;
+use reqwest::Method;
+use reqwest::blocking::{Client, RequestBuilder};
+use serde_json::Value;
+use tempfile::TempDir;
+use tokio::sync::oneshot;
+
+pub use serde_json::json;
+
+/// How long a graceful stop may take before the test fails.
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long any single HTTP request may take before the test fails.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The real server on 127.0.0.1 over a redb file in its own temporary directory.
+pub struct TestServer {
+    /// `None` between [`TestServer::stop`] and [`TestServer::restart`].
+    running: Option<Running>,
+    config: ServerConfig,
+    client: Client,
+    /// Removed on drop, after `Drop` has stopped the server.
+    dir: TempDir,
+}
+
+/// A started server: its runtime, address and the means to stop it.
+struct Running {
+    runtime: tokio::runtime::Runtime,
+    addr: SocketAddr,
+    shutdown: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl TestServer {
+    /// Starts a server with the default configuration on a new, empty store.
+    pub fn start() -> Self {
+        Self::with_config(ServerConfig::default())
+    }
+
+    /// Starts a server with `config` on a new, empty store.
+    pub fn with_config(config: ServerConfig) -> Self {
+        let dir = tempfile::tempdir().expect("create a temporary data directory");
+        let client = Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .build()
+            .expect("build the HTTP client");
+        let mut server = Self {
+            running: None,
+            config,
+            client,
+            dir,
+        };
+        server.running = Some(server.launch());
+        server
+    }
+
+    fn launch(&self) -> Running {
+        let store = Store::open(self.store_path()).expect("open the store");
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("test-server")
+            .enable_all()
+            .build()
+            .expect("start the server's runtime");
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("the listener has an address");
+        let (shutdown, signal) = oneshot::channel::<()>();
+        let state = AppState::new(store, self.config.clone());
+        let task = runtime.spawn(memlayer_server::serve(listener, state, async move {
+            // A dropped sender (the test panicked) also stops the server.
+            let _ = signal.await;
+        }));
+        Running {
+            runtime,
+            addr,
+            shutdown,
+            task,
+        }
+    }
+
+    /// `http://127.0.0.1:PORT` of the running server; the port changes on restart.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.running().addr)
+    }
+
+    /// The server's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.running().addr
+    }
+
+    /// The redb file the server stores into.
+    pub fn store_path(&self) -> PathBuf {
+        self.dir.path().join("memlayer.redb")
+    }
+
+    /// The shared HTTP client (cheap to clone, safe to use from many threads).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    fn running(&self) -> &Running {
+        self.running.as_ref().expect("the server is running")
+    }
+
+    /// Stops the server gracefully: it stops accepting connections, finishes in-flight
+    /// requests and commits every queued write. Panics if that fails or takes too long.
+    pub fn stop(&mut self) {
+        let running = self.running.take().expect("the server is running");
+        let Running {
+            runtime,
+            shutdown,
+            task,
+            ..
+        } = running;
+        let _ = shutdown.send(());
+        let outcome = runtime.block_on(async { tokio::time::timeout(STOP_TIMEOUT, task).await });
+        // Waits for blocking reads still holding a clone of the store.
+        runtime.shutdown_timeout(STOP_TIMEOUT);
+        match outcome {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(err))) => panic!("the server failed: {err}"),
+            Ok(Err(err)) => panic!("the server task failed: {err}"),
+            Err(_) => panic!("the server did not stop within {STOP_TIMEOUT:?}"),
+        }
+    }
+
+    /// Stops the server and starts it again on the same store file (on a new port).
+    pub fn restart(&mut self) {
+        if self.running.is_some() {
+            self.stop();
+        }
+        self.running = Some(self.launch());
+    }
+
+    /// A request to `path` (which starts with `/`) on the running server.
+    pub fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        self.client
+            .request(method, format!("{}{path}", self.base_url()))
+    }
+
+    /// `GET path`.
+    pub fn get(&self, path: &str) -> (u16, Value) {
+        send(self.request(Method::GET, path))
+    }
+
+    /// `POST path` with a JSON body.
+    pub fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        send(self.request(Method::POST, path).json(body))
+    }
+
+    /// `DELETE path`.
+    pub fn delete(&self, path: &str) -> (u16, Value) {
+        send(self.request(Method::DELETE, path))
+    }
+
+    /// Sends `request` bytes as they are over a new TCP connection and reads the answer.
+    ///
+    /// For requests an HTTP client refuses to send or normalises away, such as a literal `..`
+    /// path segment. The request should say `Connection: close`.
+    pub fn raw(&self, request: &[u8]) -> (u16, Value) {
+        let mut stream = TcpStream::connect(self.addr()).expect("connect to the server");
+        stream
+            .set_read_timeout(Some(REQUEST_TIMEOUT))
+            .expect("set a read timeout");
+        stream.write_all(request).expect("send the raw request");
+        let mut answer = Vec::new();
+        stream
+            .read_to_end(&mut answer)
+            .expect("read the raw answer");
+        parse_raw_response(&answer)
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(running) = self.running.take() {
+            // Stop without asserting: the test may already be panicking.
+            let _ = running.shutdown.send(());
+            let _ = running
+                .runtime
+                .block_on(async { tokio::time::timeout(STOP_TIMEOUT, running.task).await });
+            running.runtime.shutdown_timeout(STOP_TIMEOUT);
+        }
+    }
+}
+
+/// Sends `request` and answers its status and body: the JSON value, `Null` for an empty body,
+/// or the text as a JSON string when the body is not JSON (so assertions show it).
+pub fn send(request: RequestBuilder) -> (u16, Value) {
+    let response = request.send().expect("the request reaches the server");
+    let status = response.status().as_u16();
+    let bytes = response.bytes().expect("read the response body");
+    (status, body_value(&bytes))
+}
+
+fn body_value(bytes: &[u8]) -> Value {
+    if bytes.is_empty() {
+        return Value::Null;
+    }
+    serde_json::from_slice(bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()))
+}
+
+fn parse_raw_response(answer: &[u8]) -> (u16, Value) {
+    let text = String::from_utf8_lossy(answer);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("no end of headers in {text:?}"));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {head:?}"));
+    (status, body_value(body.as_bytes()))
+}
+
+/// Asserts that an answer is the API's error shape, `{"error": {"code", "message"}}` with
+/// nothing else, with `status` and `code` and a non-empty message. Returns the message.
+#[track_caller]
+pub fn assert_error(answer: &(u16, Value), status: u16, code: &str) -> String {
+    let (actual_status, body) = answer;
+    assert_eq!(
+        (*actual_status, body["error"]["code"].as_str()),
+        (status, Some(code)),
+        "unexpected answer: {body}"
+    );
+    let object = body.as_object().expect("the error body is an object");
+    assert_eq!(object.len(), 1, "only `error` in {body}");
+    let error = body["error"].as_object().expect("`error` is an object");
+    assert_eq!(error.len(), 2, "only `code` and `message` in {body}");
+    let message = error["message"].as_str().expect("the message is a string");
+    assert!(!message.trim().is_empty(), "empty message in {body}");
+    message.to_owned()
+}
+
+/// Asserts that `value` is an RFC 3339 timestamp in UTC (`Z`), as the API writes them.
+#[track_caller]
+pub fn assert_rfc3339(value: &Value) {
+    let text = value
+        .as_str()
+        .unwrap_or_else(|| panic!("{value} is not a string"));
+    let parsed = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|err| panic!("{text:?} is not RFC 3339: {err}"));
+    assert!(
+        text.ends_with('Z') && parsed.offset().is_utc(),
+        "{text:?} is not in UTC"
+    );
+}
+
+/// Asserts that `value` is a lowercase hyphenated UUID version 4 (RFC 9562).
+#[track_caller]
+pub fn assert_uuid_v4(value: &Value) {
+    let text = value
+        .as_str()
+        .unwrap_or_else(|| panic!("{value} is not a string"));
+    let bytes = text.as_bytes();
+    let shaped = bytes.len() == 36
+        && bytes.iter().enumerate().all(|(i, &b)| match i {
+            8 | 13 | 18 | 23 => b == b'-',
+            _ => b.is_ascii_digit() || (b'a'..=b'f').contains(&b),
+        })
+        && bytes[14] == b'4'
+        && matches!(bytes[19], b'8' | b'9' | b'a' | b'b');
+    assert!(shaped, "{text:?} is not a lowercase UUIDv4");
+}
+
+/// Replaces every timestamp field (`created_at`, `updated_at`, `timestamp`) anywhere in
+/// `value` with `"<time>"` after checking it is RFC 3339, so that whole bodies can be
+/// compared exactly with `assert_eq!`.
+#[track_caller]
+pub fn redact_times(mut value: Value) -> Value {
+    redact_in(&mut value);
+    value
+}
+
+#[track_caller]
+fn redact_in(value: &mut Value) {
+    match value {
+        Value::Object(object) => {
+            for (key, field) in object.iter_mut() {
+                if matches!(key.as_str(), "created_at" | "updated_at" | "timestamp") {
+                    assert_rfc3339(field);
+                    *field = Value::String("<time>".into());
+                } else {
+                    redact_in(field);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(redact_in),
+        _ => {}
+    }
+}

@@ -1,1 +1,122 @@
-fn main() {}
+//! `cargo xtask`: the one entry point for the memlayer workspace's developer tasks — the CI
+//! test run, starting the server, the structural checks (`tidy`) and the HTTP append
+//! benchmark. Tasks are plain Rust rather than shell scripts so they run the same on every
+//! machine and are checked by the compiler like the rest of the workspace.
+
+mod bench;
+mod cmd;
+mod metadata;
+mod tidy;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "cargo xtask",
+    about = "Developer tasks for the memlayer workspace"
+)]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// What CI runs: rustfmt check, clippy with warnings denied, then every test.
+    Test,
+    /// Build and run the server in release mode; extra arguments go to `memlayer serve`.
+    Serve {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Check the workspace's structure: module docs, crate names, layering, lints.
+    Tidy,
+    /// Measure durable HTTP appends against a fresh release-mode server.
+    Bench {
+        /// How long each scenario is measured, after a one-second warm-up.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+    },
+}
+
+fn main() -> anyhow::Result<ExitCode> {
+    let cli = Cli::parse();
+    let root = workspace_root();
+    match cli.task {
+        Task::Test => test(&root)?,
+        Task::Serve { args } => {
+            let mut run_args = vec!["run", "--release", "-p", "memlayer", "--", "serve"];
+            run_args.extend(args.iter().map(String::as_str));
+            cmd::cargo(&root, &run_args)?;
+        }
+        Task::Tidy => {
+            let violations = tidy::check(&root)?;
+            if !violations.is_empty() {
+                for violation in &violations {
+                    eprintln!("{violation}");
+                }
+                eprintln!("tidy: {} problem(s) found", violations.len());
+                return Ok(ExitCode::FAILURE);
+            }
+            println!("tidy: ok");
+        }
+        // A debug-built load generator would measure itself rather than the server: re-run
+        // this task from a release build of xtask.
+        Task::Bench { seconds } if cfg!(debug_assertions) => {
+            let seconds = seconds.to_string();
+            cmd::cargo(
+                &root,
+                &[
+                    "run",
+                    "--quiet",
+                    "--release",
+                    "-p",
+                    "xtask",
+                    "--",
+                    "bench",
+                    "--seconds",
+                    &seconds,
+                ],
+            )?;
+        }
+        Task::Bench { seconds } => bench::run(&root, seconds)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs CI's steps in CI's order, cheapest first, so a formatting slip fails in seconds
+/// rather than after a full build.
+fn test(root: &Path) -> anyhow::Result<()> {
+    let steps: [&[&str]; 3] = [
+        &["fmt", "--all", "--", "--check"],
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        &["test", "--workspace"],
+    ];
+    for args in steps {
+        let step = format!("cargo {}", args.join(" "));
+        eprintln!("xtask: running `{step}`");
+        cmd::cargo(root, args).with_context(|| format!("CI step `{step}` failed"))?;
+    }
+    eprintln!("xtask: all steps passed");
+    Ok(())
+}
+
+/// The workspace root is the parent of this crate's folder; it is fixed at compile time so
+/// every task behaves the same whatever directory `cargo xtask` is started from.
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives one level below the workspace root")
+        .to_path_buf()
+}

@@ -2,7 +2,7 @@
 
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use memlayer_store::StoreError;
 use serde_json::json;
@@ -92,7 +92,16 @@ impl IntoResponse for ApiError {
             other => other.to_string(),
         };
         let body = json!({ "error": { "code": code, "message": message } });
-        (status, Json(body)).into_response()
+        let mut response = (status, Json(body)).into_response();
+        if status == StatusCode::PAYLOAD_TOO_LARGE {
+            // The unread rest of the body is still on the connection; hyper will close it, and
+            // saying so lets the client retry on a fresh connection (RFC 9112, 9.6) instead of
+            // losing its next request on this one.
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        response
     }
 }
 

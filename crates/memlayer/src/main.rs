@@ -74,6 +74,9 @@ fn serve(settings: Settings) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async {
+        // Installed before the listening line is printed, so a signal sent as soon as the
+        // server is reachable is already a graceful shutdown.
+        let shutdown = shutdown_signal().context("cannot install signal handlers")?;
         let listener = tokio::net::TcpListener::bind(settings.listen)
             .await
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
@@ -83,7 +86,7 @@ fn serve(settings: Settings) -> anyhow::Result<()> {
         println!("memlayer data in {}", store_path.display());
         tracing::info!(%address, store = %store_path.display(), "serving");
         let state = AppState::new(store, settings.server);
-        memlayer_server::serve(listener, state, shutdown_signal())
+        memlayer_server::serve(listener, state, shutdown)
             .await
             .context("the server failed")?;
         println!("memlayer stopped; every acknowledged write is committed");
@@ -91,27 +94,26 @@ fn serve(settings: Settings) -> anyhow::Result<()> {
     })
 }
 
-/// Resolves on ctrl-c or SIGTERM, whichever comes first.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
+/// Registers for ctrl-c and SIGTERM now and returns a future that resolves on either.
+#[cfg(unix)]
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {},
+            _ = terminate.recv() => {},
         }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = terminate => {},
-    }
-    tracing::info!("shutting down: finishing in-flight requests and committing queued writes");
+        tracing::info!("shutting down: finishing in-flight requests and committing queued writes");
+    })
+}
+
+/// Registers for ctrl-c and returns a future that resolves on it.
+#[cfg(not(unix))]
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    Ok(async {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down: finishing in-flight requests and committing queued writes");
+    })
 }

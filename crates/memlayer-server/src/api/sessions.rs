@@ -177,11 +177,16 @@ struct AppendRequest {
     idempotency_key: Option<String>,
 }
 
+/// An [`AppendRequest`] with its two forms reconciled.
+struct AppendParts {
+    messages: Vec<MessageInput>,
+    create: Option<NewSession>,
+    idempotency_key: Option<String>,
+}
+
 impl AppendRequest {
-    /// The messages of the request, whichever form it used.
-    fn into_parts(
-        self,
-    ) -> Result<(Vec<MessageInput>, Option<NewSession>, Option<String>), ApiError> {
+    /// The messages of the request, whichever form it used, and who owns the session.
+    fn into_parts(self) -> Result<AppendParts, ApiError> {
         let single = self.role.is_some()
             || self.content.is_some()
             || self.token_count.is_some()
@@ -232,7 +237,11 @@ impl AppendRequest {
                 ));
             }
         };
-        Ok((messages, create, self.idempotency_key))
+        Ok(AppendParts {
+            messages,
+            create,
+            idempotency_key: self.idempotency_key,
+        })
     }
 }
 
@@ -251,7 +260,11 @@ async fn append_messages(
     headers: HeaderMap,
     ApiJson(request): ApiJson<AppendRequest>,
 ) -> Result<(StatusCode, Json<AppendResponse>), ApiError> {
-    let (inputs, create, body_key) = request.into_parts()?;
+    let AppendParts {
+        messages: inputs,
+        create,
+        idempotency_key: body_key,
+    } = request.into_parts()?;
     let idempotency_key = idempotency_key(&headers, body_key)?;
     let encoding = state.config().token_encoding;
     // Counting tokens of a large body takes milliseconds: keep it off the async workers.

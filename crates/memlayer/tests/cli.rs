@@ -1,0 +1,462 @@
+//! Tests of the `memlayer` binary as a process: help text, `serve` printing where it listens
+//! and answering over HTTP, a clean exit on SIGTERM with the data kept for the next start,
+//! refusing a data directory another server holds, and naming a bad key in a config file.
+//! Every child process sits in a guard that kills it if the test fails.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_memlayer");
+/// Longest wait for anything a process should do promptly (start, answer, exit).
+const TIMEOUT: Duration = Duration::from_secs(30);
+const LISTENING: &str = "memlayer listening on http://";
+
+/// `memlayer` with `args`, without any `MEMLAYER_*` variable of the surrounding environment.
+fn memlayer(args: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    command.args(args);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("MEMLAYER_") {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
+/// A running `memlayer` child with its output collected as it comes. Killed on drop if it
+/// is still running, so a failing test leaves no process behind.
+struct Process {
+    child: Child,
+    stdout: Receiver<String>,
+    stdout_seen: Vec<String>,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Process {
+    fn spawn(mut command: Command) -> Self {
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start memlayer");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (lines, receiver) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if lines.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut stderr_pipe = child.stderr.take().expect("piped stderr");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let collected = Arc::clone(&stderr);
+        std::thread::spawn(move || {
+            let mut buffer = [0; 4096];
+            while let Ok(read) = stderr_pipe.read(&mut buffer) {
+                if read == 0 {
+                    break;
+                }
+                collected
+                    .lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buffer[..read]));
+            }
+        });
+        Self {
+            child,
+            stdout: receiver,
+            stdout_seen: Vec::new(),
+            stderr,
+        }
+    }
+
+    /// Starts `memlayer serve` on an ephemeral port and waits until it says where it listens.
+    fn serve(data_dir: &Path) -> (Self, String) {
+        let mut process = Self::spawn(memlayer(&[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            data_dir.to_str().unwrap(),
+        ]));
+        let address = process.wait_for_listening();
+        (process, address)
+    }
+
+    /// Waits for the listening line; answers `http://ADDR`.
+    fn wait_for_listening(&mut self) -> String {
+        let line = self.wait_for_line(LISTENING);
+        let address = line.strip_prefix(LISTENING).unwrap();
+        let port: u16 = address
+            .strip_prefix("127.0.0.1:")
+            .and_then(|port| port.parse().ok())
+            .unwrap_or_else(|| panic!("not a 127.0.0.1 address: {line:?}"));
+        assert_ne!(port, 0, "the real port is printed, not 0");
+        format!("http://{address}")
+    }
+
+    /// Waits for the next stdout line starting with `prefix`.
+    fn wait_for_line(&mut self, prefix: &str) -> String {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stdout.recv_timeout(left) {
+                Ok(line) => {
+                    self.stdout_seen.push(line.clone());
+                    if line.starts_with(prefix) {
+                        return line;
+                    }
+                }
+                Err(err) => panic!(
+                    "no line starting with {prefix:?} ({err}); stdout: {:?}; stderr: {}",
+                    self.stdout_seen,
+                    self.stderr()
+                ),
+            }
+        }
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Sends SIGTERM through `kill(1)`.
+    fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM failed: {status}");
+    }
+
+    /// Waits for the process to exit; answers its status and everything it printed on stdout.
+    fn wait_for_exit(&mut self) -> (ExitStatus, Vec<String>) {
+        let deadline = Instant::now() + TIMEOUT;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("poll the child") {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "memlayer did not exit within {TIMEOUT:?}; stderr: {}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        // The pipe closes when the process exits, so the reader thread ends promptly.
+        while let Ok(line) = self.stdout.recv_timeout(TIMEOUT) {
+            self.stdout_seen.push(line);
+        }
+        (status, self.stdout_seen.clone())
+    }
+
+    /// Waits for the exit and for stderr to be fully collected.
+    fn wait_for_failure(&mut self) -> (ExitStatus, String) {
+        let (status, _) = self.wait_for_exit();
+        // The stderr reader may still be copying the last bytes.
+        let deadline = Instant::now() + TIMEOUT;
+        while Arc::strong_count(&self.stderr) > 1 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        (status, self.stderr())
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn client() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .timeout(TIMEOUT)
+        .build()
+        .unwrap()
+}
+
+fn get(url: &str) -> (u16, Value) {
+    let response = client().get(url).send().expect("GET reaches memlayer");
+    (
+        response.status().as_u16(),
+        response.json().expect("a JSON body"),
+    )
+}
+
+fn post(url: &str, body: &Value) -> (u16, Value) {
+    let response = client()
+        .post(url)
+        .json(body)
+        .send()
+        .expect("POST reaches memlayer");
+    (
+        response.status().as_u16(),
+        response.json().expect("a JSON body"),
+    )
+}
+
+fn store_file(data_dir: &Path) -> PathBuf {
+    data_dir.join("memlayer.redb")
+}
+
+#[test]
+fn help_describes_the_commands_and_their_flags() {
+    let output = memlayer(&["--help"]).output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let help = String::from_utf8(output.stdout).unwrap();
+    assert!(help.contains("serve"), "{help}");
+
+    let output = memlayer(&["serve", "--help"]).output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let help = String::from_utf8(output.stdout).unwrap();
+    for flag in [
+        "--listen",
+        "--data-dir",
+        "--config",
+        "--max-body-bytes",
+        "--token-encoding",
+        "MEMLAYER_LISTEN",
+        "MEMLAYER_DATA_DIR",
+    ] {
+        assert!(
+            help.contains(flag),
+            "`serve --help` does not mention {flag}:\n{help}"
+        );
+    }
+
+    let output = memlayer(&["--version"]).output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let version = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(
+        version.trim(),
+        format!("memlayer {}", env!("CARGO_PKG_VERSION"))
+    );
+
+    // Usage mistakes exit with clap's usage status, 2, and say what is wrong.
+    let output = memlayer(&[]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let output = memlayer(&["serve", "--listen", "not-an-address"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let message = String::from_utf8(output.stderr).unwrap();
+    assert!(message.contains("--listen"), "{message}");
+}
+
+#[test]
+fn serve_answers_then_exits_cleanly_on_sigterm_and_keeps_its_data() {
+    let temp = tempfile::tempdir().unwrap();
+    // A directory that does not exist yet: serve creates it.
+    let data_dir = temp.path().join("nested").join("data");
+    let (mut server, url) = Process::serve(&data_dir);
+    let data_line = server.wait_for_line("memlayer data in ");
+    assert_eq!(
+        data_line,
+        format!("memlayer data in {}", store_file(&data_dir).display())
+    );
+
+    assert_eq!(
+        get(&format!("{url}/healthz")),
+        (200, json!({ "status": "ok" }))
+    );
+    assert_eq!(
+        get(&format!("{url}/readyz")),
+        (200, json!({ "status": "ready" }))
+    );
+    let (status, answer) = post(
+        &format!("{url}/v1/sessions/cli-1/messages"),
+        &json!({
+            "role": "user",
+            "content": "remember me",
+            "user_id": "alice",
+            "agent_id": "helper",
+        }),
+    );
+    assert_eq!(
+        (status, answer),
+        (
+            201,
+            json!({
+                "session_id": "cli-1",
+                "indices": [0],
+                "created_session": true,
+                "replayed": false,
+            })
+        )
+    );
+
+    server.terminate();
+    let (status, stdout) = server.wait_for_exit();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "stdout: {stdout:?}; stderr: {}",
+        server.stderr()
+    );
+    assert!(
+        stdout
+            .iter()
+            .any(|line| line.starts_with("memlayer stopped")),
+        "{stdout:?}"
+    );
+    assert!(store_file(&data_dir).is_file());
+
+    // Started again on the same directory, it has the message.
+    let (mut server, url) = Process::serve(&data_dir);
+    let (status, session) = get(&format!("{url}/v1/sessions/cli-1"));
+    assert_eq!(status, 200, "{session}");
+    assert_eq!(session["message_count"], 1);
+    assert_eq!(session["state"], "incomplete_turn");
+    assert_eq!(
+        (
+            &session["messages"][0]["index"],
+            &session["messages"][0]["role"],
+            &session["messages"][0]["content"]
+        ),
+        (&json!(0), &json!("user"), &json!("remember me"))
+    );
+    server.terminate();
+    let (status, _) = server.wait_for_exit();
+    assert_eq!(status.code(), Some(0), "stderr: {}", server.stderr());
+}
+
+#[test]
+fn a_second_server_on_the_same_data_dir_fails_fast_naming_the_store() {
+    let temp = tempfile::tempdir().unwrap();
+    let (mut first, url) = Process::serve(temp.path());
+
+    let started = Instant::now();
+    let mut second = Process::spawn(memlayer(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        temp.path().to_str().unwrap(),
+    ]));
+    let (status, stderr) = second.wait_for_failure();
+    assert!(
+        !status.success(),
+        "the second server must not start: {status}"
+    );
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?} to fail",
+        started.elapsed()
+    );
+    let store = store_file(temp.path());
+    assert!(
+        stderr.contains(&store.display().to_string()),
+        "the error does not name {}: {stderr}",
+        store.display()
+    );
+    assert!(
+        !second
+            .stdout_seen
+            .iter()
+            .any(|line| line.starts_with(LISTENING)),
+        "{:?}",
+        second.stdout_seen
+    );
+
+    // The first server is unaffected.
+    assert_eq!(
+        get(&format!("{url}/readyz")),
+        (200, json!({ "status": "ready" }))
+    );
+    first.terminate();
+    let (status, _) = first.wait_for_exit();
+    assert_eq!(status.code(), Some(0), "stderr: {}", first.stderr());
+}
+
+#[test]
+fn a_config_file_with_an_unknown_key_fails_naming_the_key() {
+    let temp = tempfile::tempdir().unwrap();
+    let config = temp.path().join("memlayer.toml");
+    std::fs::write(&config, "listne = \"127.0.0.1:0\"\n").unwrap();
+    let data_dir = temp.path().join("data");
+    let mut process = Process::spawn(memlayer(&[
+        "serve",
+        "--config",
+        config.to_str().unwrap(),
+        "--data-dir",
+        data_dir.to_str().unwrap(),
+    ]));
+    let (status, stderr) = process.wait_for_failure();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("listne"),
+        "the error does not name the key: {stderr}"
+    );
+    assert!(
+        stderr.contains(&config.display().to_string()),
+        "the error does not name the file: {stderr}"
+    );
+    assert!(
+        !data_dir.exists(),
+        "nothing is created before the settings are valid"
+    );
+}
+
+#[test]
+fn a_valid_config_file_is_used_and_flags_override_it() {
+    let temp = tempfile::tempdir().unwrap();
+    let from_file = temp.path().join("from-file");
+    let from_flag = temp.path().join("from-flag");
+    let config = temp.path().join("memlayer.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:0\"\ndata_dir = {:?}\nmax_body_bytes = 200\n",
+            from_file.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+
+    let mut server = Process::spawn(memlayer(&["serve", "--config", config.to_str().unwrap()]));
+    let url = server.wait_for_listening();
+    assert_eq!(
+        server.wait_for_line("memlayer data in "),
+        format!("memlayer data in {}", store_file(&from_file).display())
+    );
+    // The file's body limit applies.
+    let (status, answer) = post(
+        &format!("{url}/v1/sessions/cfg/messages"),
+        &json!({ "role": "user", "content": "x".repeat(300), "user_id": "u", "agent_id": "a" }),
+    );
+    assert_eq!(
+        (status, &answer["error"]["code"]),
+        (413, &json!("payload_too_large"))
+    );
+    server.terminate();
+    assert_eq!(server.wait_for_exit().0.code(), Some(0));
+
+    let mut server = Process::spawn(memlayer(&[
+        "serve",
+        "--config",
+        config.to_str().unwrap(),
+        "--data-dir",
+        from_flag.to_str().unwrap(),
+    ]));
+    let url = server.wait_for_listening();
+    assert_eq!(
+        server.wait_for_line("memlayer data in "),
+        format!("memlayer data in {}", store_file(&from_flag).display())
+    );
+    // Answering a request also means the signal handler is in place.
+    assert_eq!(get(&format!("{url}/healthz")).0, 200);
+    server.terminate();
+    assert_eq!(server.wait_for_exit().0.code(), Some(0));
+}

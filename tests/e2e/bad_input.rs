@@ -1,0 +1,790 @@
+//! Bad requests: every malformed, mistyped, oversized or invalid request answers a clear 4xx
+//! in the API's error shape `{"error": {"code", "message"}}`, and leaves the store exactly as
+//! it was (compared through the API before and after each request).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use memlayer_server::ServerConfig;
+use memlayer_tests::{TestServer, assert_error, json, send};
+use reqwest::Method;
+use reqwest::blocking::RequestBuilder;
+use serde_json::Value;
+
+const SESSION: &str = "/v1/sessions/chat-1";
+const MESSAGES: &str = "/v1/sessions/chat-1/messages";
+const RUNS: &str = "/v1/sessions/chat-1/runs";
+
+/// A server with one session (two messages, one run) and what the API shows of it.
+struct Fixture {
+    server: TestServer,
+    before: Value,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        Self::with_config(ServerConfig::default())
+    }
+
+    fn with_config(config: ServerConfig) -> Self {
+        let server = TestServer::with_config(config);
+        let (status, _) = server.post(
+            MESSAGES,
+            &json!({
+                "messages": [
+                    { "role": "user", "content": "hello" },
+                    { "role": "assistant", "content": "hi", "metadata": { "k": "v" } },
+                ],
+                "user_id": "alice",
+                "agent_id": "helper",
+            }),
+        );
+        assert_eq!(status, 201);
+        let (status, _) = server.post(RUNS, &json!({ "run_id": "r1", "status": "COMPLETED" }));
+        assert_eq!(status, 201);
+        let mut fixture = Self {
+            server,
+            before: Value::Null,
+        };
+        fixture.before = fixture.snapshot();
+        fixture
+    }
+
+    /// Everything the API shows: the session with its messages, its runs, and the listings
+    /// of the default tenant and of another one.
+    fn snapshot(&self) -> Value {
+        let tenant_listing = send(
+            self.server
+                .request(Method::GET, "/v1/sessions")
+                .header("x-memlayer-tenant", "acme"),
+        );
+        json!({
+            "session": self.server.get(SESSION),
+            "runs": self.server.get(RUNS),
+            "listing": self.server.get("/v1/sessions"),
+            "other_tenant": tenant_listing,
+        })
+    }
+
+    /// Asserts that `answer` is the error `status`/`code` and that the store is unchanged.
+    #[track_caller]
+    fn rejects(&self, what: &str, answer: (u16, Value), status: u16, code: &str) {
+        assert_eq!(
+            (answer.0, answer.1["error"]["code"].as_str()),
+            (status, Some(code)),
+            "{what}: {}",
+            answer.1
+        );
+        assert_error(&answer, status, code);
+        assert_eq!(self.snapshot(), self.before, "{what} changed the store");
+    }
+
+    fn post_bytes(&self, path: &str, body: impl Into<Vec<u8>>) -> (u16, Value) {
+        send(self.json_request(Method::POST, path, body))
+    }
+
+    fn json_request(&self, method: Method, path: &str, body: impl Into<Vec<u8>>) -> RequestBuilder {
+        self.server
+            .request(method, path)
+            .header("content-type", "application/json")
+            .body(body.into())
+    }
+
+    /// Sends a request line as is (no normalisation of `..` or percent escapes).
+    fn raw(&self, method: &str, target: &str, body: &str) -> (u16, Value) {
+        let request = format!(
+            "{method} {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        self.server.raw(request.as_bytes())
+    }
+}
+
+#[test]
+fn malformed_json_is_400_malformed_json() {
+    let fixture = Fixture::new();
+    for body in [
+        r#"{"role": "user","#,
+        r#"{"role": "user" "content": "x"}"#,
+        r#"{"role": 'user', "content": "x"}"#,
+        r#"{"role": "user", "content": "x"} trailing"#,
+        "",
+        "nul",
+    ] {
+        fixture.rejects(
+            &format!("append {body:?}"),
+            fixture.post_bytes(MESSAGES, body),
+            400,
+            "malformed_json",
+        );
+    }
+    fixture.rejects(
+        "create with a truncated body",
+        fixture.post_bytes("/v1/sessions", r#"{"user_id": "bob", "agent_id": "#),
+        400,
+        "malformed_json",
+    );
+    fixture.rejects(
+        "run with a truncated body",
+        fixture.post_bytes(RUNS, r#"{"status": "#),
+        400,
+        "malformed_json",
+    );
+}
+
+#[test]
+fn wrong_types_and_unknown_fields_are_400_invalid_body() {
+    let fixture = Fixture::new();
+    for body in [
+        json!({ "role": "user", "content": 42 }),
+        json!({ "role": "robot", "content": "x" }),
+        json!({ "role": "user", "content": "x", "token_count": -1 }),
+        json!({ "role": "user", "content": "x", "token_count": 4_294_967_296_u64 }),
+        json!({ "role": "user", "content": "x", "metadata": ["not", "an", "object"] }),
+        json!({ "role": "user", "content": "x", "colour": "red" }),
+        json!({ "messages": { "role": "user", "content": "x" } }),
+        json!({ "messages": [{ "role": "user", "content": "x", "extra": true }] }),
+        json!({ "messages": [{ "role": "user" }] }),
+        json!("a string"),
+        json!(null),
+    ] {
+        fixture.rejects(
+            &format!("append {body}"),
+            fixture.server.post(MESSAGES, &body),
+            400,
+            "invalid_body",
+        );
+    }
+    for body in [
+        json!({ "user_id": "bob" }),
+        json!({ "user_id": 7, "agent_id": "helper" }),
+        json!({ "user_id": "bob", "agent_id": "helper", "owner": "me" }),
+    ] {
+        fixture.rejects(
+            &format!("create {body}"),
+            fixture.server.post("/v1/sessions", &body),
+            400,
+            "invalid_body",
+        );
+    }
+    for body in [
+        json!({ "status": "DONE" }),
+        json!({ "status": "completed" }),
+        json!({ "run_id": "r2" }),
+        json!({ "status": "RUNNING", "tool_calls": "search" }),
+        json!({ "status": "RUNNING", "duration": 3 }),
+    ] {
+        fixture.rejects(
+            &format!("run {body}"),
+            fixture.server.post(RUNS, &body),
+            400,
+            "invalid_body",
+        );
+    }
+}
+
+#[test]
+fn bodies_that_are_not_declared_json_are_415() {
+    let fixture = Fixture::new();
+    let body = r#"{"role": "user", "content": "x"}"#;
+    fixture.rejects(
+        "no content type",
+        send(fixture.server.request(Method::POST, MESSAGES).body(body)),
+        415,
+        "unsupported_media_type",
+    );
+    for content_type in [
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "application/jsonx",
+    ] {
+        fixture.rejects(
+            content_type,
+            send(
+                fixture
+                    .server
+                    .request(Method::POST, MESSAGES)
+                    .header("content-type", content_type)
+                    .body(body),
+            ),
+            415,
+            "unsupported_media_type",
+        );
+    }
+    fixture.rejects(
+        "create without content type",
+        send(
+            fixture
+                .server
+                .request(Method::POST, "/v1/sessions")
+                .body(r#"{"user_id": "bob", "agent_id": "helper"}"#),
+        ),
+        415,
+        "unsupported_media_type",
+    );
+}
+
+/// The body-limit fixture: 1 KiB, and a JSON body of exactly `len` bytes.
+const SMALL_LIMIT: usize = 1024;
+
+fn body_of_len(len: usize) -> String {
+    let empty = r#"{"role": "user", "content": ""}"#;
+    let content = "x".repeat(len - empty.len());
+    let body = format!(r#"{{"role": "user", "content": "{content}"}}"#);
+    assert_eq!(body.len(), len);
+    body
+}
+
+#[test]
+fn bodies_over_the_limit_are_413() {
+    let fixture = Fixture::with_config(ServerConfig {
+        max_body_bytes: SMALL_LIMIT,
+        ..ServerConfig::default()
+    });
+    // Each oversized request goes over a connection of its own: see
+    // `a_413_does_not_break_the_next_request_on_the_connection` for why.
+    let alone = reqwest::blocking::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let url = format!("{}{MESSAGES}", fixture.server.base_url());
+    let oversized = |body: reqwest::blocking::Body| {
+        send(
+            alone
+                .post(&url)
+                .header("content-type", "application/json")
+                .body(body),
+        )
+    };
+    fixture.rejects(
+        "a body one byte over the limit",
+        oversized(body_of_len(SMALL_LIMIT + 1).into()),
+        413,
+        "payload_too_large",
+    );
+    fixture.rejects(
+        "a body far over the limit",
+        oversized(body_of_len(64 * SMALL_LIMIT).into()),
+        413,
+        "payload_too_large",
+    );
+    // Without a Content-Length the limit applies while reading.
+    let streamed = std::io::Cursor::new(body_of_len(4 * SMALL_LIMIT));
+    fixture.rejects(
+        "a chunked body over the limit",
+        oversized(reqwest::blocking::Body::new(streamed)),
+        413,
+        "payload_too_large",
+    );
+
+    // A body of exactly the limit is accepted.
+    let (status, answer) = fixture.post_bytes(MESSAGES, body_of_len(SMALL_LIMIT));
+    assert_eq!((status, &answer["indices"]), (201, &json!([2])));
+}
+
+/// HTTP/1.1 (RFC 9112, section 9.6): a server that closes the connection after a response
+/// must say so with `Connection: close`; otherwise a keep-alive client sends its next request
+/// down a dead connection. After refusing a large body unread, the server must either announce
+/// the close or keep answering on the connection.
+#[test]
+fn a_413_does_not_break_the_next_request_on_the_connection() {
+    let server = TestServer::with_config(ServerConfig {
+        max_body_bytes: SMALL_LIMIT,
+        ..ServerConfig::default()
+    });
+    let body = body_of_len(64 * SMALL_LIMIT);
+    let mut stream = TcpStream::connect(server.addr()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let request = format!(
+        "POST {MESSAGES} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let (status, head) = read_response(&mut stream);
+    assert_eq!(status, 413, "{head}");
+    if head.to_ascii_lowercase().contains("connection: close") {
+        return;
+    }
+    // No close announced: the connection must still answer.
+    let mut rest = Vec::new();
+    let outcome = stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .and_then(|()| stream.read_to_end(&mut rest));
+    let rest = String::from_utf8_lossy(&rest);
+    assert!(
+        rest.starts_with("HTTP/1.1 200"),
+        "the 413 answer did not announce `Connection: close` ({head:?}), but the server closed \
+         the connection: the next request on it got {rest:?} ({outcome:?})"
+    );
+}
+
+/// Reads one response with a `content-length` body; answers its status and head.
+fn read_response(stream: &mut TcpStream) -> (u16, String) {
+    let mut received = Vec::new();
+    let mut buffer = [0; 4096];
+    loop {
+        let read = stream.read(&mut buffer).expect("read the response");
+        assert!(read > 0, "connection closed mid-response: {received:?}");
+        received.extend_from_slice(&buffer[..read]);
+        let text = String::from_utf8_lossy(&received).into_owned();
+        let Some((head, body)) = text.split_once("\r\n\r\n") else {
+            continue;
+        };
+        let length: usize = head
+            .lines()
+            .find_map(|line| {
+                let (name, value) = line.split_once(':')?;
+                name.eq_ignore_ascii_case("content-length")
+                    .then(|| value.trim().parse().ok())?
+            })
+            .expect("a content-length");
+        if body.len() >= length {
+            let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+            return (status, head.to_owned());
+        }
+    }
+}
+
+#[test]
+fn deeply_nested_json_is_rejected_without_harm() {
+    let fixture = Fixture::new();
+    fixture.rejects(
+        "10,000 open brackets",
+        fixture.post_bytes(MESSAGES, "[".repeat(10_000)),
+        400,
+        "malformed_json",
+    );
+    fixture.rejects(
+        "10,000 balanced brackets",
+        fixture.post_bytes(
+            MESSAGES,
+            format!("{}{}", "[".repeat(10_000), "]".repeat(10_000)),
+        ),
+        400,
+        "malformed_json",
+    );
+    let nested_metadata = format!(
+        r#"{{"role": "user", "content": "x", "metadata": {{"a": {}1{}}}}}"#,
+        "[".repeat(10_000),
+        "]".repeat(10_000)
+    );
+    fixture.rejects(
+        "metadata nested 10,000 deep",
+        fixture.post_bytes(MESSAGES, nested_metadata),
+        400,
+        "malformed_json",
+    );
+    let nested_objects = format!(
+        r#"{{"status": "RUNNING", "tool_calls": [{}null{}]}}"#,
+        r#"{"a":"#.repeat(10_000),
+        "}".repeat(10_000)
+    );
+    fixture.rejects(
+        "tool calls nested 10,000 deep",
+        fixture.post_bytes(RUNS, nested_objects),
+        400,
+        "malformed_json",
+    );
+    assert_eq!(
+        fixture.server.get("/healthz"),
+        (200, json!({ "status": "ok" }))
+    );
+}
+
+#[test]
+fn invalid_utf8_is_rejected() {
+    let fixture = Fixture::new();
+    let mut body = br#"{"role": "user", "content": "caf"#.to_vec();
+    body.extend_from_slice(&[0xff, 0xfe, 0xe9]);
+    body.extend_from_slice(br#""}"#);
+    fixture.rejects(
+        "invalid UTF-8 in content",
+        fixture.post_bytes(MESSAGES, body),
+        400,
+        "malformed_json",
+    );
+    // A lone surrogate escape is valid JSON syntax but not a Unicode scalar value.
+    fixture.rejects(
+        "a lone surrogate escape",
+        fixture.post_bytes(MESSAGES, r#"{"role": "user", "content": "\ud800"}"#),
+        400,
+        "malformed_json",
+    );
+    fixture.rejects(
+        "invalid UTF-8 in a path segment",
+        fixture.raw("GET", "/v1/sessions/%FF%FE", ""),
+        400,
+        "invalid_path",
+    );
+    fixture.rejects(
+        "non-ASCII tenant header",
+        send(fixture.server.request(Method::GET, "/v1/sessions").header(
+            "x-memlayer-tenant",
+            reqwest::header::HeaderValue::from_bytes(b"caf\xe9").unwrap(),
+        )),
+        400,
+        "invalid_header",
+    );
+    fixture.rejects(
+        "non-ASCII idempotency key",
+        send(
+            fixture
+                .json_request(
+                    Method::POST,
+                    MESSAGES,
+                    r#"{"role": "user", "content": "x"}"#,
+                )
+                .header(
+                    "idempotency-key",
+                    reqwest::header::HeaderValue::from_bytes(b"k\xe9y").unwrap(),
+                ),
+        ),
+        400,
+        "invalid_header",
+    );
+}
+
+#[test]
+fn nul_characters_in_text_are_422() {
+    let fixture = Fixture::new();
+    fixture.rejects(
+        "NUL in content",
+        fixture
+            .server
+            .post(MESSAGES, &json!({ "role": "user", "content": "a\u{0}b" })),
+        422,
+        "invalid_value",
+    );
+    // One bad message rejects the whole batch: nothing of it is stored.
+    fixture.rejects(
+        "NUL in the second message of a batch",
+        fixture.server.post(
+            MESSAGES,
+            &json!({ "messages": [
+                { "role": "user", "content": "fine" },
+                { "role": "assistant", "content": "\u{0}" },
+            ]}),
+        ),
+        422,
+        "invalid_value",
+    );
+    fixture.rejects(
+        "NUL in a first-use append",
+        fixture.server.post(
+            "/v1/sessions/chat-2/messages",
+            &json!({
+                "role": "user",
+                "content": "\u{0}",
+                "user_id": "alice",
+                "agent_id": "helper",
+            }),
+        ),
+        422,
+        "invalid_value",
+    );
+    fixture.rejects(
+        "NUL in a run's content",
+        fixture.server.post(
+            RUNS,
+            &json!({ "status": "COMPLETED", "content": "done\u{0}" }),
+        ),
+        422,
+        "invalid_value",
+    );
+}
+
+#[test]
+fn malformed_ids_are_422_invalid_id() {
+    let fixture = Fixture::new();
+    let long = "x".repeat(129);
+    let message = r#"{"role": "user", "content": "x", "user_id": "alice", "agent_id": "helper"}"#;
+    // Percent-encoded in the path: the server decodes, then validates.
+    for segment in [
+        "a%2Fb",
+        "%2F",
+        "a%20b",
+        "%2E%2E",
+        "..",
+        ".",
+        "caf%C3%A9",
+        "a%00b",
+        long.as_str(),
+    ] {
+        fixture.rejects(
+            &format!("GET session {segment:?}"),
+            fixture.raw("GET", &format!("/v1/sessions/{segment}"), ""),
+            422,
+            "invalid_id",
+        );
+        fixture.rejects(
+            &format!("append to session {segment:?}"),
+            fixture.raw("POST", &format!("/v1/sessions/{segment}/messages"), message),
+            422,
+            "invalid_id",
+        );
+        fixture.rejects(
+            &format!("DELETE session {segment:?}"),
+            fixture.raw("DELETE", &format!("/v1/sessions/{segment}"), ""),
+            422,
+            "invalid_id",
+        );
+    }
+    for (field, bad) in [
+        ("session_id", "a/b"),
+        ("session_id", ".."),
+        ("session_id", ""),
+        ("user_id", "alice smith"),
+        ("user_id", ""),
+        ("user_id", long.as_str()),
+        ("agent_id", "a/b"),
+        ("flow_id", "flow\nnext"),
+    ] {
+        let mut body = json!({ "session_id": "chat-9", "user_id": "bob", "agent_id": "helper" });
+        body[field] = json!(bad);
+        fixture.rejects(
+            &format!("create with {field} {bad:?}"),
+            fixture.server.post("/v1/sessions", &body),
+            422,
+            "invalid_id",
+        );
+    }
+    fixture.rejects(
+        "first-use append with a bad user id",
+        fixture.server.post(
+            "/v1/sessions/chat-9/messages",
+            &json!({ "role": "user", "content": "x", "user_id": "../etc", "agent_id": "helper" }),
+        ),
+        422,
+        "invalid_id",
+    );
+    fixture.rejects(
+        "a run id with a slash",
+        fixture
+            .server
+            .post(RUNS, &json!({ "run_id": "r/2", "status": "RUNNING" })),
+        422,
+        "invalid_id",
+    );
+    fixture.rejects(
+        "an idempotency key with a space",
+        send(
+            fixture
+                .json_request(
+                    Method::POST,
+                    MESSAGES,
+                    r#"{"role": "user", "content": "x"}"#,
+                )
+                .header("idempotency-key", "my key"),
+        ),
+        422,
+        "invalid_id",
+    );
+    fixture.rejects(
+        "an idempotency key field over 128 characters",
+        fixture.server.post(
+            MESSAGES,
+            &json!({ "role": "user", "content": "x", "idempotency_key": long }),
+        ),
+        422,
+        "invalid_id",
+    );
+    for query in ["user_id=a%2Fb", "agent_id=a%20b", "user_id=.."] {
+        fixture.rejects(
+            &format!("listing with {query}"),
+            fixture.server.get(&format!("/v1/sessions?{query}")),
+            422,
+            "invalid_id",
+        );
+    }
+    for tenant in ["a/b", "a b", "..", ""] {
+        fixture.rejects(
+            &format!("tenant {tenant:?}"),
+            send(
+                fixture
+                    .server
+                    .request(Method::GET, SESSION)
+                    .header("x-memlayer-tenant", tenant),
+            ),
+            422,
+            "invalid_id",
+        );
+    }
+
+    // The longest valid id and the whole alphabet are accepted.
+    let longest = "y".repeat(128);
+    let (status, _) = fixture.server.post(
+        &format!("/v1/sessions/{longest}/messages"),
+        &json!({ "role": "user", "content": "x", "user_id": "a.b_c-d:e@f+g", "agent_id": "Z9" }),
+    );
+    assert_eq!(status, 201);
+}
+
+#[test]
+fn out_of_range_paging_is_rejected() {
+    let fixture = Fixture::new();
+    for (query, status, code) in [
+        ("page_size=-1", 400, "invalid_query"),
+        ("page_size=abc", 400, "invalid_query"),
+        ("page_size=99999999999999999999999", 400, "invalid_query"),
+        ("page=-1", 400, "invalid_query"),
+        ("page=18446744073709551616", 400, "invalid_query"),
+        ("colour=red", 400, "invalid_query"),
+        ("page_size=0", 422, "invalid_value"),
+        ("page_size=101", 422, "invalid_value"),
+        ("page_size=1000000", 422, "invalid_value"),
+        ("page=18446744073709551615", 422, "invalid_value"),
+    ] {
+        fixture.rejects(
+            &format!("listing with {query}"),
+            fixture.server.get(&format!("/v1/sessions?{query}")),
+            status,
+            code,
+        );
+    }
+    for (query, status, code) in [
+        ("limit=-1", 400, "invalid_query"),
+        ("from=-1", 400, "invalid_query"),
+        ("limit=99999999999999999999999", 400, "invalid_query"),
+        ("from=18446744073709551616", 400, "invalid_query"),
+        ("offset=3", 400, "invalid_query"),
+        ("limit=0", 422, "invalid_value"),
+        ("limit=1001", 422, "invalid_value"),
+    ] {
+        fixture.rejects(
+            &format!("messages with {query}"),
+            fixture.server.get(&format!("{MESSAGES}?{query}")),
+            status,
+            code,
+        );
+    }
+
+    // The edges that are allowed.
+    let (status, page) = fixture
+        .server
+        .get("/v1/sessions?page_size=100&page=1000000000000000");
+    assert_eq!(
+        (status, &page["content"], &page["total_elements"]),
+        (200, &json!([]), &json!(1))
+    );
+    let (status, page) = fixture.server.get(&format!("{MESSAGES}?limit=1000"));
+    assert_eq!(
+        (status, page["messages"].as_array().map(Vec::len)),
+        (200, Some(2))
+    );
+    let (status, page) = fixture
+        .server
+        .get(&format!("{MESSAGES}?from=18446744073709551615&limit=1000"));
+    assert_eq!(
+        (status, page),
+        (200, json!({ "session_id": "chat-1", "messages": [] }))
+    );
+}
+
+#[test]
+fn ambiguous_or_empty_appends_are_422() {
+    let fixture = Fixture::new();
+    let too_many: Vec<Value> = (0..1001)
+        .map(|i| json!({ "role": "user", "content": format!("{i}") }))
+        .collect();
+    for (what, body) in [
+        (
+            "both messages and role",
+            json!({
+                "messages": [{ "role": "user", "content": "a" }],
+                "role": "user",
+                "content": "b",
+            }),
+        ),
+        (
+            "both messages and metadata",
+            json!({ "messages": [{ "role": "user", "content": "a" }], "metadata": {} }),
+        ),
+        ("nothing", json!({})),
+        ("an empty batch", json!({ "messages": [] })),
+        ("role without content", json!({ "role": "user" })),
+        ("content without role", json!({ "content": "x" })),
+        ("1001 messages", json!({ "messages": too_many })),
+        (
+            "user without agent",
+            json!({ "role": "user", "content": "x", "user_id": "alice" }),
+        ),
+        (
+            "flow without owner",
+            json!({ "role": "user", "content": "x", "flow_id": "f" }),
+        ),
+        (
+            "session metadata without owner",
+            json!({ "role": "user", "content": "x", "session_metadata": {} }),
+        ),
+    ] {
+        fixture.rejects(
+            what,
+            fixture.server.post(MESSAGES, &body),
+            422,
+            "invalid_value",
+        );
+    }
+}
+
+#[test]
+fn invalid_timestamps_are_422() {
+    let fixture = Fixture::new();
+    for timestamp in [
+        "yesterday",
+        "",
+        "2026-05-06",
+        "2026-05-06 10:00:00",
+        "2026-13-01T00:00:00Z",
+        "1969-12-31T23:59:59Z",
+    ] {
+        fixture.rejects(
+            &format!("timestamp {timestamp:?}"),
+            fixture.server.post(
+                MESSAGES,
+                &json!({ "role": "user", "content": "x", "timestamp": timestamp }),
+            ),
+            422,
+            "invalid_value",
+        );
+    }
+}
+
+#[test]
+fn unknown_routes_are_404_and_wrong_methods_405() {
+    let fixture = Fixture::new();
+    for (method, path) in [
+        (Method::GET, "/"),
+        (Method::GET, "/v2/sessions"),
+        (Method::GET, "/v1"),
+        (Method::GET, "/v1/sessions/"),
+        (Method::GET, "/v1/sessions/chat-1/unknown"),
+        (Method::POST, "/v1/sessions/chat-1/messages/0"),
+        (Method::DELETE, "/v1/sessions/chat-1/runs/r1"),
+    ] {
+        let answer = send(fixture.json_request(method.clone(), path, "{}"));
+        fixture.rejects(&format!("{method} {path}"), answer, 404, "route_not_found");
+    }
+    for (method, path) in [
+        (Method::PUT, "/v1/sessions"),
+        (Method::DELETE, "/v1/sessions"),
+        (Method::POST, SESSION),
+        (Method::PUT, SESSION),
+        (Method::PATCH, SESSION),
+        (Method::DELETE, MESSAGES),
+        (Method::PUT, RUNS),
+        (Method::POST, "/healthz"),
+    ] {
+        let answer = send(fixture.json_request(method.clone(), path, "{}"));
+        fixture.rejects(
+            &format!("{method} {path}"),
+            answer,
+            405,
+            "method_not_allowed",
+        );
+    }
+}

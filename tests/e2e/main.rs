@@ -1,0 +1,17 @@
+//! memlayer's end-to-end tests, one binary: every test starts the real server
+//! (`memlayer_server::serve`) on an ephemeral 127.0.0.1 port over a real redb file in a fresh
+//! temporary directory (`memlayer_tests::TestServer`) and talks to it over HTTP.
+
+// Sessions, messages and runs: creation, create-on-first-use, reads, listings, paging,
+// deletion, turn state and tenant isolation.
+mod sessions;
+// Retried appends with an idempotency key: replayed, never stored twice; a reused key with
+// another body is a conflict.
+mod idempotency;
+// Malformed, oversized, mistyped and invalid requests: a clear 4xx in the API's error shape,
+// and the store unchanged.
+mod bad_input;
+// Everything acknowledged survives a restart on the same file, including one in mid-load.
+mod durability;
+// Many clients at once: no lost or duplicated message, gapless indices, per-client order.
+mod concurrency;

@@ -1,0 +1,110 @@
+//! `cargo xtask bench`: the HTTP append benchmark. It builds the release server, starts it on
+//! a fresh data directory on 127.0.0.1, drives appends from one client and then from many,
+//! and prints a markdown report with enough context (command, date, machine) to compare runs.
+//! Every append is a durable commit on the server, so the numbers are durable appends.
+
+mod load;
+mod server;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+use crate::{cmd, metadata};
+use load::{Scenario, ScenarioResult};
+use server::Server;
+
+/// Run one after the other against the same server: the single client shows the latency of
+/// one durable commit, the concurrent clients show how far group commit amortises the fsync.
+const SCENARIOS: [Scenario; 2] = [Scenario { clients: 1 }, Scenario { clients: 64 }];
+
+/// Lets connections open and the server's caches settle before anything is measured.
+const WARM_UP: Duration = Duration::from_secs(1);
+
+pub(crate) fn run(root: &Path, seconds: u64) -> anyhow::Result<()> {
+    let measured = Duration::from_secs(seconds);
+    cmd::cargo(root, &["build", "--release", "-p", "memlayer"])?;
+    let target_dir = metadata::read(root)?.target_directory;
+    let binary = target_dir.join("release").join("memlayer");
+    // The server's log goes to a file: at 64 clients a per-request log line would drown the
+    // report, yet a failed start must stay explainable.
+    let log = target_dir.join("bench-server.log");
+
+    let data_dir = tempfile::Builder::new()
+        .prefix("memlayer-bench-")
+        .tempdir()
+        .context("could not create the benchmark's data directory")?;
+    let server = Server::start(&binary, data_dir.path(), &log)?;
+    eprintln!(
+        "xtask: server listening on {} (log: {})",
+        server.addr(),
+        log.display()
+    );
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("could not start the client runtime")?;
+    let mut results = Vec::new();
+    for scenario in SCENARIOS {
+        eprintln!(
+            "xtask: {} client(s), {} s warm-up then {seconds} s measured",
+            scenario.clients,
+            WARM_UP.as_secs()
+        );
+        let result = runtime.block_on(load::run(server.addr(), scenario, WARM_UP, measured))?;
+        results.push(result);
+    }
+    server.stop()?;
+    data_dir
+        .close()
+        .context("could not remove the benchmark's data directory")?;
+
+    print_report(seconds, &results)?;
+    let errors: u64 = results.iter().map(ScenarioResult::error_count).sum();
+    if errors > 0 {
+        bail!("{errors} request(s) failed; the numbers above do not measure a healthy server");
+    }
+    Ok(())
+}
+
+fn print_report(seconds: u64, results: &[ScenarioResult]) -> anyhow::Result<()> {
+    let command_line: Vec<String> = std::env::args().skip(1).collect();
+    let mut date = Command::new("date");
+    date.args(["-u", "+%Y-%m-%d %H:%M:%S UTC"]);
+    let date = cmd::output(date)?;
+    let cpus = std::thread::available_parallelism().map_or(0, usize::from);
+
+    println!("## memlayer HTTP append benchmark");
+    println!();
+    println!("- command: `cargo xtask {}`", command_line.join(" "));
+    println!("- date: {}", date.trim());
+    println!(
+        "- machine: {cpus} CPUs (available parallelism), {} {}",
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    );
+    println!(
+        "- load: `POST /v1/sessions/{{id}}/messages`, one session per client, {} s warm-up \
+         then {seconds} s measured per scenario; server (release build) and client share the machine",
+        WARM_UP.as_secs()
+    );
+    println!(
+        "- every append is a durable (fsync'd) commit; latency counts successful requests only"
+    );
+    println!();
+    println!("| clients | requests | errors | appends/s | p50 ms | p90 ms | p99 ms | max ms |");
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for result in results {
+        println!("{}", result.table_row());
+    }
+    for result in results {
+        for line in result.error_lines() {
+            println!();
+            println!("{line}");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,300 @@
+//! The load generator: concurrent clients appending messages over HTTP, each timing its own
+//! requests, and the latency summary computed from what they measured.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+/// How many clients append at once. Each client is one task with one request in flight.
+#[derive(Clone, Copy)]
+pub(crate) struct Scenario {
+    pub(crate) clients: usize,
+}
+
+/// A stuck request fails instead of hanging the run, so the benchmark always ends by itself.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Serialize)]
+struct Append<'a> {
+    user_id: &'a str,
+    agent_id: &'a str,
+    role: &'a str,
+    content: String,
+}
+
+/// What went wrong with failed requests, by kind, with one example of each.
+#[derive(Default)]
+struct Errors(BTreeMap<String, (u64, String)>);
+
+impl Errors {
+    fn record(&mut self, kind: String, example: impl FnOnce() -> String) {
+        self.0.entry(kind).or_insert_with(|| (0, example())).0 += 1;
+    }
+
+    fn merge(&mut self, other: Errors) {
+        for (kind, (count, example)) in other.0 {
+            self.0.entry(kind).or_insert((0, example)).0 += count;
+        }
+    }
+}
+
+#[derive(Default)]
+struct ClientResult {
+    latencies: Vec<Duration>,
+    errors: Errors,
+}
+
+pub(crate) struct ScenarioResult {
+    clients: usize,
+    /// Sorted, for the percentiles.
+    latencies: Vec<Duration>,
+    errors: Errors,
+    /// From the end of the warm-up until the last client finished its last request.
+    elapsed: Duration,
+}
+
+/// Runs one scenario: every client appends until the deadline, and only requests started
+/// after the warm-up are counted.
+pub(crate) async fn run(
+    addr: SocketAddr,
+    scenario: Scenario,
+    warm_up: Duration,
+    measured: Duration,
+) -> anyhow::Result<ScenarioResult> {
+    // `no_proxy` keeps a proxy from the environment from intercepting 127.0.0.1 traffic.
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(REQUEST_TIMEOUT)
+        .build()?;
+    let start = Instant::now();
+    let measure_from = start + warm_up;
+    let end = measure_from + measured;
+
+    let tasks: Vec<_> = (0..scenario.clients)
+        .map(|client| {
+            let url = format!(
+                "http://{addr}/v1/sessions/bench-c{}-{client}/messages",
+                scenario.clients
+            );
+            tokio::spawn(run_client(http.clone(), url, client, measure_from, end))
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    let mut errors = Errors::default();
+    for task in tasks {
+        let client = task.await?;
+        latencies.extend(client.latencies);
+        errors.merge(client.errors);
+    }
+    let elapsed = measure_from.elapsed();
+    latencies.sort_unstable();
+    Ok(ScenarioResult {
+        clients: scenario.clients,
+        latencies,
+        errors,
+        elapsed,
+    })
+}
+
+async fn run_client(
+    http: reqwest::Client,
+    url: String,
+    client: usize,
+    measure_from: Instant,
+    end: Instant,
+) -> ClientResult {
+    let mut result = ClientResult::default();
+    let mut sequence = 0;
+    while Instant::now() < end {
+        let body = Append {
+            user_id: "bench",
+            agent_id: "bench",
+            role: "user",
+            content: sentence(client, sequence),
+        };
+        sequence += 1;
+        let started = Instant::now();
+        // The body is read before the clock stops: the request is complete only when the
+        // whole answer has arrived, and reading it lets the connection be reused.
+        let outcome = match http.post(&url).json(&body).send().await {
+            Ok(response) if response.status().is_success() => response
+                .bytes()
+                .await
+                .map(drop)
+                .map_err(|error| ("transport error".to_owned(), error.to_string())),
+            Ok(response) => {
+                let kind = format!("HTTP {}", response.status());
+                let body = response.text().await.unwrap_or_default();
+                Err((kind, body))
+            }
+            Err(error) => Err(("transport error".to_owned(), error.to_string())),
+        };
+        let latency = started.elapsed();
+        if started < measure_from {
+            continue;
+        }
+        match outcome {
+            Ok(()) => result.latencies.push(latency),
+            Err((kind, example)) => result.errors.record(kind, || example),
+        }
+    }
+    result
+}
+
+/// A chat-like sentence of about twenty words that differs from request to request, so the
+/// server tokenises and stores realistic, non-repeating text.
+fn sentence(client: usize, sequence: usize) -> String {
+    const OPENERS: [&str; 4] = [
+        "Can you remind me",
+        "I was wondering",
+        "Please help me work out",
+        "Quick question about",
+    ];
+    const TOPICS: [&str; 5] = [
+        "what we decided about the quarterly budget review",
+        "which hotel we booked for the Lisbon conference",
+        "how the onboarding flow handles expired invitation links",
+        "why the nightly backup job failed again on Tuesday",
+        "who owns the migration plan for the billing database",
+    ];
+    const CLOSERS: [&str; 3] = [
+        "before my meeting this afternoon?",
+        "so I can update the team tonight?",
+        "because the client asked me directly?",
+    ];
+    format!(
+        "{} {} {} (note {client}-{sequence})",
+        OPENERS[sequence % OPENERS.len()],
+        TOPICS[(sequence / OPENERS.len() + client) % TOPICS.len()],
+        CLOSERS[(sequence + client) % CLOSERS.len()],
+    )
+}
+
+/// The nearest-rank percentile of sorted samples: the smallest sample that at least `p`
+/// percent of all samples are less than or equal to. It always returns a measured value,
+/// never an interpolation between two.
+fn percentile(sorted: &[Duration], p: f64) -> Option<Duration> {
+    let last = sorted.len().checked_sub(1)?;
+    let rank = (p / 100.0 * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.saturating_sub(1).min(last)])
+}
+
+impl ScenarioResult {
+    pub(crate) fn error_count(&self) -> u64 {
+        self.errors.0.values().map(|(count, _)| count).sum()
+    }
+
+    pub(crate) fn table_row(&self) -> String {
+        let ms = |p: f64| {
+            percentile(&self.latencies, p).map_or_else(
+                || "-".to_owned(),
+                |latency| format!("{:.2}", latency.as_secs_f64() * 1000.0),
+            )
+        };
+        let errors = self.error_count();
+        let requests = self.latencies.len() as u64 + errors;
+        let throughput = self.latencies.len() as f64 / self.elapsed.as_secs_f64();
+        format!(
+            "| {} | {requests} | {errors} | {throughput:.0} | {} | {} | {} | {} |",
+            self.clients,
+            ms(50.0),
+            ms(90.0),
+            ms(99.0),
+            ms(100.0),
+        )
+    }
+
+    /// One line per kind of failure, with the first example the clients saw.
+    pub(crate) fn error_lines(&self) -> Vec<String> {
+        self.errors
+            .0
+            .iter()
+            .map(|(kind, (count, example))| {
+                format!(
+                    "{} client(s): {count} × {kind}, e.g. `{}`",
+                    self.clients,
+                    example.chars().take(200).collect::<String>()
+                )
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(values: &[u64]) -> Vec<Duration> {
+        values.iter().copied().map(Duration::from_millis).collect()
+    }
+
+    #[test]
+    fn percentile_of_nothing_is_none() {
+        assert_eq!(percentile(&[], 50.0), None);
+    }
+
+    #[test]
+    fn percentile_uses_nearest_rank() {
+        let samples = ms(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+        assert_eq!(percentile(&samples, 50.0), Some(Duration::from_millis(5)));
+        assert_eq!(percentile(&samples, 90.0), Some(Duration::from_millis(9)));
+        assert_eq!(percentile(&samples, 99.0), Some(Duration::from_millis(10)));
+        assert_eq!(percentile(&samples, 100.0), Some(Duration::from_millis(10)));
+        assert_eq!(percentile(&samples, 0.0), Some(Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn percentile_of_one_sample_is_that_sample() {
+        let samples = ms(&[7]);
+        for p in [0.0, 50.0, 99.0, 100.0] {
+            assert_eq!(percentile(&samples, p), Some(Duration::from_millis(7)));
+        }
+    }
+
+    #[test]
+    fn percentile_rounds_the_rank_up() {
+        // 99% of 101 samples is 99.99 of them, so the 100th sample is the first with at
+        // least 99% at or below it.
+        let samples: Vec<Duration> = (1..=101).map(Duration::from_millis).collect();
+        assert_eq!(percentile(&samples, 99.0), Some(Duration::from_millis(100)));
+    }
+
+    #[test]
+    fn sentences_vary_and_read_like_chat() {
+        let first = sentence(0, 0);
+        assert_ne!(first, sentence(0, 1));
+        assert_ne!(first, sentence(1, 0));
+        let words = first.split_whitespace().count();
+        assert!((15..=25).contains(&words), "{words} words: {first}");
+    }
+
+    #[test]
+    fn errors_merge_by_kind_and_keep_the_first_example() {
+        let mut left = Errors::default();
+        left.record("HTTP 500".to_owned(), || "first".to_owned());
+        let mut right = Errors::default();
+        right.record("HTTP 500".to_owned(), || "second".to_owned());
+        right.record("transport error".to_owned(), || "reset".to_owned());
+        left.merge(right);
+        let result = ScenarioResult {
+            clients: 2,
+            latencies: ms(&[1, 3]),
+            errors: left,
+            elapsed: Duration::from_secs(1),
+        };
+        assert_eq!(result.error_count(), 3);
+        assert_eq!(
+            result.error_lines(),
+            [
+                "2 client(s): 2 × HTTP 500, e.g. `first`",
+                "2 client(s): 1 × transport error, e.g. `reset`"
+            ]
+        );
+        assert_eq!(
+            result.table_row(),
+            "| 2 | 5 | 3 | 2 | 1.00 | 3.00 | 3.00 | 3.00 |"
+        );
+    }
+}

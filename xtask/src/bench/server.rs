@@ -1,0 +1,153 @@
+//! The server under test as a child process: started on an ephemeral port, found through the
+//! address it prints, and always stopped — by SIGTERM when the run ends, or killed if the
+//! benchmark fails part-way.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+/// A release build with an empty data directory starts in well under a second; this bound
+/// only keeps a broken server from hanging the benchmark.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a graceful shutdown may take before the server is killed.
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
+const LISTENING: &str = "listening on http://";
+
+pub(crate) struct Server {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Server {
+    pub(crate) fn start(binary: &Path, data_dir: &Path, log: &Path) -> anyhow::Result<Self> {
+        let log_file =
+            File::create(log).with_context(|| format!("could not create {}", log.display()))?;
+        let mut child = Command::new(binary)
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log_file)
+            .spawn()
+            .with_context(|| format!("could not start {}", binary.display()))?;
+
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let (sender, receiver) = mpsc::channel();
+        // The reader keeps draining stdout after the address is found: a full pipe would
+        // block the server's next write and stall the benchmark.
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some(addr) = parse_listening(&line) {
+                    // The receiver is gone after the first address; later ones don't matter.
+                    let _ = sender.send(addr);
+                }
+            }
+        });
+
+        match receiver.recv_timeout(STARTUP_TIMEOUT) {
+            Ok(addr) => Ok(Self { child, addr }),
+            Err(error) => {
+                let _ = child.kill();
+                let status = child.wait()?;
+                let why = match error {
+                    mpsc::RecvTimeoutError::Timeout => format!(
+                        "did not print `{LISTENING}ADDR` within {} s",
+                        STARTUP_TIMEOUT.as_secs()
+                    ),
+                    mpsc::RecvTimeoutError::Disconnected => {
+                        format!("exited ({status}) before printing `{LISTENING}ADDR`")
+                    }
+                };
+                bail!("the server {why}; see {}", log.display())
+            }
+        }
+    }
+
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Asks the server to shut down as an operator would, then waits for it.
+    pub(crate) fn stop(mut self) -> anyhow::Result<()> {
+        let mut kill = Command::new("kill");
+        kill.args(["-TERM", &self.child.id().to_string()]);
+        crate::cmd::run(kill)?;
+        let deadline = Instant::now() + SHUTDOWN_TIMEOUT;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait()? {
+                if !status.success() {
+                    eprintln!("xtask: the server exited with {status} after SIGTERM");
+                }
+                return Ok(());
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        bail!(
+            "the server did not exit within {} s of SIGTERM; it was killed",
+            SHUTDOWN_TIMEOUT.as_secs()
+        )
+    }
+}
+
+impl Drop for Server {
+    /// Kills a server that is still running, so no error path leaves one behind; after a
+    /// successful `stop` it has already exited and this does nothing.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The address in a line like `INFO memlayer: listening on http://127.0.0.1:41234`.
+fn parse_listening(line: &str) -> Option<SocketAddr> {
+    let (_, rest) = line.split_once(LISTENING)?;
+    let addr = rest.split_whitespace().next()?.trim_end_matches('/');
+    addr.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_address() {
+        let expected: SocketAddr = "127.0.0.1:41234".parse().unwrap();
+        for line in [
+            "listening on http://127.0.0.1:41234",
+            "2025-01-01T00:00:00Z  INFO memlayer: listening on http://127.0.0.1:41234",
+            "memlayer listening on http://127.0.0.1:41234/ (data: /tmp/x)",
+        ] {
+            assert_eq!(parse_listening(line), Some(expected), "{line}");
+        }
+        assert_eq!(
+            parse_listening("listening on http://[::1]:8080"),
+            Some("[::1]:8080".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn ignores_other_lines() {
+        for line in [
+            "",
+            "memlayer starting",
+            "listening on 127.0.0.1:41234",
+            "listening on http://",
+            "listening on http://localhost:41234",
+            "listening on http://127.0.0.1",
+        ] {
+            assert_eq!(parse_listening(line), None, "{line}");
+        }
+    }
+}

@@ -1,0 +1,353 @@
+//! `cargo xtask tidy`: structural checks that keep the workspace's layout telling the truth
+//! about its architecture. Each check collects every violation rather than stopping at the
+//! first, so one run shows everything to fix. The same checks run as the `tidy` test, which
+//! makes `cargo test --workspace` (and so CI) fail on a violation.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+use crate::metadata::{self, Package};
+
+/// The layer of every crate under `crates/`. A crate may depend only on crates of a strictly
+/// lower layer, so the dependency graph stays a stack: storage at the bottom, the binary at
+/// the top. The order mirrors `[workspace.dependencies]` in the root manifest.
+const LAYERS: &[(&str, u8)] = &[
+    ("memlayer-store", 0),
+    ("memlayer-embed", 1),
+    ("memlayer-index", 1),
+    ("memlayer-memory", 2),
+    ("memlayer-erasure", 3),
+    ("memlayer-server", 4),
+    ("memlayer", 5),
+];
+
+/// Edges allowed between crates of the same layer, as (from, to). The indexes need the
+/// embedder to turn queries into vectors, while the embedder must never see the indexes.
+const SAME_LAYER_EDGES: &[(&str, &str)] = &[("memlayer-index", "memlayer-embed")];
+
+/// One broken rule, reported against the file that has to change.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Violation {
+    file: PathBuf,
+    reason: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.file.display(), self.reason)
+    }
+}
+
+/// Runs every check against the workspace at `root`.
+pub(crate) fn check(root: &Path) -> anyhow::Result<Vec<Violation>> {
+    let metadata = metadata::read(root)?;
+    let crates: Vec<&Package> = metadata
+        .packages
+        .iter()
+        .filter(|package| is_under_crates(root, package))
+        .collect();
+
+    let mut violations = Vec::new();
+    violations.extend(check_module_docs(root, &crates)?);
+    violations.extend(check_folder_names(root, &crates));
+    violations.extend(check_layers(root, &metadata.packages));
+    violations.extend(check_workspace_lints(root, &crates)?);
+    Ok(violations)
+}
+
+/// The packages that the layering applies to; the `tests` package and xtask sit outside
+/// `crates/` and may depend on anything.
+fn is_under_crates(root: &Path, package: &Package) -> bool {
+    package.manifest_path.parent().and_then(Path::parent) == Some(&root.join("crates"))
+}
+
+fn crate_dir(package: &Package) -> &Path {
+    package
+        .manifest_path
+        .parent()
+        .expect("a manifest path names a file inside the package folder")
+}
+
+fn violation(root: &Path, file: &Path, reason: String) -> Violation {
+    let file = file.strip_prefix(root).unwrap_or(file).to_path_buf();
+    Violation { file, reason }
+}
+
+/// Every crate root opens with a `//!` paragraph saying what the crate owns.
+fn check_module_docs(root: &Path, crates: &[&Package]) -> anyhow::Result<Vec<Violation>> {
+    let mut roots: Vec<PathBuf> = crates
+        .iter()
+        .flat_map(|package| {
+            ["lib.rs", "main.rs"].map(|file| crate_dir(package).join("src").join(file))
+        })
+        .filter(|path| path.is_file())
+        .collect();
+    roots.push(root.join("xtask/src/main.rs"));
+
+    let mut violations = Vec::new();
+    for path in roots {
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("could not read {}", path.display()))?;
+        if !starts_with_module_doc(&text) {
+            let reason = "does not begin with a `//!` paragraph saying what it owns".to_owned();
+            violations.push(violation(root, &path, reason));
+        }
+    }
+    Ok(violations)
+}
+
+fn starts_with_module_doc(text: &str) -> bool {
+    text.lines()
+        .find(|line| !line.trim().is_empty())
+        .is_some_and(|line| line.trim_start().starts_with("//!"))
+}
+
+/// `crates/foo` holds package `foo`, so a path in an error message or a `-p` flag leads
+/// straight to the folder.
+fn check_folder_names(root: &Path, crates: &[&Package]) -> Vec<Violation> {
+    crates
+        .iter()
+        .filter(|package| crate_dir(package).file_name() != Some(package.name.as_ref()))
+        .map(|package| {
+            let reason = format!(
+                "package `{}` must live in a folder of the same name",
+                package.name
+            );
+            violation(root, &package.manifest_path, reason)
+        })
+        .collect()
+}
+
+fn layer_of(name: &str) -> Option<u8> {
+    LAYERS
+        .iter()
+        .find(|(crate_name, _)| *crate_name == name)
+        .map(|(_, layer)| *layer)
+}
+
+/// Internal dependency edges of every kind point down the layer table. Dev-dependencies
+/// count too: a test that reaches up a layer couples the lower crate to the higher one just
+/// the same.
+fn check_layers(root: &Path, packages: &[Package]) -> Vec<Violation> {
+    let is_internal = |name: &str| packages.iter().any(|package| package.name == name);
+    let mut violations = Vec::new();
+    for package in packages
+        .iter()
+        .filter(|package| is_under_crates(root, package))
+    {
+        let Some(layer) = layer_of(&package.name) else {
+            let reason = format!(
+                "crate `{}` has no layer: add it to the layer table in xtask/src/tidy.rs",
+                package.name
+            );
+            violations.push(violation(root, &package.manifest_path, reason));
+            continue;
+        };
+        for dependency in &package.dependencies {
+            if !is_internal(&dependency.name) {
+                continue;
+            }
+            let allowed = match layer_of(&dependency.name) {
+                Some(dependency_layer) => {
+                    dependency_layer < layer
+                        || SAME_LAYER_EDGES
+                            .contains(&(package.name.as_str(), dependency.name.as_str()))
+                }
+                // A layered crate must not lean on the test harness, xtask, or an unlayered
+                // crate (which is reported on its own).
+                None => false,
+            };
+            if !allowed {
+                let dependency_layer = layer_of(&dependency.name)
+                    .map_or_else(|| "no layer".to_owned(), |layer| format!("layer {layer}"));
+                let reason = format!(
+                    "`{}` (layer {layer}) has a {} dependency on `{}` ({dependency_layer}); \
+                     crates may only depend on lower layers",
+                    package.name,
+                    dependency.kind_name(),
+                    dependency.name,
+                );
+                violations.push(violation(root, &package.manifest_path, reason));
+            }
+        }
+    }
+    violations
+}
+
+/// Every crate takes the workspace's lint levels, so a lint is configured in one place.
+fn check_workspace_lints(root: &Path, crates: &[&Package]) -> anyhow::Result<Vec<Violation>> {
+    let mut violations = Vec::new();
+    for package in crates {
+        let path = &package.manifest_path;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("could not read {}", path.display()))?;
+        let manifest: toml::Table = text
+            .parse()
+            .with_context(|| format!("could not parse {}", path.display()))?;
+        let inherits = manifest
+            .get("lints")
+            .and_then(|lints| lints.get("workspace"))
+            .and_then(toml::Value::as_bool)
+            == Some(true);
+        if !inherits {
+            let reason = "missing `[lints] workspace = true`".to_owned();
+            violations.push(violation(root, path, reason));
+        }
+    }
+    Ok(violations)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metadata::Dependency;
+
+    /// The real workspace passes every check.
+    #[test]
+    fn tidy() {
+        let violations = check(&crate::workspace_root()).expect("tidy could run");
+        let report: Vec<String> = violations.iter().map(ToString::to_string).collect();
+        assert!(
+            report.is_empty(),
+            "tidy found problems:\n{}",
+            report.join("\n")
+        );
+    }
+
+    fn root() -> PathBuf {
+        PathBuf::from("/ws")
+    }
+
+    /// A package at `/ws/{folder}/Cargo.toml` with the given (name, kind) dependencies.
+    fn package(folder: &str, name: &str, dependencies: &[(&str, Option<&str>)]) -> Package {
+        Package {
+            name: name.to_owned(),
+            manifest_path: root().join(folder).join("Cargo.toml"),
+            dependencies: dependencies
+                .iter()
+                .map(|(name, kind)| Dependency {
+                    name: (*name).to_owned(),
+                    kind: kind.map(str::to_owned),
+                })
+                .collect(),
+        }
+    }
+
+    fn layered(name: &str, dependencies: &[(&str, Option<&str>)]) -> Package {
+        package(&format!("crates/{name}"), name, dependencies)
+    }
+
+    fn layer_reasons(packages: &[Package]) -> Vec<String> {
+        check_layers(&root(), packages)
+            .into_iter()
+            .map(|violation| violation.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn downward_edges_pass() {
+        let packages = [
+            layered("memlayer-store", &[("serde", None)]),
+            layered("memlayer-embed", &[("memlayer-store", None)]),
+            layered(
+                "memlayer-index",
+                &[("memlayer-store", None), ("memlayer-embed", Some("build"))],
+            ),
+            layered("memlayer-server", &[("memlayer-store", Some("dev"))]),
+        ];
+        assert_eq!(layer_reasons(&packages), Vec::<String>::new());
+    }
+
+    #[test]
+    fn upward_edge_is_reported() {
+        let packages = [
+            layered("memlayer-store", &[("memlayer-server", Some("dev"))]),
+            layered("memlayer-server", &[]),
+        ];
+        assert_eq!(
+            layer_reasons(&packages),
+            [
+                "crates/memlayer-store/Cargo.toml: `memlayer-store` (layer 0) has a dev dependency \
+                 on `memlayer-server` (layer 4); crates may only depend on lower layers"
+            ]
+        );
+    }
+
+    #[test]
+    fn same_layer_edge_is_reported_unless_allowed() {
+        let packages = [
+            layered("memlayer-embed", &[("memlayer-index", None)]),
+            layered("memlayer-index", &[("memlayer-embed", None)]),
+        ];
+        assert_eq!(
+            layer_reasons(&packages),
+            [
+                "crates/memlayer-embed/Cargo.toml: `memlayer-embed` (layer 1) has a normal \
+                 dependency on `memlayer-index` (layer 1); crates may only depend on lower layers"
+            ]
+        );
+    }
+
+    #[test]
+    fn unlayered_crate_is_reported() {
+        let packages = [layered("memlayer-cache", &[])];
+        assert_eq!(
+            layer_reasons(&packages),
+            [
+                "crates/memlayer-cache/Cargo.toml: crate `memlayer-cache` has no layer: add it to \
+                 the layer table in xtask/src/tidy.rs"
+            ]
+        );
+    }
+
+    #[test]
+    fn exempt_packages_may_depend_on_anything_but_not_be_depended_on() {
+        let packages = [
+            package(
+                "tests",
+                "memlayer-tests",
+                &[("memlayer", None), ("memlayer-store", None)],
+            ),
+            package("xtask", "xtask", &[("memlayer-server", None)]),
+            layered("memlayer", &[("memlayer-tests", Some("dev"))]),
+            layered("memlayer-store", &[]),
+            layered("memlayer-server", &[]),
+        ];
+        assert_eq!(
+            layer_reasons(&packages),
+            [
+                "crates/memlayer/Cargo.toml: `memlayer` (layer 5) has a dev dependency on \
+                 `memlayer-tests` (no layer); crates may only depend on lower layers"
+            ]
+        );
+    }
+
+    #[test]
+    fn folder_must_match_package_name() {
+        let packages = [
+            package("crates/store", "memlayer-store", &[]),
+            layered("memlayer-index", &[]),
+        ];
+        let crates: Vec<&Package> = packages.iter().collect();
+        let reasons: Vec<String> = check_folder_names(&root(), &crates)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                "crates/store/Cargo.toml: package `memlayer-store` must live in a folder of the same name"
+            ]
+        );
+    }
+
+    #[test]
+    fn module_doc_must_come_first() {
+        assert!(starts_with_module_doc("\n//! Owns things.\n\nmod a;\n"));
+        assert!(!starts_with_module_doc("// Licence.\n//! Owns things.\n"));
+        assert!(!starts_with_module_doc("fn main() {}\n"));
+        assert!(!starts_with_module_doc(""));
+    }
+}
