@@ -3,6 +3,7 @@
 //! and prints a markdown report with enough context (command, date, machine) to compare runs.
 //! Every append is a durable commit on the server, so the numbers are durable appends.
 
+mod commit;
 mod load;
 mod server;
 
@@ -61,8 +62,10 @@ pub(crate) fn run(root: &Path, seconds: u64) -> anyhow::Result<()> {
     data_dir
         .close()
         .context("could not remove the benchmark's data directory")?;
+    eprintln!("xtask: commit modes of the store, in process");
+    let commit_modes = commit::run(&runtime)?;
 
-    print_report(seconds, &results)?;
+    print_report(seconds, &results, &commit_modes)?;
     let errors: u64 = results.iter().map(ScenarioResult::error_count).sum();
     if errors > 0 {
         bail!("{errors} request(s) failed; the numbers above do not measure a healthy server");
@@ -70,7 +73,11 @@ pub(crate) fn run(root: &Path, seconds: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_report(seconds: u64, results: &[ScenarioResult]) -> anyhow::Result<()> {
+fn print_report(
+    seconds: u64,
+    results: &[ScenarioResult],
+    commit_modes: &str,
+) -> anyhow::Result<()> {
     let command_line: Vec<String> = std::env::args().skip(1).collect();
     let mut date = Command::new("date");
     date.args(["-u", "+%Y-%m-%d %H:%M:%S UTC"]);
@@ -106,5 +113,9 @@ fn print_report(seconds: u64, results: &[ScenarioResult]) -> anyhow::Result<()> 
             println!("{line}");
         }
     }
+    println!();
+    println!("### Store commit modes (in process, no HTTP)");
+    println!();
+    println!("{commit_modes}");
     Ok(())
 }

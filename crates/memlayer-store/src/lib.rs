@@ -23,7 +23,7 @@ pub use model::{
     NewSession, Page, Role, Run, RunStatus, Session, SessionFilter, SessionState, Timestamp,
     validate_id,
 };
-pub use store::{MAX_PAGE_SIZE, Store};
+pub use store::{CommitMode, MAX_PAGE_SIZE, Store, StoreOptions};
 
 #[cfg(test)]
 mod tests;

@@ -22,6 +22,39 @@ use crate::tables::{
 use crate::writer::Writer;
 use crate::{Result, StoreError};
 
+/// How each commit reaches the disk. Every mode is durable (`fsync`) before a write is
+/// acknowledged; they differ in what a crash costs. docs/storage-format.md explains the
+/// choice and docs/benchmarks.md measures the modes side by side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum CommitMode {
+    /// Two-phase commit plus the allocator state saved with every commit: reopening after a
+    /// crash is almost instant, and no written content can forge a valid commit. The default.
+    #[default]
+    QuickRepair,
+    /// Two-phase commit only: safe against crafted content, but reopening after a crash walks
+    /// the whole file to repair it.
+    TwoPhase,
+    /// redb's default single-fsync commit, which trusts a checksum to detect a torn commit.
+    SinglePhase,
+}
+
+/// Settings fixed when a store is opened.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct StoreOptions {
+    /// How commits reach the disk.
+    pub commit: CommitMode,
+}
+
+impl StoreOptions {
+    /// Options with the given commit mode.
+    pub fn with_commit(mut self, commit: CommitMode) -> Self {
+        self.commit = commit;
+        self
+    }
+}
+
 /// Largest page a listing returns.
 pub const MAX_PAGE_SIZE: usize = 100;
 
@@ -42,18 +75,26 @@ struct Inner {
 }
 
 impl Store {
-    /// Opens the store at `path`, creating the file if it does not exist.
+    /// Opens the store at `path` with the default options, creating the file if it does not
+    /// exist.
     ///
     /// Fails with [`StoreError::NewerFormat`] if a newer memlayer wrote the file, and with
     /// [`StoreError::Storage`] if another process has it open.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(path, StoreOptions::default())
+    }
+
+    /// Opens the store at `path` with `options`; see [`Store::open`].
+    pub fn open_with(path: impl AsRef<Path>, options: StoreOptions) -> Result<Self> {
         let path = path.as_ref().to_owned();
         let db = Arc::new(Database::builder().create(&path)?);
         check_format(&db)?;
         initialise(&db)?;
-        let writer = Writer::spawn(Arc::clone(&db)).map_err(|err| StoreError::InvalidInput {
-            field: "writer thread",
-            reason: err.to_string(),
+        let writer = Writer::spawn(Arc::clone(&db), options.commit).map_err(|err| {
+            StoreError::InvalidInput {
+                field: "writer thread",
+                reason: err.to_string(),
+            }
         })?;
         Ok(Self {
             inner: Arc::new(Inner { db, path, writer }),

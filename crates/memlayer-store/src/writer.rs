@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use redb::{Database, WriteTransaction};
 use tokio::sync::oneshot;
 
-use crate::{Result, StoreError};
+use crate::{CommitMode, Result, StoreError};
 
 /// Most jobs in one commit. Bounds the latency a job can add to the others in its group.
 const MAX_JOBS_PER_COMMIT: usize = 512;
@@ -70,11 +70,11 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    pub(crate) fn spawn(db: Arc<Database>) -> std::io::Result<Self> {
+    pub(crate) fn spawn(db: Arc<Database>, commit: CommitMode) -> std::io::Result<Self> {
         let (jobs, queue) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("memlayer-writer".into())
-            .spawn(move || run(&db, &queue))?;
+            .spawn(move || run(&db, commit, &queue))?;
         Ok(Self {
             jobs: Mutex::new(Some(jobs)),
             thread: Mutex::new(Some(thread)),
@@ -134,7 +134,7 @@ impl Drop for Writer {
     }
 }
 
-fn run(db: &Database, queue: &Receiver<Box<dyn Job>>) {
+fn run(db: &Database, commit: CommitMode, queue: &Receiver<Box<dyn Job>>) {
     while let Ok(first) = queue.recv() {
         let mut group = vec![first];
         while group.len() < MAX_JOBS_PER_COMMIT {
@@ -143,23 +143,24 @@ fn run(db: &Database, queue: &Receiver<Box<dyn Job>>) {
                 Err(_) => break,
             }
         }
-        commit_group(db, group);
+        commit_group(db, commit, group);
     }
 }
 
-fn commit_group(db: &Database, mut group: Vec<Box<dyn Job>>) {
-    let failure = apply_and_commit(db, &mut group).err();
+fn commit_group(db: &Database, commit: CommitMode, mut group: Vec<Box<dyn Job>>) {
+    let failure = apply_and_commit(db, commit, &mut group).err();
     for job in group {
         job.finish(failure.as_ref());
     }
 }
 
-fn apply_and_commit(db: &Database, group: &mut [Box<dyn Job>]) -> Result<()> {
+fn apply_and_commit(db: &Database, commit: CommitMode, group: &mut [Box<dyn Job>]) -> Result<()> {
     let mut txn = db.begin_write()?;
-    // Quick repair saves the allocator state with each commit and implies two-phase commit:
-    // recovery after a crash does not walk the whole file, and the commit slot cannot be
-    // forged by crafted user content (see docs/storage-format.md, "Commit protocol").
-    txn.set_quick_repair(true);
+    match commit {
+        CommitMode::QuickRepair => txn.set_quick_repair(true),
+        CommitMode::TwoPhase => txn.set_two_phase_commit(true),
+        CommitMode::SinglePhase => {}
+    }
     for job in group.iter_mut() {
         if let Some(err) = job.apply(&txn) {
             // Dropping the transaction aborts it; an explicit abort could only fail the same way.

@@ -145,7 +145,7 @@ async fn run_client(
 
 /// A chat-like sentence of about twenty words that differs from request to request, so the
 /// server tokenises and stores realistic, non-repeating text.
-fn sentence(client: usize, sequence: usize) -> String {
+pub(crate) fn sentence(client: usize, sequence: usize) -> String {
     const OPENERS: [&str; 4] = [
         "Can you remind me",
         "I was wondering",
@@ -175,7 +175,7 @@ fn sentence(client: usize, sequence: usize) -> String {
 /// The nearest-rank percentile of sorted samples: the smallest sample that at least `p`
 /// percent of all samples are less than or equal to. It always returns a measured value,
 /// never an interpolation between two.
-fn percentile(sorted: &[Duration], p: f64) -> Option<Duration> {
+pub(crate) fn percentile(sorted: &[Duration], p: f64) -> Option<Duration> {
     let last = sorted.len().checked_sub(1)?;
     let rank = (p / 100.0 * sorted.len() as f64).ceil() as usize;
     Some(sorted[rank.saturating_sub(1).min(last)])

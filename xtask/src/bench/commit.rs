@@ -1,0 +1,125 @@
+//! The store's commit modes side by side, in process (no HTTP): what two-phase commit and
+//! quick repair cost per durable append, for one writer and for 64 concurrent writers
+//! sharing group commits. Modes are interleaved over several rounds so a noisy neighbour on
+//! the shared machine hurts all of them alike.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use memlayer_store::{Append, CommitMode, NewMessage, NewSession, Role, Store, StoreOptions};
+
+use super::load::{percentile, sentence};
+
+const MODES: [CommitMode; 3] = [
+    CommitMode::QuickRepair,
+    CommitMode::TwoPhase,
+    CommitMode::SinglePhase,
+];
+const ROUNDS: usize = 3;
+const SEQUENTIAL_APPENDS: usize = 400;
+const CONCURRENT_WRITERS: usize = 64;
+const APPENDS_PER_WRITER: usize = 40;
+
+#[derive(Default)]
+struct ModeResult {
+    sequential: Vec<Duration>,
+    sequential_elapsed: Duration,
+    concurrent_appends: usize,
+    concurrent_elapsed: Duration,
+}
+
+pub(crate) fn run(runtime: &tokio::runtime::Runtime) -> anyhow::Result<String> {
+    let mut results: Vec<ModeResult> = MODES.iter().map(|_| ModeResult::default()).collect();
+    for _ in 0..ROUNDS {
+        for (mode, result) in MODES.iter().zip(&mut results) {
+            let dir = tempfile::tempdir().context("no temporary directory for the store")?;
+            let store = Store::open_with(
+                dir.path().join("memlayer.redb"),
+                StoreOptions::default().with_commit(*mode),
+            )?;
+            runtime.block_on(measure(&store, result))?;
+        }
+    }
+    Ok(report(&results))
+}
+
+fn append(client: usize, sequence: usize) -> Append {
+    Append {
+        messages: vec![NewMessage {
+            role: Role::User,
+            content: sentence(client, sequence),
+            token_count: 20,
+            timestamp: None,
+            metadata: Default::default(),
+        }],
+        create: Some(NewSession {
+            user_id: "bench".into(),
+            agent_id: "bench".into(),
+            ..NewSession::default()
+        }),
+        idempotency_key: None,
+    }
+}
+
+async fn measure(store: &Store, result: &mut ModeResult) -> anyhow::Result<()> {
+    let started = Instant::now();
+    for sequence in 0..SEQUENTIAL_APPENDS {
+        let begun = Instant::now();
+        store
+            .append("bench", "sequential", append(0, sequence))
+            .await?;
+        result.sequential.push(begun.elapsed());
+    }
+    result.sequential_elapsed += started.elapsed();
+
+    let started = Instant::now();
+    let writers: Vec<_> = (0..CONCURRENT_WRITERS)
+        .map(|client| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for sequence in 0..APPENDS_PER_WRITER {
+                    store
+                        .append(
+                            "bench",
+                            &format!("writer-{client}"),
+                            append(client, sequence),
+                        )
+                        .await?;
+                }
+                anyhow::Ok(())
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.await??;
+    }
+    result.concurrent_elapsed += started.elapsed();
+    result.concurrent_appends += CONCURRENT_WRITERS * APPENDS_PER_WRITER;
+    Ok(())
+}
+
+fn report(results: &[ModeResult]) -> String {
+    let baseline = &results[0];
+    let rate = |count: usize, elapsed: Duration| count as f64 / elapsed.as_secs_f64();
+    let mut out = String::from(
+        "| commit mode | 1 writer p50 ms | 1 writer p99 ms | 1 writer appends/s | 64 writers appends/s | 1 writer vs quick repair | 64 writers vs quick repair |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+    );
+    let baseline_sequential = rate(baseline.sequential.len(), baseline.sequential_elapsed);
+    let baseline_concurrent = rate(baseline.concurrent_appends, baseline.concurrent_elapsed);
+    for (mode, result) in MODES.iter().zip(results) {
+        let mut sorted = result.sequential.clone();
+        sorted.sort();
+        let ms = |p| percentile(&sorted, p).map_or(0.0, |d| d.as_secs_f64() * 1000.0);
+        let sequential = rate(result.sequential.len(), result.sequential_elapsed);
+        let concurrent = rate(result.concurrent_appends, result.concurrent_elapsed);
+        out.push_str(&format!(
+            "| {mode:?} | {:.2} | {:.2} | {sequential:.0} | {concurrent:.0} | {:.2}× | {:.2}× |\n",
+            ms(50.0),
+            ms(99.0),
+            sequential / baseline_sequential,
+            concurrent / baseline_concurrent,
+        ));
+    }
+    out
+}
