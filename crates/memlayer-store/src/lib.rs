@@ -10,6 +10,7 @@
 
 #![deny(missing_docs)]
 
+mod embeddings;
 mod error;
 mod model;
 mod record;
@@ -19,9 +20,10 @@ mod writer;
 
 pub use error::{Result, StoreError};
 pub use model::{
-    Append, Appended, MAX_ID_LEN, MAX_MESSAGES_PER_APPEND, Message, Metadata, NewMessage, NewRun,
-    NewSession, Page, Role, Run, RunStatus, Session, SessionFilter, SessionState, Timestamp,
-    validate_id,
+    Append, Appended, EmbeddingModel, MAX_ID_LEN, MAX_MESSAGES_PER_APPEND,
+    MAX_MESSAGES_PER_SESSION, Message, MessageKey, Metadata, NewMessage, NewRun, NewSession, Page,
+    PendingEmbedding, Role, Run, RunStatus, Session, SessionFilter, SessionRef, SessionState,
+    StoredVector, Timestamp, validate_id,
 };
 pub use store::{CommitMode, MAX_PAGE_SIZE, Store, StoreOptions};
 

@@ -230,6 +230,90 @@ pub struct Page<T> {
     pub total: u64,
 }
 
+/// A message's identity in derived data (vectors, indexes): the session's surrogate key in
+/// the high 40 bits and the message index in the low 24. Stable for the life of the message;
+/// never reused, because surrogate keys are not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct MessageKey(u64);
+
+/// Most messages one session can hold (the width of the index part of a [`MessageKey`]).
+pub const MAX_MESSAGES_PER_SESSION: u64 = 1 << INDEX_BITS;
+const INDEX_BITS: u32 = 24;
+/// Sessions a store can ever create (the width of the session part of a [`MessageKey`]).
+pub(crate) const MAX_SESSIONS: u64 = 1 << (64 - INDEX_BITS);
+
+impl MessageKey {
+    pub(crate) fn new(sid: u64, index: u64) -> Self {
+        debug_assert!(sid < MAX_SESSIONS && index < MAX_MESSAGES_PER_SESSION);
+        Self((sid << INDEX_BITS) | index)
+    }
+
+    /// The key as a plain integer, for index structures.
+    pub fn as_u64(self) -> u64 {
+        self.0
+    }
+
+    /// The key an index returned.
+    pub fn from_u64(raw: u64) -> Self {
+        Self(raw)
+    }
+
+    /// The session's surrogate key.
+    pub fn session(self) -> u64 {
+        self.0 >> INDEX_BITS
+    }
+
+    /// The message's index in its session.
+    pub fn index(self) -> u64 {
+        self.0 & (MAX_MESSAGES_PER_SESSION - 1)
+    }
+}
+
+/// Identity of the embedding model that made a vector. The store refuses to hold vectors of
+/// two models at once: they are not comparable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmbeddingModel {
+    /// Human-readable name, e.g. `all-MiniLM-L6-v2-int8`.
+    pub name: String,
+    /// SHA-256 of the model file, hex.
+    pub sha256: String,
+    /// Components per vector.
+    pub dimension: u32,
+}
+
+/// Where a session lives and who owns it, found from its surrogate key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRef {
+    /// The tenant.
+    pub tenant: String,
+    /// The session id.
+    pub session_id: String,
+}
+
+/// An append still waiting to be embedded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingEmbedding {
+    /// Its position in the outbox; pass it back to [`crate::Store::store_embeddings`].
+    pub seq: u64,
+    /// The session it belongs to, or `None` if the session was deleted since.
+    pub session: Option<SessionRef>,
+    /// The messages to embed, with their keys. Empty if the session was deleted since.
+    pub messages: Vec<(MessageKey, Message)>,
+}
+
+/// A stored embedding.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredVector {
+    /// The message it embeds.
+    pub key: MessageKey,
+    /// Who said the message.
+    pub role: Role,
+    /// When the message was said.
+    pub timestamp: Timestamp,
+    /// The vector.
+    pub components: Vec<f32>,
+}
+
 /// Longest identifier accepted, in bytes.
 pub const MAX_ID_LEN: usize = 128;
 /// Most messages in one append.

@@ -129,6 +129,48 @@ impl Record for IdempotencyRecord {
     const NAME: &'static str = "idempotency record";
 }
 
+/// One append waiting to be embedded: the messages `first_index..first_index + count` of
+/// session `sid`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct OutboxRecord {
+    pub(crate) sid: u64,
+    pub(crate) first_index: u64,
+    pub(crate) count: u64,
+}
+
+impl Record for OutboxRecord {
+    const VERSION: u8 = 1;
+    const NAME: &'static str = "outbox record";
+}
+
+/// A message's embedding, with the fields indexes filter on so a rebuild reads only this
+/// table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct VectorRecord {
+    /// Key of the model in the `models` table.
+    pub(crate) model: u32,
+    pub(crate) role: Role,
+    pub(crate) timestamp: u64,
+    pub(crate) components: Vec<f32>,
+}
+
+impl Record for VectorRecord {
+    const VERSION: u8 = 1;
+    const NAME: &'static str = "vector record";
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct ModelRecord {
+    pub(crate) name: String,
+    pub(crate) sha256: String,
+    pub(crate) dimension: u32,
+}
+
+impl Record for ModelRecord {
+    const VERSION: u8 = 1;
+    const NAME: &'static str = "model record";
+}
+
 pub(crate) fn metadata_to_text(metadata: &Metadata) -> String {
     serde_json::to_string(metadata).expect("a JSON map always serialises")
 }

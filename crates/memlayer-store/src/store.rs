@@ -11,13 +11,15 @@ use crate::model::{
     Append, Appended, Message, NewMessage, NewRun, NewSession, Page, Role, Run, Session,
     SessionFilter, SessionState, Timestamp, validate_id,
 };
+use crate::model::{MAX_MESSAGES_PER_SESSION, MAX_SESSIONS};
 use crate::record::{
-    IdempotencyRecord, MessageRecord, Record, RunRecord, SessionRecord, metadata_from_text,
-    metadata_to_text,
+    IdempotencyRecord, MessageRecord, OutboxRecord, Record, RunRecord, SessionRecord,
+    metadata_from_text, metadata_to_text,
 };
 use crate::tables::{
-    FORMAT_VERSION, FORMAT_VERSION_KEY, IDEMPOTENCY, MESSAGES, META, NEXT_SID_KEY, RUN_IDS, RUNS,
-    SESSION_ACTIVITY, SESSION_COUNTS, SESSIONS, scope, scopes,
+    FORMAT_VERSION, FORMAT_VERSION_KEY, IDEMPOTENCY, MESSAGES, META, MODELS, NEXT_OUTBOX_SEQ_KEY,
+    NEXT_SID_KEY, OUTBOX, RUN_IDS, RUNS, SESSION_ACTIVITY, SESSION_COUNTS, SESSION_KEYS, SESSIONS,
+    VECTORS, scope, scopes,
 };
 use crate::writer::Writer;
 use crate::{Result, StoreError};
@@ -101,6 +103,20 @@ impl Store {
         })
     }
 
+    /// The database, for the read paths of sibling modules.
+    pub(crate) fn db(&self) -> &Database {
+        &self.inner.db
+    }
+
+    /// Runs `work` on the writer thread and waits until it is durably committed.
+    pub(crate) async fn write<T, F>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(&WriteTransaction) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.inner.writer.submit(work).await
+    }
+
     /// The file this store lives in.
     pub fn path(&self) -> &Path {
         &self.inner.path
@@ -138,27 +154,25 @@ impl Store {
         };
         new.validate()?;
         let tenant = tenant.to_owned();
-        self.inner
-            .writer
-            .submit(move |txn| {
-                let mut sessions = txn.open_table(SESSIONS)?;
-                if sessions
-                    .get((tenant.as_str(), session_id.as_str()))?
-                    .is_some()
-                {
-                    return Err(StoreError::Conflict(format!(
-                        "session {session_id:?} already exists"
-                    )));
-                }
-                let record = new_session_record(txn, &new, Timestamp::now())?;
-                sessions.insert(
-                    (tenant.as_str(), session_id.as_str()),
-                    record.encode().as_slice(),
-                )?;
-                add_to_listing(txn, &tenant, &session_id, &record)?;
-                session_from_record(session_id, &record)
-            })
-            .await
+        self.write(move |txn| {
+            let mut sessions = txn.open_table(SESSIONS)?;
+            if sessions
+                .get((tenant.as_str(), session_id.as_str()))?
+                .is_some()
+            {
+                return Err(StoreError::Conflict(format!(
+                    "session {session_id:?} already exists"
+                )));
+            }
+            let record = new_session_record(txn, &tenant, &session_id, &new, Timestamp::now())?;
+            sessions.insert(
+                (tenant.as_str(), session_id.as_str()),
+                record.encode().as_slice(),
+            )?;
+            add_to_listing(txn, &tenant, &session_id, &record)?;
+            session_from_record(session_id, &record)
+        })
+        .await
     }
 
     /// Appends messages to a session, creating it first when `append.create` says who owns it.
@@ -171,9 +185,7 @@ impl Store {
         append.validate()?;
         let tenant = tenant.to_owned();
         let session_id = session_id.to_owned();
-        self.inner
-            .writer
-            .submit(move |txn| apply_append(txn, &tenant, &session_id, append))
+        self.write(move |txn| apply_append(txn, &tenant, &session_id, append))
             .await
     }
 
@@ -184,9 +196,7 @@ impl Store {
         run.validate()?;
         let tenant = tenant.to_owned();
         let session_id = session_id.to_owned();
-        self.inner
-            .writer
-            .submit(move |txn| apply_record_run(txn, &tenant, &session_id, run))
+        self.write(move |txn| apply_record_run(txn, &tenant, &session_id, run))
             .await
     }
 
@@ -196,9 +206,7 @@ impl Store {
         validate_id("session_id", session_id)?;
         let tenant = tenant.to_owned();
         let session_id = session_id.to_owned();
-        self.inner
-            .writer
-            .submit(move |txn| apply_delete_session(txn, &tenant, &session_id))
+        self.write(move |txn| apply_delete_session(txn, &tenant, &session_id))
             .await
     }
 
@@ -344,6 +352,7 @@ fn initialise(db: &Database) -> Result<()> {
         if meta.get(FORMAT_VERSION_KEY)?.is_none() {
             meta.insert(FORMAT_VERSION_KEY, FORMAT_VERSION)?;
             meta.insert(NEXT_SID_KEY, 1)?;
+            meta.insert(NEXT_OUTBOX_SEQ_KEY, 1)?;
         }
         txn.open_table(SESSIONS)?;
         txn.open_table(MESSAGES)?;
@@ -352,6 +361,10 @@ fn initialise(db: &Database) -> Result<()> {
         txn.open_table(IDEMPOTENCY)?;
         txn.open_table(SESSION_ACTIVITY)?;
         txn.open_table(SESSION_COUNTS)?;
+        txn.open_table(SESSION_KEYS)?;
+        txn.open_table(OUTBOX)?;
+        txn.open_table(VECTORS)?;
+        txn.open_table(MODELS)?;
     }
     txn.commit()?;
     Ok(())
@@ -370,12 +383,22 @@ fn read_session_record(
 
 fn new_session_record(
     txn: &WriteTransaction,
+    tenant: &str,
+    session_id: &str,
     new: &NewSession,
     now: Timestamp,
 ) -> Result<SessionRecord> {
     let mut meta = txn.open_table(META)?;
     let sid = meta.get(NEXT_SID_KEY)?.map_or(1, |v| v.value());
+    if sid >= MAX_SESSIONS {
+        return Err(StoreError::InvalidInput {
+            field: "session",
+            reason: format!("this store has created all {MAX_SESSIONS} sessions it can hold"),
+        });
+    }
     meta.insert(NEXT_SID_KEY, sid + 1)?;
+    txn.open_table(SESSION_KEYS)?
+        .insert(sid, (tenant, session_id))?;
     Ok(SessionRecord {
         sid,
         user_id: new.user_id.clone(),
@@ -491,13 +514,21 @@ fn apply_append(
                 replayed: true,
             });
         }
+        if record.next_index + append.messages.len() as u64 > MAX_MESSAGES_PER_SESSION {
+            return Err(StoreError::InvalidInput {
+                field: "messages",
+                reason: format!(
+                    "session {session_id:?} would exceed {MAX_MESSAGES_PER_SESSION} messages"
+                ),
+            });
+        }
     }
     let now = Timestamp::now();
     let (mut record, created_session) = match existing {
         Some(record) => (record, false),
         None => match &append.create {
             Some(owner) => {
-                let record = new_session_record(txn, owner, now)?;
+                let record = new_session_record(txn, tenant, session_id, owner, now)?;
                 add_to_listing(txn, tenant, session_id, &record)?;
                 (record, true)
             }
@@ -519,6 +550,7 @@ fn apply_append(
         }
     }
     record.next_index += count;
+    enqueue_for_embedding(txn, record.sid, first_index, count)?;
     touch(txn, tenant, session_id, &mut record, now)?;
     if let (Some(key), Some(request_digest)) = (&append.idempotency_key, digest) {
         let outcome = IdempotencyRecord {
@@ -537,6 +569,27 @@ fn apply_append(
         created_session,
         replayed: false,
     })
+}
+
+/// Queues messages for the embedding worker, in the transaction that stores them, so no
+/// committed message can miss its embedding (a crash between the two is impossible).
+pub(crate) fn enqueue_for_embedding(
+    txn: &WriteTransaction,
+    sid: u64,
+    first_index: u64,
+    count: u64,
+) -> Result<()> {
+    let mut meta = txn.open_table(META)?;
+    let seq = meta.get(NEXT_OUTBOX_SEQ_KEY)?.map_or(1, |v| v.value());
+    meta.insert(NEXT_OUTBOX_SEQ_KEY, seq + 1)?;
+    let entry = OutboxRecord {
+        sid,
+        first_index,
+        count,
+    };
+    txn.open_table(OUTBOX)?
+        .insert(seq, entry.encode().as_slice())?;
+    Ok(())
 }
 
 fn apply_record_run(
@@ -588,10 +641,24 @@ fn apply_delete_session(txn: &WriteTransaction, tenant: &str, session_id: &str) 
     remove_range(&mut txn.open_table(RUNS)?, (sid, 0)..(sid + 1, 0))?;
     remove_str_range(&mut txn.open_table(RUN_IDS)?, sid)?;
     remove_str_range(&mut txn.open_table(IDEMPOTENCY)?, sid)?;
+    remove_range(&mut txn.open_table(VECTORS)?, (sid, 0)..(sid + 1, 0))?;
+    txn.open_table(SESSION_KEYS)?.remove(sid)?;
+    let mut outbox = txn.open_table(OUTBOX)?;
+    let mut undecodable = None;
+    outbox.retain(|_, value| match OutboxRecord::decode(value) {
+        Ok(entry) => entry.sid != sid,
+        Err(err) => {
+            undecodable.get_or_insert(err);
+            true
+        }
+    })?;
+    if let Some(err) = undecodable {
+        return Err(err);
+    }
     Ok(())
 }
 
-fn remove_range(
+pub(crate) fn remove_range(
     table: &mut Table<'_, (u64, u64), &'static [u8]>,
     range: std::ops::Range<(u64, u64)>,
 ) -> Result<()> {
@@ -657,7 +724,7 @@ fn session_from_record(id: String, record: &SessionRecord) -> Result<Session> {
     })
 }
 
-fn message_from_record(index: u64, record: MessageRecord) -> Result<Message> {
+pub(crate) fn message_from_record(index: u64, record: MessageRecord) -> Result<Message> {
     Ok(Message {
         index,
         role: record.role,

@@ -59,3 +59,21 @@ pub(crate) fn scopes(user_id: &str, agent_id: &str) -> [String; 4] {
 
 /// `(sid, run_id)` → run sequence number, so run ids stay unique within a session.
 pub(crate) const RUN_IDS: TableDefinition<(u64, &str), u64> = TableDefinition::new("run_ids");
+
+/// `sid` → `(tenant, session_id)`: resolves a [`crate::MessageKey`] found by an index back to
+/// its session.
+pub(crate) const SESSION_KEYS: TableDefinition<u64, (&str, &str)> =
+    TableDefinition::new("session_keys");
+
+/// `seq` → `OutboxRecord`: appended messages not yet embedded. Written in the same
+/// transaction as the messages, drained by the embedding worker.
+pub(crate) const OUTBOX: TableDefinition<u64, &[u8]> = TableDefinition::new("outbox");
+
+/// `(sid, index)` → `VectorRecord`: the embedding of a message, kept so indexes can be rebuilt
+/// without embedding again.
+pub(crate) const VECTORS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("vectors");
+
+/// `model_id` → `ModelRecord`: the embedding models vectors were made with.
+pub(crate) const MODELS: TableDefinition<u32, &[u8]> = TableDefinition::new("models");
+
+pub(crate) const NEXT_OUTBOX_SEQ_KEY: &str = "next_outbox_seq";

@@ -436,3 +436,149 @@ proptest! {
         }
     }
 }
+
+fn model(sha: &str) -> crate::EmbeddingModel {
+    crate::EmbeddingModel {
+        name: "test-model".into(),
+        sha256: sha.into(),
+        dimension: 2,
+    }
+}
+
+#[tokio::test]
+async fn appends_queue_embeddings_that_the_worker_stores_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memlayer.redb");
+    {
+        let store = Store::open(&path).unwrap();
+        store
+            .append(
+                TENANT,
+                "s",
+                append_of(
+                    vec![message(Role::User, "a"), message(Role::Assistant, "b")],
+                    Some(owner("u", "a")),
+                ),
+            )
+            .await
+            .unwrap();
+    }
+    // The outbox entry was committed with the messages and survives a restart.
+    let store = Store::open(&path).unwrap();
+    let pending = store.pending_embeddings(100).unwrap();
+    assert_eq!(pending.len(), 1);
+    let session = pending[0].session.clone().unwrap();
+    assert_eq!(
+        (session.tenant.as_str(), session.session_id.as_str()),
+        (TENANT, "s")
+    );
+    let keys: Vec<_> = pending[0].messages.iter().map(|(key, _)| *key).collect();
+    assert_eq!(keys.iter().map(|k| k.index()).collect::<Vec<_>>(), [0, 1]);
+    assert_eq!(keys[0].session(), keys[1].session());
+
+    let vectors = vec![(keys[0], vec![1.0, 0.0]), (keys[1], vec![0.0, 1.0])];
+    store
+        .store_embeddings(model("abc"), vec![pending[0].seq], vectors)
+        .await
+        .unwrap();
+    assert!(store.pending_embeddings(100).unwrap().is_empty());
+    assert_eq!(store.pending_embedding_count().unwrap(), 0);
+    assert_eq!(store.vector_model().unwrap(), Some(model("abc")));
+    let stored = store.vectors(None, 10).unwrap();
+    assert_eq!(
+        stored
+            .iter()
+            .map(|v| (v.key, v.role, v.components.clone()))
+            .collect::<Vec<_>>(),
+        [
+            (keys[0], Role::User, vec![1.0, 0.0]),
+            (keys[1], Role::Assistant, vec![0.0, 1.0])
+        ]
+    );
+    assert_eq!(store.vectors(Some(keys[0]), 10).unwrap().len(), 1);
+    let resolved = store.messages_by_key(&keys).unwrap();
+    assert_eq!(resolved[1].as_ref().unwrap().content, "b");
+
+    // Vectors of another model are refused rather than mixed.
+    store
+        .append(TENANT, "s", append_of(vec![message(Role::User, "c")], None))
+        .await
+        .unwrap();
+    let next = store.pending_embeddings(100).unwrap();
+    let key = next[0].messages[0].0;
+    let mixed = store
+        .store_embeddings(
+            model("other"),
+            vec![next[0].seq],
+            vec![(key, vec![1.0, 1.0])],
+        )
+        .await;
+    assert!(matches!(mixed, Err(StoreError::Conflict(_))));
+    assert_eq!(store.pending_embedding_count().unwrap(), 1);
+    let wrong_width = store
+        .store_embeddings(model("abc"), vec![next[0].seq], vec![(key, vec![1.0])])
+        .await;
+    assert!(matches!(
+        wrong_width,
+        Err(StoreError::InvalidInput {
+            field: "vector",
+            ..
+        })
+    ));
+
+    // Reindexing drops every vector and queues every message again.
+    assert_eq!(store.reset_embeddings().await.unwrap(), 3);
+    assert!(store.vectors(None, 10).unwrap().is_empty());
+    assert_eq!(store.vector_model().unwrap(), None);
+    let requeued = store.pending_embeddings(100).unwrap();
+    assert_eq!(requeued.iter().map(|p| p.messages.len()).sum::<usize>(), 3);
+}
+
+#[tokio::test]
+async fn deleting_a_session_drops_its_vectors_and_queued_embeddings() {
+    let (_dir, store) = open();
+    for session in ["keep", "drop"] {
+        store
+            .append(
+                TENANT,
+                session,
+                append_of(vec![message(Role::User, session)], Some(owner("u", "a"))),
+            )
+            .await
+            .unwrap();
+    }
+    let pending = store.pending_embeddings(100).unwrap();
+    let first = &pending[0];
+    store
+        .store_embeddings(
+            model("abc"),
+            vec![first.seq],
+            vec![(first.messages[0].0, vec![1.0, 0.0])],
+        )
+        .await
+        .unwrap();
+    let dropped_sid = pending[1].messages[0].0.session();
+    store.delete_session(TENANT, "keep").await.unwrap();
+    store.delete_session(TENANT, "drop").await.unwrap();
+    assert!(store.vectors(None, 10).unwrap().is_empty());
+    assert_eq!(store.pending_embedding_count().unwrap(), 0);
+    assert_eq!(store.session_ref(dropped_sid).unwrap(), None);
+    // A vector arriving for a message deleted meanwhile is dropped, not stored.
+    store
+        .store_embeddings(
+            model("abc"),
+            vec![pending[1].seq],
+            vec![(pending[1].messages[0].0, vec![0.0, 1.0])],
+        )
+        .await
+        .unwrap();
+    assert!(store.vectors(None, 10).unwrap().is_empty());
+}
+
+#[test]
+fn message_keys_split_into_session_and_index() {
+    let key = crate::MessageKey::new(0xAB_CDEF_0123, 0x00FF_FFFF);
+    assert_eq!(key.session(), 0xAB_CDEF_0123);
+    assert_eq!(key.index(), 0x00FF_FFFF);
+    assert_eq!(crate::MessageKey::from_u64(key.as_u64()), key);
+}

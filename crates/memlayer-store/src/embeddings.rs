@@ -1,0 +1,238 @@
+//! The store's side of the embedding pipeline: the outbox the append path fills, the vectors
+//! the embedding worker stores, and the look-ups indexes need to rebuild themselves and to
+//! turn a hit back into a message.
+//!
+//! Appends never wait for embeddings. `enqueue_for_embedding` (in `store`) writes an outbox
+//! entry in the append's own transaction; a worker reads entries with
+//! [`Store::pending_embeddings`], embeds them, and hands the vectors back with
+//! [`Store::store_embeddings`], which stores them and removes the entries in one transaction.
+//! A crash anywhere in between leaves the entries in the outbox, so they are embedded again.
+
+use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, WriteTransaction};
+
+use crate::model::{
+    EmbeddingModel, MessageKey, PendingEmbedding, SessionRef, StoredVector, Timestamp,
+};
+use crate::record::{
+    MessageRecord, ModelRecord, OutboxRecord, Record, SessionRecord, VectorRecord,
+};
+use crate::store::{enqueue_for_embedding, message_from_record, remove_range};
+use crate::tables::{MESSAGES, MODELS, OUTBOX, SESSION_KEYS, SESSIONS, VECTORS};
+use crate::{Result, Store, StoreError};
+
+impl Store {
+    /// The oldest appends waiting to be embedded: whole outbox entries, oldest first, until
+    /// at least `max_messages` messages are collected (always at least one entry if any).
+    pub fn pending_embeddings(&self, max_messages: usize) -> Result<Vec<PendingEmbedding>> {
+        let txn = self.db().begin_read()?;
+        let outbox = txn.open_table(OUTBOX)?;
+        let keys = txn.open_table(SESSION_KEYS)?;
+        let messages = txn.open_table(MESSAGES)?;
+        let mut pending = Vec::new();
+        let mut collected = 0;
+        for entry in outbox.iter()? {
+            if collected >= max_messages.max(1) {
+                break;
+            }
+            let (seq, value) = entry?;
+            let record = OutboxRecord::decode(value.value())?;
+            let session = keys.get(record.sid)?.map(|names| {
+                let (tenant, session_id) = names.value();
+                SessionRef {
+                    tenant: tenant.to_owned(),
+                    session_id: session_id.to_owned(),
+                }
+            });
+            let mut batch = Vec::new();
+            let end = record.first_index + record.count;
+            for item in messages.range((record.sid, record.first_index)..(record.sid, end))? {
+                let (key, value) = item?;
+                let (sid, index) = key.value();
+                let message = message_from_record(index, MessageRecord::decode(value.value())?)?;
+                batch.push((MessageKey::new(sid, index), message));
+            }
+            collected += batch.len();
+            pending.push(PendingEmbedding {
+                seq: seq.value(),
+                session,
+                messages: batch,
+            });
+        }
+        Ok(pending)
+    }
+
+    /// How many appends wait in the outbox (a gauge for metrics and back-pressure).
+    pub fn pending_embedding_count(&self) -> Result<u64> {
+        Ok(self.db().begin_read()?.open_table(OUTBOX)?.len()?)
+    }
+
+    /// Stores the vectors `model` made for outbox entries `done`, and removes those entries,
+    /// in one transaction. Vectors of messages deleted in the meantime are dropped.
+    ///
+    /// Fails with [`StoreError::Conflict`] if the store holds vectors of another model: they
+    /// are not comparable, and `memlayer reindex` must replace them first.
+    pub async fn store_embeddings(
+        &self,
+        model: EmbeddingModel,
+        done: Vec<u64>,
+        vectors: Vec<(MessageKey, Vec<f32>)>,
+    ) -> Result<()> {
+        for (key, components) in &vectors {
+            if components.len() != model.dimension as usize {
+                return Err(StoreError::InvalidInput {
+                    field: "vector",
+                    reason: format!(
+                        "message {key:?} has {} components, the model {}",
+                        components.len(),
+                        model.dimension
+                    ),
+                });
+            }
+        }
+        self.write(move |txn| {
+            let model_id = register_model(txn, &model)?;
+            let messages = txn.open_table(MESSAGES)?;
+            let mut table = txn.open_table(VECTORS)?;
+            for (key, components) in vectors {
+                let Some(message) = messages.get((key.session(), key.index()))? else {
+                    continue;
+                };
+                let message = MessageRecord::decode(message.value())?;
+                let record = VectorRecord {
+                    model: model_id,
+                    role: message.role,
+                    timestamp: message.timestamp,
+                    components,
+                };
+                table.insert((key.session(), key.index()), record.encode().as_slice())?;
+            }
+            let mut outbox = txn.open_table(OUTBOX)?;
+            for seq in done {
+                outbox.remove(seq)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// The model the stored vectors were made with, if any vector is stored.
+    pub fn vector_model(&self) -> Result<Option<EmbeddingModel>> {
+        let txn = self.db().begin_read()?;
+        let models = txn.open_table(MODELS)?;
+        let Some(entry) = models.iter()?.next() else {
+            return Ok(None);
+        };
+        let record = ModelRecord::decode(entry?.1.value())?;
+        Ok(Some(EmbeddingModel {
+            name: record.name,
+            sha256: record.sha256,
+            dimension: record.dimension,
+        }))
+    }
+
+    /// Up to `limit` stored vectors in key order, starting after `after`: the pages an index
+    /// rebuild reads.
+    pub fn vectors(&self, after: Option<MessageKey>, limit: usize) -> Result<Vec<StoredVector>> {
+        let txn = self.db().begin_read()?;
+        let table = txn.open_table(VECTORS)?;
+        let range = match after {
+            Some(key) => table.range((key.session(), key.index() + 1)..)?,
+            None => table.range::<(u64, u64)>(..)?,
+        };
+        range
+            .take(limit)
+            .map(|entry| {
+                let (key, value) = entry?;
+                let (sid, index) = key.value();
+                let record = VectorRecord::decode(value.value())?;
+                Ok(StoredVector {
+                    key: MessageKey::new(sid, index),
+                    role: record.role,
+                    timestamp: Timestamp::from_micros(record.timestamp),
+                    components: record.components,
+                })
+            })
+            .collect()
+    }
+
+    /// The session a key's message belongs to, or `None` if it was deleted.
+    pub fn session_ref(&self, sid: u64) -> Result<Option<SessionRef>> {
+        let txn = self.db().begin_read()?;
+        let keys = txn.open_table(SESSION_KEYS)?;
+        Ok(keys.get(sid)?.map(|names| {
+            let (tenant, session_id) = names.value();
+            SessionRef {
+                tenant: tenant.to_owned(),
+                session_id: session_id.to_owned(),
+            }
+        }))
+    }
+
+    /// The messages behind index hits, in the order given; `None` for a message that no
+    /// longer exists.
+    pub fn messages_by_key(&self, keys: &[MessageKey]) -> Result<Vec<Option<crate::Message>>> {
+        let txn = self.db().begin_read()?;
+        let messages = txn.open_table(MESSAGES)?;
+        keys.iter()
+            .map(|key| {
+                messages
+                    .get((key.session(), key.index()))?
+                    .map(|value| {
+                        message_from_record(key.index(), MessageRecord::decode(value.value())?)
+                    })
+                    .transpose()
+            })
+            .collect()
+    }
+
+    /// Deletes every vector and queues every message for embedding again: `memlayer reindex`,
+    /// after the embedding model changed. Returns how many messages were queued.
+    pub async fn reset_embeddings(&self) -> Result<u64> {
+        self.write(|txn| {
+            remove_range(&mut txn.open_table(VECTORS)?, (0, 0)..(u64::MAX, 0))?;
+            txn.open_table(MODELS)?.retain(|_, _| false)?;
+            txn.open_table(OUTBOX)?.retain(|_, _| false)?;
+            let sessions: Vec<(u64, u64)> = txn
+                .open_table(SESSIONS)?
+                .iter()?
+                .map(|entry| {
+                    let record = SessionRecord::decode(entry?.1.value())?;
+                    Ok((record.sid, record.next_index))
+                })
+                .collect::<Result<_>>()?;
+            let mut queued = 0;
+            for (sid, count) in sessions {
+                if count > 0 {
+                    enqueue_for_embedding(txn, sid, 0, count)?;
+                    queued += count;
+                }
+            }
+            Ok(queued)
+        })
+        .await
+    }
+}
+
+/// The model's key in the `models` table, adding it if the store has no vectors yet.
+fn register_model(txn: &WriteTransaction, model: &EmbeddingModel) -> Result<u32> {
+    let mut models = txn.open_table(MODELS)?;
+    if let Some(entry) = models.iter()?.next() {
+        let (id, value) = entry?;
+        let known = ModelRecord::decode(value.value())?;
+        if known.sha256 != model.sha256 || known.dimension != model.dimension {
+            return Err(StoreError::Conflict(format!(
+                "the store holds vectors of model {} ({}), not {} ({}); run `memlayer reindex` \
+                 to embed every message again with the new model",
+                known.name, known.sha256, model.name, model.sha256
+            )));
+        }
+        return Ok(id.value());
+    }
+    let record = ModelRecord {
+        name: model.name.clone(),
+        sha256: model.sha256.clone(),
+        dimension: model.dimension,
+    };
+    models.insert(1, record.encode().as_slice())?;
+    Ok(1)
+}
