@@ -1,7 +1,8 @@
 //! Context assembly: deciding, every turn, which part of a session's past goes back into the
-//! prompt, inside a token budget. Today it owns token counting, which the write path uses to
-//! store a count with every message; the strategies (windows, history depth, summaries,
-//! entity memory, retrieval, the combined budget manager) arrive with the strategies issue.
+//! prompt, inside a token budget. It owns token counting (the write path stores a count with
+//! every message) and the history windows: exchanges that are kept or dropped whole, the
+//! sliding window by turns or tokens, and dropping overflow under a budget. Summaries,
+//! entity memory, retrieval and the combined budget manager arrive with the strategies issue.
 //!
 //! It may depend on `memlayer-store`, `memlayer-embed` and `memlayer-index`; it must not
 //! depend on erasure, HTTP or the binary.
@@ -9,7 +10,9 @@
 #![deny(missing_docs)]
 
 mod error;
+mod history;
 mod tokens;
 
 pub use error::MemoryError;
+pub use history::{Exchange, History, MESSAGE_OVERHEAD_TOKENS, Window, message_tokens};
 pub use tokens::TokenEncoding;
