@@ -11,8 +11,12 @@
 
 mod error;
 mod history;
+mod render;
 mod tokens;
 
 pub use error::MemoryError;
 pub use history::{Exchange, History, MESSAGE_OVERHEAD_TOKENS, Window, message_tokens};
+pub use render::{
+    ChatMessage, ContextMessage, Layer, OutputFormat, Rendered, earlier_questions, render,
+};
 pub use tokens::TokenEncoding;
