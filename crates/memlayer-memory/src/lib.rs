@@ -9,11 +9,13 @@
 
 #![deny(missing_docs)]
 
+mod entities;
 mod error;
 mod history;
 mod render;
 mod tokens;
 
+pub use entities::{Fact, FactEntry, FactSheet, extract};
 pub use error::MemoryError;
 pub use history::{Exchange, History, MESSAGE_OVERHEAD_TOKENS, Window, message_tokens};
 pub use render::{
