@@ -1,0 +1,43 @@
+//! The one error type of the index crate.
+
+use std::io;
+
+/// Everything that can go wrong in the indexes of this crate.
+///
+/// `DimensionMismatch`, `InvalidVector` and `InvalidConfig` are caller mistakes and leave the
+/// index unchanged. `Corrupted` means a snapshot file cannot be trusted: the indexes are
+/// derived data, so the caller discards the file and rebuilds from the store. `Io` is a
+/// failure of the file system while saving or loading.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum IndexError {
+    /// A vector or query has another dimension than the index.
+    #[error("vector has dimension {found}, the index expects {expected}")]
+    DimensionMismatch {
+        /// The dimension the index was configured with.
+        expected: usize,
+        /// The length of the slice that was passed.
+        found: usize,
+    },
+    /// A vector or query is not finite or not L2-normalised.
+    #[error("invalid vector: {0}")]
+    InvalidVector(String),
+    /// A configuration value is out of range.
+    #[error("invalid index configuration: {field} {reason}")]
+    InvalidConfig {
+        /// The offending field.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A snapshot file is truncated, damaged, of an unknown format or written for another
+    /// configuration; rebuild the index from the store.
+    #[error("corrupted snapshot: {0}")]
+    Corrupted(String),
+    /// Reading or writing a snapshot failed.
+    #[error("snapshot I/O error: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// The result type of this crate.
+pub type Result<T, E = IndexError> = std::result::Result<T, E>;

@@ -1,0 +1,212 @@
+//! The keyword index: BM25 over analysed documents, with postings that are really deleted
+//! when a document is removed.
+
+use std::collections::HashMap;
+
+use crate::analyzer::Analyzer;
+use crate::topk::{IdFilter, TopK};
+
+/// BM25 term-frequency saturation.
+const K1: f32 = 1.2;
+/// BM25 document-length normalisation.
+const B: f32 = 0.75;
+
+/// A document's occurrences of one term.
+#[derive(Debug, Clone, Copy)]
+struct Posting {
+    document: u64,
+    frequency: u32,
+}
+
+#[derive(Debug, Default)]
+struct Term {
+    /// Empty while the term id is on the free list.
+    text: String,
+    /// Sorted by document id. Never empty while the term is in the vocabulary.
+    postings: Vec<Posting>,
+}
+
+#[derive(Debug)]
+struct Document {
+    /// Number of terms, repetitions included: BM25's document length.
+    length: u32,
+    /// The distinct terms, so removal can find every posting of the document.
+    terms: Box<[u32]>,
+}
+
+/// BM25 ranking (k1 = 1.2, b = 0.75) of documents `(u64 id, text)`.
+///
+/// Removing a document deletes its postings, and a term left without postings is dropped
+/// from the vocabulary, so an erased text leaves no word behind in the index.
+#[derive(Debug)]
+pub struct KeywordIndex {
+    analyzer: Analyzer,
+    vocabulary: HashMap<String, u32>,
+    /// Indexed by term id.
+    terms: Vec<Term>,
+    /// Term ids whose term was dropped, for reuse.
+    free_terms: Vec<u32>,
+    documents: HashMap<u64, Document>,
+    /// Sum of the lengths of all documents, for the average document length.
+    total_length: u64,
+}
+
+impl Default for KeywordIndex {
+    fn default() -> Self {
+        Self::new(Analyzer::default())
+    }
+}
+
+impl KeywordIndex {
+    /// An empty index whose documents and queries go through `analyzer`.
+    pub fn new(analyzer: Analyzer) -> Self {
+        Self {
+            analyzer,
+            vocabulary: HashMap::new(),
+            terms: Vec::new(),
+            free_terms: Vec::new(),
+            documents: HashMap::new(),
+            total_length: 0,
+        }
+    }
+
+    /// The analyzer documents and queries go through.
+    pub fn analyzer(&self) -> &Analyzer {
+        &self.analyzer
+    }
+
+    /// How many documents the index holds.
+    pub fn len(&self) -> usize {
+        self.documents.len()
+    }
+
+    /// Whether the index holds no document.
+    pub fn is_empty(&self) -> bool {
+        self.documents.is_empty()
+    }
+
+    /// Whether a document `id` is indexed.
+    pub fn contains(&self, id: u64) -> bool {
+        self.documents.contains_key(&id)
+    }
+
+    /// How many distinct terms the indexed documents contain.
+    pub fn vocabulary_len(&self) -> usize {
+        self.vocabulary.len()
+    }
+
+    /// Indexes `text` as document `id`, replacing the text it had.
+    pub fn add(&mut self, id: u64, text: &str) {
+        self.remove(id);
+        let mut frequencies: HashMap<String, u32> = HashMap::new();
+        let mut length = 0u32;
+        for token in self.analyzer.tokens(text) {
+            *frequencies.entry(token).or_default() += 1;
+            length = length.saturating_add(1);
+        }
+        let mut terms = Vec::with_capacity(frequencies.len());
+        for (text, frequency) in frequencies {
+            let term = self.term_id(text);
+            let postings = &mut self.terms[term as usize].postings;
+            // Ids usually grow (messages are appended), so this is mostly a push.
+            let at = postings.partition_point(|p| p.document < id);
+            postings.insert(
+                at,
+                Posting {
+                    document: id,
+                    frequency,
+                },
+            );
+            terms.push(term);
+        }
+        self.total_length += u64::from(length);
+        self.documents.insert(
+            id,
+            Document {
+                length,
+                terms: terms.into_boxed_slice(),
+            },
+        );
+    }
+
+    /// Removes document `id` and its postings; returns whether it was indexed.
+    pub fn remove(&mut self, id: u64) -> bool {
+        let Some(document) = self.documents.remove(&id) else {
+            return false;
+        };
+        self.total_length -= u64::from(document.length);
+        for &term_id in &document.terms {
+            let term = &mut self.terms[term_id as usize];
+            if let Ok(at) = term.postings.binary_search_by_key(&id, |p| p.document) {
+                term.postings.remove(at);
+            }
+            if term.postings.is_empty() {
+                self.vocabulary.remove(&term.text);
+                *term = Term::default();
+                self.free_terms.push(term_id);
+            }
+        }
+        true
+    }
+
+    /// The (at most) `k` documents that best match `query` by BM25 among those whose id
+    /// passes `filter`, as `(id, score)`, best first; equal scores in id order. Documents
+    /// that share no term with the query are not returned. A term repeated in the query
+    /// counts once.
+    pub fn search(&self, query: &str, k: usize, filter: Option<IdFilter<'_>>) -> Vec<(u64, f32)> {
+        if self.documents.is_empty() || k == 0 {
+            return Vec::new();
+        }
+        let mut query_terms: Vec<u32> = self
+            .analyzer
+            .tokens(query)
+            .iter()
+            .filter_map(|token| self.vocabulary.get(token).copied())
+            .collect();
+        query_terms.sort_unstable();
+        query_terms.dedup();
+
+        let documents = self.documents.len() as f32;
+        let average_length = self.total_length as f32 / documents;
+        let mut scores: HashMap<u64, f32> = HashMap::new();
+        for term in query_terms {
+            let postings = &self.terms[term as usize].postings;
+            let df = postings.len() as f32;
+            // Lucene's idf: the +1 keeps it positive for terms in more than half the
+            // documents, where Robertson–Spärck Jones' original goes negative.
+            let idf = (1.0 + (documents - df + 0.5) / (df + 0.5)).ln();
+            for posting in postings {
+                let length = self.documents[&posting.document].length as f32;
+                let tf = posting.frequency as f32;
+                let norm = K1 * (1.0 - B + B * length / average_length);
+                *scores.entry(posting.document).or_default() += idf * tf * (K1 + 1.0) / (tf + norm);
+            }
+        }
+        let mut top = TopK::new(k);
+        for (id, score) in scores {
+            if filter.is_none_or(|f| f(id)) {
+                top.push(id, score);
+            }
+        }
+        top.into_sorted()
+    }
+
+    fn term_id(&mut self, text: String) -> u32 {
+        if let Some(&id) = self.vocabulary.get(&text) {
+            return id;
+        }
+        let id = match self.free_terms.pop() {
+            Some(id) => id,
+            None => {
+                self.terms.push(Term::default());
+                u32::try_from(self.terms.len() - 1).expect("fewer than 2^32 distinct terms")
+            }
+        };
+        self.terms[id as usize].text = text.clone();
+        self.vocabulary.insert(text, id);
+        id
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,219 @@
+//! The vector snapshot file: our own small format, written atomically, verified on load.
+//!
+//! Layout, all integers little-endian:
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 8 | magic `MLVECIDX` |
+//! | 8 | 4 | format version (1) |
+//! | 12 | 4 | dimension `d` |
+//! | 16 | 8 | covered sequence: the store sequence the snapshot includes |
+//! | 24 | 8 | record count `n` |
+//! | 32 | 4 | CRC-32 (IEEE, `crc32fast`) of bytes 0..32 followed by the body |
+//! | 36 | `n × (8 + 4d)` | body: `n` records of id (`u64`) then `d` × `f32` |
+//!
+//! Only live vectors are written: an erased vector is never part of a snapshot. The file holds
+//! no graph; [`crate::VectorIndex::load`] rebuilds the HNSW graph from the vectors (the crate
+//! root explains why hnsw_rs's own dump is not used).
+
+use std::fs::{self, File};
+use std::io::{self, BufWriter, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use crate::dot::check_unit;
+use crate::error::{IndexError, Result};
+
+const MAGIC: [u8; 8] = *b"MLVECIDX";
+const VERSION: u32 = 1;
+const HEADER_LEN: usize = 36;
+/// Offset of the checksum, which covers the header bytes before it.
+const CHECKSUM_OFFSET: usize = 32;
+
+/// What a snapshot holds.
+#[derive(Debug)]
+pub(crate) struct Snapshot {
+    pub(crate) covered_sequence: u64,
+    pub(crate) ids: Vec<u64>,
+    /// `ids.len() × dimension` components, record by record.
+    pub(crate) data: Vec<f32>,
+}
+
+/// Writes `records` (id, vector of length `dimension`) to `path` atomically: into a
+/// temporary file in the same directory, synced, renamed over `path`, then the directory
+/// synced, so a crash leaves either the old snapshot or the new one, never a mix.
+pub(crate) fn write<'a>(
+    path: &Path,
+    dimension: usize,
+    covered_sequence: u64,
+    count: usize,
+    records: impl Iterator<Item = (u64, &'a [f32])>,
+) -> Result<()> {
+    let temp = temp_path(path)?;
+    let result = write_file(&temp, dimension, covered_sequence, count, records)
+        .and_then(|()| fs::rename(&temp, path).map_err(IndexError::from))
+        .and_then(|()| sync_parent(path));
+    if result.is_err() {
+        // Best effort: the temporary file holds nothing the caller relies on.
+        let _ = fs::remove_file(&temp);
+    }
+    result
+}
+
+fn temp_path(path: &Path) -> Result<PathBuf> {
+    let name = path.file_name().ok_or_else(|| {
+        IndexError::Io(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("snapshot path {} has no file name", path.display()),
+        ))
+    })?;
+    let mut temp_name = name.to_os_string();
+    temp_name.push(".tmp");
+    Ok(path.with_file_name(temp_name))
+}
+
+fn write_file<'a>(
+    temp: &Path,
+    dimension: usize,
+    covered_sequence: u64,
+    count: usize,
+    records: impl Iterator<Item = (u64, &'a [f32])>,
+) -> Result<()> {
+    let dimension_u32 = u32::try_from(dimension).map_err(|_| IndexError::InvalidConfig {
+        field: "dimension",
+        reason: "does not fit the snapshot format".into(),
+    })?;
+    let mut header = [0u8; HEADER_LEN];
+    header[0..8].copy_from_slice(&MAGIC);
+    header[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    header[12..16].copy_from_slice(&dimension_u32.to_le_bytes());
+    header[16..24].copy_from_slice(&covered_sequence.to_le_bytes());
+    header[24..32].copy_from_slice(&(count as u64).to_le_bytes());
+
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&header[..CHECKSUM_OFFSET]);
+    let mut out = BufWriter::new(File::create(temp)?);
+    // The checksum is patched in once the body has streamed through the hasher, so the body
+    // is converted to bytes only once and never held in memory as a whole.
+    out.write_all(&header)?;
+    let mut record = Vec::with_capacity(8 + 4 * dimension);
+    let mut written = 0usize;
+    for (id, vector) in records {
+        debug_assert_eq!(vector.len(), dimension);
+        record.clear();
+        record.extend_from_slice(&id.to_le_bytes());
+        for x in vector {
+            record.extend_from_slice(&x.to_le_bytes());
+        }
+        crc.update(&record);
+        out.write_all(&record)?;
+        written += 1;
+    }
+    debug_assert_eq!(written, count);
+    let mut file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
+    file.seek(SeekFrom::Start(CHECKSUM_OFFSET as u64))?;
+    file.write_all(&crc.finalize().to_le_bytes())?;
+    file.sync_all()?;
+    Ok(())
+}
+
+/// Makes the rename durable: on Unix a rename is recorded in the directory, which has to be
+/// synced on its own.
+fn sync_parent(path: &Path) -> Result<()> {
+    #[cfg(unix)]
+    {
+        let parent = match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        File::open(parent)?.sync_all()?;
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
+}
+
+/// Reads and verifies the snapshot at `path` written for vectors of `dimension`.
+///
+/// Every check that can fail reports [`IndexError::Corrupted`]; nothing here panics or
+/// allocates more than the file's actual size, whatever the header claims.
+pub(crate) fn read(path: &Path, dimension: usize) -> Result<Snapshot> {
+    let bytes = fs::read(path)?;
+    parse(&bytes, dimension)
+}
+
+fn parse(bytes: &[u8], dimension: usize) -> Result<Snapshot> {
+    let corrupted = |detail: String| IndexError::Corrupted(detail);
+    let Some((header, body)) = bytes.split_first_chunk::<HEADER_LEN>() else {
+        return Err(corrupted(format!(
+            "{} bytes is shorter than the {HEADER_LEN}-byte header",
+            bytes.len()
+        )));
+    };
+    let field = |range: std::ops::Range<usize>| &header[range];
+    if field(0..8) != MAGIC {
+        return Err(corrupted(
+            "not a memlayer vector snapshot (bad magic)".into(),
+        ));
+    }
+    let version = u32::from_le_bytes(le(field(8..12)));
+    if version != VERSION {
+        return Err(corrupted(format!(
+            "format version {version}, this build reads {VERSION}"
+        )));
+    }
+    let file_dimension = u32::from_le_bytes(le(field(12..16)));
+    if usize::try_from(file_dimension).ok() != Some(dimension) {
+        return Err(corrupted(format!(
+            "dimension {file_dimension}, the index expects {dimension}"
+        )));
+    }
+    let covered_sequence = u64::from_le_bytes(le(field(16..24)));
+    let count = u64::from_le_bytes(le(field(24..32)));
+    let stored_crc = u32::from_le_bytes(le(field(32..36)));
+
+    // The count is checked against the real body length before anything is allocated.
+    let record_len = 8 + 4 * dimension;
+    let expected_body = usize::try_from(count)
+        .ok()
+        .and_then(|count| count.checked_mul(record_len));
+    if expected_body != Some(body.len()) {
+        return Err(corrupted(format!(
+            "header announces {count} records of {record_len} bytes, the body has {} bytes",
+            body.len()
+        )));
+    }
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&header[..CHECKSUM_OFFSET]);
+    crc.update(body);
+    if crc.finalize() != stored_crc {
+        return Err(corrupted("checksum mismatch".into()));
+    }
+
+    let count = body.len() / record_len;
+    let mut ids = Vec::with_capacity(count);
+    let mut data = Vec::with_capacity(count * dimension);
+    for record in body.chunks_exact(record_len) {
+        let (id, components) = record.split_at(8);
+        let id = u64::from_le_bytes(le(id));
+        let (components, _) = components.as_chunks::<4>();
+        let start = data.len();
+        data.extend(components.iter().map(|c| f32::from_le_bytes(*c)));
+        // A matching checksum means we wrote this, but an index must never hold a vector it
+        // would have refused on insert, so the invariant is checked rather than trusted.
+        check_unit(&data[start..])
+            .map_err(|reason| corrupted(format!("vector of id {id}: {reason}")))?;
+        ids.push(id);
+    }
+    Ok(Snapshot {
+        covered_sequence,
+        ids,
+        data,
+    })
+}
+
+/// Copies a header field (always of the right length) into an array.
+fn le<const N: usize>(bytes: &[u8]) -> [u8; N] {
+    let mut out = [0u8; N];
+    out.copy_from_slice(bytes);
+    out
+}

@@ -1,0 +1,465 @@
+//! The vector index: an exact scan over a contiguous arena for small scopes, an HNSW graph
+//! over the same arena for large ones, tombstones and compaction for deletion, and snapshots.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::Path;
+
+use crate::dot::{check_unit, dot};
+use crate::error::{IndexError, Result};
+use crate::graph::{Graph, GraphParams};
+use crate::snapshot;
+use crate::topk::{IdFilter, TopK, sort_hits};
+
+/// The largest dimension a configuration accepts; far above any sentence-embedding model,
+/// and it keeps `dimension × 4` and the snapshot header field comfortably in range.
+const MAX_DIMENSION: usize = 65_536;
+
+/// How many live slots the selectivity estimate of a filter looks at.
+const FILTER_SAMPLE: usize = 256;
+
+/// Parameters of a [`VectorIndex`]. Build it with [`VectorConfig::new`] and change fields.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct VectorConfig {
+    /// Length of every vector: 384 for all-MiniLM-L6-v2. Checked on insert and search.
+    pub dimension: usize,
+    /// Searches over at most this many candidate vectors scan them exactly; above it the
+    /// index keeps an HNSW graph and searches through it. The default is where, on this
+    /// project's 2-core machines, the graph became faster than the scan (see the crate root).
+    pub hnsw_threshold: usize,
+    /// HNSW `M`: links per node and layer (twice as many on layer 0). At most 256.
+    pub max_connections: usize,
+    /// HNSW candidate list size while building.
+    pub ef_construction: usize,
+    /// HNSW candidate list size while searching (raised to `k` when `k` is larger).
+    pub ef_search: usize,
+    /// The share of dead slots (removed or replaced vectors) above which the index compacts
+    /// itself: dead slots slow filtered HNSW searches down, and the graph still holds copies
+    /// of the erased vectors until it is rebuilt.
+    pub max_tombstone_fraction: f32,
+}
+
+impl VectorConfig {
+    /// The defaults for vectors of `dimension`: M 16, ef_construction 200, ef_search 64,
+    /// compaction at 10% tombstones, and HNSW above 5,000 vectors (measured, see the crate
+    /// root).
+    pub const fn new(dimension: usize) -> Self {
+        Self {
+            dimension,
+            hnsw_threshold: 5_000,
+            max_connections: 16,
+            ef_construction: 200,
+            ef_search: 64,
+            max_tombstone_fraction: 0.1,
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        let invalid = |field, reason: &str| {
+            Err(IndexError::InvalidConfig {
+                field,
+                reason: reason.into(),
+            })
+        };
+        if !(1..=MAX_DIMENSION).contains(&self.dimension) {
+            return invalid("dimension", "must be between 1 and 65536");
+        }
+        // hnsw_rs terminates the process on more than 256 connections rather than failing.
+        if !(2..=256).contains(&self.max_connections) {
+            return invalid("max_connections", "must be between 2 and 256");
+        }
+        if self.ef_construction == 0 {
+            return invalid("ef_construction", "must be at least 1");
+        }
+        if self.ef_search == 0 {
+            return invalid("ef_search", "must be at least 1");
+        }
+        if !(0.0..=1.0).contains(&self.max_tombstone_fraction) {
+            return invalid("max_tombstone_fraction", "must be between 0 and 1");
+        }
+        Ok(())
+    }
+
+    fn graph_params(&self) -> GraphParams {
+        GraphParams {
+            max_connections: self.max_connections,
+            ef_construction: self.ef_construction,
+            ef_search: self.ef_search,
+        }
+    }
+}
+
+/// Nearest-neighbour search over L2-normalised vectors by cosine similarity.
+///
+/// Vectors live in one contiguous arena of slots. Removing or replacing a vector kills its
+/// slot: the id disappears from every search at once and the slot's components are zeroed,
+/// but the slot stays so that the HNSW graph, which cannot delete, keeps valid data ids.
+/// When dead slots exceed [`VectorConfig::max_tombstone_fraction`], and on
+/// [`compact`](Self::compact), the arena is squeezed and the graph rebuilt from the live
+/// vectors, which drops the graph's copies of erased vectors.
+///
+/// Methods that change the index take `&mut self`; searches take `&self`, so an
+/// `RwLock<VectorIndex>` serves concurrent searches.
+pub struct VectorIndex {
+    config: VectorConfig,
+    /// The id of each slot, dead slots included.
+    ids: Vec<u64>,
+    /// `ids.len() × dimension` components; a dead slot's components are all zero.
+    data: Vec<f32>,
+    /// Whether each slot is live.
+    live: Vec<bool>,
+    /// The slot of every live id. Invariant: `slot_of[id] == s` iff `live[s] && ids[s] == id`.
+    slot_of: HashMap<u64, usize>,
+    /// Built when the index grows past `hnsw_threshold` live vectors, dropped by the first
+    /// compaction that finds it no larger. Invariant: it holds every live slot, its data id
+    /// being the slot, and no slot at or past `ids.len()`.
+    graph: Option<Graph>,
+}
+
+impl fmt::Debug for VectorIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("VectorIndex")
+            .field("config", &self.config)
+            .field("live", &self.len())
+            .field("tombstones", &self.tombstones())
+            .field("graph", &self.graph.as_ref().map(Graph::len))
+            .finish()
+    }
+}
+
+impl VectorIndex {
+    /// An empty index.
+    pub fn new(config: VectorConfig) -> Result<Self> {
+        config.validate()?;
+        Ok(Self {
+            config,
+            ids: Vec::new(),
+            data: Vec::new(),
+            live: Vec::new(),
+            slot_of: HashMap::new(),
+            graph: None,
+        })
+    }
+
+    /// The configuration the index was built with.
+    pub fn config(&self) -> &VectorConfig {
+        &self.config
+    }
+
+    /// How many vectors the index holds.
+    pub fn len(&self) -> usize {
+        self.slot_of.len()
+    }
+
+    /// Whether the index holds no vector.
+    pub fn is_empty(&self) -> bool {
+        self.slot_of.is_empty()
+    }
+
+    /// Whether `id` has a vector in the index.
+    pub fn contains(&self, id: u64) -> bool {
+        self.slot_of.contains_key(&id)
+    }
+
+    /// How many removed or replaced vectors still occupy a slot until the next compaction.
+    pub fn tombstones(&self) -> usize {
+        self.ids.len() - self.slot_of.len()
+    }
+
+    /// Whether searches over the whole index go through the HNSW graph.
+    pub fn has_graph(&self) -> bool {
+        self.graph.is_some()
+    }
+
+    /// Adds the vector of `id`, replacing the one it had.
+    ///
+    /// Fails, leaving the index unchanged, if the vector has the wrong dimension or is not
+    /// finite and L2-normalised.
+    pub fn insert(&mut self, id: u64, vector: &[f32]) -> Result<()> {
+        self.insert_batch([(id, vector)])
+    }
+
+    /// Adds many vectors at once; the HNSW graph, if any, is extended in parallel. An id that
+    /// occurs twice keeps its last vector.
+    ///
+    /// Every vector is checked first: if one is invalid, none is added.
+    pub fn insert_batch<'a>(
+        &mut self,
+        items: impl IntoIterator<Item = (u64, &'a [f32])>,
+    ) -> Result<()> {
+        let items: Vec<(u64, &[f32])> = items.into_iter().collect();
+        for (_, vector) in &items {
+            self.check_vector(vector)?;
+        }
+        let first_new = self.ids.len();
+        for (id, vector) in items {
+            if let Some(&slot) = self.slot_of.get(&id) {
+                // Re-inserting an unchanged vector (a replay after loading a snapshot) would
+                // only create a tombstone.
+                if self.vector(slot) == vector {
+                    continue;
+                }
+                self.kill(slot);
+            }
+            self.slot_of.insert(id, self.ids.len());
+            self.ids.push(id);
+            self.live.push(true);
+            self.data.extend_from_slice(vector);
+        }
+        if let Some(graph) = &self.graph {
+            // A slot killed again within the batch is left out: the graph only needs the
+            // live ones.
+            let points: Vec<(&[f32], usize)> = (first_new..self.ids.len())
+                .filter(|&slot| self.live[slot])
+                .map(|slot| (self.vector(slot), slot))
+                .collect();
+            graph.insert(&points);
+        }
+        self.maintain();
+        Ok(())
+    }
+
+    /// Removes the vector of `id`; returns whether there was one.
+    ///
+    /// The id is gone from searches and its components are zeroed at once. Copies in the
+    /// HNSW graph last until the next compaction: call [`compact`](Self::compact) when the
+    /// vector must be erased from memory. If the removal takes the tombstones past
+    /// [`VectorConfig::max_tombstone_fraction`], this call compacts, which rebuilds the graph.
+    pub fn remove(&mut self, id: u64) -> bool {
+        let Some(slot) = self.slot_of.remove(&id) else {
+            return false;
+        };
+        self.kill(slot);
+        self.maintain();
+        true
+    }
+
+    /// Squeezes dead slots out of the arena and rebuilds the HNSW graph from the live vectors
+    /// (or drops it if the index is now small enough to scan). Afterwards no erased vector
+    /// is held by the index. Without tombstones there is nothing to erase: then the graph is
+    /// only dropped, or built, if the index's size calls for it.
+    pub fn compact(&mut self) {
+        if self.tombstones() == 0 && self.graph.is_some() == self.wants_graph() {
+            return;
+        }
+        let dimension = self.config.dimension;
+        let mut kept = 0;
+        for slot in 0..self.ids.len() {
+            if self.live[slot] {
+                if kept != slot {
+                    self.ids[kept] = self.ids[slot];
+                    self.data
+                        .copy_within(slot * dimension..(slot + 1) * dimension, kept * dimension);
+                }
+                kept += 1;
+            }
+        }
+        // The tail now holds only copies of vectors that moved down; clear it anyway so the
+        // spare capacity keeps nothing.
+        self.data[kept * dimension..].fill(0.0);
+        self.ids.truncate(kept);
+        self.data.truncate(kept * dimension);
+        self.live.clear();
+        self.live.resize(kept, true);
+        self.slot_of = self
+            .ids
+            .iter()
+            .enumerate()
+            .map(|(slot, &id)| (id, slot))
+            .collect();
+        // Dropping the old graph frees its copies of the erased vectors.
+        self.graph = None;
+        if self.wants_graph() {
+            let points: Vec<(&[f32], usize)> =
+                (0..kept).map(|slot| (self.vector(slot), slot)).collect();
+            self.graph = Some(Graph::build(self.config.graph_params(), &points));
+        }
+    }
+
+    /// The (at most) `k` vectors most similar to `query` among those whose id passes
+    /// `filter`, as `(id, cosine similarity)`, best first; equal scores in id order.
+    ///
+    /// Small candidate sets are scanned exactly. With a graph, a filter is estimated on a
+    /// sample of the index: when few vectors pass it the exact scan is both faster and exact,
+    /// and graph traversal under a selective filter would visit most of the graph anyway.
+    /// Otherwise the graph is searched with the filter applied during the traversal, which is
+    /// approximate: recall@10 ≥ 0.99 on clustered synthetic data at the defaults, 0.98 on
+    /// 100k real MiniLM vectors. Scores are always the exact dot products.
+    pub fn search(
+        &self,
+        query: &[f32],
+        k: usize,
+        filter: Option<IdFilter<'_>>,
+    ) -> Result<Vec<(u64, f32)>> {
+        self.check_vector(query)?;
+        // hnsw_rs sizes its candidate heaps by k: an "everything" k must not reach it.
+        let k = k.min(self.len());
+        match &self.graph {
+            Some(graph) if self.estimated_candidates(filter) > self.config.hnsw_threshold => {
+                Ok(self.search_graph(graph, query, k, filter))
+            }
+            _ => Ok(self.scan(query, k, filter)),
+        }
+    }
+
+    /// Like [`search`](Self::search) but always an exact scan of every live vector.
+    pub fn search_exact(
+        &self,
+        query: &[f32],
+        k: usize,
+        filter: Option<IdFilter<'_>>,
+    ) -> Result<Vec<(u64, f32)>> {
+        self.check_vector(query)?;
+        Ok(self.scan(query, k, filter))
+    }
+
+    /// Writes the live vectors to a snapshot at `path`, atomically, recording that it covers
+    /// the store up to `covered_sequence`. Removed vectors are never written, compacted or
+    /// not.
+    pub fn save(&self, path: impl AsRef<Path>, covered_sequence: u64) -> Result<()> {
+        let records = (0..self.ids.len())
+            .filter(|&slot| self.live[slot])
+            .map(|slot| (self.ids[slot], self.vector(slot)));
+        snapshot::write(
+            path.as_ref(),
+            self.config.dimension,
+            covered_sequence,
+            self.len(),
+            records,
+        )
+    }
+
+    /// Loads a snapshot written by [`save`](Self::save) and returns the index with the
+    /// sequence it covers; the caller replays newer store entries on top.
+    ///
+    /// A truncated, damaged, unknown or differently dimensioned file is
+    /// [`IndexError::Corrupted`]: rebuild from the store then. The HNSW graph, if the index
+    /// is large enough to need one, is rebuilt from the vectors.
+    pub fn load(path: impl AsRef<Path>, config: VectorConfig) -> Result<(Self, u64)> {
+        config.validate()?;
+        let snapshot = snapshot::read(path.as_ref(), config.dimension)?;
+        let mut slot_of = HashMap::with_capacity(snapshot.ids.len());
+        for (slot, &id) in snapshot.ids.iter().enumerate() {
+            if slot_of.insert(id, slot).is_some() {
+                return Err(IndexError::Corrupted(format!("id {id} occurs twice")));
+            }
+        }
+        let mut index = Self {
+            config,
+            live: vec![true; snapshot.ids.len()],
+            ids: snapshot.ids,
+            data: snapshot.data,
+            slot_of,
+            graph: None,
+        };
+        index.maintain();
+        Ok((index, snapshot.covered_sequence))
+    }
+
+    fn check_vector(&self, vector: &[f32]) -> Result<()> {
+        if vector.len() != self.config.dimension {
+            return Err(IndexError::DimensionMismatch {
+                expected: self.config.dimension,
+                found: vector.len(),
+            });
+        }
+        check_unit(vector).map_err(IndexError::InvalidVector)
+    }
+
+    fn vector(&self, slot: usize) -> &[f32] {
+        let dimension = self.config.dimension;
+        &self.data[slot * dimension..(slot + 1) * dimension]
+    }
+
+    fn kill(&mut self, slot: usize) {
+        self.live[slot] = false;
+        let dimension = self.config.dimension;
+        self.data[slot * dimension..(slot + 1) * dimension].fill(0.0);
+    }
+
+    fn wants_graph(&self) -> bool {
+        self.len() > self.config.hnsw_threshold
+    }
+
+    /// Compacts when tombstones pass their limit or when the index has just grown past the
+    /// HNSW threshold (the graph is built from a squeezed arena so it holds no dead slot).
+    fn maintain(&mut self) {
+        let too_many_dead = self.tombstones() as f64
+            > f64::from(self.config.max_tombstone_fraction) * self.ids.len() as f64;
+        if too_many_dead || (self.graph.is_none() && self.wants_graph()) {
+            self.compact();
+        }
+    }
+
+    /// How many live vectors probably pass `filter`, from a stride sample of the slots.
+    /// A stride rather than random sample keeps searches deterministic; ids that cluster in
+    /// slot order (one recent conversation) are still counted in proportion.
+    fn estimated_candidates(&self, filter: Option<IdFilter<'_>>) -> usize {
+        let Some(filter) = filter else {
+            return self.len();
+        };
+        let step = (self.ids.len() / FILTER_SAMPLE).max(1);
+        let (mut sampled, mut passed) = (0usize, 0usize);
+        for slot in (0..self.ids.len()).step_by(step) {
+            if self.live[slot] {
+                sampled += 1;
+                passed += usize::from(filter(self.ids[slot]));
+            }
+        }
+        if sampled == 0 {
+            return 0;
+        }
+        self.len() * passed / sampled
+    }
+
+    fn scan(&self, query: &[f32], k: usize, filter: Option<IdFilter<'_>>) -> Vec<(u64, f32)> {
+        let mut top = TopK::new(k);
+        let slots = self
+            .ids
+            .iter()
+            .zip(&self.live)
+            .zip(self.data.chunks_exact(self.config.dimension));
+        for ((&id, &live), vector) in slots {
+            if live && filter.is_none_or(|f| f(id)) {
+                top.push(id, dot(query, vector));
+            }
+        }
+        top.into_sorted()
+    }
+
+    fn search_graph(
+        &self,
+        graph: &Graph,
+        query: &[f32],
+        k: usize,
+        filter: Option<IdFilter<'_>>,
+    ) -> Vec<(u64, f32)> {
+        if k == 0 {
+            return Vec::new();
+        }
+        let keep = |slot: usize| {
+            self.live.get(slot).copied().unwrap_or(false)
+                && filter.is_none_or(|f| f(self.ids[slot]))
+        };
+        // Without dead slots and caller filter the graph search may stop early; hnsw_rs
+        // explores further whenever a filter is given, so pass one only when needed.
+        let slot_filter: Option<&dyn Fn(usize) -> bool> =
+            if filter.is_some() || self.tombstones() > 0 {
+                Some(&keep)
+            } else {
+                None
+            };
+        let mut hits: Vec<(u64, f32)> = graph
+            .search(query, k, slot_filter)
+            .into_iter()
+            .filter(|&slot| keep(slot))
+            .map(|slot| (self.ids[slot], dot(query, self.vector(slot))))
+            .collect();
+        sort_hits(&mut hits);
+        hits
+    }
+}
+
+#[cfg(test)]
+mod tests;

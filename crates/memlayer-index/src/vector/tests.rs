@@ -1,0 +1,582 @@
+//! Behaviour of the vector index through its public API: exact and HNSW search against a
+//! brute-force oracle, deletion and erasure, snapshots and their corruption.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use proptest::prelude::*;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use rand_distr::StandardNormal;
+
+use crate::{IndexError, VectorConfig, VectorIndex};
+
+/// Gaussian clusters on the unit sphere: uniformly random vectors have no near neighbours
+/// to find, real embeddings do.
+struct Clusters {
+    centres: Vec<Vec<f32>>,
+    sigma: f32,
+}
+
+impl Clusters {
+    /// `count` random centres, and noise of standard deviation `sigma` per component.
+    fn new(seed: u64, count: usize, dimension: usize, sigma: f32) -> Self {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let centres = (0..count)
+            .map(|_| normalised((0..dimension).map(|_| rng.sample(StandardNormal)).collect()))
+            .collect();
+        Self { centres, sigma }
+    }
+
+    /// `n` L2-normalised points, taking the clusters in turn.
+    fn sample(&self, seed: u64, n: usize) -> Vec<Vec<f32>> {
+        let mut rng = StdRng::seed_from_u64(seed);
+        (0..n)
+            .map(|i| {
+                let centre = &self.centres[i % self.centres.len()];
+                normalised(
+                    centre
+                        .iter()
+                        .map(|c| c + self.sigma * rng.sample::<f32, _>(StandardNormal))
+                        .collect(),
+                )
+            })
+            .collect()
+    }
+}
+
+/// `n` points of fresh clusters, for tests that need no queries from the same clusters.
+fn clustered(seed: u64, n: usize, dimension: usize, clusters: usize, sigma: f32) -> Vec<Vec<f32>> {
+    Clusters::new(seed, clusters, dimension, sigma).sample(seed, n)
+}
+
+fn normalised(mut v: Vec<f32>) -> Vec<f32> {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    v.iter_mut().for_each(|x| *x /= norm);
+    v
+}
+
+fn config(dimension: usize, hnsw_threshold: usize) -> VectorConfig {
+    let mut config = VectorConfig::new(dimension);
+    config.hnsw_threshold = hnsw_threshold;
+    config
+}
+
+fn index_of(config: VectorConfig, vectors: &[Vec<f32>]) -> VectorIndex {
+    let mut index = VectorIndex::new(config).unwrap();
+    index
+        .insert_batch(
+            vectors
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (i as u64, v.as_slice())),
+        )
+        .unwrap();
+    index
+}
+
+/// The oracle: every vector scored, best first, ties in id order.
+fn brute_force(model: &BTreeMap<u64, Vec<f32>>, query: &[f32], k: usize) -> Vec<u64> {
+    let mut scored: Vec<(u64, f32)> = model
+        .iter()
+        .map(|(id, v)| (*id, v.iter().zip(query).map(|(a, b)| a * b).sum()))
+        .collect();
+    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    scored.into_iter().take(k).map(|(id, _)| id).collect()
+}
+
+fn ids(hits: &[(u64, f32)]) -> Vec<u64> {
+    hits.iter().map(|h| h.0).collect()
+}
+
+fn recall(found: &[u64], truth: &[u64]) -> f64 {
+    let hits = found.iter().filter(|id| truth.contains(id)).count();
+    hits as f64 / truth.len() as f64
+}
+
+fn contains_window(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+fn f32_bytes(vector: &[f32]) -> Vec<u8> {
+    vector.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn assert_corrupted(path: &Path, config: VectorConfig) {
+    match VectorIndex::load(path, config) {
+        Err(IndexError::Corrupted(_)) => {}
+        other => panic!("expected Corrupted, got {other:?}"),
+    }
+}
+
+#[test]
+fn the_index_is_shareable_between_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<VectorIndex>();
+}
+
+#[test]
+fn dimension_is_checked_on_insert_and_search() {
+    let mut index = VectorIndex::new(VectorConfig::new(4)).unwrap();
+    let err = index.insert(1, &[1.0, 0.0, 0.0]).unwrap_err();
+    assert!(matches!(
+        err,
+        IndexError::DimensionMismatch {
+            expected: 4,
+            found: 3
+        }
+    ));
+    index.insert(1, &[1.0, 0.0, 0.0, 0.0]).unwrap();
+    let err = index.search(&[1.0; 5], 1, None).unwrap_err();
+    assert!(matches!(
+        err,
+        IndexError::DimensionMismatch { found: 5, .. }
+    ));
+}
+
+#[test]
+fn invalid_vectors_are_rejected_and_a_batch_is_all_or_nothing() {
+    let mut index = VectorIndex::new(VectorConfig::new(2)).unwrap();
+    for bad in [
+        [0.5, 0.5],
+        [f32::NAN, 1.0],
+        [f32::INFINITY, 0.0],
+        [0.0, 0.0],
+    ] {
+        assert!(matches!(
+            index.insert(1, &bad),
+            Err(IndexError::InvalidVector(_))
+        ));
+    }
+    let good: &[f32] = &[0.6, 0.8];
+    let bad: &[f32] = &[1.0, 1.0];
+    assert!(index.insert_batch([(1, good), (2, bad)]).is_err());
+    assert!(index.is_empty());
+    assert!(index.search(bad, 1, None).is_err());
+}
+
+#[test]
+fn invalid_configurations_are_rejected() {
+    type Change = fn(&mut VectorConfig);
+    let cases: [(&str, Change); 5] = [
+        ("dimension", |c| c.dimension = 0),
+        ("max_connections", |c| c.max_connections = 257),
+        ("ef_construction", |c| c.ef_construction = 0),
+        ("ef_search", |c| c.ef_search = 0),
+        ("max_tombstone_fraction", |c| {
+            c.max_tombstone_fraction = f32::NAN
+        }),
+    ];
+    for (name, change) in cases {
+        let mut config = VectorConfig::new(8);
+        change(&mut config);
+        match VectorIndex::new(config) {
+            Err(IndexError::InvalidConfig { field, .. }) => assert_eq!(field, name),
+            other => panic!("{name}: expected InvalidConfig, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn exact_search_ranks_by_cosine_with_filter_and_k() {
+    let mut index = VectorIndex::new(VectorConfig::new(2)).unwrap();
+    index.insert(10, &[1.0, 0.0]).unwrap();
+    index.insert(11, &[0.0, 1.0]).unwrap();
+    index.insert(12, &[0.6, 0.8]).unwrap();
+    index.insert(13, &[0.8, 0.6]).unwrap();
+    index.insert(14, &[0.8, 0.6]).unwrap();
+    let query = [1.0, 0.0];
+    let hits = index.search(&query, 10, None).unwrap();
+    assert_eq!(ids(&hits), vec![10, 13, 14, 12, 11]);
+    assert!((hits[1].1 - 0.8).abs() < 1e-6);
+    assert_eq!(ids(&index.search(&query, 2, None).unwrap()), vec![10, 13]);
+    let odd = |id: u64| id % 2 == 1;
+    assert_eq!(
+        ids(&index.search(&query, 10, Some(&odd)).unwrap()),
+        vec![13, 11]
+    );
+    assert!(index.search(&query, 0, None).unwrap().is_empty());
+}
+
+#[test]
+fn inserting_an_existing_id_replaces_its_vector() {
+    let mut index = VectorIndex::new(VectorConfig::new(2)).unwrap();
+    index.insert(1, &[1.0, 0.0]).unwrap();
+    index.insert(1, &[1.0, 0.0]).unwrap();
+    assert_eq!(
+        index.tombstones(),
+        0,
+        "an unchanged vector is no replacement"
+    );
+    index.insert(1, &[0.0, 1.0]).unwrap();
+    assert_eq!(index.len(), 1);
+    let hits = index.search(&[0.0, 1.0], 10, None).unwrap();
+    assert_eq!(hits.len(), 1);
+    assert!((hits[0].1 - 1.0).abs() < 1e-6);
+}
+
+#[test]
+fn removal_hides_at_once_and_compaction_follows_the_tombstone_fraction() {
+    let vectors = clustered(1, 100, 8, 5, 0.1);
+    let mut index = index_of(config(8, 1_000), &vectors);
+    for id in 0..10 {
+        assert!(index.remove(id));
+    }
+    assert!(!index.remove(0));
+    // 10 dead of 100 slots is not more than 10%.
+    assert_eq!(index.tombstones(), 10);
+    assert!(
+        index
+            .search(&vectors[3], 100, None)
+            .unwrap()
+            .iter()
+            .all(|h| h.0 >= 10)
+    );
+    index.remove(10);
+    assert_eq!(index.tombstones(), 0, "11% dead triggers a compaction");
+    assert_eq!(index.len(), 89);
+    index.remove(11);
+    index.compact();
+    assert_eq!(index.tombstones(), 0);
+    assert_eq!(index.len(), 88);
+    assert!(!index.contains(11));
+    assert!(index.contains(12));
+}
+
+#[test]
+fn the_graph_follows_the_threshold() {
+    let vectors = clustered(2, 60, 16, 4, 0.1);
+    let mut index = VectorIndex::new(config(16, 40)).unwrap();
+    for (id, v) in vectors.iter().enumerate() {
+        index.insert(id as u64, v).unwrap();
+        assert_eq!(index.has_graph(), id >= 40);
+    }
+    for id in 0..30 {
+        index.remove(id);
+    }
+    // Removals compact along the way; at 30 live vectors the graph is dropped.
+    index.compact();
+    assert!(!index.has_graph());
+    assert_eq!(index.len(), 30);
+}
+
+#[test]
+fn a_selective_filter_on_a_large_index_is_answered_exactly() {
+    let clusters = Clusters::new(3, 8, 16, 0.2);
+    let vectors = clusters.sample(1, 400);
+    let index = index_of(config(16, 100), &vectors);
+    assert!(index.has_graph());
+    let model: BTreeMap<u64, Vec<f32>> = vectors
+        .iter()
+        .enumerate()
+        .filter(|(id, _)| id % 50 == 7)
+        .map(|(id, v)| (id as u64, v.clone()))
+        .collect();
+    let filter = |id: u64| id % 50 == 7;
+    for query in clusters.sample(2, 5) {
+        let hits = index.search(&query, 5, Some(&filter)).unwrap();
+        assert_eq!(ids(&hits), brute_force(&model, &query, 5));
+    }
+}
+
+#[test]
+fn graph_search_finds_the_query_vector_itself() {
+    // The clamp in the distance: a vector against itself must not panic in hnsw_rs.
+    let vectors = clustered(5, 300, 32, 10, 0.1);
+    let index = index_of(config(32, 0), &vectors);
+    assert!(index.has_graph());
+    for (id, v) in vectors.iter().enumerate().step_by(37) {
+        let hits = index.search(v, 1, None).unwrap();
+        assert_eq!(hits[0].0, id as u64);
+        assert!((hits[0].1 - 1.0).abs() < 1e-5);
+    }
+}
+
+#[test]
+fn an_unbounded_k_returns_every_vector_on_both_paths() {
+    let vectors = clustered(14, 120, 16, 4, 0.1);
+    let mut index = index_of(config(16, 50), &vectors);
+    index.remove(5);
+    assert!(index.has_graph());
+    let query = &vectors[0];
+    let approximate = index.search(query, usize::MAX, None).unwrap();
+    let exact = index.search_exact(query, usize::MAX, None).unwrap();
+    assert_eq!(exact.len(), 119);
+    assert!(approximate.len() <= 119);
+    assert!(approximate.iter().all(|h| h.0 != 5));
+}
+
+#[test]
+fn snapshot_round_trip_keeps_vectors_and_sequence() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("vectors.snap");
+    let clusters = Clusters::new(6, 5, 16, 0.15);
+    let vectors = clusters.sample(1, 150);
+    let mut index = index_of(config(16, 100), &vectors);
+    index.remove(3);
+    index.save(&path, 4711).unwrap();
+    let (loaded, covered) = VectorIndex::load(&path, config(16, 100)).unwrap();
+    assert_eq!(covered, 4711);
+    assert_eq!(loaded.len(), 149);
+    assert!(loaded.has_graph(), "the graph is rebuilt on load");
+    for query in clusters.sample(2, 5) {
+        assert_eq!(
+            index.search_exact(&query, 20, None).unwrap(),
+            loaded.search_exact(&query, 20, None).unwrap()
+        );
+    }
+    // Saving again replaces the snapshot atomically and leaves no temporary file behind.
+    loaded.save(&path, 4712).unwrap();
+    assert_eq!(VectorIndex::load(&path, config(16, 100)).unwrap().1, 4712);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+}
+
+#[test]
+fn an_erased_vector_is_gone_from_the_snapshot_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let vectors = clustered(8, 200, 384, 10, 0.05);
+    let mut index = index_of(config(384, 50), &vectors);
+    assert!(index.has_graph());
+    let erased = f32_bytes(&vectors[42]);
+    let kept = f32_bytes(&vectors[43]);
+
+    index.save(dir.path().join("before.snap"), 1).unwrap();
+    let before = std::fs::read(dir.path().join("before.snap")).unwrap();
+    assert!(
+        contains_window(&before, &erased),
+        "the scan below can find a vector"
+    );
+
+    index.remove(42);
+    index.compact();
+    let path = dir.path().join("after.snap");
+    index.save(&path, 2).unwrap();
+    let after = std::fs::read(&path).unwrap();
+    assert!(contains_window(&after, &kept));
+    assert!(!contains_window(&after, &erased));
+    // Not even a fragment of 8 components survives.
+    for fragment in erased.chunks(32) {
+        assert!(!contains_window(&after, fragment));
+    }
+    assert!(
+        index
+            .search(&vectors[42], 200, None)
+            .unwrap()
+            .iter()
+            .all(|h| h.0 != 42),
+        "nor is it found"
+    );
+}
+
+#[test]
+fn a_removed_vector_is_not_written_even_before_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("vectors.snap");
+    let vectors = clustered(9, 50, 16, 5, 0.1);
+    let mut index = index_of(config(16, 1_000), &vectors);
+    index.remove(7);
+    assert_eq!(index.tombstones(), 1);
+    index.save(&path, 1).unwrap();
+    assert!(!contains_window(
+        &std::fs::read(&path).unwrap(),
+        &f32_bytes(&vectors[7])
+    ));
+}
+
+#[test]
+fn loading_a_missing_file_is_an_io_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = VectorIndex::load(dir.path().join("absent"), VectorConfig::new(4)).unwrap_err();
+    assert!(matches!(err, IndexError::Io(_)));
+}
+
+#[test]
+fn snapshots_of_another_shape_are_corrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("vectors.snap");
+    let index = index_of(config(8, 100), &clustered(10, 10, 8, 2, 0.1));
+    index.save(&path, 1).unwrap();
+    let good = std::fs::read(&path).unwrap();
+    assert_corrupted(&path, config(16, 100));
+
+    let edit = |at: usize, bytes: &[u8]| {
+        let mut file = good.clone();
+        file[at..at + bytes.len()].copy_from_slice(bytes);
+        std::fs::write(&path, file).unwrap();
+        assert_corrupted(&path, config(8, 100));
+    };
+    edit(0, b"NOTMAGIC");
+    edit(8, &2u32.to_le_bytes());
+    // A count far beyond the file: refused before anything is allocated.
+    edit(24, &u64::MAX.to_le_bytes());
+    edit(24, &(1u64 << 40).to_le_bytes());
+    std::fs::write(&path, &good[..20]).unwrap();
+    assert_corrupted(&path, config(8, 100));
+    std::fs::write(&path, b"").unwrap();
+    assert_corrupted(&path, config(8, 100));
+}
+
+/// Rewrites a snapshot's checksum after an edit, to reach the checks behind it.
+fn with_valid_checksum(mut file: Vec<u8>) -> Vec<u8> {
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&file[..32]);
+    crc.update(&file[36..]);
+    let sum = crc.finalize().to_le_bytes();
+    file[32..36].copy_from_slice(&sum);
+    file
+}
+
+#[test]
+fn well_checksummed_but_invalid_contents_are_corrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("vectors.snap");
+    let dimension = 4;
+    let mut index = VectorIndex::new(config(dimension, 100)).unwrap();
+    index.insert(1, &[1.0, 0.0, 0.0, 0.0]).unwrap();
+    index.insert(2, &[0.0, 1.0, 0.0, 0.0]).unwrap();
+    index.save(&path, 1).unwrap();
+    let good = std::fs::read(&path).unwrap();
+    let record = 8 + 4 * dimension;
+
+    // The second record claims the first record's id.
+    let mut duplicate = good.clone();
+    duplicate[36 + record..36 + record + 8].copy_from_slice(&1u64.to_le_bytes());
+    std::fs::write(&path, with_valid_checksum(duplicate)).unwrap();
+    assert_corrupted(&path, config(dimension, 100));
+
+    // A component of the first vector doubled: no longer a unit vector.
+    let mut stretched = good.clone();
+    stretched[36 + 8..36 + 12].copy_from_slice(&2.0f32.to_le_bytes());
+    std::fs::write(&path, with_valid_checksum(stretched)).unwrap();
+    assert_corrupted(&path, config(dimension, 100));
+
+    // The control: the helper itself produces loadable files.
+    std::fs::write(&path, with_valid_checksum(good)).unwrap();
+    assert_eq!(
+        VectorIndex::load(&path, config(dimension, 100))
+            .unwrap()
+            .0
+            .len(),
+        2
+    );
+}
+
+/// One step of a random workload against the index and its model.
+#[derive(Debug, Clone)]
+enum Op {
+    Insert { id: u64, point: usize },
+    Remove { id: u64 },
+    Compact,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0u64..120, 0usize..400).prop_map(|(id, point)| Op::Insert { id, point }),
+        3 => (0u64..120).prop_map(|id| Op::Remove { id }),
+        1 => Just(Op::Compact),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+
+    /// HNSW against the exact scan on clustered data: recall@10 averaged over the queries.
+    #[test]
+    fn hnsw_recall_matches_exact_search(seed in any::<u64>(), n in 500usize..1_000) {
+        let dimension = 48;
+        let clusters = Clusters::new(seed, 20, dimension, 0.1);
+        let vectors = clusters.sample(seed, n);
+        let index = index_of(config(dimension, 0), &vectors);
+        prop_assert!(index.has_graph());
+        let queries = clusters.sample(!seed, 30);
+        let mut total = 0.0;
+        for query in &queries {
+            let exact = ids(&index.search_exact(query, 10, None).unwrap());
+            let approximate = ids(&index.search(query, 10, None).unwrap());
+            total += recall(&approximate, &exact);
+        }
+        let mean = total / queries.len() as f64;
+        prop_assert!(mean >= 0.95, "recall@10 {mean}");
+    }
+
+    /// Inserts, replacements, removals and compactions against a model: removed ids are
+    /// never returned, exact search equals brute force, and a snapshot round trip gives the
+    /// same exact results.
+    #[test]
+    fn workload_matches_the_model(ops in prop::collection::vec(op(), 1..250)) {
+        let dimension = 16;
+        let clusters = Clusters::new(11, 20, dimension, 0.15);
+        let points = clusters.sample(1, 400);
+        // A small threshold so the graph comes and goes during the workload.
+        let mut index = VectorIndex::new(config(dimension, 40)).unwrap();
+        let mut model = BTreeMap::new();
+        for op in &ops {
+            match *op {
+                Op::Insert { id, point } => {
+                    index.insert(id, &points[point]).unwrap();
+                    model.insert(id, points[point].clone());
+                }
+                Op::Remove { id } => {
+                    prop_assert_eq!(index.remove(id), model.remove(&id).is_some());
+                }
+                Op::Compact => index.compact(),
+            }
+            prop_assert_eq!(index.len(), model.len());
+        }
+        let queries = clusters.sample(2, 8);
+        for query in &queries {
+            let approximate = index.search(query, 10, None).unwrap();
+            prop_assert!(approximate.iter().all(|h| model.contains_key(&h.0)));
+            let exact = ids(&index.search_exact(query, 10, None).unwrap());
+            prop_assert_eq!(&exact, &brute_force(&model, query, 10));
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vectors.snap");
+        index.save(&path, 9).unwrap();
+        let (loaded, _) = VectorIndex::load(&path, config(dimension, 40)).unwrap();
+        for query in &queries {
+            prop_assert_eq!(
+                index.search_exact(query, 10, None).unwrap(),
+                loaded.search_exact(query, 10, None).unwrap()
+            );
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// Any damage to a snapshot — flipped bits, overwritten bytes, truncation, appended
+    /// garbage — is reported as `Corrupted`, never as a panic or a wrong index.
+    #[test]
+    fn damaged_snapshots_are_corrupted(
+        flips in prop::collection::vec((any::<prop::sample::Index>(), 1u8..=255), 0..4),
+        cut in any::<prop::sample::Index>(),
+        truncate in any::<bool>(),
+        garbage in prop::collection::vec(any::<u8>(), 0..40),
+    ) {
+        prop_assume!(!flips.is_empty() || truncate || !garbage.is_empty());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vectors.snap");
+        let index = index_of(config(8, 100), &clustered(13, 6, 8, 2, 0.2));
+        index.save(&path, 5).unwrap();
+        let original = std::fs::read(&path).unwrap();
+        let mut file = original.clone();
+        for (at, mask) in &flips {
+            let at = at.index(file.len());
+            file[at] ^= mask;
+        }
+        if truncate {
+            file.truncate(cut.index(file.len()));
+        }
+        file.extend_from_slice(&garbage);
+        std::fs::write(&path, &file).unwrap();
+        let result = VectorIndex::load(&path, config(8, 100));
+        // Two flips of one byte can cancel out; only an unchanged file may load.
+        if result.is_ok() {
+            prop_assert!(file == original);
+        } else {
+            prop_assert!(matches!(result, Err(IndexError::Corrupted(_))), "{:?}", result);
+        }
+    }
+}
