@@ -17,7 +17,10 @@ use crate::record::{
     MessageRecord, ModelRecord, OutboxRecord, Record, SessionRecord, VectorRecord,
 };
 use crate::store::{enqueue_for_embedding, message_from_record, remove_range};
-use crate::tables::{MESSAGES, MODELS, OUTBOX, SESSION_KEYS, SESSIONS, VECTORS};
+use crate::tables::{
+    MESSAGES, META, MODELS, NEXT_OUTBOX_SEQ_KEY, OUTBOX, SESSION_KEYS, SESSIONS, VECTORS,
+    VECTORS_VERSION_KEY,
+};
 use crate::{Result, Store, StoreError};
 
 impl Store {
@@ -110,7 +113,7 @@ impl Store {
             for seq in done {
                 outbox.remove(seq)?;
             }
-            Ok(())
+            bump_vectors_version(txn)
         })
         .await
     }
@@ -168,6 +171,71 @@ impl Store {
         }))
     }
 
+    /// The session with surrogate key `sid` and where it lives, or `None` if it was deleted.
+    pub fn session_by_key(&self, sid: u64) -> Result<Option<(SessionRef, crate::Session)>> {
+        let Some(at) = self.session_ref(sid)? else {
+            return Ok(None);
+        };
+        Ok(self
+            .session(&at.tenant, &at.session_id)?
+            .map(|session| (at, session)))
+    }
+
+    /// The surrogate key of a session (the session part of its messages' keys).
+    pub fn session_key(&self, tenant: &str, session_id: &str) -> Result<Option<u64>> {
+        let txn = self.db().begin_read()?;
+        let sessions = txn.open_table(SESSIONS)?;
+        sessions
+            .get((tenant, session_id))?
+            .map(|value| Ok(SessionRecord::decode(value.value())?.sid))
+            .transpose()
+    }
+
+    /// The sequence number of the newest outbox entry ever written (0 before the first).
+    /// An index that has applied every entry up to it has seen every committed append.
+    pub fn outbox_head(&self) -> Result<u64> {
+        let txn = self.db().begin_read()?;
+        let next = txn
+            .open_table(META)?
+            .get(NEXT_OUTBOX_SEQ_KEY)?
+            .map_or(1, |v| v.value());
+        Ok(next - 1)
+    }
+
+    /// A counter that changes whenever the set of stored vectors does. An index snapshot
+    /// taken at one value is exact while the store still has it.
+    pub fn vectors_version(&self) -> Result<u64> {
+        let txn = self.db().begin_read()?;
+        Ok(txn
+            .open_table(META)?
+            .get(VECTORS_VERSION_KEY)?
+            .map_or(0, |v| v.value()))
+    }
+
+    /// Up to `limit` messages of every session in key order, starting after `after`: the
+    /// pages a keyword index rebuild reads.
+    pub fn all_messages(
+        &self,
+        after: Option<MessageKey>,
+        limit: usize,
+    ) -> Result<Vec<(MessageKey, crate::Message)>> {
+        let txn = self.db().begin_read()?;
+        let table = txn.open_table(MESSAGES)?;
+        let range = match after {
+            Some(key) => table.range((key.session(), key.index() + 1)..)?,
+            None => table.range::<(u64, u64)>(..)?,
+        };
+        range
+            .take(limit)
+            .map(|entry| {
+                let (key, value) = entry?;
+                let (sid, index) = key.value();
+                let message = message_from_record(index, MessageRecord::decode(value.value())?)?;
+                Ok((MessageKey::new(sid, index), message))
+            })
+            .collect()
+    }
+
     /// The messages behind index hits, in the order given; `None` for a message that no
     /// longer exists.
     pub fn messages_by_key(&self, keys: &[MessageKey]) -> Result<Vec<Option<crate::Message>>> {
@@ -190,6 +258,7 @@ impl Store {
     pub async fn reset_embeddings(&self) -> Result<u64> {
         self.write(|txn| {
             remove_range(&mut txn.open_table(VECTORS)?, (0, 0)..(u64::MAX, 0))?;
+            bump_vectors_version(txn)?;
             txn.open_table(MODELS)?.retain(|_, _| false)?;
             txn.open_table(OUTBOX)?.retain(|_, _| false)?;
             let sessions: Vec<(u64, u64)> = txn
@@ -211,6 +280,14 @@ impl Store {
         })
         .await
     }
+}
+
+/// Marks the set of stored vectors as changed (see [`Store::vectors_version`]).
+pub(crate) fn bump_vectors_version(txn: &WriteTransaction) -> Result<()> {
+    let mut meta = txn.open_table(META)?;
+    let version = meta.get(VECTORS_VERSION_KEY)?.map_or(0, |v| v.value());
+    meta.insert(VECTORS_VERSION_KEY, version + 1)?;
+    Ok(())
 }
 
 /// The model's key in the `models` table, adding it if the store has no vectors yet.

@@ -642,6 +642,7 @@ fn apply_delete_session(txn: &WriteTransaction, tenant: &str, session_id: &str) 
     remove_str_range(&mut txn.open_table(RUN_IDS)?, sid)?;
     remove_str_range(&mut txn.open_table(IDEMPOTENCY)?, sid)?;
     remove_range(&mut txn.open_table(VECTORS)?, (sid, 0)..(sid + 1, 0))?;
+    crate::embeddings::bump_vectors_version(txn)?;
     txn.open_table(SESSION_KEYS)?.remove(sid)?;
     let mut outbox = txn.open_table(OUTBOX)?;
     let mut undecodable = None;

@@ -77,3 +77,4 @@ pub(crate) const VECTORS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::
 pub(crate) const MODELS: TableDefinition<u32, &[u8]> = TableDefinition::new("models");
 
 pub(crate) const NEXT_OUTBOX_SEQ_KEY: &str = "next_outbox_seq";
+pub(crate) const VECTORS_VERSION_KEY: &str = "vectors_version";

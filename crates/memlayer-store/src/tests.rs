@@ -582,3 +582,61 @@ fn message_keys_split_into_session_and_index() {
     assert_eq!(key.index(), 0x00FF_FFFF);
     assert_eq!(crate::MessageKey::from_u64(key.as_u64()), key);
 }
+
+#[tokio::test]
+async fn index_bookkeeping_tracks_the_outbox_and_vector_changes() {
+    let (_dir, store) = open();
+    assert_eq!(store.outbox_head().unwrap(), 0);
+    assert_eq!(store.vectors_version().unwrap(), 0);
+    store
+        .append(
+            TENANT,
+            "s",
+            append_of(
+                vec![message(Role::User, "one"), message(Role::Assistant, "two")],
+                Some(owner("u", "a")),
+            ),
+        )
+        .await
+        .unwrap();
+    store
+        .append(
+            TENANT,
+            "t",
+            append_of(vec![message(Role::User, "three")], Some(owner("v", "a"))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.outbox_head().unwrap(), 2);
+    let sid = store.session_key(TENANT, "s").unwrap().unwrap();
+    let (at, session) = store.session_by_key(sid).unwrap().unwrap();
+    assert_eq!(
+        (at.session_id.as_str(), session.user_id.as_str()),
+        ("s", "u")
+    );
+    assert_eq!(store.session_key(TENANT, "nope").unwrap(), None);
+
+    let all = store.all_messages(None, 10).unwrap();
+    assert_eq!(
+        all.iter()
+            .map(|(_, m)| m.content.as_str())
+            .collect::<Vec<_>>(),
+        ["one", "two", "three"]
+    );
+    let rest = store.all_messages(Some(all[0].0), 10).unwrap();
+    assert_eq!(rest.len(), 2);
+
+    let pending = store.pending_embeddings(100).unwrap();
+    store
+        .store_embeddings(
+            model("abc"),
+            vec![pending[0].seq],
+            vec![(pending[0].messages[0].0, vec![1.0, 0.0])],
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.vectors_version().unwrap(), 1);
+    store.delete_session(TENANT, "s").await.unwrap();
+    assert_eq!(store.vectors_version().unwrap(), 2);
+    assert_eq!(store.session_by_key(sid).unwrap(), None);
+}
