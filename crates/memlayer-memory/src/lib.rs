@@ -13,6 +13,7 @@ mod entities;
 mod error;
 mod history;
 mod render;
+mod summary;
 mod tokens;
 
 pub use entities::{Fact, FactEntry, FactSheet, extract};
@@ -21,4 +22,5 @@ pub use history::{Exchange, History, MESSAGE_OVERHEAD_TOKENS, Window, message_to
 pub use render::{
     ChatMessage, ContextMessage, Layer, OutputFormat, Rendered, earlier_questions, render,
 };
+pub use summary::{SUMMARY_MARKER, Summary, summarize_extractive};
 pub use tokens::TokenEncoding;
