@@ -9,6 +9,7 @@
 
 #![deny(missing_docs)]
 
+mod assemble;
 mod entities;
 mod error;
 mod history;
@@ -16,6 +17,10 @@ mod render;
 mod summary;
 mod tokens;
 
+pub use assemble::{
+    Assembled, ContextSettings, DropReason, Dropped, LayerInputs, LayerTokens, Report, Strategy,
+    assemble,
+};
 pub use entities::{Fact, FactEntry, FactSheet, extract};
 pub use error::MemoryError;
 pub use history::{Exchange, History, MESSAGE_OVERHEAD_TOKENS, Window, message_tokens};

@@ -144,7 +144,7 @@ pub enum Rendered {
     },
 }
 
-fn role_name(role: Role) -> &'static str {
+pub(crate) fn role_name(role: Role) -> &'static str {
     match role {
         Role::System => "system",
         Role::User => "user",

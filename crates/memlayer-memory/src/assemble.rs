@@ -1,0 +1,399 @@
+//! Context assembly: one turn's context built from the memory layers inside one token
+//! budget, with a report of what went in, what was left out and why.
+//!
+//! The budget is the model's context window less a reserve for the prompt and the answer
+//! (`window_reserve`, 10% by default). Pieces are admitted in priority order — instructions,
+//! the newest exchange, known facts, the conversation summary, older exchanges newest first,
+//! recalled messages, earlier-question stubs — and each piece that does not fit is reported
+//! as dropped. The output is then laid out in prompt order ([`Layer`]'s order, the window in
+//! conversation order), so priorities decide *what* is kept, never *where* it appears.
+
+use memlayer_store::Message;
+use serde::Serialize;
+
+use crate::MemoryError;
+use crate::entities::FactSheet;
+use crate::history::{Exchange, History, Window, message_tokens};
+use crate::render::{ContextMessage, Layer, earlier_questions, role_name};
+use crate::summary::Summary;
+use crate::tokens::TokenEncoding;
+
+/// How the window of recent history is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// Every exchange, oldest dropped first when over budget.
+    FullHistory,
+    /// The last `max_turns` exchanges (or as many as `window_tokens` allows).
+    SlidingWindow,
+    /// The last `session_history_depth` exchanges in full, older questions as stubs.
+    HistoryDepth,
+    /// Facts, summary, recalled messages and a sliding window in one budget.
+    Combined,
+}
+
+/// Everything that shapes a context. Defaults follow the product documents.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ContextSettings {
+    /// How the window is chosen.
+    pub strategy: Strategy,
+    /// The model's context window in tokens.
+    pub context_window: u32,
+    /// Fraction of the context window kept free for the prompt and the answer.
+    pub window_reserve: f32,
+    /// Exchanges (turn pairs) a sliding window keeps.
+    pub max_turns: usize,
+    /// A sliding window by tokens instead of turns, when set.
+    pub window_tokens: Option<u32>,
+    /// Exchanges history depth keeps in full (1–100).
+    pub session_history_depth: usize,
+}
+
+impl Default for ContextSettings {
+    fn default() -> Self {
+        Self {
+            strategy: Strategy::Combined,
+            context_window: 8_192,
+            window_reserve: 0.1,
+            max_turns: 10,
+            window_tokens: None,
+            session_history_depth: 20,
+        }
+    }
+}
+
+impl ContextSettings {
+    /// Checks every value's range.
+    pub fn validate(&self) -> Result<(), MemoryError> {
+        let invalid = |field: &'static str, reason: &str| {
+            Err(MemoryError::InvalidSetting {
+                field,
+                reason: reason.to_owned(),
+            })
+        };
+        if !(1..=100).contains(&self.session_history_depth) {
+            return invalid("session_history_depth", "must be between 1 and 100");
+        }
+        if !(0.0..0.9).contains(&self.window_reserve) {
+            return invalid("window_reserve", "must be at least 0 and below 0.9");
+        }
+        if !(256..=10_000_000).contains(&self.context_window) {
+            return invalid(
+                "context_window",
+                "must be between 256 and 10,000,000 tokens",
+            );
+        }
+        if !(1..=1_000).contains(&self.max_turns) {
+            return invalid("max_turns", "must be between 1 and 1,000");
+        }
+        if self.window_tokens == Some(0) {
+            return invalid("window_tokens", "must be positive");
+        }
+        Ok(())
+    }
+
+    /// Tokens the assembled context may use.
+    pub fn budget(&self) -> u32 {
+        (f64::from(self.context_window) * (1.0 - f64::from(self.window_reserve))).floor() as u32
+    }
+}
+
+/// What the layers above the window bring to a turn.
+#[derive(Debug, Clone, Default)]
+pub struct LayerInputs<'a> {
+    /// The persisted summary of turns before `messages`, if the session has one.
+    pub summary: Option<&'a Summary>,
+    /// Older messages recalled for the current query, best first.
+    pub recalled: Vec<(Message, f32)>,
+}
+
+/// Why a piece of history is not in the context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DropReason {
+    /// Outside the strategy's window (and not brought back as a stub, summary or recall).
+    OutsideWindow,
+    /// It did not fit the token budget.
+    OverBudget,
+}
+
+/// A piece left out, with the stored messages it stands for.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Dropped {
+    /// Its layer.
+    pub layer: Layer,
+    /// The stored messages it stands for.
+    pub sources: Vec<u64>,
+    /// Its cost in tokens.
+    pub tokens: u32,
+    /// Why it is not in.
+    pub reason: DropReason,
+}
+
+/// Tokens spent per layer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LayerTokens {
+    /// The layer.
+    pub layer: Layer,
+    /// Its pieces in the context.
+    pub pieces: usize,
+    /// Their tokens.
+    pub tokens: u32,
+}
+
+/// What an assembly did and why.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    /// The strategy used.
+    pub strategy: Strategy,
+    /// Tokens the context could use.
+    pub budget: u32,
+    /// Tokens it uses: the sum of every included piece (equal to a recount of the output).
+    pub total_tokens: u32,
+    /// Per layer, in prompt order.
+    pub layers: Vec<LayerTokens>,
+    /// Indices of the stored messages in the window, in order.
+    pub window: Vec<u64>,
+    /// What was left out.
+    pub dropped: Vec<Dropped>,
+    /// The message range the summary covers, when one was used.
+    pub summary: Option<(u64, u64)>,
+    /// Facts rendered.
+    pub facts: usize,
+    /// Recalled messages included, with their scores.
+    pub recalled: Vec<(u64, f32)>,
+}
+
+/// A turn's context and its report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Assembled {
+    /// The context in prompt order.
+    pub messages: Vec<ContextMessage>,
+    /// What went in and what did not.
+    pub report: Report,
+}
+
+/// Builds one turn's context from `messages` (the session from its load checkpoint on,
+/// oldest first) and the other layers.
+pub fn assemble(
+    messages: &[Message],
+    layers: &LayerInputs<'_>,
+    settings: &ContextSettings,
+    encoding: TokenEncoding,
+) -> Result<Assembled, MemoryError> {
+    settings.validate()?;
+    let history = History::new(messages);
+    let window = match (settings.strategy, settings.window_tokens) {
+        (Strategy::FullHistory, _) => Window::full(&history),
+        (Strategy::SlidingWindow | Strategy::Combined, Some(tokens)) => {
+            Window::last_tokens(&history, tokens)
+        }
+        (Strategy::SlidingWindow | Strategy::Combined, None) => {
+            Window::last_turns(&history, settings.max_turns)
+        }
+        (Strategy::HistoryDepth, _) => Window::last_turns(&history, settings.session_history_depth),
+    };
+    let combined = settings.strategy == Strategy::Combined;
+    let mut packer = Packer::new(settings.budget());
+
+    // Instructions are never dropped, even past the budget: a report saying so is better
+    // than an agent that forgot its rules.
+    for message in &history.system {
+        packer.force(ContextMessage {
+            role: message.role,
+            content: message.content.clone(),
+            layer: Layer::Instructions,
+            turn: None,
+            sources: vec![message.index],
+            tokens: message_tokens(message),
+        });
+    }
+    let mut recent = window.recent.iter().rev();
+    if let Some(newest) = recent.next() {
+        packer.offer_exchange(newest);
+    }
+    let facts = combined
+        .then(|| FactSheet::from_messages(messages))
+        .filter(|sheet| !sheet.is_empty());
+    if let Some(sheet) = &facts
+        && let Some(text) = sheet.render()
+    {
+        packer.offer(ContextMessage::generated(
+            Layer::Facts,
+            text,
+            sheet.sources(),
+            encoding,
+        ));
+    }
+    let summary = layers.summary.filter(|_| combined);
+    let summary_used = summary.and_then(|summary| {
+        let sources = (summary.first_index..=summary.last_index).collect();
+        packer
+            .offer(ContextMessage::generated(
+                Layer::Summary,
+                summary.text.clone(),
+                sources,
+                encoding,
+            ))
+            .then_some((summary.first_index, summary.last_index))
+    });
+    for exchange in recent {
+        packer.offer_exchange(exchange);
+    }
+    let mut recalled = Vec::new();
+    if combined {
+        let in_window: Vec<u64> = packer.window_sources();
+        for (message, score) in &layers.recalled {
+            if in_window.contains(&message.index) {
+                continue;
+            }
+            let content = format!(
+                "Relevant earlier message ({}, #{}): {}",
+                role_name(message.role),
+                message.index,
+                message.content
+            );
+            let piece =
+                ContextMessage::generated(Layer::Retrieved, content, vec![message.index], encoding);
+            if packer.offer(piece) {
+                recalled.push((message.index, *score));
+            }
+        }
+    }
+    if settings.strategy == Strategy::HistoryDepth
+        && let Some(stubs) = earlier_questions(&window.older, encoding)
+    {
+        packer.offer(stubs);
+    } else {
+        for exchange in &window.older {
+            packer.leave_out(exchange, DropReason::OutsideWindow);
+        }
+    }
+    Ok(packer.finish(
+        settings.strategy,
+        summary_used,
+        facts.map_or(0, |f| f.entries().len()),
+        recalled,
+    ))
+}
+
+/// Admits pieces in priority order while they fit.
+struct Packer {
+    budget: u32,
+    used: u32,
+    included: Vec<ContextMessage>,
+    dropped: Vec<Dropped>,
+}
+
+impl Packer {
+    fn new(budget: u32) -> Self {
+        Self {
+            budget,
+            used: 0,
+            included: Vec::new(),
+            dropped: Vec::new(),
+        }
+    }
+
+    fn force(&mut self, piece: ContextMessage) {
+        self.used += piece.tokens;
+        self.included.push(piece);
+    }
+
+    /// Admits `piece` if it fits; reports it dropped otherwise. Returns whether it is in.
+    fn offer(&mut self, piece: ContextMessage) -> bool {
+        if self.used + piece.tokens <= self.budget {
+            self.force(piece);
+            true
+        } else {
+            self.dropped.push(Dropped {
+                layer: piece.layer,
+                sources: piece.sources,
+                tokens: piece.tokens,
+                reason: DropReason::OverBudget,
+            });
+            false
+        }
+    }
+
+    /// Admits a whole exchange or none of it.
+    fn offer_exchange(&mut self, exchange: &Exchange<'_>) {
+        if self.used + exchange.tokens() <= self.budget {
+            for piece in ContextMessage::from_exchange(exchange) {
+                self.force(piece);
+            }
+        } else {
+            self.leave_out(exchange, DropReason::OverBudget);
+        }
+    }
+
+    fn leave_out(&mut self, exchange: &Exchange<'_>, reason: DropReason) {
+        self.dropped.push(Dropped {
+            layer: Layer::Window,
+            sources: exchange.messages.iter().map(|m| m.index).collect(),
+            tokens: exchange.tokens(),
+            reason,
+        });
+    }
+
+    fn window_sources(&self) -> Vec<u64> {
+        self.included
+            .iter()
+            .filter(|piece| piece.layer == Layer::Window)
+            .flat_map(|piece| piece.sources.iter().copied())
+            .collect()
+    }
+
+    fn finish(
+        mut self,
+        strategy: Strategy,
+        summary: Option<(u64, u64)>,
+        facts: usize,
+        recalled: Vec<(u64, f32)>,
+    ) -> Assembled {
+        // Prompt order: by layer, and within the window by position in the conversation.
+        // Pieces of the other layers keep the order they were admitted in (best first).
+        self.included.sort_by_key(|piece| {
+            let position = match piece.layer {
+                Layer::Window | Layer::Instructions => piece.sources.first().copied().unwrap_or(0),
+                _ => 0,
+            };
+            (piece.layer, position)
+        });
+        self.dropped
+            .sort_by_key(|d| d.sources.first().copied().unwrap_or(0));
+        let mut layers: Vec<LayerTokens> = Vec::new();
+        for piece in &self.included {
+            match layers.last_mut() {
+                Some(last) if last.layer == piece.layer => {
+                    last.pieces += 1;
+                    last.tokens += piece.tokens;
+                }
+                _ => layers.push(LayerTokens {
+                    layer: piece.layer,
+                    pieces: 1,
+                    tokens: piece.tokens,
+                }),
+            }
+        }
+        let window = self.window_sources();
+        Assembled {
+            report: Report {
+                strategy,
+                budget: self.budget,
+                total_tokens: self.used,
+                layers,
+                window,
+                dropped: self.dropped,
+                summary,
+                facts,
+                recalled,
+            },
+            messages: self.included,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,266 @@
+//! Assembly under a budget: snapshot tests of each strategy's context and report, and
+//! property tests of the budget's promises.
+
+use expect_test::{Expect, expect};
+use memlayer_store::{Message, Role, Timestamp};
+use proptest::prelude::{Just, prop_assert, prop_assert_eq, prop_oneof, proptest};
+use proptest::strategy::Strategy as Generator;
+
+use super::*;
+use crate::render::{OutputFormat, render};
+
+const ENCODING: TokenEncoding = TokenEncoding::Cl100kBase;
+
+fn conversation(lines: &[(Role, &str)]) -> Vec<Message> {
+    lines
+        .iter()
+        .enumerate()
+        .map(|(i, (role, content))| Message {
+            index: i as u64,
+            role: *role,
+            content: (*content).to_owned(),
+            timestamp: Timestamp::from_micros(0),
+            token_count: ENCODING.count(content),
+            metadata: Default::default(),
+        })
+        .collect()
+}
+
+fn support_chat() -> Vec<Message> {
+    conversation(&[
+        (Role::System, "You are the support agent of Acme Telecom."),
+        (
+            Role::User,
+            "Hi, my name is Dana and my account number is 55-0192.",
+        ),
+        (Role::Assistant, "Welcome Dana! How can I help?"),
+        (
+            Role::User,
+            "My router keeps dropping the connection every evening.",
+        ),
+        (
+            Role::Assistant,
+            "Let's restart it remotely. Done — does it hold now?",
+        ),
+        (Role::User, "Please contact me by email from now on."),
+        (Role::Assistant, "Noted: email it is."),
+        (Role::User, "It dropped again. Can you send a technician?"),
+        (Role::Assistant, "A technician is booked for Thursday 9-12."),
+    ])
+}
+
+fn check(settings: ContextSettings, layers: &LayerInputs<'_>, expected: Expect) {
+    let assembled = assemble(&support_chat(), layers, &settings, ENCODING).unwrap();
+    let rendered = render(&assembled.messages, OutputFormat::Text);
+    let report = serde_json::to_string(&assembled.report).unwrap();
+    let text = match rendered {
+        crate::Rendered::Text { text } => text,
+        other => panic!("{other:?}"),
+    };
+    expected.assert_eq(&format!("{text}\n---\n{report}"));
+}
+
+fn settings(strategy: Strategy) -> ContextSettings {
+    ContextSettings {
+        strategy,
+        max_turns: 2,
+        session_history_depth: 2,
+        ..ContextSettings::default()
+    }
+}
+
+#[test]
+fn sliding_window_keeps_the_last_turns() {
+    check(
+        settings(Strategy::SlidingWindow),
+        &LayerInputs::default(),
+        expect![[r#"
+            You are the support agent of Acme Telecom.
+            User (turn 3): Please contact me by email from now on.
+            Assistant: Noted: email it is.
+            User (turn 4): It dropped again. Can you send a technician?
+            Assistant: A technician is booked for Thursday 9-12.
+            ---
+            {"strategy":"sliding_window","budget":7372,"total_tokens":67,"layers":[{"layer":"instructions","pieces":1,"tokens":14},{"layer":"window","pieces":4,"tokens":53}],"window":[5,6,7,8],"dropped":[{"layer":"window","sources":[1,2],"tokens":33,"reason":"outside_window"},{"layer":"window","sources":[3,4],"tokens":30,"reason":"outside_window"}],"summary":null,"facts":0,"recalled":[]}"#]],
+    );
+}
+
+#[test]
+fn history_depth_keeps_older_questions_as_stubs() {
+    check(
+        settings(Strategy::HistoryDepth),
+        &LayerInputs::default(),
+        expect![[r#"
+            You are the support agent of Acme Telecom.
+            [earlier question] (turn 1): Hi, my name is Dana and my account number is 55-0192.
+            [earlier question] (turn 2): My router keeps dropping the connection every evening.
+            User (turn 3): Please contact me by email from now on.
+            Assistant: Noted: email it is.
+            User (turn 4): It dropped again. Can you send a technician?
+            Assistant: A technician is booked for Thursday 9-12.
+            ---
+            {"strategy":"history_depth","budget":7372,"total_tokens":117,"layers":[{"layer":"instructions","pieces":1,"tokens":14},{"layer":"earlier_questions","pieces":1,"tokens":50},{"layer":"window","pieces":4,"tokens":53}],"window":[5,6,7,8],"dropped":[],"summary":null,"facts":0,"recalled":[]}"#]],
+    );
+}
+
+#[test]
+fn combined_adds_facts_summary_and_recalled_messages() {
+    let summary = Summary {
+        text: "[Conversation Summary] (messages 0–0)\n- User: earlier chat about billing.".into(),
+        first_index: 0,
+        last_index: 0,
+    };
+    let recalled = support_chat()[3].clone();
+    let layers = LayerInputs {
+        summary: Some(&summary),
+        recalled: vec![(recalled, 0.031)],
+    };
+    check(
+        settings(Strategy::Combined),
+        &layers,
+        expect![[r#"
+            You are the support agent of Acme Telecom.
+            Known facts:
+            - account number: 55-0192
+            - contact preference: email
+            - name: Dana
+            [Conversation Summary] (messages 0–0)
+            - User: earlier chat about billing.
+            Relevant earlier message (user, #3): My router keeps dropping the connection every evening.
+            User (turn 3): Please contact me by email from now on.
+            Assistant: Noted: email it is.
+            User (turn 4): It dropped again. Can you send a technician?
+            Assistant: A technician is booked for Thursday 9-12.
+            ---
+            {"strategy":"combined","budget":7372,"total_tokens":140,"layers":[{"layer":"instructions","pieces":1,"tokens":14},{"layer":"facts","pieces":1,"tokens":27},{"layer":"summary","pieces":1,"tokens":23},{"layer":"retrieved","pieces":1,"tokens":23},{"layer":"window","pieces":4,"tokens":53}],"window":[5,6,7,8],"dropped":[{"layer":"window","sources":[1,2],"tokens":33,"reason":"outside_window"},{"layer":"window","sources":[3,4],"tokens":30,"reason":"outside_window"}],"summary":[0,0],"facts":3,"recalled":[[3,0.031]]}"#]],
+    );
+}
+
+#[test]
+fn a_tight_budget_drops_whole_exchanges_but_never_instructions() {
+    let tight = ContextSettings {
+        strategy: Strategy::FullHistory,
+        context_window: 256,
+        window_reserve: 0.75,
+        ..ContextSettings::default()
+    };
+    let assembled = assemble(&support_chat(), &LayerInputs::default(), &tight, ENCODING).unwrap();
+    assert_eq!(assembled.report.budget, 64);
+    assert!(
+        assembled.report.total_tokens <= 64,
+        "{:?}",
+        assembled.report
+    );
+    assert_eq!(assembled.messages[0].layer, Layer::Instructions);
+    assert_eq!(assembled.report.window, [7, 8]);
+    assert!(
+        assembled
+            .report
+            .dropped
+            .iter()
+            .all(|d| d.reason == DropReason::OverBudget)
+    );
+}
+
+#[test]
+fn settings_out_of_range_are_refused() {
+    for bad in [
+        ContextSettings {
+            session_history_depth: 0,
+            ..ContextSettings::default()
+        },
+        ContextSettings {
+            session_history_depth: 101,
+            ..ContextSettings::default()
+        },
+        ContextSettings {
+            window_reserve: 0.95,
+            ..ContextSettings::default()
+        },
+        ContextSettings {
+            context_window: 10,
+            ..ContextSettings::default()
+        },
+        ContextSettings {
+            max_turns: 0,
+            ..ContextSettings::default()
+        },
+    ] {
+        assert!(matches!(
+            assemble(&support_chat(), &LayerInputs::default(), &bad, ENCODING),
+            Err(MemoryError::InvalidSetting { .. })
+        ));
+    }
+}
+
+fn arb_conversation() -> impl Generator<Value = Vec<Message>> {
+    let role = prop_oneof![
+        1 => Just(Role::System),
+        4 => Just(Role::User),
+        4 => Just(Role::Assistant),
+        1 => Just(Role::Tool),
+    ];
+    proptest::collection::vec((role, "[a-z ]{0,80}"), 0..40).prop_map(|lines| {
+        let borrowed: Vec<(Role, &str)> = lines
+            .iter()
+            .map(|(role, text)| (*role, text.as_str()))
+            .collect();
+        conversation(&borrowed)
+    })
+}
+
+fn arb_settings() -> impl Generator<Value = ContextSettings> {
+    (
+        prop_oneof![
+            Just(Strategy::FullHistory),
+            Just(Strategy::SlidingWindow),
+            Just(Strategy::HistoryDepth),
+            Just(Strategy::Combined)
+        ],
+        256u32..2_000,
+        1usize..12,
+        1usize..12,
+    )
+        .prop_map(
+            |(strategy, context_window, max_turns, depth)| ContextSettings {
+                strategy,
+                context_window,
+                max_turns,
+                session_history_depth: depth,
+                ..ContextSettings::default()
+            },
+        )
+}
+
+proptest! {
+    /// The budget holds unless instructions alone exceed it; instructions are never dropped;
+    /// exchanges in the window are whole; the reported total is a recount of the output.
+    #[test]
+    fn the_budget_is_kept_and_the_report_is_true(
+        messages in arb_conversation(),
+        settings in arb_settings(),
+    ) {
+        let assembled = assemble(&messages, &LayerInputs::default(), &settings, ENCODING).unwrap();
+        let report = &assembled.report;
+        let instructions: u32 = messages
+            .iter()
+            .filter(|m| m.role == Role::System)
+            .map(message_tokens)
+            .sum();
+        prop_assert!(report.total_tokens <= report.budget.max(instructions));
+        let recount: u32 = assembled
+            .messages
+            .iter()
+            .map(|m| ENCODING.count(&m.content) + crate::MESSAGE_OVERHEAD_TOKENS)
+            .sum();
+        prop_assert_eq!(report.total_tokens, recount);
+        let kept_system = assembled.messages.iter().filter(|m| m.layer == Layer::Instructions).count();
+        prop_assert_eq!(kept_system, messages.iter().filter(|m| m.role == Role::System).count());
+        let history = History::new(&messages);
+        for exchange in &history.exchanges {
+            let indices: Vec<u64> = exchange.messages.iter().map(|m| m.index).collect();
+            let inside = indices.iter().filter(|i| report.window.contains(i)).count();
+            prop_assert!(inside == 0 || inside == indices.len(), "exchange {:?} split", indices);
+        }
+    }
+}
