@@ -1,11 +1,15 @@
-//! `cargo xtask`: the one entry point for the memlayer workspace's developer tasks — the CI
-//! test run, starting the server, the structural checks (`tidy`) and the HTTP append
-//! benchmark. Tasks are plain Rust rather than shell scripts so they run the same on every
-//! machine and are checked by the compiler like the rest of the workspace.
+//! `cargo xtask`: the one entry point for the memlayer workspace's developer tasks — installing
+//! the embedding assets (`setup`), the CI test run, starting the server, the structural checks
+//! (`tidy`), the benchmarks and the release bundle (`dist`). Tasks are plain Rust rather than
+//! shell scripts so they run the same on every machine and are checked by the compiler like
+//! the rest of the workspace.
 
 mod bench;
+mod bench_embed;
 mod cmd;
+mod dist;
 mod metadata;
+mod setup;
 mod tidy;
 
 use std::path::{Path, PathBuf};
@@ -26,9 +30,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
-    /// What CI runs: rustfmt check, clippy with warnings denied, then every test.
+    /// Install (or verify) ONNX Runtime and the embedding model in ./memlayer-assets.
+    Setup,
+    /// What CI runs: setup, rustfmt check, clippy with warnings denied, then every test.
     Test,
-    /// Build and run the server in release mode; extra arguments go to `memlayer serve`.
+    /// Setup, then build and run the server in release mode; extra arguments go to
+    /// `memlayer serve`.
     Serve {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -41,14 +48,22 @@ enum Task {
         #[arg(long, default_value_t = 10)]
         seconds: u64,
     },
+    /// Measure embedding throughput, Rust against Python onnxruntime on the same model.
+    BenchEmbed,
+    /// Build the release tarball: binary, embedding assets, README and SHA256SUMS.
+    Dist,
 }
 
 fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     let root = workspace_root();
     match cli.task {
+        Task::Setup => {
+            setup::run(&root)?;
+        }
         Task::Test => test(&root)?,
         Task::Serve { args } => {
+            setup::run(&root)?;
             let mut run_args = vec!["run", "--release", "-p", "memlayer", "--", "serve"];
             run_args.extend(args.iter().map(String::as_str));
             cmd::cargo(&root, &run_args)?;
@@ -84,13 +99,32 @@ fn main() -> anyhow::Result<ExitCode> {
             )?;
         }
         Task::Bench { seconds } => bench::run(&root, seconds)?,
+        // Measured from a release build, for the same reason as `bench`.
+        Task::BenchEmbed if cfg!(debug_assertions) => {
+            cmd::cargo(
+                &root,
+                &[
+                    "run",
+                    "--quiet",
+                    "--release",
+                    "-p",
+                    "xtask",
+                    "--",
+                    "bench-embed",
+                ],
+            )?;
+        }
+        Task::BenchEmbed => bench_embed::run(&root)?,
+        Task::Dist => dist::run(&root)?,
     }
     Ok(ExitCode::SUCCESS)
 }
 
 /// Runs CI's steps in CI's order, cheapest first, so a formatting slip fails in seconds
-/// rather than after a full build.
+/// rather than after a full build. Setup comes first because the embedding tests run the real
+/// model; they find it through `MEMLAYER_ASSETS_DIR`.
 fn test(root: &Path) -> anyhow::Result<()> {
+    let assets = setup::run(root)?;
     let steps: [&[&str]; 3] = [
         &["fmt", "--all", "--", "--check"],
         &[
@@ -106,7 +140,9 @@ fn test(root: &Path) -> anyhow::Result<()> {
     for args in steps {
         let step = format!("cargo {}", args.join(" "));
         eprintln!("xtask: running `{step}`");
-        cmd::cargo(root, args).with_context(|| format!("CI step `{step}` failed"))?;
+        let mut command = cmd::cargo_command(root);
+        command.args(args).env("MEMLAYER_ASSETS_DIR", &assets);
+        cmd::run(command).with_context(|| format!("CI step `{step}` failed"))?;
     }
     eprintln!("xtask: all steps passed");
     Ok(())

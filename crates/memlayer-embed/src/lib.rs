@@ -1,8 +1,31 @@
-//! Local text embeddings: turns message text into vectors with an ONNX model loaded from a
-//! local directory, with no network at build or run time.
+//! Local text embeddings: turns message text into L2-normalised vectors with an ONNX
+//! sentence-transformers model (all-MiniLM-L6-v2, int8 weights, 384 dimensions) run by ONNX
+//! Runtime, with no network at build or run time.
 //!
-//! Empty until the embeddings issue fills it; the crate exists now so the workspace shows the
-//! architecture from the start. It may depend on `memlayer-store` (for the model identity it
-//! stores beside vectors) and must not depend on indexes, strategies, erasure or HTTP.
+//! The ONNX Runtime library and the model are files on disk ([`Assets`]), installed by
+//! `cargo xtask setup` or shipped in the release bundle. An [`Embedder`] runs the model on its
+//! own worker threads, so async callers never block, groups texts of similar length into
+//! batches, and caches vectors by the text's hash. Every vector is tagged by the
+//! [`ModelIdentity`] that made it, so vectors of different models are never mixed.
+//!
+//! It may depend on `memlayer-store` only, and must not depend on indexes, strategies,
+//! erasure or HTTP.
 
 #![deny(missing_docs)]
+
+mod assets;
+mod cache;
+mod embedder;
+mod error;
+mod model;
+mod pool;
+mod runtime;
+
+pub use assets::Assets;
+pub use cache::CacheStats;
+pub use embedder::{Embedder, EmbedderOptions};
+pub use error::EmbedError;
+pub use model::ModelIdentity;
+
+#[cfg(test)]
+mod tests;

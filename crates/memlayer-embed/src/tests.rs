@@ -1,0 +1,280 @@
+//! Tests against the real model and the real ONNX Runtime library, found through
+//! `MEMLAYER_ASSETS_DIR` or else `<workspace>/memlayer-assets`. Missing assets fail the tests
+//! with the command that installs them: a skipped embedding test would hide a broken set-up.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use crate::{Assets, CacheStats, EmbedError, Embedder, EmbedderOptions};
+
+/// The pinned sha256 of the model file that `cargo xtask setup` installs.
+const MODEL_SHA256: &str = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6";
+
+fn assets_dir() -> PathBuf {
+    std::env::var_os("MEMLAYER_ASSETS_DIR").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../memlayer-assets"),
+        PathBuf::from,
+    )
+}
+
+fn assets() -> Assets {
+    let assets = Assets::in_dir(assets_dir());
+    if let Err(err) = assets.check() {
+        panic!("the embedding tests need the real model: {err}");
+    }
+    assets
+}
+
+/// Without a cache, so every call really runs the model.
+fn uncached_options() -> EmbedderOptions {
+    EmbedderOptions {
+        cache_capacity: 0,
+        ..EmbedderOptions::default()
+    }
+}
+
+/// One embedder for the tests that only read vectors: loading the model takes a second in a
+/// debug build.
+fn shared() -> &'static Embedder {
+    static SHARED: OnceLock<Embedder> = OnceLock::new();
+    SHARED.get_or_init(|| Embedder::open(&assets(), uncached_options()).expect("model loads"))
+}
+
+fn embed_one(embedder: &Embedder, text: &str) -> Vec<f32> {
+    let mut vectors = embedder.embed_blocking(&[text]).expect("embedding works");
+    assert_eq!(vectors.len(), 1);
+    vectors.remove(0)
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    dot / (norm(a) * norm(b))
+}
+
+fn norm(v: &[f32]) -> f32 {
+    v.iter().map(|x| x * x).sum::<f32>().sqrt()
+}
+
+fn max_difference(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn identity_names_the_model_file() {
+    let identity = shared().identity();
+    assert_eq!(identity.name, "all-MiniLM-L6-v2-int8");
+    assert_eq!(identity.sha256, MODEL_SHA256);
+    assert_eq!(identity.dimension, 384);
+}
+
+#[test]
+fn vectors_have_the_model_dimension_and_unit_length() {
+    let long = "word ".repeat(600);
+    let texts = ["My favourite colour is blue", "", long.as_str()];
+    let vectors = shared().embed_blocking(&texts).expect("embedding works");
+    assert_eq!(vectors.len(), texts.len());
+    for vector in &vectors {
+        assert_eq!(vector.len(), 384);
+        assert!((norm(vector) - 1.0).abs() < 1e-4, "norm {}", norm(vector));
+    }
+}
+
+#[test]
+fn same_text_gives_the_identical_vector() {
+    let text = "Can you move the standup to 9am tomorrow?";
+    assert_eq!(embed_one(shared(), text), embed_one(shared(), text));
+}
+
+#[test]
+fn similar_meanings_are_closer() {
+    let blue = embed_one(shared(), "My favourite colour is blue");
+    let also_blue = embed_one(shared(), "I like the colour blue best");
+    let invoice = embed_one(shared(), "The invoice is due on Friday");
+    let similar = cosine(&blue, &also_blue);
+    let unrelated = cosine(&blue, &invoice);
+    assert!(
+        similar > unrelated + 0.2,
+        "similar {similar}, unrelated {unrelated}"
+    );
+}
+
+#[test]
+fn a_batch_gives_the_vectors_of_single_texts() {
+    let texts = [
+        "ok",
+        "The printer on the third floor is jammed again.",
+        "Could you book a table for four people at 8 in the evening, and remind Alice \
+         that she promised to bring the slides for the quarterly budget review?",
+        "thanks!",
+        "My flight to Lisbon got moved to Tuesday.",
+    ];
+    let batch = shared().embed_blocking(&texts).expect("embedding works");
+    for (text, batched) in texts.iter().zip(&batch) {
+        let single = embed_one(shared(), text);
+        let difference = max_difference(&single, batched);
+        assert!(difference < 1e-5, "{text:?} differs by {difference}");
+    }
+}
+
+#[test]
+fn requests_larger_than_a_batch_keep_their_order() {
+    let options = EmbedderOptions {
+        max_batch: 2,
+        ..uncached_options()
+    };
+    let embedder = Embedder::open(&assets(), options).expect("model loads");
+    let texts = [
+        "a much longer message than the others in this request",
+        "short",
+        "a message of medium length",
+        "short",
+        "tiny",
+    ];
+    let vectors = embedder.embed_blocking(&texts).expect("embedding works");
+    for (text, vector) in texts.iter().zip(&vectors) {
+        let difference = max_difference(&embed_one(shared(), text), vector);
+        assert!(difference < 1e-5, "{text:?} differs by {difference}");
+    }
+    assert_eq!(vectors[1], vectors[3]);
+    assert!(
+        embedder
+            .embed_blocking(&[])
+            .expect("nothing to embed")
+            .is_empty()
+    );
+}
+
+#[test]
+fn cache_hits_return_the_identical_vector_and_are_counted() {
+    let embedder = Embedder::open(&assets(), EmbedderOptions::default()).expect("model loads");
+    let first = embedder
+        .embed_blocking(&["remember my order number 4711", "hello"])
+        .expect("embedding works");
+    assert_eq!(
+        embedder.cache_stats(),
+        CacheStats {
+            hits: 0,
+            misses: 2,
+            entries: 2
+        }
+    );
+    let again = embedder
+        .embed_blocking(&["remember my order number 4711"])
+        .expect("embedding works");
+    assert_eq!(again[0], first[0]);
+    // A text repeated inside one request is embedded once but counted at each place.
+    let repeated = embedder
+        .embed_blocking(&["hello", "new text", "new text"])
+        .expect("embedding works");
+    assert_eq!(repeated[0], first[1]);
+    assert_eq!(repeated[1], repeated[2]);
+    assert_eq!(
+        embedder.cache_stats(),
+        CacheStats {
+            hits: 2,
+            misses: 4,
+            entries: 3
+        }
+    );
+}
+
+#[test]
+fn missing_model_is_a_missing_asset() {
+    let empty = tempfile::tempdir().expect("temp dir");
+    let assets = Assets {
+        model_dir: empty.path().join("model"),
+        ..assets()
+    };
+    let err = Embedder::open(&assets, uncached_options()).err();
+    let expected_path = empty.path().join("model/model.onnx");
+    assert!(
+        matches!(&err, Some(EmbedError::MissingAsset { path, .. }) if *path == expected_path),
+        "{err:?}"
+    );
+    let message = err.expect("an error").to_string();
+    assert!(message.contains("cargo xtask setup"), "{message}");
+}
+
+#[test]
+fn missing_runtime_library_is_a_missing_asset() {
+    let empty = tempfile::tempdir().expect("temp dir");
+    let library = empty.path().join("libonnxruntime.so");
+    let assets = Assets {
+        runtime_library: library.clone(),
+        ..assets()
+    };
+    let err = Embedder::open(&assets, uncached_options()).err();
+    assert!(
+        matches!(&err, Some(EmbedError::MissingAsset { path, .. }) if *path == library),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn zero_options_are_rejected() {
+    let options = EmbedderOptions {
+        max_batch: 0,
+        ..EmbedderOptions::default()
+    };
+    let err = Embedder::open(&assets(), options).err();
+    assert!(
+        matches!(
+            err,
+            Some(EmbedError::InvalidOptions {
+                option: "max_batch",
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn a_shut_down_embedder_refuses_work() {
+    let embedder = Embedder::open(&assets(), uncached_options()).expect("model loads");
+    let clone = embedder.clone();
+    embedder.shutdown();
+    assert_eq!(
+        clone.embed_blocking(&["anything"]).err(),
+        Some(EmbedError::ShutDown)
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let result = runtime.block_on(clone.embed(vec!["anything".to_owned()]));
+    assert_eq!(result.err(), Some(EmbedError::ShutDown));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_from_many_tasks_all_succeed() {
+    let embedder = Embedder::open(&assets(), EmbedderOptions::default()).expect("model loads");
+    let mut tasks = tokio::task::JoinSet::new();
+    for task in 0..48 {
+        let embedder = embedder.clone();
+        tasks.spawn(async move {
+            let texts = vec![
+                format!("message {task} from a concurrent client"),
+                "the same greeting from everyone".to_owned(),
+            ];
+            let vectors = embedder.embed(texts.clone()).await;
+            (texts, vectors)
+        });
+    }
+    let mut greeting: Option<Vec<f32>> = None;
+    while let Some(joined) = tasks.join_next().await {
+        let (texts, vectors) = joined.expect("task completes");
+        let vectors = vectors.expect("embedding works");
+        assert_eq!(vectors.len(), texts.len());
+        assert!(vectors.iter().all(|vector| vector.len() == 384));
+        // Racing tasks may embed the shared text more than once before it is cached; each
+        // time it must give the same vector.
+        let expected = greeting.get_or_insert_with(|| vectors[1].clone());
+        assert!(max_difference(expected, &vectors[1]) < 1e-5);
+    }
+    let stats = embedder.cache_stats();
+    assert_eq!(stats.hits + stats.misses, 96);
+}
