@@ -94,6 +94,9 @@ pub struct Session {
     pub message_count: u64,
     /// Number of recorded runs.
     pub run_count: u64,
+    /// Index from which context loads start: messages before it were cleared (kept for
+    /// audit and search, left out of context).
+    pub load_from: u64,
     /// Whether the last turn is complete.
     pub state: SessionState,
 }
@@ -256,6 +259,11 @@ impl MessageKey {
     /// The key an index returned.
     pub fn from_u64(raw: u64) -> Self {
         Self(raw)
+    }
+
+    /// Every raw key a message of session `sid` can have, for range look-ups in indexes.
+    pub fn session_range(sid: u64) -> std::ops::Range<u64> {
+        (sid << INDEX_BITS)..((sid + 1) << INDEX_BITS)
     }
 
     /// The session's surrogate key.

@@ -48,16 +48,30 @@ pub(crate) trait Record: Serialize + DeserializeOwned {
             });
         }
         if version < Self::VERSION {
-            // No older layout exists yet: version 1 is the first.
-            return Err(corrupted(format!("unknown record version {version}")));
+            return Self::upgrade(version, body);
         }
-        let (record, used) = bincode::serde::decode_from_slice(body, bincode_config())
-            .map_err(|err| corrupted(err.to_string()))?;
-        if used != body.len() {
-            return Err(corrupted(format!("{} trailing bytes", body.len() - used)));
-        }
-        Ok(record)
+        decode_body(Self::NAME, body)
     }
+
+    /// Decodes a value written with an older `version` of the record. Records that never
+    /// changed have no older version: anything else is corruption.
+    fn upgrade(version: u8, _body: &[u8]) -> Result<Self> {
+        Err(StoreError::Corrupted {
+            what: Self::NAME,
+            detail: format!("unknown record version {version}"),
+        })
+    }
+}
+
+/// Decodes one whole bincode body; trailing bytes are corruption.
+fn decode_body<T: DeserializeOwned>(what: &'static str, body: &[u8]) -> Result<T> {
+    let corrupted = |detail: String| StoreError::Corrupted { what, detail };
+    let (record, used) = bincode::serde::decode_from_slice(body, bincode_config())
+        .map_err(|err| corrupted(err.to_string()))?;
+    if used != body.len() {
+        return Err(corrupted(format!("{} trailing bytes", body.len() - used)));
+    }
+    Ok(record)
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -76,11 +90,54 @@ pub(crate) struct SessionRecord {
     /// Sequence number the next run gets.
     pub(crate) next_run: u64,
     pub(crate) last_role: Option<Role>,
+    /// Index from which context loads start (version 2): `clear` moves it to the end;
+    /// older messages stay stored for audit and search.
+    pub(crate) load_from: u64,
 }
 
 impl Record for SessionRecord {
-    const VERSION: u8 = 1;
+    const VERSION: u8 = 2;
     const NAME: &'static str = "session record";
+
+    fn upgrade(version: u8, body: &[u8]) -> Result<Self> {
+        match version {
+            1 => {
+                let v1: SessionRecordV1 = decode_body(Self::NAME, body)?;
+                Ok(Self {
+                    sid: v1.sid,
+                    user_id: v1.user_id,
+                    agent_id: v1.agent_id,
+                    flow_id: v1.flow_id,
+                    created_at: v1.created_at,
+                    updated_at: v1.updated_at,
+                    metadata: v1.metadata,
+                    next_index: v1.next_index,
+                    next_run: v1.next_run,
+                    last_role: v1.last_role,
+                    load_from: 0,
+                })
+            }
+            other => Err(StoreError::Corrupted {
+                what: Self::NAME,
+                detail: format!("unknown record version {other}"),
+            }),
+        }
+    }
+}
+
+/// `SessionRecord` as version 1 wrote it: without `load_from`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SessionRecordV1 {
+    pub(crate) sid: u64,
+    pub(crate) user_id: String,
+    pub(crate) agent_id: String,
+    pub(crate) flow_id: Option<String>,
+    pub(crate) created_at: u64,
+    pub(crate) updated_at: u64,
+    pub(crate) metadata: String,
+    pub(crate) next_index: u64,
+    pub(crate) next_run: u64,
+    pub(crate) last_role: Option<Role>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -224,6 +281,30 @@ mod tests {
             let _ = SessionRecord::decode(&bytes);
             let _ = MessageRecord::decode(&bytes);
         }
+    }
+
+    #[test]
+    fn version_1_session_records_upgrade() {
+        let v1 = SessionRecordV1 {
+            sid: 7,
+            user_id: "u".into(),
+            agent_id: "a".into(),
+            flow_id: None,
+            created_at: 1,
+            updated_at: 2,
+            metadata: "{}".into(),
+            next_index: 3,
+            next_run: 0,
+            last_role: Some(Role::User),
+        };
+        let mut bytes = vec![1];
+        bincode::serde::encode_into_std_write(&v1, &mut bytes, bincode_config()).unwrap();
+        let upgraded = SessionRecord::decode(&bytes).unwrap();
+        assert_eq!(
+            (upgraded.sid, upgraded.next_index, upgraded.load_from),
+            (7, 3, 0)
+        );
+        assert_eq!(SessionRecord::decode(&upgraded.encode()).unwrap(), upgraded);
     }
 
     #[test]

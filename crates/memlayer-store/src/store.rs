@@ -117,6 +117,12 @@ impl Store {
         self.inner.writer.submit(work).await
     }
 
+    /// Changes after every successful commit: derived-data workers (the embedding pipeline)
+    /// wait on it instead of polling.
+    pub fn commits(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.writer.commits()
+    }
+
     /// The file this store lives in.
     pub fn path(&self) -> &Path {
         &self.inner.path
@@ -200,14 +206,73 @@ impl Store {
             .await
     }
 
-    /// Deletes a session with its messages, runs and idempotency records.
-    pub async fn delete_session(&self, tenant: &str, session_id: &str) -> Result<()> {
+    /// Deletes a session with everything it owns; returns its surrogate key, so derived
+    /// indexes can drop the session's entries.
+    pub async fn delete_session(&self, tenant: &str, session_id: &str) -> Result<u64> {
         validate_id("tenant", tenant)?;
         validate_id("session_id", session_id)?;
         let tenant = tenant.to_owned();
         let session_id = session_id.to_owned();
         self.write(move |txn| apply_delete_session(txn, &tenant, &session_id))
             .await
+    }
+
+    /// Starts later context loads after the session's current last message; the messages
+    /// stay stored for audit and search. Returns the index loads now start from.
+    pub async fn clear_session(&self, tenant: &str, session_id: &str) -> Result<u64> {
+        validate_id("tenant", tenant)?;
+        validate_id("session_id", session_id)?;
+        let tenant = tenant.to_owned();
+        let session_id = session_id.to_owned();
+        self.write(move |txn| {
+            let mut sessions = txn.open_table(SESSIONS)?;
+            let mut record = read_session_record(&sessions, &tenant, &session_id)?
+                .ok_or_else(|| not_found(&session_id))?;
+            record.load_from = record.next_index;
+            touch(txn, &tenant, &session_id, &mut record, Timestamp::now())?;
+            sessions.insert(
+                (tenant.as_str(), session_id.as_str()),
+                record.encode().as_slice(),
+            )?;
+            Ok(record.load_from)
+        })
+        .await
+    }
+
+    /// Up to `limit` messages of a session, newest first, whose content contains every word
+    /// of `query` ignoring case: the whole history, cleared and summarised parts included.
+    pub fn search_messages(
+        &self,
+        tenant: &str,
+        session_id: &str,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<Message>> {
+        let words: Vec<String> = query.split_whitespace().map(str::to_lowercase).collect();
+        if words.is_empty() {
+            return Err(StoreError::InvalidInput {
+                field: "query",
+                reason: "must contain a word".into(),
+            });
+        }
+        let (txn, record) = self.read_existing_session(tenant, session_id)?;
+        let messages = txn.open_table(MESSAGES)?;
+        let mut hits = Vec::new();
+        for entry in messages
+            .range((record.sid, 0)..(record.sid, record.next_index))?
+            .rev()
+        {
+            if hits.len() >= limit {
+                break;
+            }
+            let (key, value) = entry?;
+            let stored = MessageRecord::decode(value.value())?;
+            let content = stored.content.to_lowercase();
+            if words.iter().all(|word| content.contains(word.as_str())) {
+                hits.push(message_from_record(key.value().1, stored)?);
+            }
+        }
+        Ok(hits)
     }
 
     /// The session, or `None` if the tenant has no session with that id.
@@ -410,6 +475,7 @@ fn new_session_record(
         next_index: 0,
         next_run: 0,
         last_role: None,
+        load_from: 0,
     })
 }
 
@@ -630,7 +696,7 @@ fn apply_record_run(
     run_from_record(stored)
 }
 
-fn apply_delete_session(txn: &WriteTransaction, tenant: &str, session_id: &str) -> Result<()> {
+fn apply_delete_session(txn: &WriteTransaction, tenant: &str, session_id: &str) -> Result<u64> {
     let mut sessions = txn.open_table(SESSIONS)?;
     let record =
         read_session_record(&sessions, tenant, session_id)?.ok_or_else(|| not_found(session_id))?;
@@ -656,7 +722,7 @@ fn apply_delete_session(txn: &WriteTransaction, tenant: &str, session_id: &str) 
     if let Some(err) = undecodable {
         return Err(err);
     }
-    Ok(())
+    Ok(sid)
 }
 
 pub(crate) fn remove_range(
@@ -717,6 +783,7 @@ fn session_from_record(id: String, record: &SessionRecord) -> Result<Session> {
         metadata: metadata_from_text(SessionRecord::NAME, &record.metadata)?,
         message_count: record.next_index,
         run_count: record.next_run,
+        load_from: record.load_from,
         state: if record.last_role == Some(Role::User) {
             SessionState::IncompleteTurn
         } else {

@@ -640,3 +640,44 @@ async fn index_bookkeeping_tracks_the_outbox_and_vector_changes() {
     assert_eq!(store.vectors_version().unwrap(), 2);
     assert_eq!(store.session_by_key(sid).unwrap(), None);
 }
+
+#[tokio::test]
+async fn clearing_starts_later_loads_and_search_still_sees_everything() {
+    let (_dir, store) = open();
+    store
+        .append(
+            TENANT,
+            "s",
+            append_of(
+                vec![
+                    message(Role::User, "My Order 4711 is late"),
+                    message(Role::Assistant, "Checking order 4711"),
+                ],
+                Some(owner("u", "a")),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.clear_session(TENANT, "s").await.unwrap(), 2);
+    store
+        .append(
+            TENANT,
+            "s",
+            append_of(vec![message(Role::User, "new topic: order pizza")], None),
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.session(TENANT, "s").unwrap().unwrap().load_from, 2);
+    let hits = store.search_messages(TENANT, "s", "ORDER", 10).unwrap();
+    assert_eq!(hits.iter().map(|m| m.index).collect::<Vec<_>>(), [2, 1, 0]);
+    let both_words = store.search_messages(TENANT, "s", "order 4711", 1).unwrap();
+    assert_eq!(both_words.iter().map(|m| m.index).collect::<Vec<_>>(), [1]);
+    assert!(matches!(
+        store.search_messages(TENANT, "s", "  ", 10),
+        Err(StoreError::InvalidInput { field: "query", .. })
+    ));
+    assert!(matches!(
+        store.clear_session(TENANT, "nope").await,
+        Err(StoreError::SessionNotFound { .. })
+    ));
+}

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use redb::{Database, WriteTransaction};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use crate::{CommitMode, Result, StoreError};
 
@@ -67,17 +67,22 @@ where
 pub(crate) struct Writer {
     jobs: Mutex<Option<Sender<Box<dyn Job>>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// Counts successful commits, so derived-data workers wake up when there is news
+    /// instead of polling.
+    commits: watch::Receiver<u64>,
 }
 
 impl Writer {
     pub(crate) fn spawn(db: Arc<Database>, commit: CommitMode) -> std::io::Result<Self> {
         let (jobs, queue) = mpsc::channel();
+        let (committed, commits) = watch::channel(0);
         let thread = std::thread::Builder::new()
             .name("memlayer-writer".into())
-            .spawn(move || run(&db, commit, &queue))?;
+            .spawn(move || run(&db, commit, &queue, &committed))?;
         Ok(Self {
             jobs: Mutex::new(Some(jobs)),
             thread: Mutex::new(Some(thread)),
+            commits,
         })
     }
 
@@ -99,6 +104,11 @@ impl Writer {
             sender.send(job).map_err(|_| StoreError::Closed)?;
         }
         outcome.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// A receiver that sees the number of commits so far change after each commit.
+    pub(crate) fn commits(&self) -> watch::Receiver<u64> {
+        self.commits.clone()
     }
 
     /// False once [`Writer::shutdown`] has begun.
@@ -134,7 +144,12 @@ impl Drop for Writer {
     }
 }
 
-fn run(db: &Database, commit: CommitMode, queue: &Receiver<Box<dyn Job>>) {
+fn run(
+    db: &Database,
+    commit: CommitMode,
+    queue: &Receiver<Box<dyn Job>>,
+    committed: &watch::Sender<u64>,
+) {
     while let Ok(first) = queue.recv() {
         let mut group = vec![first];
         while group.len() < MAX_JOBS_PER_COMMIT {
@@ -143,15 +158,19 @@ fn run(db: &Database, commit: CommitMode, queue: &Receiver<Box<dyn Job>>) {
                 Err(_) => break,
             }
         }
-        commit_group(db, commit, group);
+        if commit_group(db, commit, group) {
+            committed.send_modify(|count| *count += 1);
+        }
     }
 }
 
-fn commit_group(db: &Database, commit: CommitMode, mut group: Vec<Box<dyn Job>>) {
+/// Applies and commits a group, answers its jobs, and says whether the commit succeeded.
+fn commit_group(db: &Database, commit: CommitMode, mut group: Vec<Box<dyn Job>>) -> bool {
     let failure = apply_and_commit(db, commit, &mut group).err();
     for job in group {
         job.finish(failure.as_ref());
     }
+    failure.is_none()
 }
 
 fn apply_and_commit(db: &Database, commit: CommitMode, group: &mut [Box<dyn Job>]) -> Result<()> {
