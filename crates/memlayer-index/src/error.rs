@@ -37,6 +37,26 @@ pub enum IndexError {
     /// Reading or writing a snapshot failed.
     #[error("snapshot I/O error: {0}")]
     Io(#[from] io::Error),
+    /// The store's vectors were made by another embedding model than the one configured.
+    #[error(
+        "the store holds vectors of model {stored}, but the configured model is {configured}; \
+         run `memlayer reindex` to embed every message again with the configured model"
+    )]
+    ModelMismatch {
+        /// The model of the stored vectors.
+        stored: String,
+        /// The model the server was started with.
+        configured: String,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] memlayer_store::StoreError),
+    /// Embedding failed.
+    #[error(transparent)]
+    Embed(#[from] memlayer_embed::EmbedError),
+    /// A background task of the indexing pipeline died.
+    #[error("indexing pipeline: {0}")]
+    Pipeline(String),
 }
 
 /// The result type of this crate.

@@ -1,9 +1,11 @@
 //! Vector (exact scan and HNSW) and keyword (BM25) indexes over stored messages and
 //! memories, and the reciprocal rank fusion that combines them for hybrid recall.
 //!
-//! Everything here is derived data keyed by `u64` ids that the caller maps to messages or
-//! memories; it can always be rebuilt from the store. The crate depends on no other memlayer
-//! crate: the wiring to the store and the embedder lives above it. Erasure reaches these
+//! The index structures are derived data keyed by `u64` ids that the caller maps to messages
+//! or memories; they can always be rebuilt from the store. [`Recall`] wires them to the store
+//! and the embedder: an indexing pipeline that drains the store's outbox, and hybrid queries
+//! over a session or a user's sessions. The crate may depend on `memlayer-store` and
+//! `memlayer-embed` only; strategies, erasure and HTTP build on it. Erasure reaches these
 //! indexes through [`VectorIndex::remove`] + [`VectorIndex::compact`] and
 //! [`KeywordIndex::remove`], after which the erased vector or text is held by neither
 //! index nor written to any later snapshot.
@@ -70,6 +72,7 @@ mod error;
 mod fusion;
 mod graph;
 mod keyword;
+mod recall;
 mod snapshot;
 mod topk;
 mod vector;
@@ -78,5 +81,6 @@ pub use analyzer::Analyzer;
 pub use error::{IndexError, Result};
 pub use fusion::{Fused, RRF_K, Retriever, reciprocal_rank_fusion};
 pub use keyword::KeywordIndex;
+pub use recall::{Recall, RecallHit, RecallOptions, RecallQuery, Recalled, Scope};
 pub use topk::IdFilter;
 pub use vector::{VectorConfig, VectorIndex};

@@ -1,0 +1,604 @@
+//! Hybrid recall over a store's messages: the indexing pipeline that keeps the keyword and
+//! vector indexes in step with the store, and the queries that search them.
+//!
+//! The pipeline drains the store's outbox: for each batch of appended messages it indexes the
+//! text for keywords at once, embeds it on the embedder's worker threads, stores the vectors
+//! (so a rebuild never embeds again) and adds them to the vector index. Appends never wait for
+//! any of this. A query waits, for a bounded time, until everything committed before it is
+//! indexed (read-your-writes); if embedding is behind it answers from keywords for the newest
+//! messages and says so.
+//!
+//! The vector index is snapshotted to a file while the store's `vectors_version` is known:
+//! on start the snapshot is used when the version still matches and the index is rebuilt
+//! from the stored vectors otherwise. The keyword index is rebuilt from the messages.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use memlayer_embed::Embedder;
+use memlayer_store::{
+    EmbeddingModel, Message, MessageKey, Role, SessionRef, Store, StoreError, Timestamp,
+};
+use tokio::sync::watch;
+
+use crate::{
+    IndexError, KeywordIndex, RRF_K, Result, Retriever, VectorConfig, VectorIndex,
+    reciprocal_rank_fusion,
+};
+
+/// How a [`Recall`] runs.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RecallOptions {
+    /// Where the vector index snapshot lives; `None` keeps the index in memory only.
+    pub snapshot_path: Option<PathBuf>,
+    /// Most messages embedded per pipeline step.
+    pub batch_messages: usize,
+    /// Longest a query waits for earlier appends to be indexed before answering without them.
+    pub read_your_writes_wait: Duration,
+    /// Least time between two snapshots while the index keeps changing.
+    pub snapshot_interval: Duration,
+}
+
+impl Default for RecallOptions {
+    fn default() -> Self {
+        Self {
+            snapshot_path: None,
+            batch_messages: 64,
+            read_your_writes_wait: Duration::from_secs(2),
+            snapshot_interval: Duration::from_secs(60),
+        }
+    }
+}
+
+impl RecallOptions {
+    /// Options that snapshot the vector index to `path`.
+    pub fn with_snapshot(mut self, path: impl Into<PathBuf>) -> Self {
+        self.snapshot_path = Some(path.into());
+        self
+    }
+}
+
+/// Which messages a query searches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// One session of the tenant.
+    Session {
+        /// The session id.
+        session_id: String,
+    },
+    /// Every session of a user, optionally only those with one agent.
+    User {
+        /// The user.
+        user_id: String,
+        /// Only this agent's sessions, when given.
+        agent_id: Option<String>,
+    },
+}
+
+/// A recall request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecallQuery {
+    /// The tenant whose messages are searched.
+    pub tenant: String,
+    /// Which of its messages.
+    pub scope: Scope,
+    /// What to look for.
+    pub query: String,
+    /// How many hits at most.
+    pub k: usize,
+    /// Only messages with one of these roles, when given.
+    pub roles: Option<Vec<Role>>,
+    /// Only messages at or after this time.
+    pub after: Option<Timestamp>,
+    /// Only messages before this time.
+    pub before: Option<Timestamp>,
+    /// Message indices to leave out (in a session scope: the turns already in the window).
+    pub exclude_indices: Vec<u64>,
+}
+
+/// One recalled message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecallHit {
+    /// The session it belongs to.
+    pub session: SessionRef,
+    /// The message.
+    pub message: Message,
+    /// Its fused score (reciprocal rank fusion; higher is better).
+    pub score: f32,
+    /// Its 1-based rank among keyword results, if the keyword index found it.
+    pub keyword_rank: Option<u32>,
+    /// Its 1-based rank among vector results, if the vector index found it.
+    pub vector_rank: Option<u32>,
+}
+
+/// The answer to a [`RecallQuery`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recalled {
+    /// Best first.
+    pub hits: Vec<RecallHit>,
+    /// Why the answer may be incomplete, when it may: embedding was behind, or the query
+    /// could not be embedded and only keywords were searched.
+    pub degraded: Option<String>,
+}
+
+/// How far the pipeline has got, as outbox sequence numbers: every append up to
+/// `keywords` is in the keyword index, up to `vectors` in the vector index.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Progress {
+    keywords: u64,
+    vectors: u64,
+}
+
+/// What the indexes need to know about a message to filter it.
+#[derive(Debug, Clone, Copy)]
+struct Doc {
+    role: Role,
+    timestamp: Timestamp,
+}
+
+/// Who a session belongs to, for scope filters and for naming hits.
+#[derive(Debug, Clone)]
+struct Owner {
+    at: SessionRef,
+    user_id: String,
+    agent_id: String,
+}
+
+struct Indexes {
+    vectors: VectorIndex,
+    keywords: KeywordIndex,
+    docs: BTreeMap<u64, Doc>,
+    owners: HashMap<u64, Owner>,
+    /// The vector index changed since the last snapshot.
+    dirty: bool,
+}
+
+struct Inner {
+    store: Store,
+    embedder: Embedder,
+    model: EmbeddingModel,
+    options: RecallOptions,
+    indexes: RwLock<Indexes>,
+    progress: watch::Sender<Progress>,
+}
+
+/// Hybrid recall over one store. Cheap to clone.
+#[derive(Clone)]
+pub struct Recall {
+    inner: Arc<Inner>,
+}
+
+impl Recall {
+    /// Builds the indexes from `store` (using the vector snapshot when it is still exact) and
+    /// returns a handle whose [`Recall::run_pipeline`] must be spawned to keep them current.
+    ///
+    /// Fails with [`IndexError::ModelMismatch`] when the store's vectors were made by another
+    /// model than `embedder`'s.
+    pub fn open(store: Store, embedder: Embedder, options: RecallOptions) -> Result<Self> {
+        let identity = embedder.identity();
+        let model = EmbeddingModel {
+            name: identity.name.clone(),
+            sha256: identity.sha256.clone(),
+            dimension: u32::try_from(identity.dimension).unwrap_or(u32::MAX),
+        };
+        if let Some(stored) = store.vector_model()?
+            && stored != model
+        {
+            return Err(IndexError::ModelMismatch {
+                stored: format!("{} ({})", stored.name, stored.sha256),
+                configured: format!("{} ({})", model.name, model.sha256),
+            });
+        }
+        let config = VectorConfig::new(identity.dimension);
+        let vectors = load_vectors(&store, &options, config)?;
+        let mut indexes = Indexes {
+            vectors,
+            keywords: KeywordIndex::default(),
+            docs: BTreeMap::new(),
+            owners: HashMap::new(),
+            dirty: false,
+        };
+        let mut after = None;
+        loop {
+            let page = store.all_messages(after, 4_096)?;
+            let Some((last, _)) = page.last() else { break };
+            after = Some(*last);
+            for (key, message) in &page {
+                indexes.add_text(&store, *key, message)?;
+            }
+        }
+        // Every committed append is now keyword-indexed; vectors exist for all but the
+        // appends still in the outbox.
+        let head = store.outbox_head()?;
+        let first_pending = store.pending_embeddings(1)?.first().map(|p| p.seq);
+        let progress = Progress {
+            keywords: head,
+            vectors: first_pending.map_or(head, |seq| seq - 1),
+        };
+        Ok(Self {
+            inner: Arc::new(Inner {
+                store,
+                embedder,
+                model,
+                options,
+                indexes: RwLock::new(indexes),
+                progress: watch::channel(progress).0,
+            }),
+        })
+    }
+
+    /// Number of messages with a vector in the index.
+    pub fn indexed_vectors(&self) -> usize {
+        self.read().vectors.len()
+    }
+
+    /// Runs the indexing pipeline until `shutdown` resolves, then saves a snapshot. Spawn it
+    /// on the async runtime that serves requests; its heavy steps run on blocking threads.
+    pub async fn run_pipeline(self, shutdown: impl Future<Output = ()>) {
+        let mut commits = self.inner.store.commits();
+        let mut last_snapshot = Instant::now();
+        tokio::pin!(shutdown);
+        loop {
+            match self.step().await {
+                Ok(true) => {}
+                Ok(false) => {
+                    if self.read().dirty
+                        && last_snapshot.elapsed() >= self.inner.options.snapshot_interval
+                    {
+                        self.save_snapshot().await;
+                        last_snapshot = Instant::now();
+                    }
+                    tokio::select! {
+                        () = &mut shutdown => break,
+                        changed = commits.changed() => if changed.is_err() { break },
+                        // A commit may have happened between the empty read and the wait.
+                        () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "indexing step failed; retrying");
+                    tokio::select! {
+                        () = &mut shutdown => break,
+                        () = tokio::time::sleep(Duration::from_millis(500)) => {}
+                    }
+                }
+            }
+        }
+        self.save_snapshot().await;
+    }
+
+    /// Indexes one batch from the outbox. Returns false when the outbox was empty.
+    async fn step(&self) -> Result<bool> {
+        let this = self.clone();
+        let batch = blocking(move || {
+            let batch = this
+                .inner
+                .store
+                .pending_embeddings(this.inner.options.batch_messages)?;
+            // Keywords first: they cost microseconds, and a query that cannot wait for the
+            // embeddings still finds the newest messages by their words.
+            let mut indexes = this.write();
+            for pending in &batch {
+                for (key, message) in &pending.messages {
+                    indexes.add_text(&this.inner.store, *key, message)?;
+                }
+            }
+            Ok(batch)
+        })
+        .await?;
+        let Some(last_seq) = batch.last().map(|p| p.seq) else {
+            return Ok(false);
+        };
+        self.inner
+            .progress
+            .send_modify(|progress| progress.keywords = progress.keywords.max(last_seq));
+
+        let (keys, texts): (Vec<MessageKey>, Vec<String>) = batch
+            .iter()
+            .flat_map(|pending| &pending.messages)
+            .map(|(key, message)| (*key, message.content.clone()))
+            .unzip();
+        let vectors = if texts.is_empty() {
+            Vec::new()
+        } else {
+            self.inner.embedder.embed(texts).await?
+        };
+        let keyed: Vec<(MessageKey, Vec<f32>)> = keys.into_iter().zip(vectors).collect();
+        let done = batch.iter().map(|pending| pending.seq).collect();
+        self.inner
+            .store
+            .store_embeddings(self.inner.model.clone(), done, keyed.clone())
+            .await?;
+        let this = self.clone();
+        blocking(move || {
+            let mut indexes = this.write();
+            // A session deleted while its messages were being embedded is gone from the
+            // store; its vectors were dropped there and must not enter the index either.
+            let live: Vec<(u64, &[f32])> = keyed
+                .iter()
+                .filter(|(key, _)| indexes.docs.contains_key(&key.as_u64()))
+                .map(|(key, vector)| (key.as_u64(), vector.as_slice()))
+                .collect();
+            indexes.vectors.insert_batch(live)?;
+            indexes.dirty = true;
+            Ok(())
+        })
+        .await?;
+        self.inner
+            .progress
+            .send_modify(|progress| progress.vectors = progress.vectors.max(last_seq));
+        Ok(true)
+    }
+
+    /// Deletes a session from the store and its messages from the indexes.
+    pub async fn delete_session(&self, tenant: &str, session_id: &str) -> Result<()> {
+        let sid = self.inner.store.delete_session(tenant, session_id).await?;
+        self.forget_session(sid).await
+    }
+
+    /// Removes every message of the session with surrogate key `sid` from the indexes, and
+    /// rewrites the snapshot without them. Call it after the store deleted the session.
+    pub async fn forget_session(&self, sid: u64) -> Result<()> {
+        let this = self.clone();
+        blocking(move || {
+            let mut indexes = this.write();
+            let keys: Vec<u64> = indexes
+                .docs
+                .range(MessageKey::session_range(sid))
+                .map(|(key, _)| *key)
+                .collect();
+            for key in &keys {
+                indexes.docs.remove(key);
+                indexes.keywords.remove(*key);
+                indexes.vectors.remove(*key);
+            }
+            indexes.owners.remove(&sid);
+            indexes.dirty = true;
+            Ok(())
+        })
+        .await?;
+        self.save_snapshot().await;
+        Ok(())
+    }
+
+    /// Searches `query.scope` by keywords and by meaning and fuses the two rankings.
+    pub async fn recall(&self, query: RecallQuery) -> Result<Recalled> {
+        let mut degraded = self.wait_for_index().await?;
+        let this = self.clone();
+        let scope_query = query.clone();
+        let allowed = blocking(move || this.scope_sessions(&scope_query)).await?;
+        let embedded = match self.inner.embedder.embed(vec![query.query.clone()]).await {
+            Ok(mut vectors) => vectors.pop(),
+            Err(err) => {
+                degraded = Some(format!(
+                    "the query could not be embedded ({err}); only keywords were searched"
+                ));
+                None
+            }
+        };
+        let this = self.clone();
+        blocking(move || this.search(&query, &allowed, embedded.as_deref(), degraded)).await
+    }
+
+    /// Waits until every append committed before the call is indexed, or the configured
+    /// time passes; says what is missing if it does.
+    async fn wait_for_index(&self) -> Result<Option<String>> {
+        let store = self.inner.store.clone();
+        let head = blocking(move || Ok(store.outbox_head()?)).await?;
+        let mut progress = self.inner.progress.subscribe();
+        // The guard `wait_for` returns must not live across the next await (it is not Send).
+        let caught_up = matches!(
+            tokio::time::timeout(
+                self.inner.options.read_your_writes_wait,
+                progress.wait_for(|p| p.vectors >= head),
+            )
+            .await,
+            Ok(Ok(_))
+        );
+        if caught_up {
+            return Ok(None);
+        }
+        let store = self.inner.store.clone();
+        let pending = blocking(move || Ok(store.pending_embedding_count()?)).await?;
+        Ok(Some(format!(
+            "{pending} recent append(s) are not embedded yet; they were searched by keywords only"
+        )))
+    }
+
+    /// The sessions a scope covers.
+    fn scope_sessions(&self, query: &RecallQuery) -> Result<HashSet<u64>> {
+        match &query.scope {
+            Scope::Session { session_id } => {
+                let sid = self
+                    .inner
+                    .store
+                    .session_key(&query.tenant, session_id)?
+                    .ok_or_else(|| {
+                        IndexError::Store(StoreError::SessionNotFound {
+                            session_id: session_id.clone(),
+                        })
+                    })?;
+                Ok(HashSet::from([sid]))
+            }
+            Scope::User { user_id, agent_id } => Ok(self
+                .read()
+                .owners
+                .iter()
+                .filter(|(_, owner)| {
+                    owner.at.tenant == query.tenant
+                        && &owner.user_id == user_id
+                        && agent_id
+                            .as_ref()
+                            .is_none_or(|agent| &owner.agent_id == agent)
+                })
+                .map(|(sid, _)| *sid)
+                .collect()),
+        }
+    }
+
+    fn search(
+        &self,
+        query: &RecallQuery,
+        sessions: &HashSet<u64>,
+        embedded: Option<&[f32]>,
+        degraded: Option<String>,
+    ) -> Result<Recalled> {
+        let indexes = self.read();
+        let excluded: HashSet<u64> = query.exclude_indices.iter().copied().collect();
+        let admits = |raw: u64| {
+            let key = MessageKey::from_u64(raw);
+            sessions.contains(&key.session())
+                && !excluded.contains(&key.index())
+                && indexes.docs.get(&raw).is_some_and(|doc| {
+                    query
+                        .roles
+                        .as_ref()
+                        .is_none_or(|roles| roles.contains(&doc.role))
+                        && query.after.is_none_or(|after| doc.timestamp >= after)
+                        && query.before.is_none_or(|before| doc.timestamp < before)
+                })
+        };
+        // Each retriever proposes more than k so fusion can promote what both agree on.
+        let candidates = query.k.saturating_mul(3).max(10);
+        let ids = |hits: Vec<(u64, f32)>| hits.into_iter().map(|(id, _)| id).collect::<Vec<_>>();
+        let by_keyword = ids(indexes
+            .keywords
+            .search(&query.query, candidates, Some(&admits)));
+        let by_vector = match embedded {
+            Some(vector) => ids(indexes.vectors.search(vector, candidates, Some(&admits))?),
+            None => Vec::new(),
+        };
+        let fused = reciprocal_rank_fusion(
+            &[
+                (Retriever::Keyword, &by_keyword),
+                (Retriever::Vector, &by_vector),
+            ],
+            RRF_K,
+        );
+        let fused: Vec<_> = fused.into_iter().take(query.k).collect();
+        let keys: Vec<MessageKey> = fused.iter().map(|f| MessageKey::from_u64(f.id)).collect();
+        let messages = self.inner.store.messages_by_key(&keys)?;
+        let hits = fused
+            .iter()
+            .zip(keys)
+            .zip(messages)
+            .filter_map(|((fused, key), message)| {
+                Some(RecallHit {
+                    session: indexes.owners.get(&key.session())?.at.clone(),
+                    message: message?,
+                    score: fused.score,
+                    keyword_rank: fused.rank(Retriever::Keyword),
+                    vector_rank: fused.rank(Retriever::Vector),
+                })
+            })
+            .collect();
+        Ok(Recalled { hits, degraded })
+    }
+
+    async fn save_snapshot(&self) {
+        let Some(path) = self.inner.options.snapshot_path.clone() else {
+            return;
+        };
+        let this = self.clone();
+        let saved = blocking(move || {
+            // The version is read before the index: a change racing the save makes the
+            // snapshot look older than it is, which only costs a rebuild, never a wrong load.
+            let version = this.inner.store.vectors_version()?;
+            let mut indexes = this.write();
+            indexes.vectors.save(&path, version)?;
+            indexes.dirty = false;
+            Ok(())
+        })
+        .await;
+        if let Err(err) = saved {
+            tracing::warn!(error = %err, "could not save the vector index snapshot");
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Indexes> {
+        self.inner
+            .indexes
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Indexes> {
+        self.inner
+            .indexes
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Indexes {
+    /// Adds a message's text and filter fields, learning its session's owner on first sight.
+    fn add_text(&mut self, store: &Store, key: MessageKey, message: &Message) -> Result<()> {
+        if let std::collections::hash_map::Entry::Vacant(entry) = self.owners.entry(key.session()) {
+            // A message whose session is already gone (deleted meanwhile) is not indexed.
+            let Some((at, session)) = store.session_by_key(key.session())? else {
+                return Ok(());
+            };
+            entry.insert(Owner {
+                at,
+                user_id: session.user_id,
+                agent_id: session.agent_id,
+            });
+        }
+        self.keywords.add(key.as_u64(), &message.content);
+        self.docs.insert(
+            key.as_u64(),
+            Doc {
+                role: message.role,
+                timestamp: message.timestamp,
+            },
+        );
+        Ok(())
+    }
+}
+
+/// The vector index from its snapshot when the store's vectors have not changed since it
+/// was taken, else rebuilt from the stored vectors.
+fn load_vectors(
+    store: &Store,
+    options: &RecallOptions,
+    config: VectorConfig,
+) -> Result<VectorIndex> {
+    let version = store.vectors_version()?;
+    if let Some(path) = &options.snapshot_path
+        && path.exists()
+    {
+        match VectorIndex::load(path, config.clone()) {
+            Ok((index, covered)) if covered == version => return Ok(index),
+            Ok(_) => tracing::info!("vector snapshot is stale; rebuilding from the store"),
+            Err(err) => tracing::warn!(error = %err, "vector snapshot unusable; rebuilding"),
+        }
+    }
+    let mut index = VectorIndex::new(config)?;
+    let mut after = None;
+    loop {
+        let page = store.vectors(after, 4_096)?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.key);
+        index.insert_batch(
+            page.iter()
+                .map(|stored| (stored.key.as_u64(), stored.components.as_slice())),
+        )?;
+    }
+    Ok(index)
+}
+
+/// Runs blocking work (store reads, index updates) off the async workers.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|err| IndexError::Pipeline(format!("a blocking task failed: {err}")))?
+}
+
+#[cfg(test)]
+mod tests;

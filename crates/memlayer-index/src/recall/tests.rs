@@ -1,0 +1,284 @@
+//! Recall end to end through a real store and the real embedding model (installed by
+//! `cargo xtask setup`; found through `MEMLAYER_ASSETS_DIR` or `<workspace>/memlayer-assets`).
+
+use std::path::{Path, PathBuf};
+
+use memlayer_embed::{Assets, Embedder, EmbedderOptions};
+use memlayer_store::{Append, EmbeddingModel, NewMessage, NewSession, Role, Store};
+use tokio::sync::oneshot;
+
+use super::*;
+
+fn embedder() -> Embedder {
+    let dir = std::env::var_os("MEMLAYER_ASSETS_DIR").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../memlayer-assets"),
+        PathBuf::from,
+    );
+    let assets = Assets::in_dir(dir);
+    if let Err(err) = assets.check() {
+        panic!("recall tests need the real model: {err}");
+    }
+    Embedder::open(&assets, EmbedderOptions::default()).unwrap()
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    store: Store,
+    recall: Recall,
+    stop: Option<oneshot::Sender<()>>,
+    pipeline: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Fixture {
+    fn open(dir: tempfile::TempDir, embedder: Embedder) -> Self {
+        let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
+        let options = RecallOptions::default().with_snapshot(dir.path().join("vectors.idx"));
+        let recall = Recall::open(store.clone(), embedder, options).unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let pipeline = tokio::spawn(recall.clone().run_pipeline(async {
+            let _ = stopped.await;
+        }));
+        Self {
+            _dir: dir,
+            store,
+            recall,
+            stop: Some(stop),
+            pipeline: Some(pipeline),
+        }
+    }
+
+    async fn stop(mut self) -> (tempfile::TempDir, Embedder) {
+        let _ = self.stop.take().unwrap().send(());
+        self.pipeline.take().unwrap().await.unwrap();
+        let embedder = self.recall.inner.embedder.clone();
+        drop(self.recall);
+        self.store.shutdown();
+        drop(self.store);
+        (self._dir, embedder)
+    }
+
+    async fn say(&self, session: &str, user: &str, lines: &[(Role, &str)]) {
+        let messages = lines
+            .iter()
+            .map(|(role, content)| NewMessage {
+                role: *role,
+                content: (*content).to_owned(),
+                token_count: 1,
+                timestamp: None,
+                metadata: Default::default(),
+            })
+            .collect();
+        let append = Append {
+            messages,
+            create: Some(NewSession {
+                user_id: user.into(),
+                agent_id: "assistant".into(),
+                ..NewSession::default()
+            }),
+            idempotency_key: None,
+        };
+        self.store.append("t", session, append).await.unwrap();
+    }
+
+    async fn ask(&self, scope: Scope, query: &str) -> Recalled {
+        self.recall
+            .recall(RecallQuery {
+                tenant: "t".into(),
+                scope,
+                query: query.into(),
+                k: 3,
+                roles: None,
+                after: None,
+                before: None,
+                exclude_indices: Vec::new(),
+            })
+            .await
+            .unwrap()
+    }
+}
+
+fn session(id: &str) -> Scope {
+    Scope::Session {
+        session_id: id.into(),
+    }
+}
+
+fn user(id: &str) -> Scope {
+    Scope::User {
+        user_id: id.into(),
+        agent_id: None,
+    }
+}
+
+fn contents(recalled: &Recalled) -> Vec<&str> {
+    recalled
+        .hits
+        .iter()
+        .map(|h| h.message.content.as_str())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finds_by_meaning_and_by_words_right_after_the_append() {
+    let fixture = Fixture::open(tempfile::tempdir().unwrap(), embedder());
+    fixture
+        .say(
+            "trip",
+            "alice",
+            &[
+                (
+                    Role::User,
+                    "I booked flight TP1351 to Lisbon for the conference.",
+                ),
+                (Role::Assistant, "Great, enjoy Portugal!"),
+                (Role::User, "Remind me to water the plants on Sunday."),
+                (
+                    Role::User,
+                    "My daughter's recital is at seven in the evening.",
+                ),
+            ],
+        )
+        .await;
+    // No wait between append and query: recall waits for the pipeline itself.
+    let by_meaning = fixture
+        .ask(session("trip"), "which airplane am I taking?")
+        .await;
+    assert_eq!(by_meaning.degraded, None);
+    assert_eq!(
+        contents(&by_meaning)[0],
+        "I booked flight TP1351 to Lisbon for the conference."
+    );
+    assert!(by_meaning.hits[0].vector_rank == Some(1));
+
+    let by_words = fixture.ask(session("trip"), "TP1351").await;
+    assert_eq!(by_words.hits[0].keyword_rank, Some(1));
+    assert_eq!(by_words.hits[0].session.session_id, "trip");
+    assert_eq!(fixture.recall.indexed_vectors(), 4);
+    fixture.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scopes_never_leak_another_users_messages() {
+    let fixture = Fixture::open(tempfile::tempdir().unwrap(), embedder());
+    let secret = "My locker code is 4417.";
+    fixture.say("a1", "alice", &[(Role::User, secret)]).await;
+    fixture.say("b1", "bob", &[(Role::User, secret)]).await;
+    fixture
+        .say("a2", "alice", &[(Role::User, "I like hiking in the Alps.")])
+        .await;
+
+    let alice = fixture.ask(user("alice"), "locker code").await;
+    let sessions: Vec<&str> = alice
+        .hits
+        .iter()
+        .map(|h| h.session.session_id.as_str())
+        .collect();
+    assert!(
+        sessions.contains(&"a1") && !sessions.contains(&"b1"),
+        "{sessions:?}"
+    );
+    let bob = fixture.ask(user("bob"), "locker code").await;
+    assert!(bob.hits.iter().all(|h| h.session.session_id == "b1"));
+    let one_session = fixture.ask(session("a2"), "locker code").await;
+    assert!(
+        one_session
+            .hits
+            .iter()
+            .all(|h| h.session.session_id == "a2")
+    );
+    let missing = fixture
+        .recall
+        .recall(RecallQuery {
+            tenant: "t".into(),
+            scope: session("nope"),
+            query: "x".into(),
+            k: 3,
+            roles: None,
+            after: None,
+            before: None,
+            exclude_indices: Vec::new(),
+        })
+        .await;
+    assert!(matches!(
+        missing,
+        Err(IndexError::Store(StoreError::SessionNotFound { .. }))
+    ));
+    fixture.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forgotten_sessions_leave_the_index_and_restarts_keep_the_rest() {
+    let fixture = Fixture::open(tempfile::tempdir().unwrap(), embedder());
+    fixture
+        .say(
+            "keep",
+            "alice",
+            &[(Role::User, "The wifi password is sunflower42.")],
+        )
+        .await;
+    fixture
+        .say("drop", "alice", &[(Role::User, "The alarm code is 9911.")])
+        .await;
+    assert_eq!(fixture.ask(user("alice"), "alarm code").await.hits.len(), 2);
+
+    let sid = fixture.store.session_key("t", "drop").unwrap().unwrap();
+    fixture.store.delete_session("t", "drop").await.unwrap();
+    fixture.recall.forget_session(sid).await.unwrap();
+    let after = fixture.ask(user("alice"), "alarm code").await;
+    assert_eq!(contents(&after), ["The wifi password is sunflower42."]);
+
+    // The snapshot written on shutdown is loaded again; the result does not change.
+    let (dir, embedder) = fixture.stop().await;
+    assert!(dir.path().join("vectors.idx").exists());
+    let reopened = Fixture::open(dir, embedder);
+    assert_eq!(reopened.recall.indexed_vectors(), 1);
+    let again = reopened.ask(user("alice"), "alarm code").await;
+    assert_eq!(contents(&again), ["The wifi password is sunflower42."]);
+    reopened.stop().await;
+}
+
+#[tokio::test]
+async fn vectors_of_another_model_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
+    store
+        .append(
+            "t",
+            "s",
+            Append {
+                messages: vec![NewMessage {
+                    role: Role::User,
+                    content: "hello".into(),
+                    token_count: 1,
+                    timestamp: None,
+                    metadata: Default::default(),
+                }],
+                create: Some(NewSession {
+                    user_id: "u".into(),
+                    agent_id: "a".into(),
+                    ..NewSession::default()
+                }),
+                idempotency_key: None,
+            },
+        )
+        .await
+        .unwrap();
+    let pending = store.pending_embeddings(10).unwrap();
+    let other = EmbeddingModel {
+        name: "other".into(),
+        sha256: "0".repeat(64),
+        dimension: 384,
+    };
+    let mut vector = vec![0.0; 384];
+    vector[0] = 1.0;
+    store
+        .store_embeddings(
+            other,
+            vec![pending[0].seq],
+            vec![(pending[0].messages[0].0, vector)],
+        )
+        .await
+        .unwrap();
+    let opened = Recall::open(store, embedder(), RecallOptions::default());
+    assert!(matches!(opened, Err(IndexError::ModelMismatch { .. })));
+}
