@@ -14,8 +14,11 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
+use std::sync::OnceLock;
 use std::time::Duration;
 
+use memlayer_embed::{Assets, Embedder, EmbedderOptions};
+use memlayer_index::{Recall, RecallOptions};
 use memlayer_server::{AppState, ServerConfig};
 use memlayer_store::Store;
 use reqwest::Method;
@@ -30,6 +33,23 @@ pub use serde_json::json;
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long any single HTTP request may take before the test fails.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The real embedding model, loaded once per test binary and shared by every server (an
+/// `Embedder` is a handle to worker threads that outlive any one runtime).
+fn embedder() -> Embedder {
+    static EMBEDDER: OnceLock<Embedder> = OnceLock::new();
+    EMBEDDER
+        .get_or_init(|| {
+            let dir = std::env::var_os("MEMLAYER_ASSETS_DIR")
+                .expect("MEMLAYER_ASSETS_DIR is set by .cargo/config.toml");
+            let assets = Assets::in_dir(dir);
+            if let Err(err) = assets.check() {
+                panic!("the end-to-end tests need the real model: {err}");
+            }
+            Embedder::open(&assets, EmbedderOptions::default()).expect("load the embedding model")
+        })
+        .clone()
+}
 
 /// The real server on 127.0.0.1 over a redb file in its own temporary directory.
 pub struct TestServer {
@@ -74,6 +94,9 @@ impl TestServer {
 
     fn launch(&self) -> Running {
         let store = Store::open(self.store_path()).expect("open the store");
+        let options = RecallOptions::default().with_snapshot(self.dir.path().join("vectors.idx"));
+        let recall =
+            Recall::open(store.clone(), embedder(), options).expect("build the recall indexes");
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("test-server")
@@ -85,7 +108,7 @@ impl TestServer {
             .expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("the listener has an address");
         let (shutdown, signal) = oneshot::channel::<()>();
-        let state = AppState::new(store, self.config.clone());
+        let state = AppState::new(store, recall, self.config.clone());
         let task = runtime.spawn(memlayer_server::serve(listener, state, async move {
             // A dropped sender (the test panicked) also stops the server.
             let _ = signal.await;

@@ -15,3 +15,10 @@ mod bad_input;
 mod durability;
 // Many clients at once: no lost or duplicated message, gapless indices, per-client order.
 mod concurrency;
+// Hybrid recall with the real embedding model: by meaning and by words, scoped, forgotten on
+// delete, kept over a restart.
+mod recall;
+// Context assembly: strategies, the combined strategy's layers, formats and the report.
+mod context;
+// session_search over the whole history and clear_session's checkpoint.
+mod search_clear;

@@ -4,6 +4,7 @@ use axum::Json;
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use memlayer_index::IndexError;
 use memlayer_store::StoreError;
 use serde_json::json;
 
@@ -116,6 +117,18 @@ impl From<StoreError> for ApiError {
             },
             StoreError::Conflict(message) => Self::Conflict(message),
             StoreError::Closed => Self::Unavailable("the server is shutting down".into()),
+            other => Self::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<IndexError> for ApiError {
+    fn from(err: IndexError) -> Self {
+        match err {
+            IndexError::Store(store) => store.into(),
+            IndexError::DimensionMismatch { .. } | IndexError::InvalidVector(_) => {
+                Self::invalid("invalid_value", err.to_string())
+            }
             other => Self::Internal(other.to_string()),
         }
     }

@@ -29,6 +29,8 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(api::health::routes())
         .merge(api::sessions::routes())
+        .merge(api::recall::routes())
+        .merge(api::context::routes())
         .fallback(api::not_found)
         .method_not_allowed_fallback(api::method_not_allowed)
         .layer(DefaultBodyLimit::max(state.config().max_body_bytes))
@@ -36,19 +38,28 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Serves the API on `listener` until `shutdown` resolves, then stops accepting connections,
-/// lets in-flight requests finish, and commits every queued write before returning.
+/// Serves the API on `listener`, with the indexing pipeline running beside it, until
+/// `shutdown` resolves; then stops accepting connections, lets in-flight requests finish,
+/// stops the pipeline (which saves its snapshot) and commits every queued write.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let store = state.store().clone();
-    axum::serve(listener, router(state))
+    let (stop_pipeline, pipeline_stopped) = tokio::sync::oneshot::channel::<()>();
+    let pipeline = tokio::spawn(state.recall().clone().run_pipeline(async {
+        let _ = pipeline_stopped.await;
+    }));
+    let served = axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown)
-        .await?;
+        .await;
+    let _ = stop_pipeline.send(());
+    let stopped = pipeline.await;
     // Joining the writer thread blocks; keep it off the async workers.
     tokio::task::spawn_blocking(move || store.shutdown())
         .await
-        .map_err(std::io::Error::other)
+        .map_err(std::io::Error::other)?;
+    served?;
+    stopped.map_err(std::io::Error::other)
 }

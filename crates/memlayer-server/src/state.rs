@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use memlayer_index::Recall;
 use memlayer_memory::TokenEncoding;
 use memlayer_store::Store;
 
@@ -27,14 +28,17 @@ impl Default for ServerConfig {
 #[derive(Clone)]
 pub struct AppState {
     store: Store,
+    recall: Recall,
     config: Arc<ServerConfig>,
 }
 
 impl AppState {
-    /// State serving `store` with `config`.
-    pub fn new(store: Store, config: ServerConfig) -> Self {
+    /// State serving `store`, searched through `recall` (which must index that store), with
+    /// `config`.
+    pub fn new(store: Store, recall: Recall, config: ServerConfig) -> Self {
         Self {
             store,
+            recall,
             config: Arc::new(config),
         }
     }
@@ -42,6 +46,11 @@ impl AppState {
     /// The store.
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// Hybrid recall over the store's messages.
+    pub fn recall(&self) -> &Recall {
+        &self.recall
     }
 
     /// The settings.

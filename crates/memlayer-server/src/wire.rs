@@ -46,6 +46,8 @@ pub(crate) struct SessionBody {
     pub(crate) state: SessionState,
     pub(crate) message_count: u64,
     pub(crate) run_count: u64,
+    /// Context loads start at this index; earlier messages were cleared (still stored).
+    pub(crate) load_from: u64,
     pub(crate) metadata: Metadata,
     pub(crate) created_at: Rfc3339,
     pub(crate) updated_at: Rfc3339,
@@ -61,6 +63,7 @@ impl From<Session> for SessionBody {
             state: session.state,
             message_count: session.message_count,
             run_count: session.run_count,
+            load_from: session.load_from,
             metadata: session.metadata,
             created_at: Rfc3339(session.created_at),
             updated_at: Rfc3339(session.updated_at),

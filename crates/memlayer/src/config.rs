@@ -6,12 +6,45 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
+use memlayer_embed::Assets;
 use memlayer_memory::TokenEncoding;
 use memlayer_server::ServerConfig;
 use serde::Deserialize;
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:7700";
 const DEFAULT_DATA_DIR: &str = "./memlayer-data";
+const ASSETS_DIR_NAME: &str = "memlayer-assets";
+
+/// Where the data lives; shared by every command that opens the store.
+#[derive(Debug, Args)]
+pub(crate) struct DataArgs {
+    /// Directory holding the store file (memlayer.redb) and the vector index snapshot
+    /// [default: ./memlayer-data].
+    #[arg(long, env = "MEMLAYER_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// TOML file with any of: listen, data_dir, assets_dir, model_dir, onnxruntime,
+    /// max_body_bytes, token_encoding.
+    #[arg(long, env = "MEMLAYER_CONFIG")]
+    config: Option<PathBuf>,
+}
+
+impl DataArgs {
+    fn file(&self) -> anyhow::Result<FileSettings> {
+        read_optional_file(self.config.as_deref())
+    }
+
+    /// The data directory: flag or environment, then the config file, then the default.
+    pub(crate) fn data_dir(&self) -> anyhow::Result<PathBuf> {
+        let file = self.file()?;
+        Ok(resolve_data_dir(self.data_dir.clone(), file.data_dir))
+    }
+}
+
+fn resolve_data_dir(given: Option<PathBuf>, from_file: Option<PathBuf>) -> PathBuf {
+    given
+        .or(from_file)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR))
+}
 
 /// Flags of `memlayer serve`. Each has an environment variable; unset ones fall back to the
 /// config file, then to the defaults.
@@ -20,12 +53,10 @@ pub(crate) struct ServeArgs {
     /// Address to listen on [default: 127.0.0.1:7700]. Port 0 picks a free port.
     #[arg(long, env = "MEMLAYER_LISTEN")]
     listen: Option<SocketAddr>,
-    /// Directory holding the store file (memlayer.redb) [default: ./memlayer-data].
-    #[arg(long, env = "MEMLAYER_DATA_DIR")]
-    data_dir: Option<PathBuf>,
-    /// TOML file with any of: listen, data_dir, max_body_bytes, token_encoding.
-    #[arg(long, env = "MEMLAYER_CONFIG")]
-    config: Option<PathBuf>,
+    #[command(flatten)]
+    data: DataArgs,
+    #[command(flatten)]
+    assets: AssetArgs,
     /// Largest request body in bytes [default: 1048576].
     #[arg(long, env = "MEMLAYER_MAX_BODY_BYTES")]
     max_body_bytes: Option<usize>,
@@ -35,6 +66,66 @@ pub(crate) struct ServeArgs {
     token_encoding: Option<String>,
 }
 
+/// Where the embedding assets are; shared by every command that embeds text.
+#[derive(Debug, Args)]
+pub(crate) struct AssetArgs {
+    /// Directory with the ONNX Runtime library and the embedding model, as installed by
+    /// `cargo xtask setup` or shipped in the release bundle [default: the first of
+    /// ./memlayer-assets and memlayer-assets beside or above the executable].
+    #[arg(long, env = "MEMLAYER_ASSETS_DIR")]
+    assets_dir: Option<PathBuf>,
+    /// The embedding model directory, if not the one inside the assets directory.
+    #[arg(long, env = "MEMLAYER_MODEL_DIR")]
+    model_dir: Option<PathBuf>,
+    /// The ONNX Runtime library (libonnxruntime.so, 1.24 or newer), if not the one inside
+    /// the assets directory.
+    #[arg(long, env = "MEMLAYER_ONNXRUNTIME")]
+    onnxruntime: Option<PathBuf>,
+}
+
+/// The embedding assets of a command that embeds text without serving: the asset flags,
+/// and a config file read for its asset keys only.
+#[derive(Debug, Args)]
+pub(crate) struct EmbedArgs {
+    #[command(flatten)]
+    assets: AssetArgs,
+    /// TOML file whose assets_dir, model_dir and onnxruntime apply where the flags and
+    /// variables are unset (the file `memlayer serve --config` reads; its other keys are
+    /// checked but unused here).
+    #[arg(long, env = "MEMLAYER_CONFIG")]
+    config: Option<PathBuf>,
+}
+
+impl EmbedArgs {
+    /// Flags or environment, then the config file, then the default directory: the same
+    /// precedence as `memlayer serve`.
+    pub(crate) fn assets(self) -> anyhow::Result<Assets> {
+        let file = read_optional_file(self.config.as_deref())?;
+        Ok(self.assets.resolve(&file))
+    }
+}
+
+impl AssetArgs {
+    /// Flags or environment first, then `file`, then the default directory.
+    fn resolve(self, file: &FileSettings) -> Assets {
+        let root = self
+            .assets_dir
+            .or_else(|| file.assets_dir.clone())
+            .unwrap_or_else(default_assets_dir);
+        let standard = Assets::in_dir(root);
+        Assets {
+            runtime_library: self
+                .onnxruntime
+                .or_else(|| file.onnxruntime.clone())
+                .unwrap_or(standard.runtime_library),
+            model_dir: self
+                .model_dir
+                .or_else(|| file.model_dir.clone())
+                .unwrap_or(standard.model_dir),
+        }
+    }
+}
+
 /// The config file's shape. Unknown keys are errors, so a typo does not silently fall back
 /// to a default.
 #[derive(Debug, Default, Deserialize)]
@@ -42,6 +133,9 @@ pub(crate) struct ServeArgs {
 struct FileSettings {
     listen: Option<SocketAddr>,
     data_dir: Option<PathBuf>,
+    assets_dir: Option<PathBuf>,
+    model_dir: Option<PathBuf>,
+    onnxruntime: Option<PathBuf>,
     max_body_bytes: Option<usize>,
     token_encoding: Option<String>,
 }
@@ -51,15 +145,15 @@ struct FileSettings {
 pub(crate) struct Settings {
     pub(crate) listen: SocketAddr,
     pub(crate) data_dir: PathBuf,
+    pub(crate) assets: Assets,
     pub(crate) server: ServerConfig,
 }
 
 impl Settings {
     pub(crate) fn resolve(args: ServeArgs) -> anyhow::Result<Self> {
-        let file = match &args.config {
-            Some(path) => read_file(path)?,
-            None => FileSettings::default(),
-        };
+        let file = args.data.file()?;
+        // Before any of the file's fields are moved out below.
+        let assets = args.assets.resolve(&file);
         let defaults = ServerConfig::default();
         let token_encoding = match args.token_encoding.or(file.token_encoding) {
             Some(name) => name.parse::<TokenEncoding>()?,
@@ -75,16 +169,40 @@ impl Settings {
                 .listen
                 .or(file.listen)
                 .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("the default address parses")),
-            data_dir: args
-                .data_dir
-                .or(file.data_dir)
-                .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
+            data_dir: resolve_data_dir(args.data.data_dir, file.data_dir),
+            assets,
             server: ServerConfig {
                 max_body_bytes,
                 token_encoding,
             },
         })
     }
+}
+
+/// `./memlayer-assets` when it exists (a checkout after `cargo xtask setup`), else the one
+/// beside or above the executable (the unpacked release bundle: `bin/memlayer` next to
+/// `memlayer-assets/`), else `./memlayer-assets` so the error names the usual place.
+fn default_assets_dir() -> PathBuf {
+    let local = PathBuf::from(ASSETS_DIR_NAME);
+    let beside_executable = std::env::current_exe().ok().and_then(|exe| {
+        let bin = exe.parent()?.to_owned();
+        [
+            bin.join(ASSETS_DIR_NAME),
+            bin.parent()?.join(ASSETS_DIR_NAME),
+        ]
+        .into_iter()
+        .find(|dir| dir.is_dir())
+    });
+    if local.is_dir() {
+        local
+    } else {
+        beside_executable.unwrap_or(local)
+    }
+}
+
+/// The config file's settings, or none when no file is given.
+fn read_optional_file(path: Option<&Path>) -> anyhow::Result<FileSettings> {
+    path.map_or_else(|| Ok(FileSettings::default()), read_file)
 }
 
 fn read_file(path: &Path) -> anyhow::Result<FileSettings> {
@@ -132,6 +250,36 @@ mod tests {
         assert_eq!(settings.listen.to_string(), "127.0.0.1:9000");
         assert_eq!(settings.data_dir, PathBuf::from("/from/flag"));
         assert_eq!(settings.server.token_encoding, TokenEncoding::O200kBase);
+    }
+
+    #[test]
+    fn commands_that_only_embed_resolve_assets_like_serve() {
+        #[derive(Parser)]
+        struct EmbedCli {
+            #[command(flatten)]
+            args: EmbedArgs,
+        }
+        let assets = |argv: &[&str]| {
+            EmbedCli::try_parse_from(std::iter::once("memlayer").chain(argv.iter().copied()))
+                .unwrap()
+                .args
+                .assets()
+        };
+        // `.cargo/config.toml` sets MEMLAYER_ASSETS_DIR for every test, and the environment
+        // rightly beats the file, so the file's part is checked on the other two keys.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("memlayer.toml");
+        std::fs::write(&file, "model_dir = \"/model\"\nonnxruntime = \"/ort.so\"\n").unwrap();
+        let config = file.to_str().unwrap();
+
+        let from_file = assets(&["--config", config]).unwrap();
+        assert_eq!(from_file.model_dir, PathBuf::from("/model"));
+        assert_eq!(from_file.runtime_library, PathBuf::from("/ort.so"));
+        let flagged = assets(&["--config", config, "--model-dir", "/flag"]).unwrap();
+        assert_eq!(flagged.model_dir, PathBuf::from("/flag"));
+        let standard = assets(&["--assets-dir", "/assets"]).unwrap();
+        assert_eq!(standard, Assets::in_dir("/assets"));
+        assert!(assets(&["--config", "/does/not/exist.toml"]).is_err());
     }
 
     #[test]

@@ -1,19 +1,27 @@
-//! `memlayer`, the single binary: the HTTP server (`memlayer serve`) and, as later issues add
-//! them, the operator commands. It owns the command line, the configuration file and
+//! `memlayer`, the single binary: the HTTP server (`memlayer serve`), the operator commands
+//! (`memlayer reindex`) and the offline evaluations (`memlayer eval`). It owns the command line, the configuration file and
 //! environment variables, logging set-up and signal handling, and turns them into calls on
 //! the library crates. Nothing depends on it.
 
 mod config;
+mod eval;
+
+/// The store file inside the data directory.
+const STORE_FILE: &str = "memlayer.redb";
+/// The vector index snapshot inside the data directory.
+const SNAPSHOT_FILE: &str = "vectors.idx";
 
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use memlayer_embed::{Embedder, EmbedderOptions};
+use memlayer_index::{Recall, RecallOptions};
 use memlayer_server::AppState;
 use memlayer_store::Store;
 use tracing_subscriber::EnvFilter;
 
-use crate::config::{ServeArgs, Settings};
+use crate::config::{DataArgs, ServeArgs, Settings};
 
 /// Self-hosted memory layer for LLM agents: durable sessions, context under a token budget,
 /// and forgetting on request.
@@ -36,7 +44,21 @@ enum Command {
     ///   memlayer serve
     ///   memlayer serve --listen 0.0.0.0:7700 --data-dir /var/lib/memlayer
     ///   MEMLAYER_DATA_DIR=/srv/memlayer memlayer serve --config /etc/memlayer.toml
+    #[command(verbatim_doc_comment)]
     Serve(ServeArgs),
+    /// Drop every stored vector and queue every message to be embedded again.
+    ///
+    /// Needed after the embedding model changed: the store refuses to mix vectors of two
+    /// models, and `memlayer serve` refuses to start until this has run. The next
+    /// `memlayer serve` embeds the messages in the background while it already answers.
+    ///
+    /// Example:
+    ///   memlayer reindex --data-dir /var/lib/memlayer
+    #[command(verbatim_doc_comment)]
+    Reindex(DataArgs),
+    /// Measure retrieval quality on benchmark files, offline, with the real store and model.
+    #[command(subcommand)]
+    Eval(eval::EvalCommand),
 }
 
 fn main() -> ExitCode {
@@ -49,6 +71,8 @@ fn main() -> ExitCode {
         .init();
     let outcome = match cli.command {
         Command::Serve(args) => Settings::resolve(args).and_then(serve),
+        Command::Reindex(args) => args.data_dir().and_then(|dir| reindex(&dir)),
+        Command::Eval(command) => eval::run(command),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -66,9 +90,15 @@ fn serve(settings: Settings) -> anyhow::Result<()> {
             settings.data_dir.display()
         )
     })?;
-    let store_path = settings.data_dir.join("memlayer.redb");
+    let store_path = settings.data_dir.join(STORE_FILE);
     let store = Store::open(&store_path)
         .with_context(|| format!("cannot open the store {}", store_path.display()))?;
+    settings.assets.check()?;
+    let embedder = Embedder::open(&settings.assets, EmbedderOptions::default())
+        .context("cannot load the embedding model")?;
+    let options = RecallOptions::default().with_snapshot(settings.data_dir.join(SNAPSHOT_FILE));
+    let recall = Recall::open(store.clone(), embedder, options)
+        .context("cannot build the recall indexes")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -85,13 +115,40 @@ fn serve(settings: Settings) -> anyhow::Result<()> {
         println!("memlayer listening on http://{address}");
         println!("memlayer data in {}", store_path.display());
         tracing::info!(%address, store = %store_path.display(), "serving");
-        let state = AppState::new(store, settings.server);
+        let state = AppState::new(store, recall, settings.server);
         memlayer_server::serve(listener, state, shutdown)
             .await
             .context("the server failed")?;
         println!("memlayer stopped; every acknowledged write is committed");
         Ok(())
     })
+}
+
+fn reindex(data_dir: &std::path::Path) -> anyhow::Result<()> {
+    let store_path = data_dir.join(STORE_FILE);
+    anyhow::ensure!(
+        store_path.is_file(),
+        "no store at {}: nothing to reindex",
+        store_path.display()
+    );
+    let store = Store::open(&store_path)
+        .with_context(|| format!("cannot open the store {}", store_path.display()))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .context("cannot start the async runtime")?;
+    let queued = runtime.block_on(store.reset_embeddings())?;
+    store.shutdown();
+    // The snapshot describes the dropped vectors; the next start rebuilds it.
+    match std::fs::remove_file(data_dir.join(SNAPSHOT_FILE)) {
+        Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
+            return Err(err).context("cannot remove the vector index snapshot");
+        }
+        _ => {}
+    }
+    println!(
+        "memlayer: dropped every vector and queued {queued} message(s); the next `memlayer serve` embeds them"
+    );
+    Ok(())
 }
 
 /// Registers for ctrl-c and SIGTERM now and returns a future that resolves on either.

@@ -17,12 +17,15 @@ const BIN: &str = env!("CARGO_BIN_EXE_memlayer");
 const TIMEOUT: Duration = Duration::from_secs(30);
 const LISTENING: &str = "memlayer listening on http://";
 
-/// `memlayer` with `args`, without any `MEMLAYER_*` variable of the surrounding environment.
+/// `memlayer` with `args`, without any `MEMLAYER_*` variable of the surrounding environment
+/// except where the embedding assets are (`.cargo/config.toml` sets it for every test).
 fn memlayer(args: &[&str]) -> Command {
     let mut command = Command::new(BIN);
     command.args(args);
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("MEMLAYER_") {
+    for (name, value) in std::env::vars_os() {
+        if name == "MEMLAYER_ASSETS_DIR" {
+            command.env(name, value);
+        } else if name.to_string_lossy().starts_with("MEMLAYER_") {
             command.env_remove(name);
         }
     }

@@ -1,6 +1,8 @@
 //! Route handlers, one module per resource.
 
+pub(crate) mod context;
 pub(crate) mod health;
+pub(crate) mod recall;
 pub(crate) mod sessions;
 
 use memlayer_store::Store;

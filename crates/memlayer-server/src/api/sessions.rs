@@ -2,7 +2,7 @@
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use memlayer_store::{
     Append, MAX_PAGE_SIZE, Metadata, NewMessage, NewRun, NewSession, RunStatus, SessionFilter,
@@ -35,6 +35,8 @@ pub(crate) fn routes() -> Router<AppState> {
             "/v1/sessions/{session_id}/runs",
             get(list_runs).post(record_run),
         )
+        .route("/v1/sessions/{session_id}/clear", post(clear_session))
+        .route("/v1/sessions/{session_id}/search", get(search_session))
 }
 
 #[derive(Deserialize)]
@@ -154,7 +156,7 @@ async fn delete_session(
     Tenant(tenant): Tenant,
     ApiPath(session_id): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
-    state.store().delete_session(&tenant, &session_id).await?;
+    state.recall().delete_session(&tenant, &session_id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -430,4 +432,90 @@ async fn list_runs(
             .map(|run| RunBody::new(session_id.clone(), run))
             .collect(),
     ))
+}
+
+#[derive(Serialize)]
+struct Cleared {
+    session_id: String,
+    /// Context loads start at this index from now on.
+    load_from: u64,
+}
+
+/// `clear_session`: later context starts after the current last message; everything stays
+/// stored for audit and for search.
+async fn clear_session(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(session_id): ApiPath<String>,
+) -> Result<Json<Cleared>, ApiError> {
+    let load_from = state.store().clear_session(&tenant, &session_id).await?;
+    Ok(Json(Cleared {
+        session_id,
+        load_from,
+    }))
+}
+
+/// Most hits one session search returns.
+const MAX_SEARCH_HITS: usize = 50;
+/// Characters of a hit's content shown in its preview.
+const PREVIEW_CHARS: usize = 300;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SearchQuery {
+    q: String,
+    #[serde(default = "default_search_limit")]
+    limit: usize,
+}
+
+fn default_search_limit() -> usize {
+    10
+}
+
+#[derive(Serialize)]
+struct SearchHit {
+    index: u64,
+    role: memlayer_store::Role,
+    /// The content, cut to 300 characters.
+    preview: String,
+    timestamp: crate::wire::Rfc3339,
+}
+
+#[derive(Serialize)]
+struct SearchResults {
+    session_id: String,
+    hits: Vec<SearchHit>,
+}
+
+/// `session_search`: case-insensitive keyword search over the session's whole history,
+/// including messages dropped, summarised or cleared from the context; newest first.
+async fn search_session(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(session_id): ApiPath<String>,
+    ApiQuery(query): ApiQuery<SearchQuery>,
+) -> Result<Json<SearchResults>, ApiError> {
+    if !(1..=MAX_SEARCH_HITS).contains(&query.limit) {
+        return Err(ApiError::invalid(
+            "invalid_value",
+            format!("limit must be between 1 and {MAX_SEARCH_HITS}"),
+        ));
+    }
+    let id = session_id.clone();
+    let hits = read(&state, move |store| {
+        store.search_messages(&tenant, &id, &query.q, query.limit)
+    })
+    .await?;
+    Ok(Json(SearchResults {
+        session_id,
+        hits: hits
+            .into_iter()
+            .map(|message| SearchHit {
+                index: message.index,
+                role: message.role,
+                preview: message.content.chars().take(PREVIEW_CHARS).collect(),
+                timestamp: crate::wire::Rfc3339(message.timestamp),
+            })
+            .collect(),
+    }))
 }

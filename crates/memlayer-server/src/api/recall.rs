@@ -1,0 +1,134 @@
+//! Hybrid recall: `POST /v1/recall` searches a session, or every session of a user, by
+//! keywords and by meaning.
+
+use axum::extract::State;
+use axum::routing::post;
+use axum::{Json, Router};
+use memlayer_index::{RecallQuery, Scope};
+use memlayer_store::Role;
+use serde::{Deserialize, Serialize};
+
+use crate::extract::{ApiJson, Tenant};
+use crate::wire::{MessageBody, parse_timestamp};
+use crate::{ApiError, AppState};
+
+/// Most hits one recall returns.
+const MAX_HITS: usize = 50;
+
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new().route("/v1/recall", post(recall))
+}
+
+/// Exactly one scope: `session_id`, or `user_id` (with an optional `agent_id`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RecallRequest {
+    query: String,
+    #[serde(default = "default_k")]
+    k: usize,
+    session_id: Option<String>,
+    user_id: Option<String>,
+    agent_id: Option<String>,
+    roles: Option<Vec<Role>>,
+    /// RFC 3339; only messages at or after it.
+    after: Option<String>,
+    /// RFC 3339; only messages before it.
+    before: Option<String>,
+    /// Message indices to leave out (with `session_id`: the turns already in the prompt).
+    #[serde(default)]
+    exclude_indices: Vec<u64>,
+}
+
+fn default_k() -> usize {
+    10
+}
+
+#[derive(Serialize)]
+struct Hit {
+    session_id: String,
+    #[serde(flatten)]
+    message: MessageBody,
+    score: f32,
+    /// Which retrievers found it, with its 1-based rank in each.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    keyword_rank: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vector_rank: Option<u32>,
+}
+
+#[derive(Serialize)]
+struct RecallResponse {
+    hits: Vec<Hit>,
+    /// Why the answer may be incomplete, when it may be.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    degraded: Option<String>,
+}
+
+async fn recall(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiJson(request): ApiJson<RecallRequest>,
+) -> Result<Json<RecallResponse>, ApiError> {
+    if !(1..=MAX_HITS).contains(&request.k) {
+        return Err(ApiError::invalid(
+            "invalid_value",
+            format!("k must be between 1 and {MAX_HITS}"),
+        ));
+    }
+    if request.query.trim().is_empty() {
+        return Err(ApiError::invalid(
+            "invalid_value",
+            "query must not be empty",
+        ));
+    }
+    let scope = match (request.session_id, request.user_id, request.agent_id) {
+        (Some(session_id), None, None) => {
+            memlayer_store::validate_id("session_id", &session_id)?;
+            Scope::Session { session_id }
+        }
+        (None, Some(user_id), agent_id) => {
+            memlayer_store::validate_id("user_id", &user_id)?;
+            if let Some(agent) = &agent_id {
+                memlayer_store::validate_id("agent_id", agent)?;
+            }
+            Scope::User { user_id, agent_id }
+        }
+        _ => {
+            return Err(ApiError::invalid(
+                "invalid_value",
+                "give exactly one scope: session_id, or user_id with an optional agent_id",
+            ));
+        }
+    };
+    let query = RecallQuery {
+        tenant,
+        scope,
+        query: request.query,
+        k: request.k,
+        roles: request.roles,
+        after: request
+            .after
+            .map(|text| parse_timestamp("after", &text))
+            .transpose()?,
+        before: request
+            .before
+            .map(|text| parse_timestamp("before", &text))
+            .transpose()?,
+        exclude_indices: request.exclude_indices,
+    };
+    let recalled = state.recall().recall(query).await?;
+    Ok(Json(RecallResponse {
+        hits: recalled
+            .hits
+            .into_iter()
+            .map(|hit| Hit {
+                session_id: hit.session.session_id,
+                message: hit.message.into(),
+                score: hit.score,
+                keyword_rank: hit.keyword_rank,
+                vector_rank: hit.vector_rank,
+            })
+            .collect(),
+        degraded: recalled.degraded,
+    }))
+}

@@ -1,0 +1,159 @@
+//! Context assembly over HTTP (`POST /v1/sessions/{id}/context`): each strategy's window,
+//! the combined strategy's facts and recalled messages, output formats, the report, and
+//! refused settings.
+
+use memlayer_tests::{TestServer, assert_error, json};
+use serde_json::Value;
+
+/// A support conversation: the name and account number early, then small talk.
+fn chat(server: &TestServer) {
+    let mut messages = vec![
+        json!({ "role": "system", "content": "You are the support agent of Acme Telecom." }),
+        json!({ "role": "user", "content": "Hi, my name is Dana and my account number is 55-0192." }),
+        json!({ "role": "assistant", "content": "Welcome Dana! How can I help?" }),
+        json!({ "role": "user", "content": "My router model is the Fritzbox 7590 and it overheats." }),
+        json!({ "role": "assistant", "content": "Thanks, noted the model." }),
+    ];
+    for turn in 0..8 {
+        messages.push(json!({ "role": "user", "content": format!("Small talk number {turn} about the weather.") }));
+        messages.push(json!({ "role": "assistant", "content": "Indeed, lovely weather." }));
+    }
+    let body = json!({ "user_id": "dana", "agent_id": "support", "messages": messages });
+    assert_eq!(server.post("/v1/sessions/chat/messages", &body).0, 201);
+}
+
+fn context(server: &TestServer, body: Value) -> Value {
+    let (status, answer) = server.post("/v1/sessions/chat/context", &body);
+    assert_eq!(status, 200, "{answer}");
+    answer
+}
+
+fn text(answer: &Value) -> &str {
+    answer["text"].as_str().unwrap()
+}
+
+#[test]
+fn the_combined_strategy_brings_back_facts_and_relevant_older_turns() {
+    let server = TestServer::start();
+    chat(&server);
+    let answer = context(
+        &server,
+        json!({
+            "query": "Which router do I have?",
+            "format": "text",
+            "settings": { "strategy": "combined", "max_turns": 2 },
+        }),
+    );
+    let prompt = text(&answer);
+    assert!(
+        prompt.starts_with("You are the support agent of Acme Telecom.\nKnown facts:"),
+        "{prompt}"
+    );
+    assert!(prompt.contains("- name: Dana"), "{prompt}");
+    assert!(prompt.contains("- account number: 55-0192"), "{prompt}");
+    assert!(
+        prompt.contains("Fritzbox 7590"),
+        "recall brings the router back: {prompt}"
+    );
+    assert!(
+        prompt.ends_with("Assistant: Indeed, lovely weather."),
+        "{prompt}"
+    );
+    let report = &answer["report"];
+    assert_eq!(report["strategy"], "combined");
+    assert_eq!(report["window"], json!([17, 18, 19, 20]));
+    assert_eq!(report["facts"], 3, "name, account number and router model");
+    assert!(
+        report["recalled"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|hit| hit[0] == 3),
+        "{report}"
+    );
+    let total: u64 = report["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["tokens"].as_u64().unwrap())
+        .sum();
+    assert_eq!(report["total_tokens"].as_u64().unwrap(), total);
+}
+
+#[test]
+fn a_sliding_window_forgets_what_lies_outside_it() {
+    let server = TestServer::start();
+    chat(&server);
+    let answer = context(
+        &server,
+        json!({ "format": "text", "settings": { "strategy": "sliding_window", "max_turns": 2 } }),
+    );
+    assert!(!text(&answer).contains("Dana"), "{}", text(&answer));
+    let dropped = answer["report"]["dropped"].as_array().unwrap();
+    assert!(dropped.iter().all(|d| d["reason"] == "outside_window"));
+    assert_eq!(dropped.len(), 8);
+}
+
+#[test]
+fn history_depth_and_output_formats() {
+    let server = TestServer::start();
+    chat(&server);
+    let answer = context(
+        &server,
+        json!({ "format": "openai", "settings": { "strategy": "history_depth", "session_history_depth": 9 } }),
+    );
+    let messages = answer["messages"].as_array().unwrap();
+    assert_eq!(
+        messages[0],
+        json!({ "role": "system", "content": "You are the support agent of Acme Telecom." })
+    );
+    assert_eq!(
+        messages[1]["content"],
+        "[earlier question] (turn 1): Hi, my name is Dana and my account number is 55-0192."
+    );
+    assert_eq!(messages[2]["role"], "user");
+
+    let anthropic = context(
+        &server,
+        json!({ "format": "anthropic", "settings": { "strategy": "full_history" } }),
+    );
+    assert_eq!(
+        anthropic["system"],
+        "You are the support agent of Acme Telecom."
+    );
+    let turns = anthropic["messages"].as_array().unwrap();
+    assert_eq!((turns.len(), turns[0]["role"].clone()), (20, json!("user")));
+}
+
+#[test]
+fn bad_settings_and_unknown_sessions_are_refused() {
+    let server = TestServer::start();
+    chat(&server);
+    for settings in [
+        json!({ "session_history_depth": 0 }),
+        json!({ "session_history_depth": 101 }),
+        json!({ "window_reserve": 0.99 }),
+        json!({ "context_window": 12 }),
+    ] {
+        let answer = server.post(
+            "/v1/sessions/chat/context",
+            &json!({ "settings": settings }),
+        );
+        assert_error(&answer, 422, "invalid_value");
+    }
+    let unknown = server.post(
+        "/v1/sessions/chat/context",
+        &json!({ "settings": { "strategy": "magic" } }),
+    );
+    assert_error(&unknown, 400, "invalid_body");
+    let typo = server.post(
+        "/v1/sessions/chat/context",
+        &json!({ "settings": { "max_turn": 3 } }),
+    );
+    assert_error(&typo, 400, "invalid_body");
+    assert_error(
+        &server.post("/v1/sessions/nope/context", &json!({})),
+        404,
+        "session_not_found",
+    );
+}

@@ -1,0 +1,187 @@
+//! Hybrid recall over HTTP (`POST /v1/recall`) with the real embedding model: found by
+//! meaning and by words right after the append, scoped to a session or to one user, gone
+//! after the session is deleted, and still there after a restart.
+
+use memlayer_tests::{TestServer, assert_error, json};
+use serde_json::Value;
+
+fn say(server: &TestServer, session: &str, user: &str, messages: Value) {
+    let body = json!({ "user_id": user, "agent_id": "assistant", "messages": messages });
+    let (status, answer) = server.post(&format!("/v1/sessions/{session}/messages"), &body);
+    assert_eq!(status, 201, "{answer}");
+}
+
+fn recall(server: &TestServer, body: Value) -> Value {
+    let (status, answer) = server.post("/v1/recall", &body);
+    assert_eq!(status, 200, "{answer}");
+    answer
+}
+
+fn contents(answer: &Value) -> Vec<&str> {
+    answer["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|hit| hit["content"].as_str().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_session_is_searched_by_meaning_and_by_words() {
+    let server = TestServer::start();
+    say(
+        &server,
+        "trip",
+        "alice",
+        json!([
+            { "role": "user", "content": "I booked flight TP1351 to Lisbon for the conference." },
+            { "role": "assistant", "content": "Great, enjoy Portugal!" },
+            { "role": "user", "content": "Remind me to water the plants on Sunday." },
+        ]),
+    );
+    let answer = recall(
+        &server,
+        json!({ "session_id": "trip", "query": "which airplane am I taking?", "k": 2 }),
+    );
+    assert_eq!(answer.get("degraded"), None, "{answer}");
+    assert_eq!(
+        contents(&answer)[0],
+        "I booked flight TP1351 to Lisbon for the conference."
+    );
+    let hit = &answer["hits"][0];
+    assert_eq!(
+        (hit["session_id"].clone(), hit["index"].clone()),
+        (json!("trip"), json!(0))
+    );
+    assert_eq!(hit["vector_rank"], 1);
+    assert_eq!(hit["role"], "user");
+
+    let by_words = recall(
+        &server,
+        json!({ "session_id": "trip", "query": "TP1351", "k": 1 }),
+    );
+    assert_eq!(by_words["hits"][0]["keyword_rank"], 1);
+    assert_eq!(by_words["hits"].as_array().unwrap().len(), 1);
+
+    // Filters: only assistant messages, and the window's turns left out.
+    let assistant = recall(
+        &server,
+        json!({ "session_id": "trip", "query": "Lisbon", "roles": ["assistant"] }),
+    );
+    assert_eq!(contents(&assistant), ["Great, enjoy Portugal!"]);
+    let excluded = recall(
+        &server,
+        json!({ "session_id": "trip", "query": "TP1351 flight", "exclude_indices": [0] }),
+    );
+    assert!(!contents(&excluded).contains(&"I booked flight TP1351 to Lisbon for the conference."));
+}
+
+#[test]
+fn a_user_scope_never_reaches_another_users_sessions() {
+    let server = TestServer::start();
+    let secret = json!([{ "role": "user", "content": "My locker code is 4417." }]);
+    say(&server, "a1", "alice", secret.clone());
+    say(&server, "b1", "bob", secret);
+    for (user, own) in [("alice", "a1"), ("bob", "b1")] {
+        let answer = recall(&server, json!({ "user_id": user, "query": "locker code" }));
+        let sessions: Vec<&Value> = answer["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| &h["session_id"])
+            .collect();
+        assert_eq!(sessions, [&json!(own)], "{user}: {answer}");
+    }
+    // Another tenant sees nothing of this one.
+    let other = server
+        .request(reqwest::Method::POST, "/v1/recall")
+        .header("x-memlayer-tenant", "other")
+        .json(&json!({ "user_id": "alice", "query": "locker code" }));
+    let (status, answer) = memlayer_tests::send(other);
+    assert_eq!((status, answer["hits"].clone()), (200, json!([])));
+}
+
+#[test]
+fn deleted_sessions_are_not_recalled_and_the_rest_survives_a_restart() {
+    let mut server = TestServer::start();
+    say(
+        &server,
+        "keep",
+        "alice",
+        json!([{ "role": "user", "content": "The wifi password is sunflower42." }]),
+    );
+    say(
+        &server,
+        "drop",
+        "alice",
+        json!([{ "role": "user", "content": "The alarm code is 9911." }]),
+    );
+    let query = json!({ "user_id": "alice", "query": "alarm code" });
+    assert_eq!(contents(&recall(&server, query.clone())).len(), 2);
+    assert_eq!(server.delete("/v1/sessions/drop").0, 204);
+    assert_eq!(
+        contents(&recall(&server, query.clone())),
+        ["The wifi password is sunflower42."]
+    );
+    server.restart();
+    assert_eq!(
+        contents(&recall(&server, query)),
+        ["The wifi password is sunflower42."]
+    );
+}
+
+#[test]
+fn malformed_recall_requests_are_refused() {
+    let server = TestServer::start();
+    say(
+        &server,
+        "s",
+        "alice",
+        json!([{ "role": "user", "content": "hello" }]),
+    );
+    for (body, status, code) in [
+        (json!({ "query": "x" }), 422, "invalid_value"),
+        (
+            json!({ "query": "x", "session_id": "s", "user_id": "alice" }),
+            422,
+            "invalid_value",
+        ),
+        (
+            json!({ "query": "x", "session_id": "s", "k": 0 }),
+            422,
+            "invalid_value",
+        ),
+        (
+            json!({ "query": "x", "session_id": "s", "k": 51 }),
+            422,
+            "invalid_value",
+        ),
+        (
+            json!({ "query": "  ", "session_id": "s" }),
+            422,
+            "invalid_value",
+        ),
+        (
+            json!({ "query": "x", "session_id": "s", "after": "yesterday" }),
+            422,
+            "invalid_value",
+        ),
+        (
+            json!({ "query": "x", "session_id": "a/b" }),
+            422,
+            "invalid_id",
+        ),
+        (
+            json!({ "query": "x", "session_id": "s", "colour": "red" }),
+            400,
+            "invalid_body",
+        ),
+        (
+            json!({ "query": "x", "session_id": "nope" }),
+            404,
+            "session_not_found",
+        ),
+    ] {
+        assert_error(&server.post("/v1/recall", &body), status, code);
+    }
+}
