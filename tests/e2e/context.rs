@@ -157,3 +157,35 @@ fn bad_settings_and_unknown_sessions_are_refused() {
         "session_not_found",
     );
 }
+
+#[test]
+fn entities_show_the_facts_in_force_with_their_history() {
+    let server = TestServer::start();
+    let body = json!({
+        "user_id": "dana",
+        "agent_id": "support",
+        "messages": [
+            { "role": "user", "content": "My name is Dana and my email is dana@example.org." },
+            { "role": "assistant", "content": "Hi Dana." },
+            { "role": "user", "content": "Actually, my name is Daria, not Dana." },
+        ],
+    });
+    assert_eq!(server.post("/v1/sessions/s/messages", &body).0, 201);
+    let (status, answer) = server.get("/v1/sessions/s/entities");
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer,
+        json!({
+            "session_id": "s",
+            "facts": {
+                "email": { "value": "dana@example.org", "source": 0, "correction": false, "history": [] },
+                "name": { "value": "Daria", "source": 2, "correction": true, "history": [["Dana", 0]] },
+            },
+        })
+    );
+    assert_error(
+        &server.get("/v1/sessions/nope/entities"),
+        404,
+        "session_not_found",
+    );
+}

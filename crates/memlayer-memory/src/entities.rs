@@ -41,6 +41,7 @@ pub struct FactEntry {
 
 /// Everything known about the user of a session: one entry per key, latest statement wins.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+#[serde(transparent)]
 pub struct FactSheet {
     entries: BTreeMap<String, FactEntry>,
 }

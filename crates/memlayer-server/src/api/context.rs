@@ -2,11 +2,12 @@
 //! next model call from its memory layers inside a token budget, and reports why.
 
 use axum::extract::State;
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use memlayer_index::{RecallQuery, Scope};
 use memlayer_memory::{
-    ContextSettings, LayerInputs, OutputFormat, Rendered, Report, Strategy, assemble, render,
+    ContextSettings, FactSheet, LayerInputs, OutputFormat, Rendered, Report, Strategy, assemble,
+    render,
 };
 use memlayer_store::StoreError;
 use serde::{Deserialize, Serialize};
@@ -19,7 +20,9 @@ use crate::{ApiError, AppState};
 const MAX_RECALLED: usize = 50;
 
 pub(crate) fn routes() -> Router<AppState> {
-    Router::new().route("/v1/sessions/{session_id}/context", post(context))
+    Router::new()
+        .route("/v1/sessions/{session_id}/context", post(context))
+        .route("/v1/sessions/{session_id}/entities", get(entities))
 }
 
 #[derive(Deserialize)]
@@ -130,4 +133,30 @@ async fn context(
         report: assembled.report,
         recall_degraded,
     }))
+}
+
+#[derive(Serialize)]
+struct Entities {
+    session_id: String,
+    /// By key: the value in force, the message it came from, and the values it replaced.
+    facts: FactSheet,
+}
+
+/// Entity memory of a session: the facts its user stated, corrections applied. Read from the
+/// context's messages (a cleared session's facts start after the clear).
+async fn entities(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(session_id): ApiPath<String>,
+) -> Result<Json<Entities>, ApiError> {
+    let id = session_id.clone();
+    let facts = read(&state, move |store| {
+        let Some(session) = store.session(&tenant, &id)? else {
+            return Err(StoreError::SessionNotFound { session_id: id });
+        };
+        let messages = store.messages(&tenant, &id, session.load_from, usize::MAX)?;
+        Ok(FactSheet::from_messages(&messages))
+    })
+    .await?;
+    Ok(Json(Entities { session_id, facts }))
 }
