@@ -14,6 +14,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 
 use crate::{cmd, metadata};
+pub(crate) use load::percentile;
 use load::{Scenario, ScenarioResult};
 use server::Server;
 

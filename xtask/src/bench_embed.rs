@@ -9,7 +9,7 @@
 //! interleaved with the other side, and the best round counts: on a shared machine the best
 //! round is the one least disturbed by other work.
 
-mod messages;
+pub(crate) mod messages;
 mod python;
 
 use std::path::{Path, PathBuf};
@@ -293,7 +293,7 @@ impl Bench {
 }
 
 /// The 1-minute load average, the first field of `/proc/loadavg`.
-fn load_average() -> anyhow::Result<String> {
+pub(crate) fn load_average() -> anyhow::Result<String> {
     let text = std::fs::read_to_string("/proc/loadavg").context("could not read /proc/loadavg")?;
     Ok(text
         .split_whitespace()

@@ -6,6 +6,7 @@
 
 mod bench;
 mod bench_embed;
+mod bench_index;
 mod cmd;
 mod dist;
 mod metadata;
@@ -50,6 +51,15 @@ enum Task {
     },
     /// Measure embedding throughput, Rust against Python onnxruntime on the same model.
     BenchEmbed,
+    /// Measure the vector index (HNSW against the exact scan) on real embeddings of chat text.
+    BenchIndex {
+        /// Corpus sizes, each measured on its own index.
+        #[arg(long, value_delimiter = ',', default_values_t = [10_000, 100_000])]
+        sizes: Vec<usize>,
+        /// Questions asked of each index.
+        #[arg(long, default_value_t = 1000)]
+        queries: usize,
+    },
     /// Build the release tarball: binary, embedding assets, README and SHA256SUMS.
     Dist,
 }
@@ -115,6 +125,29 @@ fn main() -> anyhow::Result<ExitCode> {
             )?;
         }
         Task::BenchEmbed => bench_embed::run(&root)?,
+        // Measured from a release build, for the same reason as `bench`.
+        Task::BenchIndex { sizes, queries } if cfg!(debug_assertions) => {
+            let sizes: Vec<String> = sizes.iter().map(ToString::to_string).collect();
+            let sizes = sizes.join(",");
+            let queries = queries.to_string();
+            cmd::cargo(
+                &root,
+                &[
+                    "run",
+                    "--quiet",
+                    "--release",
+                    "-p",
+                    "xtask",
+                    "--",
+                    "bench-index",
+                    "--sizes",
+                    &sizes,
+                    "--queries",
+                    &queries,
+                ],
+            )?;
+        }
+        Task::BenchIndex { sizes, queries } => bench_index::run(&root, &sizes, queries)?,
         Task::Dist => dist::run(&root)?,
     }
     Ok(ExitCode::SUCCESS)

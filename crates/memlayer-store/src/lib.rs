@@ -23,7 +23,7 @@ pub use model::{
     Append, Appended, EmbeddingModel, MAX_ID_LEN, MAX_MESSAGES_PER_APPEND,
     MAX_MESSAGES_PER_SESSION, Message, MessageKey, Metadata, NewMessage, NewRun, NewSession, Page,
     PendingEmbedding, Role, Run, RunStatus, Session, SessionFilter, SessionRef, SessionState,
-    StoredVector, Timestamp, validate_id,
+    StoredSummary, StoredVector, Timestamp, validate_id,
 };
 pub use store::{CommitMode, MAX_PAGE_SIZE, Store, StoreOptions};
 

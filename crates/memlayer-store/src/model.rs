@@ -322,6 +322,19 @@ pub struct StoredVector {
     pub components: Vec<f32>,
 }
 
+/// A session's persisted rolling summary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredSummary {
+    /// The summary text.
+    pub text: String,
+    /// Index of the first message it covers.
+    pub first_index: u64,
+    /// Index of the last message it covers; context loads resume after it.
+    pub last_index: u64,
+    /// When it was written.
+    pub created_at: Timestamp,
+}
+
 /// Longest identifier accepted, in bytes.
 pub const MAX_ID_LEN: usize = 128;
 /// Most messages in one append.

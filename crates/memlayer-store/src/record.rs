@@ -228,6 +228,21 @@ impl Record for ModelRecord {
     const NAME: &'static str = "model record";
 }
 
+/// A session's rolling summary: later context loads start after `last_index` and put the
+/// summary in front.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SummaryRecord {
+    pub(crate) text: String,
+    pub(crate) first_index: u64,
+    pub(crate) last_index: u64,
+    pub(crate) created_at: u64,
+}
+
+impl Record for SummaryRecord {
+    const VERSION: u8 = 1;
+    const NAME: &'static str = "summary record";
+}
+
 pub(crate) fn metadata_to_text(metadata: &Metadata) -> String {
     serde_json::to_string(metadata).expect("a JSON map always serialises")
 }

@@ -9,17 +9,17 @@ use sha2::{Digest, Sha256};
 
 use crate::model::{
     Append, Appended, Message, NewMessage, NewRun, NewSession, Page, Role, Run, Session,
-    SessionFilter, SessionState, Timestamp, validate_id,
+    SessionFilter, SessionState, StoredSummary, Timestamp, validate_id,
 };
-use crate::model::{MAX_MESSAGES_PER_SESSION, MAX_SESSIONS};
+use crate::model::{MAX_MESSAGES_PER_SESSION, MAX_SESSIONS, validate_text};
 use crate::record::{
     IdempotencyRecord, MessageRecord, OutboxRecord, Record, RunRecord, SessionRecord,
-    metadata_from_text, metadata_to_text,
+    SummaryRecord, metadata_from_text, metadata_to_text,
 };
 use crate::tables::{
     FORMAT_VERSION, FORMAT_VERSION_KEY, IDEMPOTENCY, MESSAGES, META, MODELS, NEXT_OUTBOX_SEQ_KEY,
     NEXT_SID_KEY, OUTBOX, RUN_IDS, RUNS, SESSION_ACTIVITY, SESSION_COUNTS, SESSION_KEYS, SESSIONS,
-    VECTORS, scope, scopes,
+    SUMMARIES, VECTORS, scope, scopes,
 };
 use crate::writer::Writer;
 use crate::{Result, StoreError};
@@ -275,6 +275,64 @@ impl Store {
         Ok(hits)
     }
 
+    /// The session's rolling summary, if one was saved.
+    pub fn summary(&self, tenant: &str, session_id: &str) -> Result<Option<StoredSummary>> {
+        let (txn, record) = self.read_existing_session(tenant, session_id)?;
+        txn.open_table(SUMMARIES)?
+            .get(record.sid)?
+            .map(|value| {
+                let stored = SummaryRecord::decode(value.value())?;
+                Ok(StoredSummary {
+                    text: stored.text,
+                    first_index: stored.first_index,
+                    last_index: stored.last_index,
+                    created_at: Timestamp::from_micros(stored.created_at),
+                })
+            })
+            .transpose()
+    }
+
+    /// Replaces the session's rolling summary with one covering `first_index..=last_index`.
+    /// The covered messages stay stored; later context loads resume after `last_index`.
+    pub async fn save_summary(
+        &self,
+        tenant: &str,
+        session_id: &str,
+        text: String,
+        first_index: u64,
+        last_index: u64,
+    ) -> Result<()> {
+        validate_id("tenant", tenant)?;
+        validate_id("session_id", session_id)?;
+        validate_text("summary", &text)?;
+        let tenant = tenant.to_owned();
+        let session_id = session_id.to_owned();
+        self.write(move |txn| {
+            let sessions = txn.open_table(SESSIONS)?;
+            let record = read_session_record(&sessions, &tenant, &session_id)?
+                .ok_or_else(|| not_found(&session_id))?;
+            if first_index > last_index || last_index >= record.next_index {
+                return Err(StoreError::InvalidInput {
+                    field: "summary range",
+                    reason: format!(
+                        "{first_index}..={last_index} is not within the session's {} messages",
+                        record.next_index
+                    ),
+                });
+            }
+            let stored = SummaryRecord {
+                text,
+                first_index,
+                last_index,
+                created_at: Timestamp::now().as_micros(),
+            };
+            txn.open_table(SUMMARIES)?
+                .insert(record.sid, stored.encode().as_slice())?;
+            Ok(())
+        })
+        .await
+    }
+
     /// The session, or `None` if the tenant has no session with that id.
     pub fn session(&self, tenant: &str, session_id: &str) -> Result<Option<Session>> {
         validate_id("tenant", tenant)?;
@@ -430,6 +488,7 @@ fn initialise(db: &Database) -> Result<()> {
         txn.open_table(OUTBOX)?;
         txn.open_table(VECTORS)?;
         txn.open_table(MODELS)?;
+        txn.open_table(SUMMARIES)?;
     }
     txn.commit()?;
     Ok(())
@@ -710,6 +769,7 @@ fn apply_delete_session(txn: &WriteTransaction, tenant: &str, session_id: &str) 
     remove_range(&mut txn.open_table(VECTORS)?, (sid, 0)..(sid + 1, 0))?;
     crate::embeddings::bump_vectors_version(txn)?;
     txn.open_table(SESSION_KEYS)?.remove(sid)?;
+    txn.open_table(SUMMARIES)?.remove(sid)?;
     let mut outbox = txn.open_table(OUTBOX)?;
     let mut undecodable = None;
     outbox.retain(|_, value| match OutboxRecord::decode(value) {

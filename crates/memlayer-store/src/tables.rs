@@ -78,3 +78,6 @@ pub(crate) const MODELS: TableDefinition<u32, &[u8]> = TableDefinition::new("mod
 
 pub(crate) const NEXT_OUTBOX_SEQ_KEY: &str = "next_outbox_seq";
 pub(crate) const VECTORS_VERSION_KEY: &str = "vectors_version";
+
+/// `sid` → `SummaryRecord`: the session's rolling summary and the message range it covers.
+pub(crate) const SUMMARIES: TableDefinition<u64, &[u8]> = TableDefinition::new("summaries");

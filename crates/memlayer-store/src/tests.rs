@@ -681,3 +681,54 @@ async fn clearing_starts_later_loads_and_search_still_sees_everything() {
         Err(StoreError::SessionNotFound { .. })
     ));
 }
+
+#[tokio::test]
+async fn a_saved_summary_replaces_the_previous_one_and_goes_with_its_session() {
+    let (_dir, store) = open();
+    let lines: Vec<_> = (0..4)
+        .map(|i| message(Role::User, &format!("m{i}")))
+        .collect();
+    store
+        .append(TENANT, "s", append_of(lines, Some(owner("u", "a"))))
+        .await
+        .unwrap();
+    assert_eq!(store.summary(TENANT, "s").unwrap(), None);
+    store
+        .save_summary(TENANT, "s", "first".into(), 0, 1)
+        .await
+        .unwrap();
+    store
+        .save_summary(TENANT, "s", "second".into(), 0, 2)
+        .await
+        .unwrap();
+    let summary = store.summary(TENANT, "s").unwrap().unwrap();
+    assert_eq!(
+        (
+            summary.text.as_str(),
+            summary.first_index,
+            summary.last_index
+        ),
+        ("second", 0, 2)
+    );
+    for (first, last) in [(2, 1), (0, 4)] {
+        assert!(matches!(
+            store
+                .save_summary(TENANT, "s", "bad".into(), first, last)
+                .await,
+            Err(StoreError::InvalidInput {
+                field: "summary range",
+                ..
+            })
+        ));
+    }
+    store.delete_session(TENANT, "s").await.unwrap();
+    store
+        .append(
+            TENANT,
+            "s",
+            append_of(vec![message(Role::User, "again")], Some(owner("u", "a"))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.summary(TENANT, "s").unwrap(), None);
+}

@@ -6,10 +6,16 @@
 //! format: each sample goes into its own temporary store, and each question is put to the
 //! keyword index alone, the vector index alone and hybrid recall (`retrieval`). The scores
 //! are printed as tables or JSON next to the paper's published reference (`report`).
+//!
+//! `memlayer eval planted` plants facts in generated conversations and checks, for each
+//! context strategy, whether the assembled context holds the fact a later question needs
+//! (`planted`). Both run on a throwaway store with the pipeline running (`stack`).
 
 mod locomo;
+mod planted;
 mod report;
 mod retrieval;
+mod stack;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -38,6 +44,36 @@ pub(crate) enum EvalCommand {
         memlayer eval recall --locomo locomo10.json\n  \
         memlayer eval recall --locomo locomo10.json --k 5,10 --turn-text dated --json")]
     Recall(RecallArgs),
+    /// Whether each context strategy puts planted facts into the context, without a model.
+    ///
+    /// Plays a 50-turn conversation with four planted facts (one of them corrected later) and
+    /// three questions about them, a suite of 20 cases (identifiers, preferences, dates and
+    /// corrections planted 5 to 60 turns before the question) and a fact stated in one
+    /// session and asked about in the next. Everything is appended to a temporary store and
+    /// embedded with the real model; at each question every strategy assembles the context
+    /// and a fact counts as retrieved when its value appears in it. Prints hits per strategy
+    /// and depth, token costs, the combined strategy's targets and the cause of each of its
+    /// misses.
+    #[command(after_long_help = "Examples:\n  \
+        memlayer eval planted\n  \
+        memlayer eval planted --json --context-window 8192")]
+    Planted(PlantedArgs),
+}
+
+/// Flags of `memlayer eval planted`.
+#[derive(Debug, Args)]
+pub(crate) struct PlantedArgs {
+    /// Print one JSON document (every context's verdict, tokens per layer, the suite's hits
+    /// per fact type, the misses with their causes) instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// The model's context window in tokens, for every strategy. The default is large
+    /// enough for the whole conversations, so full history is the complete baseline;
+    /// smaller windows show what each strategy drops under its budget.
+    #[arg(long, value_name = "TOKENS", default_value_t = 128_000)]
+    context_window: u32,
+    #[command(flatten)]
+    embed: EmbedArgs,
 }
 
 /// Flags of `memlayer eval recall`.
@@ -92,7 +128,36 @@ impl TurnText {
 pub(crate) fn run(command: EvalCommand) -> anyhow::Result<()> {
     match command {
         EvalCommand::Recall(args) => recall(args),
+        EvalCommand::Planted(args) => planted(args),
     }
+}
+
+/// The embedding model from the configured assets, checked first so a missing file is
+/// reported by name.
+fn open_embedder(embed: EmbedArgs) -> anyhow::Result<Embedder> {
+    let assets = embed.assets()?;
+    assets.check()?;
+    Embedder::open(&assets, EmbedderOptions::default()).context("cannot load the embedding model")
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+fn planted(args: PlantedArgs) -> anyhow::Result<()> {
+    let embedder = open_embedder(args.embed)?;
+    let report = runtime()?.block_on(planted::evaluate(&embedder, args.context_window));
+    embedder.shutdown();
+    let report = report?;
+    if args.json {
+        println!("{}", report.json()?);
+    } else {
+        print!("{}", report.table());
+    }
+    Ok(())
 }
 
 fn recall(args: RecallArgs) -> anyhow::Result<()> {
@@ -103,14 +168,8 @@ fn recall(args: RecallArgs) -> anyhow::Result<()> {
         "{} has no question whose evidence names a turn: nothing to score",
         args.locomo.display()
     );
-    let assets = args.embed.assets()?;
-    assets.check()?;
-    let embedder = Embedder::open(&assets, EmbedderOptions::default())
-        .context("cannot load the embedding model")?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let embedder = open_embedder(args.embed)?;
+    let runtime = runtime()?;
     let mut questions = Vec::with_capacity(dataset.questions());
     for (position, sample) in dataset.samples.iter().enumerate() {
         let started = Instant::now();

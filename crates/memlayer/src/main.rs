@@ -56,7 +56,7 @@ enum Command {
     ///   memlayer reindex --data-dir /var/lib/memlayer
     #[command(verbatim_doc_comment)]
     Reindex(DataArgs),
-    /// Measure retrieval quality on benchmark files, offline, with the real store and model.
+    /// Measure retrieval and context quality offline, with the real store and model.
     #[command(subcommand)]
     Eval(eval::EvalCommand),
 }

@@ -1,7 +1,9 @@
-//! Tests of `memlayer eval recall` as a process, on a small LoCoMo-format fixture
-//! (`tests/fixtures/locomo-mini.json`, invented text): the JSON document's exact shape and
-//! the scores the real store, pipeline and embedder must reach on it, the table, and a
-//! malformed file reported by name.
+//! Tests of `memlayer eval` as a process. `eval recall` runs on a small LoCoMo-format
+//! fixture (`tests/fixtures/locomo-mini.json`, invented text): the JSON document's exact
+//! shape and the scores the real store, pipeline and embedder must reach on it, the table,
+//! and a malformed file reported by name. `eval planted` runs its built-in conversations:
+//! the JSON document's shape, full history's complete baseline, the sliding window's cliff
+//! and the combined strategy's token saving, and the tables.
 
 use std::collections::BTreeSet;
 use std::process::{Command, Output};
@@ -14,11 +16,16 @@ const FIXTURE: &str = concat!(
     "/tests/fixtures/locomo-mini.json"
 );
 
-/// `memlayer eval recall` with `args`, without any `MEMLAYER_*` variable of the surrounding
-/// environment except where the embedding assets are (`.cargo/config.toml` sets it).
+/// `memlayer eval recall` with `args`.
 fn eval_recall(args: &[&str]) -> Output {
+    eval("recall", args)
+}
+
+/// `memlayer eval <what>` with `args`, without any `MEMLAYER_*` variable of the surrounding
+/// environment except where the embedding assets are (`.cargo/config.toml` sets it).
+fn eval(what: &str, args: &[&str]) -> Output {
     let mut command = Command::new(BIN);
-    command.args(["eval", "recall"]).args(args);
+    command.args(["eval", what]).args(args);
     for (name, _) in std::env::vars_os() {
         if name != "MEMLAYER_ASSETS_DIR" && name.to_string_lossy().starts_with("MEMLAYER_") {
             command.env_remove(name);
@@ -254,4 +261,262 @@ fn a_malformed_file_is_reported_by_name() {
         stderr.contains(&format!("invalid LoCoMo file {}", path.display())),
         "{stderr}"
     );
+}
+
+/// `memlayer eval planted --json`, parsed.
+fn planted_json() -> Value {
+    let output = eval("planted", &["--json"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("stdout is one JSON value")
+}
+
+const STRATEGIES: [&str; 4] = [
+    "combined",
+    "full_history",
+    "history_depth",
+    "sliding_window",
+];
+
+/// A strategy's judgement of one context: its verdict, where the value was found, and the
+/// context's tokens in total and per layer, the total being the layers' sum.
+fn check_judgement(judgement: &Value) {
+    assert_eq!(
+        keys(judgement),
+        ["found_in", "layers", "tokens", "verdict"],
+        "{judgement}"
+    );
+    let verdict = judgement["verdict"].as_str().unwrap();
+    assert!(
+        ["found", "missing", "stale"].contains(&verdict),
+        "{verdict}"
+    );
+    assert_eq!(
+        judgement["found_in"].as_array().unwrap().is_empty(),
+        verdict == "missing",
+        "{judgement}"
+    );
+    let layers: u64 = judgement["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|layer| layer["tokens"].as_u64().unwrap())
+        .sum();
+    assert_eq!(judgement["tokens"].as_u64().unwrap(), layers, "{judgement}");
+}
+
+fn check_results(results: &Value) {
+    assert_eq!(keys(results), STRATEGIES);
+    for judgement in results.as_object().unwrap().values() {
+        check_judgement(judgement);
+    }
+}
+
+#[test]
+fn planted_facts_json_has_the_baseline_the_cliff_and_the_token_saving() {
+    let report = planted_json();
+    assert_eq!(
+        keys(&report),
+        [
+            "combined_misses",
+            "conversation",
+            "cross_session",
+            "seconds",
+            "setup",
+            "suite",
+            "targets"
+        ]
+    );
+    let names: Vec<&str> = report["setup"]["strategies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "full_history",
+            "sliding_window",
+            "history_depth",
+            "combined"
+        ]
+    );
+    assert_eq!(report["setup"]["context_window"], 128_000);
+    assert_eq!(report["setup"]["recall_k"], 5);
+
+    // The 50-turn conversation: every plant stored, every question found by full history.
+    let conversation = &report["conversation"];
+    assert_eq!(conversation["turns"], 50);
+    let plants = conversation["plants"].as_array().unwrap();
+    assert_eq!(plants.len(), 4);
+    assert!(plants.iter().all(|p| p["stored"] == true), "{plants:?}");
+    let probes = conversation["probes"].as_array().unwrap();
+    let turns: Vec<u64> = probes.iter().map(|p| p["turn"].as_u64().unwrap()).collect();
+    assert_eq!(turns, [45, 47, 49]);
+    // Only the question about the corrected name has a stale value to watch for.
+    assert_eq!(probes[0]["stale"], "Marta");
+    assert_eq!(
+        keys(&probes[1]),
+        ["expected", "fact", "query", "results", "stored", "turn"]
+    );
+    assert!(probes[2].get("stale").is_none());
+    for probe in probes {
+        assert_eq!(probe["stored"], true);
+        check_results(&probe["results"]);
+        assert_eq!(
+            probe["results"]["full_history"]["verdict"], "found",
+            "{probe}"
+        );
+        // Every fact is 20 or more turns back: outside a window of 10.
+        assert_eq!(
+            probe["results"]["sliding_window"]["verdict"], "missing",
+            "{probe}"
+        );
+    }
+
+    // Turn 50: the combined strategy costs a fraction of the full history.
+    let last = &conversation["final_turn"];
+    assert_eq!(last["turn"], 50);
+    assert_eq!(keys(&last["tokens"]), STRATEGIES);
+    let tokens = |strategy: &str| last["tokens"][strategy].as_u64().unwrap();
+    assert!(tokens("combined") < tokens("full_history"), "{last}");
+    let share = last["combined_share_of_full_history"].as_f64().unwrap();
+    let expected = tokens("combined") as f64 / tokens("full_history") as f64;
+    assert!((share - expected).abs() < 1e-9 && share < 1.0, "{last}");
+
+    // The suite: full history finds everything; the sliding window of 10 exchanges finds
+    // every fact 5 turns back and none 15 or more turns back.
+    let suite = &report["suite"];
+    assert_eq!(suite["query_turn"], 71);
+    assert_eq!(suite["depths"], serde_json::json!([5, 15, 30, 45, 60]));
+    let by_depth = &suite["hits_by_depth"];
+    assert_eq!(keys(by_depth), STRATEGIES);
+    for strategy in STRATEGIES {
+        assert_eq!(keys(&by_depth[strategy]), ["15", "30", "45", "5", "60"]);
+    }
+    assert_eq!(
+        by_depth["full_history"],
+        serde_json::json!({"5": 4, "15": 4, "30": 4, "45": 4, "60": 4})
+    );
+    assert_eq!(
+        by_depth["sliding_window"],
+        serde_json::json!({"5": 4, "15": 0, "30": 0, "45": 0, "60": 0})
+    );
+    let by_kind = &suite["hits_by_kind"];
+    assert_eq!(keys(by_kind), STRATEGIES);
+    for strategy in STRATEGIES {
+        assert_eq!(
+            keys(&by_kind[strategy]),
+            ["correction", "identifier", "preference", "temporal"]
+        );
+        for depths in by_kind[strategy].as_object().unwrap().values() {
+            assert_eq!(keys(depths), ["15", "30", "45", "5", "60"]);
+            assert!(depths.as_object().unwrap().values().all(Value::is_boolean));
+        }
+    }
+    let cases = suite["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 20);
+    for case in cases {
+        assert_eq!(case["stored"], true, "{case}");
+        assert!(["user", "assistant"].contains(&case["source"].as_str().unwrap()));
+        assert_eq!(
+            case["plant_turn"].as_u64().unwrap() + case["depth"].as_u64().unwrap(),
+            71
+        );
+        check_results(&case["results"]);
+    }
+    let corrections = cases.iter().filter(|c| c["kind"] == "correction");
+    assert!(corrections.clone().all(|c| c["stale"].is_string()));
+    assert_eq!(corrections.count(), 5);
+
+    // Cross-session: every strategy over the second session, combined with both scopes.
+    let cross = &report["cross_session"];
+    assert_eq!(cross["stored"], true);
+    let rows: Vec<(String, Option<String>)> = cross["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            // A row is a judgement with the strategy and, for combined, the recall scope.
+            let mut judgement = row.as_object().unwrap().clone();
+            let strategy = judgement.remove("strategy").unwrap();
+            let scope = judgement.remove("recall_scope");
+            check_judgement(&Value::Object(judgement));
+            (
+                strategy.as_str().unwrap().to_owned(),
+                scope.map(|s| s.as_str().unwrap().to_owned()),
+            )
+        })
+        .collect();
+    let rows: Vec<(&str, Option<&str>)> = rows
+        .iter()
+        .map(|(strategy, scope)| (strategy.as_str(), scope.as_deref()))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("full_history", None),
+            ("sliding_window", None),
+            ("history_depth", None),
+            ("combined", Some("session")),
+            ("combined", Some("user"))
+        ]
+    );
+    // Nothing of the first session is in the second one's messages.
+    assert_eq!(cross["rows"][0]["verdict"], "missing");
+
+    let targets = report["targets"].as_array().unwrap();
+    assert_eq!(targets.len(), 3);
+    for target in targets {
+        assert_eq!(keys(target), ["goal", "measured", "met"]);
+    }
+    for miss in report["combined_misses"].as_array().unwrap() {
+        assert_eq!(keys(miss), ["at", "cause", "expected", "fact", "verdict"]);
+        assert_ne!(miss["verdict"], "found");
+        assert!(!miss["cause"].as_str().unwrap().is_empty());
+    }
+}
+
+#[test]
+fn planted_facts_table_shows_hits_by_depth() {
+    let output = eval("planted", &[]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let table = String::from_utf8(output.stdout).unwrap();
+    let lines: Vec<&str> = table.lines().collect();
+    let header = lines
+        .iter()
+        .position(|line| line.starts_with("strategy ") && line.contains("d=60"))
+        .expect("the suite's table");
+    assert_eq!(
+        lines[header].split_whitespace().collect::<Vec<_>>(),
+        ["strategy", "d=5", "d=15", "d=30", "d=45", "d=60", "total"]
+    );
+    let row = |at: usize| lines[header + at].split_whitespace().collect::<Vec<_>>();
+    assert_eq!(
+        row(1),
+        ["full_history", "4/4", "4/4", "4/4", "4/4", "4/4", "20/20"]
+    );
+    assert_eq!(
+        row(2),
+        ["sliding_window", "4/4", "0/4", "0/4", "0/4", "0/4", "4/20"]
+    );
+    assert_eq!(row(3)[0], "history_depth");
+    assert_eq!(row(4)[0], "combined");
+    for section in [
+        "1. 50-turn conversation.",
+        "2. Depth suite:",
+        "3. Cross-session:",
+        "targets for the combined strategy:",
+        "misses of the combined strategy (",
+    ] {
+        assert!(table.contains(section), "no {section:?} in\n{table}");
+    }
 }

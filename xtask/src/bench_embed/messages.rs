@@ -2,6 +2,9 @@
 //! so every run (and both sides of the comparison) embeds exactly the same texts. Lengths
 //! are spread evenly over the range because padding makes the cost of a batch depend on the
 //! mix of lengths, and real conversations mix one-liners with paragraphs.
+//!
+//! `bench-index` builds its wider corpus from the same parts (generator, openers,
+//! connectors, closers) so both benchmarks' texts read alike.
 
 use std::collections::HashSet;
 
@@ -42,7 +45,7 @@ const CLAUSES: [&str; 30] = [
     "the delivery address should be the office not my flat",
 ];
 
-const OPENERS: [&str; 8] = [
+pub(crate) const OPENERS: [&str; 8] = [
     "hi",
     "hey",
     "ok so",
@@ -52,8 +55,9 @@ const OPENERS: [&str; 8] = [
     "also",
     "thanks,",
 ];
-const CONNECTORS: [&str; 7] = ["and", "but", "also", "because", "so", "then", "by the way"];
-const CLOSERS: [&str; 6] = [
+pub(crate) const CONNECTORS: [&str; 7] =
+    ["and", "but", "also", "because", "so", "then", "by the way"];
+pub(crate) const CLOSERS: [&str; 6] = [
     "thanks!",
     "no rush.",
     "asap please.",
@@ -63,7 +67,7 @@ const CLOSERS: [&str; 6] = [
 ];
 
 const CITIES: [&str; 6] = ["Lisbon", "Berlin", "Osaka", "Toronto", "Nairobi", "Lyon"];
-const DAYS: [&str; 7] = [
+pub(crate) const DAYS: [&str; 7] = [
     "Monday",
     "Tuesday",
     "Wednesday",
@@ -156,7 +160,7 @@ fn fill(clause: &str, random: &mut SplitMix64) -> String {
 
 /// SplitMix64: a tiny, well-known generator; good enough for varied test text and free of
 /// a dependency whose output could change between versions.
-struct SplitMix64(u64);
+pub(crate) struct SplitMix64(pub(crate) u64);
 
 impl SplitMix64 {
     fn next(&mut self) -> u64 {
@@ -168,11 +172,11 @@ impl SplitMix64 {
     }
 
     /// A number in `0..bound` (bias is negligible for the small bounds used here).
-    fn below(&mut self, bound: usize) -> usize {
+    pub(crate) fn below(&mut self, bound: usize) -> usize {
         (self.next() % bound as u64) as usize
     }
 
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+    pub(crate) fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
         items[self.below(items.len())]
     }
 }

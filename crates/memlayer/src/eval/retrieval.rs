@@ -11,13 +11,10 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use memlayer_embed::Embedder;
-use memlayer_index::{
-    KeywordIndex, Recall, RecallOptions, RecallQuery, Scope, VectorConfig, VectorIndex,
-};
+use memlayer_index::{KeywordIndex, Recall, RecallQuery, Scope, VectorConfig, VectorIndex};
 use memlayer_memory::TokenEncoding;
 use memlayer_store::{
     Append, MAX_MESSAGES_PER_APPEND, Message, Metadata, NewMessage, NewSession, Role, Store,
@@ -27,15 +24,13 @@ use serde_json::Value;
 use super::TurnText;
 use super::locomo::{Sample, Turn};
 use super::report::{ByRetriever, QuestionScore, evidence_recall};
+use super::stack::Stack;
 
 const TENANT: &str = "default";
 /// Every session of a sample belongs to this user, so a user scope searches the whole
 /// conversation, as an agent recalling a user's past would.
 const USER: &str = "locomo-user";
 const AGENT: &str = "locomo-agent";
-/// How long the pipeline may embed nothing before the run gives up: it retries failed
-/// steps forever (a server should), which would hang an evaluation.
-const STALL_LIMIT: Duration = Duration::from_secs(120);
 /// Keys read per page when the indexes are built from the store.
 const PAGE: usize = 4_096;
 
@@ -47,19 +42,12 @@ pub(crate) async fn evaluate(
     ks: &[usize],
     turn_text: TurnText,
 ) -> anyhow::Result<Vec<QuestionScore>> {
-    let dir = tempfile::tempdir().context("cannot create a temporary directory for the store")?;
-    let store = Store::open(dir.path().join(crate::STORE_FILE)).context("cannot open the store")?;
-    let recall = Recall::open(store.clone(), embedder.clone(), RecallOptions::default())
-        .context("cannot build the recall indexes")?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let pipeline = tokio::spawn(recall.clone().run_pipeline(async move {
-        // A dropped sender stops the pipeline too.
-        let _ = stopped.await;
-    }));
+    let stack = Stack::open(embedder)?;
     let scored = async {
-        append_turns(&store, sample, turn_text).await?;
-        wait_until_embedded(&recall, sample.turns()).await?;
-        let retrievers = SingleRetrievers::build(&store, embedder)?;
+        let (store, recall) = (&stack.store, &stack.recall);
+        append_turns(store, sample, turn_text).await?;
+        stack.wait_until_embedded(sample.turns()).await?;
+        let retrievers = SingleRetrievers::build(store, embedder)?;
         let mut scores = Vec::with_capacity(sample.questions.len());
         for question in &sample.questions {
             let recall = ByRetriever {
@@ -75,7 +63,7 @@ pub(crate) async fn evaluate(
                         .await?,
                     ks,
                 ),
-                hybrid: hybrid(&recall, &question.question, &question.evidence, ks).await?,
+                hybrid: hybrid(recall, &question.question, &question.evidence, ks).await?,
             };
             scores.push(QuestionScore {
                 sample_id: sample.id.clone(),
@@ -88,9 +76,7 @@ pub(crate) async fn evaluate(
         anyhow::Ok(scores)
     }
     .await;
-    let _ = stop.send(());
-    pipeline.await.context("the indexing pipeline panicked")?;
-    store.shutdown();
+    stack.close().await?;
     scored
 }
 
@@ -161,26 +147,6 @@ fn text_of(turn: &Turn, date_time: Option<&str>, format: TurnText) -> String {
         let _ = write!(text, " [shares an image: {caption}]");
     }
     text
-}
-
-/// Waits until the pipeline has a vector for every turn; fails if it stops making progress.
-async fn wait_until_embedded(recall: &Recall, turns: usize) -> anyhow::Result<()> {
-    let mut last = (0, Instant::now());
-    loop {
-        let embedded = recall.indexed_vectors();
-        if embedded >= turns {
-            return Ok(());
-        }
-        if embedded > last.0 {
-            last = (embedded, Instant::now());
-        } else if last.1.elapsed() > STALL_LIMIT {
-            anyhow::bail!(
-                "embedding stalled at {embedded} of {turns} turns for {}s (the log says why)",
-                STALL_LIMIT.as_secs()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// The keyword and vector indexes on their own, over the store's messages and vectors.
