@@ -89,64 +89,15 @@ fn main() -> anyhow::Result<ExitCode> {
             }
             println!("tidy: ok");
         }
-        // A debug-built load generator would measure itself rather than the server: re-run
-        // this task from a release build of xtask.
-        Task::Bench { seconds } if cfg!(debug_assertions) => {
-            let seconds = seconds.to_string();
-            cmd::cargo(
-                &root,
-                &[
-                    "run",
-                    "--quiet",
-                    "--release",
-                    "-p",
-                    "xtask",
-                    "--",
-                    "bench",
-                    "--seconds",
-                    &seconds,
-                ],
-            )?;
+        // A debug-built load generator or benchmark would measure itself rather than the
+        // code under test: re-run the same task from a release build of xtask.
+        Task::Bench { .. } | Task::BenchEmbed | Task::BenchIndex { .. }
+            if cfg!(debug_assertions) =>
+        {
+            rerun_in_release(&root)?;
         }
         Task::Bench { seconds } => bench::run(&root, seconds)?,
-        // Measured from a release build, for the same reason as `bench`.
-        Task::BenchEmbed if cfg!(debug_assertions) => {
-            cmd::cargo(
-                &root,
-                &[
-                    "run",
-                    "--quiet",
-                    "--release",
-                    "-p",
-                    "xtask",
-                    "--",
-                    "bench-embed",
-                ],
-            )?;
-        }
         Task::BenchEmbed => bench_embed::run(&root)?,
-        // Measured from a release build, for the same reason as `bench`.
-        Task::BenchIndex { sizes, queries } if cfg!(debug_assertions) => {
-            let sizes: Vec<String> = sizes.iter().map(ToString::to_string).collect();
-            let sizes = sizes.join(",");
-            let queries = queries.to_string();
-            cmd::cargo(
-                &root,
-                &[
-                    "run",
-                    "--quiet",
-                    "--release",
-                    "-p",
-                    "xtask",
-                    "--",
-                    "bench-index",
-                    "--sizes",
-                    &sizes,
-                    "--queries",
-                    &queries,
-                ],
-            )?;
-        }
         Task::BenchIndex { sizes, queries } => bench_index::run(&root, &sizes, queries)?,
         Task::Dist => dist::run(&root)?,
     }
@@ -179,6 +130,14 @@ fn test(root: &Path) -> anyhow::Result<()> {
     }
     eprintln!("xtask: all steps passed");
     Ok(())
+}
+
+/// Runs this xtask invocation again, with the same arguments, from a release build.
+fn rerun_in_release(root: &Path) -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut run_args = vec!["run", "--quiet", "--release", "-p", "xtask", "--"];
+    run_args.extend(args.iter().map(String::as_str));
+    cmd::cargo(root, &run_args)
 }
 
 /// The workspace root is the parent of this crate's folder; it is fixed at compile time so
