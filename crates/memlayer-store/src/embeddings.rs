@@ -138,11 +138,7 @@ impl Store {
     pub fn vectors(&self, after: Option<MessageKey>, limit: usize) -> Result<Vec<StoredVector>> {
         let txn = self.db().begin_read()?;
         let table = txn.open_table(VECTORS)?;
-        let range = match after {
-            Some(key) => table.range((key.session(), key.index() + 1)..)?,
-            None => table.range::<(u64, u64)>(..)?,
-        };
-        range
+        keys_after(&table, after)?
             .take(limit)
             .map(|entry| {
                 let (key, value) = entry?;
@@ -221,11 +217,7 @@ impl Store {
     ) -> Result<Vec<(MessageKey, crate::Message)>> {
         let txn = self.db().begin_read()?;
         let table = txn.open_table(MESSAGES)?;
-        let range = match after {
-            Some(key) => table.range((key.session(), key.index() + 1)..)?,
-            None => table.range::<(u64, u64)>(..)?,
-        };
-        range
+        keys_after(&table, after)?
             .take(limit)
             .map(|entry| {
                 let (key, value) = entry?;
@@ -312,4 +304,16 @@ fn register_model(txn: &WriteTransaction, model: &EmbeddingModel) -> Result<u32>
     };
     models.insert(1, record.encode().as_slice())?;
     Ok(1)
+}
+
+/// The entries of a table keyed by `(sid, index)` after `after` (all of them for `None`):
+/// the pages a rebuild reads.
+fn keys_after<'t>(
+    table: &'t redb::ReadOnlyTable<(u64, u64), &'static [u8]>,
+    after: Option<MessageKey>,
+) -> Result<redb::Range<'t, (u64, u64), &'static [u8]>> {
+    Ok(match after {
+        Some(key) => table.range((key.session(), key.index() + 1)..)?,
+        None => table.range::<(u64, u64)>(..)?,
+    })
 }
