@@ -191,6 +191,11 @@ impl TestServer {
         send(self.request(Method::POST, path).json(body))
     }
 
+    /// `PUT path` with a JSON body.
+    pub fn put(&self, path: &str, body: &Value) -> (u16, Value) {
+        send(self.request(Method::PUT, path).json(body))
+    }
+
     /// `DELETE path`.
     pub fn delete(&self, path: &str) -> (u16, Value) {
         send(self.request(Method::DELETE, path))

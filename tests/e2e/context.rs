@@ -1,7 +1,9 @@
 //! Context assembly over HTTP (`POST /v1/sessions/{id}/context`): each strategy's window,
-//! the combined strategy's facts and recalled messages, output formats, the report, and
-//! refused settings.
+//! the combined strategy's facts and recalled messages, output formats, the report, refused
+//! settings, and overflow summarised into a persisted checkpoint.
 
+use memlayer_llm::{ChatClient, FakeUpstream, Reply};
+use memlayer_server::ServerConfig;
 use memlayer_tests::{TestServer, assert_error, json};
 use serde_json::Value;
 
@@ -68,7 +70,7 @@ fn the_combined_strategy_brings_back_facts_and_relevant_older_turns() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|hit| hit[0] == 3),
+            .any(|hit| hit["index"] == 3 && hit["session_id"] == "chat"),
         "{report}"
     );
     let total: u64 = report["layers"]
@@ -134,23 +136,21 @@ fn bad_settings_and_unknown_sessions_are_refused() {
         json!({ "session_history_depth": 101 }),
         json!({ "window_reserve": 0.99 }),
         json!({ "context_window": 12 }),
+        json!({ "strategy": "magic" }),
+        json!({ "max_turn": 3 }),
+        json!({ "recall_k": 1000 }),
     ] {
         let answer = server.post(
             "/v1/sessions/chat/context",
             &json!({ "settings": settings }),
         );
-        assert_error(&answer, 422, "invalid_value");
+        assert_error(&answer, 422, "invalid_setting");
     }
-    let unknown = server.post(
-        "/v1/sessions/chat/context",
-        &json!({ "settings": { "strategy": "magic" } }),
+    assert_error(
+        &server.post("/v1/sessions/chat/context", &json!({ "settings": 3 })),
+        400,
+        "invalid_body",
     );
-    assert_error(&unknown, 400, "invalid_body");
-    let typo = server.post(
-        "/v1/sessions/chat/context",
-        &json!({ "settings": { "max_turn": 3 } }),
-    );
-    assert_error(&typo, 400, "invalid_body");
     assert_error(
         &server.post("/v1/sessions/nope/context", &json!({})),
         404,
@@ -188,4 +188,137 @@ fn entities_show_the_facts_in_force_with_their_history() {
         404,
         "session_not_found",
     );
+}
+
+/// A long support conversation: facts early, then enough talk to overflow a small window.
+fn long_chat(server: &TestServer) {
+    let mut messages = vec![
+        json!({ "role": "system", "content": "You are the support agent of Acme Telecom." }),
+        json!({ "role": "user", "content": "Hi, my name is Dana and my account number is 55-0192." }),
+        json!({ "role": "assistant", "content": "Welcome Dana! How can I help?" }),
+    ];
+    for turn in 0..30 {
+        messages.push(json!({ "role": "user", "content": format!("Line check {turn}: the signal on the living room socket dropped again this evening.") }));
+        messages.push(json!({ "role": "assistant", "content": format!("Logged incident {turn} against your line; the engineer will review it.") }));
+    }
+    let body = json!({ "user_id": "dana", "agent_id": "support", "messages": messages });
+    assert_eq!(server.post("/v1/sessions/long/messages", &body).0, 201);
+}
+
+const SUMMARIZE: &str =
+    r#"{ "strategy": "full_history", "overflow": "summarize", "context_window": 1024 }"#;
+
+fn summarized(server: &TestServer) -> Value {
+    let settings: Value = serde_json::from_str(SUMMARIZE).unwrap();
+    let (status, answer) = server.post(
+        "/v1/sessions/long/context",
+        &json!({ "format": "text", "settings": settings }),
+    );
+    assert_eq!(status, 200, "{answer}");
+    answer
+}
+
+#[test]
+fn overflow_is_summarised_once_and_later_loads_start_after_the_checkpoint() {
+    let server = TestServer::start();
+    long_chat(&server);
+    let first = summarized(&server);
+    let prompt = text(&first);
+    assert_eq!(first["summary_written"]["written"], true, "{first}");
+    assert_eq!(first["summary_written"]["summarizer"], "extractive");
+    let (from, to) = (
+        first["report"]["summary"][0].as_u64().unwrap(),
+        first["report"]["summary"][1].as_u64().unwrap(),
+    );
+    assert_eq!(
+        from, 1,
+        "the summary starts at the first turn; instructions stay apart"
+    );
+    assert!(
+        prompt.starts_with("You are the support agent of Acme Telecom.\n[Conversation Summary]"),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains("55-0192"),
+        "the summary keeps the account number: {prompt}"
+    );
+    let report = &first["report"];
+    assert!(report["total_tokens"].as_u64().unwrap() <= report["budget"].as_u64().unwrap());
+    assert_eq!(report["window"][0].as_u64().unwrap(), to + 1);
+    assert!(prompt.ends_with("Logged incident 29 against your line; the engineer will review it."));
+
+    // The next context reuses the checkpoint instead of summarising again.
+    let second = summarized(&server);
+    assert!(second.get("summary_written").is_none(), "{second}");
+    assert_eq!(second["report"]["summary"], first["report"]["summary"]);
+    assert_eq!(text(&second), prompt);
+
+    // Every turn stays stored, and a drop-overflow context ignores the summary.
+    let (_, stored) = server.get("/v1/sessions/long/messages?limit=100");
+    assert_eq!(stored["messages"].as_array().unwrap().len(), 63);
+    let (_, dropped) = server.post(
+        "/v1/sessions/long/context",
+        &json!({ "settings": { "strategy": "full_history", "context_window": 1024 } }),
+    );
+    assert_eq!(dropped["report"]["summary"], Value::Null);
+}
+
+/// A fake model endpoint on 127.0.0.1, served by its own runtime for the blocking tests.
+fn upstream() -> (tokio::runtime::Runtime, FakeUpstream) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let upstream = runtime.block_on(FakeUpstream::start());
+    (runtime, upstream)
+}
+
+#[test]
+fn a_configured_model_summarises_and_a_failing_one_falls_back_to_extractive() {
+    let (_runtime, upstream) = upstream();
+    let server = TestServer::with_config(ServerConfig {
+        summarizer_model: Some(ChatClient::new(upstream.config()).unwrap()),
+        ..ServerConfig::default()
+    });
+    long_chat(&server);
+    upstream.push(Reply::text(
+        "Dana (account 55-0192) reports the living room socket dropping every evening; incidents are logged.",
+    ));
+    let answer = summarized(&server);
+    assert_eq!(answer["summary_written"]["summarizer"], "llm", "{answer}");
+    assert!(
+        text(&answer).contains("Dana (account 55-0192) reports the living room socket"),
+        "{}",
+        text(&answer)
+    );
+    let sent = &upstream.requests()[0];
+    assert_eq!(sent.path, "/v1/chat/completions");
+    let prompt = sent.body["messages"][1]["content"].as_str().unwrap();
+    assert!(prompt.contains("- account number: 55-0192"), "{prompt}");
+    assert!(prompt.contains("User: Line check 0:"), "{prompt}");
+
+    // More turns overflow again; the model is down, so the extractive summariser steps in.
+    let more: Vec<Value> = (30..45)
+        .flat_map(|turn| {
+            [
+                json!({ "role": "user", "content": format!("Line check {turn}: still dropping.") }),
+                json!({ "role": "assistant", "content": format!("Logged incident {turn}.") }),
+            ]
+        })
+        .collect();
+    let body = json!({ "messages": more });
+    assert_eq!(server.post("/v1/sessions/long/messages", &body).0, 201);
+    upstream.push(Reply::error(503, "model overloaded", "server_error", None));
+    let fallback = summarized(&server);
+    let note = &fallback["summary_written"];
+    assert_eq!(note["summarizer"], "extractive", "{fallback}");
+    assert!(
+        note["fallback_reason"]
+            .as_str()
+            .unwrap()
+            .contains("model overloaded"),
+        "{note}"
+    );
+    assert!(text(&fallback).contains("55-0192"), "{}", text(&fallback));
 }

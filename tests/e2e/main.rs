@@ -18,7 +18,11 @@ mod concurrency;
 // Hybrid recall with the real embedding model: by meaning and by words, scoped, forgotten on
 // delete, kept over a restart.
 mod recall;
-// Context assembly: strategies, the combined strategy's layers, formats and the report.
+// Context assembly: strategies, the combined strategy's layers, formats and the report;
+// summarised overflow with the extractive summariser and with a model behind the OpenAI wire
+// format (a fake upstream on 127.0.0.1), falling back when it fails.
 mod context;
+// Saved settings per tenant and agent, laid under a request's overrides.
+mod settings;
 // session_search over the whole history and clear_session's checkpoint.
 mod search_clear;

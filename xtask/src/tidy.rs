@@ -17,6 +17,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("memlayer-store", 0),
     ("memlayer-embed", 1),
     ("memlayer-index", 1),
+    ("memlayer-llm", 1),
     ("memlayer-memory", 2),
     ("memlayer-erasure", 3),
     ("memlayer-server", 4),

@@ -81,6 +81,6 @@ pub use analyzer::Analyzer;
 pub use error::{IndexError, Result};
 pub use fusion::{Fused, RRF_K, Retriever, reciprocal_rank_fusion};
 pub use keyword::KeywordIndex;
-pub use recall::{Recall, RecallHit, RecallOptions, RecallQuery, Recalled, Scope};
+pub use recall::{Excluded, Recall, RecallHit, RecallOptions, RecallQuery, Recalled, Scope};
 pub use topk::IdFilter;
 pub use vector::{VectorConfig, VectorIndex};

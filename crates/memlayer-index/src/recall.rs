@@ -96,8 +96,18 @@ pub struct RecallQuery {
     pub after: Option<Timestamp>,
     /// Only messages before this time.
     pub before: Option<Timestamp>,
-    /// Message indices to leave out (in a session scope: the turns already in the window).
-    pub exclude_indices: Vec<u64>,
+    /// Messages to leave out: typically the turns already in a context's window.
+    pub exclude: Option<Excluded>,
+}
+
+/// Messages of one session a recall leaves out. Naming the session matters in a user scope,
+/// where the same index exists in every session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Excluded {
+    /// The session the indices belong to.
+    pub session_id: String,
+    /// The indices of its messages to leave out.
+    pub indices: Vec<u64>,
 }
 
 /// One recalled message.
@@ -371,6 +381,10 @@ impl Recall {
         let this = self.clone();
         let scope_query = query.clone();
         let allowed = blocking(move || this.scope_sessions(&scope_query)).await?;
+        let this = self.clone();
+        let exclude = query.exclude.clone();
+        let tenant = query.tenant.clone();
+        let excluded = blocking(move || this.excluded_keys(&tenant, exclude.as_ref())).await?;
         let embedded = match self.inner.embedder.embed(vec![query.query.clone()]).await {
             Ok(mut vectors) => vectors.pop(),
             Err(err) => {
@@ -381,7 +395,22 @@ impl Recall {
             }
         };
         let this = self.clone();
-        blocking(move || this.search(&query, &allowed, embedded.as_deref(), degraded)).await
+        blocking(move || this.search(&query, &allowed, &excluded, embedded.as_deref(), degraded))
+            .await
+    }
+
+    /// The session key and message indices an exclusion names; `None` when it names
+    /// nothing that exists.
+    fn excluded_keys(
+        &self,
+        tenant: &str,
+        exclude: Option<&Excluded>,
+    ) -> Result<Option<(u64, HashSet<u64>)>> {
+        let Some(exclude) = exclude else {
+            return Ok(None);
+        };
+        let sid = self.inner.store.session_key(tenant, &exclude.session_id)?;
+        Ok(sid.map(|sid| (sid, exclude.indices.iter().copied().collect())))
     }
 
     /// Waits until every append committed before the call is indexed, or the configured
@@ -444,15 +473,17 @@ impl Recall {
         &self,
         query: &RecallQuery,
         sessions: &HashSet<u64>,
+        excluded: &Option<(u64, HashSet<u64>)>,
         embedded: Option<&[f32]>,
         degraded: Option<String>,
     ) -> Result<Recalled> {
         let indexes = self.read();
-        let excluded: HashSet<u64> = query.exclude_indices.iter().copied().collect();
         let admits = |raw: u64| {
             let key = MessageKey::from_u64(raw);
             sessions.contains(&key.session())
-                && !excluded.contains(&key.index())
+                && !excluded.as_ref().is_some_and(|(sid, indices)| {
+                    key.session() == *sid && indices.contains(&key.index())
+                })
                 && indexes.docs.get(&raw).is_some_and(|doc| {
                     query
                         .roles

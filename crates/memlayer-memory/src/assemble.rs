@@ -8,7 +8,7 @@
 //! as dropped. The output is then laid out in prompt order ([`Layer`]'s order, the window in
 //! conversation order), so priorities decide *what* is kept, never *where* it appears.
 
-use memlayer_store::Message;
+use memlayer_store::{Message, Timestamp};
 use serde::Serialize;
 
 use crate::MemoryError;
@@ -32,6 +32,37 @@ pub enum Strategy {
     Combined,
 }
 
+/// What happens to the history that does not fit the budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Overflow {
+    /// The oldest exchanges are left out, whole (the default).
+    #[default]
+    Drop,
+    /// The older part is summarised into one `[Conversation Summary]` message, persisted,
+    /// and later loads start after it; the recent part keeps [`RECENT_SHARE`] of the budget.
+    Summarize,
+}
+
+/// Share of the budget the recent part keeps when older turns are summarised. The rest
+/// leaves room for the summary and for the conversation to grow before the next summary.
+pub const RECENT_SHARE: f64 = 0.7;
+
+/// Where recall looks for older messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecallScope {
+    /// The current session only.
+    Session,
+    /// Every session of the same user with the same agent (the default): what a returning
+    /// user said in an earlier conversation comes back. Another agent's sessions never do.
+    #[default]
+    User,
+}
+
+/// Most older messages recall may add to one context.
+pub const MAX_RECALL_K: usize = 50;
+
 /// Everything that shapes a context. Defaults follow the product documents.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -48,6 +79,12 @@ pub struct ContextSettings {
     pub window_tokens: Option<u32>,
     /// Exchanges history depth keeps in full (1–100).
     pub session_history_depth: usize,
+    /// What happens to history over the budget.
+    pub overflow: Overflow,
+    /// Older messages recall may add to a combined context when there is a query (0–50).
+    pub recall_k: usize,
+    /// Where recall looks.
+    pub recall_scope: RecallScope,
 }
 
 impl Default for ContextSettings {
@@ -59,11 +96,42 @@ impl Default for ContextSettings {
             max_turns: 10,
             window_tokens: None,
             session_history_depth: 20,
+            overflow: Overflow::Drop,
+            recall_k: 4,
+            recall_scope: RecallScope::User,
         }
     }
 }
 
+/// A partial settings document: the keys of [`ContextSettings`] to change, as JSON.
+pub type SettingsOverrides = serde_json::Map<String, serde_json::Value>;
+
 impl ContextSettings {
+    /// The settings that result from laying `overrides` over the defaults in order (the
+    /// tenant's, the agent's, the request's): a key in a later document replaces the same
+    /// key in an earlier one. Unknown keys, wrong types and out-of-range values are refused.
+    pub fn layered<'a>(
+        overrides: impl IntoIterator<Item = &'a SettingsOverrides>,
+    ) -> Result<Self, MemoryError> {
+        let serde_json::Value::Object(mut merged) =
+            serde_json::to_value(Self::default()).expect("settings serialise to JSON")
+        else {
+            unreachable!("settings serialise to a JSON object")
+        };
+        for document in overrides {
+            merged.extend(document.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        let settings: Self =
+            serde_json::from_value(serde_json::Value::Object(merged)).map_err(|err| {
+                MemoryError::InvalidSetting {
+                    field: "settings",
+                    reason: err.to_string(),
+                }
+            })?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
     /// Checks every value's range.
     pub fn validate(&self) -> Result<(), MemoryError> {
         let invalid = |field: &'static str, reason: &str| {
@@ -90,6 +158,9 @@ impl ContextSettings {
         if self.window_tokens == Some(0) {
             return invalid("window_tokens", "must be positive");
         }
+        if self.recall_k > MAX_RECALL_K {
+            return invalid("recall_k", "must be at most 50");
+        }
         Ok(())
     }
 
@@ -102,10 +173,37 @@ impl ContextSettings {
 /// What the layers above the window bring to a turn.
 #[derive(Debug, Clone, Default)]
 pub struct LayerInputs<'a> {
-    /// The persisted summary of turns before `messages`, if the session has one.
+    /// The summary of turns before `messages`, put in whatever the strategy (the caller passes
+    /// one only when overflow is summarised).
     pub summary: Option<&'a Summary>,
+    /// The session's entity memory, for the combined strategy.
+    pub facts: Option<&'a FactSheet>,
     /// Older messages recalled for the current query, best first.
-    pub recalled: Vec<(Message, f32)>,
+    pub recalled: Vec<RecalledMessage>,
+}
+
+/// A message recall brought back for the current query.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecalledMessage {
+    /// The session it belongs to.
+    pub session_id: String,
+    /// Whether that is the session the context is for.
+    pub current_session: bool,
+    /// The message.
+    pub message: Message,
+    /// Its fused recall score (higher is better).
+    pub score: f32,
+}
+
+/// A recalled message in a report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RecalledRef {
+    /// The session it belongs to.
+    pub session_id: String,
+    /// Its index there.
+    pub index: u64,
+    /// Its recall score.
+    pub score: f32,
 }
 
 /// Why a piece of history is not in the context.
@@ -162,7 +260,7 @@ pub struct Report {
     /// Facts rendered.
     pub facts: usize,
     /// Recalled messages included, with their scores.
-    pub recalled: Vec<(u64, f32)>,
+    pub recalled: Vec<RecalledRef>,
 }
 
 /// A turn's context and its report.
@@ -213,10 +311,8 @@ pub fn assemble(
     if let Some(newest) = recent.next() {
         packer.offer_exchange(newest);
     }
-    let facts = combined
-        .then(|| FactSheet::from_messages(messages))
-        .filter(|sheet| !sheet.is_empty());
-    if let Some(sheet) = &facts
+    let facts = layers.facts.filter(|sheet| combined && !sheet.is_empty());
+    if let Some(sheet) = facts
         && let Some(text) = sheet.render()
     {
         packer.offer(ContextMessage::generated(
@@ -226,7 +322,7 @@ pub fn assemble(
             encoding,
         ));
     }
-    let summary = layers.summary.filter(|_| combined);
+    let summary = layers.summary;
     let summary_used = summary.and_then(|summary| {
         let sources = (summary.first_index..=summary.last_index).collect();
         packer
@@ -244,20 +340,37 @@ pub fn assemble(
     let mut recalled = Vec::new();
     if combined {
         let in_window: Vec<u64> = packer.window_sources();
-        for (message, score) in &layers.recalled {
-            if in_window.contains(&message.index) {
+        for hit in &layers.recalled {
+            let message = &hit.message;
+            if hit.current_session && in_window.contains(&message.index) {
                 continue;
             }
-            let content = format!(
-                "Relevant earlier message ({}, #{}): {}",
-                role_name(message.role),
-                message.index,
-                message.content
-            );
-            let piece =
-                ContextMessage::generated(Layer::Retrieved, content, vec![message.index], encoding);
+            // Sources name messages of the current session; a message of another session
+            // is identified by the report's recalled list instead.
+            let (content, sources) = if hit.current_session {
+                let content = format!(
+                    "Relevant earlier message ({}, #{}): {}",
+                    role_name(message.role),
+                    message.index,
+                    message.content
+                );
+                (content, vec![message.index])
+            } else {
+                let content = format!(
+                    "Relevant message from an earlier conversation ({}, {}): {}",
+                    role_name(message.role),
+                    calendar_date(message.timestamp),
+                    message.content
+                );
+                (content, Vec::new())
+            };
+            let piece = ContextMessage::generated(Layer::Retrieved, content, sources, encoding);
             if packer.offer(piece) {
-                recalled.push((message.index, *score));
+                recalled.push(RecalledRef {
+                    session_id: hit.session_id.clone(),
+                    index: message.index,
+                    score: hit.score,
+                });
             }
         }
     }
@@ -276,6 +389,49 @@ pub fn assemble(
         facts.map_or(0, |f| f.entries().len()),
         recalled,
     ))
+}
+
+/// Where a history over the budget splits into an older part to summarise and a recent part
+/// kept in full: the position in `messages` of the first recent message, or `None` when
+/// everything fits and nothing needs summarising. `summary_tokens` is what the current
+/// summary already costs. The recent part gets [`RECENT_SHARE`] of the budget left after
+/// the instructions, in whole exchanges; the newest exchange always stays recent.
+pub fn summary_split(
+    messages: &[Message],
+    summary_tokens: u32,
+    settings: &ContextSettings,
+) -> Option<usize> {
+    let history = History::new(messages);
+    let instructions: u32 = history.system.iter().map(|m| message_tokens(m)).sum();
+    let exchanges: u32 = history.exchanges.iter().map(Exchange::tokens).sum();
+    let budget = settings.budget();
+    if instructions + summary_tokens + exchanges <= budget {
+        return None;
+    }
+    let recent_budget =
+        (f64::from(budget.saturating_sub(instructions)) * RECENT_SHARE).floor() as u32;
+    let mut used = 0u32;
+    let mut first_recent = history.exchanges.len();
+    for (position, exchange) in history.exchanges.iter().enumerate().rev() {
+        used = used.saturating_add(exchange.tokens());
+        if used > recent_budget && position + 1 < history.exchanges.len() {
+            break;
+        }
+        first_recent = position;
+    }
+    if first_recent == 0 {
+        return None;
+    }
+    let first = history.exchanges[first_recent].messages.first()?;
+    messages.iter().position(|m| m.index == first.index)
+}
+
+/// `YYYY-MM-DD` (UTC) of a stored timestamp: when an earlier conversation said something.
+fn calendar_date(timestamp: Timestamp) -> String {
+    let nanos = i128::from(timestamp.as_micros()) * 1_000;
+    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .map(|at| at.date().to_string())
+        .unwrap_or_else(|_| "unknown date".to_owned())
 }
 
 /// Admits pieces in priority order while they fit.
@@ -350,7 +506,7 @@ impl Packer {
         strategy: Strategy,
         summary: Option<(u64, u64)>,
         facts: usize,
-        recalled: Vec<(u64, f32)>,
+        recalled: Vec<RecalledRef>,
     ) -> Assembled {
         // Prompt order: by layer, and within the window by position in the conversation.
         // Pieces of the other layers keep the order they were admitted in (best first).

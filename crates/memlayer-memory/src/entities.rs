@@ -172,8 +172,11 @@ pub fn extract(message: &Message) -> Vec<Fact> {
     };
 
     // "my <thing> is <value>": the general form most self-descriptions take.
-    for caps in regex!(r"(?i)\bmy ((?:[a-z]+ ){0,2}[a-z]+)(?: is|'s| are| was) ([^.,;!?\n]+)")
-        .captures_iter(text)
+    // A value runs to the end of its clause; a separator between digits ("5,500", "2.5")
+    // belongs to the number.
+    for caps in
+        regex!(r"(?i)\bmy ((?:[a-z]+ ){0,2}[a-z]+)(?: is|'s| are| was) ((?:\d[.,]\d|[^.,;!?\n])+)")
+            .captures_iter(text)
     {
         let key = caps[1].to_lowercase();
         if key.split(' ').any(|word| NOT_A_FACT.contains(&word)) {
@@ -209,6 +212,12 @@ pub fn extract(message: &Message) -> Vec<Fact> {
         push("email", found.as_str());
     }
     for found in regex!(r"\+?\d[\d ().-]{5,}\d").find_iter(text) {
+        // "not 555-0100": the number being corrected away is no longer the user's.
+        if regex!(r"(?i)\b(?:not|instead of|rather than|no longer|old number(?: is| was)?)\W*$")
+            .is_match(&text[..found.start()])
+        {
+            continue;
+        }
         let digits = found.as_str().chars().filter(char::is_ascii_digit).count();
         let is_date = regex!(r"^\d{4}-\d{2}-\d{2}$").is_match(found.as_str());
         // Ids look like phone numbers too: only call it a phone number when the message
@@ -339,6 +348,22 @@ mod tests {
         );
         assert_eq!(facts("My question is about billing"), pairs(&[]));
         assert_eq!(facts("Call me Bob."), pairs(&[("name", "Bob")]));
+        assert_eq!(
+            facts("My budget is 5,500 euros, maybe 2.5k more."),
+            pairs(&[("budget", "5,500 euros")])
+        );
+    }
+
+    #[test]
+    fn a_corrected_phone_number_is_not_taken_for_the_new_one() {
+        assert_eq!(
+            facts("Sorry, call me on +44 7700 900123, not +44 7700 900999."),
+            pairs(&[("phone", "+44 7700 900123")])
+        );
+        assert_eq!(
+            facts("Please use +1 415 555 0199 instead of +1 415 555 0100 from now on"),
+            pairs(&[("phone", "+1 415 555 0199")])
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The one error type of the memory crate.
 
 /// What can go wrong while configuring or assembling context.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum MemoryError {
     /// A token encoding name that memlayer does not know.
@@ -15,4 +15,19 @@ pub enum MemoryError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A summariser was given no messages.
+    #[error("nothing to summarise")]
+    NothingToSummarize,
+    /// A summariser behind a model failed; the caller falls back to the extractive one.
+    #[error("the summariser failed: {0}")]
+    Summarizer(String),
+    /// Reading or writing the store failed.
+    #[error(transparent)]
+    Store(#[from] memlayer_store::StoreError),
+    /// Recall failed.
+    #[error(transparent)]
+    Index(#[from] memlayer_index::IndexError),
+    /// A background task died (it panicked or the runtime is shutting down).
+    #[error("a background task failed: {0}")]
+    Task(String),
 }

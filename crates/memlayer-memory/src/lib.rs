@@ -1,8 +1,9 @@
 //! Context assembly: deciding, every turn, which part of a session's past goes back into the
 //! prompt, inside a token budget. It owns token counting (the write path stores a count with
-//! every message) and the history windows: exchanges that are kept or dropped whole, the
-//! sliding window by turns or tokens, and dropping overflow under a budget. Summaries,
-//! entity memory, retrieval and the combined budget manager arrive with the strategies issue.
+//! every message), the history windows (exchanges kept or dropped whole, by turns or
+//! tokens), entity memory, summarisers and their persisted checkpoints, the budget manager
+//! that packs every layer into one budget with a report, and [`ContextBuilder`], which reads
+//! the store, recalls and assembles one turn's context in one call.
 //!
 //! It may depend on `memlayer-store`, `memlayer-embed` and `memlayer-index`; it must not
 //! depend on erasure, HTTP or the binary.
@@ -10,22 +11,30 @@
 #![deny(missing_docs)]
 
 mod assemble;
+mod context;
 mod entities;
 mod error;
 mod history;
+mod llm_summary;
 mod render;
 mod summary;
 mod tokens;
 
 pub use assemble::{
-    Assembled, ContextSettings, DropReason, Dropped, LayerInputs, LayerTokens, Report, Strategy,
-    assemble,
+    Assembled, ContextSettings, DropReason, Dropped, LayerInputs, LayerTokens, MAX_RECALL_K,
+    Overflow, RECENT_SHARE, RecallScope, RecalledMessage, RecalledRef, Report, SettingsOverrides,
+    Strategy, assemble, summary_split,
 };
+pub use context::{Built, ContextBuilder, ContextRequest, SummaryNote};
 pub use entities::{Fact, FactEntry, FactSheet, extract};
 pub use error::MemoryError;
 pub use history::{Exchange, History, MESSAGE_OVERHEAD_TOKENS, Window, message_tokens};
+pub use llm_summary::LlmSummarizer;
 pub use render::{
     ChatMessage, ContextMessage, Layer, OutputFormat, Rendered, earlier_questions, render,
 };
-pub use summary::{SUMMARY_MARKER, Summary, summarize_extractive};
+pub use summary::{
+    ExtractiveSummarizer, SUMMARY_MARKER, Summarizer, Summary, SummaryFuture, SummaryRequest,
+    summarize_extractive,
+};
 pub use tokens::TokenEncoding;

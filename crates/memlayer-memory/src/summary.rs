@@ -7,11 +7,14 @@
 //! talk. Sentences that state a value later corrected are dropped too, so the summary never
 //! contradicts itself; the correction itself is kept.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::LazyLock;
 
 use memlayer_store::{Message, Role};
 use regex::Regex;
 
+use crate::MemoryError;
 use crate::entities::FactSheet;
 use crate::tokens::TokenEncoding;
 
@@ -27,6 +30,53 @@ pub struct Summary {
     pub first_index: u64,
     /// Index of the last message it covers.
     pub last_index: u64,
+}
+
+/// What a summariser is asked to condense.
+#[derive(Debug, Clone, Copy)]
+pub struct SummaryRequest<'a> {
+    /// The summary so far, which the new one continues and replaces.
+    pub previous: Option<&'a Summary>,
+    /// The messages to fold in, oldest first; never empty.
+    pub messages: &'a [Message],
+    /// Every fact stated up to the last of `messages` (not only in them), corrections
+    /// applied: what the summary must carry whatever it drops.
+    pub facts: &'a FactSheet,
+    /// The longest the summary may be.
+    pub max_tokens: u32,
+    /// How its tokens are counted.
+    pub encoding: TokenEncoding,
+}
+
+/// A summariser's answer, arriving when it is done.
+pub type SummaryFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Summary, MemoryError>> + Send + 'a>>;
+
+/// Condenses older turns into one `[Conversation Summary]` message. Implementations: the
+/// offline [`ExtractiveSummarizer`] (the default) and a model behind an OpenAI-compatible
+/// endpoint.
+pub trait Summarizer: Send + Sync {
+    /// A short name for reports (`extractive`, `llm`).
+    fn name(&self) -> &'static str;
+
+    /// Summarises `request.messages`, continuing `request.previous`.
+    fn summarize<'a>(&'a self, request: SummaryRequest<'a>) -> SummaryFuture<'a>;
+}
+
+/// The offline, deterministic summariser: [`summarize_extractive`] behind [`Summarizer`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ExtractiveSummarizer;
+
+impl Summarizer for ExtractiveSummarizer {
+    fn name(&self) -> &'static str {
+        "extractive"
+    }
+
+    fn summarize<'a>(&'a self, request: SummaryRequest<'a>) -> SummaryFuture<'a> {
+        Box::pin(std::future::ready(
+            summarize_extractive(request).ok_or(MemoryError::NothingToSummarize),
+        ))
+    }
 }
 
 static SALIENT: LazyLock<Regex> = LazyLock::new(|| {
@@ -55,15 +105,17 @@ fn sentences(text: &str) -> impl Iterator<Item = &str> {
     out.into_iter().filter(|s| !s.is_empty())
 }
 
-/// Summarises `messages` (oldest first) into at most `max_tokens` tokens, continuing from
-/// a `previous` summary when the conversation was summarised before. Returns `None` when
-/// there is nothing to summarise.
-pub fn summarize_extractive(
-    previous: Option<&Summary>,
-    messages: &[Message],
-    max_tokens: u32,
-    encoding: TokenEncoding,
-) -> Option<Summary> {
+/// Summarises `request.messages` (oldest first) into at most `request.max_tokens` tokens,
+/// continuing from a previous summary when the conversation was summarised before. Returns
+/// `None` when there is nothing to summarise.
+pub fn summarize_extractive(request: SummaryRequest<'_>) -> Option<Summary> {
+    let SummaryRequest {
+        previous,
+        messages,
+        facts,
+        max_tokens,
+        encoding,
+    } = request;
     let first_index = previous
         .map(|p| p.first_index)
         .or_else(|| messages.first().map(|m| m.index))?;
@@ -71,7 +123,6 @@ pub fn summarize_extractive(
         .last()
         .map(|m| m.index)
         .or_else(|| previous.map(|p| p.last_index))?;
-    let facts = FactSheet::from_messages(messages);
     let stale: Vec<String> = facts
         .entries()
         .values()
@@ -171,6 +222,21 @@ mod tests {
             .collect()
     }
 
+    /// The extractive summary of `messages` with the facts they state.
+    fn summarize(
+        previous: Option<&Summary>,
+        messages: &[Message],
+        max_tokens: u32,
+    ) -> Option<Summary> {
+        summarize_extractive(SummaryRequest {
+            previous,
+            messages,
+            facts: &FactSheet::from_messages(messages),
+            max_tokens,
+            encoding: TokenEncoding::Cl100kBase,
+        })
+    }
+
     #[test]
     fn keeps_facts_numbers_and_decisions_and_drops_small_talk_and_stale_values() {
         let messages = conversation(&[
@@ -192,8 +258,7 @@ mod tests {
             ),
             (Role::Assistant, "No problem, Alice."),
         ]);
-        let summary =
-            summarize_extractive(None, &messages, 500, TokenEncoding::Cl100kBase).unwrap();
+        let summary = summarize(None, &messages, 500).unwrap();
         assert_eq!((summary.first_index, summary.last_index), (0, 7));
         expect![[r#"
             [Conversation Summary] (messages 0–7)
@@ -213,14 +278,13 @@ mod tests {
     #[test]
     fn a_later_summary_continues_the_earlier_one_within_its_budget() {
         let first = conversation(&[(Role::User, "Order 5521 is missing a charger.")]);
-        let earlier = summarize_extractive(None, &first, 200, TokenEncoding::Cl100kBase).unwrap();
+        let earlier = summarize(None, &first, 200).unwrap();
         let mut second = conversation(&[
             (Role::User, "ignored"),
             (Role::User, "I will call back on Friday."),
         ]);
         second.remove(0);
-        let later =
-            summarize_extractive(Some(&earlier), &second, 200, TokenEncoding::Cl100kBase).unwrap();
+        let later = summarize(Some(&earlier), &second, 200).unwrap();
         assert_eq!((later.first_index, later.last_index), (0, 1));
         assert!(
             later.text.contains("Order 5521 is missing a charger."),
@@ -233,8 +297,7 @@ mod tests {
             later.text
         );
 
-        let tight =
-            summarize_extractive(Some(&earlier), &second, 30, TokenEncoding::Cl100kBase).unwrap();
+        let tight = summarize(Some(&earlier), &second, 30).unwrap();
         assert!(
             TokenEncoding::Cl100kBase.count(&tight.text) <= 30,
             "{}",
@@ -249,9 +312,6 @@ mod tests {
 
     #[test]
     fn nothing_to_summarise_is_none() {
-        assert_eq!(
-            summarize_extractive(None, &[], 100, TokenEncoding::Cl100kBase),
-            None
-        );
+        assert_eq!(summarize(None, &[], 100), None);
     }
 }

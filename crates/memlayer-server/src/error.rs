@@ -5,6 +5,7 @@ use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use memlayer_index::IndexError;
+use memlayer_memory::MemoryError;
 use memlayer_store::StoreError;
 use serde_json::json;
 
@@ -162,5 +163,18 @@ impl From<QueryRejection> for ApiError {
 impl From<PathRejection> for ApiError {
     fn from(err: PathRejection) -> Self {
         rejection(err.status(), "invalid_path", err.body_text())
+    }
+}
+
+impl From<MemoryError> for ApiError {
+    fn from(err: MemoryError) -> Self {
+        match err {
+            MemoryError::Store(store) => store.into(),
+            MemoryError::Index(index) => index.into(),
+            MemoryError::InvalidSetting { .. } | MemoryError::UnknownEncoding(_) => {
+                Self::invalid("invalid_setting", err.to_string())
+            }
+            other => Self::Internal(other.to_string()),
+        }
     }
 }

@@ -31,6 +31,7 @@ pub fn router(state: AppState) -> Router {
         .merge(api::sessions::routes())
         .merge(api::recall::routes())
         .merge(api::context::routes())
+        .merge(api::settings::routes())
         .fallback(api::not_found)
         .method_not_allowed_fallback(api::method_not_allowed)
         .layer(DefaultBodyLimit::max(state.config().max_body_bytes))

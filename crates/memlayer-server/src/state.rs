@@ -3,7 +3,8 @@
 use std::sync::Arc;
 
 use memlayer_index::Recall;
-use memlayer_memory::TokenEncoding;
+use memlayer_llm::ChatClient;
+use memlayer_memory::{ContextBuilder, LlmSummarizer, TokenEncoding};
 use memlayer_store::Store;
 
 /// Settings of the HTTP layer. The binary fills them from its command line and config file.
@@ -13,6 +14,9 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// Encoding used to count the tokens of messages whose client did not send a count.
     pub token_encoding: TokenEncoding,
+    /// The chat model that summarises overflowing history; `None` keeps the offline
+    /// extractive summariser (which also steps in whenever the model fails).
+    pub summarizer_model: Option<ChatClient>,
 }
 
 impl Default for ServerConfig {
@@ -20,6 +24,7 @@ impl Default for ServerConfig {
         Self {
             max_body_bytes: 1 << 20,
             token_encoding: TokenEncoding::default(),
+            summarizer_model: None,
         }
     }
 }
@@ -29,6 +34,7 @@ impl Default for ServerConfig {
 pub struct AppState {
     store: Store,
     recall: Recall,
+    contexts: ContextBuilder,
     config: Arc<ServerConfig>,
 }
 
@@ -36,9 +42,15 @@ impl AppState {
     /// State serving `store`, searched through `recall` (which must index that store), with
     /// `config`.
     pub fn new(store: Store, recall: Recall, config: ServerConfig) -> Self {
+        let mut contexts =
+            ContextBuilder::new(store.clone(), recall.clone(), config.token_encoding);
+        if let Some(model) = &config.summarizer_model {
+            contexts = contexts.with_summarizer(Arc::new(LlmSummarizer::new(model.clone())));
+        }
         Self {
             store,
             recall,
+            contexts,
             config: Arc::new(config),
         }
     }
@@ -51,6 +63,11 @@ impl AppState {
     /// Hybrid recall over the store's messages.
     pub fn recall(&self) -> &Recall {
         &self.recall
+    }
+
+    /// Builds each turn's context.
+    pub fn contexts(&self) -> &ContextBuilder {
+        &self.contexts
     }
 
     /// The settings.

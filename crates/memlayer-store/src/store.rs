@@ -19,10 +19,10 @@ use crate::record::{
 use crate::tables::{
     FORMAT_VERSION, FORMAT_VERSION_KEY, IDEMPOTENCY, MESSAGES, META, MODELS, NEXT_OUTBOX_SEQ_KEY,
     NEXT_SID_KEY, OUTBOX, RUN_IDS, RUNS, SESSION_ACTIVITY, SESSION_COUNTS, SESSION_KEYS, SESSIONS,
-    SUMMARIES, VECTORS, scope, scopes,
+    SETTINGS, SUMMARIES, VECTORS, scope, scopes, settings_key,
 };
 use crate::writer::Writer;
-use crate::{Result, StoreError};
+use crate::{Metadata, Result, StoreError};
 
 /// How each commit reaches the disk. Every mode is durable (`fsync`) before a write is
 /// acknowledged; they differ in what a crash costs. docs/storage-format.md explains the
@@ -292,8 +292,9 @@ impl Store {
             .transpose()
     }
 
-    /// Replaces the session's rolling summary with one covering `first_index..=last_index`.
-    /// The covered messages stay stored; later context loads resume after `last_index`.
+    /// Replaces the session's rolling summary with one covering `first_index..=last_index`,
+    /// unless the current one (since the last clear) already reaches further. The covered
+    /// messages stay stored; later context loads resume after `last_index`.
     pub async fn save_summary(
         &self,
         tenant: &str,
@@ -320,14 +321,69 @@ impl Store {
                     ),
                 });
             }
+            let mut summaries = txn.open_table(SUMMARIES)?;
+            // Two context requests may summarise the same turns at once; a summary never
+            // moves the checkpoint back.
+            let current = summaries
+                .get(record.sid)?
+                .map(|value| SummaryRecord::decode(value.value()))
+                .transpose()?;
+            if current
+                .is_some_and(|c| c.last_index > last_index && c.first_index >= record.load_from)
+            {
+                return Ok(());
+            }
             let stored = SummaryRecord {
                 text,
                 first_index,
                 last_index,
                 created_at: Timestamp::now().as_micros(),
             };
-            txn.open_table(SUMMARIES)?
-                .insert(record.sid, stored.encode().as_slice())?;
+            summaries.insert(record.sid, stored.encode().as_slice())?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// The settings document of a tenant (`agent_id` `None`) or of one of its agents: a JSON
+    /// object the caller interprets, or `None` when none was saved.
+    pub fn settings(&self, tenant: &str, agent_id: Option<&str>) -> Result<Option<Metadata>> {
+        let key = settings_key(tenant, agent_id)?;
+        let txn = self.inner.db.begin_read()?;
+        txn.open_table(SETTINGS)?
+            .get((tenant, key.as_str()))?
+            .map(|value| {
+                serde_json::from_slice(value.value()).map_err(|err| StoreError::Corrupted {
+                    what: "settings",
+                    detail: err.to_string(),
+                })
+            })
+            .transpose()
+    }
+
+    /// Saves (or, with `None`, removes) the settings document of a tenant or of one of its
+    /// agents.
+    pub async fn put_settings(
+        &self,
+        tenant: &str,
+        agent_id: Option<&str>,
+        settings: Option<Metadata>,
+    ) -> Result<()> {
+        let key = settings_key(tenant, agent_id)?;
+        let tenant = tenant.to_owned();
+        let encoded = settings
+            .map(|document| serde_json::to_vec(&document))
+            .transpose()
+            .map_err(|err| StoreError::InvalidInput {
+                field: "settings",
+                reason: err.to_string(),
+            })?;
+        self.write(move |txn| {
+            let mut table = txn.open_table(SETTINGS)?;
+            match encoded {
+                Some(bytes) => table.insert((tenant.as_str(), key.as_str()), bytes.as_slice())?,
+                None => table.remove((tenant.as_str(), key.as_str()))?,
+            };
             Ok(())
         })
         .await
@@ -489,6 +545,7 @@ fn initialise(db: &Database) -> Result<()> {
         txn.open_table(VECTORS)?;
         txn.open_table(MODELS)?;
         txn.open_table(SUMMARIES)?;
+        txn.open_table(SETTINGS)?;
     }
     txn.commit()?;
     Ok(())

@@ -81,3 +81,16 @@ pub(crate) const VECTORS_VERSION_KEY: &str = "vectors_version";
 
 /// `sid` → `SummaryRecord`: the session's rolling summary and the message range it covers.
 pub(crate) const SUMMARIES: TableDefinition<u64, &[u8]> = TableDefinition::new("summaries");
+
+/// `(tenant, scope)` → JSON object: the settings document of a tenant (scope `*`) or of one
+/// of its agents (scope `a/<agent_id>`). The store keeps it opaque; the strategies read it.
+pub(crate) const SETTINGS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("settings");
+
+/// The scope a settings document is saved under, after checking the ids.
+pub(crate) fn settings_key(tenant: &str, agent_id: Option<&str>) -> crate::Result<String> {
+    crate::model::validate_id("tenant", tenant)?;
+    if let Some(agent) = agent_id {
+        crate::model::validate_id("agent_id", agent)?;
+    }
+    Ok(scope(None, agent_id))
+}

@@ -710,6 +710,12 @@ async fn a_saved_summary_replaces_the_previous_one_and_goes_with_its_session() {
         ),
         ("second", 0, 2)
     );
+    // A slower request that summarised fewer turns does not move the checkpoint back.
+    store
+        .save_summary(TENANT, "s", "stale".into(), 0, 1)
+        .await
+        .unwrap();
+    assert_eq!(store.summary(TENANT, "s").unwrap().unwrap().text, "second");
     for (first, last) in [(2, 1), (0, 4)] {
         assert!(matches!(
             store
@@ -731,4 +737,43 @@ async fn a_saved_summary_replaces_the_previous_one_and_goes_with_its_session() {
         .await
         .unwrap();
     assert_eq!(store.summary(TENANT, "s").unwrap(), None);
+}
+
+#[tokio::test]
+async fn settings_documents_per_tenant_and_agent_are_saved_replaced_and_removed() {
+    let (_dir, store) = open();
+    let document = |json: serde_json::Value| json.as_object().cloned().unwrap();
+    assert_eq!(store.settings(TENANT, None).unwrap(), None);
+    store
+        .put_settings(
+            TENANT,
+            None,
+            Some(document(serde_json::json!({"max_turns": 4}))),
+        )
+        .await
+        .unwrap();
+    store
+        .put_settings(
+            TENANT,
+            Some("bot"),
+            Some(document(serde_json::json!({"recall_k": 2}))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store.settings(TENANT, None).unwrap(),
+        Some(document(serde_json::json!({"max_turns": 4})))
+    );
+    assert_eq!(
+        store.settings(TENANT, Some("bot")).unwrap(),
+        Some(document(serde_json::json!({"recall_k": 2})))
+    );
+    assert_eq!(store.settings("other", None).unwrap(), None);
+    assert_eq!(store.settings(TENANT, Some("other-bot")).unwrap(), None);
+    store.put_settings(TENANT, Some("bot"), None).await.unwrap();
+    assert_eq!(store.settings(TENANT, Some("bot")).unwrap(), None);
+    assert!(matches!(
+        store.settings(TENANT, Some("a/b")),
+        Err(StoreError::InvalidId { .. })
+    ));
 }

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::Args;
 use memlayer_embed::Assets;
+use memlayer_llm::{ChatClient, LlmConfig};
 use memlayer_memory::TokenEncoding;
 use memlayer_server::ServerConfig;
 use serde::Deserialize;
@@ -23,7 +24,7 @@ pub(crate) struct DataArgs {
     #[arg(long, env = "MEMLAYER_DATA_DIR")]
     data_dir: Option<PathBuf>,
     /// TOML file with any of: listen, data_dir, assets_dir, model_dir, onnxruntime,
-    /// max_body_bytes, token_encoding.
+    /// max_body_bytes, token_encoding, and a [summarizer] table.
     #[arg(long, env = "MEMLAYER_CONFIG")]
     config: Option<PathBuf>,
 }
@@ -138,7 +139,13 @@ struct FileSettings {
     onnxruntime: Option<PathBuf>,
     max_body_bytes: Option<usize>,
     token_encoding: Option<String>,
+    /// `[summarizer]`: an OpenAI-compatible chat endpoint that summarises overflowing
+    /// history (base_url, model, api_key, timeout_secs, max_tokens, temperature).
+    summarizer: Option<LlmConfig>,
 }
+
+/// Environment variable with the summariser's API key, so it need not sit in the file.
+const SUMMARIZER_KEY_ENV: &str = "MEMLAYER_SUMMARIZER_API_KEY";
 
 /// Everything `serve` needs, resolved.
 #[derive(Debug)]
@@ -164,6 +171,15 @@ impl Settings {
             .or(file.max_body_bytes)
             .unwrap_or(defaults.max_body_bytes);
         anyhow::ensure!(max_body_bytes > 0, "max_body_bytes must be positive");
+        let summarizer_model = file
+            .summarizer
+            .map(|mut model| {
+                if let Ok(key) = std::env::var(SUMMARIZER_KEY_ENV) {
+                    model.api_key = Some(key);
+                }
+                ChatClient::new(model).context("invalid [summarizer] in the config file")
+            })
+            .transpose()?;
         Ok(Self {
             listen: args
                 .listen
@@ -174,6 +190,7 @@ impl Settings {
             server: ServerConfig {
                 max_body_bytes,
                 token_encoding,
+                summarizer_model,
             },
         })
     }
@@ -250,6 +267,30 @@ mod tests {
         assert_eq!(settings.listen.to_string(), "127.0.0.1:9000");
         assert_eq!(settings.data_dir, PathBuf::from("/from/flag"));
         assert_eq!(settings.server.token_encoding, TokenEncoding::O200kBase);
+        assert!(settings.server.summarizer_model.is_none());
+    }
+
+    #[test]
+    fn a_summarizer_table_configures_the_model() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("memlayer.toml");
+        std::fs::write(
+            &file,
+            "[summarizer]\nbase_url = \"http://127.0.0.1:8080/v1\"\nmodel = \"llama-3.1-8b\"\ntimeout_secs = 20\n",
+        )
+        .unwrap();
+        let settings = resolve(&["--config", file.to_str().unwrap()]).unwrap();
+        let model = settings.server.summarizer_model.expect("configured");
+        assert_eq!(model.config().model, "llama-3.1-8b");
+        assert_eq!(model.config().timeout, std::time::Duration::from_secs(20));
+
+        std::fs::write(
+            &file,
+            "[summarizer]\nbase_url = \"not a url\"\nmodel = \"m\"\n",
+        )
+        .unwrap();
+        let err = resolve(&["--config", file.to_str().unwrap()]).unwrap_err();
+        assert!(format!("{err:#}").contains("[summarizer]"), "{err:#}");
     }
 
     #[test]

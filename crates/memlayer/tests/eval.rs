@@ -346,7 +346,7 @@ fn planted_facts_json_has_the_baseline_the_cliff_and_the_token_saving() {
         ]
     );
     assert_eq!(report["setup"]["context_window"], 128_000);
-    assert_eq!(report["setup"]["recall_k"], 5);
+    assert_eq!(report["setup"]["recall_k"], 4);
 
     // The 50-turn conversation: every plant stored, every question found by full history.
     let conversation = &report["conversation"];
@@ -470,9 +470,11 @@ fn planted_facts_json_has_the_baseline_the_cliff_and_the_token_saving() {
     assert_eq!(cross["rows"][0]["verdict"], "missing");
 
     let targets = report["targets"].as_array().unwrap();
-    assert_eq!(targets.len(), 3);
+    assert_eq!(targets.len(), 4);
     for target in targets {
         assert_eq!(keys(target), ["goal", "measured", "met"]);
+        // The strategies issue's targets are met, and stay met.
+        assert_eq!(target["met"], true, "{target}");
     }
     for miss in report["combined_misses"].as_array().unwrap() {
         assert_eq!(keys(miss), ["at", "cause", "expected", "fact", "verdict"]);

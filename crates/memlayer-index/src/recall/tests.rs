@@ -90,7 +90,7 @@ impl Fixture {
                 roles: None,
                 after: None,
                 before: None,
-                exclude_indices: Vec::new(),
+                exclude: None,
             })
             .await
             .unwrap()
@@ -196,7 +196,7 @@ async fn scopes_never_leak_another_users_messages() {
             roles: None,
             after: None,
             before: None,
-            exclude_indices: Vec::new(),
+            exclude: None,
         })
         .await;
     assert!(matches!(

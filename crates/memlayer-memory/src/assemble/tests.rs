@@ -7,6 +7,7 @@ use proptest::prelude::{Just, prop_assert, prop_assert_eq, prop_oneof, proptest}
 use proptest::strategy::Strategy as Generator;
 
 use super::*;
+use crate::entities::FactSheet;
 use crate::render::{OutputFormat, render};
 
 const ENCODING: TokenEncoding = TokenEncoding::Cl100kBase;
@@ -110,10 +111,33 @@ fn combined_adds_facts_summary_and_recalled_messages() {
         first_index: 0,
         last_index: 0,
     };
-    let recalled = support_chat()[3].clone();
+    let facts = FactSheet::from_messages(&support_chat());
+    let mut earlier_conversation = support_chat()[1].clone();
+    earlier_conversation.content = "My modem is a FritzBox 7590.".into();
+    earlier_conversation.timestamp = Timestamp::from_micros(1_763_900_000_000_000);
     let layers = LayerInputs {
         summary: Some(&summary),
-        recalled: vec![(recalled, 0.031)],
+        facts: Some(&facts),
+        recalled: vec![
+            RecalledMessage {
+                session_id: "support-2".into(),
+                current_session: true,
+                message: support_chat()[3].clone(),
+                score: 0.031,
+            },
+            RecalledMessage {
+                session_id: "support-2".into(),
+                current_session: true,
+                message: support_chat()[7].clone(),
+                score: 0.030,
+            },
+            RecalledMessage {
+                session_id: "support-1".into(),
+                current_session: false,
+                message: earlier_conversation,
+                score: 0.016,
+            },
+        ],
     };
     check(
         settings(Strategy::Combined),
@@ -127,12 +151,13 @@ fn combined_adds_facts_summary_and_recalled_messages() {
             [Conversation Summary] (messages 0–0)
             - User: earlier chat about billing.
             Relevant earlier message (user, #3): My router keeps dropping the connection every evening.
+            Relevant message from an earlier conversation (user, 2025-11-23): My modem is a FritzBox 7590.
             User (turn 3): Please contact me by email from now on.
             Assistant: Noted: email it is.
             User (turn 4): It dropped again. Can you send a technician?
             Assistant: A technician is booked for Thursday 9-12.
             ---
-            {"strategy":"combined","budget":7372,"total_tokens":140,"layers":[{"layer":"instructions","pieces":1,"tokens":14},{"layer":"facts","pieces":1,"tokens":27},{"layer":"summary","pieces":1,"tokens":23},{"layer":"retrieved","pieces":1,"tokens":23},{"layer":"window","pieces":4,"tokens":53}],"window":[5,6,7,8],"dropped":[{"layer":"window","sources":[1,2],"tokens":33,"reason":"outside_window"},{"layer":"window","sources":[3,4],"tokens":30,"reason":"outside_window"}],"summary":[0,0],"facts":3,"recalled":[[3,0.031]]}"#]],
+            {"strategy":"combined","budget":7372,"total_tokens":172,"layers":[{"layer":"instructions","pieces":1,"tokens":14},{"layer":"facts","pieces":1,"tokens":27},{"layer":"summary","pieces":1,"tokens":23},{"layer":"retrieved","pieces":2,"tokens":55},{"layer":"window","pieces":4,"tokens":53}],"window":[5,6,7,8],"dropped":[{"layer":"window","sources":[1,2],"tokens":33,"reason":"outside_window"},{"layer":"window","sources":[3,4],"tokens":30,"reason":"outside_window"}],"summary":[0,0],"facts":3,"recalled":[{"session_id":"support-2","index":3,"score":0.031},{"session_id":"support-1","index":1,"score":0.016}]}"#]],
     );
 }
 
@@ -240,7 +265,9 @@ proptest! {
         messages in arb_conversation(),
         settings in arb_settings(),
     ) {
-        let assembled = assemble(&messages, &LayerInputs::default(), &settings, ENCODING).unwrap();
+        let facts = FactSheet::from_messages(&messages);
+        let layers = LayerInputs { facts: Some(&facts), ..LayerInputs::default() };
+        let assembled = assemble(&messages, &layers, &settings, ENCODING).unwrap();
         let report = &assembled.report;
         let instructions: u32 = messages
             .iter()
@@ -261,6 +288,36 @@ proptest! {
             let indices: Vec<u64> = exchange.messages.iter().map(|m| m.index).collect();
             let inside = indices.iter().filter(|i| report.window.contains(i)).count();
             prop_assert!(inside == 0 || inside == indices.len(), "exchange {:?} split", indices);
+        }
+    }
+}
+
+proptest! {
+    /// A summary split happens only over the budget, at an exchange boundary, and leaves a
+    /// recent part within its share of the budget (or just the newest exchange).
+    #[test]
+    fn summary_splits_cut_whole_exchanges_into_the_recent_share(
+        messages in arb_conversation(),
+        settings in arb_settings(),
+    ) {
+        let history = History::new(&messages);
+        let instructions: u32 = history.system.iter().map(|m| message_tokens(m)).sum();
+        let total: u32 = instructions + history.exchanges.iter().map(Exchange::tokens).sum::<u32>();
+        match summary_split(&messages, 0, &settings) {
+            None => prop_assert!(total <= settings.budget() || history.exchanges.len() <= 1),
+            Some(cut) => {
+                prop_assert!(total > settings.budget());
+                prop_assert!(cut > 0);
+                let starts_exchange = history
+                    .exchanges
+                    .iter()
+                    .any(|e| e.messages[0].index == messages[cut].index);
+                prop_assert!(starts_exchange, "cut {} is inside an exchange", cut);
+                let recent = History::new(&messages[cut..]);
+                let recent_tokens: u32 = recent.exchanges.iter().map(Exchange::tokens).sum();
+                let recent_budget = (f64::from(settings.budget().saturating_sub(instructions)) * RECENT_SHARE) as u32;
+                prop_assert!(recent.exchanges.len() == 1 || recent_tokens <= recent_budget);
+            }
         }
     }
 }

@@ -4,20 +4,14 @@
 use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use memlayer_index::{RecallQuery, Scope};
 use memlayer_memory::{
-    ContextSettings, FactSheet, LayerInputs, OutputFormat, Rendered, Report, Strategy, assemble,
-    render,
+    ContextRequest as BuildRequest, ContextSettings, FactSheet, OutputFormat, Rendered, Report,
+    SettingsOverrides, SummaryNote, render,
 };
-use memlayer_store::StoreError;
 use serde::{Deserialize, Serialize};
 
-use crate::api::read;
 use crate::extract::{ApiJson, ApiPath, Tenant};
 use crate::{ApiError, AppState};
-
-/// Most earlier messages recall may add to one context.
-const MAX_RECALLED: usize = 50;
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
@@ -30,18 +24,11 @@ pub(crate) fn routes() -> Router<AppState> {
 struct ContextRequest {
     /// The new user message the context is for; recall searches older messages with it.
     query: Option<String>,
-    /// Overrides of the default settings for this request.
+    /// This request's changes to the saved settings (any keys of the settings document).
     #[serde(default)]
-    settings: ContextSettings,
+    settings: SettingsOverrides,
     #[serde(default)]
     format: OutputFormat,
-    /// How many older messages recall may add (combined strategy with a query).
-    #[serde(default = "default_recall_k")]
-    recall_k: usize,
-}
-
-fn default_recall_k() -> usize {
-    5
 }
 
 #[derive(Serialize)]
@@ -51,6 +38,11 @@ struct ContextResponse {
     #[serde(flatten)]
     context: Rendered,
     report: Report,
+    /// The settings in force for this context: defaults, tenant, agent, request.
+    settings: ContextSettings,
+    /// Set when this request summarised older turns into a new checkpoint.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    summary_written: Option<SummaryNote>,
     /// Why recall may have missed something, when it may have.
     #[serde(skip_serializing_if = "Option::is_none")]
     recall_degraded: Option<String>,
@@ -62,76 +54,23 @@ async fn context(
     ApiPath(session_id): ApiPath<String>,
     ApiJson(request): ApiJson<ContextRequest>,
 ) -> Result<Json<ContextResponse>, ApiError> {
-    request
-        .settings
-        .validate()
-        .map_err(|err| ApiError::invalid("invalid_value", err.to_string()))?;
-    if request.recall_k > MAX_RECALLED {
-        return Err(ApiError::invalid(
-            "invalid_value",
-            format!("recall_k must be at most {MAX_RECALLED}"),
-        ));
-    }
-    let (owned_tenant, owned_id) = (tenant.clone(), session_id.clone());
-    let messages = read(&state, move |store| {
-        let Some(session) = store.session(&owned_tenant, &owned_id)? else {
-            return Err(StoreError::SessionNotFound {
-                session_id: owned_id,
-            });
-        };
-        // A cleared session's context starts after the clear.
-        store.messages(&owned_tenant, &owned_id, session.load_from, usize::MAX)
-    })
-    .await?;
-
-    let wants_recall = request.settings.strategy == Strategy::Combined && request.recall_k > 0;
-    let (recalled, recall_degraded) = match request.query.filter(|q| !q.trim().is_empty()) {
-        Some(query) if wants_recall => {
-            let recalled = state
-                .recall()
-                .recall(RecallQuery {
-                    tenant,
-                    scope: Scope::Session {
-                        session_id: session_id.clone(),
-                    },
-                    query,
-                    k: request.recall_k,
-                    roles: None,
-                    after: None,
-                    before: None,
-                    exclude_indices: Vec::new(),
-                })
-                .await?;
-            let hits = recalled
-                .hits
-                .into_iter()
-                .map(|hit| (hit.message, hit.score))
-                .collect();
-            (hits, recalled.degraded)
-        }
-        _ => (Vec::new(), None),
-    };
-
-    let encoding = state.config().token_encoding;
-    let settings = request.settings;
-    let format = request.format;
-    // Fact extraction and packing scale with the session's length: off the async workers.
-    let assembled = tokio::task::spawn_blocking(move || {
-        let layers = LayerInputs {
-            summary: None,
-            recalled,
-        };
-        assemble(&messages, &layers, &settings, encoding)
-    })
-    .await
-    .map_err(|err| ApiError::Internal(format!("context assembly failed: {err}")))?
-    .map_err(|err| ApiError::invalid("invalid_value", err.to_string()))?;
+    let built = state
+        .contexts()
+        .build(BuildRequest {
+            tenant,
+            session_id: session_id.clone(),
+            query: request.query,
+            overrides: request.settings,
+        })
+        .await?;
     Ok(Json(ContextResponse {
         session_id,
-        format,
-        context: render(&assembled.messages, format),
-        report: assembled.report,
-        recall_degraded,
+        format: request.format,
+        context: render(&built.assembled.messages, request.format),
+        report: built.assembled.report,
+        settings: built.settings,
+        summary_written: built.summary,
+        recall_degraded: built.recall_degraded,
     }))
 }
 
@@ -149,14 +88,6 @@ async fn entities(
     Tenant(tenant): Tenant,
     ApiPath(session_id): ApiPath<String>,
 ) -> Result<Json<Entities>, ApiError> {
-    let id = session_id.clone();
-    let facts = read(&state, move |store| {
-        let Some(session) = store.session(&tenant, &id)? else {
-            return Err(StoreError::SessionNotFound { session_id: id });
-        };
-        let messages = store.messages(&tenant, &id, session.load_from, usize::MAX)?;
-        Ok(FactSheet::from_messages(&messages))
-    })
-    .await?;
+    let facts = state.contexts().facts(&tenant, &session_id).await?;
     Ok(Json(Entities { session_id, facts }))
 }

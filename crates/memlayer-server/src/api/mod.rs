@@ -4,6 +4,7 @@ pub(crate) mod context;
 pub(crate) mod health;
 pub(crate) mod recall;
 pub(crate) mod sessions;
+pub(crate) mod settings;
 
 use memlayer_store::Store;
 

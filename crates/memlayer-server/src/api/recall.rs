@@ -4,7 +4,7 @@
 use axum::extract::State;
 use axum::routing::post;
 use axum::{Json, Router};
-use memlayer_index::{RecallQuery, Scope};
+use memlayer_index::{Excluded, RecallQuery, Scope};
 use memlayer_store::Role;
 use serde::{Deserialize, Serialize};
 
@@ -34,9 +34,11 @@ struct RecallRequest {
     after: Option<String>,
     /// RFC 3339; only messages before it.
     before: Option<String>,
-    /// Message indices to leave out (with `session_id`: the turns already in the prompt).
+    /// Message indices to leave out (the turns already in the prompt), of the session
+    /// `session_id` or, in a user scope, `exclude_session_id` names.
     #[serde(default)]
     exclude_indices: Vec<u64>,
+    exclude_session_id: Option<String>,
 }
 
 fn default_k() -> usize {
@@ -81,6 +83,24 @@ async fn recall(
             "query must not be empty",
         ));
     }
+    let exclude = match (
+        request.exclude_indices.is_empty(),
+        request
+            .exclude_session_id
+            .or_else(|| request.session_id.clone()),
+    ) {
+        (true, _) => None,
+        (false, Some(session_id)) => Some(Excluded {
+            session_id,
+            indices: request.exclude_indices,
+        }),
+        (false, None) => {
+            return Err(ApiError::invalid(
+                "invalid_value",
+                "exclude_indices needs a session: give session_id or exclude_session_id",
+            ));
+        }
+    };
     let scope = match (request.session_id, request.user_id, request.agent_id) {
         (Some(session_id), None, None) => {
             memlayer_store::validate_id("session_id", &session_id)?;
@@ -114,7 +134,7 @@ async fn recall(
             .before
             .map(|text| parse_timestamp("before", &text))
             .transpose()?,
-        exclude_indices: request.exclude_indices,
+        exclude,
     };
     let recalled = state.recall().recall(query).await?;
     Ok(Json(RecallResponse {

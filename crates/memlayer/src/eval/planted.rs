@@ -17,14 +17,15 @@
 mod report;
 mod script;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use anyhow::Context as _;
 use memlayer_embed::Embedder;
-use memlayer_index::{RecallHit, RecallQuery, Scope};
+use memlayer_index::{Excluded, RecallQuery, Scope};
 use memlayer_memory::{
-    Assembled, ContextMessage, ContextSettings, FactSheet, History, Layer, LayerInputs,
-    OutputFormat, Rendered, Strategy, TokenEncoding, Window, assemble, extract, render,
+    Assembled, ContextMessage, ContextRequest, ContextSettings, FactSheet, History, Layer,
+    OutputFormat, RecallScope, RecalledMessage, Rendered, Strategy, TokenEncoding, Window, extract,
+    render,
 };
 use memlayer_store::{Append, Message, Metadata, NewMessage, NewSession, Role};
 use serde::Serialize;
@@ -39,9 +40,8 @@ use script::{CONVERSATION_TURNS, Probe};
 
 const TENANT: &str = "default";
 const AGENT: &str = "planted-agent";
-/// Older messages the combined strategy recalls: the `/context` endpoint's default
-/// `recall_k`.
-const RECALL_K: usize = 5;
+/// Older messages the combined strategy recalls: the default `recall_k`.
+const RECALL_K: usize = 4;
 /// How many recall hits a diagnosis looks through for a fact recall did not bring.
 const DIAGNOSIS_DEPTH: usize = 50;
 /// The server's default token encoding.
@@ -80,7 +80,7 @@ impl Contender {
             Self::SlidingWindow => "the last 10 exchanges",
             Self::HistoryDepth => "the last 20 exchanges, older questions as stubs",
             Self::Combined => {
-                "the last 4 exchanges, known facts, and 5 messages recalled with the question"
+                "the last 4 exchanges, known facts, and 4 messages recalled with the question"
             }
         }
     }
@@ -108,19 +108,11 @@ impl Contender {
             Self::Combined => ContextSettings {
                 strategy: Strategy::Combined,
                 max_turns: 4,
+                recall_k: RECALL_K,
                 ..base
             },
         }
     }
-}
-
-/// Which sessions the combined strategy recalls from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum RecallScope {
-    /// The current session only, as the `/context` endpoint does.
-    Session,
-    /// Every session of the user.
-    User,
 }
 
 /// A session and its owner.
@@ -208,7 +200,7 @@ struct Assembly {
     assembled: Assembled,
     /// The context in the plain-text format.
     text: String,
-    recalled: Vec<RecallHit>,
+    recalled: Vec<RecalledMessage>,
 }
 
 impl Run<'_> {
@@ -230,13 +222,7 @@ impl Run<'_> {
                 let messages = self.messages(&thread)?;
                 for contender in CONTENDERS {
                     let assembly = self
-                        .assemble(
-                            &thread,
-                            &messages,
-                            contender,
-                            RecallScope::Session,
-                            &exchange.user,
-                        )
+                        .assemble(&thread, contender, RecallScope::Session, &exchange.user)
                         .await?;
                     if turn == CONVERSATION_TURNS {
                         final_tokens.insert(contender, assembly.assembled.report.total_tokens);
@@ -310,13 +296,7 @@ impl Run<'_> {
             let mut judged = BTreeMap::new();
             for contender in CONTENDERS {
                 let assembly = self
-                    .assemble(
-                        thread,
-                        &messages,
-                        contender,
-                        RecallScope::Session,
-                        case.probe.query,
-                    )
+                    .assemble(thread, contender, RecallScope::Session, case.probe.query)
                     .await?;
                 let question = Question {
                     at: format!("suite, {:?} at depth {}", case.kind, case.depth).to_lowercase(),
@@ -377,7 +357,7 @@ impl Run<'_> {
             .chain([(Contender::Combined, RecallScope::User)]);
         for (contender, scope) in runs {
             let assembly = self
-                .assemble(&second, &messages, contender, scope, script.probe.query)
+                .assemble(&second, contender, scope, script.probe.query)
                 .await?;
             let at = match (contender, scope) {
                 (Contender::Combined, RecallScope::User) => "cross-session, user-scope recall",
@@ -461,55 +441,56 @@ impl Run<'_> {
             .messages(TENANT, &thread.session, 0, usize::MAX)?)
     }
 
+    /// The context `/context` builds for `query` with the contender's settings.
     async fn assemble(
         &self,
         thread: &Thread,
-        messages: &[Message],
         contender: Contender,
         scope: RecallScope,
         query: &str,
     ) -> anyhow::Result<Assembly> {
-        let settings = contender.settings(self.context_window);
-        let recalled = if contender == Contender::Combined {
-            self.recall_outside_window(thread, messages, &settings, scope, query, RECALL_K)
-                .await?
-        } else {
-            Vec::new()
+        let mut settings = contender.settings(self.context_window);
+        settings.recall_scope = scope;
+        let serde_json::Value::Object(overrides) = serde_json::to_value(&settings)? else {
+            anyhow::bail!("settings serialise to a JSON object");
         };
-        let layers = LayerInputs {
-            summary: None,
-            recalled: recalled
-                .iter()
-                .map(|hit| (hit.message.clone(), hit.score))
-                .collect(),
-        };
-        let assembled = assemble(messages, &layers, &settings, ENCODING)?;
-        let text = match render(&assembled.messages, OutputFormat::Text) {
+        let built = self
+            .stack
+            .contexts
+            .build(ContextRequest {
+                tenant: TENANT.into(),
+                session_id: thread.session.clone(),
+                query: Some(query.to_owned()),
+                overrides,
+            })
+            .await?;
+        if let Some(reason) = built.recall_degraded {
+            anyhow::bail!("recall answered degraded although every message was embedded: {reason}");
+        }
+        let text = match render(&built.assembled.messages, OutputFormat::Text) {
             Rendered::Text { text } => text,
             _ => unreachable!("the text format renders one text"),
         };
         Ok(Assembly {
-            assembled,
+            assembled: built.assembled,
             text,
-            recalled,
+            recalled: built.recalled,
         })
     }
 
-    /// The `k` best messages recall finds for `query` outside the strategy's window, as a
-    /// caller should ask for them. The window's messages are left out by session and index
-    /// after the query rather than with `exclude_indices`, which leaves an index out of
-    /// every session of a user scope, not only the current one.
+    /// The `k` best messages recall finds for `query` outside the combined strategy's
+    /// window: what a context would get if it could take `k` of them.
     async fn recall_outside_window(
         &self,
         thread: &Thread,
         messages: &[Message],
-        settings: &ContextSettings,
         scope: RecallScope,
         query: &str,
         k: usize,
-    ) -> anyhow::Result<Vec<RecallHit>> {
+    ) -> anyhow::Result<Vec<RecalledMessage>> {
+        let settings = Contender::Combined.settings(self.context_window);
         let history = History::new(messages);
-        let window: HashSet<u64> = Window::last_turns(&history, settings.max_turns)
+        let window = Window::last_turns(&history, settings.max_turns)
             .recent
             .iter()
             .flat_map(|exchange| exchange.messages.iter().map(|m| m.index))
@@ -520,7 +501,7 @@ impl Run<'_> {
             },
             RecallScope::User => Scope::User {
                 user_id: thread.user.clone(),
-                agent_id: None,
+                agent_id: Some(AGENT.into()),
             },
         };
         let recalled = self
@@ -530,23 +511,25 @@ impl Run<'_> {
                 tenant: TENANT.into(),
                 scope,
                 query: query.to_owned(),
-                k: k + window.len(),
+                k,
                 roles: None,
                 after: None,
                 before: None,
-                exclude_indices: Vec::new(),
+                exclude: Some(Excluded {
+                    session_id: thread.session.clone(),
+                    indices: window,
+                }),
             })
             .await?;
-        if let Some(reason) = recalled.degraded {
-            anyhow::bail!("recall answered degraded although every message was embedded: {reason}");
-        }
         Ok(recalled
             .hits
             .into_iter()
-            .filter(|hit| {
-                hit.session.session_id != thread.session || !window.contains(&hit.message.index)
+            .map(|hit| RecalledMessage {
+                current_session: hit.session.session_id == thread.session,
+                session_id: hit.session.session_id,
+                message: hit.message,
+                score: hit.score,
             })
-            .take(k)
             .collect())
     }
 
@@ -673,12 +656,12 @@ impl Run<'_> {
         });
 
         // Recall may bring any message stating the value, an assistant's echo included.
-        let states = |hit: &RecallHit| contains(&hit.message.content, probe.expected);
-        let label = |hit: &RecallHit| {
-            let session = if hit.session.session_id == thread.session {
+        let states = |hit: &RecalledMessage| contains(&hit.message.content, probe.expected);
+        let label = |hit: &RecalledMessage| {
+            let session = if hit.current_session {
                 String::new()
             } else {
-                format!(" of session {}", hit.session.session_id)
+                format!(" of session {}", hit.session_id)
             };
             format!(
                 "#{}{session} ({})",
@@ -687,38 +670,15 @@ impl Run<'_> {
             )
         };
         causes.push(if !here && scope == RecallScope::Session {
-            "recall: searched the current session only (session scope, as /context does)".into()
+            "recall: searched the current session only (`recall_scope: session`)".into()
         } else if let Some(hit) = assembly.recalled.iter().find(|hit| states(hit)) {
-            let collides = hit.session.session_id != thread.session
-                && assembly
-                    .assembled
-                    .report
-                    .window
-                    .contains(&hit.message.index);
-            if collides {
-                format!(
-                    "assembly: recall returned {}, but assemble dropped it because the current \
-                     session's window holds a message with the same index (assemble matches \
-                     recalled messages to the window by index alone)",
-                    label(hit)
-                )
-            } else {
-                format!(
-                    "assembly: recall returned {}, but it did not fit the budget",
-                    label(hit)
-                )
-            }
+            format!(
+                "assembly: recall returned {}, but it did not fit the budget",
+                label(hit)
+            )
         } else {
-            let settings = Contender::Combined.settings(self.context_window);
             let deep = self
-                .recall_outside_window(
-                    thread,
-                    messages,
-                    &settings,
-                    scope,
-                    probe.query,
-                    DIAGNOSIS_DEPTH,
-                )
+                .recall_outside_window(thread, messages, scope, probe.query, DIAGNOSIS_DEPTH)
                 .await?;
             let ranks: Vec<String> = deep
                 .iter()

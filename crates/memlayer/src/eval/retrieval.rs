@@ -243,7 +243,7 @@ async fn hybrid(
                 roles: None,
                 after: None,
                 before: None,
-                exclude_indices: Vec::new(),
+                exclude: None,
             })
             .await?;
         if let Some(reason) = recalled.degraded {

@@ -1,5 +1,6 @@
 //! A throwaway memlayer for one evaluation: a store in a temporary directory, `Recall` over
-//! it and the indexing pipeline running, wired as `memlayer serve` wires them but with
+//! it with the indexing pipeline running, and the context builder, wired as `memlayer
+//! serve` wires them but with
 //! nothing listening. Every evaluation goes through it so that all of them measure the real
 //! write path, pipeline and embedder.
 
@@ -8,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use memlayer_embed::Embedder;
 use memlayer_index::{Recall, RecallOptions};
+use memlayer_memory::{ContextBuilder, TokenEncoding};
 use memlayer_store::Store;
 use tempfile::TempDir;
 use tokio::sync::oneshot;
@@ -21,6 +23,8 @@ const STALL_LIMIT: Duration = Duration::from_secs(120);
 pub(crate) struct Stack {
     pub(crate) store: Store,
     pub(crate) recall: Recall,
+    /// Contexts as the `/context` endpoint builds them.
+    pub(crate) contexts: ContextBuilder,
     stop: oneshot::Sender<()>,
     pipeline: JoinHandle<()>,
     /// Holds the store file; removed when the stack is dropped, after the store shut down.
@@ -41,7 +45,10 @@ impl Stack {
             // A dropped sender stops the pipeline too.
             let _ = stopped.await;
         }));
+        let contexts =
+            ContextBuilder::new(store.clone(), recall.clone(), TokenEncoding::Cl100kBase);
         Ok(Self {
+            contexts,
             store,
             recall,
             stop,

@@ -238,7 +238,7 @@ impl Report {
         combined_misses: Vec<Miss>,
         seconds: f64,
     ) -> Self {
-        let targets = targets(&conversation, &suite);
+        let targets = targets(&conversation, &suite, &cross_session);
         Self {
             setup,
             conversation,
@@ -451,7 +451,8 @@ impl Report {
         }
         let _ = writeln!(
             out,
-            "the /context endpoint recalls from the current session only (session scope)."
+            "/context recalls in the user scope by default (the user's sessions with the same \
+             agent); `recall_scope: session` limits it to the current session."
         );
     }
 
@@ -498,8 +499,13 @@ fn layer_list(layers: &[Layer]) -> String {
 }
 
 /// The combined strategy's targets: every planted fact at every depth, corrections
-/// resolved, at most 15% of full history's tokens at the last turn.
-fn targets(conversation: &ConversationResult, suite: &SuiteResult) -> Vec<Target> {
+/// resolved, the fact of an earlier session found with the default (user) recall scope, at
+/// most 15% of full history's tokens at the last turn.
+fn targets(
+    conversation: &ConversationResult,
+    suite: &SuiteResult,
+    cross_session: &CrossSessionResult,
+) -> Vec<Target> {
     let combined = |results: &BTreeMap<Contender, Judgement>| {
         results
             .get(&Contender::Combined)
@@ -534,6 +540,11 @@ fn targets(conversation: &ConversationResult, suite: &SuiteResult) -> Vec<Target
         .collect();
     let resolved = corrections.iter().filter(|r| **r).count();
     let share = conversation.final_turn.combined_share_of_full_history;
+    let cross_found = cross_session
+        .rows
+        .iter()
+        .find(|row| row.strategy == Contender::Combined && row.recall_scope == Some("user"))
+        .map_or(Verdict::Missing, |row| row.judgement.verdict);
     vec![
         Target {
             goal: "100% of planted facts at every depth",
@@ -548,6 +559,11 @@ fn targets(conversation: &ConversationResult, suite: &SuiteResult) -> Vec<Target
             goal: "corrections resolved",
             measured: format!("{resolved}/{}", corrections.len()),
             met: resolved == corrections.len(),
+        },
+        Target {
+            goal: "a fact from the user's previous session, default recall scope",
+            measured: cross_found.word().to_owned(),
+            met: cross_found == Verdict::Found,
         },
         Target {
             goal: "at most 15% of full history's tokens at 50 turns",

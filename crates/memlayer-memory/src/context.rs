@@ -1,0 +1,363 @@
+//! The context service: everything one turn's context needs, in one call. It reads the
+//! session from its load checkpoint, applies the persisted summary, summarises overflow (and
+//! persists the new checkpoint), recalls older messages for the query outside the window,
+//! reads entity memory, and hands all of it to [`assemble`]. The HTTP endpoint and the
+//! evaluation harness both call it, so what is evaluated is what is served.
+
+use std::sync::Arc;
+
+use memlayer_index::{Excluded, Recall, RecallQuery, Scope};
+use memlayer_store::{Message, Role, Store, StoreError};
+use serde::Serialize;
+
+use crate::MemoryError;
+use crate::assemble::{
+    Assembled, ContextSettings, LayerInputs, Overflow, RecallScope, RecalledMessage,
+    SettingsOverrides, Strategy, assemble, summary_split,
+};
+use crate::entities::FactSheet;
+use crate::history::{History, Window};
+use crate::summary::{ExtractiveSummarizer, Summarizer, Summary, SummaryRequest};
+use crate::tokens::TokenEncoding;
+
+/// Share of the budget a summary may take. With `RECENT_SHARE` for the recent part, the
+/// rest is left for facts, recalled messages and the conversation's growth.
+const SUMMARY_SHARE: f64 = 0.2;
+
+/// A request for one turn's context.
+#[derive(Debug, Clone)]
+pub struct ContextRequest {
+    /// The tenant.
+    pub tenant: String,
+    /// The session.
+    pub session_id: String,
+    /// The new user message the context is for; recall searches older messages with it.
+    pub query: Option<String>,
+    /// This request's changes to the settings, laid over the defaults, the tenant's saved
+    /// settings and those of the session's agent.
+    pub overrides: SettingsOverrides,
+}
+
+/// How the summary of this context came about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SummaryNote {
+    /// Whether this request wrote a new summary (older turns overflowed).
+    pub written: bool,
+    /// Which summariser wrote the summary in use.
+    pub summarizer: &'static str,
+    /// Why the configured summariser was not used, when it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback_reason: Option<String>,
+}
+
+/// One turn's context with what the layers around the assembly reported.
+#[derive(Debug, Clone)]
+pub struct Built {
+    /// The context and the assembly's report.
+    pub assembled: Assembled,
+    /// Every message recall brought, best first, whether or not it fit the budget (the
+    /// report lists those that did).
+    pub recalled: Vec<RecalledMessage>,
+    /// Why recall may have missed something, when it may have.
+    pub recall_degraded: Option<String>,
+    /// Set when a summary was written by this request.
+    pub summary: Option<SummaryNote>,
+    /// The settings the context was built with.
+    pub settings: ContextSettings,
+}
+
+/// Builds contexts over one store and its recall index. Cheap to clone.
+#[derive(Clone)]
+pub struct ContextBuilder {
+    store: Store,
+    recall: Recall,
+    summarizer: Option<Arc<dyn Summarizer>>,
+    encoding: TokenEncoding,
+}
+
+impl ContextBuilder {
+    /// A builder reading `store`, recalling through `recall` (which must index that store),
+    /// generated text counted with `encoding`, summarising with the extractive summariser.
+    pub fn new(store: Store, recall: Recall, encoding: TokenEncoding) -> Self {
+        Self {
+            store,
+            recall,
+            summarizer: None,
+            encoding,
+        }
+    }
+
+    /// Summarises with `summarizer` instead; when it fails, the extractive summariser
+    /// steps in and the context says so.
+    pub fn with_summarizer(mut self, summarizer: Arc<dyn Summarizer>) -> Self {
+        self.summarizer = Some(summarizer);
+        self
+    }
+
+    /// The session's entity memory: the facts its user stated since its load checkpoint.
+    pub async fn facts(&self, tenant: &str, session_id: &str) -> Result<FactSheet, MemoryError> {
+        let loaded = self.load(tenant, session_id).await?;
+        blocking(move || Ok(FactSheet::from_messages(&loaded.messages))).await
+    }
+
+    /// One turn's context for `request`.
+    pub async fn build(&self, request: ContextRequest) -> Result<Built, MemoryError> {
+        let ContextRequest {
+            tenant,
+            session_id,
+            query,
+            overrides,
+        } = request;
+        let loaded = self.load(&tenant, &session_id).await?;
+        let saved = [&loaded.tenant_settings, &loaded.agent_settings];
+        let settings = ContextSettings::layered(saved.into_iter().flatten().chain([&overrides]))?;
+        let combined = settings.strategy == Strategy::Combined;
+        let summarizing = settings.overflow == Overflow::Summarize;
+
+        // A summary applies while overflow is summarised and it covers turns after the
+        // session's load checkpoint (a clear starts the session afresh).
+        let load_from = loaded.load_from;
+        let mut summary = loaded
+            .summary
+            .clone()
+            .filter(|s| summarizing && s.first_index >= load_from);
+        let mut history = after_summary(&loaded.messages, summary.as_ref());
+        let mut note = None;
+        if summarizing {
+            let summary_tokens = summary.as_ref().map_or(0, |s| self.encoding.count(&s.text));
+            if let Some(cut) = summary_split(&history, summary_tokens, &settings) {
+                let (written, summary_note) = self
+                    .summarize(
+                        &tenant,
+                        &session_id,
+                        &loaded.messages,
+                        summary.as_ref(),
+                        &history[..cut],
+                        &settings,
+                    )
+                    .await?;
+                history = after_summary(&loaded.messages, Some(&written));
+                summary = Some(written);
+                note = Some(summary_note);
+            }
+        }
+
+        let (recalled, recall_degraded) = match query.filter(|q| !q.trim().is_empty()) {
+            Some(query) if combined && settings.recall_k > 0 => {
+                self.recall_outside_window(
+                    &tenant,
+                    &session_id,
+                    &loaded,
+                    &history,
+                    &settings,
+                    query,
+                )
+                .await?
+            }
+            _ => (Vec::new(), None),
+        };
+
+        let encoding = self.encoding;
+        let messages = loaded.messages;
+        let used = settings.clone();
+        let hits = recalled.clone();
+        // Fact extraction and packing scale with the session's length: off the async workers.
+        let assembled = blocking(move || {
+            // Every fact since the load checkpoint, summarised turns included.
+            let facts = combined.then(|| FactSheet::from_messages(&messages));
+            let layers = LayerInputs {
+                summary: summary.as_ref(),
+                facts: facts.as_ref(),
+                recalled,
+            };
+            assemble(&history, &layers, &settings, encoding)
+        })
+        .await?;
+        Ok(Built {
+            assembled,
+            recalled: hits,
+            recall_degraded,
+            summary: note,
+            settings: used,
+        })
+    }
+
+    /// The session's messages from its load checkpoint, its owner and its summary.
+    async fn load(&self, tenant: &str, session_id: &str) -> Result<Loaded, MemoryError> {
+        let store = self.store.clone();
+        let (tenant, session_id) = (tenant.to_owned(), session_id.to_owned());
+        blocking(move || {
+            let Some(session) = store.session(&tenant, &session_id)? else {
+                return Err(StoreError::SessionNotFound { session_id }.into());
+            };
+            let messages = store.messages(&tenant, &session_id, session.load_from, usize::MAX)?;
+            let summary = store.summary(&tenant, &session_id)?.map(|s| Summary {
+                text: s.text,
+                first_index: s.first_index,
+                last_index: s.last_index,
+            });
+            Ok(Loaded {
+                tenant_settings: store.settings(&tenant, None)?,
+                agent_settings: store.settings(&tenant, Some(&session.agent_id))?,
+                user_id: session.user_id,
+                agent_id: session.agent_id,
+                load_from: session.load_from,
+                messages,
+                summary,
+            })
+        })
+        .await
+    }
+
+    /// Folds `older` into the summary with the configured summariser (the extractive one if
+    /// it fails) and persists it as the session's new checkpoint.
+    async fn summarize(
+        &self,
+        tenant: &str,
+        session_id: &str,
+        all: &[Message],
+        previous: Option<&Summary>,
+        older: &[Message],
+        settings: &ContextSettings,
+    ) -> Result<(Summary, SummaryNote), MemoryError> {
+        let last_older = older.last().map_or(0, |m| m.index);
+        let facts = FactSheet::from_messages(all.iter().filter(|m| m.index <= last_older));
+        // Instructions stay in the context on their own; they are not summarised.
+        let conversation: Vec<Message> = older
+            .iter()
+            .filter(|m| m.role != Role::System)
+            .cloned()
+            .collect();
+        let request = SummaryRequest {
+            previous,
+            messages: &conversation,
+            facts: &facts,
+            max_tokens: (f64::from(settings.budget()) * SUMMARY_SHARE).floor() as u32,
+            encoding: self.encoding,
+        };
+        let extractive = ExtractiveSummarizer;
+        let (summary, note) = match &self.summarizer {
+            Some(configured) => match configured.summarize(request).await {
+                Ok(summary) => (summary, (configured.name(), None)),
+                Err(err) => {
+                    tracing::warn!(error = %err, "summariser failed; using the extractive one");
+                    let summary = extractive.summarize(request).await?;
+                    (summary, (extractive.name(), Some(err.to_string())))
+                }
+            },
+            None => (
+                extractive.summarize(request).await?,
+                (extractive.name(), None),
+            ),
+        };
+        self.store
+            .save_summary(
+                tenant,
+                session_id,
+                summary.text.clone(),
+                summary.first_index,
+                summary.last_index,
+            )
+            .await?;
+        Ok((
+            summary,
+            SummaryNote {
+                written: true,
+                summarizer: note.0,
+                fallback_reason: note.1,
+            },
+        ))
+    }
+
+    /// The best `settings.recall_k` older messages for `query`, leaving out what the window
+    /// already holds.
+    async fn recall_outside_window(
+        &self,
+        tenant: &str,
+        session_id: &str,
+        loaded: &Loaded,
+        history: &[Message],
+        settings: &ContextSettings,
+        query: String,
+    ) -> Result<(Vec<RecalledMessage>, Option<String>), MemoryError> {
+        let split = History::new(history);
+        let window = match settings.window_tokens {
+            Some(tokens) => Window::last_tokens(&split, tokens),
+            None => Window::last_turns(&split, settings.max_turns),
+        };
+        let in_window = window
+            .recent
+            .iter()
+            .flat_map(|exchange| exchange.messages.iter().map(|m| m.index))
+            .collect();
+        let scope = match settings.recall_scope {
+            RecallScope::Session => Scope::Session {
+                session_id: session_id.to_owned(),
+            },
+            RecallScope::User => Scope::User {
+                user_id: loaded.user_id.clone(),
+                agent_id: Some(loaded.agent_id.clone()),
+            },
+        };
+        let recalled = self
+            .recall
+            .recall(RecallQuery {
+                tenant: tenant.to_owned(),
+                scope,
+                query,
+                k: settings.recall_k,
+                roles: None,
+                after: None,
+                before: None,
+                exclude: Some(Excluded {
+                    session_id: session_id.to_owned(),
+                    indices: in_window,
+                }),
+            })
+            .await?;
+        let hits = recalled
+            .hits
+            .into_iter()
+            .map(|hit| RecalledMessage {
+                current_session: hit.session.session_id == session_id,
+                session_id: hit.session.session_id,
+                message: hit.message,
+                score: hit.score,
+            })
+            .collect();
+        Ok((hits, recalled.degraded))
+    }
+}
+
+/// A session as one context reads it.
+struct Loaded {
+    tenant_settings: Option<SettingsOverrides>,
+    agent_settings: Option<SettingsOverrides>,
+    user_id: String,
+    agent_id: String,
+    load_from: u64,
+    /// From the load checkpoint on.
+    messages: Vec<Message>,
+    summary: Option<Summary>,
+}
+
+/// The messages a context's history holds once `summary` stands for the older ones: every
+/// instruction (they are never summarised away) and every message after the summary.
+fn after_summary(messages: &[Message], summary: Option<&Summary>) -> Vec<Message> {
+    let Some(summary) = summary else {
+        return messages.to_vec();
+    };
+    messages
+        .iter()
+        .filter(|m| m.role == Role::System || m.index > summary.last_index)
+        .cloned()
+        .collect()
+}
+
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, MemoryError> + Send + 'static,
+) -> Result<T, MemoryError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|err| MemoryError::Task(err.to_string()))?
+}

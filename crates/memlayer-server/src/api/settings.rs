@@ -1,0 +1,135 @@
+//! Saved context settings: the defaults of a tenant (`/v1/settings`) and of one of its agents
+//! (`/v1/agents/{agent_id}/settings`). Each is a partial document of the context settings'
+//! keys, laid over the built-in defaults (and an agent's over its tenant's); a request may
+//! override them again. A change applies from the next context on and never rewrites turns.
+
+use axum::extract::State;
+use axum::routing::get;
+use axum::{Json, Router};
+use memlayer_memory::{ContextSettings, SettingsOverrides};
+use serde::Serialize;
+
+use crate::api::read;
+use crate::extract::{ApiJson, ApiPath, Tenant};
+use crate::{ApiError, AppState};
+
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/v1/settings",
+            get(tenant_settings)
+                .put(put_tenant_settings)
+                .delete(delete_tenant_settings),
+        )
+        .route(
+            "/v1/agents/{agent_id}/settings",
+            get(agent_settings)
+                .put(put_agent_settings)
+                .delete(delete_agent_settings),
+        )
+}
+
+#[derive(Serialize)]
+struct SettingsResponse {
+    /// The keys saved at this level.
+    saved: SettingsOverrides,
+    /// What a context gets with no request overrides: defaults, then the tenant's, then
+    /// (for an agent) the agent's.
+    effective: ContextSettings,
+}
+
+async fn tenant_settings(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+) -> Result<Json<SettingsResponse>, ApiError> {
+    describe(&state, tenant, None).await
+}
+
+async fn put_tenant_settings(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiJson(document): ApiJson<SettingsOverrides>,
+) -> Result<Json<SettingsResponse>, ApiError> {
+    save(&state, tenant, None, Some(document)).await
+}
+
+async fn delete_tenant_settings(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+) -> Result<Json<SettingsResponse>, ApiError> {
+    save(&state, tenant, None, None).await
+}
+
+async fn agent_settings(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(agent_id): ApiPath<String>,
+) -> Result<Json<SettingsResponse>, ApiError> {
+    describe(&state, tenant, Some(agent_id)).await
+}
+
+async fn put_agent_settings(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(agent_id): ApiPath<String>,
+    ApiJson(document): ApiJson<SettingsOverrides>,
+) -> Result<Json<SettingsResponse>, ApiError> {
+    save(&state, tenant, Some(agent_id), Some(document)).await
+}
+
+async fn delete_agent_settings(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(agent_id): ApiPath<String>,
+) -> Result<Json<SettingsResponse>, ApiError> {
+    save(&state, tenant, Some(agent_id), None).await
+}
+
+/// Saves `document` at one level (removes it when `None`) after checking that the settings
+/// it leads to are valid, so a bad document never reaches a later context request.
+async fn save(
+    state: &AppState,
+    tenant: String,
+    agent_id: Option<String>,
+    document: Option<SettingsOverrides>,
+) -> Result<Json<SettingsResponse>, ApiError> {
+    if let Some(document) = &document {
+        let (tenant, agent) = (tenant.clone(), agent_id.clone());
+        let levels = read(state, move |store| levels(store, &tenant, agent.as_deref())).await?;
+        let mut above = levels;
+        above.pop();
+        ContextSettings::layered(above.iter().flatten().chain([document]))?;
+    }
+    state
+        .store()
+        .put_settings(&tenant, agent_id.as_deref(), document)
+        .await?;
+    describe(state, tenant, agent_id).await
+}
+
+async fn describe(
+    state: &AppState,
+    tenant: String,
+    agent_id: Option<String>,
+) -> Result<Json<SettingsResponse>, ApiError> {
+    let levels = read(state, move |store| {
+        levels(store, &tenant, agent_id.as_deref())
+    })
+    .await?;
+    let effective = ContextSettings::layered(levels.iter().flatten())?;
+    let saved = levels.into_iter().last().flatten().unwrap_or_default();
+    Ok(Json(SettingsResponse { saved, effective }))
+}
+
+/// The saved documents from the tenant down to the level asked for (the last one).
+fn levels(
+    store: &memlayer_store::Store,
+    tenant: &str,
+    agent_id: Option<&str>,
+) -> memlayer_store::Result<Vec<Option<SettingsOverrides>>> {
+    let mut levels = vec![store.settings(tenant, None)?];
+    if let Some(agent) = agent_id {
+        levels.push(store.settings(tenant, Some(agent))?);
+    }
+    Ok(levels)
+}
