@@ -763,7 +763,7 @@ fn unknown_routes_are_404_and_wrong_methods_405() {
         (Method::GET, "/v1"),
         (Method::GET, "/v1/sessions/"),
         (Method::GET, "/v1/sessions/chat-1/unknown"),
-        (Method::POST, "/v1/sessions/chat-1/messages/0"),
+        (Method::GET, "/v1/sessions/chat-1/messages/0/x"),
         (Method::DELETE, "/v1/sessions/chat-1/runs/r1"),
     ] {
         let answer = send(fixture.json_request(method.clone(), path, "{}"));
@@ -777,6 +777,7 @@ fn unknown_routes_are_404_and_wrong_methods_405() {
         (Method::PATCH, SESSION),
         (Method::DELETE, MESSAGES),
         (Method::PUT, RUNS),
+        (Method::POST, "/v1/sessions/chat-1/messages/0"),
         (Method::POST, "/healthz"),
     ] {
         let answer = send(fixture.json_request(method.clone(), path, "{}"));

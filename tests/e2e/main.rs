@@ -24,5 +24,11 @@ mod recall;
 mod context;
 // Saved settings per tenant and agent, laid under a request's overrides.
 mod settings;
+// Erasure by message, session and user: canaries gone from every API and every file byte;
+// purge, stats, receipts and retention.
+mod erasure;
 // session_search over the whole history and clear_session's checkpoint.
 mod search_clear;
+// Operating the server: the OpenAPI document checked against real requests and answers, the
+// offline docs page, Prometheus metrics by route template, request ids.
+mod operations;

@@ -96,6 +96,14 @@ impl Cache {
         }
     }
 
+    /// Drops every entry: after an erasure, no vector of erased text may be served (or kept
+    /// in memory) for a later request that happens to contain the same text.
+    pub(crate) fn clear(&self) {
+        let mut generations = self.lock();
+        generations.current = HashMap::new();
+        generations.previous = HashMap::new();
+    }
+
     pub(crate) fn stats(&self) -> CacheStats {
         let generations = self.lock();
         CacheStats {
@@ -133,6 +141,15 @@ mod tests {
         let stats = cache.stats();
         assert!(stats.entries <= 4, "{stats:?}");
         assert_eq!((stats.hits, stats.misses), (2, 1));
+    }
+
+    #[test]
+    fn clearing_drops_every_entry() {
+        let cache = Cache::new(4);
+        cache.insert([1; 32], vec![1.0]);
+        cache.clear();
+        assert_eq!(cache.get(&[1; 32]), None);
+        assert_eq!(cache.stats().entries, 0);
     }
 
     #[test]

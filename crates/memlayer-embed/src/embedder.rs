@@ -148,6 +148,12 @@ impl Embedder {
         &self.inner.identity
     }
 
+    /// Forgets every cached vector. Erasure calls it: the cache is keyed by the hash of the
+    /// text, and a vector of erased text must not outlive the text.
+    pub fn clear_cache(&self) {
+        self.inner.cache.clear();
+    }
+
     /// The cache's hit and miss counts and size.
     pub fn cache_stats(&self) -> CacheStats {
         self.inner.cache.stats()

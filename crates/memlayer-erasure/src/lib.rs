@@ -1,9 +1,30 @@
-//! The erasure coordinator: erasing a message, a session, a user or everything older than N
-//! days, cascading to every record derived from it, as a durable job that resumes after a
-//! crash and leaves no recoverable bytes.
+//! The erasure coordinator: erasing a message, a session, a user or every conversation
+//! inactive for N days, cascading to every record derived from it, as a durable job that
+//! resumes after a crash and leaves no recoverable bytes in the store or index files.
 //!
-//! Empty until the erasure issue fills it (until then `memlayer-store` deletes a session and
-//! its own records directly). It may depend on the store, embedding, index and memory crates,
-//! since it must reach every derived layer; it must not depend on HTTP or the binary.
+//! An erasure is recorded as a job before its first step; its steps are idempotent (delete
+//! from the store, remove from the indexes, remove again once the indexing pipeline caught
+//! up, compact the file so freed pages are overwritten or cut off); the receipt is written in
+//! the commit that ends the job. Derived data that is computed per request (entity facts,
+//! assembled contexts) needs no step: it is read from what remains. `verify` scans files for
+//! a canary to show nothing survived.
+//!
+//! It may depend on the store and index crates, since it must reach every derived layer; it
+//! must not depend on HTTP or the binary.
 
 #![deny(missing_docs)]
+
+mod coordinator;
+mod error;
+mod job;
+mod retention;
+mod verify;
+
+pub use coordinator::Coordinator;
+pub use error::ErasureError;
+pub use job::{Counts, ErasureRequest, Receipt, Target};
+pub use retention::RetentionRule;
+pub use verify::{Occurrence, scan_files};
+
+#[cfg(test)]
+mod tests;

@@ -353,24 +353,48 @@ impl Recall {
     /// Removes every message of the session with surrogate key `sid` from the indexes, and
     /// rewrites the snapshot without them. Call it after the store deleted the session.
     pub async fn forget_session(&self, sid: u64) -> Result<()> {
-        let this = self.clone();
-        blocking(move || {
-            let mut indexes = this.write();
-            let keys: Vec<u64> = indexes
+        self.forget(move |indexes| {
+            let keys = indexes
                 .docs
                 .range(MessageKey::session_range(sid))
                 .map(|(key, _)| *key)
                 .collect();
+            indexes.owners.remove(&sid);
+            keys
+        })
+        .await
+    }
+
+    /// Removes one message from the indexes and rewrites the snapshot without it. Call it
+    /// after the store erased the message.
+    pub async fn forget_message(&self, key: MessageKey) -> Result<()> {
+        self.forget(move |_| vec![key.as_u64()]).await
+    }
+
+    /// Removes the keys `select` picks from both indexes, compacts the vector index so that
+    /// not even its graph keeps a copy of an erased vector, empties the embedder's cache
+    /// (which holds vectors by the hash of their text), and saves the snapshot. Erasure
+    /// calls it again after the pipeline caught up, so a batch in flight cannot put a key
+    /// back: removal is idempotent.
+    async fn forget(
+        &self,
+        select: impl FnOnce(&mut Indexes) -> Vec<u64> + Send + 'static,
+    ) -> Result<()> {
+        let this = self.clone();
+        blocking(move || {
+            let mut indexes = this.write();
+            let keys = select(&mut indexes);
             for key in &keys {
                 indexes.docs.remove(key);
                 indexes.keywords.remove(*key);
                 indexes.vectors.remove(*key);
             }
-            indexes.owners.remove(&sid);
+            indexes.vectors.compact();
             indexes.dirty = true;
             Ok(())
         })
         .await?;
+        self.inner.embedder.clear_cache();
         self.save_snapshot().await;
         Ok(())
     }
@@ -415,7 +439,7 @@ impl Recall {
 
     /// Waits until every append committed before the call is indexed, or the configured
     /// time passes; says what is missing if it does.
-    async fn wait_for_index(&self) -> Result<Option<String>> {
+    pub async fn wait_for_index(&self) -> Result<Option<String>> {
         let store = self.inner.store.clone();
         let head = blocking(move || Ok(store.outbox_head()?)).await?;
         let mut progress = self.inner.progress.subscribe();

@@ -85,6 +85,10 @@ pub struct ContextSettings {
     pub recall_k: usize,
     /// Where recall looks.
     pub recall_scope: RecallScope,
+    /// Replace e-mail addresses, phone numbers, card numbers, SSNs and IBANs in summaries
+    /// (and in what a summarising model is sent) with placeholders. The values stay in entity
+    /// memory, which is erased with the messages; a persisted summary should not hold them.
+    pub redact_pii: bool,
 }
 
 impl Default for ContextSettings {
@@ -99,6 +103,7 @@ impl Default for ContextSettings {
             overflow: Overflow::Drop,
             recall_k: 4,
             recall_scope: RecallScope::User,
+            redact_pii: true,
         }
     }
 }

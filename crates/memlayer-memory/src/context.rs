@@ -17,6 +17,7 @@ use crate::assemble::{
 };
 use crate::entities::FactSheet;
 use crate::history::{History, Window};
+use crate::pii::redact_pii;
 use crate::summary::{ExtractiveSummarizer, Summarizer, Summary, SummaryRequest};
 use crate::tokens::TokenEncoding;
 
@@ -222,12 +223,24 @@ impl ContextBuilder {
     ) -> Result<(Summary, SummaryNote), MemoryError> {
         let last_older = older.last().map_or(0, |m| m.index);
         let facts = FactSheet::from_messages(all.iter().filter(|m| m.index <= last_older));
-        // Instructions stay in the context on their own; they are not summarised.
+        // Instructions stay in the context on their own; they are not summarised. Personal
+        // data is taken out before a summariser (possibly a remote model) sees the turns.
         let conversation: Vec<Message> = older
             .iter()
             .filter(|m| m.role != Role::System)
-            .cloned()
+            .map(|m| {
+                let mut message = m.clone();
+                if settings.redact_pii {
+                    message.content = redact_pii(&message.content).into_owned();
+                }
+                message
+            })
             .collect();
+        let facts = if settings.redact_pii {
+            facts.redacted()
+        } else {
+            facts
+        };
         let request = SummaryRequest {
             previous,
             messages: &conversation,
@@ -249,6 +262,15 @@ impl ContextBuilder {
                 extractive.summarize(request).await?,
                 (extractive.name(), None),
             ),
+        };
+        // Whatever a model echoed back, no personal data is persisted in a summary.
+        let summary = if settings.redact_pii {
+            Summary {
+                text: redact_pii(&summary.text).into_owned(),
+                ..summary
+            }
+        } else {
+            summary
         };
         self.store
             .save_summary(

@@ -110,6 +110,30 @@ impl FactSheet {
         Some(out)
     }
 
+    /// The sheet with personal data in its values (and their history) replaced by
+    /// placeholders, for text that is persisted or sent to a model.
+    pub fn redacted(&self) -> Self {
+        let redact = |value: &str| crate::pii::redact_pii(value).into_owned();
+        Self {
+            entries: self
+                .entries
+                .iter()
+                .map(|(key, entry)| {
+                    let entry = FactEntry {
+                        value: redact(&entry.value),
+                        history: entry
+                            .history
+                            .iter()
+                            .map(|(old, source)| (redact(old), *source))
+                            .collect(),
+                        ..entry.clone()
+                    };
+                    (key.clone(), entry)
+                })
+                .collect(),
+        }
+    }
+
     /// Indices of the messages the current values came from.
     pub fn sources(&self) -> Vec<u64> {
         let mut sources: Vec<u64> = self.entries.values().map(|e| e.source).collect();

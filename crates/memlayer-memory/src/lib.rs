@@ -16,6 +16,7 @@ mod entities;
 mod error;
 mod history;
 mod llm_summary;
+mod pii;
 mod render;
 mod summary;
 mod tokens;
@@ -30,6 +31,7 @@ pub use entities::{Fact, FactEntry, FactSheet, extract};
 pub use error::MemoryError;
 pub use history::{Exchange, History, MESSAGE_OVERHEAD_TOKENS, Window, message_tokens};
 pub use llm_summary::LlmSummarizer;
+pub use pii::redact_pii;
 pub use render::{
     ChatMessage, ContextMessage, Layer, OutputFormat, Rendered, earlier_questions, render,
 };

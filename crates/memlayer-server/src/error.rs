@@ -1,5 +1,7 @@
 //! The API's one error type and its JSON shape: `{"error": {"code": "...", "message": "..."}}`.
 
+use std::time::Duration;
+
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -7,7 +9,26 @@ use axum::response::{IntoResponse, Response};
 use memlayer_index::IndexError;
 use memlayer_memory::MemoryError;
 use memlayer_store::StoreError;
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// Seconds an overloaded server asks a client to wait before retrying (`Retry-After`).
+pub(crate) const RETRY_AFTER_SECS: u64 = 1;
+
+/// The body of every error answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ErrorBody {
+    error: ErrorDetail,
+}
+
+/// What went wrong.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ErrorDetail {
+    /// Stable and machine-readable, e.g. `session_not_found`, `invalid_value`, `overloaded`.
+    code: &'static str,
+    /// For people; `5xx` messages are generic and the details go to the server log.
+    message: String,
+}
 
 /// An error answer: an HTTP status, a stable machine-readable code and a message for people.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +74,21 @@ pub enum ApiError {
     /// `503`: the server is shutting down.
     #[error("{0}")]
     Unavailable(String),
+    /// `503` with `Retry-After`: as many requests as the server admits are in flight. The
+    /// request was refused at once, never queued.
+    #[error("the server is handling as many requests as it admits; retry in a moment")]
+    Overloaded,
+    /// `503`: the request took longer than the server's limit.
+    ///
+    /// Not `408`, which says the client was too slow to send its request and which clients
+    /// retry on their own; here the server was too slow, which is what `503` says. A write
+    /// the request started may still commit, so appends are retried with their idempotency
+    /// key.
+    #[error(
+        "the request did not finish within {0:?}; a write it started may still be stored \
+         (retry appends with the same idempotency key)"
+    )]
+    Timeout(Duration),
     /// `500`: a failure the client cannot fix. The details are logged, never sent.
     #[error("internal error: {0}")]
     Internal(String),
@@ -78,6 +114,8 @@ impl ApiError {
             }
             Self::Invalid { code, .. } => (StatusCode::UNPROCESSABLE_ENTITY, code),
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            Self::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
+            Self::Timeout(_) => (StatusCode::SERVICE_UNAVAILABLE, "timeout"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -93,8 +131,15 @@ impl IntoResponse for ApiError {
             }
             other => other.to_string(),
         };
-        let body = json!({ "error": { "code": code, "message": message } });
+        let body = ErrorBody {
+            error: ErrorDetail { code, message },
+        };
         let mut response = (status, Json(body)).into_response();
+        if matches!(self, Self::Overloaded) {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+        }
         if status == StatusCode::PAYLOAD_TOO_LARGE {
             // The unread rest of the body is still on the connection; hyper will close it, and
             // saying so lets the client retry on a fresh connection (RFC 9112, 9.6) instead of
@@ -174,6 +219,18 @@ impl From<MemoryError> for ApiError {
             MemoryError::InvalidSetting { .. } | MemoryError::UnknownEncoding(_) => {
                 Self::invalid("invalid_setting", err.to_string())
             }
+            other => Self::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<memlayer_erasure::ErasureError> for ApiError {
+    fn from(err: memlayer_erasure::ErasureError) -> Self {
+        use memlayer_erasure::ErasureError;
+        match err {
+            ErasureError::Store(store) => store.into(),
+            ErasureError::Index(index) => index.into(),
+            ErasureError::Invalid { .. } => Self::invalid("invalid_value", err.to_string()),
             other => Self::Internal(other.to_string()),
         }
     }

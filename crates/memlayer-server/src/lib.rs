@@ -4,6 +4,9 @@
 //! The server is deliberately thin: a handler parses and validates the request, calls one
 //! library function (today `memlayer-store`, later strategies and erasure), and maps the result.
 //! Wire types live here and nowhere else; the on-disk format belongs to `memlayer-store`.
+//! Operating it: the OpenAPI document generated from the handlers (`/openapi.json`, rendered
+//! at `/docs`), Prometheus metrics (`/metrics`), and the tower layers for request ids,
+//! compression, timeouts and load shedding.
 //! It may depend on every library crate below it and must not depend on the binary
 //! (`memlayer`), its configuration files or its command line.
 
@@ -12,34 +15,40 @@
 mod api;
 mod error;
 mod extract;
+mod layers;
+mod metrics;
+mod openapi;
 mod state;
+#[cfg(test)]
+mod tests;
 mod wire;
 
 use std::future::Future;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use tower_http::trace::TraceLayer;
 
 pub use error::ApiError;
+pub use openapi::openapi;
 pub use state::{AppState, ServerConfig};
 
-/// The whole API as one router, ready to serve.
+/// The whole API as one router, ready to serve: the routes of the route table (`api::ROUTES`,
+/// which also makes the OpenAPI document), the API's own answers for unknown paths and
+/// methods, and the tower layers (`layers.rs`).
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .merge(api::health::routes())
-        .merge(api::sessions::routes())
-        .merge(api::recall::routes())
-        .merge(api::context::routes())
-        .merge(api::settings::routes())
+    let doc = utoipa::openapi::OpenApi::default();
+    let (limited, _) = api::table_router(doc.clone(), |route| route.shed).split_for_parts();
+    let (operations, _) = api::table_router(doc, |route| !route.shed).split_for_parts();
+    let router = layers::shed(limited, state.config())
+        .merge(operations)
         .fallback(api::not_found)
         .method_not_allowed_fallback(api::method_not_allowed)
-        .layer(DefaultBodyLimit::max(state.config().max_body_bytes))
-        .layer(TraceLayer::new_for_http())
-        .with_state(state)
+        .layer(DefaultBodyLimit::max(state.config().max_body_bytes));
+    layers::around(router, &state).with_state(state)
 }
 
-/// Serves the API on `listener`, with the indexing pipeline running beside it, until
+/// Serves the API on `listener`, with the indexing pipeline and the erasure maintenance task
+/// (pending erasures, retention) running beside it, until
 /// `shutdown` resolves; then stops accepting connections, lets in-flight requests finish,
 /// stops the pipeline (which saves its snapshot) and commits every queued write.
 pub async fn serve(
@@ -52,9 +61,21 @@ pub async fn serve(
     let pipeline = tokio::spawn(state.recall().clone().run_pipeline(async {
         let _ = pipeline_stopped.await;
     }));
+    // Erasures a crash interrupted finish before the first request is served, so nothing
+    // acknowledged as erased is ever served again; a failure is retried by the maintenance
+    // task.
+    if let Err(err) = state.erasure().resume().await {
+        tracing::error!(error = %err, "could not finish the pending erasures; retrying in the background");
+    }
+    let (stop_maintenance, maintenance_stopped) = tokio::sync::oneshot::channel::<()>();
+    let maintenance = tokio::spawn(state.erasure().clone().run_maintenance(async {
+        let _ = maintenance_stopped.await;
+    }));
     let served = axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown)
         .await;
+    let _ = stop_maintenance.send(());
+    let _ = maintenance.await;
     let _ = stop_pipeline.send(());
     let stopped = pipeline.await;
     // Joining the writer thread blocks; keep it off the async workers.

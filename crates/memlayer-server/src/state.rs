@@ -1,11 +1,15 @@
-//! What every handler shares: the store and the server's settings.
+//! What every handler shares: the store, the server's settings and its metrics.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use memlayer_erasure::Coordinator;
 use memlayer_index::Recall;
 use memlayer_llm::ChatClient;
 use memlayer_memory::{ContextBuilder, LlmSummarizer, TokenEncoding};
 use memlayer_store::Store;
+
+use crate::metrics::Metrics;
 
 /// Settings of the HTTP layer. The binary fills them from its command line and config file.
 #[derive(Debug, Clone)]
@@ -17,6 +21,15 @@ pub struct ServerConfig {
     /// The chat model that summarises overflowing history; `None` keeps the offline
     /// extractive summariser (which also steps in whenever the model fails).
     pub summarizer_model: Option<ChatClient>,
+    /// Longest a request may take, body included; a slower one is answered `503` with the
+    /// code `timeout`. A write it started may still commit: clients retry appends with an
+    /// idempotency key.
+    pub request_timeout: Duration,
+    /// Most API requests handled at once. One more is answered `503` with the code
+    /// `overloaded` and `Retry-After` at once, never queued. The probes, `/metrics`,
+    /// `/openapi.json` and `/docs` are not counted, so an overloaded server stays observable.
+    /// Must be positive.
+    pub max_in_flight: usize,
 }
 
 impl Default for ServerConfig {
@@ -25,6 +38,10 @@ impl Default for ServerConfig {
             max_body_bytes: 1 << 20,
             token_encoding: TokenEncoding::default(),
             summarizer_model: None,
+            request_timeout: Duration::from_secs(30),
+            // Tokio's blocking pool, where reads run, has 512 threads: past that, admitted
+            // reads would only queue there.
+            max_in_flight: 512,
         }
     }
 }
@@ -35,7 +52,9 @@ pub struct AppState {
     store: Store,
     recall: Recall,
     contexts: ContextBuilder,
+    erasure: Coordinator,
     config: Arc<ServerConfig>,
+    metrics: Arc<Metrics>,
 }
 
 impl AppState {
@@ -48,10 +67,12 @@ impl AppState {
             contexts = contexts.with_summarizer(Arc::new(LlmSummarizer::new(model.clone())));
         }
         Self {
+            erasure: Coordinator::new(store.clone(), recall.clone()),
             store,
             recall,
             contexts,
             config: Arc::new(config),
+            metrics: Arc::new(Metrics::new()),
         }
     }
 
@@ -65,6 +86,11 @@ impl AppState {
         &self.recall
     }
 
+    /// Runs erasures.
+    pub fn erasure(&self) -> &Coordinator {
+        &self.erasure
+    }
+
     /// Builds each turn's context.
     pub fn contexts(&self) -> &ContextBuilder {
         &self.contexts
@@ -73,5 +99,10 @@ impl AppState {
     /// The settings.
     pub fn config(&self) -> &ServerConfig {
         &self.config
+    }
+
+    /// The HTTP metrics this state's routers record.
+    pub(crate) fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 }

@@ -6,6 +6,9 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339 as Rfc3339Format;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, Schema, SchemaFormat, Type};
+use utoipa::{PartialSchema, ToSchema};
 
 use crate::ApiError;
 
@@ -24,6 +27,23 @@ impl Serialize for Rfc3339 {
     }
 }
 
+impl PartialSchema for Rfc3339 {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)))
+            .description(Some("RFC 3339 in UTC with microseconds"))
+            .examples(["2026-05-06T10:00:00.123456Z"])
+            .into()
+    }
+}
+
+impl ToSchema for Rfc3339 {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "Timestamp".into()
+    }
+}
+
 /// Parses a client-supplied RFC 3339 timestamp; times before 1970 are rejected.
 pub(crate) fn parse_timestamp(field: &str, text: &str) -> Result<Timestamp, ApiError> {
     let invalid =
@@ -36,18 +56,22 @@ pub(crate) fn parse_timestamp(field: &str, text: &str) -> Result<Timestamp, ApiE
         .map_err(|_| invalid("must not be before 1970-01-01"))
 }
 
-#[derive(Debug, Serialize)]
+/// A session: who it belongs to, its counts and turn state.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Session)]
 pub(crate) struct SessionBody {
     pub(crate) session_id: String,
     pub(crate) user_id: String,
     pub(crate) agent_id: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) flow_id: Option<String>,
+    #[schema(value_type = crate::openapi::foreign::SessionState)]
     pub(crate) state: SessionState,
     pub(crate) message_count: u64,
     pub(crate) run_count: u64,
     /// Context loads start at this index; earlier messages were cleared (still stored).
     pub(crate) load_from: u64,
+    #[schema(value_type = crate::openapi::foreign::Metadata)]
     pub(crate) metadata: Metadata,
     pub(crate) created_at: Rfc3339,
     pub(crate) updated_at: Rfc3339,
@@ -71,13 +95,18 @@ impl From<Session> for SessionBody {
     }
 }
 
-#[derive(Debug, Serialize)]
+/// A stored message.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Message)]
 pub(crate) struct MessageBody {
+    /// Its position in the session, from 0, gapless.
     pub(crate) index: u64,
+    #[schema(value_type = crate::openapi::foreign::Role)]
     pub(crate) role: Role,
     pub(crate) content: String,
     pub(crate) token_count: u32,
     pub(crate) timestamp: Rfc3339,
+    #[schema(value_type = crate::openapi::foreign::Metadata)]
     pub(crate) metadata: Metadata,
 }
 
@@ -94,16 +123,20 @@ impl From<Message> for MessageBody {
     }
 }
 
-#[derive(Debug, Serialize)]
+/// A recorded agent run.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Run)]
 pub(crate) struct RunBody {
     pub(crate) run_id: String,
     pub(crate) session_id: String,
+    #[schema(value_type = crate::openapi::foreign::RunStatus)]
     pub(crate) status: RunStatus,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) content: Option<String>,
     pub(crate) tool_calls: Vec<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) error: Option<String>,
+    #[schema(value_type = crate::openapi::foreign::Metadata)]
     pub(crate) metadata: Metadata,
     pub(crate) created_at: Rfc3339,
 }
@@ -124,9 +157,10 @@ impl RunBody {
 }
 
 /// One message in an append request.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct MessageInput {
+    #[schema(value_type = crate::openapi::foreign::Role)]
     pub(crate) role: Role,
     pub(crate) content: String,
     /// Counted with the server's token encoding when absent.
@@ -134,6 +168,7 @@ pub(crate) struct MessageInput {
     /// RFC 3339; the append time when absent.
     pub(crate) timestamp: Option<String>,
     #[serde(default)]
+    #[schema(value_type = crate::openapi::foreign::Metadata)]
     pub(crate) metadata: Metadata,
 }
 

@@ -8,7 +8,7 @@
 //! [`Store::store_embeddings`], which stores them and removes the entries in one transaction.
 //! A crash anywhere in between leaves the entries in the outbox, so they are embedded again.
 
-use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, WriteTransaction};
+use redb::{ReadableTable, ReadableTableMetadata, WriteTransaction};
 
 use crate::model::{
     EmbeddingModel, MessageKey, PendingEmbedding, SessionRef, StoredVector, Timestamp,
@@ -27,7 +27,7 @@ impl Store {
     /// The oldest appends waiting to be embedded: whole outbox entries, oldest first, until
     /// at least `max_messages` messages are collected (always at least one entry if any).
     pub fn pending_embeddings(&self, max_messages: usize) -> Result<Vec<PendingEmbedding>> {
-        let txn = self.db().begin_read()?;
+        let txn = self.begin_read()?;
         let outbox = txn.open_table(OUTBOX)?;
         let keys = txn.open_table(SESSION_KEYS)?;
         let messages = txn.open_table(MESSAGES)?;
@@ -66,7 +66,7 @@ impl Store {
 
     /// How many appends wait in the outbox (a gauge for metrics and back-pressure).
     pub fn pending_embedding_count(&self) -> Result<u64> {
-        Ok(self.db().begin_read()?.open_table(OUTBOX)?.len()?)
+        Ok(self.begin_read()?.open_table(OUTBOX)?.len()?)
     }
 
     /// Stores the vectors `model` made for outbox entries `done`, and removes those entries,
@@ -120,7 +120,7 @@ impl Store {
 
     /// The model the stored vectors were made with, if any vector is stored.
     pub fn vector_model(&self) -> Result<Option<EmbeddingModel>> {
-        let txn = self.db().begin_read()?;
+        let txn = self.begin_read()?;
         let models = txn.open_table(MODELS)?;
         let Some(entry) = models.iter()?.next() else {
             return Ok(None);
@@ -136,7 +136,7 @@ impl Store {
     /// Up to `limit` stored vectors in key order, starting after `after`: the pages an index
     /// rebuild reads.
     pub fn vectors(&self, after: Option<MessageKey>, limit: usize) -> Result<Vec<StoredVector>> {
-        let txn = self.db().begin_read()?;
+        let txn = self.begin_read()?;
         let table = txn.open_table(VECTORS)?;
         keys_after(&table, after)?
             .take(limit)
@@ -156,7 +156,7 @@ impl Store {
 
     /// The session a key's message belongs to, or `None` if it was deleted.
     pub fn session_ref(&self, sid: u64) -> Result<Option<SessionRef>> {
-        let txn = self.db().begin_read()?;
+        let txn = self.begin_read()?;
         let keys = txn.open_table(SESSION_KEYS)?;
         Ok(keys.get(sid)?.map(|names| {
             let (tenant, session_id) = names.value();
@@ -179,7 +179,7 @@ impl Store {
 
     /// The surrogate key of a session (the session part of its messages' keys).
     pub fn session_key(&self, tenant: &str, session_id: &str) -> Result<Option<u64>> {
-        let txn = self.db().begin_read()?;
+        let txn = self.begin_read()?;
         let sessions = txn.open_table(SESSIONS)?;
         sessions
             .get((tenant, session_id))?
@@ -190,7 +190,7 @@ impl Store {
     /// The sequence number of the newest outbox entry ever written (0 before the first).
     /// An index that has applied every entry up to it has seen every committed append.
     pub fn outbox_head(&self) -> Result<u64> {
-        let txn = self.db().begin_read()?;
+        let txn = self.begin_read()?;
         let next = txn
             .open_table(META)?
             .get(NEXT_OUTBOX_SEQ_KEY)?
@@ -201,7 +201,7 @@ impl Store {
     /// A counter that changes whenever the set of stored vectors does. An index snapshot
     /// taken at one value is exact while the store still has it.
     pub fn vectors_version(&self) -> Result<u64> {
-        let txn = self.db().begin_read()?;
+        let txn = self.begin_read()?;
         Ok(txn
             .open_table(META)?
             .get(VECTORS_VERSION_KEY)?
@@ -215,7 +215,7 @@ impl Store {
         after: Option<MessageKey>,
         limit: usize,
     ) -> Result<Vec<(MessageKey, crate::Message)>> {
-        let txn = self.db().begin_read()?;
+        let txn = self.begin_read()?;
         let table = txn.open_table(MESSAGES)?;
         keys_after(&table, after)?
             .take(limit)
@@ -231,7 +231,7 @@ impl Store {
     /// The messages behind index hits, in the order given; `None` for a message that no
     /// longer exists.
     pub fn messages_by_key(&self, keys: &[MessageKey]) -> Result<Vec<Option<crate::Message>>> {
-        let txn = self.db().begin_read()?;
+        let txn = self.begin_read()?;
         let messages = txn.open_table(MESSAGES)?;
         keys.iter()
             .map(|key| {

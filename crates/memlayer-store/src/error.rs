@@ -60,6 +60,9 @@ pub enum StoreError {
     /// The store was shut down; no more writes are accepted.
     #[error("the store is shut down")]
     Closed,
+    /// A maintenance operation (compaction) could not run now; retrying later may succeed.
+    #[error("the store is busy: {0}")]
+    Busy(String),
 }
 
 impl StoreError {
@@ -92,6 +95,7 @@ from_redb!(
     redb::TableError,
     redb::StorageError,
     redb::CommitError,
+    redb::CompactionError,
 );
 
 /// Shorthand used throughout the crate.

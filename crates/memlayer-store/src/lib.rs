@@ -11,6 +11,7 @@
 #![deny(missing_docs)]
 
 mod embeddings;
+mod erasure;
 mod error;
 mod model;
 mod record;
@@ -18,6 +19,7 @@ mod store;
 mod tables;
 mod writer;
 
+pub use erasure::{ConversationStats, MessageErased, StoredJob};
 pub use error::{Result, StoreError};
 pub use model::{
     Append, Appended, EmbeddingModel, MAX_ID_LEN, MAX_MESSAGES_PER_APPEND,

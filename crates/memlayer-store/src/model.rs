@@ -246,7 +246,8 @@ const INDEX_BITS: u32 = 24;
 pub(crate) const MAX_SESSIONS: u64 = 1 << (64 - INDEX_BITS);
 
 impl MessageKey {
-    pub(crate) fn new(sid: u64, index: u64) -> Self {
+    /// The key of message `index` of the session with surrogate key `sid`.
+    pub fn new(sid: u64, index: u64) -> Self {
         debug_assert!(sid < MAX_SESSIONS && index < MAX_MESSAGES_PER_SESSION);
         Self((sid << INDEX_BITS) | index)
     }

@@ -2,7 +2,7 @@
 //! reads (run on the caller's thread in a redb read transaction, never blocking writes).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, Table, WriteTransaction};
 use sha2::{Digest, Sha256};
@@ -17,9 +17,10 @@ use crate::record::{
     SummaryRecord, metadata_from_text, metadata_to_text,
 };
 use crate::tables::{
-    FORMAT_VERSION, FORMAT_VERSION_KEY, IDEMPOTENCY, MESSAGES, META, MODELS, NEXT_OUTBOX_SEQ_KEY,
-    NEXT_SID_KEY, OUTBOX, RUN_IDS, RUNS, SESSION_ACTIVITY, SESSION_COUNTS, SESSION_KEYS, SESSIONS,
-    SETTINGS, SUMMARIES, VECTORS, scope, scopes, settings_key,
+    ERASURE_JOBS, ERASURE_RECEIPTS, FORMAT_VERSION, FORMAT_VERSION_KEY, IDEMPOTENCY, MESSAGES,
+    META, MODELS, NEXT_OUTBOX_SEQ_KEY, NEXT_SID_KEY, OUTBOX, RETENTION, RUN_IDS, RUNS,
+    SESSION_ACTIVITY, SESSION_COUNTS, SESSION_KEYS, SESSIONS, SETTINGS, SUMMARIES, VECTORS, scope,
+    scopes, settings_key,
 };
 use crate::writer::Writer;
 use crate::{Metadata, Result, StoreError};
@@ -60,6 +61,11 @@ impl StoreOptions {
 /// Largest page a listing returns.
 pub const MAX_PAGE_SIZE: usize = 100;
 
+/// Longest a compaction waits for reads that were open when it started.
+const COMPACTION_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Bound on redb's compaction rounds (each usually moves everything it can).
+const MAX_COMPACTION_ROUNDS: usize = 64;
+
 /// A durable store of sessions, messages and runs in one redb file.
 ///
 /// Cheap to clone: clones share the database and the writer thread. Writes are `async` and
@@ -71,7 +77,8 @@ pub struct Store {
 }
 
 struct Inner {
-    db: Arc<Database>,
+    /// Shared by readers and the writer thread; taken exclusively only by [`Store::compact`].
+    db: Arc<RwLock<Database>>,
     path: PathBuf,
     writer: Writer,
 }
@@ -89,9 +96,10 @@ impl Store {
     /// Opens the store at `path` with `options`; see [`Store::open`].
     pub fn open_with(path: impl AsRef<Path>, options: StoreOptions) -> Result<Self> {
         let path = path.as_ref().to_owned();
-        let db = Arc::new(Database::builder().create(&path)?);
+        let db = Database::builder().create(&path)?;
         check_format(&db)?;
         initialise(&db)?;
+        let db = Arc::new(RwLock::new(db));
         let writer = Writer::spawn(Arc::clone(&db), options.commit).map_err(|err| {
             StoreError::InvalidInput {
                 field: "writer thread",
@@ -103,9 +111,46 @@ impl Store {
         })
     }
 
-    /// The database, for the read paths of sibling modules.
-    pub(crate) fn db(&self) -> &Database {
-        &self.inner.db
+    /// A read transaction: a consistent snapshot, for the read paths of every module.
+    pub(crate) fn begin_read(&self) -> Result<ReadTransaction> {
+        let db = self.inner.db.read().unwrap_or_else(PoisonError::into_inner);
+        Ok(db.begin_read()?)
+    }
+
+    /// Rewrites the file so that the pages deletions freed are overwritten or cut off: redb
+    /// does not zero a freed page, so until compaction an erased message's bytes stay in the
+    /// file. New reads and writes wait while it runs; reads already open are waited for (at
+    /// most `COMPACTION_WAIT`), after which it fails with [`StoreError::Busy`] and can be
+    /// retried. Returns whether anything was moved.
+    pub fn compact(&self) -> Result<bool> {
+        let mut db = self
+            .inner
+            .db
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let deadline = std::time::Instant::now() + COMPACTION_WAIT;
+        let mut moved = false;
+        // redb compacts in rounds; each round may free more room for the next.
+        for _ in 0..MAX_COMPACTION_ROUNDS {
+            match db.compact() {
+                Ok(true) => moved = true,
+                Ok(false) => break,
+                Err(redb::CompactionError::TransactionInProgress)
+                    if std::time::Instant::now() < deadline =>
+                {
+                    // No new transaction can begin while the lock is held, so the open ones
+                    // drain; reads are short.
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+                Err(redb::CompactionError::TransactionInProgress) => {
+                    return Err(StoreError::Busy(
+                        "reads stayed open during compaction".into(),
+                    ));
+                }
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Ok(moved)
     }
 
     /// Runs `work` on the writer thread and waits until it is durably committed.
@@ -139,7 +184,7 @@ impl Store {
         if !self.inner.writer.is_open() {
             return Err(StoreError::Closed);
         }
-        self.inner.db.begin_read()?.open_table(META)?;
+        self.begin_read()?.open_table(META)?;
         Ok(())
     }
 
@@ -349,7 +394,7 @@ impl Store {
     /// object the caller interprets, or `None` when none was saved.
     pub fn settings(&self, tenant: &str, agent_id: Option<&str>) -> Result<Option<Metadata>> {
         let key = settings_key(tenant, agent_id)?;
-        let txn = self.inner.db.begin_read()?;
+        let txn = self.begin_read()?;
         txn.open_table(SETTINGS)?
             .get((tenant, key.as_str()))?
             .map(|value| {
@@ -393,7 +438,7 @@ impl Store {
     pub fn session(&self, tenant: &str, session_id: &str) -> Result<Option<Session>> {
         validate_id("tenant", tenant)?;
         validate_id("session_id", session_id)?;
-        let txn = self.inner.db.begin_read()?;
+        let txn = self.begin_read()?;
         let sessions = txn.open_table(SESSIONS)?;
         read_session_record(&sessions, tenant, session_id)?
             .map(|record| session_from_record(session_id.to_owned(), &record))
@@ -459,7 +504,7 @@ impl Store {
                 reason: "is too large".into(),
             })?;
         let scope = scope(filter.user_id.as_deref(), filter.agent_id.as_deref());
-        let txn = self.inner.db.begin_read()?;
+        let txn = self.begin_read()?;
         let total = txn
             .open_table(SESSION_COUNTS)?
             .get((tenant, scope.as_str()))?
@@ -494,14 +539,14 @@ impl Store {
     ) -> Result<(ReadTransaction, SessionRecord)> {
         validate_id("tenant", tenant)?;
         validate_id("session_id", session_id)?;
-        let txn = self.inner.db.begin_read()?;
+        let txn = self.begin_read()?;
         let record = read_session_record(&txn.open_table(SESSIONS)?, tenant, session_id)?
             .ok_or_else(|| not_found(session_id))?;
         Ok((txn, record))
     }
 }
 
-fn not_found(session_id: &str) -> StoreError {
+pub(crate) fn not_found(session_id: &str) -> StoreError {
     StoreError::SessionNotFound {
         session_id: session_id.to_owned(),
     }
@@ -546,12 +591,15 @@ fn initialise(db: &Database) -> Result<()> {
         txn.open_table(MODELS)?;
         txn.open_table(SUMMARIES)?;
         txn.open_table(SETTINGS)?;
+        txn.open_table(ERASURE_JOBS)?;
+        txn.open_table(ERASURE_RECEIPTS)?;
+        txn.open_table(RETENTION)?;
     }
     txn.commit()?;
     Ok(())
 }
 
-fn read_session_record(
+pub(crate) fn read_session_record(
     sessions: &impl ReadableTable<(&'static str, &'static str), &'static [u8]>,
     tenant: &str,
     session_id: &str,

@@ -94,3 +94,17 @@ pub(crate) fn settings_key(tenant: &str, agent_id: Option<&str>) -> crate::Resul
     }
     Ok(scope(None, agent_id))
 }
+
+/// `job_id` → JSON document: erasure jobs recorded and not yet finished. The erasure
+/// coordinator defines the documents; a job is removed in the commit that writes its receipt.
+pub(crate) const ERASURE_JOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("erasure_jobs");
+
+/// `(tenant, job_id)` → JSON document: what an erasure removed (counts, ids, time, who
+/// asked), never the content.
+pub(crate) const ERASURE_RECEIPTS: TableDefinition<(&str, u64), &[u8]> =
+    TableDefinition::new("erasure_receipts");
+
+/// `tenant` → `(days, last_run_micros)`: conversation retention and when it last ran.
+pub(crate) const RETENTION: TableDefinition<&str, (u32, u64)> = TableDefinition::new("retention");
+
+pub(crate) const NEXT_JOB_ID_KEY: &str = "next_job_id";

@@ -8,7 +8,7 @@
 //! single owner costs no parallelism and gives appends a total order (gapless indices).
 
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::thread::JoinHandle;
 
 use redb::{Database, WriteTransaction};
@@ -73,7 +73,7 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    pub(crate) fn spawn(db: Arc<Database>, commit: CommitMode) -> std::io::Result<Self> {
+    pub(crate) fn spawn(db: Arc<RwLock<Database>>, commit: CommitMode) -> std::io::Result<Self> {
         let (jobs, queue) = mpsc::channel();
         let (committed, commits) = watch::channel(0);
         let thread = std::thread::Builder::new()
@@ -145,7 +145,7 @@ impl Drop for Writer {
 }
 
 fn run(
-    db: &Database,
+    db: &RwLock<Database>,
     commit: CommitMode,
     queue: &Receiver<Box<dyn Job>>,
     committed: &watch::Sender<u64>,
@@ -158,7 +158,12 @@ fn run(
                 Err(_) => break,
             }
         }
-        if commit_group(db, commit, group) {
+        // The database is shared for the whole group: compaction, which needs it exclusively,
+        // waits until no write transaction is live.
+        let database = db.read().unwrap_or_else(PoisonError::into_inner);
+        let committed_ok = commit_group(&database, commit, group);
+        drop(database);
+        if committed_ok {
             committed.send_modify(|count| *count += 1);
         }
     }

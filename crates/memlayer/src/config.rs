@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
@@ -24,7 +25,8 @@ pub(crate) struct DataArgs {
     #[arg(long, env = "MEMLAYER_DATA_DIR")]
     data_dir: Option<PathBuf>,
     /// TOML file with any of: listen, data_dir, assets_dir, model_dir, onnxruntime,
-    /// max_body_bytes, token_encoding, and a [summarizer] table.
+    /// max_body_bytes, token_encoding, request_timeout_secs, max_in_flight, and a
+    /// [summarizer] table.
     #[arg(long, env = "MEMLAYER_CONFIG")]
     config: Option<PathBuf>,
 }
@@ -65,6 +67,14 @@ pub(crate) struct ServeArgs {
     /// [default: cl100k_base].
     #[arg(long, env = "MEMLAYER_TOKEN_ENCODING")]
     token_encoding: Option<String>,
+    /// Longest a request may take, in seconds, before it is answered 503 `timeout`
+    /// [default: 30].
+    #[arg(long, env = "MEMLAYER_REQUEST_TIMEOUT_SECS")]
+    request_timeout_secs: Option<u64>,
+    /// Most API requests handled at once; one more is answered 503 `overloaded` with
+    /// Retry-After, never queued [default: 512].
+    #[arg(long, env = "MEMLAYER_MAX_IN_FLIGHT")]
+    max_in_flight: Option<usize>,
 }
 
 /// Where the embedding assets are; shared by every command that embeds text.
@@ -139,6 +149,8 @@ struct FileSettings {
     onnxruntime: Option<PathBuf>,
     max_body_bytes: Option<usize>,
     token_encoding: Option<String>,
+    request_timeout_secs: Option<u64>,
+    max_in_flight: Option<usize>,
     /// `[summarizer]`: an OpenAI-compatible chat endpoint that summarises overflowing
     /// history (base_url, model, api_key, timeout_secs, max_tokens, temperature).
     summarizer: Option<LlmConfig>,
@@ -171,6 +183,19 @@ impl Settings {
             .or(file.max_body_bytes)
             .unwrap_or(defaults.max_body_bytes);
         anyhow::ensure!(max_body_bytes > 0, "max_body_bytes must be positive");
+        let request_timeout = args
+            .request_timeout_secs
+            .or(file.request_timeout_secs)
+            .map_or(defaults.request_timeout, Duration::from_secs);
+        anyhow::ensure!(
+            !request_timeout.is_zero(),
+            "request_timeout_secs must be positive"
+        );
+        let max_in_flight = args
+            .max_in_flight
+            .or(file.max_in_flight)
+            .unwrap_or(defaults.max_in_flight);
+        anyhow::ensure!(max_in_flight > 0, "max_in_flight must be positive");
         let summarizer_model = file
             .summarizer
             .map(|mut model| {
@@ -191,6 +216,8 @@ impl Settings {
                 max_body_bytes,
                 token_encoding,
                 summarizer_model,
+                request_timeout,
+                max_in_flight,
             },
         })
     }
@@ -251,6 +278,23 @@ mod tests {
         assert_eq!(settings.listen.to_string(), DEFAULT_LISTEN);
         assert_eq!(settings.data_dir, PathBuf::from(DEFAULT_DATA_DIR));
         assert_eq!(settings.server.max_body_bytes, 1 << 20);
+        assert_eq!(settings.server.request_timeout, Duration::from_secs(30));
+        assert_eq!(settings.server.max_in_flight, 512);
+    }
+
+    #[test]
+    fn the_timeout_and_the_in_flight_limit_come_from_flags_or_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("memlayer.toml");
+        std::fs::write(&file, "request_timeout_secs = 5\nmax_in_flight = 64\n").unwrap();
+        let config = file.to_str().unwrap();
+        let settings = resolve(&["--config", config]).unwrap();
+        assert_eq!(settings.server.request_timeout, Duration::from_secs(5));
+        assert_eq!(settings.server.max_in_flight, 64);
+        let flagged = resolve(&["--config", config, "--max-in-flight", "8"]).unwrap();
+        assert_eq!(flagged.server.max_in_flight, 8);
+        assert!(resolve(&["--max-in-flight", "0"]).is_err());
+        assert!(resolve(&["--request-timeout-secs", "0"]).is_err());
     }
 
     #[test]

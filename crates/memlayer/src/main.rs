@@ -1,5 +1,6 @@
 //! `memlayer`, the single binary: the HTTP server (`memlayer serve`), the operator commands
-//! (`memlayer reindex`) and the offline evaluations (`memlayer eval`). It owns the command line, the configuration file and
+//! (`memlayer reindex`, `memlayer verify-erasure`) and the offline evaluations
+//! (`memlayer eval`). It owns the command line, the configuration file and
 //! environment variables, logging set-up and signal handling, and turns them into calls on
 //! the library crates. Nothing depends on it.
 
@@ -56,6 +57,16 @@ enum Command {
     ///   memlayer reindex --data-dir /var/lib/memlayer
     #[command(verbatim_doc_comment)]
     Reindex(DataArgs),
+    /// Scan the store and the vector index snapshot for a text that was erased.
+    ///
+    /// Reads the files byte by byte (it works while the server runs) and prints every
+    /// occurrence; exits with status 1 if there is any. Plant a unique canary in a message,
+    /// erase it, and run this to see that nothing of it survived.
+    ///
+    /// Example:
+    ///   memlayer verify-erasure --data-dir /var/lib/memlayer --text canary-5b1e77d0
+    #[command(verbatim_doc_comment)]
+    VerifyErasure(VerifyArgs),
     /// Measure retrieval and context quality offline, with the real store and model.
     #[command(subcommand)]
     Eval(eval::EvalCommand),
@@ -72,6 +83,7 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Serve(args) => Settings::resolve(args).and_then(serve),
         Command::Reindex(args) => args.data_dir().and_then(|dir| reindex(&dir)),
+        Command::VerifyErasure(args) => verify_erasure(&args),
         Command::Eval(command) => eval::run(command),
     };
     match outcome {
@@ -122,6 +134,49 @@ fn serve(settings: Settings) -> anyhow::Result<()> {
         println!("memlayer stopped; every acknowledged write is committed");
         Ok(())
     })
+}
+
+/// Flags of `memlayer verify-erasure`.
+#[derive(clap::Args)]
+struct VerifyArgs {
+    #[command(flatten)]
+    data: DataArgs,
+    /// The text to look for, exactly as it was stored (UTF-8).
+    #[arg(long)]
+    text: String,
+}
+
+fn verify_erasure(args: &VerifyArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(!args.text.is_empty(), "--text must not be empty");
+    let dir = args.data.data_dir()?;
+    let files = [dir.join(STORE_FILE), dir.join(SNAPSHOT_FILE)];
+    anyhow::ensure!(
+        files[0].is_file(),
+        "no store at {}: nothing to verify",
+        files[0].display()
+    );
+    let paths: Vec<&std::path::Path> = files.iter().map(std::path::PathBuf::as_path).collect();
+    let found = memlayer_erasure::scan_files(&paths, args.text.as_bytes())
+        .context("cannot read the data files")?;
+    for occurrence in &found {
+        println!(
+            "found in {} at byte {}",
+            occurrence.file.display(),
+            occurrence.offset
+        );
+    }
+    if !found.is_empty() {
+        anyhow::bail!("the text occurs {} time(s) in the data files", found.len());
+    }
+    println!(
+        "not found in {}",
+        files
+            .iter()
+            .map(|f| f.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" or ")
+    );
+    Ok(())
 }
 
 fn reindex(data_dir: &std::path::Path) -> anyhow::Result<()> {

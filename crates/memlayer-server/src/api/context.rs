@@ -1,54 +1,78 @@
 //! Context assembly: `POST /v1/sessions/{id}/context` builds the context for the session's
 //! next model call from its memory layers inside a token budget, and reports why.
 
+use axum::Json;
 use axum::extract::State;
-use axum::routing::{get, post};
-use axum::{Json, Router};
 use memlayer_memory::{
     ContextRequest as BuildRequest, ContextSettings, FactSheet, OutputFormat, Rendered, Report,
     SettingsOverrides, SummaryNote, render,
 };
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use crate::extract::{ApiJson, ApiPath, Tenant};
+use crate::openapi::foreign;
 use crate::{ApiError, AppState};
 
-pub(crate) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/v1/sessions/{session_id}/context", post(context))
-        .route("/v1/sessions/{session_id}/entities", get(entities))
-}
-
-#[derive(Deserialize)]
+/// What the context is for and how to shape it.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct ContextRequest {
+pub(crate) struct ContextRequest {
     /// The new user message the context is for; recall searches older messages with it.
     query: Option<String>,
     /// This request's changes to the saved settings (any keys of the settings document).
     #[serde(default)]
+    #[schema(value_type = Option<foreign::SettingsDocument>)]
     settings: SettingsOverrides,
+    /// `openai` when absent.
     #[serde(default)]
+    #[schema(value_type = Option<foreign::OutputFormat>)]
     format: OutputFormat,
 }
 
-#[derive(Serialize)]
-struct ContextResponse {
+/// The context for the next model call, rendered in the requested format (`messages` for
+/// `openai`; `system` and `messages` for `anthropic`; `text` for `text`), with a report of
+/// what went in and why the rest did not.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ContextResponse {
     session_id: String,
+    #[schema(value_type = foreign::OutputFormat)]
     format: OutputFormat,
     #[serde(flatten)]
+    #[schema(value_type = foreign::Rendered)]
     context: Rendered,
+    #[schema(value_type = foreign::Report)]
     report: Report,
     /// The settings in force for this context: defaults, tenant, agent, request.
+    #[schema(value_type = foreign::ContextSettings)]
     settings: ContextSettings,
     /// Set when this request summarised older turns into a new checkpoint.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<foreign::SummaryNote>)]
     summary_written: Option<SummaryNote>,
     /// Why recall may have missed something, when it may have.
     #[serde(skip_serializing_if = "Option::is_none")]
     recall_degraded: Option<String>,
 }
 
-async fn context(
+/// Build the context for the next model call
+///
+/// Known facts, a summary of older turns, recalled older messages and the recent window,
+/// packed into the model's token budget by the settings in force (defaults, then the tenant's,
+/// the agent's and this request's). Exchanges are kept or dropped whole.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{session_id}/context",
+    tag = "context",
+    params(("session_id" = String, Path, description = "The session's id")),
+    request_body = ContextRequest,
+    responses(
+        (status = 200, description = "The context and its report", body = ContextResponse),
+        (status = 404, description = "No such session", body = crate::error::ErrorBody),
+        (status = 422, description = "An invalid setting", body = crate::error::ErrorBody),
+    ),
+)]
+pub(crate) async fn context(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiPath(session_id): ApiPath<String>,
@@ -74,16 +98,30 @@ async fn context(
     }))
 }
 
-#[derive(Serialize)]
-struct Entities {
+/// A session's entity memory.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Entities {
     session_id: String,
     /// By key: the value in force, the message it came from, and the values it replaced.
+    #[schema(value_type = foreign::FactSheet)]
     facts: FactSheet,
 }
 
-/// Entity memory of a session: the facts its user stated, corrections applied. Read from the
-/// context's messages (a cleared session's facts start after the clear).
-async fn entities(
+/// Entity memory of a session
+///
+/// The facts its user stated, corrections applied. Read from the context's messages (a
+/// cleared session's facts start after the clear).
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{session_id}/entities",
+    tag = "context",
+    params(("session_id" = String, Path, description = "The session's id")),
+    responses(
+        (status = 200, description = "The facts by key", body = Entities),
+        (status = 404, description = "No such session", body = crate::error::ErrorBody),
+    ),
+)]
+pub(crate) async fn entities(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiPath(session_id): ApiPath<String>,

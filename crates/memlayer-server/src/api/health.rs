@@ -1,27 +1,43 @@
 //! Liveness and readiness probes.
 
-use axum::routing::get;
-use axum::{Json, Router};
-use serde_json::{Value, json};
+use axum::Json;
+use axum::extract::State;
+use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::api::read;
 use crate::{ApiError, AppState};
 
-pub(crate) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/healthz", get(live))
-        .route("/readyz", get(ready))
+/// A probe's answer.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Probe {
+    /// `ok` (alive) or `ready`.
+    status: &'static str,
 }
 
+/// Liveness
+///
 /// The process is up and answering.
-async fn live() -> Json<Value> {
-    Json(json!({ "status": "ok" }))
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    responses((status = 200, description = "Alive", body = Probe, example = json!({"status": "ok"}))),
+)]
+pub(crate) async fn live() -> Json<Probe> {
+    Json(Probe { status: "ok" })
 }
 
-/// The store can be read and still accepts writes.
-async fn ready(
-    axum::extract::State(state): axum::extract::State<AppState>,
-) -> Result<Json<Value>, ApiError> {
+/// Readiness
+///
+/// The store can be read and still accepts writes; `503` while shutting down.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "operations",
+    responses((status = 200, description = "Ready", body = Probe, example = json!({"status": "ready"}))),
+)]
+pub(crate) async fn ready(State(state): State<AppState>) -> Result<Json<Probe>, ApiError> {
     read(&state, |store| store.check_ready()).await?;
-    Ok(Json(json!({ "status": "ready" })))
+    Ok(Json(Probe { status: "ready" }))
 }

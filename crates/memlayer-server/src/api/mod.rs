@@ -1,14 +1,102 @@
-//! Route handlers, one module per resource.
+//! Route handlers, one module per resource, and the route table that registers them.
 
 pub(crate) mod context;
+pub(crate) mod erasure;
 pub(crate) mod health;
+pub(crate) mod operations;
 pub(crate) mod recall;
 pub(crate) mod sessions;
 pub(crate) mod settings;
 
 use memlayer_store::Store;
+use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
+use utoipa_axum::routes;
 
 use crate::{ApiError, AppState};
+
+/// Every route, the one place a route is registered. Each entry is one path's handlers,
+/// gathered by `utoipa_axum::routes!` from their `#[utoipa::path]` annotations: the method
+/// and path a handler is routed at and those it is documented at come from the same
+/// attribute, so [`crate::router`] (which builds the router from this table) and
+/// [`crate::openapi`] (which builds the document from it) cannot disagree, and a handler
+/// without an annotation does not compile here. One entry holds the handlers of one path and
+/// only those: `routes!` routes every handler of an entry at every path of the entry.
+pub(crate) const ROUTES: &[Route] = &[
+    Route::api(|| routes!(sessions::list_sessions, sessions::create_session)),
+    Route::api(|| routes!(sessions::get_session, sessions::delete_session)),
+    Route::api(|| routes!(sessions::list_messages, sessions::append_messages)),
+    Route::api(|| routes!(sessions::list_runs, sessions::record_run)),
+    Route::api(|| routes!(sessions::clear_session)),
+    Route::api(|| routes!(sessions::search_session)),
+    Route::api(|| routes!(context::context)),
+    Route::api(|| routes!(context::entities)),
+    Route::api(|| routes!(recall::recall)),
+    Route::api(|| routes!(erasure::erase_message)),
+    Route::api(|| routes!(erasure::erase_user)),
+    Route::api(|| routes!(erasure::stats)),
+    Route::api(|| routes!(erasure::purge)),
+    Route::api(|| routes!(erasure::receipts)),
+    Route::api(|| routes!(erasure::retention, erasure::set_retention)),
+    Route::api(|| {
+        routes!(
+            settings::tenant_settings,
+            settings::put_tenant_settings,
+            settings::delete_tenant_settings
+        )
+    }),
+    Route::api(|| {
+        routes!(
+            settings::agent_settings,
+            settings::put_agent_settings,
+            settings::delete_agent_settings
+        )
+    }),
+    Route::operations(|| routes!(health::live)),
+    Route::operations(|| routes!(health::ready)),
+    Route::operations(|| routes!(operations::metrics)),
+    Route::operations(|| routes!(operations::openapi_json)),
+    Route::operations(|| routes!(operations::docs)),
+];
+
+/// One path of the route table.
+pub(crate) struct Route {
+    /// The path's handlers with their documentation.
+    pub(crate) handlers: fn() -> UtoipaMethodRouter<AppState>,
+    /// Whether the route counts against `max_in_flight` (see [`crate::ServerConfig`]).
+    pub(crate) shed: bool,
+}
+
+impl Route {
+    /// A route of the API proper, shed under overload.
+    const fn api(handlers: fn() -> UtoipaMethodRouter<AppState>) -> Self {
+        Self {
+            handlers,
+            shed: true,
+        }
+    }
+
+    /// A probe, the metrics or the documentation: cheap, and never shed, so that an
+    /// overloaded server can still be watched.
+    const fn operations(handlers: fn() -> UtoipaMethodRouter<AppState>) -> Self {
+        Self {
+            handlers,
+            shed: false,
+        }
+    }
+}
+
+/// The routes of the table that `keep` selects, their documentation added to `doc`.
+pub(crate) fn table_router(
+    doc: utoipa::openapi::OpenApi,
+    keep: impl Fn(&Route) -> bool,
+) -> OpenApiRouter<AppState> {
+    ROUTES
+        .iter()
+        .filter(|route| keep(route))
+        .fold(OpenApiRouter::with_openapi(doc), |router, route| {
+            router.routes((route.handlers)())
+        })
+}
 
 /// Answer for paths no route matches.
 pub(crate) async fn not_found() -> ApiError {

@@ -1,12 +1,12 @@
 //! Hybrid recall: `POST /v1/recall` searches a session, or every session of a user, by
 //! keywords and by meaning.
 
+use axum::Json;
 use axum::extract::State;
-use axum::routing::post;
-use axum::{Json, Router};
 use memlayer_index::{Excluded, RecallQuery, Scope};
 use memlayer_store::Role;
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use crate::extract::{ApiJson, Tenant};
 use crate::wire::{MessageBody, parse_timestamp};
@@ -15,20 +15,24 @@ use crate::{ApiError, AppState};
 /// Most hits one recall returns.
 const MAX_HITS: usize = 50;
 
-pub(crate) fn routes() -> Router<AppState> {
-    Router::new().route("/v1/recall", post(recall))
-}
-
 /// Exactly one scope: `session_id`, or `user_id` (with an optional `agent_id`).
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct RecallRequest {
+pub(crate) struct RecallRequest {
+    /// What to find, by meaning and by words.
     query: String,
+    /// How many hits.
     #[serde(default = "default_k")]
+    #[schema(default = 10, minimum = 1, maximum = 50)]
     k: usize,
+    /// Search this session only.
     session_id: Option<String>,
+    /// Search every session of this user.
     user_id: Option<String>,
+    /// With `user_id`: only the sessions with this agent.
     agent_id: Option<String>,
+    /// Only messages of these roles.
+    #[schema(value_type = Option<Vec<crate::openapi::foreign::Role>>)]
     roles: Option<Vec<Role>>,
     /// RFC 3339; only messages at or after it.
     after: Option<String>,
@@ -45,8 +49,10 @@ fn default_k() -> usize {
     10
 }
 
-#[derive(Serialize)]
-struct Hit {
+/// A message found, with its scores.
+#[derive(Serialize, ToSchema)]
+#[schema(as = RecallHit)]
+pub(crate) struct Hit {
     session_id: String,
     #[serde(flatten)]
     message: MessageBody,
@@ -58,15 +64,28 @@ struct Hit {
     vector_rank: Option<u32>,
 }
 
-#[derive(Serialize)]
-struct RecallResponse {
+/// The best hits first.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct RecallResponse {
     hits: Vec<Hit>,
     /// Why the answer may be incomplete, when it may be.
     #[serde(skip_serializing_if = "Option::is_none")]
     degraded: Option<String>,
 }
 
-async fn recall(
+/// Hybrid recall
+///
+/// Finds earlier messages by meaning and by words in one session or across a user's
+/// sessions, fusing keyword (BM25) and vector rankings. Waits briefly until earlier appends
+/// are indexed; if embedding is behind, `degraded` says so.
+#[utoipa::path(
+    post,
+    path = "/v1/recall",
+    tag = "recall",
+    request_body = RecallRequest,
+    responses((status = 200, description = "The hits, best first", body = RecallResponse)),
+)]
+pub(crate) async fn recall(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiJson(request): ApiJson<RecallRequest>,

@@ -1,57 +1,54 @@
 //! Sessions, their messages and runs: `/v1/sessions/...`.
 
+use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use axum::routing::{get, post};
-use axum::{Json, Router};
 use memlayer_store::{
     Append, MAX_PAGE_SIZE, Metadata, NewMessage, NewRun, NewSession, RunStatus, SessionFilter,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
 
 use crate::api::read;
 use crate::extract::{ApiJson, ApiPath, ApiQuery, Tenant};
 use crate::wire::{MessageBody, MessageInput, RunBody, SessionBody, parse_timestamp};
 use crate::{ApiError, AppState};
+use memlayer_erasure::Target;
 
 /// Largest page of messages one request returns.
 const MAX_MESSAGES_PER_PAGE: usize = 1_000;
 /// Header carrying an append's idempotency key (the body field `idempotency_key` also works).
 const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 
-pub(crate) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/v1/sessions", get(list_sessions).post(create_session))
-        .route(
-            "/v1/sessions/{session_id}",
-            get(get_session).delete(delete_session),
-        )
-        .route(
-            "/v1/sessions/{session_id}/messages",
-            get(list_messages).post(append_messages),
-        )
-        .route(
-            "/v1/sessions/{session_id}/runs",
-            get(list_runs).post(record_run),
-        )
-        .route("/v1/sessions/{session_id}/clear", post(clear_session))
-        .route("/v1/sessions/{session_id}/search", get(search_session))
-}
-
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct CreateSessionRequest {
+pub(crate) struct CreateSessionRequest {
     /// A UUIDv4 is generated when absent.
     session_id: Option<String>,
+    /// The end user the conversation is with.
     user_id: String,
+    /// The agent holding the conversation.
     agent_id: String,
+    /// The workflow the conversation runs in, if any.
     flow_id: Option<String>,
     #[serde(default)]
+    #[schema(value_type = crate::openapi::foreign::Metadata)]
     metadata: Metadata,
 }
 
-async fn create_session(
+/// Create a session
+#[utoipa::path(
+    post,
+    path = "/v1/sessions",
+    tag = "sessions",
+    request_body = CreateSessionRequest,
+    responses(
+        (status = 201, description = "Created", body = SessionBody),
+        (status = 409, description = "A session with this id exists", body = crate::error::ErrorBody),
+    ),
+)]
+pub(crate) async fn create_session(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiJson(request): ApiJson<CreateSessionRequest>,
@@ -69,15 +66,20 @@ async fn create_session(
     Ok((StatusCode::CREATED, Json(session.into())))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
-struct ListSessionsQuery {
+#[into_params(parameter_in = Query)]
+pub(crate) struct ListSessionsQuery {
+    /// Only this user's sessions.
     user_id: Option<String>,
+    /// Only this agent's sessions.
     agent_id: Option<String>,
     /// Zero-based.
     #[serde(default)]
+    #[param(default = 0)]
     page: u64,
     #[serde(default = "default_page_size")]
+    #[param(default = 20, minimum = 1, maximum = 100)]
     page_size: usize,
 }
 
@@ -85,8 +87,9 @@ fn default_page_size() -> usize {
     20
 }
 
-#[derive(Serialize)]
-struct SessionPage {
+/// A page of sessions, most recently active first.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct SessionPage {
     content: Vec<SessionBody>,
     total_elements: u64,
     total_pages: u64,
@@ -94,7 +97,17 @@ struct SessionPage {
     page_size: usize,
 }
 
-async fn list_sessions(
+/// List sessions
+///
+/// Most recently active first, optionally only one user's or one agent's.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions",
+    tag = "sessions",
+    params(ListSessionsQuery),
+    responses((status = 200, description = "A page of sessions", body = SessionPage)),
+)]
+pub(crate) async fn list_sessions(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiQuery(query): ApiQuery<ListSessionsQuery>,
@@ -123,14 +136,26 @@ async fn list_sessions(
     }))
 }
 
-#[derive(Serialize)]
-struct SessionWithMessages {
+/// A session with all its messages.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct SessionWithMessages {
     #[serde(flatten)]
     session: SessionBody,
     messages: Vec<MessageBody>,
 }
 
-async fn get_session(
+/// Get a session with its messages
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{session_id}",
+    tag = "sessions",
+    params(("session_id" = String, Path, description = "The session's id")),
+    responses(
+        (status = 200, description = "The session and all its messages", body = SessionWithMessages),
+        (status = 404, description = "No such session", body = crate::error::ErrorBody),
+    ),
+)]
+pub(crate) async fn get_session(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiPath(session_id): ApiPath<String>,
@@ -151,31 +176,56 @@ async fn get_session(
     }))
 }
 
-async fn delete_session(
+/// Delete a session
+///
+/// Erases the session and everything it owns (messages, runs, vectors, index entries).
+#[utoipa::path(
+    delete,
+    path = "/v1/sessions/{session_id}",
+    tag = "sessions",
+    params(("session_id" = String, Path, description = "The session's id")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, description = "No such session", body = crate::error::ErrorBody),
+    ),
+)]
+pub(crate) async fn delete_session(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiPath(session_id): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
-    state.recall().delete_session(&tenant, &session_id).await?;
+    // Through the erasure coordinator: the answer comes once nothing of the session is left,
+    // not even in the file's free pages.
+    crate::api::erasure::require_session(&state, &tenant, &session_id).await?;
+    crate::api::erasure::erase(&state, tenant, Target::Session { session_id }).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// Either one message (`role`, `content`, …) or a batch (`messages`), plus who owns the
 /// session so that an unknown session is created on first use.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct AppendRequest {
+pub(crate) struct AppendRequest {
+    /// A batch; or give one message's fields below instead.
     messages: Option<Vec<MessageInput>>,
+    #[schema(value_type = Option<crate::openapi::foreign::Role>)]
     role: Option<memlayer_store::Role>,
     content: Option<String>,
+    /// Counted with the server's token encoding when absent.
     token_count: Option<u32>,
+    /// RFC 3339; the append time when absent.
     timestamp: Option<String>,
+    #[schema(value_type = Option<crate::openapi::foreign::Metadata>)]
     metadata: Option<Metadata>,
+    /// With `agent_id`: who owns the session if this append creates it.
     user_id: Option<String>,
+    /// With `user_id`: who owns the session if this append creates it.
     agent_id: Option<String>,
     flow_id: Option<String>,
     /// Metadata of the session if this append creates it.
+    #[schema(value_type = Option<crate::openapi::foreign::Metadata>)]
     session_metadata: Option<Metadata>,
+    /// Like the `Idempotency-Key` header: a retry with the same key returns the first result.
     idempotency_key: Option<String>,
 }
 
@@ -247,15 +297,37 @@ impl AppendRequest {
     }
 }
 
-#[derive(Serialize)]
-struct AppendResponse {
+/// Where the appended messages went.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct AppendResponse {
     session_id: String,
     indices: Vec<u64>,
     created_session: bool,
     replayed: bool,
 }
 
-async fn append_messages(
+/// Append messages
+///
+/// One message or a batch, stored durably before the answer. An unknown session is created
+/// when `user_id` and `agent_id` are given. A retry with the same idempotency key answers
+/// `200` with the first result (`replayed`) and stores nothing.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{session_id}/messages",
+    tag = "messages",
+    params(
+        ("session_id" = String, Path, description = "The session's id"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Makes a retried append return the first result instead of storing it again"),
+    ),
+    request_body = AppendRequest,
+    responses(
+        (status = 201, description = "Stored", body = AppendResponse),
+        (status = 200, description = "A replay of an earlier append with the same idempotency key", body = AppendResponse),
+        (status = 404, description = "No such session, and no owner given to create it", body = crate::error::ErrorBody),
+        (status = 409, description = "The idempotency key was used with another body", body = crate::error::ErrorBody),
+    ),
+)]
+pub(crate) async fn append_messages(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiPath(session_id): ApiPath<String>,
@@ -338,12 +410,16 @@ fn idempotency_key(
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
-struct MessagesQuery {
+#[into_params(parameter_in = Query)]
+pub(crate) struct MessagesQuery {
+    /// Index of the first message.
     #[serde(default)]
+    #[param(default = 0)]
     from: u64,
     #[serde(default = "default_message_limit")]
+    #[param(default = 100, minimum = 1, maximum = 1000)]
     limit: usize,
 }
 
@@ -351,8 +427,9 @@ fn default_message_limit() -> usize {
     100
 }
 
-#[derive(Serialize)]
-struct MessagesPage {
+/// A page of a session's messages.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct MessagesPage {
     session_id: String,
     messages: Vec<MessageBody>,
     /// Where the next page starts, when there is one.
@@ -360,7 +437,18 @@ struct MessagesPage {
     next_from: Option<u64>,
 }
 
-async fn list_messages(
+/// List messages
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{session_id}/messages",
+    tag = "messages",
+    params(("session_id" = String, Path, description = "The session's id"), MessagesQuery),
+    responses(
+        (status = 200, description = "A page of messages, oldest first", body = MessagesPage),
+        (status = 404, description = "No such session", body = crate::error::ErrorBody),
+    ),
+)]
+pub(crate) async fn list_messages(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiPath(session_id): ApiPath<String>,
@@ -389,20 +477,39 @@ async fn list_messages(
     }))
 }
 
-#[derive(Deserialize)]
+/// An agent run to record.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct RecordRunRequest {
+pub(crate) struct RecordRunRequest {
+    /// A UUIDv4 is generated when absent.
     run_id: Option<String>,
+    #[schema(value_type = crate::openapi::foreign::RunStatus)]
     status: RunStatus,
+    /// The answer, if any.
     content: Option<String>,
     #[serde(default)]
     tool_calls: Vec<Value>,
+    /// Why the run failed.
     error: Option<String>,
     #[serde(default)]
+    #[schema(value_type = crate::openapi::foreign::Metadata)]
     metadata: Metadata,
 }
 
-async fn record_run(
+/// Record an agent run
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{session_id}/runs",
+    tag = "runs",
+    params(("session_id" = String, Path, description = "The session's id")),
+    request_body = RecordRunRequest,
+    responses(
+        (status = 201, description = "Recorded", body = RunBody),
+        (status = 404, description = "No such session", body = crate::error::ErrorBody),
+        (status = 409, description = "A run with this id exists", body = crate::error::ErrorBody),
+    ),
+)]
+pub(crate) async fn record_run(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiPath(session_id): ApiPath<String>,
@@ -420,7 +527,18 @@ async fn record_run(
     Ok((StatusCode::CREATED, Json(RunBody::new(session_id, run))))
 }
 
-async fn list_runs(
+/// List runs
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{session_id}/runs",
+    tag = "runs",
+    params(("session_id" = String, Path, description = "The session's id")),
+    responses(
+        (status = 200, description = "The session's runs in order", body = Vec<RunBody>),
+        (status = 404, description = "No such session", body = crate::error::ErrorBody),
+    ),
+)]
+pub(crate) async fn list_runs(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiPath(session_id): ApiPath<String>,
@@ -434,16 +552,29 @@ async fn list_runs(
     ))
 }
 
-#[derive(Serialize)]
-struct Cleared {
+/// Where context loads start now.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Cleared {
     session_id: String,
     /// Context loads start at this index from now on.
     load_from: u64,
 }
 
+/// Clear a session's context
+///
 /// `clear_session`: later context starts after the current last message; everything stays
 /// stored for audit and for search.
-async fn clear_session(
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{session_id}/clear",
+    tag = "messages",
+    params(("session_id" = String, Path, description = "The session's id")),
+    responses(
+        (status = 200, description = "Cleared", body = Cleared),
+        (status = 404, description = "No such session", body = crate::error::ErrorBody),
+    ),
+)]
+pub(crate) async fn clear_session(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiPath(session_id): ApiPath<String>,
@@ -460,11 +591,14 @@ const MAX_SEARCH_HITS: usize = 50;
 /// Characters of a hit's content shown in its preview.
 const PREVIEW_CHARS: usize = 300;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
-struct SearchQuery {
+#[into_params(parameter_in = Query)]
+pub(crate) struct SearchQuery {
+    /// Words to find, case-insensitively.
     q: String,
     #[serde(default = "default_search_limit")]
+    #[param(default = 10, minimum = 1, maximum = 50)]
     limit: usize,
 }
 
@@ -472,24 +606,39 @@ fn default_search_limit() -> usize {
     10
 }
 
-#[derive(Serialize)]
-struct SearchHit {
+/// A message that matched.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct SearchHit {
     index: u64,
+    #[schema(value_type = crate::openapi::foreign::Role)]
     role: memlayer_store::Role,
     /// The content, cut to 300 characters.
     preview: String,
     timestamp: crate::wire::Rfc3339,
 }
 
-#[derive(Serialize)]
-struct SearchResults {
+/// Matches, newest first.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct SearchResults {
     session_id: String,
     hits: Vec<SearchHit>,
 }
 
+/// Search a session's history
+///
 /// `session_search`: case-insensitive keyword search over the session's whole history,
 /// including messages dropped, summarised or cleared from the context; newest first.
-async fn search_session(
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{session_id}/search",
+    tag = "messages",
+    params(("session_id" = String, Path, description = "The session's id"), SearchQuery),
+    responses(
+        (status = 200, description = "Matches, newest first", body = SearchResults),
+        (status = 404, description = "No such session", body = crate::error::ErrorBody),
+    ),
+)]
+pub(crate) async fn search_session(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiPath(session_id): ApiPath<String>,

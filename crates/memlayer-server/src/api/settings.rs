@@ -3,49 +3,53 @@
 //! keys, laid over the built-in defaults (and an agent's over its tenant's); a request may
 //! override them again. A change applies from the next context on and never rewrites turns.
 
+use axum::Json;
 use axum::extract::State;
-use axum::routing::get;
-use axum::{Json, Router};
 use memlayer_memory::{ContextSettings, SettingsOverrides};
 use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::api::read;
 use crate::extract::{ApiJson, ApiPath, Tenant};
 use crate::{ApiError, AppState};
 
-pub(crate) fn routes() -> Router<AppState> {
-    Router::new()
-        .route(
-            "/v1/settings",
-            get(tenant_settings)
-                .put(put_tenant_settings)
-                .delete(delete_tenant_settings),
-        )
-        .route(
-            "/v1/agents/{agent_id}/settings",
-            get(agent_settings)
-                .put(put_agent_settings)
-                .delete(delete_agent_settings),
-        )
-}
-
-#[derive(Serialize)]
-struct SettingsResponse {
+/// The settings saved at one level and what they lead to.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct SettingsResponse {
     /// The keys saved at this level.
+    #[schema(value_type = crate::openapi::foreign::SettingsDocument)]
     saved: SettingsOverrides,
     /// What a context gets with no request overrides: defaults, then the tenant's, then
     /// (for an agent) the agent's.
+    #[schema(value_type = crate::openapi::foreign::ContextSettings)]
     effective: ContextSettings,
 }
 
-async fn tenant_settings(
+/// Get the tenant's settings
+#[utoipa::path(
+    get,
+    path = "/v1/settings",
+    tag = "settings",
+    responses((status = 200, description = "The saved document and the effective settings", body = SettingsResponse)),
+)]
+pub(crate) async fn tenant_settings(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
 ) -> Result<Json<SettingsResponse>, ApiError> {
     describe(&state, tenant, None).await
 }
 
-async fn put_tenant_settings(
+/// Save the tenant's settings
+///
+/// Replaces the saved document; it must lead to valid settings.
+#[utoipa::path(
+    put,
+    path = "/v1/settings",
+    tag = "settings",
+    request_body = crate::openapi::foreign::SettingsDocument,
+    responses((status = 200, description = "Saved", body = SettingsResponse)),
+)]
+pub(crate) async fn put_tenant_settings(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiJson(document): ApiJson<SettingsOverrides>,
@@ -53,14 +57,29 @@ async fn put_tenant_settings(
     save(&state, tenant, None, Some(document)).await
 }
 
-async fn delete_tenant_settings(
+/// Remove the tenant's settings
+#[utoipa::path(
+    delete,
+    path = "/v1/settings",
+    tag = "settings",
+    responses((status = 200, description = "Removed: the defaults apply", body = SettingsResponse)),
+)]
+pub(crate) async fn delete_tenant_settings(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
 ) -> Result<Json<SettingsResponse>, ApiError> {
     save(&state, tenant, None, None).await
 }
 
-async fn agent_settings(
+/// Get an agent's settings
+#[utoipa::path(
+    get,
+    path = "/v1/agents/{agent_id}/settings",
+    tag = "settings",
+    params(("agent_id" = String, Path, description = "The agent's id")),
+    responses((status = 200, description = "The saved document and the effective settings", body = SettingsResponse)),
+)]
+pub(crate) async fn agent_settings(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiPath(agent_id): ApiPath<String>,
@@ -68,7 +87,18 @@ async fn agent_settings(
     describe(&state, tenant, Some(agent_id)).await
 }
 
-async fn put_agent_settings(
+/// Save an agent's settings
+///
+/// Replaces the agent's saved document, laid over the tenant's; the result must be valid.
+#[utoipa::path(
+    put,
+    path = "/v1/agents/{agent_id}/settings",
+    tag = "settings",
+    params(("agent_id" = String, Path, description = "The agent's id")),
+    request_body = crate::openapi::foreign::SettingsDocument,
+    responses((status = 200, description = "Saved", body = SettingsResponse)),
+)]
+pub(crate) async fn put_agent_settings(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiPath(agent_id): ApiPath<String>,
@@ -77,7 +107,15 @@ async fn put_agent_settings(
     save(&state, tenant, Some(agent_id), Some(document)).await
 }
 
-async fn delete_agent_settings(
+/// Remove an agent's settings
+#[utoipa::path(
+    delete,
+    path = "/v1/agents/{agent_id}/settings",
+    tag = "settings",
+    params(("agent_id" = String, Path, description = "The agent's id")),
+    responses((status = 200, description = "Removed: the tenant's settings apply", body = SettingsResponse)),
+)]
+pub(crate) async fn delete_agent_settings(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiPath(agent_id): ApiPath<String>,

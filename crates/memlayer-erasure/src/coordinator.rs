@@ -1,0 +1,312 @@
+//! The coordinator: runs erasure jobs, resumes the ones a crash interrupted, and compacts
+//! the store file once per batch of erasures.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError};
+
+use memlayer_index::Recall;
+use memlayer_store::{MessageKey, Store, StoreError, Timestamp, validate_id};
+
+use crate::ErasureError;
+use crate::job::{ErasureRequest, JobDocument, Receipt, Target};
+
+/// How often a compaction is tried when reads keep the file busy before the job is left
+/// pending for the next start (or the next erasure) to finish.
+const COMPACTION_ATTEMPTS: usize = 3;
+
+/// Runs erasures over one store and its indexes. Cheap to clone.
+#[derive(Clone)]
+pub struct Coordinator {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    recall: Recall,
+    /// Tickets handed to erasures waiting for a compaction, and (under the mutex) the last
+    /// ticket a finished compaction covers: erasures that finish their deletions while a
+    /// compaction runs share the next one instead of each running their own.
+    tickets: AtomicU64,
+    compacted: tokio::sync::Mutex<u64>,
+    /// Jobs running in this process, which `resume` must leave to their runner.
+    running: std::sync::Mutex<HashSet<u64>>,
+}
+
+/// Marks a job as running for as long as it lives.
+struct Running<'a> {
+    jobs: &'a std::sync::Mutex<HashSet<u64>>,
+    id: u64,
+}
+
+impl<'a> Running<'a> {
+    /// `None` when the job is already running.
+    fn claim(jobs: &'a std::sync::Mutex<HashSet<u64>>, id: u64) -> Option<Self> {
+        let mut running = jobs.lock().unwrap_or_else(PoisonError::into_inner);
+        running.insert(id).then_some(Self { jobs, id })
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.id);
+    }
+}
+
+impl Coordinator {
+    /// A coordinator erasing from `store` and from the indexes of `recall` (which must index
+    /// that store).
+    pub fn new(store: Store, recall: Recall) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                recall,
+                tickets: AtomicU64::new(0),
+                compacted: tokio::sync::Mutex::new(0),
+                running: std::sync::Mutex::new(HashSet::new()),
+            }),
+        }
+    }
+
+    /// The store erasures run against.
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// Runs one erasure to its end and returns its receipt. The job is recorded first: if
+    /// the process dies before the receipt is written, [`Coordinator::resume`] finishes it.
+    /// A session or message that does not exist (any more) is not an error for the job
+    /// itself; callers that want `404` for an unknown session check first.
+    pub async fn erase(&self, request: ErasureRequest) -> Result<Receipt, ErasureError> {
+        validate(&request)?;
+        let document = JobDocument {
+            request,
+            requested_at: Timestamp::now().as_micros(),
+        };
+        let value =
+            serde_json::to_value(&document).map_err(|err| ErasureError::Task(err.to_string()))?;
+        let id = self.inner.store.record_job(value).await?;
+        let _running = Running::claim(&self.inner.running, id);
+        self.run(id, &document, false).await
+    }
+
+    /// Finishes every job a crash left pending, oldest first. Run it at start, before
+    /// serving.
+    pub async fn resume(&self) -> Result<Vec<Receipt>, ErasureError> {
+        let store = self.inner.store.clone();
+        let pending = blocking(move || Ok(store.pending_jobs()?)).await?;
+        let mut receipts = Vec::new();
+        for job in pending {
+            let Some(_running) = Running::claim(&self.inner.running, job.id) else {
+                continue;
+            };
+            let document: JobDocument = serde_json::from_value(job.document).map_err(|err| {
+                ErasureError::UnreadableJob {
+                    id: job.id,
+                    reason: err.to_string(),
+                }
+            })?;
+            tracing::info!(job = job.id, "resuming an interrupted erasure");
+            receipts.push(self.run(job.id, &document, true).await?);
+        }
+        Ok(receipts)
+    }
+
+    /// A tenant's receipts, newest first.
+    pub async fn receipts(&self, tenant: &str, limit: usize) -> Result<Vec<Receipt>, ErasureError> {
+        let store = self.inner.store.clone();
+        let tenant = tenant.to_owned();
+        let values = blocking(move || Ok(store.receipts(&tenant, limit)?)).await?;
+        values
+            .into_iter()
+            .map(|value| {
+                serde_json::from_value(value).map_err(|err| {
+                    ErasureError::Store(StoreError::Corrupted {
+                        what: "erasure receipt",
+                        detail: err.to_string(),
+                    })
+                })
+            })
+            .collect()
+    }
+
+    async fn run(
+        &self,
+        id: u64,
+        document: &JobDocument,
+        resumed: bool,
+    ) -> Result<Receipt, ErasureError> {
+        let mut receipt = Receipt::begin(id, document, resumed);
+        let tenant = document.request.tenant.as_str();
+        let mut erased_sessions = Vec::new();
+        let mut erased_message = None;
+        match &document.request.target {
+            Target::Message { session_id, index } => {
+                let store = self.inner.store.clone();
+                let exists = {
+                    let (tenant, session_id) = (tenant.to_owned(), session_id.clone());
+                    blocking(move || Ok(store.session_exists(&tenant, &session_id)?)).await?
+                };
+                if exists {
+                    let erased = self
+                        .inner
+                        .store
+                        .erase_message(tenant, session_id, *index)
+                        .await?;
+                    receipt.counts.messages += u64::from(erased.message);
+                    receipt.counts.vectors += u64::from(erased.vector);
+                    receipt.counts.summaries += u64::from(erased.summary);
+                    let key = MessageKey::new(erased.sid, *index);
+                    self.inner.recall.forget_message(key).await?;
+                    erased_message = Some(key);
+                }
+            }
+            Target::Session { session_id } => {
+                if let Some(sid) = self.erase_session(tenant, session_id, &mut receipt).await? {
+                    erased_sessions.push(sid);
+                }
+            }
+            Target::User { user_id } => loop {
+                // Sessions the user starts while the erasure runs are erased too.
+                let store = self.inner.store.clone();
+                let (owner_tenant, user) = (tenant.to_owned(), user_id.clone());
+                let ids =
+                    blocking(move || Ok(store.user_session_ids(&owner_tenant, &user)?)).await?;
+                if ids.is_empty() {
+                    break;
+                }
+                for session_id in ids {
+                    if let Some(sid) = self
+                        .erase_session(tenant, &session_id, &mut receipt)
+                        .await?
+                    {
+                        erased_sessions.push(sid);
+                    }
+                }
+            },
+            Target::InactiveSince { cutoff, .. } => {
+                let store = self.inner.store.clone();
+                let owner_tenant = tenant.to_owned();
+                let cutoff = Timestamp::from_micros(*cutoff);
+                let ids =
+                    blocking(move || Ok(store.sessions_inactive_before(&owner_tenant, cutoff)?))
+                        .await?;
+                for session_id in ids {
+                    if let Some(sid) = self
+                        .erase_session(tenant, &session_id, &mut receipt)
+                        .await?
+                    {
+                        erased_sessions.push(sid);
+                    }
+                }
+            }
+        }
+
+        // A batch the indexing pipeline read before the deletion may have indexed an erased
+        // message after it was removed: once the pipeline caught up, remove again.
+        self.inner.recall.wait_for_index().await?;
+        for sid in &erased_sessions {
+            self.inner.recall.forget_session(*sid).await?;
+        }
+        if let Some(key) = erased_message {
+            self.inner.recall.forget_message(key).await?;
+        }
+        self.compact().await?;
+
+        receipt.completed_at = Timestamp::now().as_micros();
+        let value =
+            serde_json::to_value(&receipt).map_err(|err| ErasureError::Task(err.to_string()))?;
+        self.inner.store.finish_job(id, tenant, value).await?;
+        tracing::info!(
+            job = id,
+            sessions = receipt.counts.sessions,
+            messages = receipt.counts.messages,
+            "erasure complete"
+        );
+        Ok(receipt)
+    }
+
+    /// Deletes a session with everything it owns from the store and the indexes; `None`
+    /// when it was already gone.
+    async fn erase_session(
+        &self,
+        tenant: &str,
+        session_id: &str,
+        receipt: &mut Receipt,
+    ) -> Result<Option<u64>, ErasureError> {
+        let store = self.inner.store.clone();
+        let (owner_tenant, id) = (tenant.to_owned(), session_id.to_owned());
+        let before = blocking(move || {
+            let session = store.session(&owner_tenant, &id)?;
+            let summary = store.summary(&owner_tenant, &id).ok().flatten();
+            Ok(session.map(|s| (s.message_count, summary.is_some())))
+        })
+        .await?;
+        let Some((messages, summary)) = before else {
+            return Ok(None);
+        };
+        let sid = match self.inner.store.delete_session(tenant, session_id).await {
+            Ok(sid) => sid,
+            Err(StoreError::SessionNotFound { .. }) => return Ok(None),
+            Err(err) => return Err(err.into()),
+        };
+        self.inner.recall.forget_session(sid).await?;
+        receipt.counts.sessions += 1;
+        receipt.counts.messages += messages;
+        receipt.counts.summaries += u64::from(summary);
+        receipt.session_ids.push(session_id.to_owned());
+        Ok(Some(sid))
+    }
+
+    /// Compacts the store file after this erasure's deletions, unless a compaction that
+    /// started after them already ran.
+    async fn compact(&self) -> Result<(), ErasureError> {
+        let ticket = self.inner.tickets.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut compacted = self.inner.compacted.lock().await;
+        if *compacted >= ticket {
+            return Ok(());
+        }
+        // Every ticket handed out so far belongs to an erasure whose deletions committed
+        // before this compaction starts.
+        let covers = self.inner.tickets.load(Ordering::SeqCst);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let store = self.inner.store.clone();
+            match blocking(move || Ok(store.compact()?)).await {
+                Ok(_) => break,
+                Err(ErasureError::Store(StoreError::Busy(reason)))
+                    if attempt < COMPACTION_ATTEMPTS =>
+                {
+                    tracing::warn!(%reason, attempt, "compaction postponed");
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        *compacted = covers;
+        Ok(())
+    }
+}
+
+fn validate(request: &ErasureRequest) -> Result<(), ErasureError> {
+    validate_id("tenant", &request.tenant)?;
+    match &request.target {
+        Target::Message { session_id, .. } | Target::Session { session_id } => {
+            validate_id("session_id", session_id)?;
+        }
+        Target::User { user_id } => validate_id("user_id", user_id)?,
+        Target::InactiveSince { .. } => {}
+    }
+    Ok(())
+}
+
+pub(crate) async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ErasureError> + Send + 'static,
+) -> Result<T, ErasureError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|err| ErasureError::Task(err.to_string()))?
+}

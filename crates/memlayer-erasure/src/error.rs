@@ -1,0 +1,35 @@
+//! The one error type of the erasure crate.
+
+use memlayer_index::IndexError;
+use memlayer_store::StoreError;
+
+/// What can go wrong while erasing.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ErasureError {
+    /// The request is invalid (the message named, the days given).
+    #[error("invalid {field}: {reason}")]
+    Invalid {
+        /// Which part of the request.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The store failed; the job stays pending and resumes.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The indexes failed; the job stays pending and resumes.
+    #[error(transparent)]
+    Index(#[from] IndexError),
+    /// A stored job could not be read back.
+    #[error("unreadable erasure job {id}: {reason}")]
+    UnreadableJob {
+        /// Its id.
+        id: u64,
+        /// Why.
+        reason: String,
+    },
+    /// A background task died.
+    #[error("a background task failed: {0}")]
+    Task(String),
+}

@@ -1,0 +1,108 @@
+//! Conversation retention: each tenant may keep conversations for a number of days; a daily
+//! pass erases the ones inactive for longer. A pass missed while the server was down runs at
+//! the next start, because what is due is decided by the last run's time, not by a clock.
+
+use std::time::Duration;
+
+use memlayer_store::Timestamp;
+
+use crate::coordinator::blocking;
+use crate::job::{ErasureRequest, Receipt, Target};
+use crate::{Coordinator, ErasureError};
+
+/// How often a tenant's rule runs.
+const RETENTION_PERIOD: Duration = Duration::from_secs(24 * 60 * 60);
+/// How often the scheduler looks for a rule that is due.
+const CHECK_EVERY: Duration = Duration::from_secs(15 * 60);
+const MICROS_PER_DAY: u64 = 24 * 60 * 60 * 1_000_000;
+
+/// A tenant's retention rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetentionRule {
+    /// The tenant.
+    pub tenant: String,
+    /// Conversations inactive for more days than this are erased.
+    pub days: u32,
+    /// When the rule last ran (the epoch if never).
+    pub last_run: Timestamp,
+}
+
+impl Coordinator {
+    /// Every tenant's rule.
+    pub async fn retention_rules(&self) -> Result<Vec<RetentionRule>, ErasureError> {
+        let store = self.store().clone();
+        let rules = blocking(move || Ok(store.retention_rules()?)).await?;
+        Ok(rules
+            .into_iter()
+            .map(|(tenant, days, last_run)| RetentionRule {
+                tenant,
+                days,
+                last_run,
+            })
+            .collect())
+    }
+
+    /// Runs every rule whose last run is a day or more before `now`, and returns what they
+    /// erased.
+    pub async fn apply_due_retention(&self, now: Timestamp) -> Result<Vec<Receipt>, ErasureError> {
+        let mut receipts = Vec::new();
+        for rule in self.retention_rules().await? {
+            let due = now.as_micros().saturating_sub(rule.last_run.as_micros())
+                >= RETENTION_PERIOD.as_micros() as u64;
+            if !due {
+                continue;
+            }
+            receipts.push(
+                self.purge(&rule.tenant, rule.days, "retention", now)
+                    .await?,
+            );
+            self.store().retention_ran(&rule.tenant, now).await?;
+        }
+        Ok(receipts)
+    }
+
+    /// Erases every conversation of `tenant` inactive for more than `days` days before
+    /// `now` (all of them with 0).
+    pub async fn purge(
+        &self,
+        tenant: &str,
+        days: u32,
+        requested_by: &str,
+        now: Timestamp,
+    ) -> Result<Receipt, ErasureError> {
+        let cutoff = if days == 0 {
+            u64::MAX
+        } else {
+            now.as_micros()
+                .saturating_sub(u64::from(days) * MICROS_PER_DAY)
+        };
+        self.erase(ErasureRequest {
+            tenant: tenant.to_owned(),
+            target: Target::InactiveSince {
+                older_than_days: days,
+                cutoff,
+            },
+            requested_by: requested_by.to_owned(),
+        })
+        .await
+    }
+
+    /// Until `shutdown` resolves, every few minutes: finishes erasures left pending (by a
+    /// crash, or a compaction postponed by busy reads) and applies due retention rules.
+    /// Failures are logged and retried at the next check.
+    pub async fn run_maintenance(self, shutdown: impl std::future::Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        loop {
+            if let Err(err) = self.resume().await {
+                tracing::error!(error = %err, "resuming pending erasures failed; it is retried");
+            }
+            if let Err(err) = self.apply_due_retention(Timestamp::now()).await {
+                tracing::error!(error = %err, "retention pass failed; it is retried");
+            }
+            tokio::select! {
+                () = &mut shutdown => return,
+                () = tokio::time::sleep(CHECK_EVERY) => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,508 @@
+//! Erasure end to end over a real store, the real indexes and the real embedding model
+//! (installed by `cargo xtask setup`): canaries gone from every API and every file byte,
+//! interrupted jobs finished on resume, and random erasures checked against a model of what
+//! must remain.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use memlayer_embed::{Assets, Embedder, EmbedderOptions};
+use memlayer_index::{Recall, RecallOptions, RecallQuery, Scope};
+use memlayer_store::{Append, NewMessage, NewSession, Role, Store, Timestamp};
+use proptest::prelude::*;
+use tokio::sync::oneshot;
+
+use crate::{Coordinator, ErasureRequest, Target, scan_files};
+
+const TENANT: &str = "t";
+
+fn embedder() -> Embedder {
+    let dir = std::env::var_os("MEMLAYER_ASSETS_DIR").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../memlayer-assets"),
+        PathBuf::from,
+    );
+    let assets = Assets::in_dir(dir);
+    if let Err(err) = assets.check() {
+        panic!("erasure tests need the real model: {err}");
+    }
+    Embedder::open(&assets, EmbedderOptions::default()).unwrap()
+}
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    store: Store,
+    recall: Recall,
+    coordinator: Coordinator,
+    stop: Option<oneshot::Sender<()>>,
+    pipeline: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Fixture {
+    fn open(dir: tempfile::TempDir, embedder: Embedder) -> Self {
+        let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
+        let options = RecallOptions::default().with_snapshot(dir.path().join("vectors.idx"));
+        let recall = Recall::open(store.clone(), embedder, options).unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let pipeline = tokio::spawn(recall.clone().run_pipeline(async {
+            let _ = stopped.await;
+        }));
+        Self {
+            coordinator: Coordinator::new(store.clone(), recall.clone()),
+            dir,
+            store,
+            recall,
+            stop: Some(stop),
+            pipeline: Some(pipeline),
+        }
+    }
+
+    async fn close(mut self) -> tempfile::TempDir {
+        let _ = self.stop.take().unwrap().send(());
+        self.pipeline.take().unwrap().await.unwrap();
+        self.store.shutdown();
+        self.dir
+    }
+
+    fn files(&self) -> [PathBuf; 2] {
+        [
+            self.dir.path().join("memlayer.redb"),
+            self.dir.path().join("vectors.idx"),
+        ]
+    }
+
+    /// Occurrences of `text` in the store and index files.
+    fn in_files(&self, text: &str) -> usize {
+        let files = self.files();
+        let paths: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
+        scan_files(&paths, text.as_bytes()).unwrap().len()
+    }
+
+    async fn say(&self, session: &str, user: &str, lines: &[(Role, String)]) {
+        let messages = lines
+            .iter()
+            .map(|(role, content)| NewMessage {
+                role: *role,
+                content: content.clone(),
+                token_count: 1,
+                timestamp: None,
+                metadata: Default::default(),
+            })
+            .collect();
+        let append = Append {
+            messages,
+            create: Some(NewSession {
+                user_id: user.into(),
+                agent_id: "assistant".into(),
+                ..NewSession::default()
+            }),
+            idempotency_key: None,
+        };
+        self.store.append(TENANT, session, append).await.unwrap();
+    }
+
+    /// Waits until the pipeline indexed everything and saved nothing stale.
+    async fn settle(&self) {
+        assert_eq!(self.recall.wait_for_index().await.unwrap(), None);
+    }
+
+    /// Contents recall finds for `query` among the user's sessions.
+    async fn recalled(&self, user: &str, query: &str) -> Vec<String> {
+        self.recall
+            .recall(RecallQuery {
+                tenant: TENANT.into(),
+                scope: Scope::User {
+                    user_id: user.into(),
+                    agent_id: None,
+                },
+                query: query.into(),
+                k: 50,
+                roles: None,
+                after: None,
+                before: None,
+                exclude: None,
+            })
+            .await
+            .unwrap()
+            .hits
+            .into_iter()
+            .map(|hit| hit.message.content)
+            .collect()
+    }
+
+    async fn erase(&self, target: Target) -> crate::Receipt {
+        self.coordinator
+            .erase(ErasureRequest {
+                tenant: TENANT.into(),
+                target,
+                requested_by: "test".into(),
+            })
+            .await
+            .unwrap()
+    }
+}
+
+fn lines(items: &[(Role, &str)]) -> Vec<(Role, String)> {
+    items.iter().map(|(r, c)| (*r, (*c).to_owned())).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canaries_leave_every_api_and_every_file_byte() {
+    let fixture = Fixture::open(tempfile::tempdir().unwrap(), embedder());
+    let message_canary = "canary-msg-5b1e77d0 my locker code is 4471";
+    let session_canary = "canary-session-c93a02f1 the vault password is tangerine";
+    let user_canary = "canary-user-0e4d8a6b my passport number is X99812";
+    fixture
+        .say(
+            "alice-1",
+            "alice",
+            &lines(&[
+                (Role::User, "Hello, I need help with my gym membership."),
+                (Role::Assistant, "Sure, what is the problem?"),
+                (Role::User, message_canary),
+                (Role::Assistant, "Noted."),
+            ]),
+        )
+        .await;
+    fixture
+        .say("alice-2", "alice", &lines(&[(Role::User, session_canary)]))
+        .await;
+    fixture
+        .say("alice-3", "alice", &lines(&[(Role::User, user_canary)]))
+        .await;
+    fixture
+        .say(
+            "bob-1",
+            "bob",
+            &lines(&[(Role::User, "Bob keeps his bike in locker 12.")]),
+        )
+        .await;
+    // A summary that carries the canary, as a summarised context would have persisted it.
+    fixture
+        .store
+        .save_summary(
+            TENANT,
+            "alice-1",
+            format!("[Conversation Summary] (messages 0–2)\n- User: {message_canary}"),
+            0,
+            2,
+        )
+        .await
+        .unwrap();
+    fixture.settle().await;
+    assert!(fixture.in_files("canary-msg-5b1e77d0") > 0);
+    assert!(
+        fixture
+            .recalled("alice", "locker code")
+            .await
+            .iter()
+            .any(|c| c == message_canary)
+    );
+
+    // One message: gone from store, summary, indexes and every byte of both files.
+    let receipt = fixture
+        .erase(Target::Message {
+            session_id: "alice-1".into(),
+            index: 2,
+        })
+        .await;
+    assert_eq!(
+        (
+            receipt.counts.messages,
+            receipt.counts.vectors,
+            receipt.counts.summaries
+        ),
+        (1, 1, 1)
+    );
+    assert_eq!(fixture.in_files("canary-msg-5b1e77d0"), 0);
+    assert!(
+        !fixture
+            .recalled("alice", "locker code")
+            .await
+            .iter()
+            .any(|c| c.contains("canary-msg"))
+    );
+    assert_eq!(fixture.store.summary(TENANT, "alice-1").unwrap(), None);
+    let rest: Vec<String> = fixture
+        .store
+        .messages(TENANT, "alice-1", 0, 100)
+        .unwrap()
+        .into_iter()
+        .map(|m| m.content)
+        .collect();
+    assert_eq!(
+        rest,
+        [
+            "Hello, I need help with my gym membership.",
+            "Sure, what is the problem?",
+            "Noted."
+        ]
+    );
+
+    // A session, then the user: everything of theirs, nothing of Bob's.
+    fixture
+        .erase(Target::Session {
+            session_id: "alice-2".into(),
+        })
+        .await;
+    assert_eq!(fixture.in_files("canary-session-c93a02f1"), 0);
+    let receipt = fixture
+        .erase(Target::User {
+            user_id: "alice".into(),
+        })
+        .await;
+    assert_eq!(receipt.counts.sessions, 2);
+    let mut erased = receipt.session_ids.clone();
+    erased.sort();
+    assert_eq!(erased, ["alice-1", "alice-3"]);
+    assert_eq!(fixture.in_files("canary-user-0e4d8a6b"), 0);
+    assert!(
+        fixture
+            .recalled("alice", "passport number")
+            .await
+            .is_empty()
+    );
+    assert_eq!(
+        fixture.recalled("bob", "locker").await,
+        ["Bob keeps his bike in locker 12."]
+    );
+    assert!(
+        fixture.in_files("Bob keeps his bike") > 0,
+        "what was not erased stays"
+    );
+
+    // Receipts name what was erased, never the content.
+    let receipts = fixture.coordinator.receipts(TENANT, 10).await.unwrap();
+    assert_eq!(receipts.len(), 3);
+    let stored = serde_json::to_string(&receipts).unwrap();
+    assert!(!stored.contains("canary"), "{stored}");
+    fixture.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_erasure_finishes_when_resumed_and_twice_is_harmless() {
+    let embedder = embedder();
+    let fixture = Fixture::open(tempfile::tempdir().unwrap(), embedder.clone());
+    fixture
+        .say(
+            "doomed",
+            "carol",
+            &lines(&[(Role::User, "canary-resume-77aa secret plans")]),
+        )
+        .await;
+    fixture.settle().await;
+    // The process died right after recording the job: nothing of it ran.
+    let document = serde_json::json!({
+        "request": {
+            "tenant": TENANT,
+            "target": { "kind": "session", "session_id": "doomed" },
+            "requested_by": "test",
+        },
+        "requested_at": Timestamp::now().as_micros(),
+    });
+    fixture.store.record_job(document).await.unwrap();
+    let dir = fixture.close().await;
+
+    let fixture = Fixture::open(dir, embedder);
+    assert!(fixture.in_files("canary-resume-77aa") > 0);
+    let finished = fixture.coordinator.resume().await.unwrap();
+    assert_eq!(finished.len(), 1);
+    assert!(finished[0].resumed);
+    assert_eq!(finished[0].session_ids, ["doomed"]);
+    assert!(fixture.store.pending_jobs().unwrap().is_empty());
+    assert_eq!(fixture.in_files("canary-resume-77aa"), 0);
+    assert!(fixture.coordinator.resume().await.unwrap().is_empty());
+    // Erasing what is already gone is harmless and says it removed nothing.
+    let again = fixture
+        .erase(Target::Session {
+            session_id: "doomed".into(),
+        })
+        .await;
+    assert_eq!(again.counts.sessions, 0);
+    fixture.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_erases_only_conversations_older_than_the_rule() {
+    let fixture = Fixture::open(tempfile::tempdir().unwrap(), embedder());
+    fixture
+        .say(
+            "recent",
+            "dave",
+            &lines(&[(Role::User, "A recent question.")]),
+        )
+        .await;
+    fixture.store.set_retention(TENANT, Some(30)).await.unwrap();
+    let day = 24 * 60 * 60 * 1_000_000u64;
+    // A day later nothing is 30 days old; the rule ran and is not due again until tomorrow.
+    let tomorrow = Timestamp::from_micros(Timestamp::now().as_micros() + day);
+    let receipts = fixture
+        .coordinator
+        .apply_due_retention(tomorrow)
+        .await
+        .unwrap();
+    assert_eq!(receipts.len(), 1);
+    assert_eq!(receipts[0].counts.sessions, 0);
+    assert!(
+        fixture
+            .coordinator
+            .apply_due_retention(tomorrow)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Forty days later (a run missed while down is due at once), the session goes.
+    let later = Timestamp::from_micros(Timestamp::now().as_micros() + 40 * day);
+    let receipts = fixture
+        .coordinator
+        .apply_due_retention(later)
+        .await
+        .unwrap();
+    assert_eq!(receipts[0].session_ids, ["recent"]);
+    assert_eq!(receipts[0].requested_by, "retention");
+    assert!(!fixture.store.session_exists(TENANT, "recent").unwrap());
+    fixture.close().await;
+}
+
+/// One random erasure of the property test.
+#[derive(Debug, Clone)]
+enum Op {
+    Message { session: usize, index: u64 },
+    Session { session: usize },
+    User { user: usize },
+}
+
+const SESSIONS: usize = 4;
+const USERS: usize = 2;
+
+fn owner(session: usize) -> String {
+    format!("user-{}", session % USERS)
+}
+
+fn arb_case() -> impl proptest::strategy::Strategy<Value = (Vec<usize>, Vec<Op>)> {
+    let lengths = proptest::collection::vec(1usize..5, SESSIONS);
+    let op = prop_oneof![
+        4 => (0..SESSIONS, 0u64..5).prop_map(|(session, index)| Op::Message { session, index }),
+        1 => (0..SESSIONS).prop_map(|session| Op::Session { session }),
+        1 => (0..USERS).prop_map(|user| Op::User { user }),
+    ];
+    (lengths, proptest::collection::vec(op, 1..5))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+
+    /// After random erasures, every message the model says remains is stored exactly as it
+    /// was, no erased message is stored, found by recall or present in the files.
+    #[test]
+    fn random_erasures_leave_exactly_what_was_not_erased((lengths, ops) in arb_case()) {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(check_random_erasures(lengths, ops));
+    }
+}
+
+async fn check_random_erasures(lengths: Vec<usize>, ops: Vec<Op>) {
+    let fixture = Fixture::open(tempfile::tempdir().unwrap(), embedder());
+    // The model: (session, index) → content, for what must remain.
+    let mut model: BTreeMap<(usize, u64), String> = BTreeMap::new();
+    for (session, &length) in lengths.iter().enumerate() {
+        let contents: Vec<(Role, String)> = (0..length)
+            .map(|i| {
+                (
+                    Role::User,
+                    format!("note-{session}-{i} about topic {}", i * 7 + session),
+                )
+            })
+            .collect();
+        for (i, (_, content)) in contents.iter().enumerate() {
+            model.insert((session, i as u64), content.clone());
+        }
+        fixture
+            .say(&format!("s{session}"), &owner(session), &contents)
+            .await;
+    }
+    fixture.settle().await;
+    let mut erased: Vec<String> = Vec::new();
+    for op in &ops {
+        let (target, removed): (Target, Vec<(usize, u64)>) = match *op {
+            Op::Message { session, index } => (
+                Target::Message {
+                    session_id: format!("s{session}"),
+                    index,
+                },
+                vec![(session, index)],
+            ),
+            Op::Session { session } => (
+                Target::Session {
+                    session_id: format!("s{session}"),
+                },
+                model
+                    .keys()
+                    .filter(|(s, _)| *s == session)
+                    .copied()
+                    .collect(),
+            ),
+            Op::User { user } => (
+                Target::User {
+                    user_id: format!("user-{user}"),
+                },
+                model
+                    .keys()
+                    .filter(|(s, _)| s % USERS == user)
+                    .copied()
+                    .collect(),
+            ),
+        };
+        fixture.erase(target).await;
+        for key in removed {
+            if let Some(content) = model.remove(&key) {
+                erased.push(content);
+            }
+        }
+    }
+    for session in 0..SESSIONS {
+        let id = format!("s{session}");
+        let stored: BTreeMap<(usize, u64), String> =
+            if fixture.store.session_exists(TENANT, &id).unwrap() {
+                fixture
+                    .store
+                    .messages(TENANT, &id, 0, 100)
+                    .unwrap()
+                    .into_iter()
+                    .map(|m| ((session, m.index), m.content))
+                    .collect()
+            } else {
+                BTreeMap::new()
+            };
+        let expected: BTreeMap<(usize, u64), String> = model
+            .iter()
+            .filter(|((s, _), _)| *s == session)
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        assert_eq!(stored, expected, "session {id} after {ops:?}");
+    }
+    for content in &erased {
+        assert_eq!(fixture.in_files(content), 0, "{content:?} survived {ops:?}");
+        for user in 0..USERS {
+            let found = fixture.recalled(&format!("user-{user}"), content).await;
+            assert!(
+                !found.contains(content),
+                "{content:?} recalled after {ops:?}"
+            );
+        }
+    }
+    for content in model.values() {
+        let user = content
+            .strip_prefix("note-")
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|s| s.parse::<usize>().ok())
+            .map(owner)
+            .unwrap();
+        let found = fixture.recalled(&user, content).await;
+        assert!(found.contains(content), "{content:?} lost after {ops:?}");
+    }
+    fixture.close().await;
+}

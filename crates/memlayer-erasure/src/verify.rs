@@ -1,0 +1,76 @@
+//! Proof that erased text is gone: a byte scan of the store and index files for a canary.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// Where a canary was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Occurrence {
+    /// The file.
+    pub file: PathBuf,
+    /// The byte offset.
+    pub offset: u64,
+}
+
+/// Every occurrence of `needle` in the given files (a missing file has none). The files are
+/// streamed, so a large store needs no more memory than a buffer.
+pub fn scan_files(files: &[&Path], needle: &[u8]) -> std::io::Result<Vec<Occurrence>> {
+    let mut found = Vec::new();
+    if needle.is_empty() {
+        return Ok(found);
+    }
+    for file in files {
+        let mut reader = match std::fs::File::open(file) {
+            Ok(reader) => reader,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(err) => return Err(err),
+        };
+        // A window of one buffer plus the needle's length less one, so a match across two
+        // reads is seen once.
+        let mut window: Vec<u8> = Vec::with_capacity(1 << 20);
+        let mut buffer = vec![0u8; 1 << 20];
+        let mut window_start = 0u64;
+        loop {
+            let read = reader.read(&mut buffer)?;
+            if read == 0 {
+                break;
+            }
+            window.extend_from_slice(&buffer[..read]);
+            for (at, candidate) in window.windows(needle.len()).enumerate() {
+                if candidate == needle {
+                    found.push(Occurrence {
+                        file: file.to_path_buf(),
+                        offset: window_start + at as u64,
+                    });
+                }
+            }
+            let keep = needle.len() - 1;
+            if window.len() > keep {
+                let drop = window.len() - keep;
+                window.drain(..drop);
+                window_start += drop as u64;
+            }
+        }
+    }
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_every_occurrence_including_across_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("file");
+        let mut bytes = vec![b'x'; (1 << 20) - 3];
+        bytes.extend_from_slice(b"CANARY");
+        bytes.extend_from_slice(&[b'y'; 100]);
+        bytes.extend_from_slice(b"CANARY");
+        std::fs::write(&path, &bytes).unwrap();
+        let found = scan_files(&[&path, &dir.path().join("missing")], b"CANARY").unwrap();
+        let offsets: Vec<u64> = found.iter().map(|o| o.offset).collect();
+        assert_eq!(offsets, [(1 << 20) - 3, (1 << 20) + 103]);
+        assert!(scan_files(&[&path], b"ABSENT").unwrap().is_empty());
+    }
+}

@@ -1,0 +1,352 @@
+//! Forgetting: erasing a message, a session (see `sessions`), a user, or a tenant's
+//! conversations by age, each through the erasure coordinator, which answers once nothing of
+//! it is left; the receipts; stats and retention for tenant admins.
+
+use axum::Json;
+use axum::extract::State;
+use memlayer_erasure::{Counts, ErasureRequest, Receipt, Target};
+use memlayer_store::{StoreError, Timestamp};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::api::read;
+use crate::extract::{ApiJson, ApiPath, ApiQuery, Tenant};
+use crate::wire::Rfc3339;
+use crate::{ApiError, AppState};
+
+/// Most receipts one listing returns.
+const MAX_RECEIPTS: usize = 100;
+/// Longest retention accepted: a hundred years.
+const MAX_RETENTION_DAYS: u32 = 36_500;
+
+/// The tenant a request names: `project_id` when given (it must agree with the tenant
+/// header if that is sent too), else the header's.
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ProjectQuery {
+    /// The tenant (project); defaults to the `x-memlayer-tenant` header's.
+    project_id: Option<String>,
+}
+
+fn project(tenant: String, project_id: Option<String>) -> Result<String, ApiError> {
+    match project_id {
+        Some(project) if project != tenant && tenant != crate::extract::DEFAULT_TENANT => {
+            Err(ApiError::invalid(
+                "invalid_value",
+                "project_id names another tenant than the x-memlayer-tenant header",
+            ))
+        }
+        Some(project) => {
+            memlayer_store::validate_id("project_id", &project)?;
+            Ok(project)
+        }
+        None => Ok(tenant),
+    }
+}
+
+/// A receipt: what an erasure removed, never the content.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ReceiptBody {
+    erasure_id: u64,
+    /// What was asked: `{"kind": "message" | "session" | "user" | "inactive_since", …}`.
+    #[schema(value_type = Object)]
+    target: Target,
+    requested_by: String,
+    requested_at: Rfc3339,
+    completed_at: Rfc3339,
+    /// Records removed per kind: `sessions`, `messages`, `vectors`, `summaries`.
+    #[schema(value_type = Object)]
+    counts: Counts,
+    /// Sessions removed entirely.
+    session_ids: Vec<String>,
+    /// Whether a crash interrupted it and it completed after the restart.
+    resumed: bool,
+}
+
+impl From<Receipt> for ReceiptBody {
+    fn from(receipt: Receipt) -> Self {
+        Self {
+            erasure_id: receipt.id,
+            requested_at: Rfc3339(Timestamp::from_micros(receipt.requested_at)),
+            completed_at: Rfc3339(receipt.completed()),
+            target: receipt.target,
+            requested_by: receipt.requested_by,
+            counts: receipt.counts,
+            session_ids: receipt.session_ids,
+            resumed: receipt.resumed,
+        }
+    }
+}
+
+/// Runs an erasure for the API caller.
+pub(crate) async fn erase(
+    state: &AppState,
+    tenant: String,
+    target: Target,
+) -> Result<ReceiptBody, ApiError> {
+    let receipt = state
+        .erasure()
+        .erase(ErasureRequest {
+            tenant,
+            target,
+            requested_by: "api".into(),
+        })
+        .await?;
+    Ok(receipt.into())
+}
+
+/// `404` unless the tenant has the session: erasing something that does not exist is
+/// harmless, but the caller should learn that it named nothing.
+pub(crate) async fn require_session(
+    state: &AppState,
+    tenant: &str,
+    session_id: &str,
+) -> Result<(), ApiError> {
+    let (tenant, id) = (tenant.to_owned(), session_id.to_owned());
+    read(state, move |store| {
+        if store.session_exists(&tenant, &id)? {
+            Ok(())
+        } else {
+            Err(StoreError::SessionNotFound { session_id: id })
+        }
+    })
+    .await
+}
+
+/// Erase one message
+///
+/// Removes the message, its vector, its index entries and a summary that covers it, then
+/// compacts the store file; answers once no byte of it is left. The other messages keep
+/// their indices.
+#[utoipa::path(
+    delete,
+    path = "/v1/sessions/{session_id}/messages/{index}",
+    tag = "erasure",
+    params(
+        ("session_id" = String, Path, description = "The session's id"),
+        ("index" = u64, Path, description = "The message's index"),
+    ),
+    responses(
+        (status = 200, description = "Erased", body = ReceiptBody),
+        (status = 404, description = "No such session or message", body = crate::error::ErrorBody),
+    ),
+)]
+pub(crate) async fn erase_message(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath((session_id, index)): ApiPath<(String, u64)>,
+) -> Result<Json<ReceiptBody>, ApiError> {
+    require_session(&state, &tenant, &session_id).await?;
+    let receipt = erase(&state, tenant, Target::Message { session_id, index }).await?;
+    if receipt.counts.messages == 0 {
+        return Err(ApiError::NotFound {
+            code: "message_not_found",
+            message: format!("the session has no message {index} (never stored, or erased)"),
+        });
+    }
+    Ok(Json(receipt))
+}
+
+/// Erase a user
+///
+/// Every session of the user in the tenant, with everything derived from them.
+#[utoipa::path(
+    delete,
+    path = "/v1/users/{user_id}",
+    tag = "erasure",
+    params(("user_id" = String, Path, description = "The user's id")),
+    responses((status = 200, description = "Erased (counts are zero if the user had nothing)", body = ReceiptBody)),
+)]
+pub(crate) async fn erase_user(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(user_id): ApiPath<String>,
+) -> Result<Json<ReceiptBody>, ApiError> {
+    memlayer_store::validate_id("user_id", &user_id)?;
+    Ok(Json(erase(&state, tenant, Target::User { user_id }).await?))
+}
+
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Stats {
+    project_id: String,
+    total_conversations: u64,
+    /// The conversation active least recently.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    oldest_conversation: Option<Oldest>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Oldest {
+    session_id: String,
+    last_activity: Rfc3339,
+}
+
+/// Conversation stats
+#[utoipa::path(
+    get,
+    path = "/v1/admin/conversations/stats",
+    tag = "admin",
+    params(ProjectQuery),
+    responses((status = 200, description = "Total conversations and the least recently active", body = Stats)),
+)]
+pub(crate) async fn stats(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiQuery(query): ApiQuery<ProjectQuery>,
+) -> Result<Json<Stats>, ApiError> {
+    let project_id = project(tenant, query.project_id)?;
+    let owner = project_id.clone();
+    let stats = read(&state, move |store| store.conversation_stats(&owner)).await?;
+    Ok(Json(Stats {
+        project_id,
+        total_conversations: stats.total,
+        oldest_conversation: stats.oldest.map(|(session_id, at)| Oldest {
+            session_id,
+            last_activity: Rfc3339(at),
+        }),
+    }))
+}
+
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct PurgeQuery {
+    /// The tenant (project); defaults to the `x-memlayer-tenant` header's.
+    project_id: Option<String>,
+    /// Conversations inactive for more days are erased; 0 erases every conversation.
+    #[param(maximum = 36_500)]
+    older_than_days: u32,
+}
+
+/// Purge conversations by age
+///
+/// Hard-deletes every conversation inactive for more than `older_than_days` days (all of
+/// them with 0: the admin page makes the operator type `DELETE ALL` first).
+#[utoipa::path(
+    delete,
+    path = "/v1/admin/conversations/purge",
+    tag = "admin",
+    params(PurgeQuery),
+    responses((status = 200, description = "Erased", body = ReceiptBody)),
+)]
+pub(crate) async fn purge(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiQuery(query): ApiQuery<PurgeQuery>,
+) -> Result<Json<ReceiptBody>, ApiError> {
+    let project_id = project(tenant, query.project_id)?;
+    if query.older_than_days > MAX_RETENTION_DAYS {
+        return Err(ApiError::invalid(
+            "invalid_value",
+            format!("older_than_days must be at most {MAX_RETENTION_DAYS}"),
+        ));
+    }
+    let receipt = state
+        .erasure()
+        .purge(&project_id, query.older_than_days, "api", Timestamp::now())
+        .await?;
+    Ok(Json(receipt.into()))
+}
+
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ReceiptsQuery {
+    /// The tenant (project); defaults to the `x-memlayer-tenant` header's.
+    project_id: Option<String>,
+    /// At most this many, newest first (default 20).
+    #[param(minimum = 1, maximum = 100)]
+    limit: Option<usize>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Receipts {
+    erasures: Vec<ReceiptBody>,
+}
+
+/// Erasure receipts
+#[utoipa::path(
+    get,
+    path = "/v1/admin/erasures",
+    tag = "admin",
+    params(ReceiptsQuery),
+    responses((status = 200, description = "The tenant's receipts, newest first", body = Receipts)),
+)]
+pub(crate) async fn receipts(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiQuery(query): ApiQuery<ReceiptsQuery>,
+) -> Result<Json<Receipts>, ApiError> {
+    let project_id = project(tenant, query.project_id)?;
+    let limit = query.limit.unwrap_or(20);
+    if !(1..=MAX_RECEIPTS).contains(&limit) {
+        return Err(ApiError::invalid(
+            "invalid_value",
+            format!("limit must be between 1 and {MAX_RECEIPTS}"),
+        ));
+    }
+    let receipts = state.erasure().receipts(&project_id, limit).await?;
+    Ok(Json(Receipts {
+        erasures: receipts.into_iter().map(ReceiptBody::from).collect(),
+    }))
+}
+
+#[derive(Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Retention {
+    /// Conversations inactive for more days are erased by a daily pass; `null`: kept.
+    conversation_retention_days: Option<u32>,
+}
+
+/// Conversation retention
+#[utoipa::path(
+    get,
+    path = "/v1/admin/retention",
+    tag = "admin",
+    responses((status = 200, description = "The tenant's retention", body = Retention)),
+)]
+pub(crate) async fn retention(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+) -> Result<Json<Retention>, ApiError> {
+    let rules = state.erasure().retention_rules().await?;
+    let days = rules
+        .into_iter()
+        .find(|rule| rule.tenant == tenant)
+        .map(|rule| rule.days);
+    Ok(Json(Retention {
+        conversation_retention_days: days,
+    }))
+}
+
+/// Set conversation retention
+///
+/// A daily pass erases the tenant's conversations inactive for longer; a pass missed while
+/// the server was down runs at the next start.
+#[utoipa::path(
+    put,
+    path = "/v1/admin/retention",
+    tag = "admin",
+    request_body = Retention,
+    responses((status = 200, description = "Saved", body = Retention)),
+)]
+pub(crate) async fn set_retention(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiJson(body): ApiJson<Retention>,
+) -> Result<Json<Retention>, ApiError> {
+    if let Some(days) = body.conversation_retention_days
+        && !(1..=MAX_RETENTION_DAYS).contains(&days)
+    {
+        return Err(ApiError::invalid(
+            "invalid_value",
+            format!("conversation_retention_days must be between 1 and {MAX_RETENTION_DAYS}"),
+        ));
+    }
+    state
+        .store()
+        .set_retention(&tenant, body.conversation_retention_days)
+        .await?;
+    Ok(Json(body))
+}

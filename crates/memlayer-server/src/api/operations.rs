@@ -1,0 +1,82 @@
+//! Operating the server: Prometheus metrics, the OpenAPI document and a page that renders it.
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{Html, IntoResponse};
+
+use crate::openapi::OPENAPI_JSON;
+use crate::{ApiError, AppState};
+
+/// The docs page: one self-contained file (its script and style inline, nothing fetched but
+/// `/openapi.json`), because memlayer runs air-gapped.
+const DOCS_PAGE: &str = include_str!("docs.html");
+/// Only inline script and style, and requests back to this server: the page cannot load
+/// anything from elsewhere, even if edited to.
+const DOCS_POLICY: &str = "default-src 'none'; script-src 'unsafe-inline'; \
+    style-src 'unsafe-inline'; connect-src 'self'; base-uri 'none'; form-action 'none'";
+
+/// Prometheus metrics
+///
+/// Requests by route template, method and status class; latency histograms; requests in
+/// flight; store commits, indexed vectors and messages waiting to be embedded. OpenMetrics
+/// text format.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    responses((
+        status = 200,
+        description = "The metrics in the OpenMetrics 1.0 text format",
+        content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        body = String,
+    )),
+)]
+pub(crate) async fn metrics(State(state): State<AppState>) -> Result<impl IntoResponse, ApiError> {
+    // Reading the pending-embedding count opens a read transaction: keep it off the async
+    // workers.
+    let text = tokio::task::spawn_blocking(move || crate::metrics::render(&state))
+        .await
+        .map_err(|err| ApiError::Internal(format!("metrics task failed: {err}")))?
+        .map_err(ApiError::Internal)?;
+    Ok(([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text))
+}
+
+/// This OpenAPI document
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    tag = "operations",
+    responses((
+        status = 200,
+        description = "The OpenAPI 3.1 document of every route",
+        body = Object,
+    )),
+)]
+pub(crate) async fn openapi_json() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        OPENAPI_JSON.as_str(),
+    )
+}
+
+/// API documentation page
+///
+/// A page that renders `/openapi.json`: operations, parameters, bodies and schemas. It loads
+/// nothing from elsewhere.
+#[utoipa::path(
+    get,
+    path = "/docs",
+    tag = "operations",
+    responses((
+        status = 200,
+        description = "An HTML page",
+        content_type = "text/html",
+        body = String,
+    )),
+)]
+pub(crate) async fn docs() -> impl IntoResponse {
+    (
+        [(header::CONTENT_SECURITY_POLICY, DOCS_POLICY)],
+        Html(DOCS_PAGE),
+    )
+}

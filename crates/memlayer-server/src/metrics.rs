@@ -1,0 +1,178 @@
+//! Prometheus metrics: what the HTTP layer counts (requests by route template, method and
+//! status class, their latency, the requests in flight) and the store and index figures read
+//! at each scrape. `GET /metrics` answers them in the OpenMetrics text format.
+//!
+//! The crate is `prometheus-client`, the Prometheus project's own Rust client: its registry is
+//! a value, so each server owns its metrics and tests that run many servers in one process do
+//! not mix their counts, and it has no HTTP listener of its own. `metrics` with
+//! `metrics-exporter-prometheus` was the alternative; it records through a process-wide
+//! recorder, which is exactly what per-server metrics must avoid.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::{encode_eof, encode_registry};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::AppState;
+
+/// Prefix of every metric name.
+const PREFIX: &str = "memlayer";
+/// Route label of requests no route matched: their raw paths would make one series per
+/// probe of a scanner, so they share one.
+const UNMATCHED: &str = "unmatched";
+/// Latency buckets in seconds: Prometheus' defaults, which span a cached read (milliseconds)
+/// to a summarised context with a model behind it (seconds).
+const LATENCY_BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+/// The media type of the answer (OpenMetrics 1.0 text, which Prometheus asks for first).
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    /// The route template, such as `/v1/sessions/{session_id}`, never the raw path.
+    route: String,
+    method: String,
+    /// `2xx`, `4xx`, `5xx`…
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LatencyLabels {
+    route: String,
+    method: String,
+}
+
+type LatencyFamily = Family<LatencyLabels, Histogram, fn() -> Histogram>;
+
+/// The HTTP layer's metrics, owned by one [`AppState`].
+#[derive(Debug)]
+pub(crate) struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: LatencyFamily,
+    in_flight: Gauge,
+}
+
+impl Metrics {
+    pub(crate) fn new() -> Self {
+        let mut registry = Registry::with_prefix(PREFIX);
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "http_requests",
+            "HTTP requests answered, by route template, method and status class",
+            requests.clone(),
+        );
+        let latency: LatencyFamily =
+            Family::new_with_constructor(|| Histogram::new(LATENCY_BUCKETS.iter().copied()));
+        registry.register(
+            "http_request_duration_seconds",
+            "Time from receiving a request to its response head, by route template and method",
+            latency.clone(),
+        );
+        let in_flight = Gauge::default();
+        registry.register(
+            "http_requests_in_flight",
+            "HTTP requests being handled now",
+            in_flight.clone(),
+        );
+        Self {
+            registry,
+            requests,
+            latency,
+            in_flight,
+        }
+    }
+}
+
+/// Middleware counting every request by its route template; runs inside the router (so
+/// the template is known) and outside the timeout and load shedding (so their answers
+/// count too).
+pub(crate) async fn track(
+    State(metrics): State<Arc<Metrics>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or(UNMATCHED, MatchedPath::as_str)
+        .to_owned();
+    let method = request.method().as_str().to_owned();
+    let started = Instant::now();
+    // Decrements on drop, so a request whose client went away is not left in flight.
+    let _in_flight = InFlight::enter(&metrics.in_flight);
+    let response = next.run(request).await;
+    metrics
+        .latency
+        .get_or_create(&LatencyLabels {
+            route: route.clone(),
+            method: method.clone(),
+        })
+        .observe(started.elapsed().as_secs_f64());
+    metrics
+        .requests
+        .get_or_create(&RequestLabels {
+            route,
+            method,
+            status: format!("{}xx", response.status().as_u16() / 100),
+        })
+        .inc();
+    response
+}
+
+/// One request counted in the in-flight gauge while this lives.
+struct InFlight<'a>(&'a Gauge);
+
+impl<'a> InFlight<'a> {
+    fn enter(gauge: &'a Gauge) -> Self {
+        gauge.inc();
+        Self(gauge)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// The whole exposition: the HTTP metrics and the store and index figures of `state`, read
+/// now. Reads the store, so call it on the blocking pool.
+pub(crate) fn render(state: &AppState) -> Result<String, String> {
+    let mut figures = Registry::with_prefix(PREFIX);
+    figures.register(
+        "store_commits",
+        "Write transactions the store committed since the process started",
+        ConstCounter::new(*state.store().commits().borrow()),
+    );
+    figures.register(
+        "index_vectors",
+        "Messages with a vector in the vector index",
+        ConstGauge::new(i64::try_from(state.recall().indexed_vectors()).unwrap_or(i64::MAX)),
+    );
+    // A failed read leaves this one figure out rather than failing the scrape.
+    match state.store().pending_embedding_count() {
+        Ok(pending) => figures.register(
+            "embeddings_pending",
+            "Appended messages the indexing pipeline has not embedded yet",
+            ConstGauge::new(i64::try_from(pending).unwrap_or(i64::MAX)),
+        ),
+        Err(err) => tracing::warn!(%err, "metrics: cannot count pending embeddings"),
+    }
+    let mut text = String::new();
+    encode_registry(&mut text, &state.metrics().registry)
+        .and_then(|()| encode_registry(&mut text, &figures))
+        .and_then(|()| encode_eof(&mut text))
+        .map_err(|err| format!("encoding metrics failed: {err}"))?;
+    Ok(text)
+}

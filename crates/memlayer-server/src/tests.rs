@@ -1,0 +1,612 @@
+//! Router-level tests of what operating the server needs: the OpenAPI document covers every
+//! route, the docs page, request ids, load shedding, timeouts, compression and metrics. Each
+//! test drives `router(state)` with `tower::ServiceExt::oneshot` over a real store in a
+//! temporary directory and the real embedding model (loaded once per test binary).
+
+use std::collections::BTreeSet;
+use std::convert::Infallible;
+use std::io::Read;
+use std::pin::Pin;
+use std::sync::OnceLock;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, Method, Request, StatusCode, header};
+use http_body::Frame;
+use memlayer_embed::{Assets, Embedder, EmbedderOptions};
+use memlayer_index::{Recall, RecallOptions};
+use memlayer_store::Store;
+use serde_json::Value;
+use tempfile::TempDir;
+use tokio::sync::oneshot;
+use tower::ServiceExt;
+
+use crate::{AppState, ServerConfig, router};
+
+fn embedder() -> Embedder {
+    static EMBEDDER: OnceLock<Embedder> = OnceLock::new();
+    EMBEDDER
+        .get_or_init(|| {
+            let dir = std::env::var_os("MEMLAYER_ASSETS_DIR")
+                .expect("MEMLAYER_ASSETS_DIR is set by .cargo/config.toml");
+            let options = EmbedderOptions {
+                workers: 1,
+                ..EmbedderOptions::default()
+            };
+            Embedder::open(&Assets::in_dir(dir), options).expect("load the embedding model")
+        })
+        .clone()
+}
+
+/// A router over a new store; the directory lives as long as the fixture.
+struct Fixture {
+    router: Router,
+    _dir: TempDir,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        Self::with_config(ServerConfig::default())
+    }
+
+    fn with_config(config: ServerConfig) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
+        let recall = Recall::open(store.clone(), embedder(), RecallOptions::default()).unwrap();
+        Self {
+            router: router(AppState::new(store, recall, config)),
+            _dir: dir,
+        }
+    }
+
+    async fn send(&self, request: Request<Body>) -> Answer {
+        let response = self.router.clone().oneshot(request).await.unwrap();
+        let (parts, body) = response.into_parts();
+        let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+        Answer {
+            status: parts.status,
+            headers: parts.headers,
+            bytes,
+        }
+    }
+
+    async fn get(&self, path: &str) -> Answer {
+        self.send(request(Method::GET, path, Body::empty())).await
+    }
+}
+
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    bytes: Bytes,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.bytes)
+            .unwrap_or_else(|err| panic!("not JSON ({err}): {:?}", self.text()))
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes).into_owned()
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(|value| value.to_str().unwrap())
+    }
+
+    /// Asserts the API's error shape with `status` and `code`.
+    #[track_caller]
+    fn assert_error(&self, status: StatusCode, code: &str) {
+        let body = self.json();
+        assert_eq!(
+            (self.status, body["error"]["code"].as_str()),
+            (status, Some(code)),
+            "{body}"
+        );
+        assert_eq!(body.as_object().unwrap().len(), 1, "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+        );
+    }
+}
+
+fn request(method: Method, path: &str, body: Body) -> Request<Body> {
+    Request::builder()
+        .method(method)
+        .uri(path)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(body)
+        .unwrap()
+}
+
+/// A request body that says when the server first reads it and then waits, without a byte,
+/// until released (then it is `{}`) or dropped: it keeps its request in flight for as long as
+/// a test needs, with no sleeping and no test-only route.
+struct HeldBody {
+    reading: Option<oneshot::Sender<()>>,
+    release: oneshot::Receiver<()>,
+    sent: bool,
+}
+
+/// The body, a signal that the server is reading it, and the release.
+fn held_body() -> (Body, oneshot::Receiver<()>, oneshot::Sender<()>) {
+    let (reading, read_started) = oneshot::channel();
+    let (release, released) = oneshot::channel();
+    let body = HeldBody {
+        reading: Some(reading),
+        release: released,
+        sent: false,
+    };
+    (Body::new(body), read_started, release)
+}
+
+impl http_body::Body for HeldBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if let Some(reading) = self.reading.take() {
+            let _ = reading.send(());
+        }
+        if self.sent {
+            return Poll::Ready(None);
+        }
+        match Pin::new(&mut self.release).poll(cx) {
+            Poll::Ready(_) => {
+                self.sent = true;
+                Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"{}")))))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// The paths the router serves, read from its `Debug` output: axum has no API that lists
+/// routes, but its `Debug` prints every route's path. If an axum upgrade changes that output,
+/// the assertions on the result fail loudly rather than pass on an empty list.
+fn router_paths(router: &Router) -> BTreeSet<String> {
+    let debug = format!("{router:?}");
+    let mut paths = BTreeSet::new();
+    for (at, _) in debug.match_indices("): \"/") {
+        let rest = &debug[at + 4..];
+        let path = &rest[..rest.find('"').expect("a closing quote")];
+        if !path.contains("__private__axum") {
+            paths.insert(path.to_owned());
+        }
+    }
+    paths
+}
+
+/// `path` with each `{parameter}` replaced by a value every parameter accepts.
+fn concrete(path: &str) -> String {
+    path.split('/')
+        .map(|segment| {
+            if segment.starts_with('{') {
+                "0"
+            } else {
+                segment
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+fn spec_operations(spec: &Value) -> BTreeSet<(String, String)> {
+    let mut operations = BTreeSet::new();
+    for (path, item) in spec["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            if ["get", "put", "post", "delete", "patch"].contains(&method.as_str()) {
+                operations.insert((method.to_uppercase(), path.clone()));
+            }
+        }
+    }
+    operations
+}
+
+/// The routes the router really serves are exactly the documented ones: every path the
+/// router holds is probed with every method, and whatever is not refused as an unknown route
+/// or a wrong method must be in `/openapi.json`, and the reverse.
+#[tokio::test]
+async fn every_route_is_in_the_openapi_document() {
+    let fixture = Fixture::new();
+    let paths = router_paths(&fixture.router);
+    assert!(
+        paths.contains("/healthz") && paths.contains("/v1/sessions/{session_id}"),
+        "the router's Debug output no longer lists paths as expected: {paths:?}"
+    );
+    let mut served = BTreeSet::new();
+    for path in &paths {
+        for method in [
+            Method::GET,
+            Method::POST,
+            Method::PUT,
+            Method::PATCH,
+            Method::DELETE,
+        ] {
+            let answer = fixture
+                .send(request(method.clone(), &concrete(path), Body::empty()))
+                .await;
+            let unrouted = answer.status == StatusCode::METHOD_NOT_ALLOWED
+                || (answer.status == StatusCode::NOT_FOUND
+                    && answer.json()["error"]["code"] == "route_not_found");
+            if !unrouted {
+                served.insert((method.to_string(), path.clone()));
+            }
+        }
+    }
+    let spec = fixture.get("/openapi.json").await.json();
+    let documented = spec_operations(&spec);
+    let undocumented: Vec<_> = served.difference(&documented).collect();
+    assert!(
+        undocumented.is_empty(),
+        "routes missing from the OpenAPI document: {undocumented:?}"
+    );
+    let unserved: Vec<_> = documented.difference(&served).collect();
+    assert!(
+        unserved.is_empty(),
+        "documented but not served: {unserved:?}"
+    );
+    for expected in [
+        ("GET", "/v1/sessions"),
+        ("POST", "/v1/sessions/{session_id}/messages"),
+        ("POST", "/v1/sessions/{session_id}/runs"),
+        ("POST", "/v1/sessions/{session_id}/context"),
+        ("GET", "/v1/sessions/{session_id}/entities"),
+        ("GET", "/v1/sessions/{session_id}/search"),
+        ("POST", "/v1/sessions/{session_id}/clear"),
+        ("POST", "/v1/recall"),
+        ("PUT", "/v1/agents/{agent_id}/settings"),
+        ("GET", "/readyz"),
+        ("GET", "/metrics"),
+        ("GET", "/docs"),
+    ] {
+        let expected = (expected.0.to_owned(), expected.1.to_owned());
+        assert!(
+            documented.contains(&expected),
+            "{expected:?} is not documented"
+        );
+    }
+}
+
+/// `routes!` routes every handler of an entry at every path of the entry, so an entry with
+/// two paths would serve methods nobody wrote at one of them.
+#[test]
+fn each_route_table_entry_is_one_path() {
+    for route in crate::api::ROUTES {
+        let (_, paths, _) = (route.handlers)();
+        let paths: Vec<_> = paths.paths.keys().collect();
+        assert_eq!(
+            paths.len(),
+            1,
+            "one entry of api::ROUTES has paths {paths:?}"
+        );
+    }
+}
+
+/// The document is OpenAPI 3.1, every reference resolves, every operation documents the error
+/// shape, and every `/v1` operation the tenant header.
+#[test]
+fn the_document_is_complete_and_consistent() {
+    let spec: Value = serde_json::from_str(&crate::openapi::OPENAPI_JSON).unwrap();
+    assert_eq!(spec["openapi"], "3.1.0");
+    assert_eq!(spec["info"]["version"], env!("CARGO_PKG_VERSION"));
+    let schemas = spec["components"]["schemas"].as_object().unwrap();
+    let error = &schemas["ErrorBody"];
+    assert_eq!(error["required"], serde_json::json!(["error"]));
+    let detail = schemas[error["properties"]["error"]["$ref"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("#/components/schemas/")]
+    .clone();
+    assert_eq!(detail["required"], serde_json::json!(["code", "message"]));
+
+    let text = spec.to_string();
+    for (at, _) in text.match_indices("\"$ref\":\"#/components/schemas/") {
+        let rest = &text[at + 29..];
+        let name = &rest[..rest.find('"').unwrap()];
+        assert!(schemas.contains_key(name), "dangling reference to {name}");
+    }
+    for (path, item) in spec["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let at = format!("{method} {path}");
+            assert!(
+                operation["summary"].as_str().is_some_and(|s| !s.is_empty()),
+                "{at} has no summary"
+            );
+            for range in ["4XX", "5XX"] {
+                assert_eq!(
+                    operation["responses"][range]["content"]["application/json"]["schema"]["$ref"],
+                    "#/components/schemas/ErrorBody",
+                    "{at} does not document {range}"
+                );
+            }
+            let tenant = operation["parameters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|p| p["name"] == "x-memlayer-tenant" && p["in"] == "header");
+            assert_eq!(tenant, path.starts_with("/v1/"), "{at}: tenant header");
+        }
+    }
+}
+
+/// The enums described for other crates' types list exactly the values those types
+/// serialise to. The matches fail to compile when a variant is added.
+#[test]
+fn mirrored_types_match_the_real_ones() {
+    use memlayer_memory::{
+        ContextSettings, DropReason, Layer, OutputFormat, Overflow, RecallScope, Strategy,
+    };
+    use memlayer_store::{Role, RunStatus, SessionState};
+
+    let spec: Value = serde_json::from_str(&crate::openapi::OPENAPI_JSON).unwrap();
+    let schemas = &spec["components"]["schemas"];
+    fn check<T: serde::Serialize>(schemas: &Value, name: &str, values: &[T]) {
+        let expected: Vec<Value> = values
+            .iter()
+            .map(|value| serde_json::to_value(value).unwrap())
+            .collect();
+        assert_eq!(
+            schemas[name]["enum"].as_array(),
+            Some(&expected),
+            "the {name} schema"
+        );
+    }
+    let roles = [Role::System, Role::User, Role::Assistant, Role::Tool];
+    let _ = |r: Role| match r {
+        Role::System | Role::User | Role::Assistant | Role::Tool => {}
+    };
+    check(schemas, "Role", &roles);
+    let states = [SessionState::Active, SessionState::IncompleteTurn];
+    let _ = |s: SessionState| match s {
+        SessionState::Active | SessionState::IncompleteTurn => {}
+    };
+    check(schemas, "SessionState", &states);
+    let statuses = [
+        RunStatus::Running,
+        RunStatus::Completed,
+        RunStatus::Failed,
+        RunStatus::Cancelled,
+    ];
+    let _ = |s: RunStatus| match s {
+        RunStatus::Running | RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled => {}
+    };
+    check(schemas, "RunStatus", &statuses);
+    let strategies = [
+        Strategy::FullHistory,
+        Strategy::SlidingWindow,
+        Strategy::HistoryDepth,
+        Strategy::Combined,
+    ];
+    let _ = |s: Strategy| match s {
+        Strategy::FullHistory
+        | Strategy::SlidingWindow
+        | Strategy::HistoryDepth
+        | Strategy::Combined => {}
+    };
+    check(schemas, "Strategy", &strategies);
+    let _ = |o: Overflow| match o {
+        Overflow::Drop | Overflow::Summarize => {}
+    };
+    check(schemas, "Overflow", &[Overflow::Drop, Overflow::Summarize]);
+    let _ = |s: RecallScope| match s {
+        RecallScope::Session | RecallScope::User => {}
+    };
+    check(
+        schemas,
+        "RecallScope",
+        &[RecallScope::Session, RecallScope::User],
+    );
+    let formats = [
+        OutputFormat::Openai,
+        OutputFormat::Anthropic,
+        OutputFormat::Text,
+    ];
+    let _ = |f: OutputFormat| match f {
+        OutputFormat::Openai | OutputFormat::Anthropic | OutputFormat::Text => {}
+    };
+    check(schemas, "OutputFormat", &formats);
+    let layers = [
+        Layer::Instructions,
+        Layer::Facts,
+        Layer::Summary,
+        Layer::Retrieved,
+        Layer::EarlierQuestions,
+        Layer::Window,
+    ];
+    let _ = |l: Layer| match l {
+        Layer::Instructions
+        | Layer::Facts
+        | Layer::Summary
+        | Layer::Retrieved
+        | Layer::EarlierQuestions
+        | Layer::Window => {}
+    };
+    check(schemas, "Layer", &layers);
+    let _ = |r: DropReason| match r {
+        DropReason::OutsideWindow | DropReason::OverBudget => {}
+    };
+    check(
+        schemas,
+        "DropReason",
+        &[DropReason::OutsideWindow, DropReason::OverBudget],
+    );
+
+    // Every key of the settings document, and no other.
+    let defaults = serde_json::to_value(ContextSettings::default()).unwrap();
+    let keys: BTreeSet<_> = defaults.as_object().unwrap().keys().collect();
+    let described: BTreeSet<_> = schemas["ContextSettings"]["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(described, keys);
+}
+
+#[tokio::test]
+async fn the_docs_page_renders_the_document_and_loads_nothing_from_elsewhere() {
+    let fixture = Fixture::new();
+    let answer = fixture.get("/docs").await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(
+        answer.header("content-type"),
+        Some("text/html; charset=utf-8")
+    );
+    let policy = answer.header("content-security-policy").unwrap();
+    assert!(policy.contains("default-src 'none'") && policy.contains("connect-src 'self'"));
+    let page = answer.text();
+    assert!(page.contains("fetch(\"/openapi.json\")"));
+    for remote in ["http://", "https://", "src=\"//", "@import"] {
+        assert!(!page.contains(remote), "the page refers to {remote}");
+    }
+    assert!(
+        !page.contains("<script src"),
+        "the page loads a script file"
+    );
+}
+
+#[tokio::test]
+async fn request_ids_are_generated_or_echoed() {
+    let fixture = Fixture::new();
+    let generated = fixture.get("/healthz").await;
+    let id = generated
+        .header("x-request-id")
+        .expect("an id is generated");
+    assert_eq!(id.len(), 36, "a UUID: {id}");
+    assert_ne!(
+        fixture.get("/healthz").await.header("x-request-id"),
+        Some(id),
+        "each request gets its own"
+    );
+
+    let mut given = request(Method::GET, "/v1/sessions/nope", Body::empty());
+    given
+        .headers_mut()
+        .insert("x-request-id", "client-chosen-42".parse().unwrap());
+    let answer = fixture.send(given).await;
+    answer.assert_error(StatusCode::NOT_FOUND, "session_not_found");
+    assert_eq!(answer.header("x-request-id"), Some("client-chosen-42"));
+}
+
+/// With one request in flight and a limit of one, the next API request is refused at once
+/// with `503`, `Retry-After` and the error shape; the probes still answer; and once the first
+/// request finishes the API admits again.
+#[tokio::test]
+async fn requests_over_the_limit_are_shed_not_queued() {
+    let fixture = Fixture::with_config(ServerConfig {
+        max_in_flight: 1,
+        ..ServerConfig::default()
+    });
+    let (body, reading, release) = held_body();
+    let held = tokio::spawn(fixture.router.clone().oneshot(request(
+        Method::PUT,
+        "/v1/settings",
+        body,
+    )));
+    // The handler reads the body only after the limit admitted the request.
+    tokio::time::timeout(Duration::from_secs(10), reading)
+        .await
+        .expect("the held request is admitted")
+        .unwrap();
+
+    let shed = fixture.get("/v1/sessions").await;
+    shed.assert_error(StatusCode::SERVICE_UNAVAILABLE, "overloaded");
+    assert_eq!(shed.header("retry-after"), Some("1"));
+    assert_eq!(fixture.get("/healthz").await.status, StatusCode::OK);
+    let metrics = fixture.get("/metrics").await.text();
+    assert!(
+        metrics.contains("memlayer_http_requests_in_flight 2\n"),
+        "the held request and the scrape itself:\n{metrics}"
+    );
+
+    release.send(()).unwrap();
+    let first = held.await.unwrap().unwrap();
+    assert_eq!(first.status(), StatusCode::OK, "the held request completes");
+    assert_eq!(fixture.get("/v1/sessions").await.status, StatusCode::OK);
+    let metrics = fixture.get("/metrics").await.text();
+    assert!(
+        metrics.contains(
+            "memlayer_http_requests_total{route=\"/v1/sessions\",method=\"GET\",status=\"5xx\"} 1\n"
+        ),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_request_over_the_time_limit_answers_503_timeout() {
+    let fixture = Fixture::with_config(ServerConfig {
+        request_timeout: Duration::from_millis(100),
+        ..ServerConfig::default()
+    });
+    // Never released: only the timeout can end this request.
+    let (body, _reading, _release) = held_body();
+    let answer = tokio::time::timeout(
+        Duration::from_secs(10),
+        fixture.send(request(Method::PUT, "/v1/settings", body)),
+    )
+    .await
+    .expect("the server's timeout fires first");
+    answer.assert_error(StatusCode::SERVICE_UNAVAILABLE, "timeout");
+    assert!(answer.header("x-request-id").is_some());
+}
+
+#[tokio::test]
+async fn answers_are_gzipped_for_clients_that_accept_it() {
+    let fixture = Fixture::new();
+    let plain = fixture.get("/openapi.json").await;
+    assert_eq!(plain.header("content-encoding"), None);
+
+    let mut asking = request(Method::GET, "/openapi.json", Body::empty());
+    asking
+        .headers_mut()
+        .insert(header::ACCEPT_ENCODING, "gzip".parse().unwrap());
+    let zipped = fixture.send(asking).await;
+    assert_eq!(zipped.status, StatusCode::OK);
+    assert_eq!(zipped.header("content-encoding"), Some("gzip"));
+    assert!(zipped.bytes.len() < plain.bytes.len() / 3);
+    let mut unzipped = Vec::new();
+    flate2::read::GzDecoder::new(&zipped.bytes[..])
+        .read_to_end(&mut unzipped)
+        .unwrap();
+    assert_eq!(unzipped, plain.bytes);
+}
+
+#[tokio::test]
+async fn metrics_count_requests_by_route_template() {
+    let fixture = Fixture::new();
+    fixture.get("/v1/sessions/first").await;
+    fixture.get("/v1/sessions/second").await;
+    fixture.get("/no/such/route").await;
+    let answer = fixture.get("/metrics").await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(
+        answer.header("content-type"),
+        Some(crate::metrics::CONTENT_TYPE)
+    );
+    let text = answer.text();
+    for line in [
+        "memlayer_http_requests_total{route=\"/v1/sessions/{session_id}\",method=\"GET\",status=\"4xx\"} 2\n",
+        "memlayer_http_requests_total{route=\"unmatched\",method=\"GET\",status=\"4xx\"} 1\n",
+        "memlayer_http_request_duration_seconds_count{route=\"/v1/sessions/{session_id}\",method=\"GET\"} 2\n",
+        "memlayer_http_request_duration_seconds_bucket{le=\"0.005\",route=\"/v1/sessions/{session_id}\",method=\"GET\"}",
+        "# TYPE memlayer_http_requests_in_flight gauge\n",
+        "memlayer_index_vectors 0\n",
+        "memlayer_embeddings_pending 0\n",
+        "# TYPE memlayer_store_commits counter\n",
+    ] {
+        assert!(text.contains(line), "no {line:?} in\n{text}");
+    }
+    assert!(
+        !text.contains("first") && !text.contains("/no/such"),
+        "raw paths leaked"
+    );
+    assert!(text.ends_with("# EOF\n"));
+}

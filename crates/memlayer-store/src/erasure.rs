@@ -1,0 +1,279 @@
+//! What forgetting needs from storage: removing one message and what is stored beside it,
+//! finding the sessions a user or a retention rule selects, and durable jobs with their
+//! receipts, so an erasure interrupted by a crash finishes after the restart.
+//!
+//! The store does not decide what an erasure covers or in which order its steps run (the
+//! erasure coordinator does); it offers idempotent steps. Jobs and receipts are JSON
+//! documents the coordinator defines; the store only keeps them.
+
+use redb::ReadableTable;
+use serde_json::Value;
+
+use crate::model::{MAX_MESSAGES_PER_SESSION, Timestamp, validate_id};
+use crate::record::{Record, SummaryRecord};
+use crate::store::{not_found, read_session_record};
+use crate::tables::{
+    ERASURE_JOBS, ERASURE_RECEIPTS, MESSAGES, META, NEXT_JOB_ID_KEY, RETENTION, SESSION_ACTIVITY,
+    SESSION_COUNTS, SESSIONS, SUMMARIES, VECTORS, scope,
+};
+use crate::{Result, Store, StoreError};
+
+/// What erasing one message removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageErased {
+    /// The session's surrogate key, for removing the message from indexes.
+    pub sid: u64,
+    /// Whether the message was still stored (false: it was erased before).
+    pub message: bool,
+    /// Whether its vector was stored.
+    pub vector: bool,
+    /// Whether the session's summary covered it and was dropped.
+    pub summary: bool,
+}
+
+/// A tenant's conversations at a glance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConversationStats {
+    /// Sessions stored.
+    pub total: u64,
+    /// The session with the oldest last activity, and that activity's time.
+    pub oldest: Option<(String, Timestamp)>,
+}
+
+/// A durable job as the store keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredJob {
+    /// Its id, increasing in the order jobs were recorded.
+    pub id: u64,
+    /// The coordinator's description of it.
+    pub document: Value,
+}
+
+impl Store {
+    /// Erases message `index` of a session: the message, its vector, and the session's
+    /// summary if that covers it (a summary is regenerated from what remains the next time a
+    /// context overflows). Idempotent: erasing an erased message changes nothing. The
+    /// session keeps its other messages and their indices.
+    pub async fn erase_message(
+        &self,
+        tenant: &str,
+        session_id: &str,
+        index: u64,
+    ) -> Result<MessageErased> {
+        validate_id("tenant", tenant)?;
+        validate_id("session_id", session_id)?;
+        if index >= MAX_MESSAGES_PER_SESSION {
+            return Err(StoreError::InvalidInput {
+                field: "index",
+                reason: format!("must be below {MAX_MESSAGES_PER_SESSION}"),
+            });
+        }
+        let (tenant, session_id) = (tenant.to_owned(), session_id.to_owned());
+        self.write(move |txn| {
+            let sessions = txn.open_table(SESSIONS)?;
+            let record = read_session_record(&sessions, &tenant, &session_id)?
+                .ok_or_else(|| not_found(&session_id))?;
+            let sid = record.sid;
+            let message = txn.open_table(MESSAGES)?.remove((sid, index))?.is_some();
+            let vector = txn.open_table(VECTORS)?.remove((sid, index))?.is_some();
+            if vector {
+                crate::embeddings::bump_vectors_version(txn)?;
+            }
+            let mut summaries = txn.open_table(SUMMARIES)?;
+            let covers = summaries
+                .get(sid)?
+                .map(|value| SummaryRecord::decode(value.value()))
+                .transpose()?
+                .is_some_and(|s| (s.first_index..=s.last_index).contains(&index));
+            if covers {
+                summaries.remove(sid)?;
+            }
+            Ok(MessageErased {
+                sid,
+                message,
+                vector,
+                summary: covers,
+            })
+        })
+        .await
+    }
+
+    /// Ids of every session of a user in a tenant.
+    pub fn user_session_ids(&self, tenant: &str, user_id: &str) -> Result<Vec<String>> {
+        validate_id("tenant", tenant)?;
+        validate_id("user_id", user_id)?;
+        self.sessions_in_scope(tenant, &scope(Some(user_id), None), u64::MAX)
+    }
+
+    /// Ids of every session of a tenant whose last activity is before `cutoff`, oldest
+    /// first.
+    pub fn sessions_inactive_before(&self, tenant: &str, cutoff: Timestamp) -> Result<Vec<String>> {
+        validate_id("tenant", tenant)?;
+        self.sessions_in_scope(tenant, &scope(None, None), cutoff.as_micros())
+    }
+
+    fn sessions_in_scope(&self, tenant: &str, scope: &str, before: u64) -> Result<Vec<String>> {
+        let txn = self.begin_read()?;
+        let activity = txn.open_table(SESSION_ACTIVITY)?;
+        activity
+            .range((tenant, scope, 0, "")..(tenant, scope, before, ""))?
+            .map(|entry| {
+                let (key, _) = entry?;
+                Ok(key.value().3.to_owned())
+            })
+            .collect()
+    }
+
+    /// How many sessions a tenant has and which was active least recently.
+    pub fn conversation_stats(&self, tenant: &str) -> Result<ConversationStats> {
+        validate_id("tenant", tenant)?;
+        let all = scope(None, None);
+        let txn = self.begin_read()?;
+        let total = txn
+            .open_table(SESSION_COUNTS)?
+            .get((tenant, all.as_str()))?
+            .map_or(0, |count| count.value());
+        let activity = txn.open_table(SESSION_ACTIVITY)?;
+        let oldest = activity
+            .range((tenant, all.as_str(), 0, "")..(tenant, all.as_str(), u64::MAX, ""))?
+            .next()
+            .transpose()?
+            .map(|(key, _)| {
+                let (_, _, at, session_id) = key.value();
+                (session_id.to_owned(), Timestamp::from_micros(at))
+            });
+        Ok(ConversationStats { total, oldest })
+    }
+
+    /// Whether the session exists (any tenant's erasure may run after it was deleted).
+    pub fn session_exists(&self, tenant: &str, session_id: &str) -> Result<bool> {
+        validate_id("tenant", tenant)?;
+        validate_id("session_id", session_id)?;
+        let txn = self.begin_read()?;
+        let sessions = txn.open_table(SESSIONS)?;
+        Ok(read_session_record(&sessions, tenant, session_id)?.is_some())
+    }
+
+    /// Records a job durably and returns its id. Record it before the first step runs, so a
+    /// crash in the middle leaves it pending.
+    pub async fn record_job(&self, document: Value) -> Result<u64> {
+        let bytes = serde_json::to_vec(&document).map_err(|err| StoreError::InvalidInput {
+            field: "job",
+            reason: err.to_string(),
+        })?;
+        self.write(move |txn| {
+            let mut meta = txn.open_table(META)?;
+            let id = meta.get(NEXT_JOB_ID_KEY)?.map_or(1, |v| v.value());
+            meta.insert(NEXT_JOB_ID_KEY, id + 1)?;
+            txn.open_table(ERASURE_JOBS)?.insert(id, bytes.as_slice())?;
+            Ok(id)
+        })
+        .await
+    }
+
+    /// Jobs recorded and not finished, oldest first.
+    pub fn pending_jobs(&self) -> Result<Vec<StoredJob>> {
+        let txn = self.begin_read()?;
+        let jobs = txn.open_table(ERASURE_JOBS)?;
+        jobs.iter()?
+            .map(|entry| {
+                let (id, value) = entry?;
+                Ok(StoredJob {
+                    id: id.value(),
+                    document: decode_json("erasure job", value.value())?,
+                })
+            })
+            .collect()
+    }
+
+    /// Ends job `id` and keeps its receipt under `tenant`, in one commit: a job is either
+    /// pending or has a receipt, never both or neither.
+    pub async fn finish_job(&self, id: u64, tenant: &str, receipt: Value) -> Result<()> {
+        validate_id("tenant", tenant)?;
+        let bytes = serde_json::to_vec(&receipt).map_err(|err| StoreError::InvalidInput {
+            field: "receipt",
+            reason: err.to_string(),
+        })?;
+        let tenant = tenant.to_owned();
+        self.write(move |txn| {
+            txn.open_table(ERASURE_JOBS)?.remove(id)?;
+            txn.open_table(ERASURE_RECEIPTS)?
+                .insert((tenant.as_str(), id), bytes.as_slice())?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// A tenant's erasure receipts, newest first, at most `limit`.
+    pub fn receipts(&self, tenant: &str, limit: usize) -> Result<Vec<Value>> {
+        validate_id("tenant", tenant)?;
+        let txn = self.begin_read()?;
+        let receipts = txn.open_table(ERASURE_RECEIPTS)?;
+        receipts
+            .range((tenant, 0)..=(tenant, u64::MAX))?
+            .rev()
+            .take(limit)
+            .map(|entry| decode_json("erasure receipt", entry?.1.value()))
+            .collect()
+    }
+
+    /// Sets (or with `None` removes) a tenant's conversation retention in days.
+    pub async fn set_retention(&self, tenant: &str, days: Option<u32>) -> Result<()> {
+        validate_id("tenant", tenant)?;
+        let tenant = tenant.to_owned();
+        self.write(move |txn| {
+            let mut table = txn.open_table(RETENTION)?;
+            match days {
+                Some(days) => {
+                    let last_run = table.get(tenant.as_str())?.map_or(0, |v| v.value().1);
+                    table.insert(tenant.as_str(), (days, last_run))?;
+                }
+                None => {
+                    table.remove(tenant.as_str())?;
+                }
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Every tenant's retention: `(tenant, days, last run)`.
+    pub fn retention_rules(&self) -> Result<Vec<(String, u32, Timestamp)>> {
+        let txn = self.begin_read()?;
+        let table = txn.open_table(RETENTION)?;
+        table
+            .iter()?
+            .map(|entry| {
+                let (tenant, value) = entry?;
+                let (days, last_run) = value.value();
+                Ok((
+                    tenant.value().to_owned(),
+                    days,
+                    Timestamp::from_micros(last_run),
+                ))
+            })
+            .collect()
+    }
+
+    /// Records that a tenant's retention rule ran at `at`.
+    pub async fn retention_ran(&self, tenant: &str, at: Timestamp) -> Result<()> {
+        validate_id("tenant", tenant)?;
+        let tenant = tenant.to_owned();
+        self.write(move |txn| {
+            let mut table = txn.open_table(RETENTION)?;
+            let days = table.get(tenant.as_str())?.map(|v| v.value().0);
+            if let Some(days) = days {
+                table.insert(tenant.as_str(), (days, at.as_micros()))?;
+            }
+            Ok(())
+        })
+        .await
+    }
+}
+
+fn decode_json(what: &'static str, bytes: &[u8]) -> Result<Value> {
+    serde_json::from_slice(bytes).map_err(|err| StoreError::Corrupted {
+        what,
+        detail: err.to_string(),
+    })
+}

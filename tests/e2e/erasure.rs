@@ -1,0 +1,238 @@
+//! Forgetting through the API: a canary planted in a message, picked up by every derived
+//! layer (entities, a persisted summary, the indexes), then erased by message, session and
+//! user; afterwards no API returns it and no byte of the store or index files holds it.
+//! Purge, stats, receipts and retention for tenant admins.
+
+use memlayer_erasure::scan_files;
+use memlayer_tests::{TestServer, assert_error, json};
+use serde_json::Value;
+
+/// Occurrences of `text` in the server's store and index snapshot files.
+fn in_files(server: &TestServer, text: &str) -> usize {
+    let store = server.store_path();
+    let snapshot = store.with_file_name("vectors.idx");
+    scan_files(&[store.as_path(), snapshot.as_path()], text.as_bytes())
+        .unwrap()
+        .len()
+}
+
+fn append(server: &TestServer, session: &str, user: &str, messages: Value) {
+    let body = json!({ "user_id": user, "agent_id": "support", "messages": messages });
+    let (status, answer) = server.post(&format!("/v1/sessions/{session}/messages"), &body);
+    assert_eq!(status, 201, "{answer}");
+}
+
+/// Every way the API could still show `canary` for `session` of `user`.
+fn visible(server: &TestServer, session: &str, user: &str, canary: &str) -> Vec<String> {
+    let mut seen = Vec::new();
+    let answers = [
+        ("session", server.get(&format!("/v1/sessions/{session}"))),
+        (
+            "search",
+            server.get(&format!("/v1/sessions/{session}/search?q={canary}")),
+        ),
+        (
+            "entities",
+            server.get(&format!("/v1/sessions/{session}/entities")),
+        ),
+        (
+            "context",
+            server.post(
+                &format!("/v1/sessions/{session}/context"),
+                &json!({ "query": canary, "format": "text" }),
+            ),
+        ),
+        (
+            "recall",
+            server.post(
+                "/v1/recall",
+                &json!({ "user_id": user, "query": canary, "k": 50 }),
+            ),
+        ),
+    ];
+    for (api, (_, body)) in answers {
+        if body.to_string().contains(canary) {
+            seen.push(api.to_owned());
+        }
+    }
+    seen
+}
+
+#[test]
+fn an_erased_message_leaves_every_api_and_every_file() {
+    let server = TestServer::start();
+    let canary = "zx81canary4471";
+    let mut messages = vec![
+        json!({ "role": "user", "content": "Hi, I am Alice and I need a new locker." }),
+        json!({ "role": "assistant", "content": "Happy to help." }),
+        json!({ "role": "user", "content": format!("My locker code is {canary}, please note it.") }),
+        json!({ "role": "assistant", "content": "Noted." }),
+    ];
+    for _ in 0..30 {
+        messages.push(
+            json!({ "role": "user", "content": "that sounds good to me, thank you so much" }),
+        );
+        messages.push(json!({ "role": "assistant", "content": "glad to hear that, anything else on your mind" }));
+    }
+    append(&server, "chat", "alice", json!(messages));
+    // A summarised context persists a summary carrying the canary.
+    let (status, summarised) = server.post(
+        "/v1/sessions/chat/context",
+        &json!({ "settings": { "strategy": "full_history", "overflow": "summarize", "context_window": 1024, "window_reserve": 0.5 } }),
+    );
+    assert_eq!(status, 200, "{summarised}");
+    assert_eq!(
+        summarised["summary_written"]["written"], true,
+        "{summarised}"
+    );
+    let summary = &summarised["messages"][0]["content"];
+    assert!(summary.to_string().contains(canary), "{summary}");
+    assert!(in_files(&server, canary) > 0);
+    assert!(!visible(&server, "chat", "alice", canary).is_empty());
+
+    let (status, receipt) = server.delete("/v1/sessions/chat/messages/2");
+    assert_eq!(status, 200, "{receipt}");
+    assert_eq!(receipt["counts"]["messages"], 1);
+    assert_eq!(receipt["counts"]["summaries"], 1, "{receipt}");
+    assert!(!receipt.to_string().contains(canary));
+    assert_eq!(
+        visible(&server, "chat", "alice", canary),
+        Vec::<String>::new()
+    );
+    assert_eq!(in_files(&server, canary), 0);
+
+    // The rest of the session is intact, indices unchanged.
+    let (_, session) = server.get("/v1/sessions/chat");
+    let indices: Vec<u64> = session["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(indices[..4], [0, 1, 3, 4]);
+    assert_eq!(indices.len(), 63);
+    // Twice is harmless: the second time there is nothing to erase.
+    assert_error(
+        &server.delete("/v1/sessions/chat/messages/2"),
+        404,
+        "message_not_found",
+    );
+    assert_error(
+        &server.delete("/v1/sessions/nope/messages/0"),
+        404,
+        "session_not_found",
+    );
+    assert_error(
+        &server.delete("/v1/sessions/chat/messages/not-a-number"),
+        400,
+        "invalid_path",
+    );
+}
+
+#[test]
+fn erasing_a_user_removes_all_their_sessions_and_nobody_elses() {
+    let server = TestServer::start();
+    let canary = "qq7canary0e4d";
+    append(
+        &server,
+        "a1",
+        "alice",
+        json!([{ "role": "user", "content": format!("My passport is {canary}.") }]),
+    );
+    append(
+        &server,
+        "a2",
+        "alice",
+        json!([{ "role": "user", "content": format!("Remember {canary} for the visa.") }]),
+    );
+    append(
+        &server,
+        "b1",
+        "bob",
+        json!([{ "role": "user", "content": "Bob's bike is in locker 12." }]),
+    );
+    let (status, receipt) = server.delete("/v1/users/alice");
+    assert_eq!(status, 200, "{receipt}");
+    assert_eq!(receipt["counts"]["sessions"], 2);
+    assert_eq!(
+        receipt["target"],
+        json!({ "kind": "user", "user_id": "alice" })
+    );
+    assert_error(&server.get("/v1/sessions/a1"), 404, "session_not_found");
+    assert_eq!(in_files(&server, canary), 0);
+    let (_, recalled) = server.post(
+        "/v1/recall",
+        &json!({ "user_id": "alice", "query": canary }),
+    );
+    assert_eq!(recalled["hits"], json!([]));
+    assert_eq!(server.get("/v1/sessions/b1").0, 200);
+    let (_, listed) = server.get("/v1/admin/erasures");
+    assert_eq!(listed["erasures"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        listed["erasures"][0]["session_ids"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+#[test]
+fn purge_stats_and_retention_for_tenant_admins() {
+    let server = TestServer::start();
+    for session in ["p1", "p2", "p3"] {
+        append(
+            &server,
+            session,
+            "u",
+            json!([{ "role": "user", "content": format!("purge-canary-{session}") }]),
+        );
+    }
+    let (status, stats) = server.get("/v1/admin/conversations/stats?project_id=default");
+    assert_eq!(status, 200, "{stats}");
+    assert_eq!(stats["total_conversations"], 3);
+    assert_eq!(stats["oldest_conversation"]["session_id"], "p1");
+
+    // Nothing is a day old yet.
+    let (status, kept) = server.delete("/v1/admin/conversations/purge?older_than_days=1");
+    assert_eq!(status, 200, "{kept}");
+    assert_eq!(kept["counts"]["sessions"], 0);
+    let (_, all) = server.delete("/v1/admin/conversations/purge?older_than_days=0");
+    assert_eq!(all["counts"]["sessions"], 3, "{all}");
+    let (_, stats) = server.get("/v1/admin/conversations/stats");
+    assert_eq!(stats["total_conversations"], 0);
+    assert!(stats.get("oldest_conversation").is_none());
+    assert_eq!(in_files(&server, "purge-canary-"), 0);
+    assert_error(
+        &server.delete("/v1/admin/conversations/purge"),
+        400,
+        "invalid_query",
+    );
+    assert_error(
+        &server.get("/v1/admin/conversations/stats?project_id=elsewhere&x=1"),
+        400,
+        "invalid_query",
+    );
+
+    assert_eq!(
+        server.get("/v1/admin/retention").1,
+        json!({ "conversation_retention_days": null })
+    );
+    let (status, set) = server.put(
+        "/v1/admin/retention",
+        &json!({ "conversation_retention_days": 30 }),
+    );
+    assert_eq!(status, 200, "{set}");
+    assert_eq!(
+        server.get("/v1/admin/retention").1,
+        json!({ "conversation_retention_days": 30 })
+    );
+    assert_error(
+        &server.put(
+            "/v1/admin/retention",
+            &json!({ "conversation_retention_days": 0 }),
+        ),
+        422,
+        "invalid_value",
+    );
+}

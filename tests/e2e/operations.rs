@@ -1,0 +1,521 @@
+//! Operating the server through real HTTP: `/openapi.json` describes what the server really
+//! accepts and answers (every request body sent and every answer received here is checked
+//! against the document's schemas), `/docs` renders it without the network, `/metrics`
+//! counts requests by route template, and request ids come back.
+
+use std::time::{Duration, Instant};
+
+use memlayer_tests::{TestServer, json};
+use reqwest::Method;
+use serde_json::Value;
+
+/// Checks `value` against a JSON Schema (the 2020-12 subset the document uses: `$ref`,
+/// `allOf`, `anyOf`, `oneOf`, `type`, `enum`, `properties`, `required`,
+/// `additionalProperties`, `items`, `prefixItems`, numeric and length bounds), collecting
+/// every mismatch as `path: reason`.
+fn validate(spec: &Value, schema: &Value, value: &Value, at: &str, errors: &mut Vec<String>) {
+    if let Value::Bool(allowed) = schema {
+        if !allowed {
+            errors.push(format!("{at}: nothing is allowed here"));
+        }
+        return;
+    }
+    if let Some(reference) = schema["$ref"].as_str() {
+        let name = reference.trim_start_matches("#/components/schemas/");
+        let target = &spec["components"]["schemas"][name];
+        assert!(!target.is_null(), "dangling reference {reference}");
+        validate(spec, target, value, at, errors);
+    }
+    let mismatches = |part: &Value| {
+        let mut sub = Vec::new();
+        validate(spec, part, value, at, &mut sub);
+        sub
+    };
+    if let Some(parts) = schema["allOf"].as_array() {
+        parts
+            .iter()
+            .for_each(|part| errors.extend(mismatches(part)));
+    }
+    if let Some(parts) = schema["anyOf"].as_array()
+        && parts.iter().all(|part| !mismatches(part).is_empty())
+    {
+        errors.push(format!("{at}: matches none of anyOf: {value}"));
+    }
+    if let Some(parts) = schema["oneOf"].as_array() {
+        let matching = parts
+            .iter()
+            .filter(|part| mismatches(part).is_empty())
+            .count();
+        if matching != 1 {
+            errors.push(format!("{at}: matches {matching} of oneOf: {value}"));
+        }
+    }
+    if let Some(types) = match &schema["type"] {
+        Value::String(one) => Some(vec![one.as_str()]),
+        Value::Array(many) => Some(many.iter().filter_map(Value::as_str).collect()),
+        _ => None,
+    } {
+        let fits = types.iter().any(|&kind| match kind {
+            "null" => value.is_null(),
+            "boolean" => value.is_boolean(),
+            "string" => value.is_string(),
+            "integer" => value.is_u64() || value.is_i64(),
+            "number" => value.is_number(),
+            "array" => value.is_array(),
+            "object" => value.is_object(),
+            other => panic!("unknown type {other}"),
+        });
+        if !fits {
+            errors.push(format!("{at}: {value} is not {types:?}"));
+            return;
+        }
+    }
+    if let Some(allowed) = schema["enum"].as_array()
+        && !allowed.contains(value)
+    {
+        errors.push(format!("{at}: {value} is not one of {allowed:?}"));
+    }
+    if let Some(number) = value.as_f64() {
+        if schema["minimum"].as_f64().is_some_and(|min| number < min) {
+            errors.push(format!("{at}: {number} is below the minimum"));
+        }
+        if schema["maximum"].as_f64().is_some_and(|max| number > max) {
+            errors.push(format!("{at}: {number} is above the maximum"));
+        }
+    }
+    if let Some(object) = value.as_object() {
+        for name in schema["required"].as_array().into_iter().flatten() {
+            if !object.contains_key(name.as_str().unwrap()) {
+                errors.push(format!("{at}: `{name}` is missing"));
+            }
+        }
+        let properties = schema["properties"].as_object();
+        for (name, field) in object {
+            let field_at = format!("{at}.{name}");
+            match properties.and_then(|properties| properties.get(name)) {
+                Some(property) => validate(spec, property, field, &field_at, errors),
+                None => match &schema["additionalProperties"] {
+                    Value::Bool(false) => errors.push(format!("{field_at}: not allowed")),
+                    Value::Object(_) => validate(
+                        spec,
+                        &schema["additionalProperties"],
+                        field,
+                        &field_at,
+                        errors,
+                    ),
+                    _ => {}
+                },
+            }
+        }
+    }
+    if let Some(items) = value.as_array() {
+        let prefix = schema["prefixItems"]
+            .as_array()
+            .map_or(&[][..], Vec::as_slice);
+        for (index, item) in items.iter().enumerate() {
+            let item_at = format!("{at}[{index}]");
+            match prefix.get(index) {
+                Some(positional) => validate(spec, positional, item, &item_at, errors),
+                None if !schema["items"].is_null() => {
+                    validate(spec, &schema["items"], item, &item_at, errors)
+                }
+                None => {}
+            }
+        }
+        if schema["minItems"]
+            .as_u64()
+            .is_some_and(|min| (items.len() as u64) < min)
+        {
+            errors.push(format!("{at}: fewer than minItems"));
+        }
+        if schema["maxItems"]
+            .as_u64()
+            .is_some_and(|max| items.len() as u64 > max)
+        {
+            errors.push(format!("{at}: more than maxItems"));
+        }
+    }
+}
+
+#[track_caller]
+fn assert_valid(spec: &Value, schema: &Value, value: &Value, what: &str) {
+    let mut errors = Vec::new();
+    validate(spec, schema, value, "$", &mut errors);
+    assert!(
+        errors.is_empty(),
+        "{what} does not match the document: {errors:#?}"
+    );
+}
+
+/// The running server and its own description of itself.
+struct Documented {
+    server: TestServer,
+    spec: Value,
+}
+
+impl Documented {
+    fn start() -> Self {
+        let server = TestServer::start();
+        let (status, spec) = server.get("/openapi.json");
+        assert_eq!(status, 200);
+        Self { server, spec }
+    }
+
+    /// Sends `body` (if any) to `path`, an instance of the documented `template`, after
+    /// checking the body against the documented request schema; then checks the answer
+    /// against the response the document gives for its status (or its `4XX`/`5XX` range).
+    #[track_caller]
+    fn call(
+        &self,
+        method: Method,
+        template: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        self.exchange(method, template, path, body, true)
+    }
+
+    /// [`Documented::call`] with a body the document rightly refuses: only the answer is
+    /// checked.
+    #[track_caller]
+    fn call_invalid(
+        &self,
+        method: Method,
+        template: &str,
+        path: &str,
+        body: Value,
+    ) -> (u16, Value) {
+        self.exchange(method, template, path, Some(body), false)
+    }
+
+    #[track_caller]
+    fn exchange(
+        &self,
+        method: Method,
+        template: &str,
+        path: &str,
+        body: Option<Value>,
+        check_request: bool,
+    ) -> (u16, Value) {
+        let what = format!("{method} {path}");
+        let operation = &self.spec["paths"][template][method.as_str().to_lowercase()];
+        assert!(
+            operation.is_object(),
+            "{method} {template} is not documented"
+        );
+        let mut request = self.server.request(method.clone(), path);
+        if let Some(body) = body {
+            let schema = &operation["requestBody"]["content"]["application/json"]["schema"];
+            assert!(schema.is_object(), "{what}: no documented request body");
+            if check_request {
+                assert_valid(
+                    &self.spec,
+                    schema,
+                    &body,
+                    &format!("the request body of {what}"),
+                );
+            }
+            request = request.json(&body);
+        }
+        let (status, answer) = memlayer_tests::send(request);
+        let responses = &operation["responses"];
+        let range = format!("{}XX", status / 100);
+        let documented = [status.to_string(), range]
+            .into_iter()
+            .map(|key| &responses[key])
+            .find(|response| response.is_object())
+            .unwrap_or_else(|| panic!("{what} answered {status}, which is not documented"));
+        match &documented["content"]["application/json"]["schema"] {
+            Value::Null => assert_eq!(answer, Value::Null, "{what}: undocumented body"),
+            schema => assert_valid(&self.spec, schema, &answer, &format!("{what} ({status})")),
+        }
+        (status, answer)
+    }
+}
+
+/// The checker above finds what it must, or the test below would prove nothing.
+#[test]
+fn the_schema_checker_catches_mismatches() {
+    let spec = serde_json::to_value(memlayer_server::openapi()).unwrap();
+    let schema = |name: &str| json!({ "$ref": format!("#/components/schemas/{name}") });
+    let errors = |name: &str, value: Value| {
+        let mut errors = Vec::new();
+        validate(&spec, &schema(name), &value, "$", &mut errors);
+        errors
+    };
+    assert!(errors("Role", json!("user")).is_empty());
+    assert_eq!(errors("Role", json!("robot")).len(), 1);
+    let create = json!({ "user_id": "u", "agent_id": "a" });
+    assert!(errors("CreateSessionRequest", create).is_empty());
+    assert_eq!(
+        errors("CreateSessionRequest", json!({ "user_id": "u" })).len(),
+        1
+    );
+    let extra = json!({ "user_id": "u", "agent_id": "a", "colour": "red" });
+    assert_eq!(errors("CreateSessionRequest", extra).len(), 1);
+    assert!(!errors("Rendered", json!({ "system": "s" })).is_empty());
+    assert!(errors("Rendered", json!({ "system": "s", "messages": [] })).is_empty());
+    assert!(!errors("Superseded", json!(["old", "one"])).is_empty());
+    assert!(errors("Superseded", json!(["old", 1])).is_empty());
+    assert!(!errors("ErrorBody", json!({ "error": { "code": "x" } })).is_empty());
+    assert!(!errors("SessionWithMessages", json!({ "messages": [] })).is_empty());
+    let settings = json!({ "max_turns": 0 });
+    assert!(!errors("SettingsDocument", settings).is_empty());
+}
+
+#[test]
+fn the_openapi_document_describes_what_the_server_really_does() {
+    let api = Documented::start();
+    assert_eq!(api.spec["openapi"], "3.1.0");
+    let post = |template: &str, path: &str, body: Value| {
+        api.call(Method::POST, template, path, Some(body))
+    };
+    let get = |template: &str, path: &str| api.call(Method::GET, template, path, None);
+
+    // Sessions and messages.
+    let created = post(
+        "/v1/sessions",
+        "/v1/sessions",
+        json!({ "session_id": "ops-1", "user_id": "dana", "agent_id": "support", "metadata": { "plan": "pro" } }),
+    );
+    assert_eq!(created.0, 201);
+    let conflict = post(
+        "/v1/sessions",
+        "/v1/sessions",
+        json!({ "session_id": "ops-1", "user_id": "dana", "agent_id": "support" }),
+    );
+    assert_eq!(conflict.0, 409);
+    let messages = "/v1/sessions/{session_id}/messages";
+    let turns = [
+        (
+            "user",
+            "Hi, my name is Dana Whitfield and my email is dana@example.com.",
+        ),
+        ("assistant", "Hello Dana, how can I help?"),
+        (
+            "user",
+            "My order 4711 has not arrived; the parcel seems lost.",
+        ),
+        (
+            "assistant",
+            "Sorry about the delayed parcel. I have opened a claim.",
+        ),
+    ];
+    for (role, content) in turns {
+        let body = json!({ "role": role, "content": content, "metadata": { "source": "e2e" } });
+        assert_eq!(post(messages, "/v1/sessions/ops-1/messages", body).0, 201);
+    }
+    let batch = json!({
+        "user_id": "dana", "agent_id": "support", "idempotency_key": "batch-1",
+        "messages": [
+            { "role": "system", "content": "You are a support agent." },
+            { "role": "user", "content": "Is there news about my refund?", "token_count": 9,
+              "timestamp": "2026-05-06T10:00:00Z" },
+        ],
+    });
+    assert_eq!(
+        post(messages, "/v1/sessions/ops-2/messages", batch.clone()).0,
+        201
+    );
+    let replay = post(messages, "/v1/sessions/ops-2/messages", batch);
+    assert_eq!((replay.0, &replay.1["replayed"]), (200, &json!(true)));
+    assert_eq!(
+        post(
+            messages,
+            "/v1/sessions/ops-1/messages",
+            json!({ "role": "user" })
+        )
+        .0,
+        422
+    );
+
+    get(
+        "/v1/sessions",
+        "/v1/sessions?user_id=dana&page=0&page_size=1",
+    );
+    get("/v1/sessions/{session_id}", "/v1/sessions/ops-1");
+    assert_eq!(get("/v1/sessions/{session_id}", "/v1/sessions/nope").0, 404);
+    let page = get(messages, "/v1/sessions/ops-1/messages?from=0&limit=2");
+    assert_eq!(page.1["next_from"], 2);
+    let search = get(
+        "/v1/sessions/{session_id}/search",
+        "/v1/sessions/ops-1/search?q=parcel&limit=5",
+    );
+    assert!(!search.1["hits"].as_array().unwrap().is_empty());
+
+    // Runs.
+    let runs = "/v1/sessions/{session_id}/runs";
+    let run = json!({ "status": "COMPLETED", "content": "Claim opened.", "tool_calls": [{ "name": "open_claim" }] });
+    assert_eq!(post(runs, "/v1/sessions/ops-1/runs", run).0, 201);
+    let failed = json!({ "run_id": "r-2", "status": "FAILED", "error": "upstream timeout" });
+    assert_eq!(post(runs, "/v1/sessions/ops-1/runs", failed).0, 201);
+    assert_eq!(
+        get(runs, "/v1/sessions/ops-1/runs")
+            .1
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+
+    // Context, in every format, and entity memory.
+    let context = "/v1/sessions/{session_id}/context";
+    for format in ["openai", "anthropic", "text"] {
+        let body = json!({
+            "query": "where is my parcel?",
+            "format": format,
+            "settings": { "strategy": "combined", "context_window": 4096, "max_turns": 1 },
+        });
+        let (status, answer) = post(context, "/v1/sessions/ops-1/context", body);
+        assert_eq!(status, 200, "{answer}");
+    }
+    let summarised = json!({ "settings": { "strategy": "full_history", "context_window": 256, "overflow": "summarize" } });
+    assert_eq!(
+        post(context, "/v1/sessions/ops-1/context", summarised).0,
+        200
+    );
+    let invalid = json!({ "settings": { "recall_k": 99 } });
+    let refused = api.call_invalid(Method::POST, context, "/v1/sessions/ops-1/context", invalid);
+    assert_eq!(refused.0, 422);
+    let facts = get(
+        "/v1/sessions/{session_id}/entities",
+        "/v1/sessions/ops-1/entities",
+    );
+    assert!(
+        facts.1["facts"]
+            .as_object()
+            .is_some_and(|facts| !facts.is_empty()),
+        "{}",
+        facts.1
+    );
+
+    // Recall.
+    let recall = post(
+        "/v1/recall",
+        "/v1/recall",
+        json!({ "query": "lost package", "user_id": "dana", "agent_id": "support", "k": 3, "roles": ["user"] }),
+    );
+    assert!(
+        !recall.1["hits"].as_array().unwrap().is_empty(),
+        "{}",
+        recall.1
+    );
+
+    // Settings of the tenant and of an agent.
+    let put =
+        |template: &str, path: &str, body: Value| api.call(Method::PUT, template, path, Some(body));
+    let delete = |template: &str, path: &str| api.call(Method::DELETE, template, path, None);
+    put(
+        "/v1/settings",
+        "/v1/settings",
+        json!({ "max_turns": 3, "redact_pii": false }),
+    );
+    let refused = api.call_invalid(
+        Method::PUT,
+        "/v1/settings",
+        "/v1/settings",
+        json!({ "max_turns": 0 }),
+    );
+    assert_eq!(refused.0, 422);
+    get("/v1/settings", "/v1/settings");
+    let agent = "/v1/agents/{agent_id}/settings";
+    put(
+        agent,
+        "/v1/agents/support/settings",
+        json!({ "strategy": "history_depth" }),
+    );
+    get(agent, "/v1/agents/support/settings");
+    delete(agent, "/v1/agents/support/settings");
+    delete("/v1/settings", "/v1/settings");
+
+    // Clear, probes, deletion.
+    api.call(
+        Method::POST,
+        "/v1/sessions/{session_id}/clear",
+        "/v1/sessions/ops-1/clear",
+        None,
+    );
+    get("/healthz", "/healthz");
+    get("/readyz", "/readyz");
+    assert_eq!(
+        delete("/v1/sessions/{session_id}", "/v1/sessions/ops-2").0,
+        204
+    );
+}
+
+#[test]
+fn the_docs_page_and_the_metrics_are_served() {
+    let server = TestServer::start();
+    let docs = server.request(Method::GET, "/docs").send().unwrap();
+    assert_eq!(docs.status(), 200);
+    assert_eq!(docs.headers()["content-type"], "text/html; charset=utf-8");
+    assert!(docs.headers().contains_key("content-security-policy"));
+    let page = docs.text().unwrap();
+    assert!(page.contains("/openapi.json") && !page.contains("https://"));
+
+    let say = json!({ "user_id": "u", "agent_id": "a", "role": "user", "content": "The parcel 4711 is lost." });
+    for session in ["m-1", "m-2"] {
+        assert_eq!(
+            server
+                .post(&format!("/v1/sessions/{session}/messages"), &say)
+                .0,
+            201
+        );
+    }
+    // Embedding runs beside the requests: wait until both messages have their vectors.
+    let scrape = || {
+        let answer = server.request(Method::GET, "/metrics").send().unwrap();
+        assert_eq!(answer.status(), 200);
+        assert_eq!(
+            answer.headers()["content-type"],
+            "application/openmetrics-text; version=1.0.0; charset=utf-8"
+        );
+        answer.text().unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut text = scrape();
+    while !text.contains("memlayer_index_vectors 2\n") {
+        assert!(
+            Instant::now() < deadline,
+            "the messages were not embedded:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        text = scrape();
+    }
+    let (status, _) = server.post("/v1/recall", &json!({ "query": "parcel", "user_id": "u" }));
+    assert_eq!(status, 200);
+    let text = scrape();
+    for line in [
+        "memlayer_http_requests_total{route=\"/v1/sessions/{session_id}/messages\",method=\"POST\",status=\"2xx\"} 2\n",
+        "memlayer_http_requests_total{route=\"/docs\",method=\"GET\",status=\"2xx\"} 1\n",
+        "memlayer_http_request_duration_seconds_count{route=\"/v1/recall\",method=\"POST\"} 1\n",
+        "memlayer_http_requests_in_flight 1\n",
+        "memlayer_index_vectors 2\n",
+        "memlayer_embeddings_pending 0\n",
+    ] {
+        assert!(text.contains(line), "no {line:?} in\n{text}");
+    }
+    let commits = text
+        .lines()
+        .find_map(|line| line.strip_prefix("memlayer_store_commits_total "))
+        .expect("the commit counter");
+    assert!(commits.parse::<u64>().unwrap() >= 2, "{commits}");
+    assert!(!text.contains("m-1"), "raw paths stay out of the labels");
+}
+
+#[test]
+fn request_ids_come_back() {
+    let server = TestServer::start();
+    let given = server
+        .request(Method::GET, "/healthz")
+        .header("x-request-id", "trace-me-7")
+        .send()
+        .unwrap();
+    assert_eq!(given.headers()["x-request-id"], "trace-me-7");
+    let generated = server
+        .request(Method::GET, "/v1/sessions/none")
+        .send()
+        .unwrap();
+    assert_eq!(generated.status(), 404);
+    assert_eq!(generated.headers()["x-request-id"].len(), 36);
+}
