@@ -1,7 +1,9 @@
 //! Support for memlayer's end-to-end tests: [`TestServer`] runs the real HTTP server
 //! (`memlayer_server::serve`) over a real redb file in a fresh temporary directory, on an
 //! ephemeral 127.0.0.1 port and on a tokio runtime of its own, and drives it with a blocking
-//! HTTP client whose helpers answer `(status, JSON body)`. [`TestServer::restart`] stops the
+//! HTTP client whose helpers answer `(status, JSON body)`. Every server accepts [`ADMIN_KEY`]
+//! (a `tenant_admin` key of tenant `default`), which the client sends by default;
+//! [`TestServer::create_key`] and [`TestServer::tenant_key`] make others. [`TestServer::restart`] stops the
 //! server gracefully and reopens the same file, which is how tests prove durability. Tests stay
 //! synchronous; concurrency comes from plain threads sharing one client.
 //!
@@ -11,18 +13,20 @@
 
 #![deny(missing_docs)]
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use memlayer_embed::{Assets, Embedder, EmbedderOptions};
 use memlayer_index::{Recall, RecallOptions};
 use memlayer_server::{AppState, ServerConfig};
-use memlayer_store::Store;
+use memlayer_store::{KeyRole, NewKey, Store};
 use reqwest::Method;
 use reqwest::blocking::{Client, RequestBuilder};
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use serde_json::Value;
 use tempfile::TempDir;
 use tokio::sync::oneshot;
@@ -33,6 +37,15 @@ pub use serde_json::json;
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long any single HTTP request may take before the test fails.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The admin key every test server is configured with (`admin_key`): a `tenant_admin` key of
+/// tenant `default`, sent by [`TestServer::client`] unless a request sets its own.
+pub const ADMIN_KEY: &str = "e2e-admin-key-0123456789abcdef0123456789abcdef";
+
+/// `Authorization` header value for `key`.
+pub fn bearer(key: &str) -> String {
+    format!("Bearer {key}")
+}
 
 /// The real embedding model, loaded once per test binary and shared by every server (an
 /// `Embedder` is a handle to worker threads that outlive any one runtime).
@@ -57,6 +70,11 @@ pub struct TestServer {
     running: Option<Running>,
     config: ServerConfig,
     client: Client,
+    /// A client that sends no key.
+    anonymous: Client,
+    /// `tenant_admin` keys made by [`TestServer::tenant_key`], by tenant; they live in the
+    /// store, so they survive restarts.
+    tenant_keys: Mutex<HashMap<String, String>>,
     /// Removed on drop, after `Drop` has stopped the server.
     dir: TempDir,
 }
@@ -67,6 +85,8 @@ struct Running {
     addr: SocketAddr,
     shutdown: oneshot::Sender<()>,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
+    /// The server's store, for creating keys of any tenant.
+    store: Store,
 }
 
 impl TestServer {
@@ -78,7 +98,15 @@ impl TestServer {
     /// Starts a server with `config` on a new, empty store.
     pub fn with_config(config: ServerConfig) -> Self {
         let dir = tempfile::tempdir().expect("create a temporary data directory");
+        let mut authorization =
+            HeaderValue::from_str(&bearer(ADMIN_KEY)).expect("the key is a header value");
+        authorization.set_sensitive(true);
         let client = Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .default_headers(HeaderMap::from_iter([(AUTHORIZATION, authorization)]))
+            .build()
+            .expect("build the HTTP client");
+        let anonymous = Client::builder()
             .timeout(REQUEST_TIMEOUT)
             .build()
             .expect("build the HTTP client");
@@ -86,6 +114,8 @@ impl TestServer {
             running: None,
             config,
             client,
+            anonymous,
+            tenant_keys: Mutex::new(HashMap::new()),
             dir,
         };
         server.running = Some(server.launch());
@@ -107,8 +137,12 @@ impl TestServer {
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("the listener has an address");
+        runtime
+            .block_on(store.bootstrap_keys(Some(ADMIN_KEY)))
+            .expect("configure the admin key");
         let (shutdown, signal) = oneshot::channel::<()>();
-        let state = AppState::new(store, recall, self.config.clone());
+        let state = AppState::new(store.clone(), recall, self.config.clone())
+            .expect("build the server state");
         let task = runtime.spawn(memlayer_server::serve(listener, state, async move {
             // A dropped sender (the test panicked) also stops the server.
             let _ = signal.await;
@@ -118,6 +152,7 @@ impl TestServer {
             addr,
             shutdown,
             task,
+            store,
         }
     }
 
@@ -136,9 +171,59 @@ impl TestServer {
         self.dir.path().join("memlayer.redb")
     }
 
-    /// The shared HTTP client (cheap to clone, safe to use from many threads).
+    /// The shared HTTP client (cheap to clone, safe to use from many threads). It sends
+    /// [`ADMIN_KEY`] unless a request sets its own `Authorization`.
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// Creates a key in the running server's store (any tenant, any role) and returns it.
+    pub fn create_key(&self, tenant: &str, role: KeyRole, user_id: Option<&str>) -> String {
+        let running = self.running();
+        let new = NewKey {
+            tenant: tenant.to_owned(),
+            role,
+            user_id: user_id.map(str::to_owned),
+            name: None,
+            expires_at: None,
+        };
+        running
+            .runtime
+            .block_on(running.store.create_key(new))
+            .expect("create a key")
+            .secret
+    }
+
+    /// A `tenant_admin` key of `tenant` (made once per server, then reused).
+    pub fn tenant_key(&self, tenant: &str) -> String {
+        let mut keys = self
+            .tenant_keys
+            .lock()
+            .expect("the key cache is not poisoned");
+        if let Some(key) = keys.get(tenant) {
+            return key.clone();
+        }
+        let key = self.create_key(tenant, KeyRole::TenantAdmin, None);
+        keys.insert(tenant.to_owned(), key.clone());
+        key
+    }
+
+    /// A request to `path` with `key` instead of the admin key.
+    pub fn request_with_key(&self, key: &str, method: Method, path: &str) -> RequestBuilder {
+        self.request(method, path)
+            .header(AUTHORIZATION, bearer(key))
+    }
+
+    /// A request to `path` as `tenant`'s admin (with `tenant`'s key and tenant header).
+    pub fn request_as(&self, tenant: &str, method: Method, path: &str) -> RequestBuilder {
+        self.request_with_key(&self.tenant_key(tenant), method, path)
+            .header("x-memlayer-tenant", tenant)
+    }
+
+    /// A request to `path` without any key.
+    pub fn anonymous(&self, method: Method, path: &str) -> RequestBuilder {
+        self.anonymous
+            .request(method, format!("{}{path}", self.base_url()))
     }
 
     fn running(&self) -> &Running {

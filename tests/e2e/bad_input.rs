@@ -7,7 +7,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use memlayer_server::ServerConfig;
-use memlayer_tests::{TestServer, assert_error, json, send};
+use memlayer_tests::{ADMIN_KEY, TestServer, assert_error, bearer, json, send};
 use reqwest::Method;
 use reqwest::blocking::RequestBuilder;
 use serde_json::Value;
@@ -54,11 +54,7 @@ impl Fixture {
     /// Everything the API shows: the session with its messages, its runs, and the listings
     /// of the default tenant and of another one.
     fn snapshot(&self) -> Value {
-        let tenant_listing = send(
-            self.server
-                .request(Method::GET, "/v1/sessions")
-                .header("x-memlayer-tenant", "acme"),
-        );
+        let tenant_listing = send(self.server.request_as("acme", Method::GET, "/v1/sessions"));
         json!({
             "session": self.server.get(SESSION),
             "runs": self.server.get(RUNS),
@@ -95,7 +91,8 @@ impl Fixture {
     fn raw(&self, method: &str, target: &str, body: &str) -> (u16, Value) {
         let request = format!(
             "{method} {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+             Authorization: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            bearer(ADMIN_KEY),
             body.len()
         );
         self.server.raw(request.as_bytes())
@@ -255,6 +252,7 @@ fn bodies_over_the_limit_are_413() {
             alone
                 .post(&url)
                 .header("content-type", "application/json")
+                .header("authorization", bearer(ADMIN_KEY))
                 .body(body),
         )
     };
@@ -301,7 +299,8 @@ fn a_413_does_not_break_the_next_request_on_the_connection() {
         .unwrap();
     let request = format!(
         "POST {MESSAGES} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\n\r\n{body}",
+         Authorization: {}\r\nContent-Length: {}\r\n\r\n{body}",
+        bearer(ADMIN_KEY),
         body.len()
     );
     stream.write_all(request.as_bytes()).unwrap();

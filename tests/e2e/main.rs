@@ -24,6 +24,9 @@ mod recall;
 mod context;
 // Saved settings per tenant and agent, laid under a request's overrides.
 mod settings;
+// Long-term memories and agent tools: isolation, dedupe, pre-load into the next
+// conversation, tool calls, forgetting.
+mod memories;
 // Erasure by message, session and user: canaries gone from every API and every file byte;
 // purge, stats, receipts and retention.
 mod erasure;
@@ -32,3 +35,7 @@ mod search_clear;
 // Operating the server: the OpenAPI document checked against real requests and answers, the
 // offline docs page, Prometheus metrics by route template, request ids.
 mod operations;
+// API keys and roles: probes public, `/v1` behind a key; keys created, listed and revoked over
+// HTTP and kept across restarts; service keys cannot administer; user keys see only their own
+// user's sessions, and everything else is `404`.
+mod auth;

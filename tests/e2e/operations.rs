@@ -428,6 +428,18 @@ fn the_openapi_document_describes_what_the_server_really_does() {
     delete(agent, "/v1/agents/support/settings");
     delete("/v1/settings", "/v1/settings");
 
+    // API keys: created with the secret this once, listed without it, revoked.
+    let (status, created) = post(
+        "/v1/keys",
+        "/v1/keys",
+        json!({ "role": "user", "user_id": "dana", "name": "dana's app", "expires_in_days": 7 }),
+    );
+    assert_eq!(status, 201, "{created}");
+    get("/v1/keys", "/v1/keys");
+    let prefix = created["prefix"].as_str().unwrap();
+    let (status, revoked) = delete("/v1/keys/{prefix}", &format!("/v1/keys/{prefix}"));
+    assert_eq!((status, &revoked["state"]), (200, &json!("revoked")));
+
     // Clear, probes, deletion.
     api.call(
         Method::POST,

@@ -94,8 +94,7 @@ fn a_user_scope_never_reaches_another_users_sessions() {
     }
     // Another tenant sees nothing of this one.
     let other = server
-        .request(reqwest::Method::POST, "/v1/recall")
-        .header("x-memlayer-tenant", "other")
+        .request_as("other", reqwest::Method::POST, "/v1/recall")
         .json(&json!({ "user_id": "alice", "query": "locker code" }));
     let (status, answer) = memlayer_tests::send(other);
     assert_eq!((status, answer["hits"].clone()), (200, json!([])));

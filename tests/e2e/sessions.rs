@@ -640,12 +640,11 @@ fn runs_are_recorded_and_listed_in_order() {
 }
 
 #[test]
-fn tenants_are_isolated_by_header() {
+fn tenants_are_isolated_by_key() {
     let server = TestServer::start();
+    // Each tenant's own admin key, with the tenant header repeating its tenant.
     let as_tenant = |tenant: &str, method: Method, path: &str, body: Option<&Value>| {
-        let mut request = server
-            .request(method, path)
-            .header("x-memlayer-tenant", tenant);
+        let mut request = server.request_as(tenant, method, path);
         if let Some(body) = body {
             request = request.json(body);
         }
@@ -694,7 +693,7 @@ fn tenants_are_isolated_by_header() {
         (&json!("bob"), &json!("globex note"))
     );
 
-    // Another tenant, and the default tenant (no header), see nothing.
+    // Another tenant, and the default tenant (the admin key's), see nothing.
     assert_error(
         &as_tenant("initech", Method::GET, "/v1/sessions/shared-id", None),
         404,
@@ -740,15 +739,19 @@ fn tenants_are_isolated_by_header() {
     let (status, after) = as_tenant("globex", Method::GET, "/v1/sessions/shared-id", None);
     assert_eq!((status, after), (200, globex));
 
+    // A key cannot reach another tenant by naming it: the same 404 whether it exists or not.
+    for named in ["globex", "no-such-tenant"] {
+        let request = server
+            .request_with_key(&server.tenant_key("acme"), Method::GET, "/v1/sessions")
+            .header("x-memlayer-tenant", named);
+        assert_error(&memlayer_tests::send(request), 404, "tenant_not_found");
+    }
+
     // The tenant header is an id like any other.
-    assert_error(
-        &as_tenant("a/b", Method::GET, "/v1/sessions", None),
-        422,
-        "invalid_id",
-    );
-    assert_error(
-        &as_tenant("..", Method::GET, "/v1/sessions", None),
-        422,
-        "invalid_id",
-    );
+    for invalid in ["a/b", ".."] {
+        let request = server
+            .request(Method::GET, "/v1/sessions")
+            .header("x-memlayer-tenant", invalid);
+        assert_error(&memlayer_tests::send(request), 422, "invalid_id");
+    }
 }

@@ -129,9 +129,5 @@ fn invalid_documents_are_refused_and_nothing_is_saved() {
 }
 
 fn send_get_as(server: &TestServer, tenant: &str, path: &str) -> (u16, serde_json::Value) {
-    memlayer_tests::send(
-        server
-            .request(reqwest::Method::GET, path)
-            .header("x-memlayer-tenant", tenant),
-    )
+    memlayer_tests::send(server.request_as(tenant, reqwest::Method::GET, path))
 }

@@ -292,6 +292,30 @@ impl Bench {
     }
 }
 
+/// Prints a benchmark report's title and the lines every report starts with: the command,
+/// the date, the machine and its load before and after the run.
+pub(crate) fn print_run_header(
+    title: &str,
+    [load_before, load_after]: &[String; 2],
+) -> anyhow::Result<()> {
+    let command_line: Vec<String> = std::env::args().skip(1).collect();
+    let mut date = std::process::Command::new("date");
+    date.args(["-u", "+%Y-%m-%d %H:%M:%S UTC"]);
+    let date = crate::cmd::output(date)?;
+    let cpus = std::thread::available_parallelism().map_or(0, usize::from);
+    println!("## {title}");
+    println!();
+    println!("- command: `cargo xtask {}`", command_line.join(" "));
+    println!("- date: {}", date.trim());
+    println!(
+        "- machine: {cpus} CPUs (available parallelism), {} {}; load average (1 min) before / \
+         after: {load_before} / {load_after} (the machine may be shared)",
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    );
+    Ok(())
+}
+
 /// The 1-minute load average, the first field of `/proc/loadavg`.
 pub(crate) fn load_average() -> anyhow::Result<String> {
     let text = std::fs::read_to_string("/proc/loadavg").context("could not read /proc/loadavg")?;

@@ -19,7 +19,6 @@ mod vectors;
 use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
@@ -27,7 +26,7 @@ use memlayer_embed::{Assets, Embedder, EmbedderOptions, ModelIdentity};
 use memlayer_index::{VectorConfig, VectorIndex};
 
 use crate::bench_embed::load_average;
-use crate::{cmd, metadata, setup};
+use crate::{metadata, setup};
 use measure::{Hits, ROUNDS, THREADS, Timing};
 
 /// Neighbours per query, as in the issue's recall@10.
@@ -262,23 +261,11 @@ fn print_header(
     root: &Path,
     [load_before, load_after]: [String; 2],
 ) -> anyhow::Result<()> {
-    let command_line: Vec<String> = std::env::args().skip(1).collect();
-    let mut date = Command::new("date");
-    date.args(["-u", "+%Y-%m-%d %H:%M:%S UTC"]);
-    let date = cmd::output(date)?;
-    let cpus = std::thread::available_parallelism().map_or(0, usize::from);
     let distinct: HashSet<&String> = questions.iter().collect();
-
-    println!("## memlayer vector index benchmark");
-    println!();
-    println!("- command: `cargo xtask {}`", command_line.join(" "));
-    println!("- date: {}", date.trim());
-    println!(
-        "- machine: {cpus} CPUs (available parallelism), {} {}; load average (1 min) before / \
-         after: {load_before} / {load_after} (the machine may be shared)",
-        std::env::consts::OS,
-        std::env::consts::ARCH
-    );
+    crate::bench_embed::print_run_header(
+        "memlayer vector index benchmark",
+        &[load_before, load_after],
+    )?;
     println!(
         "- model: {}, `model.onnx` sha256 {}, {} dimensions; `Embedder` default options, \
          cache off",

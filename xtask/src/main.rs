@@ -5,6 +5,7 @@
 //! the rest of the workspace.
 
 mod bench;
+mod bench_context;
 mod bench_embed;
 mod bench_index;
 mod cmd;
@@ -60,6 +61,16 @@ enum Task {
         #[arg(long, default_value_t = 1000)]
         queries: usize,
     },
+    /// Measure one turn's context for a long session (combined strategy, every layer) on a
+    /// real store, recall pipeline and embedder, with a breakdown of where the time goes.
+    BenchContext {
+        /// Turns (a user message and an answer each) in the session the context is for.
+        #[arg(long, default_value_t = 1000)]
+        turns: usize,
+        /// Timed iterations; each builds four contexts and times each part once.
+        #[arg(long, default_value_t = 300)]
+        iterations: usize,
+    },
     /// Build the release tarball: binary, embedding assets, README and SHA256SUMS.
     Dist,
 }
@@ -91,7 +102,10 @@ fn main() -> anyhow::Result<ExitCode> {
         }
         // A debug-built load generator or benchmark would measure itself rather than the
         // code under test: re-run the same task from a release build of xtask.
-        Task::Bench { .. } | Task::BenchEmbed | Task::BenchIndex { .. }
+        Task::Bench { .. }
+        | Task::BenchEmbed
+        | Task::BenchIndex { .. }
+        | Task::BenchContext { .. }
             if cfg!(debug_assertions) =>
         {
             rerun_in_release(&root)?;
@@ -99,6 +113,7 @@ fn main() -> anyhow::Result<ExitCode> {
         Task::Bench { seconds } => bench::run(&root, seconds)?,
         Task::BenchEmbed => bench_embed::run(&root)?,
         Task::BenchIndex { sizes, queries } => bench_index::run(&root, &sizes, queries)?,
+        Task::BenchContext { turns, iterations } => bench_context::run(&root, turns, iterations)?,
         Task::Dist => dist::run(&root)?,
     }
     Ok(ExitCode::SUCCESS)

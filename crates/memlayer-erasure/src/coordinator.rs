@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError};
 
 use memlayer_index::Recall;
+use memlayer_memory::{FactCache, LongTermMemory};
 use memlayer_store::{MessageKey, Store, StoreError, Timestamp, validate_id};
 
 use crate::ErasureError;
@@ -24,6 +25,9 @@ pub struct Coordinator {
 struct Inner {
     store: Store,
     recall: Recall,
+    memories: LongTermMemory,
+    /// Entity facts kept per session between turns, dropped with what they came from.
+    facts: FactCache,
     /// Tickets handed to erasures waiting for a compaction, and (under the mutex) the last
     /// ticket a finished compaction covers: erasures that finish their deletions while a
     /// compaction runs share the next one instead of each running their own.
@@ -57,13 +61,15 @@ impl Drop for Running<'_> {
 }
 
 impl Coordinator {
-    /// A coordinator erasing from `store` and from the indexes of `recall` (which must index
-    /// that store).
-    pub fn new(store: Store, recall: Recall) -> Self {
+    /// A coordinator erasing from `store`, from the indexes of `recall`, from the long-term
+    /// `memories` (both over that store) and from the context builder's `facts`.
+    pub fn new(store: Store, recall: Recall, memories: LongTermMemory, facts: FactCache) -> Self {
         Self {
             inner: Arc::new(Inner {
                 store,
                 recall,
+                memories,
+                facts,
                 tickets: AtomicU64::new(0),
                 compacted: tokio::sync::Mutex::new(0),
                 running: std::sync::Mutex::new(HashSet::new()),
@@ -146,11 +152,21 @@ impl Coordinator {
         match &document.request.target {
             Target::Message { session_id, index } => {
                 let store = self.inner.store.clone();
-                let exists = {
+                let owner = {
                     let (tenant, session_id) = (tenant.to_owned(), session_id.clone());
-                    blocking(move || Ok(store.session_exists(&tenant, &session_id)?)).await?
+                    blocking(move || Ok(store.session(&tenant, &session_id)?)).await?
                 };
-                if exists {
+                if let Some(session) = owner {
+                    receipt.counts.memories += self
+                        .inner
+                        .memories
+                        .forget_derived_from(tenant, &session.user_id, session_id, Some(*index))
+                        .await?;
+                    receipt.counts.session_memories += self
+                        .inner
+                        .store
+                        .drop_session_memories(tenant, &session.user_id, Some(session_id))
+                        .await?;
                     let erased = self
                         .inner
                         .store
@@ -169,12 +185,22 @@ impl Coordinator {
                     erased_sessions.push(sid);
                 }
             }
+            Target::Memory { memory_id } => {
+                let forgotten = self.inner.memories.forget(tenant, *memory_id).await?;
+                receipt.counts.memories += u64::from(forgotten);
+            }
             Target::User { user_id } => loop {
                 // Sessions the user starts while the erasure runs are erased too.
                 let store = self.inner.store.clone();
                 let (owner_tenant, user) = (tenant.to_owned(), user_id.clone());
                 let ids =
                     blocking(move || Ok(store.user_session_ids(&owner_tenant, &user)?)).await?;
+                receipt.counts.memories += self.inner.memories.forget_user(tenant, user_id).await?;
+                receipt.counts.session_memories += self
+                    .inner
+                    .store
+                    .drop_session_memories(tenant, user_id, None)
+                    .await?;
                 if ids.is_empty() {
                     break;
                 }
@@ -205,6 +231,14 @@ impl Coordinator {
             }
         }
 
+        match &document.request.target {
+            Target::Message { session_id, .. } | Target::Session { session_id } => {
+                self.inner.facts.forget_session(tenant, session_id);
+            }
+            Target::User { user_id } => self.inner.facts.forget_user(tenant, user_id),
+            Target::InactiveSince { .. } => self.inner.facts.clear(),
+            Target::Memory { .. } => {}
+        }
         // A batch the indexing pipeline read before the deletion may have indexed an erased
         // message after it was removed: once the pipeline caught up, remove again.
         self.inner.recall.wait_for_index().await?;
@@ -242,12 +276,22 @@ impl Coordinator {
         let before = blocking(move || {
             let session = store.session(&owner_tenant, &id)?;
             let summary = store.summary(&owner_tenant, &id).ok().flatten();
-            Ok(session.map(|s| (s.message_count, summary.is_some())))
+            Ok(session.map(|s| (s.message_count, summary.is_some(), s.user_id)))
         })
         .await?;
-        let Some((messages, summary)) = before else {
+        let Some((messages, summary, user_id)) = before else {
             return Ok(None);
         };
+        receipt.counts.memories += self
+            .inner
+            .memories
+            .forget_derived_from(tenant, &user_id, session_id, None)
+            .await?;
+        receipt.counts.session_memories += self
+            .inner
+            .store
+            .drop_session_memories(tenant, &user_id, Some(session_id))
+            .await?;
         let sid = match self.inner.store.delete_session(tenant, session_id).await {
             Ok(sid) => sid,
             Err(StoreError::SessionNotFound { .. }) => return Ok(None),
@@ -298,7 +342,7 @@ fn validate(request: &ErasureRequest) -> Result<(), ErasureError> {
             validate_id("session_id", session_id)?;
         }
         Target::User { user_id } => validate_id("user_id", user_id)?,
-        Target::InactiveSince { .. } => {}
+        Target::Memory { .. } | Target::InactiveSince { .. } => {}
     }
     Ok(())
 }

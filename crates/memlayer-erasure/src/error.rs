@@ -21,6 +21,9 @@ pub enum ErasureError {
     /// The indexes failed; the job stays pending and resumes.
     #[error(transparent)]
     Index(#[from] IndexError),
+    /// Long-term memory failed; the job stays pending and resumes.
+    #[error(transparent)]
+    Memory(#[from] memlayer_memory::MemoryError),
     /// A stored job could not be read back.
     #[error("unreadable erasure job {id}: {reason}")]
     UnreadableJob {

@@ -21,7 +21,12 @@ pub enum Target {
         /// The session.
         session_id: String,
     },
-    /// Every session of a user in the tenant.
+    /// One long-term memory.
+    Memory {
+        /// The memory's id.
+        memory_id: u64,
+    },
+    /// Every session and every long-term memory of a user in the tenant.
     User {
         /// The user.
         user_id: String,
@@ -65,6 +70,14 @@ pub struct Counts {
     /// Summaries dropped (a summary covering an erased message is regenerated from what
     /// remains when next needed).
     pub summaries: u64,
+    /// Long-term memories.
+    #[serde(default)]
+    pub memories: u64,
+    /// Session memories (rolling summaries of a user's conversations with an agent) that an
+    /// erased session or message had been merged into; the next finished conversation
+    /// starts a new one.
+    #[serde(default)]
+    pub session_memories: u64,
 }
 
 /// What an erasure did: kept after it completes, listed by the admin API.

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 
 use memlayer_embed::{Assets, Embedder, EmbedderOptions};
 use memlayer_index::{Recall, RecallOptions, RecallQuery, Scope};
-use memlayer_store::{Append, NewMessage, NewSession, Role, Store, Timestamp};
+use memlayer_memory::{LongTermMemory, MemoryQuery, RememberRequest};
+use memlayer_store::{Append, MemoryKind, NewMessage, NewSession, Role, Store, Timestamp};
 use proptest::prelude::*;
 use tokio::sync::oneshot;
 
@@ -32,6 +33,7 @@ struct Fixture {
     dir: tempfile::TempDir,
     store: Store,
     recall: Recall,
+    memories: LongTermMemory,
     coordinator: Coordinator,
     stop: Option<oneshot::Sender<()>>,
     pipeline: Option<tokio::task::JoinHandle<()>>,
@@ -41,13 +43,20 @@ impl Fixture {
     fn open(dir: tempfile::TempDir, embedder: Embedder) -> Self {
         let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
         let options = RecallOptions::default().with_snapshot(dir.path().join("vectors.idx"));
-        let recall = Recall::open(store.clone(), embedder, options).unwrap();
+        let recall = Recall::open(store.clone(), embedder.clone(), options).unwrap();
+        let memories = LongTermMemory::open(store.clone(), embedder).unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
         let pipeline = tokio::spawn(recall.clone().run_pipeline(async {
             let _ = stopped.await;
         }));
         Self {
-            coordinator: Coordinator::new(store.clone(), recall.clone()),
+            coordinator: Coordinator::new(
+                store.clone(),
+                recall.clone(),
+                memories.clone(),
+                memlayer_memory::FactCache::default(),
+            ),
+            memories,
             dir,
             store,
             recall,
@@ -188,8 +197,32 @@ async fn canaries_leave_every_api_and_every_file_byte() {
         )
         .await
         .unwrap();
+    // Long-term memories: one remembered from the canary message, one about the user.
+    let remember = |text: &str, source: Option<(String, u64)>| RememberRequest {
+        tenant: TENANT.into(),
+        user_id: "alice".into(),
+        agent_id: None,
+        text: text.into(),
+        kind: MemoryKind::Fact,
+        tags: Vec::new(),
+        source,
+    };
+    fixture
+        .memories
+        .remember(remember(
+            "canary-mem-91ab locker code 4471",
+            Some(("alice-1".into(), 2)),
+        ))
+        .await
+        .unwrap();
+    fixture
+        .memories
+        .remember(remember("canary-mem-77cd owns a red bicycle", None))
+        .await
+        .unwrap();
     fixture.settle().await;
     assert!(fixture.in_files("canary-msg-5b1e77d0") > 0);
+    assert!(fixture.in_files("canary-mem-91ab") > 0);
     assert!(
         fixture
             .recalled("alice", "locker code")
@@ -214,6 +247,11 @@ async fn canaries_leave_every_api_and_every_file_byte() {
         (1, 1, 1)
     );
     assert_eq!(fixture.in_files("canary-msg-5b1e77d0"), 0);
+    assert_eq!(
+        receipt.counts.memories, 1,
+        "the memory derived from the message goes too"
+    );
+    assert_eq!(fixture.in_files("canary-mem-91ab"), 0);
     assert!(
         !fixture
             .recalled("alice", "locker code")
@@ -251,6 +289,22 @@ async fn canaries_leave_every_api_and_every_file_byte() {
         })
         .await;
     assert_eq!(receipt.counts.sessions, 2);
+    assert_eq!(receipt.counts.memories, 1);
+    assert_eq!(fixture.in_files("canary-mem-77cd"), 0);
+    let left = fixture
+        .memories
+        .recall(MemoryQuery {
+            tenant: TENANT.into(),
+            user_id: "alice".into(),
+            agent_id: None,
+            query: "bicycle".into(),
+            k: 10,
+            kinds: None,
+            tags: None,
+        })
+        .await
+        .unwrap();
+    assert!(left.is_empty());
     let mut erased = receipt.session_ids.clone();
     erased.sort();
     assert_eq!(erased, ["alice-1", "alice-3"]);

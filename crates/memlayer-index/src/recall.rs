@@ -399,6 +399,11 @@ impl Recall {
         Ok(())
     }
 
+    /// The embedder queries and the pipeline use, for other indexes over the same model.
+    pub fn embedder(&self) -> &Embedder {
+        &self.inner.embedder
+    }
+
     /// Searches `query.scope` by keywords and by meaning and fuses the two rankings.
     pub async fn recall(&self, query: RecallQuery) -> Result<Recalled> {
         let mut degraded = self.wait_for_index().await?;

@@ -8,7 +8,7 @@
 //! as dropped. The output is then laid out in prompt order ([`Layer`]'s order, the window in
 //! conversation order), so priorities decide *what* is kept, never *where* it appears.
 
-use memlayer_store::{Message, Timestamp};
+use memlayer_store::{Memory, MemoryKind, Message, Timestamp};
 use serde::Serialize;
 
 use crate::MemoryError;
@@ -62,6 +62,8 @@ pub enum RecallScope {
 
 /// Most older messages recall may add to one context.
 pub const MAX_RECALL_K: usize = 50;
+/// Most long-term memories one context may pre-load.
+pub const MAX_MEMORIES: usize = 200;
 
 /// Everything that shapes a context. Defaults follow the product documents.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
@@ -85,6 +87,10 @@ pub struct ContextSettings {
     pub recall_k: usize,
     /// Where recall looks.
     pub recall_scope: RecallScope,
+    /// Long-term memories a combined context pre-loads for the query (0–200).
+    pub max_memories: usize,
+    /// Most tokens the long-term memories may take.
+    pub memory_tokens: u32,
     /// Replace e-mail addresses, phone numbers, card numbers, SSNs and IBANs in summaries
     /// (and in what a summarising model is sent) with placeholders. The values stay in entity
     /// memory, which is erased with the messages; a persisted summary should not hold them.
@@ -103,6 +109,8 @@ impl Default for ContextSettings {
             overflow: Overflow::Drop,
             recall_k: 4,
             recall_scope: RecallScope::User,
+            max_memories: 50,
+            memory_tokens: 1_000,
             redact_pii: true,
         }
     }
@@ -166,6 +174,9 @@ impl ContextSettings {
         if self.recall_k > MAX_RECALL_K {
             return invalid("recall_k", "must be at most 50");
         }
+        if self.max_memories > MAX_MEMORIES {
+            return invalid("max_memories", "must be at most 200");
+        }
         Ok(())
     }
 
@@ -185,6 +196,10 @@ pub struct LayerInputs<'a> {
     pub facts: Option<&'a FactSheet>,
     /// Older messages recalled for the current query, best first.
     pub recalled: Vec<RecalledMessage>,
+    /// The user's long-term memories relevant to the query, best first.
+    pub memories: Vec<Memory>,
+    /// The summary of the user's earlier conversations with the agent (session memory).
+    pub session_memory: Option<&'a str>,
 }
 
 /// A message recall brought back for the current query.
@@ -266,6 +281,8 @@ pub struct Report {
     pub facts: usize,
     /// Recalled messages included, with their scores.
     pub recalled: Vec<RecalledRef>,
+    /// Ids of the long-term memories included.
+    pub memories: Vec<u64>,
 }
 
 /// A turn's context and its report.
@@ -324,6 +341,24 @@ pub fn assemble(
             Layer::Facts,
             text,
             sheet.sources(),
+            encoding,
+        ));
+    }
+    let memories = if combined {
+        offer_memories(
+            &mut packer,
+            &layers.memories,
+            settings.memory_tokens,
+            encoding,
+        )
+    } else {
+        Vec::new()
+    };
+    if combined && let Some(text) = layers.session_memory {
+        packer.offer(ContextMessage::generated(
+            Layer::SessionMemory,
+            text.to_owned(),
+            Vec::new(),
             encoding,
         ));
     }
@@ -393,6 +428,7 @@ pub fn assemble(
         summary_used,
         facts.map_or(0, |f| f.entries().len()),
         recalled,
+        memories,
     ))
 }
 
@@ -429,6 +465,43 @@ pub fn summary_split(
     }
     let first = history.exchanges[first_recent].messages.first()?;
     messages.iter().position(|m| m.index == first.index)
+}
+
+/// Offers the `Long-term memories:` block, best memories first, as many as fit
+/// `max_tokens`; returns the ids of those included.
+fn offer_memories(
+    packer: &mut Packer,
+    memories: &[Memory],
+    max_tokens: u32,
+    encoding: TokenEncoding,
+) -> Vec<u64> {
+    let mut text = String::from("Long-term memories:");
+    let mut used = encoding.count(&text);
+    let mut ids = Vec::new();
+    for memory in memories {
+        let line = format!("\n- ({}) {}", kind_name(memory.kind), memory.text);
+        let cost = encoding.count(&line);
+        if used + cost > max_tokens {
+            break;
+        }
+        used += cost;
+        text.push_str(&line);
+        ids.push(memory.id);
+    }
+    if ids.is_empty() {
+        return ids;
+    }
+    let piece = ContextMessage::generated(Layer::Memories, text, Vec::new(), encoding);
+    if packer.offer(piece) { ids } else { Vec::new() }
+}
+
+fn kind_name(kind: MemoryKind) -> &'static str {
+    match kind {
+        MemoryKind::Fact => "fact",
+        MemoryKind::Preference => "preference",
+        MemoryKind::Relationship => "relationship",
+        MemoryKind::Instruction => "instruction",
+    }
 }
 
 /// `YYYY-MM-DD` (UTC) of a stored timestamp: when an earlier conversation said something.
@@ -512,6 +585,7 @@ impl Packer {
         summary: Option<(u64, u64)>,
         facts: usize,
         recalled: Vec<RecalledRef>,
+        memories: Vec<u64>,
     ) -> Assembled {
         // Prompt order: by layer, and within the window by position in the conversation.
         // Pieces of the other layers keep the order they were admitted in (best first).
@@ -550,6 +624,7 @@ impl Packer {
                 summary,
                 facts,
                 recalled,
+                memories,
             },
             messages: self.included,
         }

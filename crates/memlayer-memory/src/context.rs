@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use memlayer_index::{Excluded, Recall, RecallQuery, Scope};
-use memlayer_store::{Message, Role, Store, StoreError};
+use memlayer_store::{Message, Role, SessionMemory, Store, StoreError, Timestamp};
 use serde::Serialize;
 
 use crate::MemoryError;
@@ -16,10 +16,17 @@ use crate::assemble::{
     SettingsOverrides, Strategy, assemble, summary_split,
 };
 use crate::entities::FactSheet;
+use crate::fact_cache::{FactCache, SessionKey};
 use crate::history::{History, Window};
+use crate::long_term::{LongTermMemory, MemoryQuery};
 use crate::pii::redact_pii;
 use crate::summary::{ExtractiveSummarizer, Summarizer, Summary, SummaryRequest};
 use crate::tokens::TokenEncoding;
+
+/// The marker session memory starts with in a context.
+pub const SESSION_MEMORY_MARKER: &str = "[Earlier conversations with this user]";
+/// Longest a session memory may grow; the oldest lines go first.
+const SESSION_MEMORY_TOKENS: u32 = 600;
 
 /// Share of the budget a summary may take. With `RECENT_SHARE` for the recent part, the
 /// rest is left for facts, recalled messages and the conversation's growth.
@@ -73,6 +80,8 @@ pub struct ContextBuilder {
     store: Store,
     recall: Recall,
     summarizer: Option<Arc<dyn Summarizer>>,
+    memories: Option<LongTermMemory>,
+    facts: FactCache,
     encoding: TokenEncoding,
 }
 
@@ -84,8 +93,21 @@ impl ContextBuilder {
             store,
             recall,
             summarizer: None,
+            memories: None,
+            facts: FactCache::default(),
             encoding,
         }
+    }
+
+    /// The per-session fact sheets kept between turns; erasure drops entries from it.
+    pub fn fact_cache(&self) -> &FactCache {
+        &self.facts
+    }
+
+    /// Pre-loads the user's long-term memories relevant to the query into combined contexts.
+    pub fn with_memories(mut self, memories: LongTermMemory) -> Self {
+        self.memories = Some(memories);
+        self
     }
 
     /// Summarises with `summarizer` instead; when it fails, the extractive summariser
@@ -143,7 +165,9 @@ impl ContextBuilder {
             }
         }
 
-        let (recalled, recall_degraded) = match query.filter(|q| !q.trim().is_empty()) {
+        let query = query.filter(|q| !q.trim().is_empty());
+        let query_text = query.clone();
+        let (recalled, recall_degraded) = match query {
             Some(query) if combined && settings.recall_k > 0 => {
                 self.recall_outside_window(
                     &tenant,
@@ -158,18 +182,56 @@ impl ContextBuilder {
             _ => (Vec::new(), None),
         };
 
+        let memories = match (&self.memories, query_text) {
+            (Some(long_term), Some(query)) if combined && settings.max_memories > 0 => long_term
+                .recall(MemoryQuery {
+                    tenant: tenant.clone(),
+                    user_id: loaded.user_id.clone(),
+                    agent_id: Some(loaded.agent_id.clone()),
+                    query,
+                    k: settings.max_memories,
+                    kinds: None,
+                    tags: None,
+                })
+                .await?
+                .into_iter()
+                .map(|hit| hit.memory)
+                .collect(),
+            _ => Vec::new(),
+        };
+
+        // Session memory of earlier conversations; not one this session was merged into
+        // (its own turns are in the window, the summary and recall).
+        let session_memory = loaded
+            .session_memory
+            .filter(|m| combined && !m.sessions.contains(&session_id))
+            .map(|m| m.text);
         let encoding = self.encoding;
+        let fact_cache = self.facts.clone();
         let messages = loaded.messages;
+        let created_at = loaded.created_at;
+        let user_id = loaded.user_id.clone();
         let used = settings.clone();
         let hits = recalled.clone();
         // Fact extraction and packing scale with the session's length: off the async workers.
         let assembled = blocking(move || {
             // Every fact since the load checkpoint, summarised turns included.
-            let facts = combined.then(|| FactSheet::from_messages(&messages));
+            let facts = combined.then(|| {
+                let key = SessionKey {
+                    tenant: &tenant,
+                    session_id: &session_id,
+                    user_id: &user_id,
+                    created_at,
+                    load_from,
+                };
+                fact_cache.facts(&key, &messages)
+            });
             let layers = LayerInputs {
                 summary: summary.as_ref(),
                 facts: facts.as_ref(),
                 recalled,
+                memories,
+                session_memory: session_memory.as_deref(),
             };
             assemble(&history, &layers, &settings, encoding)
         })
@@ -198,6 +260,12 @@ impl ContextBuilder {
                 last_index: s.last_index,
             });
             Ok(Loaded {
+                created_at: session.created_at,
+                session_memory: store.session_memory(
+                    &tenant,
+                    &session.user_id,
+                    &session.agent_id,
+                )?,
                 tenant_settings: store.settings(&tenant, None)?,
                 agent_settings: store.settings(&tenant, Some(&session.agent_id))?,
                 user_id: session.user_id,
@@ -223,29 +291,51 @@ impl ContextBuilder {
     ) -> Result<(Summary, SummaryNote), MemoryError> {
         let last_older = older.last().map_or(0, |m| m.index);
         let facts = FactSheet::from_messages(all.iter().filter(|m| m.index <= last_older));
+        let max_tokens = (f64::from(settings.budget()) * SUMMARY_SHARE).floor() as u32;
+        let (summary, note) = self
+            .condense(previous, older, facts, max_tokens, settings.redact_pii)
+            .await?;
+        self.store
+            .save_summary(
+                tenant,
+                session_id,
+                summary.text.clone(),
+                summary.first_index,
+                summary.last_index,
+            )
+            .await?;
+        Ok((summary, note))
+    }
+
+    /// Runs the configured summariser over `messages` (the extractive one if none is
+    /// configured or it fails), with personal data taken out first when `redact` says so.
+    async fn condense(
+        &self,
+        previous: Option<&Summary>,
+        messages: &[Message],
+        facts: FactSheet,
+        max_tokens: u32,
+        redact: bool,
+    ) -> Result<(Summary, SummaryNote), MemoryError> {
         // Instructions stay in the context on their own; they are not summarised. Personal
         // data is taken out before a summariser (possibly a remote model) sees the turns.
-        let conversation: Vec<Message> = older
+        let conversation: Vec<Message> = messages
             .iter()
             .filter(|m| m.role != Role::System)
             .map(|m| {
                 let mut message = m.clone();
-                if settings.redact_pii {
+                if redact {
                     message.content = redact_pii(&message.content).into_owned();
                 }
                 message
             })
             .collect();
-        let facts = if settings.redact_pii {
-            facts.redacted()
-        } else {
-            facts
-        };
+        let facts = if redact { facts.redacted() } else { facts };
         let request = SummaryRequest {
             previous,
             messages: &conversation,
             facts: &facts,
-            max_tokens: (f64::from(settings.budget()) * SUMMARY_SHARE).floor() as u32,
+            max_tokens,
             encoding: self.encoding,
         };
         let extractive = ExtractiveSummarizer;
@@ -264,7 +354,7 @@ impl ContextBuilder {
             ),
         };
         // Whatever a model echoed back, no personal data is persisted in a summary.
-        let summary = if settings.redact_pii {
+        let summary = if redact {
             Summary {
                 text: redact_pii(&summary.text).into_owned(),
                 ..summary
@@ -272,15 +362,6 @@ impl ContextBuilder {
         } else {
             summary
         };
-        self.store
-            .save_summary(
-                tenant,
-                session_id,
-                summary.text.clone(),
-                summary.first_index,
-                summary.last_index,
-            )
-            .await?;
         Ok((
             summary,
             SummaryNote {
@@ -289,6 +370,62 @@ impl ContextBuilder {
                 fallback_reason: note.1,
             },
         ))
+    }
+
+    /// Merges a finished conversation into the rolling summary of its user's conversations
+    /// with its agent (session memory), which later conversations load as a layer. Merging
+    /// the same session twice changes nothing. Call it off the request path: it summarises.
+    pub async fn end_session(
+        &self,
+        tenant: &str,
+        session_id: &str,
+    ) -> Result<SessionMemory, MemoryError> {
+        let loaded = self.load(tenant, session_id).await?;
+        let store = self.store.clone();
+        let (owner_tenant, user, agent) = (
+            tenant.to_owned(),
+            loaded.user_id.clone(),
+            loaded.agent_id.clone(),
+        );
+        let current =
+            blocking(move || Ok(store.session_memory(&owner_tenant, &user, &agent)?)).await?;
+        if let Some(current) = &current
+            && current.sessions.iter().any(|s| s == session_id)
+        {
+            return Ok(current.clone());
+        }
+        let Some(last) = loaded.messages.last().map(|m| m.index) else {
+            return current.ok_or(MemoryError::NothingToSummarize);
+        };
+        let previous = current.as_ref().map(|memory| Summary {
+            text: memory.text.clone(),
+            first_index: 0,
+            last_index: last,
+        });
+        let facts = FactSheet::from_messages(&loaded.messages);
+        let (summary, _) = self
+            .condense(
+                previous.as_ref(),
+                &loaded.messages,
+                facts,
+                SESSION_MEMORY_TOKENS,
+                true,
+            )
+            .await?;
+        // The summariser's header names a message range of one session; session memory
+        // spans conversations.
+        let body = summary.text.split_once('\n').map_or("", |(_, rest)| rest);
+        let mut sessions = current.map(|m| m.sessions).unwrap_or_default();
+        sessions.push(session_id.to_owned());
+        let memory = SessionMemory {
+            text: format!("{SESSION_MEMORY_MARKER}\n{body}"),
+            sessions,
+            updated_at: Timestamp::now(),
+        };
+        self.store
+            .put_session_memory(tenant, &loaded.user_id, &loaded.agent_id, memory.clone())
+            .await?;
+        Ok(memory)
     }
 
     /// The best `settings.recall_k` older messages for `query`, leaving out what the window
@@ -353,6 +490,8 @@ impl ContextBuilder {
 
 /// A session as one context reads it.
 struct Loaded {
+    created_at: Timestamp,
+    session_memory: Option<SessionMemory>,
     tenant_settings: Option<SettingsOverrides>,
     agent_settings: Option<SettingsOverrides>,
     user_id: String,

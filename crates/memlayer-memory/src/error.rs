@@ -27,6 +27,9 @@ pub enum MemoryError {
     /// Recall failed.
     #[error(transparent)]
     Index(#[from] memlayer_index::IndexError),
+    /// The embedding model failed.
+    #[error("embedding failed: {0}")]
+    Embedding(String),
     /// A background task died (it panicked or the runtime is shutting down).
     #[error("a background task failed: {0}")]
     Task(String),

@@ -16,6 +16,10 @@ pub enum Layer {
     Instructions,
     /// Facts from entity memory (`Known facts:`).
     Facts,
+    /// The user's long-term memories relevant to the query (`Long-term memories:`).
+    Memories,
+    /// The rolling summary of the user's earlier conversations with the agent.
+    SessionMemory,
     /// The rolling summary of older turns (`[Conversation Summary]`).
     Summary,
     /// Older messages recalled for the current query (`Relevant earlier messages:`).

@@ -43,6 +43,14 @@ pub enum ApiError {
         /// What is wrong.
         message: String,
     },
+    /// `401` with `WWW-Authenticate: Bearer`: no API key, or one that is malformed, unknown,
+    /// revoked or expired.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// `403`: the key is valid but its role may not use this route. Never the answer for an
+    /// object of another tenant or user: that is `404`, so that existence does not leak.
+    #[error("{0}")]
+    Forbidden(String),
     /// `404`: no such resource in this tenant.
     #[error("{message}")]
     NotFound {
@@ -105,6 +113,8 @@ impl ApiError {
     fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {
             Self::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
+            Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            Self::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             Self::NotFound { code, .. } => (StatusCode::NOT_FOUND, code),
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             Self::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
@@ -139,6 +149,13 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+        }
+        if let Self::Unauthorized(_) = &self {
+            // RFC 6750, section 3: how to authenticate, and (with a key) that it was refused.
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(crate::auth::WWW_AUTHENTICATE),
+            );
         }
         if status == StatusCode::PAYLOAD_TOO_LARGE {
             // The unread rest of the body is still on the connection; hyper will close it, and
@@ -216,6 +233,9 @@ impl From<MemoryError> for ApiError {
         match err {
             MemoryError::Store(store) => store.into(),
             MemoryError::Index(index) => index.into(),
+            MemoryError::Embedding(_) => {
+                Self::Unavailable(format!("the embedding model is not available: {err}"))
+            }
             MemoryError::InvalidSetting { .. } | MemoryError::UnknownEncoding(_) => {
                 Self::invalid("invalid_setting", err.to_string())
             }
@@ -230,6 +250,7 @@ impl From<memlayer_erasure::ErasureError> for ApiError {
         match err {
             ErasureError::Store(store) => store.into(),
             ErasureError::Index(index) => index.into(),
+            ErasureError::Memory(memory) => memory.into(),
             ErasureError::Invalid { .. } => Self::invalid("invalid_value", err.to_string()),
             other => Self::Internal(other.to_string()),
         }

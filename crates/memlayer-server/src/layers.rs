@@ -75,6 +75,8 @@ fn span(request: &Request) -> tracing::Span {
         method = %request.method(),
         uri = %request.uri(),
         request_id = %id,
+        // The API key's prefix, once `auth` has checked it.
+        key = tracing::field::Empty,
     )
 }
 

@@ -13,6 +13,7 @@
 #![deny(missing_docs)]
 
 mod api;
+mod auth;
 mod error;
 mod extract;
 mod layers;

@@ -2,11 +2,12 @@
 //! `#[utoipa::path]` annotation and the wire types' `ToSchema` derives, collected through the
 //! route table (`api::ROUTES`) that also builds the router, so a route cannot be served
 //! without being documented. This module adds what is common to every operation (the error
-//! shape, the tenant header) and describes the JSON of types that live in other crates.
+//! shape, the API key and the tenant header) and describes the JSON of types that live in other crates.
 
 use std::sync::LazyLock;
 
 use utoipa::openapi::path::{Operation, ParameterBuilder, ParameterIn};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{Content, OpenApi, Ref, Required, ResponseBuilder, schema};
 use utoipa::{Modify, OpenApi as _};
 
@@ -19,8 +20,10 @@ use crate::extract::TENANT_HEADER;
     info(
         title = "memlayer",
         description = "A self-hosted memory layer for LLM agents: durable sessions, context \
-            assembly inside a token budget, hybrid recall. Every error answers \
-            `{\"error\": {\"code\": \"...\", \"message\": \"...\"}}`.",
+            assembly inside a token budget, hybrid recall. Every `/v1` route needs an API key \
+            (`Authorization: Bearer <key>`), which decides the tenant and the role: \
+            `tenant_admin`, `service` or `user` (one end user's sessions only). Every error \
+            answers `{\"error\": {\"code\": \"...\", \"message\": \"...\"}}`.",
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
     ),
     components(schemas(ErrorBody)),
@@ -31,6 +34,7 @@ use crate::extract::TENANT_HEADER;
         (name = "context", description = "The context for the next model call, and entity memory"),
         (name = "recall", description = "Hybrid (keyword + vector) search over messages"),
         (name = "settings", description = "Saved context settings of a tenant and its agents"),
+        (name = "keys", description = "API keys of a tenant (tenant_admin keys only)"),
         (name = "operations", description = "Probes, metrics and this documentation"),
     ),
 )]
@@ -51,8 +55,11 @@ pub(crate) static OPENAPI_JSON: LazyLock<String> = LazyLock::new(|| {
         .expect("the OpenAPI document serialises")
 });
 
-/// What every operation shares: errors in the API's shape, and the tenant header on the
-/// `/v1` routes.
+/// The security scheme every `/v1` operation requires.
+pub(crate) const BEARER_AUTH: &str = "bearerAuth";
+
+/// What every operation shares: errors in the API's shape, and the API key and the tenant
+/// header on the `/v1` routes.
 struct Common;
 
 impl Modify for Common {
@@ -66,6 +73,25 @@ impl Modify for Common {
                 )
                 .build()
         };
+        doc.components
+            .get_or_insert_with(Default::default)
+            .add_security_scheme(
+                BEARER_AUTH,
+                SecurityScheme::Http(
+                    HttpBuilder::new()
+                        .scheme(HttpAuthScheme::Bearer)
+                        .bearer_format("mlk_<prefix>_<secret>")
+                        .description(Some(
+                            "An API key: created with `POST /v1/keys` or `memlayer keys create`, \
+                             or the admin key configured or printed at the first start. It \
+                             decides the tenant and the role (`tenant_admin`, `service`, \
+                             `user`). Missing, malformed, unknown, revoked or expired keys \
+                             answer `401`; a role that may not use a route answers `403`; an \
+                             object of another tenant or user answers `404`.",
+                        ))
+                        .build(),
+                ),
+            );
         for (path, item) in doc.paths.paths.iter_mut() {
             let scoped = path.starts_with("/v1/");
             for operation in [
@@ -81,6 +107,10 @@ impl Modify for Common {
                 add_errors(operation, &error);
                 if scoped {
                     add_tenant(operation);
+                    operation.security = Some(vec![SecurityRequirement::new(
+                        BEARER_AUTH,
+                        Vec::<String>::new(),
+                    )]);
                 }
             }
         }
@@ -91,8 +121,10 @@ fn add_errors(operation: &mut Operation, error: &dyn Fn(&str) -> utoipa::openapi
     let responses = &mut operation.responses.responses;
     responses.entry("4XX".into()).or_insert_with(|| {
         error(
-            "The request is wrong: `400` malformed, `404` unknown, `405` wrong method, \
-             `409` conflict, `413` too large, `415` not JSON, `422` invalid value",
+            "The request is wrong: `400` malformed, `401` no valid API key (with \
+             `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` \
+             unknown (or another tenant's or user's), `405` wrong method, `409` conflict, \
+             `413` too large, `415` not JSON, `422` invalid value",
         )
         .into()
     });
@@ -112,12 +144,11 @@ fn add_tenant(operation: &mut Operation) {
         .parameter_in(ParameterIn::Header)
         .required(Required::False)
         .description(Some(
-            "The tenant (project) the request acts for; `default` when absent",
+            "The tenant (project) the request acts for. The API key decides it; when sent, \
+             the header must name the key's tenant (another answers `404`)",
         ))
         .schema(Some(
-            schema::ObjectBuilder::new()
-                .schema_type(schema::Type::String)
-                .default(Some("default".into())),
+            schema::ObjectBuilder::new().schema_type(schema::Type::String),
         ))
         .build();
     operation
@@ -228,6 +259,8 @@ pub(crate) mod foreign {
     pub(crate) enum Layer {
         Instructions,
         Facts,
+        Memories,
+        SessionMemory,
         Summary,
         Retrieved,
         EarlierQuestions,
@@ -266,6 +299,12 @@ pub(crate) mod foreign {
         #[schema(default = 4, maximum = 50)]
         recall_k: usize,
         recall_scope: RecallScope,
+        /// Long-term memories a combined context pre-loads for the query.
+        #[schema(default = 50, maximum = 200)]
+        max_memories: usize,
+        /// Most tokens the long-term memories may take.
+        #[schema(default = 1000)]
+        memory_tokens: u32,
         /// Replace e-mail addresses, phone numbers, card numbers, SSNs and IBANs in summaries
         /// (and in what a summarising model is sent) with placeholders.
         #[schema(default = true)]
@@ -400,6 +439,8 @@ pub(crate) mod foreign {
         /// Facts rendered.
         facts: usize,
         recalled: Vec<RecalledRef>,
+        /// Ids of the long-term memories included.
+        memories: Vec<u64>,
     }
 
     /// How the summary of a context came about (`memlayer_memory::SummaryNote`).

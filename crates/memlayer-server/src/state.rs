@@ -6,7 +6,7 @@ use std::time::Duration;
 use memlayer_erasure::Coordinator;
 use memlayer_index::Recall;
 use memlayer_llm::ChatClient;
-use memlayer_memory::{ContextBuilder, LlmSummarizer, TokenEncoding};
+use memlayer_memory::{ContextBuilder, LlmSummarizer, LongTermMemory, MemoryError, TokenEncoding};
 use memlayer_store::Store;
 
 use crate::metrics::Metrics;
@@ -53,27 +53,36 @@ pub struct AppState {
     recall: Recall,
     contexts: ContextBuilder,
     erasure: Coordinator,
+    memories: LongTermMemory,
     config: Arc<ServerConfig>,
     metrics: Arc<Metrics>,
 }
 
 impl AppState {
     /// State serving `store`, searched through `recall` (which must index that store), with
-    /// `config`.
-    pub fn new(store: Store, recall: Recall, config: ServerConfig) -> Self {
+    /// `config`. Fails if the long-term memories' indexes cannot be built from the store.
+    pub fn new(store: Store, recall: Recall, config: ServerConfig) -> Result<Self, MemoryError> {
+        let memories = LongTermMemory::open(store.clone(), recall.embedder().clone())?;
         let mut contexts =
-            ContextBuilder::new(store.clone(), recall.clone(), config.token_encoding);
+            ContextBuilder::new(store.clone(), recall.clone(), config.token_encoding)
+                .with_memories(memories.clone());
         if let Some(model) = &config.summarizer_model {
             contexts = contexts.with_summarizer(Arc::new(LlmSummarizer::new(model.clone())));
         }
-        Self {
-            erasure: Coordinator::new(store.clone(), recall.clone()),
+        Ok(Self {
+            erasure: Coordinator::new(
+                store.clone(),
+                recall.clone(),
+                memories.clone(),
+                contexts.fact_cache().clone(),
+            ),
+            memories,
             store,
             recall,
             contexts,
             config: Arc::new(config),
             metrics: Arc::new(Metrics::new()),
-        }
+        })
     }
 
     /// The store.
@@ -89,6 +98,11 @@ impl AppState {
     /// Runs erasures.
     pub fn erasure(&self) -> &Coordinator {
         &self.erasure
+    }
+
+    /// Long-term memories.
+    pub fn memories(&self) -> &LongTermMemory {
+        &self.memories
     }
 
     /// Builds each turn's context.

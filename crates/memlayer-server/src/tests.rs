@@ -25,6 +25,9 @@ use tower::ServiceExt;
 
 use crate::{AppState, ServerConfig, router};
 
+// Authentication and authorisation of every route.
+mod auth;
+
 fn embedder() -> Embedder {
     static EMBEDDER: OnceLock<Embedder> = OnceLock::new();
     EMBEDDER
@@ -40,9 +43,29 @@ fn embedder() -> Embedder {
         .clone()
 }
 
+/// The configured admin key (tenant `default`) every fixture accepts and [`request`] sends.
+const ADMIN_KEY: &str = "test-admin-key-0123456789abcdef0123456789abcdef";
+
+/// Runs a store future to completion from synchronous code that may itself be inside a
+/// runtime (a `#[tokio::test]`): on a thread and runtime of its own.
+fn block_on<T: Send>(future: impl std::future::Future<Output = T> + Send) -> T {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap()
+                    .block_on(future)
+            })
+            .join()
+            .unwrap()
+    })
+}
+
 /// A router over a new store; the directory lives as long as the fixture.
 struct Fixture {
     router: Router,
+    store: Store,
     _dir: TempDir,
 }
 
@@ -55,8 +78,10 @@ impl Fixture {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
         let recall = Recall::open(store.clone(), embedder(), RecallOptions::default()).unwrap();
+        block_on(store.bootstrap_keys(Some(ADMIN_KEY))).unwrap();
         Self {
-            router: router(AppState::new(store, recall, config)),
+            router: router(AppState::new(store.clone(), recall, config).unwrap()),
+            store,
             _dir: dir,
         }
     }
@@ -115,11 +140,13 @@ impl Answer {
     }
 }
 
+/// A request with the admin key.
 fn request(method: Method, path: &str, body: Body) -> Request<Body> {
     Request::builder()
         .method(method)
         .uri(path)
         .header(header::CONTENT_TYPE, "application/json")
+        .header(header::AUTHORIZATION, format!("Bearer {ADMIN_KEY}"))
         .body(body)
         .unwrap()
 }
@@ -417,6 +444,8 @@ fn mirrored_types_match_the_real_ones() {
     let layers = [
         Layer::Instructions,
         Layer::Facts,
+        Layer::Memories,
+        Layer::SessionMemory,
         Layer::Summary,
         Layer::Retrieved,
         Layer::EarlierQuestions,
@@ -425,6 +454,8 @@ fn mirrored_types_match_the_real_ones() {
     let _ = |l: Layer| match l {
         Layer::Instructions
         | Layer::Facts
+        | Layer::Memories
+        | Layer::SessionMemory
         | Layer::Summary
         | Layer::Retrieved
         | Layer::EarlierQuestions

@@ -63,6 +63,9 @@ pub enum StoreError {
     /// A maintenance operation (compaction) could not run now; retrying later may succeed.
     #[error("the store is busy: {0}")]
     Busy(String),
+    /// The operating system's random number generator failed (creating an API key).
+    #[error("the operating system's random number generator failed: {0}")]
+    Random(String),
 }
 
 impl StoreError {

@@ -13,20 +13,29 @@
 mod embeddings;
 mod erasure;
 mod error;
+mod keys;
+mod memories;
 mod model;
 mod record;
+mod session_memory;
 mod store;
 mod tables;
 mod writer;
 
 pub use erasure::{ConversationStats, MessageErased, StoredJob};
 pub use error::{Result, StoreError};
+pub use keys::{
+    ApiKey, BOOTSTRAP_TENANT, Bootstrap, CONFIGURED_KEY_PREFIX, IssuedKey, KEY_SCHEME,
+    KeyRejection, KeyRole, MIN_CONFIGURED_KEY_LEN, NewKey, validate_configured_key,
+};
+pub use memories::{Memory, MemoryKind};
 pub use model::{
     Append, Appended, EmbeddingModel, MAX_ID_LEN, MAX_MESSAGES_PER_APPEND,
     MAX_MESSAGES_PER_SESSION, Message, MessageKey, Metadata, NewMessage, NewRun, NewSession, Page,
     PendingEmbedding, Role, Run, RunStatus, Session, SessionFilter, SessionRef, SessionState,
     StoredSummary, StoredVector, Timestamp, validate_id,
 };
+pub use session_memory::SessionMemory;
 pub use store::{CommitMode, MAX_PAGE_SIZE, Store, StoreOptions};
 
 #[cfg(test)]

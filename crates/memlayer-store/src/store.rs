@@ -594,6 +594,11 @@ fn initialise(db: &Database) -> Result<()> {
         txn.open_table(ERASURE_JOBS)?;
         txn.open_table(ERASURE_RECEIPTS)?;
         txn.open_table(RETENTION)?;
+        txn.open_table(crate::tables::MEMORIES)?;
+        txn.open_table(crate::tables::MEMORY_OWNERS)?;
+        txn.open_table(crate::tables::SESSION_MEMORIES)?;
+        txn.open_table(crate::tables::API_KEYS)?;
+        txn.open_table(crate::tables::API_KEY_TENANTS)?;
     }
     txn.commit()?;
     Ok(())

@@ -108,3 +108,25 @@ pub(crate) const ERASURE_RECEIPTS: TableDefinition<(&str, u64), &[u8]> =
 pub(crate) const RETENTION: TableDefinition<&str, (u32, u64)> = TableDefinition::new("retention");
 
 pub(crate) const NEXT_JOB_ID_KEY: &str = "next_job_id";
+
+/// `memory_id` → `MemoryRecord`: long-term memories with their embeddings.
+pub(crate) const MEMORIES: TableDefinition<u64, &[u8]> = TableDefinition::new("memories");
+
+/// `(tenant, user_id, memory_id)` → `()`: a user's memories, for listing and erasure.
+pub(crate) const MEMORY_OWNERS: TableDefinition<(&str, &str, u64), ()> =
+    TableDefinition::new("memory_owners");
+
+pub(crate) const NEXT_MEMORY_ID_KEY: &str = "next_memory_id";
+
+/// `prefix` → `KeyRecord`: API keys (see `keys.rs`). A record holds the SHA-256 of its key,
+/// never the key.
+pub(crate) const API_KEYS: TableDefinition<&str, &[u8]> = TableDefinition::new("api_keys");
+
+/// `(tenant, prefix)` → `()`: a tenant's keys, for listing.
+pub(crate) const API_KEY_TENANTS: TableDefinition<(&str, &str), ()> =
+    TableDefinition::new("api_key_tenants");
+
+/// `(tenant, user_id, agent_id)` → `SessionMemoryRecord`: the rolling summary of a user's
+/// finished conversations with an agent, with the sessions merged into it.
+pub(crate) const SESSION_MEMORIES: TableDefinition<(&str, &str, &str), &[u8]> =
+    TableDefinition::new("session_memories");

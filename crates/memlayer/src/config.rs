@@ -25,7 +25,7 @@ pub(crate) struct DataArgs {
     #[arg(long, env = "MEMLAYER_DATA_DIR")]
     data_dir: Option<PathBuf>,
     /// TOML file with any of: listen, data_dir, assets_dir, model_dir, onnxruntime,
-    /// max_body_bytes, token_encoding, request_timeout_secs, max_in_flight, and a
+    /// max_body_bytes, token_encoding, request_timeout_secs, max_in_flight, admin_key, and a
     /// [summarizer] table.
     #[arg(long, env = "MEMLAYER_CONFIG")]
     config: Option<PathBuf>,
@@ -151,6 +151,9 @@ struct FileSettings {
     token_encoding: Option<String>,
     request_timeout_secs: Option<u64>,
     max_in_flight: Option<usize>,
+    /// The operator's admin key: a `tenant_admin` key of tenant `default`. The environment's
+    /// `MEMLAYER_ADMIN_KEY` wins over it.
+    admin_key: Option<String>,
     /// `[summarizer]`: an OpenAI-compatible chat endpoint that summarises overflowing
     /// history (base_url, model, api_key, timeout_secs, max_tokens, temperature).
     summarizer: Option<LlmConfig>,
@@ -158,6 +161,24 @@ struct FileSettings {
 
 /// Environment variable with the summariser's API key, so it need not sit in the file.
 const SUMMARIZER_KEY_ENV: &str = "MEMLAYER_SUMMARIZER_API_KEY";
+/// Environment variable with the operator's admin key. Deliberately not a flag: a flag's
+/// value is visible to every user of the host in the process list.
+pub(crate) const ADMIN_KEY_ENV: &str = "MEMLAYER_ADMIN_KEY";
+
+/// A secret that `Debug` does not print.
+pub(crate) struct Secret(String);
+
+impl Secret {
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
 
 /// Everything `serve` needs, resolved.
 #[derive(Debug)]
@@ -166,6 +187,8 @@ pub(crate) struct Settings {
     pub(crate) data_dir: PathBuf,
     pub(crate) assets: Assets,
     pub(crate) server: ServerConfig,
+    /// The operator's admin key, if configured (see `keys::bootstrap`).
+    pub(crate) admin_key: Option<Secret>,
 }
 
 impl Settings {
@@ -205,6 +228,14 @@ impl Settings {
                 ChatClient::new(model).context("invalid [summarizer] in the config file")
             })
             .transpose()?;
+        let admin_key = std::env::var(ADMIN_KEY_ENV)
+            .ok()
+            .filter(|key| !key.is_empty())
+            .or(file.admin_key);
+        if let Some(key) = &admin_key {
+            memlayer_store::validate_configured_key(key)
+                .with_context(|| format!("invalid admin key ({ADMIN_KEY_ENV} or admin_key)"))?;
+        }
         Ok(Self {
             listen: args
                 .listen
@@ -219,6 +250,7 @@ impl Settings {
                 request_timeout,
                 max_in_flight,
             },
+            admin_key: admin_key.map(Secret),
         })
     }
 }
@@ -365,6 +397,22 @@ mod tests {
         let standard = assets(&["--assets-dir", "/assets"]).unwrap();
         assert_eq!(standard, Assets::in_dir("/assets"));
         assert!(assets(&["--config", "/does/not/exist.toml"]).is_err());
+    }
+
+    #[test]
+    fn the_admin_key_comes_from_the_file_is_checked_and_never_printed() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("memlayer.toml");
+        let key = "0123456789abcdef0123456789abcdef-from-file";
+        std::fs::write(&file, format!("admin_key = {key:?}\n")).unwrap();
+        let settings = resolve(&["--config", file.to_str().unwrap()]).unwrap();
+        assert_eq!(settings.admin_key.as_ref().map(Secret::expose), Some(key));
+        assert!(!format!("{settings:?}").contains(key));
+
+        std::fs::write(&file, "admin_key = \"short\"\n").unwrap();
+        let err = resolve(&["--config", file.to_str().unwrap()]).unwrap_err();
+        assert!(format!("{err:#}").contains("admin key"), "{err:#}");
+        assert!(resolve(&[]).unwrap().admin_key.is_none());
     }
 
     #[test]

@@ -1,11 +1,12 @@
 //! `memlayer`, the single binary: the HTTP server (`memlayer serve`), the operator commands
-//! (`memlayer reindex`, `memlayer verify-erasure`) and the offline evaluations
+//! (`memlayer keys`, `memlayer reindex`, `memlayer verify-erasure`) and the offline evaluations
 //! (`memlayer eval`). It owns the command line, the configuration file and
 //! environment variables, logging set-up and signal handling, and turns them into calls on
 //! the library crates. Nothing depends on it.
 
 mod config;
 mod eval;
+mod keys;
 
 /// The store file inside the data directory.
 const STORE_FILE: &str = "memlayer.redb";
@@ -41,6 +42,11 @@ enum Command {
     /// variables, the TOML file given by --config, and the built-in defaults
     /// (127.0.0.1:7700, ./memlayer-data).
     ///
+    /// Every /v1 request needs an API key (Authorization: Bearer <key>). The admin key comes
+    /// from MEMLAYER_ADMIN_KEY or the config file's admin_key (a tenant_admin key of tenant
+    /// "default", at least 32 characters: `openssl rand -hex 32`); without one, the first
+    /// start on an empty store generates an admin key and prints it once on stdout.
+    ///
     /// Examples:
     ///   memlayer serve
     ///   memlayer serve --listen 0.0.0.0:7700 --data-dir /var/lib/memlayer
@@ -67,6 +73,10 @@ enum Command {
     ///   memlayer verify-erasure --data-dir /var/lib/memlayer --text canary-5b1e77d0
     #[command(verbatim_doc_comment)]
     VerifyErasure(VerifyArgs),
+    /// Create, list and revoke API keys in the data directory (with the server stopped: it
+    /// holds the store file; while it runs, use /v1/keys).
+    #[command(subcommand)]
+    Keys(keys::KeysCommand),
     /// Measure retrieval and context quality offline, with the real store and model.
     #[command(subcommand)]
     Eval(eval::EvalCommand),
@@ -85,6 +95,7 @@ fn main() -> ExitCode {
         Command::Reindex(args) => args.data_dir().and_then(|dir| reindex(&dir)),
         Command::VerifyErasure(args) => verify_erasure(&args),
         Command::Eval(command) => eval::run(command),
+        Command::Keys(command) => keys::run(command),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -119,6 +130,7 @@ fn serve(settings: Settings) -> anyhow::Result<()> {
         // Installed before the listening line is printed, so a signal sent as soon as the
         // server is reachable is already a graceful shutdown.
         let shutdown = shutdown_signal().context("cannot install signal handlers")?;
+        let admin_key = settings.admin_key.as_ref().map(config::Secret::expose);
         let listener = tokio::net::TcpListener::bind(settings.listen)
             .await
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
@@ -126,8 +138,11 @@ fn serve(settings: Settings) -> anyhow::Result<()> {
         // Scripts and tests read these two lines to find the server and its data.
         println!("memlayer listening on http://{address}");
         println!("memlayer data in {}", store_path.display());
+        // After those two lines: a generated admin key is printed once, here.
+        keys::bootstrap(&store, admin_key).await?;
         tracing::info!(%address, store = %store_path.display(), "serving");
-        let state = AppState::new(store, recall, settings.server);
+        let state = AppState::new(store, recall, settings.server)
+            .context("cannot build the long-term memory indexes")?;
         memlayer_server::serve(listener, state, shutdown)
             .await
             .context("the server failed")?;

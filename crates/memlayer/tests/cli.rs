@@ -1,6 +1,7 @@
 //! Tests of the `memlayer` binary as a process: help text, `serve` printing where it listens
 //! and answering over HTTP, a clean exit on SIGTERM with the data kept for the next start,
-//! refusing a data directory another server holds, and naming a bad key in a config file.
+//! refusing a data directory another server holds, naming a bad key in a config file, the
+//! admin key (configured, or generated and printed once) and `memlayer keys`.
 //! Every child process sits in a guard that kills it if the test fails.
 
 use std::io::{BufRead, BufReader, Read};
@@ -16,9 +17,15 @@ const BIN: &str = env!("CARGO_BIN_EXE_memlayer");
 /// Longest wait for anything a process should do promptly (start, answer, exit).
 const TIMEOUT: Duration = Duration::from_secs(30);
 const LISTENING: &str = "memlayer listening on http://";
+/// The admin key every server of these tests is configured with (`MEMLAYER_ADMIN_KEY`), and
+/// that [`client`] sends.
+const ADMIN_KEY: &str = "cli-test-admin-key-0123456789abcdef0123456789";
+/// Starts the line that shows a generated admin key.
+const ADMIN_KEY_LINE: &str = "memlayer admin key: ";
 
-/// `memlayer` with `args`, without any `MEMLAYER_*` variable of the surrounding environment
-/// except where the embedding assets are (`.cargo/config.toml` sets it for every test).
+/// `memlayer` with `args` and [`ADMIN_KEY`], without any other `MEMLAYER_*` variable of the
+/// surrounding environment except where the embedding assets are (`.cargo/config.toml` sets
+/// it for every test).
 fn memlayer(args: &[&str]) -> Command {
     let mut command = Command::new(BIN);
     command.args(args);
@@ -29,6 +36,7 @@ fn memlayer(args: &[&str]) -> Command {
             command.env_remove(name);
         }
     }
+    command.env("MEMLAYER_ADMIN_KEY", ADMIN_KEY);
     command
 }
 
@@ -84,13 +92,20 @@ impl Process {
 
     /// Starts `memlayer serve` on an ephemeral port and waits until it says where it listens.
     fn serve(data_dir: &Path) -> (Self, String) {
-        let mut process = Self::spawn(memlayer(&[
+        Self::serve_with(data_dir, |_| {})
+    }
+
+    /// [`Process::serve`] with the command adjusted by `adjust` first.
+    fn serve_with(data_dir: &Path, adjust: impl FnOnce(&mut Command)) -> (Self, String) {
+        let mut command = memlayer(&[
             "serve",
             "--listen",
             "127.0.0.1:0",
             "--data-dir",
             data_dir.to_str().unwrap(),
-        ]));
+        ]);
+        adjust(&mut command);
+        let mut process = Self::spawn(command);
         let address = process.wait_for_listening();
         (process, address)
     }
@@ -183,9 +198,20 @@ impl Drop for Process {
     }
 }
 
+/// A client sending [`ADMIN_KEY`].
 fn client() -> reqwest::blocking::Client {
+    client_with_key(ADMIN_KEY)
+}
+
+fn client_with_key(key: &str) -> reqwest::blocking::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {key}").parse().unwrap(),
+    );
     reqwest::blocking::Client::builder()
         .timeout(TIMEOUT)
+        .default_headers(headers)
         .build()
         .unwrap()
 }
@@ -462,4 +488,159 @@ fn a_valid_config_file_is_used_and_flags_override_it() {
     assert_eq!(get(&format!("{url}/healthz")).0, 200);
     server.terminate();
     assert_eq!(server.wait_for_exit().0.code(), Some(0));
+}
+
+#[test]
+fn without_a_configured_key_the_first_start_prints_an_admin_key_once() {
+    let temp = tempfile::tempdir().unwrap();
+    let unconfigured = |command: &mut Command| {
+        command.env_remove("MEMLAYER_ADMIN_KEY");
+    };
+    let (mut server, url) = Process::serve_with(temp.path(), unconfigured);
+    server.wait_for_line("memlayer data in ");
+    let line = server.wait_for_line(ADMIN_KEY_LINE);
+    let key = line[ADMIN_KEY_LINE.len()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    assert!(key.starts_with("mlk_"), "{line}");
+    let sessions = format!("{url}/v1/sessions");
+    let anonymous = reqwest::blocking::Client::new()
+        .get(&sessions)
+        .send()
+        .unwrap();
+    assert_eq!(anonymous.status().as_u16(), 401);
+    let answer = client_with_key(&key).get(&sessions).send().unwrap();
+    assert_eq!(answer.status().as_u16(), 200);
+    server.terminate();
+    let (status, stdout) = server.wait_for_exit();
+    assert_eq!(status.code(), Some(0), "stderr: {}", server.stderr());
+    assert_eq!(
+        stdout
+            .iter()
+            .filter(|l| l.starts_with(ADMIN_KEY_LINE))
+            .count(),
+        1
+    );
+
+    // Not again: the key exists, and it still works.
+    let (mut server, url) = Process::serve_with(temp.path(), unconfigured);
+    let answer = client_with_key(&key)
+        .get(format!("{url}/v1/sessions"))
+        .send()
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 200);
+    server.terminate();
+    let (status, stdout) = server.wait_for_exit();
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        !stdout.iter().any(|l| l.starts_with(ADMIN_KEY_LINE)),
+        "{stdout:?}"
+    );
+    assert!(
+        !server.stderr().contains(&key),
+        "the key is never logged: {}",
+        server.stderr()
+    );
+}
+
+#[test]
+fn keys_are_managed_in_the_data_directory_while_the_server_is_stopped() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().to_str().unwrap();
+    let output = memlayer(&["keys", "--help"]).output().unwrap();
+    let help = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        help.contains("memlayer serve") && help.contains("/v1/keys"),
+        "{help}"
+    );
+
+    // Keys made before the first start; the configured admin key is added at the start.
+    let output = memlayer(&[
+        "keys",
+        "create",
+        "--data-dir",
+        dir,
+        "--tenant",
+        "acme",
+        "--role",
+        "service",
+        "--name",
+        "bot",
+    ])
+    .output()
+    .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let service = String::from_utf8(output.stdout).unwrap().trim().to_owned();
+    assert!(service.starts_with("mlk_"), "{service}");
+    let prefix = service.split('_').nth(1).unwrap().to_owned();
+
+    let (mut server, url) = Process::serve(temp.path());
+    let created = client_with_key(&service)
+        .post(format!("{url}/v1/sessions/k1/messages"))
+        .json(&json!({ "role": "user", "content": "hi", "user_id": "u", "agent_id": "a" }))
+        .send()
+        .unwrap();
+    assert_eq!(created.status().as_u16(), 201);
+    // While it runs, the store is the server's.
+    let output = memlayer(&["keys", "list", "--data-dir", dir])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("memlayer serve"), "{stderr}");
+    server.terminate();
+    assert_eq!(server.wait_for_exit().0.code(), Some(0));
+
+    let output = memlayer(&["keys", "list", "--data-dir", dir, "--tenant", "acme"])
+        .output()
+        .unwrap();
+    let listing = String::from_utf8(output.stdout).unwrap();
+    assert!(listing.starts_with("PREFIX"), "{listing}");
+    assert!(
+        listing.contains(&prefix) && listing.contains("active"),
+        "{listing}"
+    );
+    assert!(
+        !listing.contains(&service),
+        "no secret in a listing: {listing}"
+    );
+    assert!(!listing.contains("config"), "only acme's keys: {listing}");
+
+    let output = memlayer(&["keys", "revoke", "--data-dir", dir, &prefix])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let (mut server, url) = Process::serve(temp.path());
+    let refused = client_with_key(&service)
+        .get(format!("{url}/v1/sessions/k1"))
+        .send()
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 401);
+    assert_eq!(
+        get(&format!("{url}/v1/sessions/k1")).0,
+        404,
+        "the admin key acts in tenant default, where k1 is not"
+    );
+    server.terminate();
+    assert_eq!(server.wait_for_exit().0.code(), Some(0));
+
+    let output = memlayer(&["keys", "revoke", "--data-dir", dir, "nope"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let output = memlayer(&[
+        "keys",
+        "create",
+        "--data-dir",
+        dir,
+        "--tenant",
+        "acme",
+        "--role",
+        "user",
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(output.status.code(), Some(1), "a user key needs --user-id");
 }

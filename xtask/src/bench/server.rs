@@ -22,6 +22,9 @@ const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
 const LISTENING: &str = "listening on http://";
 
+/// The admin key the server under test is configured with, and the load generator sends.
+pub(crate) const ADMIN_KEY: &str = "bench-admin-key-0123456789abcdef0123456789abcdef";
+
 pub(crate) struct Server {
     child: Child,
     addr: SocketAddr,
@@ -34,6 +37,7 @@ impl Server {
         let mut child = Command::new(binary)
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
+            .env("MEMLAYER_ADMIN_KEY", ADMIN_KEY)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log_file)

@@ -2,7 +2,7 @@
 //! property tests of the budget's promises.
 
 use expect_test::{Expect, expect};
-use memlayer_store::{Message, Role, Timestamp};
+use memlayer_store::{Memory, MemoryKind, Message, Role, Timestamp};
 use proptest::prelude::{Just, prop_assert, prop_assert_eq, prop_oneof, proptest};
 use proptest::strategy::Strategy as Generator;
 
@@ -82,7 +82,7 @@ fn sliding_window_keeps_the_last_turns() {
             User (turn 4): It dropped again. Can you send a technician?
             Assistant: A technician is booked for Thursday 9-12.
             ---
-            {"strategy":"sliding_window","budget":7372,"total_tokens":67,"layers":[{"layer":"instructions","pieces":1,"tokens":14},{"layer":"window","pieces":4,"tokens":53}],"window":[5,6,7,8],"dropped":[{"layer":"window","sources":[1,2],"tokens":33,"reason":"outside_window"},{"layer":"window","sources":[3,4],"tokens":30,"reason":"outside_window"}],"summary":null,"facts":0,"recalled":[]}"#]],
+            {"strategy":"sliding_window","budget":7372,"total_tokens":67,"layers":[{"layer":"instructions","pieces":1,"tokens":14},{"layer":"window","pieces":4,"tokens":53}],"window":[5,6,7,8],"dropped":[{"layer":"window","sources":[1,2],"tokens":33,"reason":"outside_window"},{"layer":"window","sources":[3,4],"tokens":30,"reason":"outside_window"}],"summary":null,"facts":0,"recalled":[],"memories":[]}"#]],
     );
 }
 
@@ -100,7 +100,7 @@ fn history_depth_keeps_older_questions_as_stubs() {
             User (turn 4): It dropped again. Can you send a technician?
             Assistant: A technician is booked for Thursday 9-12.
             ---
-            {"strategy":"history_depth","budget":7372,"total_tokens":117,"layers":[{"layer":"instructions","pieces":1,"tokens":14},{"layer":"earlier_questions","pieces":1,"tokens":50},{"layer":"window","pieces":4,"tokens":53}],"window":[5,6,7,8],"dropped":[],"summary":null,"facts":0,"recalled":[]}"#]],
+            {"strategy":"history_depth","budget":7372,"total_tokens":117,"layers":[{"layer":"instructions","pieces":1,"tokens":14},{"layer":"earlier_questions","pieces":1,"tokens":50},{"layer":"window","pieces":4,"tokens":53}],"window":[5,6,7,8],"dropped":[],"summary":null,"facts":0,"recalled":[],"memories":[]}"#]],
     );
 }
 
@@ -138,6 +138,23 @@ fn combined_adds_facts_summary_and_recalled_messages() {
                 score: 0.016,
             },
         ],
+        memories: vec![Memory {
+            id: 7,
+            tenant: "t".into(),
+            user_id: "dana".into(),
+            agent_id: None,
+            text: "Works from home on Thursdays".into(),
+            kind: MemoryKind::Fact,
+            tags: Vec::new(),
+            source: None,
+            created_at: Timestamp::from_micros(0),
+            updated_at: Timestamp::from_micros(0),
+            history: Vec::new(),
+            vector: Vec::new(),
+        }],
+        session_memory: Some(
+            "[Earlier conversations with this user]\n- User: My modem was replaced in May.",
+        ),
     };
     check(
         settings(Strategy::Combined),
@@ -148,6 +165,10 @@ fn combined_adds_facts_summary_and_recalled_messages() {
             - account number: 55-0192
             - contact preference: email
             - name: Dana
+            Long-term memories:
+            - (fact) Works from home on Thursdays
+            [Earlier conversations with this user]
+            - User: My modem was replaced in May.
             [Conversation Summary] (messages 0–0)
             - User: earlier chat about billing.
             Relevant earlier message (user, #3): My router keeps dropping the connection every evening.
@@ -157,7 +178,7 @@ fn combined_adds_facts_summary_and_recalled_messages() {
             User (turn 4): It dropped again. Can you send a technician?
             Assistant: A technician is booked for Thursday 9-12.
             ---
-            {"strategy":"combined","budget":7372,"total_tokens":172,"layers":[{"layer":"instructions","pieces":1,"tokens":14},{"layer":"facts","pieces":1,"tokens":27},{"layer":"summary","pieces":1,"tokens":23},{"layer":"retrieved","pieces":2,"tokens":55},{"layer":"window","pieces":4,"tokens":53}],"window":[5,6,7,8],"dropped":[{"layer":"window","sources":[1,2],"tokens":33,"reason":"outside_window"},{"layer":"window","sources":[3,4],"tokens":30,"reason":"outside_window"}],"summary":[0,0],"facts":3,"recalled":[{"session_id":"support-2","index":3,"score":0.031},{"session_id":"support-1","index":1,"score":0.016}]}"#]],
+            {"strategy":"combined","budget":7372,"total_tokens":211,"layers":[{"layer":"instructions","pieces":1,"tokens":14},{"layer":"facts","pieces":1,"tokens":27},{"layer":"memories","pieces":1,"tokens":18},{"layer":"session_memory","pieces":1,"tokens":21},{"layer":"summary","pieces":1,"tokens":23},{"layer":"retrieved","pieces":2,"tokens":55},{"layer":"window","pieces":4,"tokens":53}],"window":[5,6,7,8],"dropped":[{"layer":"window","sources":[1,2],"tokens":33,"reason":"outside_window"},{"layer":"window","sources":[3,4],"tokens":30,"reason":"outside_window"}],"summary":[0,0],"facts":3,"recalled":[{"session_id":"support-2","index":3,"score":0.031},{"session_id":"support-1","index":1,"score":0.016}],"memories":[7]}"#]],
     );
 }
 

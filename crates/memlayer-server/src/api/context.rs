@@ -10,7 +10,7 @@ use memlayer_memory::{
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::extract::{ApiJson, ApiPath, Tenant};
+use crate::extract::{ApiJson, ApiPath, Caller};
 use crate::openapi::foreign;
 use crate::{ApiError, AppState};
 
@@ -74,10 +74,11 @@ pub(crate) struct ContextResponse {
 )]
 pub(crate) async fn context(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Caller(caller): Caller,
     ApiPath(session_id): ApiPath<String>,
     ApiJson(request): ApiJson<ContextRequest>,
 ) -> Result<Json<ContextResponse>, ApiError> {
+    let tenant = caller.tenant().to_owned();
     let built = state
         .contexts()
         .build(BuildRequest {
@@ -123,9 +124,10 @@ pub(crate) struct Entities {
 )]
 pub(crate) async fn entities(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Caller(caller): Caller,
     ApiPath(session_id): ApiPath<String>,
 ) -> Result<Json<Entities>, ApiError> {
+    let tenant = caller.tenant().to_owned();
     let facts = state.contexts().facts(&tenant, &session_id).await?;
     Ok(Json(Entities { session_id, facts }))
 }

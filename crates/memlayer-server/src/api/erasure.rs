@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::api::read;
-use crate::extract::{ApiJson, ApiPath, ApiQuery, Tenant};
+use crate::extract::{Admin, ApiJson, ApiPath, ApiQuery, Caller};
 use crate::wire::Rfc3339;
 use crate::{ApiError, AppState};
 
@@ -19,26 +19,27 @@ const MAX_RECEIPTS: usize = 100;
 /// Longest retention accepted: a hundred years.
 const MAX_RETENTION_DAYS: u32 = 36_500;
 
-/// The tenant a request names: `project_id` when given (it must agree with the tenant
-/// header if that is sent too), else the header's.
+/// The tenant a request names: the key's, which `project_id` may repeat.
 #[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub(crate) struct ProjectQuery {
-    /// The tenant (project); defaults to the `x-memlayer-tenant` header's.
+    /// The tenant (project); must be the key's own when given.
     project_id: Option<String>,
 }
 
+/// The key's tenant, after checking that `project_id`, when given, names it. Another tenant
+/// answers `404` whether or not it exists, as the tenant header does.
 fn project(tenant: String, project_id: Option<String>) -> Result<String, ApiError> {
     match project_id {
-        Some(project) if project != tenant && tenant != crate::extract::DEFAULT_TENANT => {
-            Err(ApiError::invalid(
-                "invalid_value",
-                "project_id names another tenant than the x-memlayer-tenant header",
-            ))
-        }
         Some(project) => {
             memlayer_store::validate_id("project_id", &project)?;
+            if project != tenant {
+                return Err(ApiError::NotFound {
+                    code: "tenant_not_found",
+                    message: format!("no tenant {project:?} for this key"),
+                });
+            }
             Ok(project)
         }
         None => Ok(tenant),
@@ -134,9 +135,10 @@ pub(crate) async fn require_session(
 )]
 pub(crate) async fn erase_message(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Caller(caller): Caller,
     ApiPath((session_id, index)): ApiPath<(String, u64)>,
 ) -> Result<Json<ReceiptBody>, ApiError> {
+    let tenant = caller.tenant().to_owned();
     require_session(&state, &tenant, &session_id).await?;
     let receipt = erase(&state, tenant, Target::Message { session_id, index }).await?;
     if receipt.counts.messages == 0 {
@@ -160,9 +162,11 @@ pub(crate) async fn erase_message(
 )]
 pub(crate) async fn erase_user(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Caller(caller): Caller,
     ApiPath(user_id): ApiPath<String>,
 ) -> Result<Json<ReceiptBody>, ApiError> {
+    let tenant = caller.tenant().to_owned();
+    caller.may_erase_users()?;
     memlayer_store::validate_id("user_id", &user_id)?;
     Ok(Json(erase(&state, tenant, Target::User { user_id }).await?))
 }
@@ -192,7 +196,7 @@ pub(crate) struct Oldest {
 )]
 pub(crate) async fn stats(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Admin(tenant): Admin,
     ApiQuery(query): ApiQuery<ProjectQuery>,
 ) -> Result<Json<Stats>, ApiError> {
     let project_id = project(tenant, query.project_id)?;
@@ -212,7 +216,7 @@ pub(crate) async fn stats(
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub(crate) struct PurgeQuery {
-    /// The tenant (project); defaults to the `x-memlayer-tenant` header's.
+    /// The tenant (project); must be the key's own when given.
     project_id: Option<String>,
     /// Conversations inactive for more days are erased; 0 erases every conversation.
     #[param(maximum = 36_500)]
@@ -232,7 +236,7 @@ pub(crate) struct PurgeQuery {
 )]
 pub(crate) async fn purge(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Admin(tenant): Admin,
     ApiQuery(query): ApiQuery<PurgeQuery>,
 ) -> Result<Json<ReceiptBody>, ApiError> {
     let project_id = project(tenant, query.project_id)?;
@@ -253,7 +257,7 @@ pub(crate) async fn purge(
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub(crate) struct ReceiptsQuery {
-    /// The tenant (project); defaults to the `x-memlayer-tenant` header's.
+    /// The tenant (project); must be the key's own when given.
     project_id: Option<String>,
     /// At most this many, newest first (default 20).
     #[param(minimum = 1, maximum = 100)]
@@ -275,7 +279,7 @@ pub(crate) struct Receipts {
 )]
 pub(crate) async fn receipts(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Admin(tenant): Admin,
     ApiQuery(query): ApiQuery<ReceiptsQuery>,
 ) -> Result<Json<Receipts>, ApiError> {
     let project_id = project(tenant, query.project_id)?;
@@ -308,7 +312,7 @@ pub(crate) struct Retention {
 )]
 pub(crate) async fn retention(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Admin(tenant): Admin,
 ) -> Result<Json<Retention>, ApiError> {
     let rules = state.erasure().retention_rules().await?;
     let days = rules
@@ -333,7 +337,7 @@ pub(crate) async fn retention(
 )]
 pub(crate) async fn set_retention(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Admin(tenant): Admin,
     ApiJson(body): ApiJson<Retention>,
 ) -> Result<Json<Retention>, ApiError> {
     if let Some(days) = body.conversation_retention_days

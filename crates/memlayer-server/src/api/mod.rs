@@ -3,10 +3,13 @@
 pub(crate) mod context;
 pub(crate) mod erasure;
 pub(crate) mod health;
+pub(crate) mod keys;
+pub(crate) mod memories;
 pub(crate) mod operations;
 pub(crate) mod recall;
 pub(crate) mod sessions;
 pub(crate) mod settings;
+pub(crate) mod tools;
 
 use memlayer_store::Store;
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
@@ -31,12 +34,21 @@ pub(crate) const ROUTES: &[Route] = &[
     Route::api(|| routes!(context::context)),
     Route::api(|| routes!(context::entities)),
     Route::api(|| routes!(recall::recall)),
+    Route::api(|| routes!(tools::tools)),
+    Route::api(|| routes!(tools::call)),
+    Route::api(|| routes!(memories::remember, memories::list)),
+    Route::api(|| routes!(memories::search)),
+    Route::api(|| routes!(memories::end_session)),
+    Route::api(|| routes!(memories::session_memory)),
+    Route::api(|| routes!(memories::get, memories::forget)),
     Route::api(|| routes!(erasure::erase_message)),
     Route::api(|| routes!(erasure::erase_user)),
     Route::api(|| routes!(erasure::stats)),
     Route::api(|| routes!(erasure::purge)),
     Route::api(|| routes!(erasure::receipts)),
     Route::api(|| routes!(erasure::retention, erasure::set_retention)),
+    Route::api(|| routes!(keys::list_keys, keys::create_key)),
+    Route::api(|| routes!(keys::revoke_key)),
     Route::api(|| {
         routes!(
             settings::tenant_settings,

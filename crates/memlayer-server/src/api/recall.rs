@@ -8,7 +8,7 @@ use memlayer_store::Role;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::extract::{ApiJson, Tenant};
+use crate::extract::{ApiJson, Caller};
 use crate::wire::{MessageBody, parse_timestamp};
 use crate::{ApiError, AppState};
 
@@ -87,9 +87,10 @@ pub(crate) struct RecallResponse {
 )]
 pub(crate) async fn recall(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Caller(caller): Caller,
     ApiJson(request): ApiJson<RecallRequest>,
 ) -> Result<Json<RecallResponse>, ApiError> {
+    let tenant = caller.tenant().to_owned();
     if !(1..=MAX_HITS).contains(&request.k) {
         return Err(ApiError::invalid(
             "invalid_value",
@@ -139,6 +140,11 @@ pub(crate) async fn recall(
             ));
         }
     };
+    // A user-scoped key recalls from its own user's sessions only.
+    match &scope {
+        Scope::Session { session_id } => caller.check_session(&state, session_id).await?,
+        Scope::User { user_id, .. } => caller.check_user(user_id)?,
+    }
     let query = RecallQuery {
         tenant,
         scope,

@@ -11,7 +11,7 @@ use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::api::read;
-use crate::extract::{ApiJson, ApiPath, ApiQuery, Tenant};
+use crate::extract::{ApiJson, ApiPath, ApiQuery, Caller};
 use crate::wire::{MessageBody, MessageInput, RunBody, SessionBody, parse_timestamp};
 use crate::{ApiError, AppState};
 use memlayer_erasure::Target;
@@ -50,9 +50,11 @@ pub(crate) struct CreateSessionRequest {
 )]
 pub(crate) async fn create_session(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Caller(caller): Caller,
     ApiJson(request): ApiJson<CreateSessionRequest>,
 ) -> Result<(StatusCode, Json<SessionBody>), ApiError> {
+    let tenant = caller.tenant().to_owned();
+    caller.may_act_for(&request.user_id)?;
     let owner = NewSession {
         user_id: request.user_id,
         agent_id: request.agent_id,
@@ -109,20 +111,35 @@ pub(crate) struct SessionPage {
 )]
 pub(crate) async fn list_sessions(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Caller(caller): Caller,
     ApiQuery(query): ApiQuery<ListSessionsQuery>,
 ) -> Result<Json<SessionPage>, ApiError> {
+    let tenant = caller.tenant().to_owned();
     if !(1..=MAX_PAGE_SIZE).contains(&query.page_size) {
         return Err(ApiError::invalid(
             "invalid_value",
             format!("page_size must be between 1 and {MAX_PAGE_SIZE}"),
         ));
     }
-    let filter = SessionFilter {
+    let mut filter = SessionFilter {
         user_id: query.user_id,
         agent_id: query.agent_id,
     };
     let (page, page_size) = (query.page, query.page_size);
+    // A user-scoped key lists its own user's sessions; naming another user finds nothing,
+    // whether or not that user has sessions.
+    if let Some(own) = caller.user() {
+        if filter.user_id.as_deref().is_some_and(|named| named != own) {
+            return Ok(Json(SessionPage {
+                content: Vec::new(),
+                total_elements: 0,
+                total_pages: 0,
+                page,
+                page_size,
+            }));
+        }
+        filter.user_id = Some(own.to_owned());
+    }
     let listing = read(&state, move |store| {
         store.list_sessions(&tenant, &filter, page, page_size)
     })
@@ -157,9 +174,10 @@ pub(crate) struct SessionWithMessages {
 )]
 pub(crate) async fn get_session(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Caller(caller): Caller,
     ApiPath(session_id): ApiPath<String>,
 ) -> Result<Json<SessionWithMessages>, ApiError> {
+    let tenant = caller.tenant().to_owned();
     let (session, messages) = read(&state, move |store| {
         let session = store.session(&tenant, &session_id)?.ok_or(
             memlayer_store::StoreError::SessionNotFound {
@@ -191,9 +209,10 @@ pub(crate) async fn get_session(
 )]
 pub(crate) async fn delete_session(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Caller(caller): Caller,
     ApiPath(session_id): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
+    let tenant = caller.tenant().to_owned();
     // Through the erasure coordinator: the answer comes once nothing of the session is left,
     // not even in the file's free pages.
     crate::api::erasure::require_session(&state, &tenant, &session_id).await?;
@@ -329,17 +348,21 @@ pub(crate) struct AppendResponse {
 )]
 pub(crate) async fn append_messages(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Caller(caller): Caller,
     ApiPath(session_id): ApiPath<String>,
     headers: HeaderMap,
     ApiJson(request): ApiJson<AppendRequest>,
 ) -> Result<(StatusCode, Json<AppendResponse>), ApiError> {
+    let tenant = caller.tenant().to_owned();
     let AppendParts {
         messages: inputs,
         create,
         idempotency_key: body_key,
     } = request.into_parts()?;
     let idempotency_key = idempotency_key(&headers, body_key)?;
+    if let Some(owner) = &create {
+        caller.may_act_for(&owner.user_id)?;
+    }
     let encoding = state.config().token_encoding;
     // Counting tokens of a large body takes milliseconds: keep it off the async workers.
     let messages = tokio::task::spawn_blocking(move || {
@@ -450,10 +473,11 @@ pub(crate) struct MessagesPage {
 )]
 pub(crate) async fn list_messages(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Caller(caller): Caller,
     ApiPath(session_id): ApiPath<String>,
     ApiQuery(query): ApiQuery<MessagesQuery>,
 ) -> Result<Json<MessagesPage>, ApiError> {
+    let tenant = caller.tenant().to_owned();
     if !(1..=MAX_MESSAGES_PER_PAGE).contains(&query.limit) {
         return Err(ApiError::invalid(
             "invalid_value",
@@ -511,10 +535,11 @@ pub(crate) struct RecordRunRequest {
 )]
 pub(crate) async fn record_run(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Caller(caller): Caller,
     ApiPath(session_id): ApiPath<String>,
     ApiJson(request): ApiJson<RecordRunRequest>,
 ) -> Result<(StatusCode, Json<RunBody>), ApiError> {
+    let tenant = caller.tenant().to_owned();
     let run = NewRun {
         run_id: request.run_id,
         status: request.status,
@@ -540,9 +565,10 @@ pub(crate) async fn record_run(
 )]
 pub(crate) async fn list_runs(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Caller(caller): Caller,
     ApiPath(session_id): ApiPath<String>,
 ) -> Result<Json<Vec<RunBody>>, ApiError> {
+    let tenant = caller.tenant().to_owned();
     let id = session_id.clone();
     let runs = read(&state, move |store| store.runs(&tenant, &id)).await?;
     Ok(Json(
@@ -576,9 +602,10 @@ pub(crate) struct Cleared {
 )]
 pub(crate) async fn clear_session(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Caller(caller): Caller,
     ApiPath(session_id): ApiPath<String>,
 ) -> Result<Json<Cleared>, ApiError> {
+    let tenant = caller.tenant().to_owned();
     let load_from = state.store().clear_session(&tenant, &session_id).await?;
     Ok(Json(Cleared {
         session_id,
@@ -640,22 +667,36 @@ pub(crate) struct SearchResults {
 )]
 pub(crate) async fn search_session(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Caller(caller): Caller,
     ApiPath(session_id): ApiPath<String>,
     ApiQuery(query): ApiQuery<SearchQuery>,
 ) -> Result<Json<SearchResults>, ApiError> {
-    if !(1..=MAX_SEARCH_HITS).contains(&query.limit) {
+    let tenant = caller.tenant().to_owned();
+    Ok(Json(
+        search(&state, tenant, session_id, query.q, query.limit).await?,
+    ))
+}
+
+/// `session_search` for the endpoint and for the agent tool of the same name.
+pub(crate) async fn search(
+    state: &AppState,
+    tenant: String,
+    session_id: String,
+    q: String,
+    limit: usize,
+) -> Result<SearchResults, ApiError> {
+    if !(1..=MAX_SEARCH_HITS).contains(&limit) {
         return Err(ApiError::invalid(
             "invalid_value",
             format!("limit must be between 1 and {MAX_SEARCH_HITS}"),
         ));
     }
     let id = session_id.clone();
-    let hits = read(&state, move |store| {
-        store.search_messages(&tenant, &id, &query.q, query.limit)
+    let hits = read(state, move |store| {
+        store.search_messages(&tenant, &id, &q, limit)
     })
     .await?;
-    Ok(Json(SearchResults {
+    Ok(SearchResults {
         session_id,
         hits: hits
             .into_iter()
@@ -666,5 +707,5 @@ pub(crate) async fn search_session(
                 timestamp: crate::wire::Rfc3339(message.timestamp),
             })
             .collect(),
-    }))
+    })
 }

@@ -10,7 +10,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::api::read;
-use crate::extract::{ApiJson, ApiPath, Tenant};
+use crate::extract::{Admin, ApiJson, ApiPath, Tenant};
 use crate::{ApiError, AppState};
 
 /// The settings saved at one level and what they lead to.
@@ -51,7 +51,7 @@ pub(crate) async fn tenant_settings(
 )]
 pub(crate) async fn put_tenant_settings(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Admin(tenant): Admin,
     ApiJson(document): ApiJson<SettingsOverrides>,
 ) -> Result<Json<SettingsResponse>, ApiError> {
     save(&state, tenant, None, Some(document)).await
@@ -66,7 +66,7 @@ pub(crate) async fn put_tenant_settings(
 )]
 pub(crate) async fn delete_tenant_settings(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Admin(tenant): Admin,
 ) -> Result<Json<SettingsResponse>, ApiError> {
     save(&state, tenant, None, None).await
 }
@@ -100,7 +100,7 @@ pub(crate) async fn agent_settings(
 )]
 pub(crate) async fn put_agent_settings(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Admin(tenant): Admin,
     ApiPath(agent_id): ApiPath<String>,
     ApiJson(document): ApiJson<SettingsOverrides>,
 ) -> Result<Json<SettingsResponse>, ApiError> {
@@ -117,7 +117,7 @@ pub(crate) async fn put_agent_settings(
 )]
 pub(crate) async fn delete_agent_settings(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Admin(tenant): Admin,
     ApiPath(agent_id): ApiPath<String>,
 ) -> Result<Json<SettingsResponse>, ApiError> {
     save(&state, tenant, Some(agent_id), None).await

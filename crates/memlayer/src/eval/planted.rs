@@ -749,6 +749,8 @@ fn layer_name(layer: Layer) -> &'static str {
     match layer {
         Layer::Instructions => "instructions",
         Layer::Facts => "facts",
+        Layer::Memories => "memories",
+        Layer::SessionMemory => "session_memory",
         Layer::Summary => "summary",
         Layer::Retrieved => "retrieved",
         Layer::EarlierQuestions => "earlier_questions",

@@ -1,0 +1,479 @@
+//! Long-term memory: what an agent keeps about a user across conversations. `remember`
+//! stores a memory with its embedding — or updates the one it repeats or contradicts,
+//! keeping the replaced text in its history — `recall` finds the memories relevant to a
+//! query (keywords and meaning, fused), and `forget` removes one.
+//!
+//! Scope: a memory with an agent is seen by that agent only; one without is seen by every
+//! agent of the user. A user never sees another user's memories: every query is filtered by
+//! tenant and user before ranking.
+//!
+//! The indexes live in memory and are rebuilt from the store at start (vectors are stored
+//! with each memory, so nothing is embedded again).
+
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock};
+
+use memlayer_embed::Embedder;
+use memlayer_index::{
+    KeywordIndex, RRF_K, Retriever, VectorConfig, VectorIndex, reciprocal_rank_fusion,
+};
+use memlayer_store::{Memory, MemoryKind, Store, Timestamp};
+use serde::Serialize;
+
+use crate::MemoryError;
+
+/// Cosine similarity above which a new memory of the same kind and scope restates an
+/// existing one: the existing one is updated instead of a copy being added.
+/// all-MiniLM-L6-v2 puts paraphrases of one statement at 0.8–0.95 and different statements
+/// about the same topic ("prefers email" / "prefers phone calls") at 0.7–0.85.
+const SAME_STATEMENT: f32 = 0.88;
+/// Cosine similarity above which a memory of the same kind and scope that shares its topic
+/// (its key terms) is taken to be superseded: "prefers email" after "prefers phone calls".
+const SAME_TOPIC: f32 = 0.70;
+/// Most tags a memory may carry, and their longest length.
+const MAX_TAGS: usize = 8;
+const MAX_TAG_LEN: usize = 32;
+/// Memories read per page when the indexes are rebuilt.
+const REBUILD_PAGE: usize = 1_000;
+
+/// What to remember.
+#[derive(Debug, Clone)]
+pub struct RememberRequest {
+    /// The tenant.
+    pub tenant: String,
+    /// The user it is about.
+    pub user_id: String,
+    /// The agent it belongs to; `None`: every agent of the user.
+    pub agent_id: Option<String>,
+    /// The memory.
+    pub text: String,
+    /// Its kind.
+    pub kind: MemoryKind,
+    /// Short lowercase tags.
+    pub tags: Vec<String>,
+    /// The message it came from: `(session_id, index)`.
+    pub source: Option<(String, u64)>,
+}
+
+/// What `remember` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RememberAction {
+    /// A new memory.
+    Created,
+    /// An existing memory now says this; its old text is in its history.
+    Updated,
+    /// An existing memory already said this (tags merged).
+    Unchanged,
+}
+
+/// A query over a user's memories.
+#[derive(Debug, Clone)]
+pub struct MemoryQuery {
+    /// The tenant.
+    pub tenant: String,
+    /// Whose memories.
+    pub user_id: String,
+    /// The agent asking: it sees the user's memories without an agent and its own. `None`
+    /// sees every memory of the user.
+    pub agent_id: Option<String>,
+    /// What to look for.
+    pub query: String,
+    /// How many at most.
+    pub k: usize,
+    /// Only these kinds, when given.
+    pub kinds: Option<Vec<MemoryKind>>,
+    /// Only memories with one of these tags, when given.
+    pub tags: Option<Vec<String>>,
+}
+
+/// A recalled memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryHit {
+    /// The memory.
+    pub memory: Memory,
+    /// Its fused score (higher is better).
+    pub score: f32,
+}
+
+/// Who may see a memory, kept beside the indexes for filtering.
+#[derive(Debug, Clone)]
+struct Owner {
+    tenant: String,
+    user_id: String,
+    agent_id: Option<String>,
+    kind: MemoryKind,
+    tags: Vec<String>,
+}
+
+struct Indexes {
+    vectors: VectorIndex,
+    keywords: KeywordIndex,
+    owners: HashMap<u64, Owner>,
+}
+
+/// Long-term memories over one store. Cheap to clone.
+#[derive(Clone)]
+pub struct LongTermMemory {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    embedder: Embedder,
+    indexes: RwLock<Indexes>,
+    /// Serialises remembering, so two concurrent remembers of the same thing see each other
+    /// and the second updates the first instead of adding a duplicate.
+    remembering: tokio::sync::Mutex<()>,
+}
+
+impl LongTermMemory {
+    /// Opens the memories of `store`, embedding with `embedder`, and builds their indexes.
+    pub fn open(store: Store, embedder: Embedder) -> Result<Self, MemoryError> {
+        let dimension = embedder.identity().dimension;
+        let mut indexes = Indexes {
+            vectors: VectorIndex::new(VectorConfig::new(dimension))?,
+            keywords: KeywordIndex::default(),
+            owners: HashMap::new(),
+        };
+        let mut after = 0;
+        loop {
+            let page = store.memories_after(after, REBUILD_PAGE)?;
+            let Some(last) = page.last() else { break };
+            after = last.id;
+            for memory in &page {
+                indexes.add(memory)?;
+            }
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                store,
+                embedder,
+                indexes: RwLock::new(indexes),
+                remembering: tokio::sync::Mutex::new(()),
+            }),
+        })
+    }
+
+    /// Remembers `request`: a new memory, or an update of the one of the same user, scope
+    /// and kind that it repeats or supersedes.
+    pub async fn remember(
+        &self,
+        request: RememberRequest,
+    ) -> Result<(Memory, RememberAction), MemoryError> {
+        let tags = normalise_tags(&request.tags)?;
+        let text = request.text.trim().to_owned();
+        if text.is_empty() {
+            return Err(MemoryError::InvalidSetting {
+                field: "text",
+                reason: "must not be empty".into(),
+            });
+        }
+        let vector = self
+            .inner
+            .embedder
+            .embed(vec![text.clone()])
+            .await
+            .map_err(|err| MemoryError::Embedding(err.to_string()))?
+            .pop()
+            .ok_or_else(|| MemoryError::Embedding("no vector returned".into()))?;
+        let _one_at_a_time = self.inner.remembering.lock().await;
+        let existing = self.closest_in_scope(&request, &text, &vector)?;
+        let now = Timestamp::now();
+        let (memory, action) = match existing {
+            Some(mut memory) => {
+                let same_text = memory.text.eq_ignore_ascii_case(&text);
+                for tag in tags {
+                    if !memory.tags.contains(&tag) {
+                        memory.tags.push(tag);
+                    }
+                }
+                let action = if same_text {
+                    RememberAction::Unchanged
+                } else {
+                    let old = std::mem::replace(&mut memory.text, text);
+                    memory.history.push((old, now));
+                    memory.vector = vector;
+                    memory.source = request.source.or(memory.source);
+                    RememberAction::Updated
+                };
+                memory.updated_at = now;
+                (memory, action)
+            }
+            None => (
+                Memory {
+                    id: 0,
+                    tenant: request.tenant,
+                    user_id: request.user_id,
+                    agent_id: request.agent_id,
+                    text,
+                    kind: request.kind,
+                    tags,
+                    source: request.source,
+                    created_at: now,
+                    updated_at: now,
+                    history: Vec::new(),
+                    vector,
+                },
+                RememberAction::Created,
+            ),
+        };
+        let id = self.inner.store.put_memory(memory.clone()).await?;
+        let memory = Memory { id, ..memory };
+        self.write().add(&memory)?;
+        Ok((memory, action))
+    }
+
+    /// The memory of the same tenant, user, scope and kind that `text` repeats or
+    /// supersedes, if any.
+    fn closest_in_scope(
+        &self,
+        request: &RememberRequest,
+        text: &str,
+        vector: &[f32],
+    ) -> Result<Option<Memory>, MemoryError> {
+        let indexes = self.read();
+        let same_scope = |id: u64| {
+            indexes.owners.get(&id).is_some_and(|owner| {
+                owner.tenant == request.tenant
+                    && owner.user_id == request.user_id
+                    && owner.agent_id == request.agent_id
+                    && owner.kind == request.kind
+            })
+        };
+        let candidates = indexes.vectors.search(vector, 5, Some(&same_scope))?;
+        drop(indexes);
+        for (id, similarity) in candidates {
+            if similarity < SAME_TOPIC {
+                break;
+            }
+            let Some(memory) = self.inner.store.memory(&request.tenant, id)? else {
+                continue;
+            };
+            if similarity >= SAME_STATEMENT || shares_key_terms(&memory.text, text) {
+                return Ok(Some(memory));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The memories relevant to `query.query`, best first, among those the asker may see.
+    pub async fn recall(&self, query: MemoryQuery) -> Result<Vec<MemoryHit>, MemoryError> {
+        if query.k == 0 || query.query.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        let vector = self
+            .inner
+            .embedder
+            .embed(vec![query.query.clone()])
+            .await
+            .map_err(|err| MemoryError::Embedding(err.to_string()))?
+            .pop();
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.search(&query, vector.as_deref()))
+            .await
+            .map_err(|err| MemoryError::Task(err.to_string()))?
+    }
+
+    fn search(
+        &self,
+        query: &MemoryQuery,
+        vector: Option<&[f32]>,
+    ) -> Result<Vec<MemoryHit>, MemoryError> {
+        let indexes = self.read();
+        let visible = |id: u64| {
+            indexes.owners.get(&id).is_some_and(|owner| {
+                owner.tenant == query.tenant
+                    && owner.user_id == query.user_id
+                    && match (&query.agent_id, &owner.agent_id) {
+                        (None, _) | (_, None) => true,
+                        (Some(asker), Some(agent)) => asker == agent,
+                    }
+                    && query
+                        .kinds
+                        .as_ref()
+                        .is_none_or(|kinds| kinds.contains(&owner.kind))
+                    && query
+                        .tags
+                        .as_ref()
+                        .is_none_or(|tags| tags.iter().any(|tag| owner.tags.contains(tag)))
+            })
+        };
+        let candidates = query.k.saturating_mul(3).max(10);
+        let ids = |hits: Vec<(u64, f32)>| hits.into_iter().map(|(id, _)| id).collect::<Vec<_>>();
+        let by_keyword = ids(indexes
+            .keywords
+            .search(&query.query, candidates, Some(&visible)));
+        let by_vector = match vector {
+            Some(vector) => ids(indexes.vectors.search(vector, candidates, Some(&visible))?),
+            None => Vec::new(),
+        };
+        let fused = reciprocal_rank_fusion(
+            &[
+                (Retriever::Keyword, &by_keyword),
+                (Retriever::Vector, &by_vector),
+            ],
+            RRF_K,
+        );
+        drop(indexes);
+        let mut hits = Vec::new();
+        for hit in fused.into_iter().take(query.k) {
+            if let Some(memory) = self.inner.store.memory(&query.tenant, hit.id)? {
+                hits.push(MemoryHit {
+                    memory,
+                    score: hit.score,
+                });
+            }
+        }
+        Ok(hits)
+    }
+
+    /// Every memory of a user the asker may see (all of them with `agent_id` `None`),
+    /// oldest first.
+    pub fn list(
+        &self,
+        tenant: &str,
+        user_id: &str,
+        agent_id: Option<&str>,
+    ) -> Result<Vec<Memory>, MemoryError> {
+        Ok(self
+            .inner
+            .store
+            .user_memories(tenant, user_id)?
+            .into_iter()
+            .filter(|m| {
+                agent_id.is_none() || m.agent_id.is_none() || m.agent_id.as_deref() == agent_id
+            })
+            .collect())
+    }
+
+    /// The memory with this id in `tenant`.
+    pub fn get(&self, tenant: &str, id: u64) -> Result<Option<Memory>, MemoryError> {
+        Ok(self.inner.store.memory(tenant, id)?)
+    }
+
+    /// Removes a memory from the store and the indexes; returns whether it existed. The
+    /// erasure coordinator calls it and then compacts the store file.
+    pub async fn forget(&self, tenant: &str, id: u64) -> Result<bool, MemoryError> {
+        let existed = self.inner.store.delete_memory(tenant, id).await?;
+        self.write().remove(id);
+        // The embedder caches vectors by the hash of their text.
+        self.inner.embedder.clear_cache();
+        Ok(existed)
+    }
+
+    /// Removes every memory of a user; returns how many there were.
+    pub async fn forget_user(&self, tenant: &str, user_id: &str) -> Result<u64, MemoryError> {
+        let mut count = 0;
+        for memory in self.inner.store.user_memories(tenant, user_id)? {
+            count += u64::from(self.forget(tenant, memory.id).await?);
+        }
+        Ok(count)
+    }
+
+    /// Removes the memories of a user remembered from a session (`index` `None`) or from one
+    /// of its messages: what is derived from erased data goes with it. Returns how many.
+    pub async fn forget_derived_from(
+        &self,
+        tenant: &str,
+        user_id: &str,
+        session_id: &str,
+        index: Option<u64>,
+    ) -> Result<u64, MemoryError> {
+        let mut count = 0;
+        for memory in self.inner.store.user_memories(tenant, user_id)? {
+            let derived = memory.source.as_ref().is_some_and(|(session, at)| {
+                session == session_id && index.is_none_or(|index| index == *at)
+            });
+            if derived {
+                count += u64::from(self.forget(tenant, memory.id).await?);
+            }
+        }
+        Ok(count)
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Indexes> {
+        self.inner
+            .indexes
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Indexes> {
+        self.inner
+            .indexes
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Indexes {
+    fn add(&mut self, memory: &Memory) -> Result<(), MemoryError> {
+        self.vectors.insert(memory.id, &memory.vector)?;
+        self.keywords.add(memory.id, &memory.text);
+        self.owners.insert(
+            memory.id,
+            Owner {
+                tenant: memory.tenant.clone(),
+                user_id: memory.user_id.clone(),
+                agent_id: memory.agent_id.clone(),
+                kind: memory.kind,
+                tags: memory.tags.clone(),
+            },
+        );
+        Ok(())
+    }
+
+    fn remove(&mut self, id: u64) {
+        self.vectors.remove(id);
+        self.vectors.compact();
+        self.keywords.remove(id);
+        self.owners.remove(&id);
+    }
+}
+
+/// Tags lowercased, trimmed, deduplicated and checked.
+fn normalise_tags(tags: &[String]) -> Result<Vec<String>, MemoryError> {
+    let mut out: Vec<String> = Vec::new();
+    for tag in tags {
+        let tag = tag.trim().to_lowercase();
+        if tag.is_empty() || tag.len() > MAX_TAG_LEN || tag.chars().any(char::is_whitespace) {
+            return Err(MemoryError::InvalidSetting {
+                field: "tags",
+                reason: format!("a tag is one word of 1 to {MAX_TAG_LEN} characters"),
+            });
+        }
+        if !out.contains(&tag) {
+            out.push(tag);
+        }
+    }
+    if out.len() > MAX_TAGS {
+        return Err(MemoryError::InvalidSetting {
+            field: "tags",
+            reason: format!("at most {MAX_TAGS} tags"),
+        });
+    }
+    Ok(out)
+}
+
+/// Words that say nothing about a memory's topic.
+const STOP_WORDS: &[&str] = &[
+    "the", "a", "an", "and", "or", "to", "of", "in", "on", "at", "by", "for", "with", "is", "are",
+    "was", "be", "i", "my", "me", "user", "users", "their", "they", "he", "she", "his", "her",
+    "likes", "like", "prefers", "prefer", "wants", "want", "not", "no", "does", "do", "always",
+    "never", "should", "be", "it", "that", "this", "than", "rather", "instead",
+];
+
+/// Whether two memories talk about the same thing: they share a content word (not a stop
+/// word), compared by a 5-letter stem so "contacted" and "contact" match.
+fn shares_key_terms(a: &str, b: &str) -> bool {
+    let terms = |text: &str| -> Vec<String> {
+        text.split(|c: char| !c.is_alphanumeric())
+            .map(str::to_lowercase)
+            .filter(|w| w.len() > 2 && !STOP_WORDS.contains(&w.as_str()))
+            .map(|w| w.chars().take(5).collect())
+            .collect()
+    };
+    let first = terms(a);
+    terms(b).iter().any(|term| first.contains(term))
+}

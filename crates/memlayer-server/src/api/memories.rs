@@ -1,0 +1,479 @@
+//! Long-term memories over HTTP: remember (deduplicated: a repeat or a correction updates
+//! the memory it restates), list, search, get, and forget (through the erasure coordinator,
+//! so a forgotten memory leaves no bytes behind).
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use memlayer_erasure::Target;
+use memlayer_memory::{MemoryQuery, RememberAction, RememberRequest};
+use memlayer_store::{Memory, MemoryKind};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::api::erasure::{ReceiptBody, erase};
+use crate::extract::{ApiJson, ApiPath, ApiQuery, Tenant};
+use crate::wire::Rfc3339;
+use crate::{ApiError, AppState};
+
+/// Most memories one search returns.
+const MAX_MEMORY_HITS: usize = 50;
+
+/// A memory on the wire (its embedding is not sent).
+#[derive(Serialize, ToSchema)]
+pub(crate) struct MemoryBody {
+    memory_id: u64,
+    user_id: String,
+    /// `null`: visible to every agent of the user.
+    agent_id: Option<String>,
+    text: String,
+    #[serde(rename = "type")]
+    #[schema(value_type = String, example = "preference")]
+    kind: MemoryKind,
+    tags: Vec<String>,
+    /// The message it came from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source: Option<SourceBody>,
+    created_at: Rfc3339,
+    updated_at: Rfc3339,
+    /// Texts it replaced, oldest first.
+    history: Vec<ReplacedText>,
+}
+
+#[derive(Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SourceBody {
+    session_id: String,
+    index: u64,
+}
+
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ReplacedText {
+    text: String,
+    replaced_at: Rfc3339,
+}
+
+impl From<Memory> for MemoryBody {
+    fn from(memory: Memory) -> Self {
+        Self {
+            memory_id: memory.id,
+            user_id: memory.user_id,
+            agent_id: memory.agent_id,
+            text: memory.text,
+            kind: memory.kind,
+            tags: memory.tags,
+            source: memory
+                .source
+                .map(|(session_id, index)| SourceBody { session_id, index }),
+            created_at: Rfc3339(memory.created_at),
+            updated_at: Rfc3339(memory.updated_at),
+            history: memory
+                .history
+                .into_iter()
+                .map(|(text, at)| ReplacedText {
+                    text,
+                    replaced_at: Rfc3339(at),
+                })
+                .collect(),
+        }
+    }
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RememberBody {
+    text: String,
+    #[serde(rename = "type")]
+    #[schema(value_type = String, example = "preference")]
+    kind: MemoryKind,
+    #[serde(default)]
+    tags: Vec<String>,
+    /// Only this agent sees it; absent: every agent of the user.
+    agent_id: Option<String>,
+    source: Option<SourceBody>,
+}
+
+impl RememberBody {
+    /// The body a `memory_remember` tool call stands for.
+    pub(crate) fn from_tool(
+        text: String,
+        kind: serde_json::Value,
+        tags: Vec<String>,
+        agent_id: Option<String>,
+    ) -> Result<Self, ApiError> {
+        let kind = serde_json::from_value(kind)
+            .map_err(|err| ApiError::invalid("invalid_arguments", format!("type: {err}")))?;
+        Ok(Self {
+            text,
+            kind,
+            tags,
+            agent_id,
+            source: None,
+        })
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Remembered {
+    /// `created`, `updated` (a repeat or correction of an existing memory, whose old text is
+    /// in its history) or `unchanged`.
+    #[schema(value_type = String)]
+    action: RememberAction,
+    memory: MemoryBody,
+}
+
+/// Remember something about a user
+#[utoipa::path(
+    post,
+    path = "/v1/users/{user_id}/memories",
+    tag = "memories",
+    params(("user_id" = String, Path, description = "The user")),
+    request_body = RememberBody,
+    responses(
+        (status = 201, description = "Created", body = Remembered),
+        (status = 200, description = "An existing memory was updated or already said this", body = Remembered),
+    ),
+)]
+pub(crate) async fn remember(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(user_id): ApiPath<String>,
+    ApiJson(body): ApiJson<RememberBody>,
+) -> Result<(StatusCode, Json<Remembered>), ApiError> {
+    let remembered = remember_for(&state, tenant, user_id, body).await?;
+    let status = if remembered.action == RememberAction::Created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(remembered)))
+}
+
+pub(crate) async fn remember_for(
+    state: &AppState,
+    tenant: String,
+    user_id: String,
+    body: RememberBody,
+) -> Result<Remembered, ApiError> {
+    memlayer_store::validate_id("user_id", &user_id)?;
+    let (memory, action) = state
+        .memories()
+        .remember(RememberRequest {
+            tenant,
+            user_id,
+            agent_id: body.agent_id,
+            text: body.text,
+            kind: body.kind,
+            tags: body.tags,
+            source: body.source.map(|s| (s.session_id, s.index)),
+        })
+        .await?;
+    Ok(Remembered {
+        action,
+        memory: memory.into(),
+    })
+}
+
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ListQuery {
+    /// The agent asking: the user's memories without an agent and its own. Absent: all.
+    agent_id: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub(crate) struct MemoryList {
+    memories: Vec<MemoryBody>,
+}
+
+/// A user's memories
+#[utoipa::path(
+    get,
+    path = "/v1/users/{user_id}/memories",
+    tag = "memories",
+    params(("user_id" = String, Path, description = "The user"), ListQuery),
+    responses((status = 200, description = "Oldest first", body = MemoryList)),
+)]
+pub(crate) async fn list(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(user_id): ApiPath<String>,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> Result<Json<MemoryList>, ApiError> {
+    let memories = state.memories().clone();
+    let listed = tokio::task::spawn_blocking(move || {
+        memories.list(&tenant, &user_id, query.agent_id.as_deref())
+    })
+    .await
+    .map_err(|err| ApiError::Internal(err.to_string()))??;
+    Ok(Json(MemoryList {
+        memories: listed.into_iter().map(MemoryBody::from).collect(),
+    }))
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SearchBody {
+    query: String,
+    /// At most this many (1–50, default 10).
+    #[serde(default = "default_k")]
+    k: usize,
+    agent_id: Option<String>,
+    #[schema(value_type = Option<Vec<String>>)]
+    types: Option<Vec<MemoryKind>>,
+    tags: Option<Vec<String>>,
+}
+
+fn default_k() -> usize {
+    10
+}
+
+impl SearchBody {
+    /// The body a `memory_recall` tool call stands for.
+    pub(crate) fn from_tool(
+        query: String,
+        k: Option<usize>,
+        agent_id: Option<String>,
+        types: Option<serde_json::Value>,
+        tags: Option<Vec<String>>,
+    ) -> Result<Self, ApiError> {
+        let types = types
+            .map(serde_json::from_value)
+            .transpose()
+            .map_err(|err| ApiError::invalid("invalid_arguments", format!("types: {err}")))?;
+        Ok(Self {
+            query,
+            k: k.unwrap_or_else(default_k),
+            agent_id,
+            types,
+            tags,
+        })
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+pub(crate) struct MemoryHitBody {
+    #[serde(flatten)]
+    memory: MemoryBody,
+    score: f32,
+}
+
+#[derive(Serialize, ToSchema)]
+pub(crate) struct MemoryHits {
+    hits: Vec<MemoryHitBody>,
+}
+
+/// Search a user's memories
+///
+/// By keywords and by meaning, fused; only memories the asking agent may see.
+#[utoipa::path(
+    post,
+    path = "/v1/users/{user_id}/memories/search",
+    tag = "memories",
+    params(("user_id" = String, Path, description = "The user")),
+    request_body = SearchBody,
+    responses((status = 200, description = "Best first", body = MemoryHits)),
+)]
+pub(crate) async fn search(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(user_id): ApiPath<String>,
+    ApiJson(body): ApiJson<SearchBody>,
+) -> Result<Json<MemoryHits>, ApiError> {
+    Ok(Json(search_for(&state, tenant, user_id, body).await?))
+}
+
+pub(crate) async fn search_for(
+    state: &AppState,
+    tenant: String,
+    user_id: String,
+    body: SearchBody,
+) -> Result<MemoryHits, ApiError> {
+    memlayer_store::validate_id("user_id", &user_id)?;
+    if !(1..=MAX_MEMORY_HITS).contains(&body.k) {
+        return Err(ApiError::invalid(
+            "invalid_value",
+            format!("k must be between 1 and {MAX_MEMORY_HITS}"),
+        ));
+    }
+    let hits = state
+        .memories()
+        .recall(MemoryQuery {
+            tenant,
+            user_id,
+            agent_id: body.agent_id,
+            query: body.query,
+            k: body.k,
+            kinds: body.types,
+            tags: body.tags,
+        })
+        .await?;
+    Ok(MemoryHits {
+        hits: hits
+            .into_iter()
+            .map(|hit| MemoryHitBody {
+                memory: hit.memory.into(),
+                score: hit.score,
+            })
+            .collect(),
+    })
+}
+
+/// A memory
+#[utoipa::path(
+    get,
+    path = "/v1/memories/{memory_id}",
+    tag = "memories",
+    params(("memory_id" = u64, Path, description = "The memory's id")),
+    responses(
+        (status = 200, description = "The memory", body = MemoryBody),
+        (status = 404, description = "No such memory", body = crate::error::ErrorBody),
+    ),
+)]
+pub(crate) async fn get(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(memory_id): ApiPath<u64>,
+) -> Result<Json<MemoryBody>, ApiError> {
+    match state.memories().get(&tenant, memory_id)? {
+        Some(memory) => Ok(Json(memory.into())),
+        None => Err(memory_not_found(memory_id)),
+    }
+}
+
+fn memory_not_found(memory_id: u64) -> ApiError {
+    ApiError::NotFound {
+        code: "memory_not_found",
+        message: format!("no memory {memory_id} in this tenant"),
+    }
+}
+
+/// Forget a memory
+///
+/// Through the erasure coordinator: answers once no byte of it is left.
+#[utoipa::path(
+    delete,
+    path = "/v1/memories/{memory_id}",
+    tag = "memories",
+    params(("memory_id" = u64, Path, description = "The memory's id")),
+    responses(
+        (status = 200, description = "Forgotten", body = ReceiptBody),
+        (status = 404, description = "No such memory", body = crate::error::ErrorBody),
+    ),
+)]
+pub(crate) async fn forget(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(memory_id): ApiPath<u64>,
+) -> Result<Json<ReceiptBody>, ApiError> {
+    Ok(Json(forget_for(&state, tenant, memory_id).await?))
+}
+
+pub(crate) async fn forget_for(
+    state: &AppState,
+    tenant: String,
+    memory_id: u64,
+) -> Result<ReceiptBody, ApiError> {
+    if state.memories().get(&tenant, memory_id)?.is_none() {
+        return Err(memory_not_found(memory_id));
+    }
+    erase(state, tenant, Target::Memory { memory_id }).await
+}
+
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Ending {
+    session_id: String,
+    /// The conversation is being merged into the user's session memory in the background.
+    merging: bool,
+}
+
+/// End a conversation
+///
+/// Merges the conversation into the rolling summary of its user's conversations with its
+/// agent (session memory), in the background: the answer does not wait for the summary.
+/// Ending a session twice merges it once.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{session_id}/end",
+    tag = "memories",
+    params(("session_id" = String, Path, description = "The session's id")),
+    responses(
+        (status = 202, description = "Merging", body = Ending),
+        (status = 404, description = "No such session", body = crate::error::ErrorBody),
+    ),
+)]
+pub(crate) async fn end_session(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(session_id): ApiPath<String>,
+) -> Result<(StatusCode, Json<Ending>), ApiError> {
+    crate::api::erasure::require_session(&state, &tenant, &session_id).await?;
+    let contexts = state.contexts().clone();
+    let id = session_id.clone();
+    tokio::spawn(async move {
+        if let Err(err) = contexts.end_session(&tenant, &id).await {
+            tracing::warn!(error = %err, session = %id, "could not merge the session into session memory");
+        }
+    });
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(Ending {
+            session_id,
+            merging: true,
+        }),
+    ))
+}
+
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct AgentQuery {
+    /// The agent.
+    agent_id: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub(crate) struct SessionMemoryBody {
+    user_id: String,
+    agent_id: String,
+    text: String,
+    /// The sessions merged into it, oldest first.
+    sessions: Vec<String>,
+    updated_at: Rfc3339,
+}
+
+/// A user's session memory with an agent
+#[utoipa::path(
+    get,
+    path = "/v1/users/{user_id}/session-memory",
+    tag = "memories",
+    params(("user_id" = String, Path, description = "The user"), AgentQuery),
+    responses(
+        (status = 200, description = "The rolling summary of their conversations", body = SessionMemoryBody),
+        (status = 404, description = "No conversation was ended yet", body = crate::error::ErrorBody),
+    ),
+)]
+pub(crate) async fn session_memory(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(user_id): ApiPath<String>,
+    ApiQuery(query): ApiQuery<AgentQuery>,
+) -> Result<Json<SessionMemoryBody>, ApiError> {
+    let (user, agent) = (user_id.clone(), query.agent_id.clone());
+    let memory = crate::api::read(&state, move |store| {
+        store.session_memory(&tenant, &user, &agent)
+    })
+    .await?
+    .ok_or_else(|| ApiError::NotFound {
+        code: "session_memory_not_found",
+        message: "no conversation of this user with this agent was ended yet".into(),
+    })?;
+    Ok(Json(SessionMemoryBody {
+        user_id,
+        agent_id: query.agent_id,
+        text: memory.text,
+        sessions: memory.sessions,
+        updated_at: Rfc3339(memory.updated_at),
+    }))
+}

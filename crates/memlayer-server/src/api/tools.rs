@@ -1,0 +1,277 @@
+//! Agent tools: the memory tools as OpenAI function-calling schemas (`GET /v1/tools`) and an
+//! endpoint that executes a model's tool call against a session, so an agent loop can pass
+//! tool calls straight through. A call runs as the session's user and agent: a model can
+//! only reach the memories and history of the conversation it is in.
+
+use axum::Json;
+use axum::extract::State;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use utoipa::ToSchema;
+
+use crate::api::memories::{RememberBody, SearchBody, forget_for, remember_for, search_for};
+use crate::api::read;
+use crate::extract::{ApiJson, ApiPath, Caller, Tenant};
+use crate::{ApiError, AppState};
+
+/// What the model is told about `session_search`, so it uses the tool when the answer lies
+/// in the conversation's past rather than guessing.
+const SESSION_SEARCH_INSTRUCTION: &str = "Parts of this conversation may not be in your \
+context: older turns are summarised or left out. When the user refers to something said \
+earlier that you cannot see (a name, a number, a decision, \"as I told you\"), call \
+session_search with a few distinctive words before answering, instead of guessing.";
+
+/// The tools' definitions, in the shape OpenAI's `tools` parameter takes.
+fn definitions() -> Value {
+    let function = |name: &str, description: &str, parameters: Value| {
+        json!({ "type": "function", "function": {
+            "name": name, "description": description, "parameters": parameters,
+        }})
+    };
+    json!([
+        function(
+            "memory_remember",
+            "Remember a durable fact, preference, relationship or instruction about the user \
+             for future conversations. Restating or correcting something already remembered \
+             updates it.",
+            json!({ "type": "object", "additionalProperties": false, "required": ["text", "type"],
+            "properties": {
+                "text": { "type": "string", "description": "One short self-contained statement" },
+                "type": { "type": "string", "enum": ["fact", "preference", "relationship", "instruction"] },
+                "tags": { "type": "array", "items": { "type": "string" }, "maxItems": 8 },
+                "agent_only": { "type": "boolean", "description": "Only this agent may see it (default: every agent of the user)" },
+            }}),
+        ),
+        function(
+            "memory_recall",
+            "Search what is remembered about the user.",
+            json!({ "type": "object", "additionalProperties": false, "required": ["query"],
+            "properties": {
+                "query": { "type": "string" },
+                "k": { "type": "integer", "minimum": 1, "maximum": 50, "default": 10 },
+                "types": { "type": "array", "items": { "type": "string", "enum": ["fact", "preference", "relationship", "instruction"] } },
+                "tags": { "type": "array", "items": { "type": "string" } },
+            }}),
+        ),
+        function(
+            "memory_forget",
+            "Forget one remembered item, by the memory_id memory_recall returned.",
+            json!({ "type": "object", "additionalProperties": false, "required": ["memory_id"],
+                "properties": { "memory_id": { "type": "integer", "minimum": 1 } }}),
+        ),
+        function(
+            "session_search",
+            SESSION_SEARCH_INSTRUCTION,
+            json!({ "type": "object", "additionalProperties": false, "required": ["query"],
+            "properties": {
+                "query": { "type": "string", "description": "Words to find, case-insensitively" },
+                "limit": { "type": "integer", "minimum": 1, "maximum": 50, "default": 10 },
+            }}),
+        ),
+        function(
+            "clear_session",
+            "Start the conversation afresh: later context leaves out everything said so far \
+             (it stays stored). Only when the user asks to start over.",
+            json!({ "type": "object", "additionalProperties": false, "properties": {} }),
+        ),
+    ])
+}
+
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Tools {
+    /// OpenAI function-calling definitions, ready for a chat request's `tools`.
+    #[schema(value_type = Vec<Object>)]
+    tools: Value,
+    /// A system instruction that tells the model when to use `session_search`.
+    system_instruction: &'static str,
+}
+
+/// The agent tools
+#[utoipa::path(
+    get,
+    path = "/v1/tools",
+    tag = "tools",
+    responses((status = 200, description = "Tool definitions", body = Tools)),
+)]
+pub(crate) async fn tools(
+    // Any valid key: the definitions are the same for everyone, but no `/v1` route answers
+    // without a key.
+    Caller(_): Caller,
+) -> Json<Tools> {
+    Json(Tools {
+        tools: definitions(),
+        system_instruction: SESSION_SEARCH_INSTRUCTION,
+    })
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ToolCall {
+    /// The tool's name.
+    name: String,
+    /// Its arguments: a JSON object, or the JSON text a model returns in
+    /// `tool_calls[].function.arguments`.
+    #[schema(value_type = Object)]
+    arguments: Value,
+}
+
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ToolResult {
+    name: String,
+    /// The result.
+    #[schema(value_type = Object)]
+    result: Value,
+    /// The result as JSON text, ready to send back as the `tool` message's content.
+    content: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RememberArgs {
+    text: String,
+    #[serde(rename = "type")]
+    kind: Value,
+    #[serde(default)]
+    tags: Vec<String>,
+    #[serde(default)]
+    agent_only: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RecallArgs {
+    query: String,
+    k: Option<usize>,
+    types: Option<Value>,
+    tags: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ForgetArgs {
+    memory_id: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SearchArgs {
+    query: String,
+    #[serde(default = "default_limit")]
+    limit: usize,
+}
+
+fn default_limit() -> usize {
+    10
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoArgs {}
+
+/// Run a tool call
+///
+/// Executes one tool call of a model against the session, as the session's user and agent.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{session_id}/tools/call",
+    tag = "tools",
+    params(("session_id" = String, Path, description = "The session the model is in")),
+    request_body = ToolCall,
+    responses(
+        (status = 200, description = "The tool's result", body = ToolResult),
+        (status = 404, description = "No such session or memory", body = crate::error::ErrorBody),
+    ),
+)]
+pub(crate) async fn call(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(session_id): ApiPath<String>,
+    ApiJson(call): ApiJson<ToolCall>,
+) -> Result<Json<ToolResult>, ApiError> {
+    let (owner_tenant, id) = (tenant.clone(), session_id.clone());
+    let session = read(&state, move |store| {
+        store
+            .session(&owner_tenant, &id)?
+            .ok_or(memlayer_store::StoreError::SessionNotFound { session_id: id })
+    })
+    .await?;
+    let arguments = match call.arguments {
+        Value::String(text) => serde_json::from_str(&text).map_err(|err| {
+            ApiError::invalid(
+                "invalid_arguments",
+                format!("arguments are not JSON: {err}"),
+            )
+        })?,
+        other => other,
+    };
+    let result = match call.name.as_str() {
+        "memory_remember" => {
+            let args: RememberArgs = parse(arguments)?;
+            let body = RememberBody::from_tool(
+                args.text,
+                args.kind,
+                args.tags,
+                args.agent_only.then(|| session.agent_id.clone()),
+            )?;
+            to_value(remember_for(&state, tenant, session.user_id, body).await?)
+        }
+        "memory_recall" => {
+            let args: RecallArgs = parse(arguments)?;
+            let body = SearchBody::from_tool(
+                args.query,
+                args.k,
+                Some(session.agent_id),
+                args.types,
+                args.tags,
+            )?;
+            to_value(search_for(&state, tenant, session.user_id, body).await?)
+        }
+        "memory_forget" => {
+            let args: ForgetArgs = parse(arguments)?;
+            // A model may only forget the memories of the user it talks to.
+            let owned = state
+                .memories()
+                .get(&tenant, args.memory_id)?
+                .is_some_and(|m| m.user_id == session.user_id);
+            if !owned {
+                return Err(ApiError::NotFound {
+                    code: "memory_not_found",
+                    message: format!("no memory {} of this user", args.memory_id),
+                });
+            }
+            to_value(forget_for(&state, tenant, args.memory_id).await?)
+        }
+        "session_search" => {
+            let args: SearchArgs = parse(arguments)?;
+            let results =
+                crate::api::sessions::search(&state, tenant, session_id, args.query, args.limit)
+                    .await?;
+            to_value(results)
+        }
+        "clear_session" => {
+            let _: NoArgs = parse(arguments)?;
+            let load_from = state.store().clear_session(&tenant, &session_id).await?;
+            json!({ "session_id": session_id, "load_from": load_from })
+        }
+        other => {
+            return Err(ApiError::invalid(
+                "unknown_tool",
+                format!("no tool named {other:?}; GET /v1/tools lists them"),
+            ));
+        }
+    };
+    Ok(Json(ToolResult {
+        name: call.name,
+        content: result.to_string(),
+        result,
+    }))
+}
+
+fn parse<T: serde::de::DeserializeOwned>(arguments: Value) -> Result<T, ApiError> {
+    serde_json::from_value(arguments)
+        .map_err(|err| ApiError::invalid("invalid_arguments", err.to_string()))
+}
+
+fn to_value(result: impl Serialize) -> Value {
+    serde_json::to_value(result).unwrap_or(Value::Null)
+}

@@ -1,0 +1,226 @@
+//! Long-term memories: what an agent was asked to remember about a user across
+//! conversations (facts, preferences, relationships, instructions), each with its embedding,
+//! the message it came from, and the texts it superseded.
+//!
+//! The store keeps them and lists them by owner; deciding what is a duplicate, ranking and
+//! pre-loading belong to the strategies crate.
+
+use redb::ReadableTable;
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Timestamp, validate_id, validate_text};
+use crate::record::Record;
+use crate::tables::{MEMORIES, MEMORY_OWNERS, META, NEXT_MEMORY_ID_KEY};
+use crate::{Result, Store, StoreError};
+
+/// What kind of thing a memory records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryKind {
+    /// Something true about the user ("works at Acme").
+    Fact,
+    /// How the user likes things ("answers in bullet points").
+    Preference,
+    /// A person or thing related to the user ("Sam is their manager").
+    Relationship,
+    /// Something the user told the agent to always (or never) do.
+    Instruction,
+}
+
+/// A long-term memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Memory {
+    /// Its id, unique in the store.
+    pub id: u64,
+    /// The tenant.
+    pub tenant: String,
+    /// The user it is about.
+    pub user_id: String,
+    /// The agent it belongs to; `None`: visible to every agent of the user.
+    pub agent_id: Option<String>,
+    /// What is remembered.
+    pub text: String,
+    /// Its kind.
+    pub kind: MemoryKind,
+    /// A few short lowercase tags.
+    pub tags: Vec<String>,
+    /// The message it came from, if any: `(session_id, index)`.
+    pub source: Option<(String, u64)>,
+    /// When it was first remembered.
+    pub created_at: Timestamp,
+    /// When it last changed.
+    pub updated_at: Timestamp,
+    /// Texts it replaced (a correction or an update), oldest first, with when they were
+    /// replaced. Kept until the memory is erased.
+    pub history: Vec<(String, Timestamp)>,
+    /// Its embedding, so indexes can be rebuilt without embedding again.
+    pub vector: Vec<f32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct MemoryRecord {
+    tenant: String,
+    user_id: String,
+    agent_id: Option<String>,
+    text: String,
+    kind: MemoryKind,
+    tags: Vec<String>,
+    source: Option<(String, u64)>,
+    created_at: u64,
+    updated_at: u64,
+    history: Vec<(String, u64)>,
+    vector: Vec<f32>,
+}
+
+impl Record for MemoryRecord {
+    const VERSION: u8 = 1;
+    const NAME: &'static str = "memory record";
+}
+
+impl MemoryRecord {
+    fn into_memory(self, id: u64) -> Memory {
+        Memory {
+            id,
+            tenant: self.tenant,
+            user_id: self.user_id,
+            agent_id: self.agent_id,
+            text: self.text,
+            kind: self.kind,
+            tags: self.tags,
+            source: self.source,
+            created_at: Timestamp::from_micros(self.created_at),
+            updated_at: Timestamp::from_micros(self.updated_at),
+            history: self
+                .history
+                .into_iter()
+                .map(|(text, at)| (text, Timestamp::from_micros(at)))
+                .collect(),
+            vector: self.vector,
+        }
+    }
+
+    fn from_memory(memory: &Memory) -> Self {
+        Self {
+            tenant: memory.tenant.clone(),
+            user_id: memory.user_id.clone(),
+            agent_id: memory.agent_id.clone(),
+            text: memory.text.clone(),
+            kind: memory.kind,
+            tags: memory.tags.clone(),
+            source: memory.source.clone(),
+            created_at: memory.created_at.as_micros(),
+            updated_at: memory.updated_at.as_micros(),
+            history: memory
+                .history
+                .iter()
+                .map(|(text, at)| (text.clone(), at.as_micros()))
+                .collect(),
+            vector: memory.vector.clone(),
+        }
+    }
+}
+
+impl Store {
+    /// Saves a memory: a new one (id 0) gets the next id; an existing id is replaced.
+    /// Returns the id.
+    pub async fn put_memory(&self, memory: Memory) -> Result<u64> {
+        validate_id("tenant", &memory.tenant)?;
+        validate_id("user_id", &memory.user_id)?;
+        if let Some(agent) = &memory.agent_id {
+            validate_id("agent_id", agent)?;
+        }
+        validate_text("memory", &memory.text)?;
+        self.write(move |txn| {
+            let id = if memory.id == 0 {
+                let mut meta = txn.open_table(META)?;
+                let id = meta.get(NEXT_MEMORY_ID_KEY)?.map_or(1, |v| v.value());
+                meta.insert(NEXT_MEMORY_ID_KEY, id + 1)?;
+                id
+            } else {
+                memory.id
+            };
+            let record = MemoryRecord::from_memory(&memory);
+            txn.open_table(MEMORIES)?
+                .insert(id, record.encode().as_slice())?;
+            txn.open_table(MEMORY_OWNERS)?
+                .insert((memory.tenant.as_str(), memory.user_id.as_str(), id), ())?;
+            Ok(id)
+        })
+        .await
+    }
+
+    /// The memory with this id if it belongs to `tenant`.
+    pub fn memory(&self, tenant: &str, id: u64) -> Result<Option<Memory>> {
+        validate_id("tenant", tenant)?;
+        let txn = self.begin_read()?;
+        let table = txn.open_table(MEMORIES)?;
+        let Some(value) = table.get(id)? else {
+            return Ok(None);
+        };
+        let memory = MemoryRecord::decode(value.value())?.into_memory(id);
+        Ok((memory.tenant == tenant).then_some(memory))
+    }
+
+    /// Every memory of a user, oldest first.
+    pub fn user_memories(&self, tenant: &str, user_id: &str) -> Result<Vec<Memory>> {
+        validate_id("tenant", tenant)?;
+        validate_id("user_id", user_id)?;
+        let txn = self.begin_read()?;
+        let owners = txn.open_table(MEMORY_OWNERS)?;
+        let table = txn.open_table(MEMORIES)?;
+        owners
+            .range((tenant, user_id, 0)..=(tenant, user_id, u64::MAX))?
+            .map(|entry| {
+                let (key, _) = entry?;
+                let id = key.value().2;
+                let value = table.get(id)?.ok_or_else(|| StoreError::Corrupted {
+                    what: "memory owners",
+                    detail: format!("memory {id} is listed but not stored"),
+                })?;
+                Ok(MemoryRecord::decode(value.value())?.into_memory(id))
+            })
+            .collect()
+    }
+
+    /// Up to `limit` memories of every tenant in id order after `after`: the pages an index
+    /// rebuild reads.
+    pub fn memories_after(&self, after: u64, limit: usize) -> Result<Vec<Memory>> {
+        let txn = self.begin_read()?;
+        let table = txn.open_table(MEMORIES)?;
+        table
+            .range(after.saturating_add(1)..)?
+            .take(limit)
+            .map(|entry| {
+                let (id, value) = entry?;
+                Ok(MemoryRecord::decode(value.value())?.into_memory(id.value()))
+            })
+            .collect()
+    }
+
+    /// Deletes a memory of `tenant`; returns whether it existed.
+    pub async fn delete_memory(&self, tenant: &str, id: u64) -> Result<bool> {
+        validate_id("tenant", tenant)?;
+        let tenant = tenant.to_owned();
+        self.write(move |txn| {
+            let mut table = txn.open_table(MEMORIES)?;
+            let Some(record) = table
+                .get(id)?
+                .map(|value| MemoryRecord::decode(value.value()))
+                .transpose()?
+            else {
+                return Ok(false);
+            };
+            if record.tenant != tenant {
+                return Ok(false);
+            }
+            table.remove(id)?;
+            txn.open_table(MEMORY_OWNERS)?.remove((
+                record.tenant.as_str(),
+                record.user_id.as_str(),
+                id,
+            ))?;
+            Ok(true)
+        })
+        .await
+    }
+}

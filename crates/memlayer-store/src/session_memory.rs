@@ -1,0 +1,126 @@
+//! Session memory: one rolling summary per (user, agent) of their finished conversations,
+//! loaded into the next conversation's context. The store keeps it with the list of
+//! sessions merged into it, so erasing one of them can drop what was derived from it.
+
+use redb::ReadableTable;
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Timestamp, validate_id, validate_text};
+use crate::record::Record;
+use crate::tables::SESSION_MEMORIES;
+use crate::{Result, Store};
+
+/// The rolling summary of a user's conversations with one agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionMemory {
+    /// The summary.
+    pub text: String,
+    /// The sessions merged into it, oldest first.
+    pub sessions: Vec<String>,
+    /// When it last changed.
+    pub updated_at: Timestamp,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct SessionMemoryRecord {
+    text: String,
+    sessions: Vec<String>,
+    updated_at: u64,
+}
+
+impl Record for SessionMemoryRecord {
+    const VERSION: u8 = 1;
+    const NAME: &'static str = "session memory record";
+}
+
+impl Store {
+    /// The session memory of a user with an agent.
+    pub fn session_memory(
+        &self,
+        tenant: &str,
+        user_id: &str,
+        agent_id: &str,
+    ) -> Result<Option<SessionMemory>> {
+        validate_id("tenant", tenant)?;
+        validate_id("user_id", user_id)?;
+        validate_id("agent_id", agent_id)?;
+        let txn = self.begin_read()?;
+        let table = txn.open_table(SESSION_MEMORIES)?;
+        table
+            .get((tenant, user_id, agent_id))?
+            .map(|value| {
+                let record = SessionMemoryRecord::decode(value.value())?;
+                Ok(SessionMemory {
+                    text: record.text,
+                    sessions: record.sessions,
+                    updated_at: Timestamp::from_micros(record.updated_at),
+                })
+            })
+            .transpose()
+    }
+
+    /// Saves the session memory of a user with an agent.
+    pub async fn put_session_memory(
+        &self,
+        tenant: &str,
+        user_id: &str,
+        agent_id: &str,
+        memory: SessionMemory,
+    ) -> Result<()> {
+        validate_id("tenant", tenant)?;
+        validate_id("user_id", user_id)?;
+        validate_id("agent_id", agent_id)?;
+        validate_text("session memory", &memory.text)?;
+        let key = (tenant.to_owned(), user_id.to_owned(), agent_id.to_owned());
+        let record = SessionMemoryRecord {
+            text: memory.text,
+            sessions: memory.sessions,
+            updated_at: memory.updated_at.as_micros(),
+        };
+        self.write(move |txn| {
+            txn.open_table(SESSION_MEMORIES)?.insert(
+                (key.0.as_str(), key.1.as_str(), key.2.as_str()),
+                record.encode().as_slice(),
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Drops a user's session memories: all of them, or (with `session_id`) those a session
+    /// was merged into. Returns how many were dropped.
+    pub async fn drop_session_memories(
+        &self,
+        tenant: &str,
+        user_id: &str,
+        session_id: Option<&str>,
+    ) -> Result<u64> {
+        validate_id("tenant", tenant)?;
+        validate_id("user_id", user_id)?;
+        let (tenant, user_id) = (tenant.to_owned(), user_id.to_owned());
+        let session_id = session_id.map(str::to_owned);
+        self.write(move |txn| {
+            let mut table = txn.open_table(SESSION_MEMORIES)?;
+            let mut doomed = Vec::new();
+            for entry in table.range((tenant.as_str(), user_id.as_str(), "")..)? {
+                let (key, value) = entry?;
+                let (t, u, agent) = key.value();
+                if t != tenant || u != user_id {
+                    break;
+                }
+                let record = SessionMemoryRecord::decode(value.value())?;
+                if session_id
+                    .as_ref()
+                    .is_none_or(|id| record.sessions.contains(id))
+                {
+                    doomed.push(agent.to_owned());
+                }
+            }
+            for agent in &doomed {
+                table.remove((tenant.as_str(), user_id.as_str(), agent.as_str()))?;
+            }
+            Ok(doomed.len() as u64)
+        })
+        .await
+    }
+}

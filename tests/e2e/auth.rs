@@ -1,0 +1,227 @@
+//! API keys and roles over real HTTP: probes stay public and everything under `/v1` needs a
+//! key; keys created over HTTP work at once, are listed without secrets, and once revoked stop
+//! working, also after a restart; a service key cannot administer; a user key reaches only its
+//! own user's sessions, and everything else looks like nothing at all (`404`). The route-by-
+//! route matrix lives in `crates/memlayer-server/src/tests/auth.rs`.
+
+use memlayer_tests::{ADMIN_KEY, TestServer, assert_error, json, send};
+use reqwest::Method;
+use serde_json::Value;
+
+fn messages(session: &str) -> String {
+    format!("/v1/sessions/{session}/messages")
+}
+
+fn with_key(
+    server: &TestServer,
+    key: &str,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut request = server.request_with_key(key, method, path);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    send(request)
+}
+
+#[test]
+fn probes_are_public_and_the_api_needs_a_key() {
+    let server = TestServer::start();
+    for path in ["/healthz", "/readyz", "/metrics", "/openapi.json", "/docs"] {
+        let status = server.anonymous(Method::GET, path).send().unwrap().status();
+        assert_eq!(status.as_u16(), 200, "{path}");
+    }
+    let response = server
+        .anonymous(Method::GET, "/v1/sessions")
+        .send()
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 401);
+    let challenge = response.headers()["www-authenticate"].to_str().unwrap();
+    assert_eq!(challenge, "Bearer realm=\"memlayer\"");
+    let answer = (401, response.json::<Value>().unwrap());
+    assert_error(&answer, 401, "unauthorized");
+
+    for authorization in ["Bearer", "Basic abc", "Bearer mlk_nope", "bearer   "] {
+        let answer = send(
+            server
+                .anonymous(Method::GET, "/v1/sessions")
+                .header("authorization", authorization),
+        );
+        assert_error(&answer, 401, "unauthorized");
+    }
+    // The scheme is case-insensitive (RFC 9110, 11.1).
+    let answer = send(
+        server
+            .anonymous(Method::GET, "/v1/sessions")
+            .header("authorization", format!("bearer {ADMIN_KEY}")),
+    );
+    assert_eq!(answer.0, 200, "{}", answer.1);
+}
+
+#[test]
+fn keys_made_over_http_work_until_revoked_also_across_restarts() {
+    let mut server = TestServer::start();
+    let (status, created) = server.post(
+        "/v1/keys",
+        &json!({ "role": "service", "name": "support backend" }),
+    );
+    assert_eq!(status, 201, "{created}");
+    let service = created["key"].as_str().unwrap().to_owned();
+    let prefix = created["prefix"].as_str().unwrap().to_owned();
+
+    let (status, appended) = with_key(
+        &server,
+        &service,
+        Method::POST,
+        &messages("s1"),
+        Some(json!({ "user_id": "alice", "agent_id": "bot", "role": "user", "content": "hi" })),
+    );
+    assert_eq!(status, 201, "{appended}");
+    // A service key is no admin.
+    for (method, path) in [
+        (Method::GET, "/v1/keys"),
+        (Method::GET, "/v1/admin/erasures"),
+        (Method::PUT, "/v1/settings"),
+        (Method::DELETE, "/v1/users/alice"),
+    ] {
+        let answer = with_key(&server, &service, method, path, Some(json!({})));
+        assert_error(&answer, 403, "forbidden");
+    }
+
+    // Listed without the secret; the configured admin key is there too.
+    let (_, listed) = server.get("/v1/keys");
+    let text = listed.to_string();
+    assert!(!text.contains(&service), "{text}");
+    let states: Vec<(String, String)> = listed["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|key| {
+            (
+                key["prefix"].as_str().unwrap().to_owned(),
+                key["state"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("config".to_owned(), "active".to_owned()),
+            (prefix.clone(), "active".to_owned())
+        ]
+    );
+
+    server.restart();
+    let (status, _) = with_key(&server, &service, Method::GET, "/v1/sessions/s1", None);
+    assert_eq!(status, 200, "keys survive a restart");
+    let (status, revoked) = server.delete(&format!("/v1/keys/{prefix}"));
+    assert_eq!((status, &revoked["state"]), (200, &json!("revoked")));
+    let answer = with_key(&server, &service, Method::GET, "/v1/sessions/s1", None);
+    assert_error(&answer, 401, "unauthorized");
+    server.restart();
+    let answer = with_key(&server, &service, Method::GET, "/v1/sessions/s1", None);
+    assert_error(&answer, 401, "unauthorized");
+    // Another tenant's admin cannot see or revoke this tenant's keys.
+    let acme = server.tenant_key("acme");
+    let (_, theirs) = with_key(&server, &acme, Method::GET, "/v1/keys", None);
+    assert_eq!(theirs["keys"].as_array().unwrap().len(), 1, "{theirs}");
+    let answer = with_key(&server, &acme, Method::DELETE, "/v1/keys/config", None);
+    assert_error(&answer, 404, "key_not_found");
+}
+
+#[test]
+fn a_user_key_sees_its_own_user_and_nothing_else() {
+    let server = TestServer::start();
+    for (session, user) in [("a1", "alice"), ("b1", "bob")] {
+        let (status, _) = server.post(
+            &messages(session),
+            &json!({
+                "user_id": user, "agent_id": "bot", "role": "user",
+                "content": format!("{user} keeps the parcel locker code 4711"),
+            }),
+        );
+        assert_eq!(status, 201);
+    }
+    let (status, created) = server.post("/v1/keys", &json!({ "role": "user", "user_id": "alice" }));
+    assert_eq!(status, 201, "{created}");
+    let alice = created["key"].as_str().unwrap().to_owned();
+
+    let (status, own) = with_key(&server, &alice, Method::GET, "/v1/sessions/a1", None);
+    assert_eq!((status, &own["user_id"]), (200, &json!("alice")));
+    let (_, listing) = with_key(&server, &alice, Method::GET, "/v1/sessions", None);
+    assert_eq!(listing["total_elements"], 1, "{listing}");
+    let (_, listing) = with_key(
+        &server,
+        &alice,
+        Method::GET,
+        "/v1/sessions?user_id=bob",
+        None,
+    );
+    assert_eq!(listing["total_elements"], 0, "{listing}");
+
+    // Bob's session is not there for alice's key, exactly like one that does not exist.
+    let unknown = with_key(&server, &alice, Method::GET, "/v1/sessions/nope", None);
+    let foreign = with_key(&server, &alice, Method::GET, "/v1/sessions/b1", None);
+    assert_error(&foreign, 404, "session_not_found");
+    assert_eq!(
+        foreign.1["error"]["message"]
+            .as_str()
+            .unwrap()
+            .replace("b1", "nope"),
+        unknown.1["error"]["message"].as_str().unwrap()
+    );
+    for (method, path, body) in [
+        (
+            Method::POST,
+            messages("b1"),
+            Some(json!({ "role": "assistant", "content": "x" })),
+        ),
+        (Method::DELETE, "/v1/sessions/b1".to_owned(), None),
+        (
+            Method::POST,
+            "/v1/sessions/b1/context".to_owned(),
+            Some(json!({})),
+        ),
+        (
+            Method::DELETE,
+            "/v1/sessions/b1/messages/0".to_owned(),
+            None,
+        ),
+        (Method::DELETE, "/v1/users/bob".to_owned(), None),
+    ] {
+        let answer = with_key(&server, &alice, method.clone(), &path, body);
+        assert_eq!(answer.0, 404, "{method} {path}: {}", answer.1);
+    }
+    let answer = with_key(
+        &server,
+        &alice,
+        Method::POST,
+        "/v1/recall",
+        Some(json!({ "user_id": "bob", "query": "locker code" })),
+    );
+    assert_eq!(answer.0, 404, "{}", answer.1);
+    let (status, recalled) = with_key(
+        &server,
+        &alice,
+        Method::POST,
+        "/v1/recall",
+        Some(json!({ "user_id": "alice", "query": "locker code" })),
+    );
+    assert_eq!(status, 200, "{recalled}");
+    let sessions: Vec<&Value> = recalled["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|hit| &hit["session_id"])
+        .collect();
+    assert_eq!(sessions, [&json!("a1")]);
+    // Administration is not for user keys.
+    let answer = with_key(&server, &alice, Method::GET, "/v1/settings", None);
+    assert_error(&answer, 403, "forbidden");
+
+    // Bob's session is untouched.
+    let (_, bob) = server.get("/v1/sessions/b1");
+    assert_eq!(bob["message_count"], 1, "{bob}");
+}

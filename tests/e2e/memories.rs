@@ -1,0 +1,316 @@
+//! Long-term memories and the agent tools through the real server: isolation between users
+//! and agents, a repeat or a correction updating the memory it restates (also under
+//! concurrent remembers), pre-loading into the next conversation's context, tool calls passed
+//! straight through, and forgetting that leaves no bytes.
+
+use memlayer_erasure::scan_files;
+use memlayer_tests::{TestServer, assert_error, json};
+use serde_json::Value;
+
+fn remember(server: &TestServer, user: &str, body: Value) -> (u16, Value) {
+    server.post(&format!("/v1/users/{user}/memories"), &body)
+}
+
+/// The texts a search finds, best first; every hit must be the user's own.
+fn search(server: &TestServer, user: &str, body: Value) -> Vec<String> {
+    let (status, answer) = server.post(&format!("/v1/users/{user}/memories/search"), &body);
+    assert_eq!(status, 200, "{answer}");
+    let hits = answer["hits"].as_array().unwrap();
+    assert!(hits.iter().all(|hit| hit["user_id"] == user), "{answer}");
+    hits.iter()
+        .map(|hit| hit["text"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn users_and_agents_see_only_their_own_memories() {
+    let server = TestServer::start();
+    let text = "Is allergic to peanuts";
+    for user in ["alice", "bob"] {
+        let (status, answer) = remember(&server, user, json!({ "text": text, "type": "fact" }));
+        assert_eq!(status, 201, "{answer}");
+        assert_eq!(answer["memory"]["user_id"], user);
+    }
+    let (_, private) = remember(
+        &server,
+        "alice",
+        json!({ "text": "Wants the travel agent to book aisle seats", "type": "preference", "agent_id": "travel" }),
+    );
+    let alice = search(&server, "alice", json!({ "query": "peanut allergy" }));
+    assert_eq!(alice.first().map(String::as_str), Some(text));
+    assert_eq!(
+        alice.iter().filter(|t| *t == text).count(),
+        1,
+        "Bob's copy is not Alice's"
+    );
+    let (_, listed) = server.get("/v1/users/bob/memories");
+    let bob: Vec<&Value> = listed["memories"].as_array().unwrap().iter().collect();
+    assert_eq!(bob.len(), 1);
+    assert_eq!(bob[0]["user_id"], "bob");
+
+    let seats = json!({ "query": "aisle seats", "agent_id": "travel" });
+    assert_eq!(
+        search(&server, "alice", seats)[0],
+        "Wants the travel agent to book aisle seats"
+    );
+    let other_agent = json!({ "query": "aisle seats", "agent_id": "support" });
+    assert!(
+        !search(&server, "alice", other_agent)
+            .iter()
+            .any(|t| t.contains("aisle"))
+    );
+    assert!(
+        search(&server, "bob", json!({ "query": "aisle seats" }))
+            .iter()
+            .all(|t| t == text)
+    );
+    // Another tenant does not even see the memory exist.
+    let id = private["memory"]["memory_id"].as_u64().unwrap();
+    let foreign = memlayer_tests::send(server.request_as(
+        "other",
+        reqwest::Method::GET,
+        &format!("/v1/memories/{id}"),
+    ));
+    assert_error(&foreign, 404, "memory_not_found");
+}
+
+#[test]
+fn repeats_and_corrections_update_instead_of_piling_up() {
+    let server = TestServer::start();
+    let (status, first) = remember(
+        &server,
+        "carol",
+        json!({ "text": "Prefers to be contacted by phone", "type": "preference", "tags": ["Contact"] }),
+    );
+    assert_eq!(status, 201);
+    let (status, corrected) = remember(
+        &server,
+        "carol",
+        json!({ "text": "Prefers to be contacted by email", "type": "preference" }),
+    );
+    assert_eq!(status, 200, "{corrected}");
+    assert_eq!(corrected["action"], "updated");
+    assert_eq!(
+        corrected["memory"]["memory_id"],
+        first["memory"]["memory_id"]
+    );
+    assert_eq!(
+        corrected["memory"]["history"][0]["text"],
+        "Prefers to be contacted by phone"
+    );
+    assert_eq!(corrected["memory"]["tags"], json!(["contact"]));
+    let (_, again) = remember(
+        &server,
+        "carol",
+        json!({ "text": "prefers to be contacted by email", "type": "preference" }),
+    );
+    assert_eq!(again["action"], "unchanged");
+    // Another kind or another topic is another memory.
+    let (status, _) = remember(
+        &server,
+        "carol",
+        json!({ "text": "Has a cat called Miso", "type": "fact" }),
+    );
+    assert_eq!(status, 201);
+
+    // Concurrent remembers of the same thing leave one memory.
+    std::thread::scope(|scope| {
+        for _ in 0..6 {
+            scope.spawn(|| {
+                let (status, answer) = remember(
+                    &server,
+                    "dave",
+                    json!({ "text": "Works night shifts at the hospital", "type": "fact" }),
+                );
+                assert!(status == 200 || status == 201, "{answer}");
+            });
+        }
+    });
+    let (_, listed) = server.get("/v1/users/dave/memories");
+    assert_eq!(listed["memories"].as_array().unwrap().len(), 1, "{listed}");
+
+    assert_error(
+        &remember(&server, "carol", json!({ "text": "x", "type": "mood" })),
+        400,
+        "invalid_body",
+    );
+    assert_error(
+        &remember(&server, "carol", json!({ "text": "  ", "type": "fact" })),
+        422,
+        "invalid_setting",
+    );
+}
+
+#[test]
+fn a_memory_from_one_conversation_is_in_the_next_ones_first_context() {
+    let server = TestServer::start();
+    let body = json!({ "user_id": "erin", "agent_id": "concierge", "messages": [
+        { "role": "user", "content": "For future trips: I only eat vegetarian food." },
+        { "role": "assistant", "content": "Noted!" },
+    ]});
+    assert_eq!(server.post("/v1/sessions/trip-1/messages", &body).0, 201);
+    let (status, _) = remember(
+        &server,
+        "erin",
+        json!({ "text": "Eats only vegetarian food", "type": "preference",
+                "source": { "session_id": "trip-1", "index": 0 } }),
+    );
+    assert_eq!(status, 201);
+    let question = "Can you recommend a restaurant for dinner tonight?";
+    let body = json!({ "user_id": "erin", "agent_id": "concierge", "messages": [
+        { "role": "user", "content": question },
+    ]});
+    assert_eq!(server.post("/v1/sessions/trip-2/messages", &body).0, 201);
+    let (status, context) = server.post(
+        "/v1/sessions/trip-2/context",
+        &json!({ "query": question, "format": "text", "settings": { "recall_scope": "session" } }),
+    );
+    assert_eq!(status, 200, "{context}");
+    let text = context["text"].as_str().unwrap();
+    assert!(
+        text.contains("Long-term memories:\n- (preference) Eats only vegetarian food"),
+        "{text}"
+    );
+    assert_eq!(context["report"]["memories"].as_array().unwrap().len(), 1);
+    // Erasing the message it was remembered from erases the memory.
+    let (status, receipt) = server.delete("/v1/sessions/trip-1/messages/0");
+    assert_eq!(status, 200, "{receipt}");
+    assert_eq!(receipt["counts"]["memories"], 1);
+    let (_, listed) = server.get("/v1/users/erin/memories");
+    assert_eq!(listed["memories"], json!([]));
+}
+
+#[test]
+fn tool_calls_pass_straight_through_and_forgetting_leaves_no_bytes() {
+    let server = TestServer::start();
+    let (status, tools) = server.get("/v1/tools");
+    assert_eq!(status, 200);
+    let names: Vec<&str> = tools["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "memory_remember",
+            "memory_recall",
+            "memory_forget",
+            "session_search",
+            "clear_session"
+        ]
+    );
+    assert!(
+        tools["system_instruction"]
+            .as_str()
+            .unwrap()
+            .contains("session_search")
+    );
+
+    let body = json!({ "user_id": "frank", "agent_id": "coach", "messages": [
+        { "role": "user", "content": "My marathon goal time is 3h15." },
+        { "role": "assistant", "content": "Great goal!" },
+    ]});
+    assert_eq!(server.post("/v1/sessions/run/messages", &body).0, 201);
+    let call = |name: &str, arguments: Value| {
+        server.post(
+            "/v1/sessions/run/tools/call",
+            &json!({ "name": name, "arguments": arguments }),
+        )
+    };
+    // Arguments exactly as a model returns them: JSON text.
+    let canary = "toolcanary8813 marathon goal is 3h15";
+    let (status, remembered) = call(
+        "memory_remember",
+        Value::String(json!({ "text": canary, "type": "fact" }).to_string()),
+    );
+    assert_eq!(status, 200, "{remembered}");
+    let id = remembered["result"]["memory"]["memory_id"]
+        .as_u64()
+        .unwrap();
+    let recalled: Value = serde_json::from_str(
+        call("memory_recall", json!({ "query": "marathon goal" })).1["content"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(recalled["hits"][0]["memory_id"], id);
+    let (_, found) = call("session_search", json!({ "query": "goal time" }));
+    assert_eq!(found["result"]["hits"][0]["index"], 0);
+
+    let store = server.store_path();
+    let scan = |needle: &str| {
+        scan_files(&[store.as_path()], needle.as_bytes())
+            .unwrap()
+            .len()
+    };
+    assert!(scan("toolcanary8813") > 0);
+    let (status, forgotten) = call("memory_forget", json!({ "memory_id": id }));
+    assert_eq!(status, 200, "{forgotten}");
+    assert_eq!(forgotten["result"]["counts"]["memories"], 1);
+    assert_eq!(scan("toolcanary8813"), 0);
+    assert_error(
+        &call("memory_forget", json!({ "memory_id": id })),
+        404,
+        "memory_not_found",
+    );
+    let (_, cleared) = call("clear_session", json!({}));
+    assert_eq!(cleared["result"]["load_from"], 2);
+    assert_error(&call("fly", json!({})), 422, "unknown_tool");
+    assert_error(
+        &call("session_search", json!({ "query": "x", "limit": 500 })),
+        422,
+        "invalid_value",
+    );
+    assert_error(
+        &call("memory_recall", Value::String("{oops".into())),
+        422,
+        "invalid_arguments",
+    );
+}
+
+#[test]
+fn an_ended_conversation_is_summarised_into_the_next_ones_context() {
+    let server = TestServer::start();
+    let body = json!({ "user_id": "gina", "agent_id": "tutor", "messages": [
+        { "role": "user", "content": "I am preparing for the Goethe B2 exam on 14 March." },
+        { "role": "assistant", "content": "Great, we will focus on B2 writing." },
+        { "role": "user", "content": "Please always correct my grammar mistakes." },
+        { "role": "assistant", "content": "I will." },
+    ]});
+    assert_eq!(server.post("/v1/sessions/lesson-1/messages", &body).0, 201);
+    let (status, ending) = server.post("/v1/sessions/lesson-1/end", &json!({}));
+    assert_eq!(status, 202, "{ending}");
+    let path = "/v1/users/gina/session-memory?agent_id=tutor";
+    let mut memory = server.get(path);
+    for _ in 0..200 {
+        if memory.0 == 200 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+        memory = server.get(path);
+    }
+    assert_eq!(memory.0, 200, "{}", memory.1);
+    assert_eq!(memory.1["sessions"], json!(["lesson-1"]));
+
+    let question = "Which exam am I preparing for?";
+    let body = json!({ "user_id": "gina", "agent_id": "tutor", "messages": [
+        { "role": "user", "content": question },
+    ]});
+    assert_eq!(server.post("/v1/sessions/lesson-2/messages", &body).0, 201);
+    let (_, context) = server.post(
+        "/v1/sessions/lesson-2/context",
+        &json!({ "query": question, "format": "text", "settings": { "recall_scope": "session" } }),
+    );
+    let text = context["text"].as_str().unwrap();
+    assert!(
+        text.contains("[Earlier conversations with this user]") && text.contains("Goethe B2"),
+        "{text}"
+    );
+    // Ending it again merges nothing twice; erasing the first conversation drops what was
+    // derived from it.
+    assert_eq!(server.post("/v1/sessions/lesson-1/end", &json!({})).0, 202);
+    assert_eq!(server.delete("/v1/sessions/lesson-1").0, 204);
+    assert_error(&server.get(path), 404, "session_memory_not_found");
+}
