@@ -117,6 +117,28 @@ impl ContextBuilder {
         self
     }
 
+    /// The older messages recall brings for `query` outside the window `settings` keep, as a
+    /// combined context with these settings (and no summary) would ask for them: up to
+    /// `settings.recall_k`, in `settings.recall_scope`.
+    pub async fn recall_outside_window(
+        &self,
+        tenant: &str,
+        session_id: &str,
+        query: String,
+        settings: &ContextSettings,
+    ) -> Result<(Vec<RecalledMessage>, Option<String>), MemoryError> {
+        let loaded = self.load(tenant, session_id).await?;
+        self.recall_beside_window(
+            tenant,
+            session_id,
+            &loaded,
+            &loaded.messages,
+            settings,
+            query,
+        )
+        .await
+    }
+
     /// The session's entity memory: the facts its user stated since its load checkpoint.
     pub async fn facts(&self, tenant: &str, session_id: &str) -> Result<FactSheet, MemoryError> {
         let loaded = self.load(tenant, session_id).await?;
@@ -169,15 +191,8 @@ impl ContextBuilder {
         let query_text = query.clone();
         let (recalled, recall_degraded) = match query {
             Some(query) if combined && settings.recall_k > 0 => {
-                self.recall_outside_window(
-                    &tenant,
-                    &session_id,
-                    &loaded,
-                    &history,
-                    &settings,
-                    query,
-                )
-                .await?
+                self.recall_beside_window(&tenant, &session_id, &loaded, &history, &settings, query)
+                    .await?
             }
             _ => (Vec::new(), None),
         };
@@ -430,7 +445,7 @@ impl ContextBuilder {
 
     /// The best `settings.recall_k` older messages for `query`, leaving out what the window
     /// already holds.
-    async fn recall_outside_window(
+    async fn recall_beside_window(
         &self,
         tenant: &str,
         session_id: &str,

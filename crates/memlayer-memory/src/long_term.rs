@@ -355,20 +355,13 @@ impl LongTermMemory {
     /// Removes a memory from the store and the indexes; returns whether it existed. The
     /// erasure coordinator calls it and then compacts the store file.
     pub async fn forget(&self, tenant: &str, id: u64) -> Result<bool, MemoryError> {
-        let existed = self.inner.store.delete_memory(tenant, id).await?;
-        self.write().remove(id);
-        // The embedder caches vectors by the hash of their text.
-        self.inner.embedder.clear_cache();
-        Ok(existed)
+        Ok(self.forget_all(tenant, vec![id]).await? == 1)
     }
 
     /// Removes every memory of a user; returns how many there were.
     pub async fn forget_user(&self, tenant: &str, user_id: &str) -> Result<u64, MemoryError> {
-        let mut count = 0;
-        for memory in self.inner.store.user_memories(tenant, user_id)? {
-            count += u64::from(self.forget(tenant, memory.id).await?);
-        }
-        Ok(count)
+        let ids = self.user_memory_ids(tenant, user_id, |_| true)?;
+        self.forget_all(tenant, ids).await
     }
 
     /// Removes the memories of a user remembered from a session (`index` `None`) or from one
@@ -380,16 +373,45 @@ impl LongTermMemory {
         session_id: &str,
         index: Option<u64>,
     ) -> Result<u64, MemoryError> {
-        let mut count = 0;
-        for memory in self.inner.store.user_memories(tenant, user_id)? {
-            let derived = memory.source.as_ref().is_some_and(|(session, at)| {
+        let ids = self.user_memory_ids(tenant, user_id, |memory| {
+            memory.source.as_ref().is_some_and(|(session, at)| {
                 session == session_id && index.is_none_or(|index| index == *at)
-            });
-            if derived {
-                count += u64::from(self.forget(tenant, memory.id).await?);
-            }
+            })
+        })?;
+        self.forget_all(tenant, ids).await
+    }
+
+    fn user_memory_ids(
+        &self,
+        tenant: &str,
+        user_id: &str,
+        keep: impl Fn(&Memory) -> bool,
+    ) -> Result<Vec<u64>, MemoryError> {
+        Ok(self
+            .inner
+            .store
+            .user_memories(tenant, user_id)?
+            .iter()
+            .filter(|memory| keep(memory))
+            .map(|memory| memory.id)
+            .collect())
+    }
+
+    /// Deletes `ids` from the store, then takes them out of the indexes in one pass: the
+    /// vector index is compacted once (it rebuilds its graph), not once per memory. Returns
+    /// how many existed.
+    async fn forget_all(&self, tenant: &str, ids: Vec<u64>) -> Result<u64, MemoryError> {
+        if ids.is_empty() {
+            return Ok(0);
         }
-        Ok(count)
+        let mut existed = 0;
+        for &id in &ids {
+            existed += u64::from(self.inner.store.delete_memory(tenant, id).await?);
+        }
+        self.write().remove(&ids);
+        // The embedder caches vectors by the hash of their text.
+        self.inner.embedder.clear_cache();
+        Ok(existed)
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Indexes> {
@@ -424,11 +446,13 @@ impl Indexes {
         Ok(())
     }
 
-    fn remove(&mut self, id: u64) {
-        self.vectors.remove(id);
+    fn remove(&mut self, ids: &[u64]) {
+        for id in ids {
+            self.vectors.remove(*id);
+            self.keywords.remove(*id);
+            self.owners.remove(id);
+        }
         self.vectors.compact();
-        self.keywords.remove(id);
-        self.owners.remove(&id);
     }
 }
 

@@ -21,11 +21,9 @@ use std::collections::BTreeMap;
 
 use anyhow::Context as _;
 use memlayer_embed::Embedder;
-use memlayer_index::{Excluded, RecallQuery, Scope};
 use memlayer_memory::{
-    Assembled, ContextMessage, ContextRequest, ContextSettings, FactSheet, History, Layer,
-    OutputFormat, RecallScope, RecalledMessage, Rendered, Strategy, TokenEncoding, Window, extract,
-    render,
+    Assembled, ContextMessage, ContextRequest, ContextSettings, FactSheet, Layer, OutputFormat,
+    RecallScope, RecalledMessage, Rendered, Strategy, TokenEncoding, extract, render,
 };
 use memlayer_store::{Append, Message, Metadata, NewMessage, NewSession, Role};
 use serde::Serialize;
@@ -483,54 +481,21 @@ impl Run<'_> {
     async fn recall_outside_window(
         &self,
         thread: &Thread,
-        messages: &[Message],
         scope: RecallScope,
         query: &str,
         k: usize,
     ) -> anyhow::Result<Vec<RecalledMessage>> {
-        let settings = Contender::Combined.settings(self.context_window);
-        let history = History::new(messages);
-        let window = Window::last_turns(&history, settings.max_turns)
-            .recent
-            .iter()
-            .flat_map(|exchange| exchange.messages.iter().map(|m| m.index))
-            .collect();
-        let scope = match scope {
-            RecallScope::Session => Scope::Session {
-                session_id: thread.session.clone(),
-            },
-            RecallScope::User => Scope::User {
-                user_id: thread.user.clone(),
-                agent_id: Some(AGENT.into()),
-            },
+        let settings = ContextSettings {
+            recall_k: k,
+            recall_scope: scope,
+            ..Contender::Combined.settings(self.context_window)
         };
-        let recalled = self
+        let (hits, _) = self
             .stack
-            .recall
-            .recall(RecallQuery {
-                tenant: TENANT.into(),
-                scope,
-                query: query.to_owned(),
-                k,
-                roles: None,
-                after: None,
-                before: None,
-                exclude: Some(Excluded {
-                    session_id: thread.session.clone(),
-                    indices: window,
-                }),
-            })
+            .contexts
+            .recall_outside_window(TENANT, &thread.session, query.to_owned(), &settings)
             .await?;
-        Ok(recalled
-            .hits
-            .into_iter()
-            .map(|hit| RecalledMessage {
-                current_session: hit.session.session_id == thread.session,
-                session_id: hit.session.session_id,
-                message: hit.message,
-                score: hit.score,
-            })
-            .collect())
+        Ok(hits)
     }
 
     /// Scores one context and, for a miss of the combined strategy, records its cause.
@@ -678,7 +643,7 @@ impl Run<'_> {
             )
         } else {
             let deep = self
-                .recall_outside_window(thread, messages, scope, probe.query, DIAGNOSIS_DEPTH)
+                .recall_outside_window(thread, scope, probe.query, DIAGNOSIS_DEPTH)
                 .await?;
             let ranks: Vec<String> = deep
                 .iter()
