@@ -86,6 +86,8 @@ pub use analyzer::Analyzer;
 pub use error::{IndexError, Result};
 pub use fusion::{Fused, RRF_K, Retriever, reciprocal_rank_fusion};
 pub use keyword::KeywordIndex;
-pub use recall::{Excluded, Recall, RecallHit, RecallOptions, RecallQuery, Recalled, Scope};
+pub use recall::{
+    Excluded, IndexCheck, Recall, RecallHit, RecallOptions, RecallQuery, Recalled, Scope,
+};
 pub use topk::IdFilter;
 pub use vector::{VectorConfig, VectorIndex};

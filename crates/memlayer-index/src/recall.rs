@@ -24,6 +24,10 @@ use memlayer_store::{
 };
 use tokio::sync::watch;
 
+mod check;
+
+pub use check::IndexCheck;
+
 use crate::{
     IndexError, KeywordIndex, RRF_K, Result, Retriever, VectorConfig, VectorIndex,
     reciprocal_rank_fusion,

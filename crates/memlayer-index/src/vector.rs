@@ -162,6 +162,11 @@ impl VectorIndex {
         self.slot_of.contains_key(&id)
     }
 
+    /// The ids of every vector in the index, in no particular order.
+    pub fn ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.slot_of.keys().copied()
+    }
+
     /// How many removed or replaced vectors still occupy a slot until the next compaction.
     pub fn tombstones(&self) -> usize {
         self.ids.len() - self.slot_of.len()

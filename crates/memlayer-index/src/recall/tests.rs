@@ -282,3 +282,42 @@ async fn vectors_of_another_model_are_refused() {
     let opened = Recall::open(store, embedder(), RecallOptions::default());
     assert!(matches!(opened, Err(IndexError::ModelMismatch { .. })));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_index_check_finds_missing_and_orphaned_vectors() {
+    let fixture = Fixture::open(tempfile::tempdir().unwrap(), embedder());
+    fixture
+        .say(
+            "s",
+            "alice",
+            &[
+                (Role::User, "My parcel tracking number is TRK-5521."),
+                (Role::Assistant, "Noted: TRK-5521."),
+                (Role::User, "Please also book a table for Friday."),
+                // The same text twice: each copy ties with the other, which still counts.
+                (Role::User, "Please also book a table for Friday."),
+            ],
+        )
+        .await;
+    fixture.recall.wait_for_index().await.unwrap();
+    let check = fixture.recall.check_index().unwrap();
+    assert_eq!((check.stored, check.indexed), (4, 4));
+    assert!(check.is_consistent(), "{check:?}");
+
+    let sid = fixture.store.session_key("t", "s").unwrap().unwrap();
+    let (dropped, foreign) = (MessageKey::new(sid, 1), MessageKey::new(sid + 1, 0));
+    let vector = fixture.store.vectors(None, 1).unwrap().remove(0).components;
+    {
+        let mut indexes = fixture.recall.write();
+        indexes.vectors.remove(dropped.as_u64());
+        let mut other = vector.clone();
+        other.reverse();
+        indexes.vectors.insert(foreign.as_u64(), &other).unwrap();
+    }
+    let check = fixture.recall.check_index().unwrap();
+    assert_eq!(check.missing, [dropped]);
+    assert_eq!(check.orphaned, [foreign]);
+    assert!(check.not_found_first.is_empty(), "{check:?}");
+    assert!(!check.is_consistent());
+    fixture.stop().await;
+}
