@@ -690,8 +690,8 @@ fn fill_content(
         Some(first) => snapshot.messages(first.index, usize::MAX)?,
         None => Vec::new(),
     };
-    // The outlines and the contents come from one snapshot, so every message read has its
-    // outline.
+    // The outlines describe this snapshot (those the fact cache kept were checked against
+    // it, the others were read from it), so every message read here has its outline.
     for message in snapshot.messages_at(&instructions)?.into_iter().chain(tail) {
         if let Ok(position) = messages.binary_search_by_key(&message.index, |m| m.index) {
             messages[position] = message;
