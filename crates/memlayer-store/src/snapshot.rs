@@ -193,6 +193,7 @@ mod tests {
 
         assert_eq!(snapshot.session().message_count, 4);
         assert_eq!(snapshot.erasures(), 0);
+        assert_eq!(Some(snapshot.sid()), store.session_key("t", "s").unwrap());
         let outline = snapshot.outline(1).unwrap();
         assert_eq!(
             outline
