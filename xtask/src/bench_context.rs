@@ -412,13 +412,15 @@ async fn measure_builds(
     ];
     let mut parts = vec![
         Series::new(
-            "store read",
-            "`Store::session` + `Store::messages` of the session",
+            "store read, every message in full",
+            "`Store::session` + `Store::messages` of the session (what a build read before)",
             None,
         ),
         Series::new(
-            "copy of the messages",
-            "`Vec<Message>` clone, as `after_summary` makes without a summary",
+            "store read, outlines and the window",
+            "`Store::snapshot`, `SessionSnapshot::outline` of every message, \
+             `SessionSnapshot::messages` of the window's (what a build reads when the fact \
+             cache has no entry; with one, only the window's messages)",
             None,
         ),
         Series::new(
@@ -465,8 +467,20 @@ async fn measure_builds(
             Ok(store.messages(TENANT, MAIN_SESSION, 0, usize::MAX)?)
         })?;
         ensure!(read.len() == n, "the store read {} messages", read.len());
-        let copy = parts[1].time(|| read.clone());
-        let sheet = parts[2].time(|| FactSheet::from_messages(&copy));
+        let (outlines, window) = parts[1].time(|| -> anyhow::Result<_> {
+            let snapshot = store
+                .snapshot(TENANT, MAIN_SESSION)?
+                .context("the session is gone")?;
+            let outlines = snapshot.outline(0)?;
+            Ok((outlines, snapshot.messages(in_window[0], usize::MAX)?))
+        })?;
+        ensure!(
+            outlines.len() == n && window.len() == in_window.len(),
+            "the snapshot read {} outlines and {} messages",
+            outlines.len(),
+            window.len()
+        );
+        let sheet = parts[2].time(|| FactSheet::from_messages(&read));
         ensure!(sheet == facts, "the facts changed");
         let layers = LayerInputs {
             summary: None,

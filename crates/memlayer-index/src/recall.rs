@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
@@ -145,6 +146,14 @@ pub struct Recalled {
 struct Progress {
     keywords: u64,
     vectors: u64,
+}
+
+/// Which messages a query may find, beyond what the indexes hold.
+struct Filter {
+    /// The sessions its scope covers.
+    allowed: HashSet<u64>,
+    /// The session key and message indices it excludes.
+    excluded: Option<(u64, HashSet<u64>)>,
 }
 
 /// What the indexes need to know about a message to filter it.
@@ -410,26 +419,58 @@ impl Recall {
 
     /// Searches `query.scope` by keywords and by meaning and fuses the two rankings.
     pub async fn recall(&self, query: RecallQuery) -> Result<Recalled> {
-        let mut degraded = self.wait_for_index().await?;
+        // Embedded first: a query embedded before comes from the embedder's cache at once,
+        // and the read-your-writes head read after it still covers every append committed
+        // before the call.
+        let (embedded, embedding_failed) =
+            match self.inner.embedder.embed(vec![query.query.clone()]).await {
+                Ok(mut vectors) => (vectors.pop(), None),
+                Err(err) => (
+                    None,
+                    Some(format!(
+                        "the query could not be embedded ({err}); only keywords were searched"
+                    )),
+                ),
+            };
+        // When the index has caught up with the store, as it almost always has, one trip
+        // to the blocking pool answers: under load every trip waits for a thread.
         let this = self.clone();
-        let scope_query = query.clone();
-        let allowed = blocking(move || this.scope_sessions(&scope_query)).await?;
-        let this = self.clone();
-        let exclude = query.exclude.clone();
-        let tenant = query.tenant.clone();
-        let excluded = blocking(move || this.excluded_keys(&tenant, exclude.as_ref())).await?;
-        let embedded = match self.inner.embedder.embed(vec![query.query.clone()]).await {
-            Ok(mut vectors) => vectors.pop(),
-            Err(err) => {
-                degraded = Some(format!(
-                    "the query could not be embedded ({err}); only keywords were searched"
-                ));
-                None
+        let flow = blocking(move || {
+            let head = this.inner.store.outbox_head()?;
+            if this.indexed_up_to(head) {
+                let filter = this.filter(&query)?;
+                let recalled =
+                    this.search(&query, &filter, embedded.as_deref(), embedding_failed)?;
+                return Ok(ControlFlow::Break(recalled));
             }
+            Ok(ControlFlow::Continue((
+                head,
+                query,
+                embedded,
+                embedding_failed,
+            )))
+        })
+        .await?;
+        let (head, query, embedded, embedding_failed) = match flow {
+            ControlFlow::Continue(behind) => behind,
+            ControlFlow::Break(recalled) => return Ok(recalled),
         };
+        let degraded = embedding_failed.or(self.wait_for_head(head).await?);
         let this = self.clone();
-        blocking(move || this.search(&query, &allowed, &excluded, embedded.as_deref(), degraded))
-            .await
+        // The filter is made after the wait: a scope covers the sessions the index has seen.
+        blocking(move || {
+            let filter = this.filter(&query)?;
+            this.search(&query, &filter, embedded.as_deref(), degraded)
+        })
+        .await
+    }
+
+    /// The sessions a query's scope covers, and the messages it excludes.
+    fn filter(&self, query: &RecallQuery) -> Result<Filter> {
+        Ok(Filter {
+            allowed: self.scope_sessions(query)?,
+            excluded: self.excluded_keys(&query.tenant, query.exclude.as_ref())?,
+        })
     }
 
     /// The session key and message indices an exclusion names; `None` when it names
@@ -451,6 +492,17 @@ impl Recall {
     pub async fn wait_for_index(&self) -> Result<Option<String>> {
         let store = self.inner.store.clone();
         let head = blocking(move || Ok(store.outbox_head()?)).await?;
+        self.wait_for_head(head).await
+    }
+
+    /// Whether every outbox entry up to `head` is in the vector index.
+    fn indexed_up_to(&self, head: u64) -> bool {
+        self.inner.progress.borrow().vectors >= head
+    }
+
+    /// Waits until every outbox entry up to `head` is indexed, or the configured time
+    /// passes; says what is missing if it does.
+    async fn wait_for_head(&self, head: u64) -> Result<Option<String>> {
         let mut progress = self.inner.progress.subscribe();
         // The guard `wait_for` returns must not live across the next await (it is not Send).
         let caught_up = matches!(
@@ -505,11 +557,14 @@ impl Recall {
     fn search(
         &self,
         query: &RecallQuery,
-        sessions: &HashSet<u64>,
-        excluded: &Option<(u64, HashSet<u64>)>,
+        filter: &Filter,
         embedded: Option<&[f32]>,
         degraded: Option<String>,
     ) -> Result<Recalled> {
+        let Filter {
+            allowed: sessions,
+            excluded,
+        } = filter;
         let indexes = self.read();
         let admits = |raw: u64| {
             let key = MessageKey::from_u64(raw);

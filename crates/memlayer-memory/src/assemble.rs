@@ -304,15 +304,10 @@ pub fn assemble(
 ) -> Result<Assembled, MemoryError> {
     settings.validate()?;
     let history = History::new(messages);
-    let window = match (settings.strategy, settings.window_tokens) {
-        (Strategy::FullHistory, _) => Window::full(&history),
-        (Strategy::SlidingWindow | Strategy::Combined, Some(tokens)) => {
-            Window::last_tokens(&history, tokens)
-        }
-        (Strategy::SlidingWindow | Strategy::Combined, None) => {
-            Window::last_turns(&history, settings.max_turns)
-        }
-        (Strategy::HistoryDepth, _) => Window::last_turns(&history, settings.session_history_depth),
+    let window = match settings.strategy {
+        Strategy::FullHistory => Window::full(&history),
+        Strategy::SlidingWindow | Strategy::Combined => sliding_window(&history, settings),
+        Strategy::HistoryDepth => Window::last_turns(&history, settings.session_history_depth),
     };
     let combined = settings.strategy == Strategy::Combined;
     let mut packer = Packer::new(settings.budget());
@@ -430,6 +425,15 @@ pub fn assemble(
         recalled,
         memories,
     ))
+}
+
+/// The sliding window of `settings` (by tokens when `window_tokens` is set, else by turns):
+/// the window of the sliding and combined strategies, and what recall leaves out.
+pub(crate) fn sliding_window<'a>(history: &History<'a>, settings: &ContextSettings) -> Window<'a> {
+    match settings.window_tokens {
+        Some(tokens) => Window::last_tokens(history, tokens),
+        None => Window::last_turns(history, settings.max_turns),
+    }
 }
 
 /// Where a history over the budget splits into an older part to summarise and a recent part

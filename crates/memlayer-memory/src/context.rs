@@ -7,17 +7,19 @@
 use std::sync::Arc;
 
 use memlayer_index::{Excluded, Recall, RecallQuery, Scope};
-use memlayer_store::{Message, Role, SessionMemory, Store, StoreError, Timestamp};
+use memlayer_store::{
+    Message, MessageOutline, Role, SessionMemory, SessionSnapshot, Store, StoreError, Timestamp,
+};
 use serde::Serialize;
 
 use crate::MemoryError;
 use crate::assemble::{
     Assembled, ContextSettings, LayerInputs, Overflow, RecallScope, RecalledMessage,
-    SettingsOverrides, Strategy, assemble, summary_split,
+    SettingsOverrides, Strategy, assemble, sliding_window, summary_split,
 };
 use crate::entities::FactSheet;
-use crate::fact_cache::{FactCache, SessionKey};
-use crate::history::{History, Window};
+use crate::fact_cache::{Cached, FactCache, SessionKey};
+use crate::history::History;
 use crate::long_term::{LongTermMemory, MemoryQuery};
 use crate::pii::redact_pii;
 use crate::summary::{ExtractiveSummarizer, Summarizer, Summary, SummaryRequest};
@@ -128,15 +130,9 @@ impl ContextBuilder {
         settings: &ContextSettings,
     ) -> Result<(Vec<RecalledMessage>, Option<String>), MemoryError> {
         let loaded = self.load(tenant, session_id).await?;
-        self.recall_beside_window(
-            tenant,
-            session_id,
-            &loaded,
-            &loaded.messages,
-            settings,
-            query,
-        )
-        .await
+        let in_window = window_indices(&loaded.messages, settings);
+        self.recall_beside_window(tenant, session_id, &loaded, in_window, settings, query)
+            .await
     }
 
     /// The session's entity memory: the facts its user stated since its load checkpoint.
@@ -153,46 +149,52 @@ impl ContextBuilder {
             query,
             overrides,
         } = request;
-        let loaded = self.load(&tenant, &session_id).await?;
-        let saved = [&loaded.tenant_settings, &loaded.agent_settings];
-        let settings = ContextSettings::layered(saved.into_iter().flatten().chain([&overrides]))?;
+        let Planned {
+            loaded,
+            settings,
+            mut summary,
+            mut history,
+            split,
+            mut in_window,
+            facts,
+        } = self
+            .load_for_context(&tenant, &session_id, overrides)
+            .await?;
         let combined = settings.strategy == Strategy::Combined;
-        let summarizing = settings.overflow == Overflow::Summarize;
-
-        // A summary applies while overflow is summarised and it covers turns after the
-        // session's load checkpoint (a clear starts the session afresh).
-        let load_from = loaded.load_from;
-        let mut summary = loaded
-            .summary
-            .clone()
-            .filter(|s| summarizing && s.first_index >= load_from);
-        let mut history = after_summary(&loaded.messages, summary.as_ref());
         let mut note = None;
-        if summarizing {
-            let summary_tokens = summary.as_ref().map_or(0, |s| self.encoding.count(&s.text));
-            if let Some(cut) = summary_split(&history, summary_tokens, &settings) {
-                let (written, summary_note) = self
-                    .summarize(
-                        &tenant,
-                        &session_id,
-                        &loaded.messages,
-                        summary.as_ref(),
-                        &history[..cut],
-                        &settings,
-                    )
-                    .await?;
-                history = after_summary(&loaded.messages, Some(&written));
-                summary = Some(written);
-                note = Some(summary_note);
-            }
+        if let Some(cut) = split {
+            // Without a summary the history is every loaded message.
+            let current = history.as_deref().unwrap_or(&loaded.messages);
+            let (written, summary_note) = self
+                .summarize(
+                    &tenant,
+                    &session_id,
+                    &loaded.messages,
+                    summary.as_ref(),
+                    &current[..cut],
+                    &settings,
+                )
+                .await?;
+            let after = after_summary(&loaded.messages, &written);
+            in_window = window_indices(&after, &settings);
+            history = Some(after);
+            summary = Some(written);
+            note = Some(summary_note);
         }
 
         let query = query.filter(|q| !q.trim().is_empty());
         let query_text = query.clone();
         let (recalled, recall_degraded) = match query {
             Some(query) if combined && settings.recall_k > 0 => {
-                self.recall_beside_window(&tenant, &session_id, &loaded, &history, &settings, query)
-                    .await?
+                self.recall_beside_window(
+                    &tenant,
+                    &session_id,
+                    &loaded,
+                    in_window,
+                    &settings,
+                    query,
+                )
+                .await?
             }
             _ => (Vec::new(), None),
         };
@@ -224,31 +226,21 @@ impl ContextBuilder {
         let encoding = self.encoding;
         let fact_cache = self.facts.clone();
         let messages = loaded.messages;
-        let created_at = loaded.created_at;
-        let user_id = loaded.user_id.clone();
         let used = settings.clone();
         let hits = recalled.clone();
         // Fact extraction and packing scale with the session's length: off the async workers.
         let assembled = blocking(move || {
             // Every fact since the load checkpoint, summarised turns included.
-            let facts = combined.then(|| {
-                let key = SessionKey {
-                    tenant: &tenant,
-                    session_id: &session_id,
-                    user_id: &user_id,
-                    created_at,
-                    load_from,
-                };
-                fact_cache.facts(&key, &messages)
-            });
+            let facts = facts.map(|(key, cached)| fact_cache.extend(&key, cached, &messages));
             let layers = LayerInputs {
                 summary: summary.as_ref(),
-                facts: facts.as_ref(),
+                facts: facts.as_deref(),
                 recalled,
                 memories,
                 session_memory: session_memory.as_deref(),
             };
-            assemble(&history, &layers, &settings, encoding)
+            let history = history.as_deref().unwrap_or(&messages);
+            assemble(history, &layers, &settings, encoding)
         })
         .await?;
         Ok(Built {
@@ -265,29 +257,83 @@ impl ContextBuilder {
         let store = self.store.clone();
         let (tenant, session_id) = (tenant.to_owned(), session_id.to_owned());
         blocking(move || {
-            let Some(session) = store.session(&tenant, &session_id)? else {
-                return Err(StoreError::SessionNotFound { session_id }.into());
+            let snapshot = open_snapshot(&store, &tenant, &session_id)?;
+            let messages = snapshot.messages(snapshot.session().load_from, usize::MAX)?;
+            Loaded::read(&store, &tenant, &snapshot, messages)
+        })
+        .await
+    }
+
+    /// What one turn's context needs of the session, from one snapshot: the settings laid
+    /// over the saved ones, the outline of every message since the load checkpoint (those
+    /// the fact cache keeps, and the store's for the rest), and the content of only the
+    /// messages this context can show or has to read — instructions, the window, the
+    /// messages the cache has not seen, and everything when a new summary is due or the
+    /// strategy shows older turns. The other messages keep an empty content: the history's
+    /// split into exchanges, the budget and the report need only their index, role and token
+    /// count. Reading all 2,000 messages of a long session took 0.7 ms of a 2.9 ms turn, of
+    /// which a 10-exchange window shows 20 (docs/benchmarks.md).
+    async fn load_for_context(
+        &self,
+        tenant: &str,
+        session_id: &str,
+        overrides: SettingsOverrides,
+    ) -> Result<Planned, MemoryError> {
+        let store = self.store.clone();
+        let fact_cache = self.facts.clone();
+        let encoding = self.encoding;
+        let (tenant, session_id) = (tenant.to_owned(), session_id.to_owned());
+        blocking(move || {
+            let snapshot = open_snapshot(&store, &tenant, &session_id)?;
+            let loaded = Loaded::read(&store, &tenant, &snapshot, Vec::new())?;
+            let saved = [&loaded.tenant_settings, &loaded.agent_settings];
+            let settings =
+                ContextSettings::layered(saved.into_iter().flatten().chain([&overrides]))?;
+            let summarizing = settings.overflow == Overflow::Summarize;
+
+            // The combined strategy keeps the session's facts and outlines between turns;
+            // the outlines and content of what the entry does not cover are read here.
+            let cache_key = SessionKey {
+                tenant,
+                session_id,
+                user_id: loaded.user_id.clone(),
+                sid: snapshot.sid(),
+                load_from: loaded.load_from,
+                erasures: snapshot.erasures(),
+                message_count: snapshot.session().message_count,
             };
-            let messages = store.messages(&tenant, &session_id, session.load_from, usize::MAX)?;
-            let summary = store.summary(&tenant, &session_id)?.map(|s| Summary {
-                text: s.text,
-                first_index: s.first_index,
-                last_index: s.last_index,
-            });
-            Ok(Loaded {
-                created_at: session.created_at,
-                session_memory: store.session_memory(
-                    &tenant,
-                    &session.user_id,
-                    &session.agent_id,
-                )?,
-                tenant_settings: store.settings(&tenant, None)?,
-                agent_settings: store.settings(&tenant, Some(&session.agent_id))?,
-                user_id: session.user_id,
-                agent_id: session.agent_id,
-                load_from: session.load_from,
-                messages,
+            let cached =
+                (settings.strategy == Strategy::Combined).then(|| fact_cache.cached(&cache_key));
+            let (kept, read_to): (&[MessageOutline], u64) = cached
+                .as_ref()
+                .map_or((&[], loaded.load_from), |c| (c.outlines(), c.read_to()));
+            let mut messages: Vec<Message> = kept
+                .iter()
+                .copied()
+                .chain(snapshot.outline(read_to)?)
+                .map(outline_message)
+                .collect();
+
+            // A summary applies while overflow is summarised and it covers turns after the
+            // session's load checkpoint (a clear starts the session afresh).
+            let summary = loaded
+                .summary
+                .clone()
+                .filter(|s| summarizing && s.first_index >= loaded.load_from);
+            let summary_tokens = summary.as_ref().map_or(0, |s| encoding.count(&s.text));
+            let shape = Shape::of(&messages, summary.as_ref(), summary_tokens, &settings);
+            fill_content(&snapshot, &mut messages, shape.content_from.min(read_to))?;
+            drop(snapshot);
+
+            let history = summary.as_ref().map(|s| after_summary(&messages, s));
+            Ok(Planned {
+                loaded: Loaded { messages, ..loaded },
+                settings,
                 summary,
+                history,
+                split: shape.split,
+                in_window: shape.in_window,
+                facts: cached.map(|cached| (cache_key, cached)),
             })
         })
         .await
@@ -443,27 +489,17 @@ impl ContextBuilder {
         Ok(memory)
     }
 
-    /// The best `settings.recall_k` older messages for `query`, leaving out what the window
-    /// already holds.
+    /// The best `settings.recall_k` older messages for `query`, leaving out the window's
+    /// messages (`in_window`).
     async fn recall_beside_window(
         &self,
         tenant: &str,
         session_id: &str,
         loaded: &Loaded,
-        history: &[Message],
+        in_window: Vec<u64>,
         settings: &ContextSettings,
         query: String,
     ) -> Result<(Vec<RecalledMessage>, Option<String>), MemoryError> {
-        let split = History::new(history);
-        let window = match settings.window_tokens {
-            Some(tokens) => Window::last_tokens(&split, tokens),
-            None => Window::last_turns(&split, settings.max_turns),
-        };
-        let in_window = window
-            .recent
-            .iter()
-            .flat_map(|exchange| exchange.messages.iter().map(|m| m.index))
-            .collect();
         let scope = match settings.recall_scope {
             RecallScope::Session => Scope::Session {
                 session_id: session_id.to_owned(),
@@ -505,24 +541,178 @@ impl ContextBuilder {
 
 /// A session as one context reads it.
 struct Loaded {
-    created_at: Timestamp,
     session_memory: Option<SessionMemory>,
     tenant_settings: Option<SettingsOverrides>,
     agent_settings: Option<SettingsOverrides>,
     user_id: String,
     agent_id: String,
     load_from: u64,
-    /// From the load checkpoint on.
+    /// From the load checkpoint on. In a context's load only the messages it needs carry
+    /// their content (see `ContextBuilder::load_for_context`).
     messages: Vec<Message>,
     summary: Option<Summary>,
 }
 
+impl Loaded {
+    /// Everything but the messages, from `snapshot` and the saved settings.
+    fn read(
+        store: &Store,
+        tenant: &str,
+        snapshot: &SessionSnapshot,
+        messages: Vec<Message>,
+    ) -> Result<Self, MemoryError> {
+        let session = snapshot.session();
+        let summary = snapshot.summary()?.map(|s| Summary {
+            text: s.text,
+            first_index: s.first_index,
+            last_index: s.last_index,
+        });
+        Ok(Self {
+            session_memory: store.session_memory(tenant, &session.user_id, &session.agent_id)?,
+            tenant_settings: store.settings(tenant, None)?,
+            agent_settings: store.settings(tenant, Some(&session.agent_id))?,
+            user_id: session.user_id.clone(),
+            agent_id: session.agent_id.clone(),
+            load_from: session.load_from,
+            messages,
+            summary,
+        })
+    }
+}
+
+/// What a context's load decided besides the messages.
+struct Planned {
+    loaded: Loaded,
+    /// The defaults with the tenant's, the agent's and the request's settings laid over.
+    settings: ContextSettings,
+    /// The summary in use, when overflow is summarised.
+    summary: Option<Summary>,
+    /// The history after `summary`; `None` when there is no summary and the history is
+    /// every loaded message.
+    history: Option<Vec<Message>>,
+    /// Where the history splits into a part to summarise and a recent part, when it
+    /// overflows and overflow is summarised.
+    split: Option<usize>,
+    /// The indices of the window's messages, which recall leaves out.
+    in_window: Vec<u64>,
+    /// The facts and outlines kept from earlier turns, for the combined strategy, with the
+    /// snapshot they were checked against.
+    facts: Option<(SessionKey, Cached)>,
+}
+
+fn open_snapshot(
+    store: &Store,
+    tenant: &str,
+    session_id: &str,
+) -> Result<SessionSnapshot, MemoryError> {
+    store.snapshot(tenant, session_id)?.ok_or_else(|| {
+        StoreError::SessionNotFound {
+            session_id: session_id.to_owned(),
+        }
+        .into()
+    })
+}
+
+/// A message standing for its outline: no content, no metadata.
+fn outline_message(outline: MessageOutline) -> Message {
+    Message {
+        index: outline.index,
+        role: outline.role,
+        content: String::new(),
+        timestamp: outline.timestamp,
+        token_count: outline.token_count,
+        metadata: Default::default(),
+    }
+}
+
+/// What a context will show of a session, decided on its messages' outlines.
+#[derive(Debug)]
+struct Shape {
+    /// Where the history splits for a new summary, when it overflows and overflow is
+    /// summarised.
+    split: Option<usize>,
+    /// The indices of the window's messages, which recall leaves out.
+    in_window: Vec<u64>,
+    /// The first index whose content the context may show (instructions aside): the
+    /// window's first message, or the first message when older turns are shown as stubs,
+    /// as the full history, or summarised.
+    content_from: u64,
+}
+
+impl Shape {
+    /// The shape of a context over `messages` (the session from its load checkpoint on),
+    /// with `summary` in use costing `summary_tokens`.
+    fn of(
+        messages: &[Message],
+        summary: Option<&Summary>,
+        summary_tokens: u32,
+        settings: &ContextSettings,
+    ) -> Self {
+        let after = summary.map(|s| after_summary(messages, s));
+        let history = after.as_deref().unwrap_or(messages);
+        let split = match settings.overflow {
+            Overflow::Summarize => summary_split(history, summary_tokens, settings),
+            Overflow::Drop => None,
+        };
+        let in_window = window_indices(history, settings);
+        let shows_older = split.is_some()
+            || !matches!(
+                settings.strategy,
+                Strategy::SlidingWindow | Strategy::Combined
+            );
+        let content_from = match messages.first() {
+            Some(first) if shows_older => first.index,
+            _ => in_window.first().copied().unwrap_or(u64::MAX),
+        };
+        Self {
+            split,
+            in_window,
+            content_from,
+        }
+    }
+}
+
+/// Reads into `messages` (outlines of `snapshot`, in index order) the content of every
+/// message from index `from` on and of every instruction before it: instructions are in
+/// every context.
+fn fill_content(
+    snapshot: &SessionSnapshot,
+    messages: &mut [Message],
+    from: u64,
+) -> Result<(), MemoryError> {
+    let start = messages.partition_point(|m| m.index < from);
+    let instructions: Vec<u64> = messages[..start]
+        .iter()
+        .filter(|m| m.role == Role::System)
+        .map(|m| m.index)
+        .collect();
+    let tail = match messages.get(start) {
+        Some(first) => snapshot.messages(first.index, usize::MAX)?,
+        None => Vec::new(),
+    };
+    // The outlines describe this snapshot (those the fact cache kept were checked against
+    // it, the others were read from it), so every message read here has its outline.
+    for message in snapshot.messages_at(&instructions)?.into_iter().chain(tail) {
+        if let Ok(position) = messages.binary_search_by_key(&message.index, |m| m.index) {
+            messages[position] = message;
+        }
+    }
+    Ok(())
+}
+
+/// The indices of the messages the sliding window of `settings` keeps of `history`, which
+/// recall leaves out.
+fn window_indices(history: &[Message], settings: &ContextSettings) -> Vec<u64> {
+    sliding_window(&History::new(history), settings)
+        .recent
+        .iter()
+        .flat_map(|exchange| exchange.messages.iter().map(|m| m.index))
+        .collect()
+}
+
 /// The messages a context's history holds once `summary` stands for the older ones: every
 /// instruction (they are never summarised away) and every message after the summary.
-fn after_summary(messages: &[Message], summary: Option<&Summary>) -> Vec<Message> {
-    let Some(summary) = summary else {
-        return messages.to_vec();
-    };
+fn after_summary(messages: &[Message], summary: &Summary) -> Vec<Message> {
     messages
         .iter()
         .filter(|m| m.role == Role::System || m.index > summary.last_index)
@@ -536,4 +726,144 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(work)
         .await
         .map_err(|err| MemoryError::Task(err.to_string()))?
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::{Just, any, prop, prop_assert, prop_assert_eq, prop_oneof, proptest};
+    use proptest::strategy::Strategy as Generator;
+
+    use super::*;
+    use crate::render::Layer;
+
+    const ENCODING: TokenEncoding = TokenEncoding::Cl100kBase;
+
+    fn arb_conversation() -> impl Generator<Value = Vec<Message>> {
+        let role = prop_oneof![
+            1 => Just(Role::System),
+            4 => Just(Role::User),
+            4 => Just(Role::Assistant),
+            1 => Just(Role::Tool),
+        ];
+        // Gaps in the indices stand for erased messages; the first index for a cleared start.
+        proptest::collection::vec((role, "[a-z ]{0,60}", 1u64..3), 0..40).prop_map(|lines| {
+            let mut index = 3;
+            lines
+                .into_iter()
+                .map(|(role, content, step)| {
+                    index += step;
+                    Message {
+                        index,
+                        role,
+                        token_count: ENCODING.count(&content),
+                        content,
+                        timestamp: Timestamp::from_micros(index),
+                        metadata: Default::default(),
+                    }
+                })
+                .collect()
+        })
+    }
+
+    fn arb_settings() -> impl Generator<Value = ContextSettings> {
+        (
+            prop_oneof![
+                Just(Strategy::FullHistory),
+                Just(Strategy::SlidingWindow),
+                Just(Strategy::HistoryDepth),
+                Just(Strategy::Combined)
+            ],
+            256u32..1_500,
+            1usize..8,
+            prop::option::of(20u32..300),
+            any::<bool>(),
+        )
+            .prop_map(
+                |(strategy, context_window, max_turns, window_tokens, summarize)| ContextSettings {
+                    strategy,
+                    context_window,
+                    max_turns,
+                    window_tokens,
+                    session_history_depth: max_turns,
+                    overflow: if summarize {
+                        Overflow::Summarize
+                    } else {
+                        Overflow::Drop
+                    },
+                    ..ContextSettings::default()
+                },
+            )
+    }
+
+    proptest! {
+        /// A context assembled from messages whose content was read only where the shape
+        /// says (the window onwards, and instructions) is the context assembled from every
+        /// message in full: the outlines stand in for everything the context does not show.
+        #[test]
+        fn outlines_outside_the_shape_change_nothing(
+            messages in arb_conversation(),
+            settings in arb_settings(),
+            summary_end in proptest::option::of(0usize..40),
+        ) {
+            // A summary of the first messages, as a steady-state summarised session has.
+            let summary = summary_end
+                .filter(|_| settings.overflow == Overflow::Summarize)
+                .and_then(|end| messages.get(..end.min(messages.len()))?.last())
+                .map(|last| Summary {
+                    text: "[Conversation Summary] earlier turns".to_owned(),
+                    first_index: messages[0].index,
+                    last_index: last.index,
+                });
+            let summary_tokens = summary.as_ref().map_or(0, |s| ENCODING.count(&s.text));
+            let shape = Shape::of(&messages, summary.as_ref(), summary_tokens, &settings);
+            let outlined: Vec<Message> = messages
+                .iter()
+                .map(|m| {
+                    if m.role == Role::System || m.index >= shape.content_from {
+                        m.clone()
+                    } else {
+                        outline_message(MessageOutline {
+                            index: m.index,
+                            role: m.role,
+                            timestamp: m.timestamp,
+                            token_count: m.token_count,
+                        })
+                    }
+                })
+                .collect();
+            let reshaped =
+                Shape::of(&outlined, summary.as_ref(), summary_tokens, &settings);
+            prop_assert_eq!(
+                (reshaped.split, &reshaped.in_window, reshaped.content_from),
+                (shape.split, &shape.in_window, shape.content_from)
+            );
+            if shape.split.is_some() {
+                // A summary is due: the summariser reads every message.
+                prop_assert!(messages.first().is_none_or(|m| m.index >= shape.content_from));
+            }
+            let assembled = |messages: &[Message]| {
+                let history = summary
+                    .as_ref()
+                    .map(|s| after_summary(messages, s))
+                    .unwrap_or_else(|| messages.to_vec());
+                let layers = LayerInputs {
+                    summary: summary.as_ref(),
+                    ..LayerInputs::default()
+                };
+                assemble(&history, &layers, &settings, ENCODING).unwrap()
+            };
+            let full = assembled(&messages);
+            prop_assert_eq!(&assembled(&outlined), &full);
+            // The window recall leaves out is the window the context shows.
+            if settings.strategy == Strategy::Combined {
+                let window: Vec<u64> = full
+                    .messages
+                    .iter()
+                    .filter(|m| m.layer == Layer::Window)
+                    .flat_map(|m| m.sources.iter().copied())
+                    .collect();
+                prop_assert!(window.iter().all(|i| shape.in_window.contains(i)));
+            }
+        }
+    }
 }

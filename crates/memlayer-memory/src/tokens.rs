@@ -1,13 +1,39 @@
 //! Token counting with OpenAI's BPE encodings, via `tiktoken-rs`, which embeds the encoding
 //! tables in the binary and so works offline.
 
+use std::collections::HashMap;
 use std::fmt;
+use std::hash::{BuildHasher, RandomState};
 use std::str::FromStr;
+use std::sync::{LazyLock, Mutex, PoisonError};
 
 use crate::MemoryError;
 
+/// Texts at least this long (in bytes) have their counts remembered. Counting costs about
+/// 0.25 µs a token, and every context counts the same long texts again — its summary (1,400
+/// tokens in docs/benchmarks.md, counted twice per context), its rendered facts — while
+/// hashing a text costs a few nanoseconds a byte; for short texts the two are alike.
+const MEMO_MIN_LEN: usize = 512;
+/// Counts remembered at most; when full, the memo starts afresh.
+const MEMO_CAPACITY: usize = 4_096;
+
+/// Token counts of long texts by encoding and a keyed 64-bit hash of the text. It holds no
+/// text, so nothing in it needs erasing; a hash collision (a chance of about 2^-52 per
+/// lookup at full capacity) would only misstate one piece's size in a budget.
+static MEMO: LazyLock<Mutex<Memo>> = LazyLock::new(|| {
+    Mutex::new(Memo {
+        hasher: RandomState::new(),
+        counts: HashMap::new(),
+    })
+});
+
+struct Memo {
+    hasher: RandomState,
+    counts: HashMap<(TokenEncoding, u64), u32>,
+}
+
 /// A BPE encoding to count tokens with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum TokenEncoding {
     /// GPT-4 and GPT-3.5 models; the default.
     #[default]
@@ -23,6 +49,28 @@ impl TokenEncoding {
     /// The first call for an encoding builds its tables (≈90 ms for cl100k, ≈200 ms for
     /// o200k); later calls share them.
     pub fn count(self, text: &str) -> u32 {
+        if text.len() < MEMO_MIN_LEN {
+            return self.count_uncached(text);
+        }
+        let key = {
+            let memo = MEMO.lock().unwrap_or_else(PoisonError::into_inner);
+            let key = (self, memo.hasher.hash_one(text));
+            if let Some(&count) = memo.counts.get(&key) {
+                return count;
+            }
+            key
+        };
+        // Counted outside the lock: a long text takes a while.
+        let count = self.count_uncached(text);
+        let mut memo = MEMO.lock().unwrap_or_else(PoisonError::into_inner);
+        if memo.counts.len() >= MEMO_CAPACITY {
+            memo.counts.clear();
+        }
+        memo.counts.insert(key, count);
+        count
+    }
+
+    fn count_uncached(self, text: &str) -> u32 {
         let bpe = match self {
             Self::Cl100kBase => tiktoken_rs::cl100k_base_singleton(),
             Self::O200kBase => tiktoken_rs::o200k_base_singleton(),
@@ -67,6 +115,22 @@ mod tests {
         assert_eq!(TokenEncoding::Cl100kBase.count("hello world"), 2);
         assert_eq!(TokenEncoding::Cl100kBase.count(""), 0);
         assert_eq!(TokenEncoding::O200kBase.count("hello world"), 2);
+    }
+
+    #[test]
+    fn remembered_counts_are_the_counts() {
+        let long = "The quick brown fox jumps over the lazy dog. ".repeat(40);
+        for encoding in [TokenEncoding::Cl100kBase, TokenEncoding::O200kBase] {
+            let counted = encoding.count_uncached(&long);
+            assert_eq!(encoding.count(&long), counted);
+            // The second call is answered from the memo, per encoding.
+            assert_eq!(encoding.count(&long), counted);
+        }
+        let other = format!("{long}!");
+        assert_eq!(
+            TokenEncoding::Cl100kBase.count(&other),
+            TokenEncoding::Cl100kBase.count_uncached(&other)
+        );
     }
 
     #[test]

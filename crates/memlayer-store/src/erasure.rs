@@ -52,8 +52,10 @@ pub struct StoredJob {
 impl Store {
     /// Erases message `index` of a session: the message, its vector, and the session's
     /// summary if that covers it (a summary is regenerated from what remains the next time a
-    /// context overflows). Idempotent: erasing an erased message changes nothing. The
-    /// session keeps its other messages and their indices.
+    /// context overflows), and counts the erasure in the session
+    /// ([`SessionSnapshot::erasures`](crate::SessionSnapshot::erasures)). Idempotent:
+    /// erasing an erased message changes nothing. The session keeps its other messages and
+    /// their indices.
     pub async fn erase_message(
         &self,
         tenant: &str,
@@ -70,11 +72,19 @@ impl Store {
         }
         let (tenant, session_id) = (tenant.to_owned(), session_id.to_owned());
         self.write(move |txn| {
-            let sessions = txn.open_table(SESSIONS)?;
-            let record = read_session_record(&sessions, &tenant, &session_id)?
+            let mut sessions = txn.open_table(SESSIONS)?;
+            let mut record = read_session_record(&sessions, &tenant, &session_id)?
                 .ok_or_else(|| not_found(&session_id))?;
             let sid = record.sid;
             let message = txn.open_table(MESSAGES)?.remove((sid, index))?.is_some();
+            if message {
+                // Whoever read the session before must not trust that read any more.
+                record.erased += 1;
+                sessions.insert(
+                    (tenant.as_str(), session_id.as_str()),
+                    record.encode().as_slice(),
+                )?;
+            }
             let vector = txn.open_table(VECTORS)?.remove((sid, index))?.is_some();
             if vector {
                 crate::embeddings::bump_vectors_version(txn)?;

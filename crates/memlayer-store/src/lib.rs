@@ -18,6 +18,7 @@ mod memories;
 mod model;
 mod record;
 mod session_memory;
+mod snapshot;
 mod store;
 mod tables;
 mod writer;
@@ -36,6 +37,7 @@ pub use model::{
     StoredSummary, StoredVector, Timestamp, validate_id,
 };
 pub use session_memory::SessionMemory;
+pub use snapshot::{MessageOutline, SessionSnapshot};
 pub use store::{CommitMode, MAX_PAGE_SIZE, Store, StoreOptions};
 
 #[cfg(test)]

@@ -93,17 +93,21 @@ pub(crate) struct SessionRecord {
     /// Index from which context loads start (version 2): `clear` moves it to the end;
     /// older messages stay stored for audit and search.
     pub(crate) load_from: u64,
+    /// How many of its messages were erased one by one (version 3), so that what was read
+    /// of the session before can be known to still hold without reading it again: messages
+    /// are never changed, only appended after `next_index` or erased.
+    pub(crate) erased: u64,
 }
 
 impl Record for SessionRecord {
-    const VERSION: u8 = 2;
+    const VERSION: u8 = 3;
     const NAME: &'static str = "session record";
 
     fn upgrade(version: u8, body: &[u8]) -> Result<Self> {
-        match version {
+        let v2 = match version {
             1 => {
                 let v1: SessionRecordV1 = decode_body(Self::NAME, body)?;
-                Ok(Self {
+                SessionRecordV2 {
                     sid: v1.sid,
                     user_id: v1.user_id,
                     agent_id: v1.agent_id,
@@ -115,14 +119,49 @@ impl Record for SessionRecord {
                     next_run: v1.next_run,
                     last_role: v1.last_role,
                     load_from: 0,
-                })
+                }
             }
-            other => Err(StoreError::Corrupted {
-                what: Self::NAME,
-                detail: format!("unknown record version {other}"),
-            }),
-        }
+            2 => decode_body(Self::NAME, body)?,
+            other => {
+                return Err(StoreError::Corrupted {
+                    what: Self::NAME,
+                    detail: format!("unknown record version {other}"),
+                });
+            }
+        };
+        // Erasures before version 3 were not counted. Counting from 0 is sound: the count
+        // is only compared with itself, read earlier from the same record.
+        Ok(Self {
+            sid: v2.sid,
+            user_id: v2.user_id,
+            agent_id: v2.agent_id,
+            flow_id: v2.flow_id,
+            created_at: v2.created_at,
+            updated_at: v2.updated_at,
+            metadata: v2.metadata,
+            next_index: v2.next_index,
+            next_run: v2.next_run,
+            last_role: v2.last_role,
+            load_from: v2.load_from,
+            erased: 0,
+        })
     }
+}
+
+/// `SessionRecord` as version 2 wrote it: without `erased`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SessionRecordV2 {
+    pub(crate) sid: u64,
+    pub(crate) user_id: String,
+    pub(crate) agent_id: String,
+    pub(crate) flow_id: Option<String>,
+    pub(crate) created_at: u64,
+    pub(crate) updated_at: u64,
+    pub(crate) metadata: String,
+    pub(crate) next_index: u64,
+    pub(crate) next_run: u64,
+    pub(crate) last_role: Option<Role>,
+    pub(crate) load_from: u64,
 }
 
 /// `SessionRecord` as version 1 wrote it: without `load_from`.
@@ -152,6 +191,50 @@ pub(crate) struct MessageRecord {
 impl Record for MessageRecord {
     const VERSION: u8 = 1;
     const NAME: &'static str = "message record";
+}
+
+/// The fields of a message outline ([`crate::MessageOutline`]), decoded without copying the
+/// content or parsing the metadata: a context reads the outline of every message of a long
+/// session but shows the content of only the last few, and copying 2,000 contents took most
+/// of a context's store read (docs/benchmarks.md).
+///
+/// Borrowed twin of [`MessageRecord`]: bincode has no field names, so the fields must stay
+/// in the same order with the same types (`outline_decodes_what_the_record_encodes` checks).
+#[derive(Deserialize)]
+struct MessageRecordView<'a> {
+    role: Role,
+    #[serde(borrow)]
+    _content: &'a str,
+    timestamp: u64,
+    token_count: u32,
+    #[serde(borrow)]
+    _metadata: &'a str,
+}
+
+impl MessageRecord {
+    /// The role, timestamp and token count of an encoded message record.
+    pub(crate) fn decode_outline(bytes: &[u8]) -> Result<(Role, u64, u32)> {
+        match bytes.split_first() {
+            Some((&Self::VERSION, body)) => {
+                let corrupted = |detail: String| StoreError::Corrupted {
+                    what: Self::NAME,
+                    detail,
+                };
+                let (view, used): (MessageRecordView<'_>, usize) =
+                    bincode::serde::borrow_decode_from_slice(body, bincode_config())
+                        .map_err(|err| corrupted(err.to_string()))?;
+                if used != body.len() {
+                    return Err(corrupted(format!("{} trailing bytes", body.len() - used)));
+                }
+                Ok((view.role, view.timestamp, view.token_count))
+            }
+            // Another version (or an empty value): the full decoder upgrades or refuses it.
+            _ => {
+                let record = Self::decode(bytes)?;
+                Ok((record.role, record.timestamp, record.token_count))
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -290,11 +373,23 @@ mod tests {
             prop_assert_eq!(decoded, record);
         }
 
-        /// Arbitrary bytes never panic the decoder: they decode or report corruption.
+        #[test]
+        fn outline_decodes_what_the_record_encodes(record in arb_message()) {
+            let outline = MessageRecord::decode_outline(&record.encode()).unwrap();
+            prop_assert_eq!(outline, (record.role, record.timestamp, record.token_count));
+        }
+
+        /// Arbitrary bytes never panic the decoder: they decode or report corruption, and the
+        /// outline decoder accepts exactly what the full one accepts.
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
             let _ = SessionRecord::decode(&bytes);
-            let _ = MessageRecord::decode(&bytes);
+            let full = MessageRecord::decode(&bytes);
+            let outline = MessageRecord::decode_outline(&bytes);
+            prop_assert_eq!(
+                full.map(|r| (r.role, r.timestamp, r.token_count)).ok(),
+                outline.ok()
+            );
         }
     }
 
@@ -316,8 +411,43 @@ mod tests {
         bincode::serde::encode_into_std_write(&v1, &mut bytes, bincode_config()).unwrap();
         let upgraded = SessionRecord::decode(&bytes).unwrap();
         assert_eq!(
-            (upgraded.sid, upgraded.next_index, upgraded.load_from),
-            (7, 3, 0)
+            (
+                upgraded.sid,
+                upgraded.next_index,
+                upgraded.load_from,
+                upgraded.erased
+            ),
+            (7, 3, 0, 0)
+        );
+        assert_eq!(SessionRecord::decode(&upgraded.encode()).unwrap(), upgraded);
+    }
+
+    #[test]
+    fn version_2_session_records_upgrade() {
+        let v2 = SessionRecordV2 {
+            sid: 7,
+            user_id: "u".into(),
+            agent_id: "a".into(),
+            flow_id: Some("f".into()),
+            created_at: 1,
+            updated_at: 2,
+            metadata: "{}".into(),
+            next_index: 9,
+            next_run: 1,
+            last_role: Some(Role::Assistant),
+            load_from: 4,
+        };
+        let mut bytes = vec![2];
+        bincode::serde::encode_into_std_write(&v2, &mut bytes, bincode_config()).unwrap();
+        let upgraded = SessionRecord::decode(&bytes).unwrap();
+        assert_eq!(
+            (
+                upgraded.flow_id.as_deref(),
+                upgraded.next_index,
+                upgraded.load_from,
+                upgraded.erased
+            ),
+            (Some("f"), 9, 4, 0)
         );
         assert_eq!(SessionRecord::decode(&upgraded.encode()).unwrap(), upgraded);
     }

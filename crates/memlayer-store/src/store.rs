@@ -16,6 +16,7 @@ use crate::record::{
     IdempotencyRecord, MessageRecord, OutboxRecord, Record, RunRecord, SessionRecord,
     SummaryRecord, metadata_from_text, metadata_to_text,
 };
+use crate::snapshot::SessionSnapshot;
 use crate::tables::{
     ERASURE_JOBS, ERASURE_RECEIPTS, FORMAT_VERSION, FORMAT_VERSION_KEY, IDEMPOTENCY, MESSAGES,
     META, MODELS, NEXT_OUTBOX_SEQ_KEY, NEXT_SID_KEY, OUTBOX, RETENTION, RUN_IDS, RUNS,
@@ -322,19 +323,7 @@ impl Store {
 
     /// The session's rolling summary, if one was saved.
     pub fn summary(&self, tenant: &str, session_id: &str) -> Result<Option<StoredSummary>> {
-        let (txn, record) = self.read_existing_session(tenant, session_id)?;
-        txn.open_table(SUMMARIES)?
-            .get(record.sid)?
-            .map(|value| {
-                let stored = SummaryRecord::decode(value.value())?;
-                Ok(StoredSummary {
-                    text: stored.text,
-                    first_index: stored.first_index,
-                    last_index: stored.last_index,
-                    created_at: Timestamp::from_micros(stored.created_at),
-                })
-            })
-            .transpose()
+        self.existing_snapshot(tenant, session_id)?.summary()
     }
 
     /// Replaces the session's rolling summary with one covering `first_index..=last_index`,
@@ -453,17 +442,8 @@ impl Store {
         from: u64,
         limit: usize,
     ) -> Result<Vec<Message>> {
-        let (txn, record) = self.read_existing_session(tenant, session_id)?;
-        let messages = txn.open_table(MESSAGES)?;
-        messages
-            .range((record.sid, from)..(record.sid, record.next_index))?
-            .take(limit)
-            .map(|entry| {
-                let (key, value) = entry?;
-                let (_, index) = key.value();
-                message_from_record(index, MessageRecord::decode(value.value())?)
-            })
-            .collect()
+        self.existing_snapshot(tenant, session_id)?
+            .messages(from, limit)
     }
 
     /// The runs of a session in the order they were recorded.
@@ -530,6 +510,11 @@ impl Store {
             })
             .collect::<Result<_>>()?;
         Ok(Page { items, total })
+    }
+
+    fn existing_snapshot(&self, tenant: &str, session_id: &str) -> Result<SessionSnapshot> {
+        self.snapshot(tenant, session_id)?
+            .ok_or_else(|| not_found(session_id))
     }
 
     fn read_existing_session(
@@ -645,6 +630,7 @@ fn new_session_record(
         next_run: 0,
         last_role: None,
         load_from: 0,
+        erased: 0,
     })
 }
 
@@ -942,7 +928,7 @@ fn message_record(message: NewMessage, now: Timestamp) -> MessageRecord {
     }
 }
 
-fn session_from_record(id: String, record: &SessionRecord) -> Result<Session> {
+pub(crate) fn session_from_record(id: String, record: &SessionRecord) -> Result<Session> {
     Ok(Session {
         id,
         user_id: record.user_id.clone(),

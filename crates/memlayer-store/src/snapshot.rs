@@ -1,0 +1,242 @@
+//! One session read from one consistent snapshot, in as many steps as the reader needs: a
+//! context first reads the outline of every message (role and token count, no content),
+//! decides from it which messages it will show, and reads only their content — all from the
+//! same snapshot, so the two reads cannot disagree about which messages exist.
+
+use redb::{ReadOnlyTable, ReadTransaction};
+
+use crate::model::{Message, Role, Session, StoredSummary, Timestamp, validate_id};
+use crate::record::{MessageRecord, Record, SessionRecord, SummaryRecord};
+use crate::store::{message_from_record, read_session_record, session_from_record};
+use crate::tables::{MESSAGES, SESSIONS, SUMMARIES};
+use crate::{Result, Store};
+
+/// A message without its content and metadata: what windowing and token budgets need.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageOutline {
+    /// Position in the session.
+    pub index: u64,
+    /// Who said it.
+    pub role: Role,
+    /// When it was said.
+    pub timestamp: Timestamp,
+    /// Tokens in its content.
+    pub token_count: u32,
+}
+
+/// A session as it was when the snapshot was taken; later writes are not seen. Hold it only
+/// for the reads at hand: a compaction waits for open snapshots.
+pub struct SessionSnapshot {
+    session: Session,
+    sid: u64,
+    erasures: u64,
+    txn: ReadTransaction,
+}
+
+impl Store {
+    /// A snapshot of the session, or `None` if the tenant has no session with that id.
+    pub fn snapshot(&self, tenant: &str, session_id: &str) -> Result<Option<SessionSnapshot>> {
+        validate_id("tenant", tenant)?;
+        validate_id("session_id", session_id)?;
+        let txn = self.begin_read()?;
+        let record: Option<SessionRecord> =
+            read_session_record(&txn.open_table(SESSIONS)?, tenant, session_id)?;
+        record
+            .map(|record| {
+                Ok(SessionSnapshot {
+                    session: session_from_record(session_id.to_owned(), &record)?,
+                    sid: record.sid,
+                    erasures: record.erased,
+                    txn,
+                })
+            })
+            .transpose()
+    }
+}
+
+impl SessionSnapshot {
+    /// The session record.
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// The session's surrogate key (as in [`crate::MessageKey`]): never reused, so it tells
+    /// a session from one deleted and created again under the same id.
+    pub fn sid(&self) -> u64 {
+        self.sid
+    }
+
+    /// How many of the session's messages were erased one by one so far. Messages are
+    /// never changed, only appended (after `message_count`) or erased, so two snapshots of
+    /// one session (same `created_at`) with the same count hold the same messages below the
+    /// older one's `message_count`: what was read from the first still holds in the second
+    /// (with the same `sid` and, for reads from the load checkpoint, the same `load_from`).
+    pub fn erasures(&self) -> u64 {
+        self.erasures
+    }
+
+    /// Up to `limit` messages from index `from` on, in index order.
+    pub fn messages(&self, from: u64, limit: usize) -> Result<Vec<Message>> {
+        self.messages_table()?
+            .range((self.sid, from)..(self.sid, self.session.message_count))?
+            .take(limit)
+            .map(|entry| {
+                let (key, value) = entry?;
+                message_from_record(key.value().1, MessageRecord::decode(value.value())?)
+            })
+            .collect()
+    }
+
+    /// The outline of every message from index `from` on, in index order.
+    pub fn outline(&self, from: u64) -> Result<Vec<MessageOutline>> {
+        self.messages_table()?
+            .range((self.sid, from)..(self.sid, self.session.message_count))?
+            .map(|entry| {
+                let (key, value) = entry?;
+                let (role, timestamp, token_count) = MessageRecord::decode_outline(value.value())?;
+                Ok(MessageOutline {
+                    index: key.value().1,
+                    role,
+                    timestamp: Timestamp::from_micros(timestamp),
+                    token_count,
+                })
+            })
+            .collect()
+    }
+
+    /// The messages at `indices` that exist, in the order asked.
+    pub fn messages_at(&self, indices: &[u64]) -> Result<Vec<Message>> {
+        let table = self.messages_table()?;
+        let mut found = Vec::with_capacity(indices.len());
+        for &index in indices {
+            if let Some(value) = table.get((self.sid, index))? {
+                found.push(message_from_record(
+                    index,
+                    MessageRecord::decode(value.value())?,
+                )?);
+            }
+        }
+        Ok(found)
+    }
+
+    /// The session's rolling summary, if one was saved.
+    pub fn summary(&self) -> Result<Option<StoredSummary>> {
+        self.txn
+            .open_table(SUMMARIES)?
+            .get(self.sid)?
+            .map(|value| {
+                let stored = SummaryRecord::decode(value.value())?;
+                Ok(StoredSummary {
+                    text: stored.text,
+                    first_index: stored.first_index,
+                    last_index: stored.last_index,
+                    created_at: Timestamp::from_micros(stored.created_at),
+                })
+            })
+            .transpose()
+    }
+
+    fn messages_table(&self) -> Result<ReadOnlyTable<(u64, u64), &'static [u8]>> {
+        Ok(self.txn.open_table(MESSAGES)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Append, NewMessage, NewSession};
+
+    fn message(role: Role, content: &str, token_count: u32) -> NewMessage {
+        NewMessage {
+            role,
+            content: content.into(),
+            token_count,
+            timestamp: Some(Timestamp::from_micros(u64::from(token_count))),
+            metadata: Default::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_reads_outlines_and_contents_of_one_moment() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
+        assert!(store.snapshot("t", "s").unwrap().is_none());
+        let append = Append {
+            messages: vec![
+                message(Role::System, "rules", 1),
+                message(Role::User, "hi", 2),
+                message(Role::Assistant, "hello", 3),
+                message(Role::User, "bye", 4),
+            ],
+            create: Some(NewSession {
+                user_id: "u".into(),
+                agent_id: "a".into(),
+                ..NewSession::default()
+            }),
+            idempotency_key: None,
+        };
+        store.append("t", "s", append).await.unwrap();
+        store
+            .save_summary("t", "s", "sum".into(), 1, 2)
+            .await
+            .unwrap();
+        let snapshot = store.snapshot("t", "s").unwrap().unwrap();
+
+        // Writes after the snapshot are not seen by it.
+        store.erase_message("t", "s", 2).await.unwrap();
+        let more = Append {
+            messages: vec![message(Role::Assistant, "later", 5)],
+            create: None,
+            idempotency_key: None,
+        };
+        store.append("t", "s", more).await.unwrap();
+
+        assert_eq!(snapshot.session().message_count, 4);
+        assert_eq!(snapshot.erasures(), 0);
+        assert_eq!(Some(snapshot.sid()), store.session_key("t", "s").unwrap());
+        let outline = snapshot.outline(1).unwrap();
+        assert_eq!(
+            outline
+                .iter()
+                .map(|m| (m.index, m.role, m.token_count, m.timestamp.as_micros()))
+                .collect::<Vec<_>>(),
+            [
+                (1, Role::User, 2, 2),
+                (2, Role::Assistant, 3, 3),
+                (3, Role::User, 4, 4)
+            ]
+        );
+        let contents = |messages: Vec<Message>| -> Vec<(u64, String)> {
+            messages.into_iter().map(|m| (m.index, m.content)).collect()
+        };
+        assert_eq!(
+            contents(snapshot.messages(2, usize::MAX).unwrap()),
+            [(2, "hello".to_owned()), (3, "bye".to_owned())]
+        );
+        assert_eq!(
+            contents(snapshot.messages_at(&[3, 0, 9]).unwrap()),
+            [(3, "bye".to_owned()), (0, "rules".to_owned())]
+        );
+        let summary = snapshot.summary().unwrap().unwrap();
+        assert_eq!((summary.first_index, summary.last_index), (1, 2));
+        drop(snapshot);
+
+        // A new snapshot sees the erasure (the message and the summary covering it) and the
+        // append.
+        let now = store.snapshot("t", "s").unwrap().unwrap();
+        assert_eq!(
+            now.outline(0)
+                .unwrap()
+                .iter()
+                .map(|m| m.index)
+                .collect::<Vec<_>>(),
+            [0, 1, 3, 4]
+        );
+        assert!(now.summary().unwrap().is_none());
+        assert_eq!(now.erasures(), 1);
+        drop(now);
+        // Erasing an erased message erases nothing and counts nothing.
+        store.erase_message("t", "s", 2).await.unwrap();
+        assert_eq!(store.snapshot("t", "s").unwrap().unwrap().erasures(), 1);
+    }
+}
