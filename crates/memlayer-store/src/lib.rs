@@ -11,6 +11,7 @@
 #![deny(missing_docs)]
 
 mod embeddings;
+mod episodes;
 mod erasure;
 mod error;
 mod keys;
@@ -22,6 +23,7 @@ mod store;
 mod tables;
 mod writer;
 
+pub use episodes::{Episode, MAX_EPISODE_TEXT, MAX_LESSON_TEXT, Outcome};
 pub use erasure::{ConversationStats, MessageErased, StoredJob};
 pub use error::{Result, StoreError};
 pub use keys::{

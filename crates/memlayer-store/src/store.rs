@@ -599,6 +599,9 @@ fn initialise(db: &Database) -> Result<()> {
         txn.open_table(crate::tables::SESSION_MEMORIES)?;
         txn.open_table(crate::tables::API_KEYS)?;
         txn.open_table(crate::tables::API_KEY_TENANTS)?;
+        txn.open_table(crate::tables::EPISODES)?;
+        txn.open_table(crate::tables::EPISODE_OWNERS)?;
+        txn.open_table(crate::tables::EPISODE_TASKS)?;
     }
     txn.commit()?;
     Ok(())

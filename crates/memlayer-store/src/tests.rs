@@ -777,3 +777,125 @@ async fn settings_documents_per_tenant_and_agent_are_saved_replaced_and_removed(
         Err(StoreError::InvalidId { .. })
     ));
 }
+
+fn episode(user: &str, task_type: &str, lesson: &str) -> crate::Episode {
+    crate::Episode {
+        id: 0,
+        tenant: TENANT.into(),
+        user_id: user.into(),
+        agent_id: None,
+        task_type: task_type.into(),
+        description: "tried something".into(),
+        outcome: crate::Outcome::Failure,
+        reflection: String::new(),
+        lesson: lesson.into(),
+        standing: false,
+        source_session: None,
+        created_at: crate::Timestamp::now(),
+    }
+}
+
+#[tokio::test]
+async fn episodes_are_listed_by_owner_and_task_type_and_deleted_by_source() {
+    let (_dir, store) = open();
+    store
+        .append(
+            TENANT,
+            "s1",
+            append_of(vec![message(Role::User, "hi")], Some(owner("ann", "a"))),
+        )
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for (task, lesson) in [("refund", "one"), ("refund", "two"), ("upgrade", "three")] {
+        ids.push(
+            store
+                .put_episode(episode("ann", task, lesson))
+                .await
+                .unwrap(),
+        );
+    }
+    let from_session = crate::Episode {
+        source_session: Some("s1".into()),
+        ..episode("ann", "refund", "four")
+    };
+    ids.push(store.put_episode(from_session).await.unwrap());
+    store
+        .put_episode(episode("bob", "refund", "bob's"))
+        .await
+        .unwrap();
+
+    let lessons = |found: Vec<crate::Episode>| -> Vec<String> {
+        found.into_iter().map(|e| e.lesson).collect()
+    };
+    assert_eq!(
+        lessons(
+            store
+                .recent_episodes(TENANT, "ann", "refund", 2, |_| true)
+                .unwrap()
+        ),
+        ["four", "two"]
+    );
+    assert_eq!(
+        lessons(
+            store
+                .recent_episodes(TENANT, "ann", "refund", 9, |e| e.lesson != "two")
+                .unwrap()
+        ),
+        ["four", "one"]
+    );
+    assert_eq!(
+        lessons(store.user_episodes(TENANT, "ann").unwrap()),
+        ["one", "two", "three", "four"]
+    );
+    assert!(store.episode("other", ids[0]).unwrap().is_none());
+    assert_eq!(
+        store.episode(TENANT, ids[0]).unwrap().unwrap().lesson,
+        "one"
+    );
+
+    // A source session must be one of the user's own.
+    let foreign = crate::Episode {
+        source_session: Some("s1".into()),
+        ..episode("bob", "refund", "stolen")
+    };
+    assert!(matches!(
+        store.put_episode(foreign).await,
+        Err(StoreError::InvalidInput {
+            field: "source_session_id",
+            ..
+        })
+    ));
+    for bad in [
+        episode("ann", "refund", " "),
+        episode("ann", "no spaces", "x"),
+        episode("ann", "refund", &"x".repeat(crate::MAX_LESSON_TEXT + 1)),
+    ] {
+        assert!(store.put_episode(bad).await.is_err());
+    }
+
+    assert_eq!(
+        store
+            .delete_user_episodes(TENANT, "ann", Some("s1"))
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(!store.delete_episode("other", ids[0]).await.unwrap());
+    assert!(store.delete_episode(TENANT, ids[0]).await.unwrap());
+    assert_eq!(
+        store
+            .delete_user_episodes(TENANT, "ann", None)
+            .await
+            .unwrap(),
+        2
+    );
+    assert!(store.user_episodes(TENANT, "ann").unwrap().is_empty());
+    assert!(
+        store
+            .recent_episodes(TENANT, "ann", "refund", 9, |_| true)
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(store.user_episodes(TENANT, "bob").unwrap().len(), 1);
+}
