@@ -27,6 +27,9 @@ mod settings;
 // Long-term memories and agent tools: isolation, dedupe, pre-load into the next
 // conversation, tool calls, forgetting.
 mod memories;
+// Episodic lessons: episodes recorded, lessons by task type, the context's lessons layer,
+// isolation between users and tenants, validation, erasure with the session and the user.
+mod episodes;
 // Erasure by message, session and user: canaries gone from every API and every file byte;
 // purge, stats, receipts and retention.
 mod erasure;

@@ -18,6 +18,7 @@ use crate::assemble::{
 use crate::entities::FactSheet;
 use crate::fact_cache::{FactCache, SessionKey};
 use crate::history::{History, Window};
+use crate::lessons::{LessonQuery, build_lessons};
 use crate::long_term::{LongTermMemory, MemoryQuery};
 use crate::pii::redact_pii;
 use crate::summary::{ExtractiveSummarizer, Summarizer, Summary, SummaryRequest};
@@ -228,6 +229,8 @@ impl ContextBuilder {
         let user_id = loaded.user_id.clone();
         let used = settings.clone();
         let hits = recalled.clone();
+        let store = self.store.clone();
+        let agent_id = loaded.agent_id;
         // Fact extraction and packing scale with the session's length: off the async workers.
         let assembled = blocking(move || {
             // Every fact since the load checkpoint, summarised turns included.
@@ -241,12 +244,28 @@ impl ContextBuilder {
                 };
                 fact_cache.facts(&key, &messages)
             });
+            // Lessons are a few short reads: taken here, beside the packing, they cost no
+            // extra hop to the blocking pool.
+            let lessons = if combined && settings.lessons {
+                let query = LessonQuery {
+                    tenant: &tenant,
+                    user_id: &user_id,
+                    agent_id: Some(&agent_id),
+                    task_type: settings.task_type.as_deref(),
+                    max_lessons: settings.max_lessons,
+                    max_tokens: settings.lesson_tokens,
+                };
+                build_lessons(&store, &query, encoding)?
+            } else {
+                None
+            };
             let layers = LayerInputs {
                 summary: summary.as_ref(),
                 facts: facts.as_ref(),
                 recalled,
                 memories,
                 session_memory: session_memory.as_deref(),
+                lessons: lessons.as_ref(),
             };
             assemble(&history, &layers, &settings, encoding)
         })

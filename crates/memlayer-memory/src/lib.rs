@@ -3,7 +3,7 @@
 //! every message), the history windows (exchanges kept or dropped whole, by turns or
 //! tokens), entity memory, summarisers and their persisted checkpoints, the budget manager
 //! that packs every layer into one budget with a report, long-term memories per user
-//! ([`LongTermMemory`]), and [`ContextBuilder`], which reads the store, recalls and assembles
+//! ([`LongTermMemory`]), episodic lessons ([`build_lessons`]), and [`ContextBuilder`], which reads the store, recalls and assembles
 //! one turn's context in one call.
 //!
 //! It may depend on `memlayer-store`, `memlayer-embed`, `memlayer-index` and `memlayer-llm`;
@@ -17,6 +17,7 @@ mod entities;
 mod error;
 mod fact_cache;
 mod history;
+mod lessons;
 mod llm_summary;
 mod long_term;
 mod pii;
@@ -25,15 +26,16 @@ mod summary;
 mod tokens;
 
 pub use assemble::{
-    Assembled, ContextSettings, DropReason, Dropped, LayerInputs, LayerTokens, MAX_MEMORIES,
-    MAX_RECALL_K, Overflow, RECENT_SHARE, RecallScope, RecalledMessage, RecalledRef, Report,
-    SettingsOverrides, Strategy, assemble, summary_split,
+    Assembled, ContextSettings, DropReason, Dropped, LayerInputs, LayerTokens, MAX_LESSONS,
+    MAX_MEMORIES, MAX_RECALL_K, Overflow, RECENT_SHARE, RecallScope, RecalledMessage, RecalledRef,
+    Report, SettingsOverrides, Strategy, assemble, summary_split,
 };
 pub use context::{Built, ContextBuilder, ContextRequest, SESSION_MEMORY_MARKER, SummaryNote};
 pub use entities::{Fact, FactEntry, FactSheet, extract};
 pub use error::MemoryError;
 pub use fact_cache::FactCache;
 pub use history::{Exchange, History, MESSAGE_OVERHEAD_TOKENS, Window, message_tokens};
+pub use lessons::{LESSONS_MARKER, LessonQuery, Lessons, build_lessons, list_episodes};
 pub use llm_summary::LlmSummarizer;
 pub use long_term::{LongTermMemory, MemoryHit, MemoryQuery, RememberAction, RememberRequest};
 pub use pii::redact_pii;

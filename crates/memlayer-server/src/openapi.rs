@@ -260,6 +260,7 @@ pub(crate) mod foreign {
         Instructions,
         Facts,
         Memories,
+        Lessons,
         SessionMemory,
         Summary,
         Retrieved,
@@ -305,6 +306,17 @@ pub(crate) mod foreign {
         /// Most tokens the long-term memories may take.
         #[schema(default = 1000)]
         memory_tokens: u32,
+        /// Whether `combined` shows lessons from the user's episodes.
+        #[schema(default = true)]
+        lessons: bool,
+        /// The kind of task the next turn is about: its recent lessons join the standing ones.
+        task_type: Option<String>,
+        /// Most recent lessons of the task type a context shows.
+        #[schema(default = 5, maximum = 50)]
+        max_lessons: usize,
+        /// Most tokens the lessons may take.
+        #[schema(default = 500)]
+        lesson_tokens: u32,
         /// Replace e-mail addresses, phone numbers, card numbers, SSNs and IBANs in summaries
         /// (and in what a summarising model is sent) with placeholders.
         #[schema(default = true)]
@@ -441,6 +453,8 @@ pub(crate) mod foreign {
         recalled: Vec<RecalledRef>,
         /// Ids of the long-term memories included.
         memories: Vec<u64>,
+        /// Ids of the episodes whose lessons are included.
+        lessons: Vec<u64>,
     }
 
     /// How the summary of a context came about (`memlayer_memory::SummaryNote`).

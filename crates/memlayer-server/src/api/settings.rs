@@ -160,7 +160,7 @@ async fn describe(
 }
 
 /// The saved documents from the tenant down to the level asked for (the last one).
-fn levels(
+pub(crate) fn levels(
     store: &memlayer_store::Store,
     tenant: &str,
     agent_id: Option<&str>,
