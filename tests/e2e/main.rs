@@ -22,7 +22,8 @@ mod recall;
 // summarised overflow with the extractive summariser and with a model behind the OpenAI wire
 // format (a fake upstream on 127.0.0.1), falling back when it fails.
 mod context;
-// Saved settings per tenant and agent, laid under a request's overrides.
+// Saved settings per tenant and agent, laid under a request's overrides; an agent's memory
+// configuration document mapped onto them.
 mod settings;
 // Long-term memories and agent tools: isolation, dedupe, pre-load into the next
 // conversation, tool calls, forgetting.

@@ -428,7 +428,7 @@ fn the_openapi_document_describes_what_the_server_really_does() {
     delete(agent, "/v1/agents/support/settings");
     delete("/v1/settings", "/v1/settings");
 
-    // Episodes and the lessons of a task type.
+    // Episodes, the lessons of a task type, and an agent's memory configuration.
     let episodes = "/v1/users/{user_id}/episodes";
     let episode = json!({
         "task_type": "refund", "description": "A lost parcel.", "outcome": "partial",
@@ -455,6 +455,19 @@ fn the_openapi_document_describes_what_the_server_really_does() {
     let one = "/v1/episodes/{episode_id}";
     let path = format!("/v1/episodes/{}", recorded["episode_id"]);
     get(one, &path);
+    let config = "/v1/agents/{agent_id}/memory-config";
+    let document = json!({
+        "session_memory": true,
+        "types": [
+            { "id": "working_memory", "enabled": true,
+              "config": { "max_tokens": 4000, "compaction_strategy": "summarize" } },
+            { "id": "long_term", "enabled": true, "config": { "max_memories": 50 } },
+            { "id": "episodic", "enabled": false },
+        ],
+    });
+    put(config, "/v1/agents/support/memory-config", document);
+    get(config, "/v1/agents/support/memory-config");
+    delete(agent, "/v1/agents/support/settings");
     assert_eq!(delete(one, &path).0, 200);
 
     // API keys: created with the secret this once, listed without it, revoked.

@@ -95,6 +95,11 @@ pub struct ContextSettings {
     pub max_memories: usize,
     /// Most tokens the long-term memories may take.
     pub memory_tokens: u32,
+    /// Whether a combined context pre-loads long-term memories at all.
+    pub long_term_memory: bool,
+    /// Whether a combined context loads the session memory of the user's earlier
+    /// conversations with the agent.
+    pub session_memory: bool,
     /// Whether a combined context shows lessons from the user's earlier episodes.
     pub lessons: bool,
     /// The kind of task the next turn is about: its recent lessons join the standing ones.
@@ -124,6 +129,8 @@ impl Default for ContextSettings {
             recall_scope: RecallScope::User,
             max_memories: 50,
             memory_tokens: 1_000,
+            long_term_memory: true,
+            session_memory: true,
             lessons: true,
             task_type: None,
             max_lessons: 5,

@@ -198,8 +198,9 @@ impl ContextBuilder {
             _ => (Vec::new(), None),
         };
 
+        let memories_on = settings.long_term_memory && settings.max_memories > 0;
         let memories = match (&self.memories, query_text) {
-            (Some(long_term), Some(query)) if combined && settings.max_memories > 0 => long_term
+            (Some(long_term), Some(query)) if combined && memories_on => long_term
                 .recall(MemoryQuery {
                     tenant: tenant.clone(),
                     user_id: loaded.user_id.clone(),
@@ -220,7 +221,7 @@ impl ContextBuilder {
         // (its own turns are in the window, the summary and recall).
         let session_memory = loaded
             .session_memory
-            .filter(|m| combined && !m.sessions.contains(&session_id))
+            .filter(|m| combined && settings.session_memory && !m.sessions.contains(&session_id))
             .map(|m| m.text);
         let encoding = self.encoding;
         let fact_cache = self.facts.clone();

@@ -20,6 +20,7 @@ mod history;
 mod lessons;
 mod llm_summary;
 mod long_term;
+mod memory_config;
 mod pii;
 mod render;
 mod summary;
@@ -38,6 +39,7 @@ pub use history::{Exchange, History, MESSAGE_OVERHEAD_TOKENS, Window, message_to
 pub use lessons::{LESSONS_MARKER, LessonQuery, Lessons, build_lessons, list_episodes};
 pub use llm_summary::LlmSummarizer;
 pub use long_term::{LongTermMemory, MemoryHit, MemoryQuery, RememberAction, RememberRequest};
+pub use memory_config::{MEMORY_TYPES, MemoryConfig, MemoryType};
 pub use pii::redact_pii;
 pub use render::{
     ChatMessage, ContextMessage, Layer, OutputFormat, Rendered, earlier_questions, render,

@@ -67,6 +67,7 @@ pub(crate) const ROUTES: &[Route] = &[
             settings::delete_agent_settings
         )
     }),
+    Route::api(|| routes!(settings::memory_config, settings::put_memory_config)),
     Route::operations(|| routes!(health::live)),
     Route::operations(|| routes!(health::ready)),
     Route::operations(|| routes!(operations::metrics)),

@@ -173,6 +173,8 @@ const TABLE: &[Row] = &[
     row("GET", "/v1/agents/{agent_id}/settings", Service, 403, 200),
     row("PUT", "/v1/agents/{agent_id}/settings", Admin, 403, 200).body("{}"),
     row("DELETE", "/v1/agents/{agent_id}/settings", Admin, 403, 200),
+    row("GET", "/v1/agents/{agent_id}/memory-config", Service, 403, 200),
+    row("PUT", "/v1/agents/{agent_id}/memory-config", Admin, 403, 200).body("{}"),
     row("GET", "/v1/keys", Admin, 403, 200),
     row("POST", "/v1/keys", Admin, 403, 201).body(r#"{"role":"service"}"#),
     row("DELETE", "/v1/keys/{prefix}", Admin, 403, 404),
