@@ -410,11 +410,13 @@ impl ContextBuilder {
     /// Merges a finished conversation into the rolling summary of its user's conversations
     /// with its agent (session memory), which later conversations load as a layer. Merging
     /// the same session twice changes nothing. Call it off the request path: it summarises.
+    /// The session is ended: the inactivity timeout leaves it alone from now on.
     pub async fn end_session(
         &self,
         tenant: &str,
         session_id: &str,
     ) -> Result<SessionMemory, MemoryError> {
+        self.store.end_session_activity(tenant, session_id).await?;
         let loaded = self.load(tenant, session_id).await?;
         let store = self.store.clone();
         let (owner_tenant, user, agent) = (

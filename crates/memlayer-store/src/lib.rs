@@ -14,6 +14,7 @@ mod embeddings;
 mod episodes;
 mod erasure;
 mod error;
+mod idle;
 mod keys;
 mod memories;
 mod model;

@@ -145,3 +145,8 @@ pub(crate) const EPISODE_TASKS: TableDefinition<(&str, &str, &str, u64), ()> =
     TableDefinition::new("episode_tasks");
 
 pub(crate) const NEXT_EPISODE_ID_KEY: &str = "next_episode_id";
+
+/// `(updated_at, tenant, session_id)` → `()`: sessions not yet ended, by last activity, so
+/// the ones idle for too long are one range (see `idle.rs`).
+pub(crate) const OPEN_SESSIONS: TableDefinition<(u64, &str, &str), ()> =
+    TableDefinition::new("open_sessions");

@@ -899,3 +899,56 @@ async fn episodes_are_listed_by_owner_and_task_type_and_deleted_by_source() {
     );
     assert_eq!(store.user_episodes(TENANT, "bob").unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn idle_sessions_are_taken_once_oldest_first_and_ended_ones_stay_ended() {
+    let (_dir, store) = open();
+    let say = |session: &'static str| {
+        let store = store.clone();
+        async move {
+            store
+                .append(
+                    TENANT,
+                    session,
+                    append_of(vec![message(Role::User, "hi")], Some(owner("u", "a"))),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    say("first").await;
+    say("second").await;
+    say("third").await;
+    say("first").await; // Activity moves it to the back.
+    store
+        .create_session(TENANT, Some("empty"), owner("u", "a"))
+        .await
+        .unwrap();
+    store.end_session_activity(TENANT, "second").await.unwrap();
+    store.delete_session(TENANT, "empty").await.unwrap();
+    let oldest = store.oldest_open_activity().unwrap().unwrap();
+    let cutoff = crate::Timestamp::now();
+    assert!(oldest.as_micros() <= cutoff.as_micros());
+
+    let taken = store.take_idle_sessions(cutoff, 1).await.unwrap();
+    assert_eq!(taken, [(TENANT.to_owned(), "third".to_owned())]);
+    let taken = store.take_idle_sessions(cutoff, 10).await.unwrap();
+    assert_eq!(taken, [(TENANT.to_owned(), "first".to_owned())]);
+    assert!(
+        store
+            .take_idle_sessions(cutoff, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(store.oldest_open_activity().unwrap(), None);
+    // New activity does not reopen an ended session.
+    say("second").await;
+    assert!(
+        store
+            .take_idle_sessions(crate::Timestamp::now(), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
