@@ -22,11 +22,15 @@ mod recall;
 // summarised overflow with the extractive summariser and with a model behind the OpenAI wire
 // format (a fake upstream on 127.0.0.1), falling back when it fails.
 mod context;
-// Saved settings per tenant and agent, laid under a request's overrides.
+// Saved settings per tenant and agent, laid under a request's overrides; an agent's memory
+// configuration document mapped onto them.
 mod settings;
 // Long-term memories and agent tools: isolation, dedupe, pre-load into the next
 // conversation, tool calls, forgetting.
 mod memories;
+// Episodic lessons: episodes recorded, lessons by task type, the context's lessons layer,
+// isolation between users and tenants, validation, erasure with the session and the user.
+mod episodes;
 // Erasure by message, session and user: canaries gone from every API and every file byte;
 // purge, stats, receipts and retention.
 mod erasure;

@@ -1,9 +1,13 @@
 //! Long-term memories and the agent tools through the real server: isolation between users
 //! and agents, a repeat or a correction updating the memory it restates (also under
 //! concurrent remembers), pre-loading into the next conversation's context, tool calls passed
-//! straight through, and forgetting that leaves no bytes.
+//! straight through, forgetting that leaves no bytes, and idle conversations ended by the
+//! server.
+
+use std::time::{Duration, Instant};
 
 use memlayer_erasure::scan_files;
+use memlayer_server::ServerConfig;
 use memlayer_tests::{TestServer, assert_error, json};
 use serde_json::Value;
 
@@ -442,5 +446,40 @@ fn preferences_of_the_last_conversation_are_preloaded_for_paraphrased_questions(
         top_five.len() <= 2,
         "{} of 20 missed in the top 5: {top_five:?}",
         top_five.len()
+    );
+}
+
+/// A conversation nobody continues is ended by the server after `session_idle_timeout`, as
+/// if its client had ended it: merged into session memory, in the background.
+#[test]
+fn an_idle_conversation_is_ended_and_merged_by_the_server() {
+    let server = TestServer::with_config(ServerConfig {
+        session_idle_timeout: Duration::from_millis(300),
+        ..ServerConfig::default()
+    });
+    let body = json!({ "user_id": "hana", "agent_id": "tutor", "messages": [
+        { "role": "user", "content": "I am preparing for the Goethe C1 exam in March." },
+        { "role": "assistant", "content": "Then we will practise writing every week." },
+    ]});
+    assert_eq!(server.post("/v1/sessions/idle-1/messages", &body).0, 201);
+    let path = "/v1/users/hana/session-memory?agent_id=tutor";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let memory = loop {
+        let answer = server.get(path);
+        if answer.0 == 200 || Instant::now() > deadline {
+            break answer;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(
+        memory.0, 200,
+        "the idle session was not ended: {}",
+        memory.1
+    );
+    assert_eq!(memory.1["sessions"], json!(["idle-1"]));
+    assert!(
+        memory.1["text"].as_str().unwrap().contains("Goethe C1"),
+        "{}",
+        memory.1
     );
 }

@@ -428,6 +428,48 @@ fn the_openapi_document_describes_what_the_server_really_does() {
     delete(agent, "/v1/agents/support/settings");
     delete("/v1/settings", "/v1/settings");
 
+    // Episodes, the lessons of a task type, and an agent's memory configuration.
+    let episodes = "/v1/users/{user_id}/episodes";
+    let episode = json!({
+        "task_type": "refund", "description": "A lost parcel.", "outcome": "partial",
+        "reflection": "The claim took two days.", "lesson": "Open the claim in the first answer.",
+        "standing": false, "agent_id": "support", "source_session_id": "ops-1",
+    });
+    let (status, recorded) = post(episodes, "/v1/users/dana/episodes", episode);
+    assert_eq!(status, 201, "{recorded}");
+    get(
+        episodes,
+        "/v1/users/dana/episodes?agent_id=support&task_type=refund",
+    );
+    let lessons = get(
+        "/v1/users/{user_id}/lessons",
+        "/v1/users/dana/lessons?task_type=refund&agent_id=support",
+    );
+    assert!(lessons.1["text"].is_string(), "{}", lessons.1);
+    let lessoned = json!({ "query": "parcel?", "settings": { "task_type": "refund" } });
+    let (status, answer) = post(context, "/v1/sessions/ops-1/context", lessoned);
+    assert_eq!(
+        (status, &answer["report"]["lessons"]),
+        (200, &json!([recorded["episode_id"]]))
+    );
+    let one = "/v1/episodes/{episode_id}";
+    let path = format!("/v1/episodes/{}", recorded["episode_id"]);
+    get(one, &path);
+    let config = "/v1/agents/{agent_id}/memory-config";
+    let document = json!({
+        "session_memory": true,
+        "types": [
+            { "id": "working_memory", "enabled": true,
+              "config": { "max_tokens": 4000, "compaction_strategy": "summarize" } },
+            { "id": "long_term", "enabled": true, "config": { "max_memories": 50 } },
+            { "id": "episodic", "enabled": false },
+        ],
+    });
+    put(config, "/v1/agents/support/memory-config", document);
+    get(config, "/v1/agents/support/memory-config");
+    delete(agent, "/v1/agents/support/settings");
+    assert_eq!(delete(one, &path).0, 200);
+
     // API keys: created with the secret this once, listed without it, revoked.
     let (status, created) = post(
         "/v1/keys",

@@ -1,5 +1,6 @@
 //! Saved context settings: a tenant's defaults, an agent's over them, a request's over both;
-//! invalid documents refused before they are saved; tenants kept apart.
+//! invalid documents refused before they are saved; tenants kept apart; an agent's memory
+//! configuration shaping its next context.
 
 use memlayer_tests::{TestServer, assert_error, json};
 
@@ -130,4 +131,112 @@ fn invalid_documents_are_refused_and_nothing_is_saved() {
 
 fn send_get_as(server: &TestServer, tenant: &str, path: &str) -> (u16, serde_json::Value) {
     memlayer_tests::send(server.request_as(tenant, reqwest::Method::GET, path))
+}
+
+/// An agent's memory configuration document maps onto its settings and applies from the next
+/// context on; mistakes are refused with the field named, and nothing is saved.
+#[test]
+fn an_agents_memory_configuration_shapes_its_next_context() {
+    let server = TestServer::start();
+    converse(&server, "cfg-1", "bot");
+    let body = json!({ "user_id": "u", "agent_id": "bot", "role": "user", "content": "Remember that I like tea." });
+    assert_eq!(server.post("/v1/sessions/cfg-1/messages", &body).0, 201);
+    let (status, _) = server.post(
+        "/v1/users/u/memories",
+        &json!({ "text": "Likes green tea", "type": "preference" }),
+    );
+    assert_eq!(status, 201);
+    let context = || {
+        let (status, answer) = server.post(
+            "/v1/sessions/cfg-1/context",
+            &json!({ "query": "What tea do I like?" }),
+        );
+        assert_eq!(status, 200, "{answer}");
+        answer
+    };
+    let before = context();
+    assert_eq!(
+        before["report"]["budget"], 7372,
+        "8192 less the 10% reserve"
+    );
+    assert_eq!(before["report"]["memories"].as_array().unwrap().len(), 1);
+
+    let document = json!({
+        "session_memory": false,
+        "types": [
+            { "id": "working_memory", "enabled": true,
+              "config": { "max_tokens": 4000, "compaction_strategy": "summarize" } },
+            { "id": "long_term", "enabled": false, "config": { "max_memories": 20 } },
+            { "id": "episodic", "enabled": true, "config": { "max_lessons": 3 } },
+        ],
+    });
+    let (status, saved) = server.put("/v1/agents/bot/memory-config", &document);
+    assert_eq!(status, 200, "{saved}");
+    assert_eq!(saved["session_memory"], false);
+    assert_eq!(
+        saved["types"][0],
+        json!({ "id": "working_memory", "enabled": true,
+                "config": { "max_tokens": 4000, "compaction_strategy": "summarize" } })
+    );
+    assert_eq!(saved["types"][1]["enabled"], false);
+    assert_eq!(saved["types"][2]["config"]["max_lessons"], 3);
+    assert_eq!(server.get("/v1/agents/bot/memory-config").1, saved);
+    let (_, settings) = server.get("/v1/agents/bot/settings");
+    assert_eq!(settings["effective"]["context_window"], 4000);
+    assert_eq!(settings["effective"]["overflow"], "summarize");
+    assert_eq!(settings["effective"]["long_term_memory"], false);
+
+    // The next context: the smaller budget, summarised overflow, no long-term memories.
+    let after = context();
+    assert_eq!(
+        after["report"]["budget"], 3599,
+        "4000 less the 10% reserve (an f32), floored"
+    );
+    assert_eq!(after["settings"]["overflow"], "summarize");
+    assert_eq!(after["report"]["memories"], json!([]));
+    // Another agent keeps the defaults.
+    assert_eq!(
+        server.get("/v1/agents/other/memory-config").1["types"][0]["config"]["max_tokens"],
+        8192
+    );
+
+    for (document, code, field) in [
+        (
+            json!({ "types": [{ "id": "semantic" }] }),
+            "unknown_memory_type",
+            "types[0].id",
+        ),
+        (
+            json!({ "types": [{ "id": "long_term", "config": { "max_memories": "many" } }] }),
+            "invalid_memory_config",
+            "types[0].config.max_memories",
+        ),
+        (
+            json!({ "types": [{ "id": "long_term", "config": { "max_memories": 5000 } }] }),
+            "invalid_memory_config",
+            "types[0].config.max_memories",
+        ),
+        (
+            json!({ "types": [{ "id": "working_memory", "enabled": "yes" }] }),
+            "invalid_memory_config",
+            "types[0].enabled",
+        ),
+        (
+            json!({ "session_memory": 1 }),
+            "invalid_memory_config",
+            "session_memory",
+        ),
+    ] {
+        let message = assert_error(
+            &server.put("/v1/agents/bot/memory-config", &document),
+            422,
+            code,
+        );
+        assert!(message.contains(field), "{field}: {message}");
+    }
+    assert_eq!(
+        server.get("/v1/agents/bot/memory-config").1,
+        saved,
+        "nothing was saved"
+    );
 }

@@ -488,6 +488,7 @@ async fn measure_builds(
             recalled: recalled.clone(),
             memories: Vec::new(),
             session_memory: None,
+            lessons: None,
         };
         parts[3].time(|| assemble(&messages, &layers, &settings, ENCODING))?;
         parts[4]

@@ -189,6 +189,10 @@ impl Coordinator {
                 let forgotten = self.inner.memories.forget(tenant, *memory_id).await?;
                 receipt.counts.memories += u64::from(forgotten);
             }
+            Target::Episode { episode_id } => {
+                let deleted = self.inner.store.delete_episode(tenant, *episode_id).await?;
+                receipt.counts.episodes += u64::from(deleted);
+            }
             Target::User { user_id } => loop {
                 // Sessions the user starts while the erasure runs are erased too.
                 let store = self.inner.store.clone();
@@ -200,6 +204,11 @@ impl Coordinator {
                     .inner
                     .store
                     .drop_session_memories(tenant, user_id, None)
+                    .await?;
+                receipt.counts.episodes += self
+                    .inner
+                    .store
+                    .delete_user_episodes(tenant, user_id, None)
                     .await?;
                 if ids.is_empty() {
                     break;
@@ -237,7 +246,7 @@ impl Coordinator {
             }
             Target::User { user_id } => self.inner.facts.forget_user(tenant, user_id),
             Target::InactiveSince { .. } => self.inner.facts.clear(),
-            Target::Memory { .. } => {}
+            Target::Memory { .. } | Target::Episode { .. } => {}
         }
         // A batch the indexing pipeline read before the deletion may have indexed an erased
         // message after it was removed: once the pipeline caught up, remove again.
@@ -292,6 +301,11 @@ impl Coordinator {
             .store
             .drop_session_memories(tenant, &user_id, Some(session_id))
             .await?;
+        receipt.counts.episodes += self
+            .inner
+            .store
+            .delete_user_episodes(tenant, &user_id, Some(session_id))
+            .await?;
         let sid = match self.inner.store.delete_session(tenant, session_id).await {
             Ok(sid) => sid,
             Err(StoreError::SessionNotFound { .. }) => return Ok(None),
@@ -342,7 +356,7 @@ fn validate(request: &ErasureRequest) -> Result<(), ErasureError> {
             validate_id("session_id", session_id)?;
         }
         Target::User { user_id } => validate_id("user_id", user_id)?,
-        Target::Memory { .. } | Target::InactiveSince { .. } => {}
+        Target::Memory { .. } | Target::Episode { .. } | Target::InactiveSince { .. } => {}
     }
     Ok(())
 }

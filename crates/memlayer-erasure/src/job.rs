@@ -26,7 +26,12 @@ pub enum Target {
         /// The memory's id.
         memory_id: u64,
     },
-    /// Every session and every long-term memory of a user in the tenant.
+    /// One episode (and its lesson).
+    Episode {
+        /// The episode's id.
+        episode_id: u64,
+    },
+    /// Every session, long-term memory and episode of a user in the tenant.
     User {
         /// The user.
         user_id: String,
@@ -78,6 +83,9 @@ pub struct Counts {
     /// starts a new one.
     #[serde(default)]
     pub session_memories: u64,
+    /// Episodes (with their lessons): the user's, or those drawn from an erased session.
+    #[serde(default)]
+    pub episodes: u64,
 }
 
 /// What an erasure did: kept after it completes, listed by the admin API.

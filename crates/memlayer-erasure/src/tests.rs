@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use memlayer_embed::{Assets, Embedder, EmbedderOptions};
 use memlayer_index::{Recall, RecallOptions, RecallQuery, Scope};
 use memlayer_memory::{LongTermMemory, MemoryQuery, RememberRequest};
-use memlayer_store::{Append, MemoryKind, NewMessage, NewSession, Role, Store, Timestamp};
+use memlayer_store::{
+    Append, Episode, MemoryKind, NewMessage, NewSession, Outcome, Role, Store, Timestamp,
+};
 use proptest::prelude::*;
 use tokio::sync::oneshot;
 
@@ -329,6 +331,91 @@ async fn canaries_leave_every_api_and_every_file_byte() {
     assert_eq!(receipts.len(), 3);
     let stored = serde_json::to_string(&receipts).unwrap();
     assert!(!stored.contains("canary"), "{stored}");
+    fixture.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn episode_canaries_leave_every_file_byte_with_their_episode_session_or_user() {
+    let fixture = Fixture::open(tempfile::tempdir().unwrap(), embedder());
+    fixture
+        .say(
+            "alice-ep",
+            "alice",
+            &lines(&[(Role::User, "Refund my order, please.")]),
+        )
+        .await;
+    let record = |user: &str, lesson: &str, source: Option<&str>| {
+        let episode = Episode {
+            id: 0,
+            tenant: TENANT.into(),
+            user_id: user.into(),
+            agent_id: None,
+            task_type: "refund".into(),
+            description: format!("tried a refund ({lesson})"),
+            outcome: Outcome::Failure,
+            reflection: format!("it failed because of {lesson}"),
+            lesson: lesson.into(),
+            standing: false,
+            source_session: source.map(str::to_owned),
+            created_at: Timestamp::now(),
+        };
+        let store = fixture.store.clone();
+        async move { store.put_episode(episode).await.unwrap() }
+    };
+    let one = record("alice", "canary-ep-one-41c2 ask twice", None).await;
+    record(
+        "alice",
+        "canary-ep-session-9d07 check ids",
+        Some("alice-ep"),
+    )
+    .await;
+    record("alice", "canary-ep-user-c5e1 be patient", None).await;
+    record("bob", "bob-lesson-stays keep receipts", None).await;
+    for canary in [
+        "canary-ep-one-41c2",
+        "canary-ep-session-9d07",
+        "canary-ep-user-c5e1",
+    ] {
+        assert!(fixture.in_files(canary) > 0, "{canary} was not written");
+    }
+
+    let receipt = fixture.erase(Target::Episode { episode_id: one }).await;
+    assert_eq!(receipt.counts.episodes, 1);
+    assert_eq!(fixture.in_files("canary-ep-one-41c2"), 0);
+
+    let receipt = fixture
+        .erase(Target::Session {
+            session_id: "alice-ep".into(),
+        })
+        .await;
+    assert_eq!(
+        receipt.counts.episodes, 1,
+        "the episode drawn from the session goes with it"
+    );
+    assert_eq!(fixture.in_files("canary-ep-session-9d07"), 0);
+    assert!(fixture.in_files("canary-ep-user-c5e1") > 0);
+
+    let receipt = fixture
+        .erase(Target::User {
+            user_id: "alice".into(),
+        })
+        .await;
+    assert_eq!(receipt.counts.episodes, 1);
+    assert_eq!(fixture.in_files("canary-ep-user-c5e1"), 0);
+    assert!(
+        fixture
+            .store
+            .user_episodes(TENANT, "alice")
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        fixture.in_files("bob-lesson-stays") > 0,
+        "Bob's episode stays"
+    );
+    let receipts =
+        serde_json::to_string(&fixture.coordinator.receipts(TENANT, 10).await.unwrap()).unwrap();
+    assert!(!receipts.contains("canary"), "{receipts}");
     fixture.close().await;
 }
 

@@ -3,8 +3,9 @@
 //!
 //! The budget is the model's context window less a reserve for the prompt and the answer
 //! (`window_reserve`, 10% by default). Pieces are admitted in priority order — instructions,
-//! the newest exchange, known facts, the conversation summary, older exchanges newest first,
-//! recalled messages, earlier-question stubs — and each piece that does not fit is reported
+//! the newest exchange, known facts, long-term memories, lessons, session memory, the
+//! conversation summary, older exchanges newest first, recalled messages, earlier-question
+//! stubs — and each piece that does not fit is reported
 //! as dropped. The output is then laid out in prompt order ([`Layer`]'s order, the window in
 //! conversation order), so priorities decide *what* is kept, never *where* it appears.
 
@@ -14,7 +15,8 @@ use serde::Serialize;
 use crate::MemoryError;
 use crate::entities::FactSheet;
 use crate::history::{Exchange, History, Window, message_tokens};
-use crate::render::{ContextMessage, Layer, earlier_questions, role_name};
+use crate::lessons::Lessons;
+use crate::render::{ContextMessage, Layer, capped_list, earlier_questions, role_name};
 use crate::summary::Summary;
 use crate::tokens::TokenEncoding;
 
@@ -64,6 +66,8 @@ pub enum RecallScope {
 pub const MAX_RECALL_K: usize = 50;
 /// Most long-term memories one context may pre-load.
 pub const MAX_MEMORIES: usize = 200;
+/// Most recent lessons of a task type one context may show.
+pub const MAX_LESSONS: usize = 50;
 
 /// Everything that shapes a context. Defaults follow the product documents.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
@@ -91,6 +95,20 @@ pub struct ContextSettings {
     pub max_memories: usize,
     /// Most tokens the long-term memories may take.
     pub memory_tokens: u32,
+    /// Whether a combined context pre-loads long-term memories at all.
+    pub long_term_memory: bool,
+    /// Whether a combined context loads the session memory of the user's earlier
+    /// conversations with the agent.
+    pub session_memory: bool,
+    /// Whether a combined context shows lessons from the user's earlier episodes.
+    pub lessons: bool,
+    /// The kind of task the next turn is about: its recent lessons join the standing ones.
+    pub task_type: Option<String>,
+    /// Most recent lessons of the task type a context shows (0–50); standing lessons are
+    /// shown besides.
+    pub max_lessons: usize,
+    /// Most tokens the lessons may take.
+    pub lesson_tokens: u32,
     /// Replace e-mail addresses, phone numbers, card numbers, SSNs and IBANs in summaries
     /// (and in what a summarising model is sent) with placeholders. The values stay in entity
     /// memory, which is erased with the messages; a persisted summary should not hold them.
@@ -111,6 +129,12 @@ impl Default for ContextSettings {
             recall_scope: RecallScope::User,
             max_memories: 50,
             memory_tokens: 1_000,
+            long_term_memory: true,
+            session_memory: true,
+            lessons: true,
+            task_type: None,
+            max_lessons: 5,
+            lesson_tokens: 500,
             redact_pii: true,
         }
     }
@@ -177,6 +201,14 @@ impl ContextSettings {
         if self.max_memories > MAX_MEMORIES {
             return invalid("max_memories", "must be at most 200");
         }
+        if self.max_lessons > MAX_LESSONS {
+            return invalid("max_lessons", "must be at most 50");
+        }
+        if let Some(task_type) = &self.task_type
+            && let Err(err) = memlayer_store::validate_id("task_type", task_type)
+        {
+            return invalid("task_type", &err.to_string());
+        }
         Ok(())
     }
 
@@ -200,6 +232,8 @@ pub struct LayerInputs<'a> {
     pub memories: Vec<Memory>,
     /// The summary of the user's earlier conversations with the agent (session memory).
     pub session_memory: Option<&'a str>,
+    /// Lessons from the user's earlier episodes.
+    pub lessons: Option<&'a Lessons>,
 }
 
 /// A message recall brought back for the current query.
@@ -283,6 +317,8 @@ pub struct Report {
     pub recalled: Vec<RecalledRef>,
     /// Ids of the long-term memories included.
     pub memories: Vec<u64>,
+    /// Ids of the episodes whose lessons are included.
+    pub lessons: Vec<u64>,
 }
 
 /// A turn's context and its report.
@@ -348,6 +384,22 @@ pub fn assemble(
         )
     } else {
         Vec::new()
+    };
+    let lessons = match layers.lessons {
+        Some(lessons) if combined => {
+            let piece = ContextMessage::generated(
+                Layer::Lessons,
+                lessons.text.clone(),
+                Vec::new(),
+                encoding,
+            );
+            if packer.offer(piece) {
+                lessons.episodes.clone()
+            } else {
+                Vec::new()
+            }
+        }
+        _ => Vec::new(),
     };
     if combined && let Some(text) = layers.session_memory {
         packer.offer(ContextMessage::generated(
@@ -424,6 +476,7 @@ pub fn assemble(
         facts.map_or(0, |f| f.entries().len()),
         recalled,
         memories,
+        lessons,
     ))
 }
 
@@ -479,22 +532,13 @@ fn offer_memories(
     max_tokens: u32,
     encoding: TokenEncoding,
 ) -> Vec<u64> {
-    let mut text = String::from("Long-term memories:");
-    let mut used = encoding.count(&text);
-    let mut ids = Vec::new();
-    for memory in memories {
-        let line = format!("\n- ({}) {}", kind_name(memory.kind), memory.text);
-        let cost = encoding.count(&line);
-        if used + cost > max_tokens {
-            break;
-        }
-        used += cost;
-        text.push_str(&line);
-        ids.push(memory.id);
-    }
-    if ids.is_empty() {
-        return ids;
-    }
+    let lines = memories.iter().map(|memory| {
+        let line = format!("- ({}) {}", kind_name(memory.kind), memory.text);
+        (memory.id, line)
+    });
+    let Some((text, ids)) = capped_list("Long-term memories:", lines, max_tokens, encoding) else {
+        return Vec::new();
+    };
     let piece = ContextMessage::generated(Layer::Memories, text, Vec::new(), encoding);
     if packer.offer(piece) { ids } else { Vec::new() }
 }
@@ -590,6 +634,7 @@ impl Packer {
         facts: usize,
         recalled: Vec<RecalledRef>,
         memories: Vec<u64>,
+        lessons: Vec<u64>,
     ) -> Assembled {
         // Prompt order: by layer, and within the window by position in the conversation.
         // Pieces of the other layers keep the order they were admitted in (best first).
@@ -629,6 +674,7 @@ impl Packer {
                 facts,
                 recalled,
                 memories,
+                lessons,
             },
             messages: self.included,
         }

@@ -20,6 +20,7 @@ use crate::assemble::{
 use crate::entities::FactSheet;
 use crate::fact_cache::{Cached, FactCache, SessionKey};
 use crate::history::History;
+use crate::lessons::{LessonQuery, build_lessons};
 use crate::long_term::{LongTermMemory, MemoryQuery};
 use crate::pii::redact_pii;
 use crate::summary::{ExtractiveSummarizer, Summarizer, Summary, SummaryRequest};
@@ -199,8 +200,9 @@ impl ContextBuilder {
             _ => (Vec::new(), None),
         };
 
+        let memories_on = settings.long_term_memory && settings.max_memories > 0;
         let memories = match (&self.memories, query_text) {
-            (Some(long_term), Some(query)) if combined && settings.max_memories > 0 => long_term
+            (Some(long_term), Some(query)) if combined && memories_on => long_term
                 .recall(MemoryQuery {
                     tenant: tenant.clone(),
                     user_id: loaded.user_id.clone(),
@@ -221,23 +223,41 @@ impl ContextBuilder {
         // (its own turns are in the window, the summary and recall).
         let session_memory = loaded
             .session_memory
-            .filter(|m| combined && !m.sessions.contains(&session_id))
+            .filter(|m| combined && settings.session_memory && !m.sessions.contains(&session_id))
             .map(|m| m.text);
         let encoding = self.encoding;
         let fact_cache = self.facts.clone();
         let messages = loaded.messages;
         let used = settings.clone();
         let hits = recalled.clone();
+        let store = self.store.clone();
+        let (user_id, agent_id) = (loaded.user_id, loaded.agent_id);
         // Fact extraction and packing scale with the session's length: off the async workers.
         let assembled = blocking(move || {
             // Every fact since the load checkpoint, summarised turns included.
             let facts = facts.map(|(key, cached)| fact_cache.extend(&key, cached, &messages));
+            // Lessons are a few short reads: taken here, beside the packing, they cost no
+            // extra hop to the blocking pool.
+            let lessons = if combined && settings.lessons {
+                let query = LessonQuery {
+                    tenant: &tenant,
+                    user_id: &user_id,
+                    agent_id: Some(&agent_id),
+                    task_type: settings.task_type.as_deref(),
+                    max_lessons: settings.max_lessons,
+                    max_tokens: settings.lesson_tokens,
+                };
+                build_lessons(&store, &query, encoding)?
+            } else {
+                None
+            };
             let layers = LayerInputs {
                 summary: summary.as_ref(),
                 facts: facts.as_deref(),
                 recalled,
                 memories,
                 session_memory: session_memory.as_deref(),
+                lessons: lessons.as_ref(),
             };
             let history = history.as_deref().unwrap_or(&messages);
             assemble(history, &layers, &settings, encoding)
@@ -436,11 +456,13 @@ impl ContextBuilder {
     /// Merges a finished conversation into the rolling summary of its user's conversations
     /// with its agent (session memory), which later conversations load as a layer. Merging
     /// the same session twice changes nothing. Call it off the request path: it summarises.
+    /// The session is ended: the inactivity timeout leaves it alone from now on.
     pub async fn end_session(
         &self,
         tenant: &str,
         session_id: &str,
     ) -> Result<SessionMemory, MemoryError> {
+        self.store.end_session_activity(tenant, session_id).await?;
         let loaded = self.load(tenant, session_id).await?;
         let store = self.store.clone();
         let (owner_tenant, user, agent) = (

@@ -15,6 +15,24 @@ pub enum MemoryError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A field of a memory configuration document is invalid.
+    #[error("invalid {field}: {reason}")]
+    InvalidMemoryConfig {
+        /// Its path in the document, e.g. `types[1].config.max_memories`.
+        field: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A memory configuration document names a memory type memlayer does not have.
+    #[error(
+        "unknown memory type {id:?} at {field}; expected working_memory, long_term or episodic"
+    )]
+    UnknownMemoryType {
+        /// Its path in the document.
+        field: String,
+        /// The id given.
+        id: String,
+    },
     /// A summariser was given no messages.
     #[error("nothing to summarise")]
     NothingToSummarize,

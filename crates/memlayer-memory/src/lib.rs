@@ -3,7 +3,7 @@
 //! every message), the history windows (exchanges kept or dropped whole, by turns or
 //! tokens), entity memory, summarisers and their persisted checkpoints, the budget manager
 //! that packs every layer into one budget with a report, long-term memories per user
-//! ([`LongTermMemory`]), and [`ContextBuilder`], which reads the store, recalls and assembles
+//! ([`LongTermMemory`]), episodic lessons ([`build_lessons`]), and [`ContextBuilder`], which reads the store, recalls and assembles
 //! one turn's context in one call.
 //!
 //! It may depend on `memlayer-store`, `memlayer-embed`, `memlayer-index` and `memlayer-llm`;
@@ -17,25 +17,31 @@ mod entities;
 mod error;
 mod fact_cache;
 mod history;
+mod idle;
+mod lessons;
 mod llm_summary;
 mod long_term;
+mod memory_config;
 mod pii;
 mod render;
 mod summary;
 mod tokens;
 
 pub use assemble::{
-    Assembled, ContextSettings, DropReason, Dropped, LayerInputs, LayerTokens, MAX_MEMORIES,
-    MAX_RECALL_K, Overflow, RECENT_SHARE, RecallScope, RecalledMessage, RecalledRef, Report,
-    SettingsOverrides, Strategy, assemble, summary_split,
+    Assembled, ContextSettings, DropReason, Dropped, LayerInputs, LayerTokens, MAX_LESSONS,
+    MAX_MEMORIES, MAX_RECALL_K, Overflow, RECENT_SHARE, RecallScope, RecalledMessage, RecalledRef,
+    Report, SettingsOverrides, Strategy, assemble, summary_split,
 };
 pub use context::{Built, ContextBuilder, ContextRequest, SESSION_MEMORY_MARKER, SummaryNote};
 pub use entities::{Fact, FactEntry, FactSheet, extract};
 pub use error::MemoryError;
 pub use fact_cache::FactCache;
 pub use history::{Exchange, History, MESSAGE_OVERHEAD_TOKENS, Window, message_tokens};
+pub use idle::{end_idle_sessions, run_idle_sessions};
+pub use lessons::{LESSONS_MARKER, LessonQuery, Lessons, build_lessons, list_episodes};
 pub use llm_summary::LlmSummarizer;
 pub use long_term::{LongTermMemory, MemoryHit, MemoryQuery, RememberAction, RememberRequest};
+pub use memory_config::{MEMORY_TYPES, MemoryConfig, MemoryType};
 pub use pii::redact_pii;
 pub use render::{
     ChatMessage, ContextMessage, Layer, OutputFormat, Rendered, earlier_questions, render,

@@ -285,10 +285,7 @@ impl LongTermMemory {
             indexes.owners.get(&id).is_some_and(|owner| {
                 owner.tenant == query.tenant
                     && owner.user_id == query.user_id
-                    && match (&query.agent_id, &owner.agent_id) {
-                        (None, _) | (_, None) => true,
-                        (Some(asker), Some(agent)) => asker == agent,
-                    }
+                    && visible_to(query.agent_id.as_deref(), owner.agent_id.as_deref())
                     && query
                         .kinds
                         .as_ref()
@@ -341,9 +338,7 @@ impl LongTermMemory {
             .store
             .user_memories(tenant, user_id)?
             .into_iter()
-            .filter(|m| {
-                agent_id.is_none() || m.agent_id.is_none() || m.agent_id.as_deref() == agent_id
-            })
+            .filter(|m| visible_to(agent_id, m.agent_id.as_deref()))
             .collect())
     }
 
@@ -453,6 +448,15 @@ impl Indexes {
             self.owners.remove(id);
         }
         self.vectors.compact();
+    }
+}
+
+/// Whether an agent (`None`: anyone asking for the user) may see what belongs to `owner`
+/// (`None`: every agent of the user). Memories and episodes share the rule.
+pub(crate) fn visible_to(asker: Option<&str>, owner: Option<&str>) -> bool {
+    match (asker, owner) {
+        (None, _) | (_, None) => true,
+        (Some(asker), Some(owner)) => asker == owner,
     }
 }
 

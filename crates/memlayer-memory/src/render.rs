@@ -18,6 +18,8 @@ pub enum Layer {
     Facts,
     /// The user's long-term memories relevant to the query (`Long-term memories:`).
     Memories,
+    /// Lessons from the user's earlier episodes (`Lessons from earlier tasks:`).
+    Lessons,
     /// The rolling summary of the user's earlier conversations with the agent.
     SessionMemory,
     /// The rolling summary of older turns (`[Conversation Summary]`).
@@ -101,6 +103,31 @@ pub fn earlier_questions(
     (!lines.is_empty()).then(|| {
         ContextMessage::generated(Layer::EarlierQuestions, lines.join("\n"), sources, encoding)
     })
+}
+
+/// `title` and then as many of `lines` (each with the id it stands for), in order, as fit
+/// `max_tokens` together, one per line; with the ids of the lines included. `None` when not
+/// even the first line fits.
+pub(crate) fn capped_list(
+    title: &str,
+    lines: impl IntoIterator<Item = (u64, String)>,
+    max_tokens: u32,
+    encoding: TokenEncoding,
+) -> Option<(String, Vec<u64>)> {
+    let mut text = title.to_owned();
+    let mut used = encoding.count(&text);
+    let mut ids = Vec::new();
+    for (id, line) in lines {
+        let line = format!("\n{line}");
+        let cost = encoding.count(&line);
+        if used + cost > max_tokens {
+            break;
+        }
+        used += cost;
+        text.push_str(&line);
+        ids.push(id);
+    }
+    (!ids.is_empty()).then_some((text, ids))
 }
 
 /// How the assembled context is handed to the caller.

@@ -239,6 +239,12 @@ impl From<MemoryError> for ApiError {
             MemoryError::InvalidSetting { .. } | MemoryError::UnknownEncoding(_) => {
                 Self::invalid("invalid_setting", err.to_string())
             }
+            MemoryError::InvalidMemoryConfig { .. } => {
+                Self::invalid("invalid_memory_config", err.to_string())
+            }
+            MemoryError::UnknownMemoryType { .. } => {
+                Self::invalid("unknown_memory_type", err.to_string())
+            }
             other => Self::Internal(other.to_string()),
         }
     }

@@ -48,8 +48,8 @@ pub fn router(state: AppState) -> Router {
     layers::around(router, &state).with_state(state)
 }
 
-/// Serves the API on `listener`, with the indexing pipeline and the erasure maintenance task
-/// (pending erasures, retention) running beside it, until
+/// Serves the API on `listener`, with the indexing pipeline, the erasure maintenance task
+/// (pending erasures, retention) and the task ending idle sessions running beside it, until
 /// `shutdown` resolves; then stops accepting connections, lets in-flight requests finish,
 /// stops the pipeline (which saves its snapshot) and commits every queued write.
 pub async fn serve(
@@ -72,11 +72,27 @@ pub async fn serve(
     let maintenance = tokio::spawn(state.erasure().clone().run_maintenance(async {
         let _ = maintenance_stopped.await;
     }));
+    let (stop_idle, idle_stopped) = tokio::sync::oneshot::channel::<()>();
+    let timeout = state.config().session_idle_timeout;
+    let idle = (!timeout.is_zero()).then(|| {
+        tokio::spawn(memlayer_memory::run_idle_sessions(
+            state.contexts().clone(),
+            store.clone(),
+            timeout,
+            async {
+                let _ = idle_stopped.await;
+            },
+        ))
+    });
     let served = axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown)
         .await;
     let _ = stop_maintenance.send(());
     let _ = maintenance.await;
+    let _ = stop_idle.send(());
+    if let Some(idle) = idle {
+        let _ = idle.await;
+    }
     let _ = stop_pipeline.send(());
     let stopped = pipeline.await;
     // Joining the writer thread blocks; keep it off the async workers.

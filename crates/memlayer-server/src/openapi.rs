@@ -260,6 +260,7 @@ pub(crate) mod foreign {
         Instructions,
         Facts,
         Memories,
+        Lessons,
         SessionMemory,
         Summary,
         Retrieved,
@@ -305,6 +306,23 @@ pub(crate) mod foreign {
         /// Most tokens the long-term memories may take.
         #[schema(default = 1000)]
         memory_tokens: u32,
+        /// Whether `combined` pre-loads long-term memories.
+        #[schema(default = true)]
+        long_term_memory: bool,
+        /// Whether `combined` loads the session memory of earlier conversations.
+        #[schema(default = true)]
+        session_memory: bool,
+        /// Whether `combined` shows lessons from the user's episodes.
+        #[schema(default = true)]
+        lessons: bool,
+        /// The kind of task the next turn is about: its recent lessons join the standing ones.
+        task_type: Option<String>,
+        /// Most recent lessons of the task type a context shows.
+        #[schema(default = 5, maximum = 50)]
+        max_lessons: usize,
+        /// Most tokens the lessons may take.
+        #[schema(default = 500)]
+        lesson_tokens: u32,
         /// Replace e-mail addresses, phone numbers, card numbers, SSNs and IBANs in summaries
         /// (and in what a summarising model is sent) with placeholders.
         #[schema(default = true)]
@@ -337,6 +355,30 @@ pub(crate) mod foreign {
         fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
             <ContextSettings as ToSchema>::schemas(schemas);
         }
+    }
+
+    /// One memory type of a memory configuration document (`memlayer_memory::MemoryType`).
+    #[derive(ToSchema)]
+    pub(crate) struct MemoryType {
+        /// `working_memory`, `long_term` or `episodic`.
+        #[schema(example = "long_term")]
+        id: String,
+        /// Whether its layer is in the context; `working_memory` cannot be turned off.
+        enabled: Option<bool>,
+        /// Its settings. `working_memory`: `max_tokens` (the context window),
+        /// `compaction_strategy` (`summarize` or `drop`); `long_term`: `max_memories`,
+        /// `max_tokens`; `episodic`: `max_lessons`, `max_tokens`, `task_type`.
+        #[schema(value_type = Option<Object>)]
+        config: (),
+    }
+
+    /// An agent's memory configuration: a view of its context settings
+    /// (`memlayer_memory::MemoryConfig`). Every key is optional in a request.
+    #[derive(ToSchema)]
+    pub(crate) struct MemoryConfig {
+        /// Whether the summary of the user's earlier conversations with the agent is loaded.
+        session_memory: Option<bool>,
+        types: Option<Vec<MemoryType>>,
     }
 
     /// A chat message of the OpenAI or Anthropic shape (`memlayer_memory::ChatMessage`).
@@ -441,6 +483,8 @@ pub(crate) mod foreign {
         recalled: Vec<RecalledRef>,
         /// Ids of the long-term memories included.
         memories: Vec<u64>,
+        /// Ids of the episodes whose lessons are included.
+        lessons: Vec<u64>,
     }
 
     /// How the summary of a context came about (`memlayer_memory::SummaryNote`).

@@ -30,6 +30,9 @@ pub struct ServerConfig {
     /// `/openapi.json` and `/docs` are not counted, so an overloaded server stays observable.
     /// Must be positive.
     pub max_in_flight: usize,
+    /// A session with no activity for this long is ended as if its client had ended it
+    /// (merged into session memory, in the background); zero never ends one.
+    pub session_idle_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -42,6 +45,7 @@ impl Default for ServerConfig {
             // Tokio's blocking pool, where reads run, has 512 threads: past that, admitted
             // reads would only queue there.
             max_in_flight: 512,
+            session_idle_timeout: Duration::from_secs(30 * 60),
         }
     }
 }

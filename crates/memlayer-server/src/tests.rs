@@ -445,6 +445,7 @@ fn mirrored_types_match_the_real_ones() {
         Layer::Instructions,
         Layer::Facts,
         Layer::Memories,
+        Layer::Lessons,
         Layer::SessionMemory,
         Layer::Summary,
         Layer::Retrieved,
@@ -455,6 +456,7 @@ fn mirrored_types_match_the_real_ones() {
         Layer::Instructions
         | Layer::Facts
         | Layer::Memories
+        | Layer::Lessons
         | Layer::SessionMemory
         | Layer::Summary
         | Layer::Retrieved

@@ -11,8 +11,10 @@
 #![deny(missing_docs)]
 
 mod embeddings;
+mod episodes;
 mod erasure;
 mod error;
+mod idle;
 mod keys;
 mod memories;
 mod model;
@@ -23,6 +25,7 @@ mod store;
 mod tables;
 mod writer;
 
+pub use episodes::{Episode, MAX_EPISODE_TEXT, MAX_LESSON_TEXT, Outcome};
 pub use erasure::{ConversationStats, MessageErased, StoredJob};
 pub use error::{Result, StoreError};
 pub use keys::{

@@ -584,6 +584,10 @@ fn initialise(db: &Database) -> Result<()> {
         txn.open_table(crate::tables::SESSION_MEMORIES)?;
         txn.open_table(crate::tables::API_KEYS)?;
         txn.open_table(crate::tables::API_KEY_TENANTS)?;
+        txn.open_table(crate::tables::EPISODES)?;
+        txn.open_table(crate::tables::EPISODE_OWNERS)?;
+        txn.open_table(crate::tables::EPISODE_TASKS)?;
+        txn.open_table(crate::tables::OPEN_SESSIONS)?;
     }
     txn.commit()?;
     Ok(())
@@ -649,7 +653,7 @@ fn add_to_listing(
             .map_or(0, |c| c.value());
         counts.insert((tenant, scope.as_str()), count + 1)?;
     }
-    Ok(())
+    crate::idle::open(txn, tenant, session_id, record.updated_at)
 }
 
 fn remove_from_listing(
@@ -671,7 +675,7 @@ fn remove_from_listing(
             counts.insert((tenant, scope.as_str()), count - 1)?;
         }
     }
-    Ok(())
+    crate::idle::close(txn, tenant, session_id, record)
 }
 
 /// Moves the session's listing entries to its new last-activity time.
@@ -690,6 +694,7 @@ fn touch(
             activity.remove((tenant, scope.as_str(), record.updated_at, session_id))?;
             activity.insert((tenant, scope.as_str(), updated_at, session_id), ())?;
         }
+        crate::idle::touch(txn, tenant, session_id, record.updated_at, updated_at)?;
         record.updated_at = updated_at;
     }
     Ok(())

@@ -130,3 +130,23 @@ pub(crate) const API_KEY_TENANTS: TableDefinition<(&str, &str), ()> =
 /// finished conversations with an agent, with the sessions merged into it.
 pub(crate) const SESSION_MEMORIES: TableDefinition<(&str, &str, &str), &[u8]> =
     TableDefinition::new("session_memories");
+
+/// `episode_id` → `EpisodeRecord`: episodes (an attempt at a task, its outcome, reflection
+/// and lesson).
+pub(crate) const EPISODES: TableDefinition<u64, &[u8]> = TableDefinition::new("episodes");
+
+/// `(tenant, user_id, episode_id)` → `()`: a user's episodes, for listing and erasure.
+pub(crate) const EPISODE_OWNERS: TableDefinition<(&str, &str, u64), ()> =
+    TableDefinition::new("episode_owners");
+
+/// `(tenant, user_id, task_type, episode_id)` → `()`: a user's episodes by task type, so the
+/// most recent lessons of one type are one reverse range (ids increase in recording order).
+pub(crate) const EPISODE_TASKS: TableDefinition<(&str, &str, &str, u64), ()> =
+    TableDefinition::new("episode_tasks");
+
+pub(crate) const NEXT_EPISODE_ID_KEY: &str = "next_episode_id";
+
+/// `(updated_at, tenant, session_id)` → `()`: sessions not yet ended, by last activity, so
+/// the ones idle for too long are one range (see `idle.rs`).
+pub(crate) const OPEN_SESSIONS: TableDefinition<(u64, &str, &str), ()> =
+    TableDefinition::new("open_sessions");

@@ -777,3 +777,178 @@ async fn settings_documents_per_tenant_and_agent_are_saved_replaced_and_removed(
         Err(StoreError::InvalidId { .. })
     ));
 }
+
+fn episode(user: &str, task_type: &str, lesson: &str) -> crate::Episode {
+    crate::Episode {
+        id: 0,
+        tenant: TENANT.into(),
+        user_id: user.into(),
+        agent_id: None,
+        task_type: task_type.into(),
+        description: "tried something".into(),
+        outcome: crate::Outcome::Failure,
+        reflection: String::new(),
+        lesson: lesson.into(),
+        standing: false,
+        source_session: None,
+        created_at: crate::Timestamp::now(),
+    }
+}
+
+#[tokio::test]
+async fn episodes_are_listed_by_owner_and_task_type_and_deleted_by_source() {
+    let (_dir, store) = open();
+    store
+        .append(
+            TENANT,
+            "s1",
+            append_of(vec![message(Role::User, "hi")], Some(owner("ann", "a"))),
+        )
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for (task, lesson) in [("refund", "one"), ("refund", "two"), ("upgrade", "three")] {
+        ids.push(
+            store
+                .put_episode(episode("ann", task, lesson))
+                .await
+                .unwrap(),
+        );
+    }
+    let from_session = crate::Episode {
+        source_session: Some("s1".into()),
+        ..episode("ann", "refund", "four")
+    };
+    ids.push(store.put_episode(from_session).await.unwrap());
+    store
+        .put_episode(episode("bob", "refund", "bob's"))
+        .await
+        .unwrap();
+
+    let lessons = |found: Vec<crate::Episode>| -> Vec<String> {
+        found.into_iter().map(|e| e.lesson).collect()
+    };
+    assert_eq!(
+        lessons(
+            store
+                .recent_episodes(TENANT, "ann", "refund", 2, |_| true)
+                .unwrap()
+        ),
+        ["four", "two"]
+    );
+    assert_eq!(
+        lessons(
+            store
+                .recent_episodes(TENANT, "ann", "refund", 9, |e| e.lesson != "two")
+                .unwrap()
+        ),
+        ["four", "one"]
+    );
+    assert_eq!(
+        lessons(store.user_episodes(TENANT, "ann").unwrap()),
+        ["one", "two", "three", "four"]
+    );
+    assert!(store.episode("other", ids[0]).unwrap().is_none());
+    assert_eq!(
+        store.episode(TENANT, ids[0]).unwrap().unwrap().lesson,
+        "one"
+    );
+
+    // A source session must be one of the user's own.
+    let foreign = crate::Episode {
+        source_session: Some("s1".into()),
+        ..episode("bob", "refund", "stolen")
+    };
+    assert!(matches!(
+        store.put_episode(foreign).await,
+        Err(StoreError::InvalidInput {
+            field: "source_session_id",
+            ..
+        })
+    ));
+    for bad in [
+        episode("ann", "refund", " "),
+        episode("ann", "no spaces", "x"),
+        episode("ann", "refund", &"x".repeat(crate::MAX_LESSON_TEXT + 1)),
+    ] {
+        assert!(store.put_episode(bad).await.is_err());
+    }
+
+    assert_eq!(
+        store
+            .delete_user_episodes(TENANT, "ann", Some("s1"))
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(!store.delete_episode("other", ids[0]).await.unwrap());
+    assert!(store.delete_episode(TENANT, ids[0]).await.unwrap());
+    assert_eq!(
+        store
+            .delete_user_episodes(TENANT, "ann", None)
+            .await
+            .unwrap(),
+        2
+    );
+    assert!(store.user_episodes(TENANT, "ann").unwrap().is_empty());
+    assert!(
+        store
+            .recent_episodes(TENANT, "ann", "refund", 9, |_| true)
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(store.user_episodes(TENANT, "bob").unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn idle_sessions_are_taken_once_oldest_first_and_ended_ones_stay_ended() {
+    let (_dir, store) = open();
+    let say = |session: &'static str| {
+        let store = store.clone();
+        async move {
+            store
+                .append(
+                    TENANT,
+                    session,
+                    append_of(vec![message(Role::User, "hi")], Some(owner("u", "a"))),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    say("first").await;
+    say("second").await;
+    say("third").await;
+    say("first").await; // Activity moves it to the back.
+    store
+        .create_session(TENANT, Some("empty"), owner("u", "a"))
+        .await
+        .unwrap();
+    store.end_session_activity(TENANT, "second").await.unwrap();
+    store.delete_session(TENANT, "empty").await.unwrap();
+    let oldest = store.oldest_open_activity().unwrap().unwrap();
+    let cutoff = crate::Timestamp::now();
+    assert!(oldest.as_micros() <= cutoff.as_micros());
+
+    let taken = store.take_idle_sessions(cutoff, 1).await.unwrap();
+    assert_eq!(taken, [(TENANT.to_owned(), "third".to_owned())]);
+    let taken = store.take_idle_sessions(cutoff, 10).await.unwrap();
+    assert_eq!(taken, [(TENANT.to_owned(), "first".to_owned())]);
+    assert!(
+        store
+            .take_idle_sessions(cutoff, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(store.oldest_open_activity().unwrap(), None);
+    // New activity does not reopen an ended session.
+    say("second").await;
+    assert!(
+        store
+            .take_idle_sessions(crate::Timestamp::now(), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}

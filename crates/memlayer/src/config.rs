@@ -25,8 +25,8 @@ pub(crate) struct DataArgs {
     #[arg(long, env = "MEMLAYER_DATA_DIR")]
     data_dir: Option<PathBuf>,
     /// TOML file with any of: listen, data_dir, assets_dir, model_dir, onnxruntime,
-    /// max_body_bytes, token_encoding, request_timeout_secs, max_in_flight, admin_key, and a
-    /// [summarizer] table.
+    /// max_body_bytes, token_encoding, request_timeout_secs, max_in_flight,
+    /// session_idle_timeout_secs, admin_key, and a [summarizer] table.
     #[arg(long, env = "MEMLAYER_CONFIG")]
     config: Option<PathBuf>,
 }
@@ -75,6 +75,10 @@ pub(crate) struct ServeArgs {
     /// Retry-After, never queued [default: 512].
     #[arg(long, env = "MEMLAYER_MAX_IN_FLIGHT")]
     max_in_flight: Option<usize>,
+    /// A session with no activity for this many seconds is ended (merged into session
+    /// memory in the background); 0 never ends one [default: 1800].
+    #[arg(long, env = "MEMLAYER_SESSION_IDLE_TIMEOUT_SECS")]
+    session_idle_timeout_secs: Option<u64>,
 }
 
 /// Where the embedding assets are; shared by every command that embeds text.
@@ -151,6 +155,7 @@ struct FileSettings {
     token_encoding: Option<String>,
     request_timeout_secs: Option<u64>,
     max_in_flight: Option<usize>,
+    session_idle_timeout_secs: Option<u64>,
     /// The operator's admin key: a `tenant_admin` key of tenant `default`. The environment's
     /// `MEMLAYER_ADMIN_KEY` wins over it.
     admin_key: Option<String>,
@@ -219,6 +224,10 @@ impl Settings {
             .or(file.max_in_flight)
             .unwrap_or(defaults.max_in_flight);
         anyhow::ensure!(max_in_flight > 0, "max_in_flight must be positive");
+        let session_idle_timeout = args
+            .session_idle_timeout_secs
+            .or(file.session_idle_timeout_secs)
+            .map_or(defaults.session_idle_timeout, Duration::from_secs);
         let summarizer_model = file
             .summarizer
             .map(|mut model| {
@@ -249,6 +258,7 @@ impl Settings {
                 summarizer_model,
                 request_timeout,
                 max_in_flight,
+                session_idle_timeout,
             },
             admin_key: admin_key.map(Secret),
         })
@@ -312,6 +322,10 @@ mod tests {
         assert_eq!(settings.server.max_body_bytes, 1 << 20);
         assert_eq!(settings.server.request_timeout, Duration::from_secs(30));
         assert_eq!(settings.server.max_in_flight, 512);
+        assert_eq!(
+            settings.server.session_idle_timeout,
+            Duration::from_secs(30 * 60)
+        );
     }
 
     #[test]
@@ -327,6 +341,8 @@ mod tests {
         assert_eq!(flagged.server.max_in_flight, 8);
         assert!(resolve(&["--max-in-flight", "0"]).is_err());
         assert!(resolve(&["--request-timeout-secs", "0"]).is_err());
+        let idle = resolve(&["--session-idle-timeout-secs", "0"]).unwrap();
+        assert!(idle.server.session_idle_timeout.is_zero(), "0 disables it");
     }
 
     #[test]

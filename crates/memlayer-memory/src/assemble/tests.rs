@@ -82,7 +82,7 @@ fn sliding_window_keeps_the_last_turns() {
             User (turn 4): It dropped again. Can you send a technician?
             Assistant: A technician is booked for Thursday 9-12.
             ---
-            {"strategy":"sliding_window","budget":7372,"total_tokens":67,"layers":[{"layer":"instructions","pieces":1,"tokens":14},{"layer":"window","pieces":4,"tokens":53}],"window":[5,6,7,8],"dropped":[{"layer":"window","sources":[1,2],"tokens":33,"reason":"outside_window"},{"layer":"window","sources":[3,4],"tokens":30,"reason":"outside_window"}],"summary":null,"facts":0,"recalled":[],"memories":[]}"#]],
+            {"strategy":"sliding_window","budget":7372,"total_tokens":67,"layers":[{"layer":"instructions","pieces":1,"tokens":14},{"layer":"window","pieces":4,"tokens":53}],"window":[5,6,7,8],"dropped":[{"layer":"window","sources":[1,2],"tokens":33,"reason":"outside_window"},{"layer":"window","sources":[3,4],"tokens":30,"reason":"outside_window"}],"summary":null,"facts":0,"recalled":[],"memories":[],"lessons":[]}"#]],
     );
 }
 
@@ -100,7 +100,7 @@ fn history_depth_keeps_older_questions_as_stubs() {
             User (turn 4): It dropped again. Can you send a technician?
             Assistant: A technician is booked for Thursday 9-12.
             ---
-            {"strategy":"history_depth","budget":7372,"total_tokens":117,"layers":[{"layer":"instructions","pieces":1,"tokens":14},{"layer":"earlier_questions","pieces":1,"tokens":50},{"layer":"window","pieces":4,"tokens":53}],"window":[5,6,7,8],"dropped":[],"summary":null,"facts":0,"recalled":[],"memories":[]}"#]],
+            {"strategy":"history_depth","budget":7372,"total_tokens":117,"layers":[{"layer":"instructions","pieces":1,"tokens":14},{"layer":"earlier_questions","pieces":1,"tokens":50},{"layer":"window","pieces":4,"tokens":53}],"window":[5,6,7,8],"dropped":[],"summary":null,"facts":0,"recalled":[],"memories":[],"lessons":[]}"#]],
     );
 }
 
@@ -115,6 +115,10 @@ fn combined_adds_facts_summary_and_recalled_messages() {
     let mut earlier_conversation = support_chat()[1].clone();
     earlier_conversation.content = "My modem is a FritzBox 7590.".into();
     earlier_conversation.timestamp = Timestamp::from_micros(1_763_900_000_000_000);
+    let lessons = Lessons {
+        text: "Lessons from earlier tasks:\n- (standing) Book technicians for mornings.".into(),
+        episodes: vec![3],
+    };
     let layers = LayerInputs {
         summary: Some(&summary),
         facts: Some(&facts),
@@ -155,6 +159,7 @@ fn combined_adds_facts_summary_and_recalled_messages() {
         session_memory: Some(
             "[Earlier conversations with this user]\n- User: My modem was replaced in May.",
         ),
+        lessons: Some(&lessons),
     };
     check(
         settings(Strategy::Combined),
@@ -167,6 +172,8 @@ fn combined_adds_facts_summary_and_recalled_messages() {
             - name: Dana
             Long-term memories:
             - (fact) Works from home on Thursdays
+            Lessons from earlier tasks:
+            - (standing) Book technicians for mornings.
             [Earlier conversations with this user]
             - User: My modem was replaced in May.
             [Conversation Summary] (messages 0–0)
@@ -178,7 +185,7 @@ fn combined_adds_facts_summary_and_recalled_messages() {
             User (turn 4): It dropped again. Can you send a technician?
             Assistant: A technician is booked for Thursday 9-12.
             ---
-            {"strategy":"combined","budget":7372,"total_tokens":211,"layers":[{"layer":"instructions","pieces":1,"tokens":14},{"layer":"facts","pieces":1,"tokens":27},{"layer":"memories","pieces":1,"tokens":18},{"layer":"session_memory","pieces":1,"tokens":21},{"layer":"summary","pieces":1,"tokens":23},{"layer":"retrieved","pieces":2,"tokens":55},{"layer":"window","pieces":4,"tokens":53}],"window":[5,6,7,8],"dropped":[{"layer":"window","sources":[1,2],"tokens":33,"reason":"outside_window"},{"layer":"window","sources":[3,4],"tokens":30,"reason":"outside_window"}],"summary":[0,0],"facts":3,"recalled":[{"session_id":"support-2","index":3,"score":0.031},{"session_id":"support-1","index":1,"score":0.016}],"memories":[7]}"#]],
+            {"strategy":"combined","budget":7372,"total_tokens":230,"layers":[{"layer":"instructions","pieces":1,"tokens":14},{"layer":"facts","pieces":1,"tokens":27},{"layer":"memories","pieces":1,"tokens":18},{"layer":"lessons","pieces":1,"tokens":19},{"layer":"session_memory","pieces":1,"tokens":21},{"layer":"summary","pieces":1,"tokens":23},{"layer":"retrieved","pieces":2,"tokens":55},{"layer":"window","pieces":4,"tokens":53}],"window":[5,6,7,8],"dropped":[{"layer":"window","sources":[1,2],"tokens":33,"reason":"outside_window"},{"layer":"window","sources":[3,4],"tokens":30,"reason":"outside_window"}],"summary":[0,0],"facts":3,"recalled":[{"session_id":"support-2","index":3,"score":0.031},{"session_id":"support-1","index":1,"score":0.016}],"memories":[7],"lessons":[3]}"#]],
     );
 }
 

@@ -50,13 +50,15 @@ fn project(tenant: String, project_id: Option<String>) -> Result<String, ApiErro
 #[derive(Serialize, ToSchema)]
 pub(crate) struct ReceiptBody {
     erasure_id: u64,
-    /// What was asked: `{"kind": "message" | "session" | "user" | "inactive_since", …}`.
+    /// What was asked: `{"kind": "message" | "session" | "memory" | "episode" | "user" |
+    /// "inactive_since", …}`.
     #[schema(value_type = Object)]
     target: Target,
     requested_by: String,
     requested_at: Rfc3339,
     completed_at: Rfc3339,
-    /// Records removed per kind: `sessions`, `messages`, `vectors`, `summaries`.
+    /// Records removed per kind: `sessions`, `messages`, `vectors`, `summaries`, `memories`,
+    /// `session_memories`, `episodes`.
     #[schema(value_type = Object)]
     counts: Counts,
     /// Sessions removed entirely.

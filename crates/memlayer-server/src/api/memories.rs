@@ -392,7 +392,8 @@ pub(crate) struct Ending {
 ///
 /// Merges the conversation into the rolling summary of its user's conversations with its
 /// agent (session memory), in the background: the answer does not wait for the summary.
-/// Ending a session twice merges it once.
+/// Ending a session twice merges it once. A session with no activity for the server's
+/// `session_idle_timeout` is ended the same way without this call.
 #[utoipa::path(
     post,
     path = "/v1/sessions/{session_id}/end",

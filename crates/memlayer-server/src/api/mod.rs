@@ -1,6 +1,7 @@
 //! Route handlers, one module per resource, and the route table that registers them.
 
 pub(crate) mod context;
+pub(crate) mod episodes;
 pub(crate) mod erasure;
 pub(crate) mod health;
 pub(crate) mod keys;
@@ -41,6 +42,9 @@ pub(crate) const ROUTES: &[Route] = &[
     Route::api(|| routes!(memories::end_session)),
     Route::api(|| routes!(memories::session_memory)),
     Route::api(|| routes!(memories::get, memories::forget)),
+    Route::api(|| routes!(episodes::record, episodes::list)),
+    Route::api(|| routes!(episodes::get, episodes::delete)),
+    Route::api(|| routes!(episodes::lessons)),
     Route::api(|| routes!(erasure::erase_message)),
     Route::api(|| routes!(erasure::erase_user)),
     Route::api(|| routes!(erasure::stats)),
@@ -63,6 +67,7 @@ pub(crate) const ROUTES: &[Route] = &[
             settings::delete_agent_settings
         )
     }),
+    Route::api(|| routes!(settings::memory_config, settings::put_memory_config)),
     Route::operations(|| routes!(health::live)),
     Route::operations(|| routes!(health::ready)),
     Route::operations(|| routes!(operations::metrics)),

@@ -2,15 +2,18 @@
 //! (`/v1/agents/{agent_id}/settings`). Each is a partial document of the context settings'
 //! keys, laid over the built-in defaults (and an agent's over its tenant's); a request may
 //! override them again. A change applies from the next context on and never rewrites turns.
+//! An agent's memory configuration (`/v1/agents/{agent_id}/memory-config`) is another view of
+//! the same settings (`memlayer_memory::MemoryConfig`).
 
 use axum::Json;
 use axum::extract::State;
-use memlayer_memory::{ContextSettings, SettingsOverrides};
+use memlayer_memory::{ContextSettings, MemoryConfig, SettingsOverrides};
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::api::read;
 use crate::extract::{Admin, ApiJson, ApiPath, Tenant};
+use crate::openapi::foreign;
 use crate::{ApiError, AppState};
 
 /// The settings saved at one level and what they lead to.
@@ -36,7 +39,7 @@ pub(crate) async fn tenant_settings(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
 ) -> Result<Json<SettingsResponse>, ApiError> {
-    describe(&state, tenant, None).await
+    describe(&state, tenant, None).await.map(Json)
 }
 
 /// Save the tenant's settings
@@ -54,7 +57,7 @@ pub(crate) async fn put_tenant_settings(
     Admin(tenant): Admin,
     ApiJson(document): ApiJson<SettingsOverrides>,
 ) -> Result<Json<SettingsResponse>, ApiError> {
-    save(&state, tenant, None, Some(document)).await
+    save(&state, tenant, None, Some(document)).await.map(Json)
 }
 
 /// Remove the tenant's settings
@@ -68,7 +71,7 @@ pub(crate) async fn delete_tenant_settings(
     State(state): State<AppState>,
     Admin(tenant): Admin,
 ) -> Result<Json<SettingsResponse>, ApiError> {
-    save(&state, tenant, None, None).await
+    save(&state, tenant, None, None).await.map(Json)
 }
 
 /// Get an agent's settings
@@ -84,7 +87,7 @@ pub(crate) async fn agent_settings(
     Tenant(tenant): Tenant,
     ApiPath(agent_id): ApiPath<String>,
 ) -> Result<Json<SettingsResponse>, ApiError> {
-    describe(&state, tenant, Some(agent_id)).await
+    describe(&state, tenant, Some(agent_id)).await.map(Json)
 }
 
 /// Save an agent's settings
@@ -104,7 +107,9 @@ pub(crate) async fn put_agent_settings(
     ApiPath(agent_id): ApiPath<String>,
     ApiJson(document): ApiJson<SettingsOverrides>,
 ) -> Result<Json<SettingsResponse>, ApiError> {
-    save(&state, tenant, Some(agent_id), Some(document)).await
+    save(&state, tenant, Some(agent_id), Some(document))
+        .await
+        .map(Json)
 }
 
 /// Remove an agent's settings
@@ -120,7 +125,60 @@ pub(crate) async fn delete_agent_settings(
     Admin(tenant): Admin,
     ApiPath(agent_id): ApiPath<String>,
 ) -> Result<Json<SettingsResponse>, ApiError> {
-    save(&state, tenant, Some(agent_id), None).await
+    save(&state, tenant, Some(agent_id), None).await.map(Json)
+}
+
+/// An agent's memory configuration
+///
+/// The agent's effective settings (defaults, the tenant's, the agent's) as a memory
+/// configuration document: `session_memory` and one entry per memory type
+/// (`working_memory`, `long_term`, `episodic`).
+#[utoipa::path(
+    get,
+    path = "/v1/agents/{agent_id}/memory-config",
+    tag = "settings",
+    params(("agent_id" = String, Path, description = "The agent's id")),
+    responses((status = 200, description = "The document in force", body = foreign::MemoryConfig)),
+)]
+pub(crate) async fn memory_config(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiPath(agent_id): ApiPath<String>,
+) -> Result<Json<MemoryConfig>, ApiError> {
+    let described = describe(&state, tenant, Some(agent_id)).await?;
+    Ok(Json(MemoryConfig::from_settings(&described.effective)))
+}
+
+/// Save an agent's memory configuration
+///
+/// Sets the agent's settings keys the document maps onto (`working_memory.config.max_tokens`
+/// → `context_window`, `compaction_strategy` → `overflow`, `long_term.enabled` →
+/// `long_term_memory`, `long_term.config.max_memories` → `max_memories`, `episodic.enabled` →
+/// `lessons`, …); the agent's other saved keys, and types the document leaves out, stay. It
+/// applies from the next context on. An unknown type is `422 unknown_memory_type`, any other
+/// mistake `422 invalid_memory_config`, with the field's path in the message.
+#[utoipa::path(
+    put,
+    path = "/v1/agents/{agent_id}/memory-config",
+    tag = "settings",
+    params(("agent_id" = String, Path, description = "The agent's id")),
+    request_body = foreign::MemoryConfig,
+    responses((status = 200, description = "Saved: the document now in force", body = foreign::MemoryConfig)),
+)]
+pub(crate) async fn put_memory_config(
+    State(state): State<AppState>,
+    Admin(tenant): Admin,
+    ApiPath(agent_id): ApiPath<String>,
+    ApiJson(document): ApiJson<serde_json::Value>,
+) -> Result<Json<MemoryConfig>, ApiError> {
+    let overrides = MemoryConfig::to_overrides(&document)?;
+    let (owner, agent) = (tenant.clone(), agent_id.clone());
+    let mut saved = read(&state, move |store| store.settings(&owner, Some(&agent)))
+        .await?
+        .unwrap_or_default();
+    saved.extend(overrides);
+    let described = save(&state, tenant, Some(agent_id), Some(saved)).await?;
+    Ok(Json(MemoryConfig::from_settings(&described.effective)))
 }
 
 /// Saves `document` at one level (removes it when `None`) after checking that the settings
@@ -130,7 +188,7 @@ async fn save(
     tenant: String,
     agent_id: Option<String>,
     document: Option<SettingsOverrides>,
-) -> Result<Json<SettingsResponse>, ApiError> {
+) -> Result<SettingsResponse, ApiError> {
     if let Some(document) = &document {
         let (tenant, agent) = (tenant.clone(), agent_id.clone());
         let levels = read(state, move |store| levels(store, &tenant, agent.as_deref())).await?;
@@ -149,18 +207,18 @@ async fn describe(
     state: &AppState,
     tenant: String,
     agent_id: Option<String>,
-) -> Result<Json<SettingsResponse>, ApiError> {
+) -> Result<SettingsResponse, ApiError> {
     let levels = read(state, move |store| {
         levels(store, &tenant, agent_id.as_deref())
     })
     .await?;
     let effective = ContextSettings::layered(levels.iter().flatten())?;
     let saved = levels.into_iter().last().flatten().unwrap_or_default();
-    Ok(Json(SettingsResponse { saved, effective }))
+    Ok(SettingsResponse { saved, effective })
 }
 
 /// The saved documents from the tenant down to the level asked for (the last one).
-fn levels(
+pub(crate) fn levels(
     store: &memlayer_store::Store,
     tenant: &str,
     agent_id: Option<&str>,

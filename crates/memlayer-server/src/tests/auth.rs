@@ -150,6 +150,14 @@ const TABLE: &[Row] = &[
     .query("?agent_id=support"),
     row("GET", "/v1/memories/{memory_id}", Service, 403, 404),
     row("DELETE", "/v1/memories/{memory_id}", Service, 403, 404),
+    // Episodes are scoped like memories.
+    row("GET", "/v1/users/{user_id}/episodes", Service, 403, 200),
+    row("POST", "/v1/users/{user_id}/episodes", Service, 403, 201).body(
+        r#"{"task_type":"refund","description":"another tenant's","outcome":"success","lesson":"theirs"}"#,
+    ),
+    row("GET", "/v1/users/{user_id}/lessons", Service, 403, 200).query("?task_type=refund"),
+    row("GET", "/v1/episodes/{episode_id}", Service, 403, 404),
+    row("DELETE", "/v1/episodes/{episode_id}", Service, 403, 404),
     // Another tenant erasing "alice" erases its own alice, who has nothing.
     row("DELETE", "/v1/users/{user_id}", AdminOrSelf, 404, 200),
     row("GET", "/v1/admin/conversations/stats", Admin, 403, 404).query("?project_id=default"),
@@ -165,6 +173,8 @@ const TABLE: &[Row] = &[
     row("GET", "/v1/agents/{agent_id}/settings", Service, 403, 200),
     row("PUT", "/v1/agents/{agent_id}/settings", Admin, 403, 200).body("{}"),
     row("DELETE", "/v1/agents/{agent_id}/settings", Admin, 403, 200),
+    row("GET", "/v1/agents/{agent_id}/memory-config", Service, 403, 200),
+    row("PUT", "/v1/agents/{agent_id}/memory-config", Admin, 403, 200).body("{}"),
     row("GET", "/v1/keys", Admin, 403, 200),
     row("POST", "/v1/keys", Admin, 403, 201).body(r#"{"role":"service"}"#),
     row("DELETE", "/v1/keys/{prefix}", Admin, 403, 404),
@@ -241,6 +251,7 @@ fn expected(row: &Row, case: Case) -> Option<(u16, Option<&'static str>)> {
 struct World {
     fixture: Fixture,
     memory_id: u64,
+    episode_id: u64,
     victim_key: String,
     keys: Keys,
 }
@@ -333,9 +344,26 @@ impl World {
             remembered.text()
         );
         let memory_id = remembered.json()["memory"]["memory_id"].as_u64().unwrap();
+        let recorded = fixture
+            .send(json_request(
+                Method::POST,
+                "/v1/users/alice/episodes",
+                &json!({
+                    "task_type": "refund",
+                    "description": "a refund for alice",
+                    "outcome": "failure",
+                    "lesson": format!("{CANARY}: ask for the receipt"),
+                    "source_session_id": SESSION,
+                }),
+                Some(ADMIN_KEY),
+            ))
+            .await;
+        assert_eq!(recorded.status, StatusCode::CREATED, "{}", recorded.text());
+        let episode_id = recorded.json()["episode_id"].as_u64().unwrap();
         Self {
             fixture,
             memory_id,
+            episode_id,
             victim_key,
             keys,
         }
@@ -350,6 +378,7 @@ impl World {
                 "{index}" => "0".to_owned(),
                 "{agent_id}" => "support".to_owned(),
                 "{memory_id}" => self.memory_id.to_string(),
+                "{episode_id}" => self.episode_id.to_string(),
                 "{prefix}" => self.victim_key.clone(),
                 other if other.starts_with('{') => {
                     panic!("no value for {other} in {path}: add one to World::concrete")
@@ -401,6 +430,9 @@ impl World {
         };
         let session = get(format!("/v1/sessions/{SESSION}")).await.json();
         let memory = get(format!("/v1/memories/{}", self.memory_id)).await.json();
+        let episode = get(format!("/v1/episodes/{}", self.episode_id))
+            .await
+            .json();
         let keys = get("/v1/keys".into()).await.json();
         let victim_key = keys["keys"]
             .as_array()
@@ -413,6 +445,7 @@ impl World {
             "messages": session["messages"].as_array().map(|m| m.iter().map(|m| m["content"].clone()).collect::<Vec<_>>()),
             "user": session["user_id"],
             "memory": memory["text"],
+            "lesson": episode["lesson"],
             "key": victim_key["state"],
         })
     }
@@ -474,6 +507,7 @@ async fn every_route_answers_every_kind_of_key_exactly() {
             "messages": [format!("{CANARY}: my order 4711 is late")],
             "user": "alice",
             "memory": format!("{CANARY}: alice prefers tea"),
+            "lesson": format!("{CANARY}: ask for the receipt"),
             "key": "active",
         })
     );

@@ -715,6 +715,7 @@ fn layer_name(layer: Layer) -> &'static str {
         Layer::Instructions => "instructions",
         Layer::Facts => "facts",
         Layer::Memories => "memories",
+        Layer::Lessons => "lessons",
         Layer::SessionMemory => "session_memory",
         Layer::Summary => "summary",
         Layer::Retrieved => "retrieved",

@@ -1,0 +1,309 @@
+//! Episodes: what an agent did for a user on one kind of task, how it went, and the lesson
+//! it drew (Reflexion-style), so later attempts at the same kind of task start from it.
+//!
+//! The store keeps them, lists them by owner and by task type, and deletes them for
+//! erasures; choosing and rendering the lessons a context shows belongs to the strategies
+//! crate.
+
+use redb::{ReadableTable, WriteTransaction};
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Timestamp, validate_id, validate_text};
+use crate::record::Record;
+use crate::store::read_session_record;
+use crate::tables::{EPISODE_OWNERS, EPISODE_TASKS, EPISODES, META, NEXT_EPISODE_ID_KEY, SESSIONS};
+use crate::{Result, Store, StoreError};
+
+/// Longest description or reflection, in characters.
+pub const MAX_EPISODE_TEXT: usize = 4_000;
+/// Longest lesson, in characters: a lesson is one rule to follow, not a report.
+pub const MAX_LESSON_TEXT: usize = 1_000;
+
+/// How an episode ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The task was done.
+    Success,
+    /// It was not.
+    Failure,
+    /// Part of it was.
+    Partial,
+}
+
+/// One attempt at a task and the lesson drawn from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Episode {
+    /// Its id, unique in the store and increasing in recording order (0 before it is stored).
+    pub id: u64,
+    /// The tenant.
+    pub tenant: String,
+    /// The user the task was done for.
+    pub user_id: String,
+    /// The agent it belongs to; `None`: every agent of the user learns from it.
+    pub agent_id: Option<String>,
+    /// The kind of task (an id, e.g. `refund_request`): lessons are looked up by it.
+    pub task_type: String,
+    /// What was attempted.
+    pub description: String,
+    /// How it went.
+    pub outcome: Outcome,
+    /// Why it went that way.
+    pub reflection: String,
+    /// What to do (or avoid) next time.
+    pub lesson: String,
+    /// A standing lesson is shown for every task type, not only its own.
+    pub standing: bool,
+    /// The session it was drawn from, if any: erasing that session erases the episode.
+    pub source_session: Option<String>,
+    /// When it was recorded.
+    pub created_at: Timestamp,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct EpisodeRecord {
+    tenant: String,
+    user_id: String,
+    agent_id: Option<String>,
+    task_type: String,
+    description: String,
+    outcome: Outcome,
+    reflection: String,
+    lesson: String,
+    standing: bool,
+    source_session: Option<String>,
+    created_at: u64,
+}
+
+impl Record for EpisodeRecord {
+    const VERSION: u8 = 1;
+    const NAME: &'static str = "episode record";
+}
+
+impl EpisodeRecord {
+    fn into_episode(self, id: u64) -> Episode {
+        Episode {
+            id,
+            tenant: self.tenant,
+            user_id: self.user_id,
+            agent_id: self.agent_id,
+            task_type: self.task_type,
+            description: self.description,
+            outcome: self.outcome,
+            reflection: self.reflection,
+            lesson: self.lesson,
+            standing: self.standing,
+            source_session: self.source_session,
+            created_at: Timestamp::from_micros(self.created_at),
+        }
+    }
+}
+
+impl Episode {
+    fn validate(&self) -> Result<()> {
+        validate_id("tenant", &self.tenant)?;
+        validate_id("user_id", &self.user_id)?;
+        if let Some(agent) = &self.agent_id {
+            validate_id("agent_id", agent)?;
+        }
+        validate_id("task_type", &self.task_type)?;
+        if let Some(session) = &self.source_session {
+            validate_id("source_session_id", session)?;
+        }
+        bounded("description", &self.description, MAX_EPISODE_TEXT, false)?;
+        bounded("reflection", &self.reflection, MAX_EPISODE_TEXT, true)?;
+        bounded("lesson", &self.lesson, MAX_LESSON_TEXT, false)
+    }
+}
+
+fn bounded(field: &'static str, text: &str, max: usize, may_be_empty: bool) -> Result<()> {
+    validate_text(field, text)?;
+    let invalid = |reason: String| Err(StoreError::InvalidInput { field, reason });
+    if !may_be_empty && text.trim().is_empty() {
+        return invalid("must not be empty".into());
+    }
+    if text.chars().count() > max {
+        return invalid(format!("must be at most {max} characters"));
+    }
+    Ok(())
+}
+
+impl Store {
+    /// Records a new episode and returns its id. A source session must be one of the same
+    /// user's sessions (checked in the same transaction, so it cannot be erased in between).
+    pub async fn put_episode(&self, episode: Episode) -> Result<u64> {
+        episode.validate()?;
+        self.write(move |txn| {
+            if let Some(session_id) = &episode.source_session {
+                let sessions = txn.open_table(SESSIONS)?;
+                let owner = read_session_record(&sessions, &episode.tenant, session_id)?
+                    .map(|record| record.user_id);
+                if owner.as_deref() != Some(episode.user_id.as_str()) {
+                    return Err(StoreError::InvalidInput {
+                        field: "source_session_id",
+                        reason: format!("no session {session_id:?} of this user"),
+                    });
+                }
+            }
+            let mut meta = txn.open_table(META)?;
+            let id = meta.get(NEXT_EPISODE_ID_KEY)?.map_or(1, |v| v.value());
+            meta.insert(NEXT_EPISODE_ID_KEY, id + 1)?;
+            let record = EpisodeRecord {
+                tenant: episode.tenant,
+                user_id: episode.user_id,
+                agent_id: episode.agent_id,
+                task_type: episode.task_type,
+                description: episode.description,
+                outcome: episode.outcome,
+                reflection: episode.reflection,
+                lesson: episode.lesson,
+                standing: episode.standing,
+                source_session: episode.source_session,
+                created_at: episode.created_at.as_micros(),
+            };
+            txn.open_table(EPISODES)?
+                .insert(id, record.encode().as_slice())?;
+            let (tenant, user) = (record.tenant.as_str(), record.user_id.as_str());
+            txn.open_table(EPISODE_OWNERS)?
+                .insert((tenant, user, id), ())?;
+            txn.open_table(EPISODE_TASKS)?
+                .insert((tenant, user, record.task_type.as_str(), id), ())?;
+            Ok(id)
+        })
+        .await
+    }
+
+    /// The episode with this id if it belongs to `tenant`.
+    pub fn episode(&self, tenant: &str, id: u64) -> Result<Option<Episode>> {
+        validate_id("tenant", tenant)?;
+        let txn = self.begin_read()?;
+        let table = txn.open_table(EPISODES)?;
+        let Some(value) = table.get(id)? else {
+            return Ok(None);
+        };
+        let episode = EpisodeRecord::decode(value.value())?.into_episode(id);
+        Ok((episode.tenant == tenant).then_some(episode))
+    }
+
+    /// Every episode of a user, oldest first.
+    pub fn user_episodes(&self, tenant: &str, user_id: &str) -> Result<Vec<Episode>> {
+        validate_id("tenant", tenant)?;
+        validate_id("user_id", user_id)?;
+        let txn = self.begin_read()?;
+        let owners = txn.open_table(EPISODE_OWNERS)?;
+        let table = txn.open_table(EPISODES)?;
+        owners
+            .range((tenant, user_id, 0)..=(tenant, user_id, u64::MAX))?
+            .map(|entry| read_episode(&table, entry?.0.value().2))
+            .collect()
+    }
+
+    /// A user's episodes of one task type that `keep` accepts, newest first, at most
+    /// `limit`: one reverse range of the task index, reading only the episodes it returns.
+    pub fn recent_episodes(
+        &self,
+        tenant: &str,
+        user_id: &str,
+        task_type: &str,
+        limit: usize,
+        keep: impl Fn(&Episode) -> bool,
+    ) -> Result<Vec<Episode>> {
+        validate_id("tenant", tenant)?;
+        validate_id("user_id", user_id)?;
+        validate_id("task_type", task_type)?;
+        let txn = self.begin_read()?;
+        let tasks = txn.open_table(EPISODE_TASKS)?;
+        let table = txn.open_table(EPISODES)?;
+        let mut found = Vec::new();
+        for entry in tasks
+            .range((tenant, user_id, task_type, 0)..=(tenant, user_id, task_type, u64::MAX))?
+            .rev()
+        {
+            if found.len() >= limit {
+                break;
+            }
+            let episode = read_episode(&table, entry?.0.value().3)?;
+            if keep(&episode) {
+                found.push(episode);
+            }
+        }
+        Ok(found)
+    }
+
+    /// Deletes an episode of `tenant`; returns whether it existed.
+    pub async fn delete_episode(&self, tenant: &str, id: u64) -> Result<bool> {
+        validate_id("tenant", tenant)?;
+        let tenant = tenant.to_owned();
+        self.write(move |txn| {
+            let record = txn
+                .open_table(EPISODES)?
+                .get(id)?
+                .map(|value| EpisodeRecord::decode(value.value()))
+                .transpose()?;
+            match record {
+                Some(record) if record.tenant == tenant => {
+                    remove_episode(txn, id, &record)?;
+                    Ok(true)
+                }
+                _ => Ok(false),
+            }
+        })
+        .await
+    }
+
+    /// Deletes a user's episodes: all of them, or (with `session_id`) those drawn from that
+    /// session. Returns how many, all in one commit.
+    pub async fn delete_user_episodes(
+        &self,
+        tenant: &str,
+        user_id: &str,
+        session_id: Option<&str>,
+    ) -> Result<u64> {
+        validate_id("tenant", tenant)?;
+        validate_id("user_id", user_id)?;
+        let (tenant, user_id) = (tenant.to_owned(), user_id.to_owned());
+        let session_id = session_id.map(str::to_owned);
+        self.write(move |txn| {
+            let mut doomed = Vec::new();
+            {
+                let owners = txn.open_table(EPISODE_OWNERS)?;
+                let table = txn.open_table(EPISODES)?;
+                let (t, u) = (tenant.as_str(), user_id.as_str());
+                for entry in owners.range((t, u, 0)..=(t, u, u64::MAX))? {
+                    let id = entry?.0.value().2;
+                    let value = table.get(id)?.ok_or_else(|| unlisted(id))?;
+                    let record = EpisodeRecord::decode(value.value())?;
+                    if session_id.is_none() || record.source_session == session_id {
+                        doomed.push((id, record));
+                    }
+                }
+            }
+            for (id, record) in &doomed {
+                remove_episode(txn, *id, record)?;
+            }
+            Ok(doomed.len() as u64)
+        })
+        .await
+    }
+}
+
+fn remove_episode(txn: &WriteTransaction, id: u64, record: &EpisodeRecord) -> Result<()> {
+    let (tenant, user) = (record.tenant.as_str(), record.user_id.as_str());
+    txn.open_table(EPISODES)?.remove(id)?;
+    txn.open_table(EPISODE_OWNERS)?.remove((tenant, user, id))?;
+    txn.open_table(EPISODE_TASKS)?
+        .remove((tenant, user, record.task_type.as_str(), id))?;
+    Ok(())
+}
+
+fn read_episode(table: &impl ReadableTable<u64, &'static [u8]>, id: u64) -> Result<Episode> {
+    let value = table.get(id)?.ok_or_else(|| unlisted(id))?;
+    Ok(EpisodeRecord::decode(value.value())?.into_episode(id))
+}
+
+fn unlisted(id: u64) -> StoreError {
+    StoreError::Corrupted {
+        what: "episode indexes",
+        detail: format!("episode {id} is listed but not stored"),
+    }
+}

@@ -1,0 +1,99 @@
+//! Open sessions by last activity, so the server can end the ones idle for too long without
+//! scanning every session: "open and last active before T" is one range of `open_sessions`.
+//! A session enters it when it is created, moves with its activity, and leaves it when it is
+//! ended or deleted. An ended session stays ended: later activity does not reopen it.
+
+use redb::{ReadableTable, WriteTransaction};
+
+use crate::model::{Timestamp, validate_id};
+use crate::record::SessionRecord;
+use crate::store::read_session_record;
+use crate::tables::{OPEN_SESSIONS, SESSIONS};
+use crate::{Result, Store};
+
+/// Lists a new session as open.
+pub(crate) fn open(txn: &WriteTransaction, tenant: &str, session_id: &str, at: u64) -> Result<()> {
+    txn.open_table(OPEN_SESSIONS)?
+        .insert((at, tenant, session_id), ())?;
+    Ok(())
+}
+
+/// Moves an open session's entry to its new activity time; an ended one stays out.
+pub(crate) fn touch(
+    txn: &WriteTransaction,
+    tenant: &str,
+    session_id: &str,
+    from: u64,
+    to: u64,
+) -> Result<()> {
+    let mut open = txn.open_table(OPEN_SESSIONS)?;
+    if open.remove((from, tenant, session_id))?.is_some() {
+        open.insert((to, tenant, session_id), ())?;
+    }
+    Ok(())
+}
+
+/// Takes a session out of the open ones (it was ended or deleted).
+pub(crate) fn close(
+    txn: &WriteTransaction,
+    tenant: &str,
+    session_id: &str,
+    record: &SessionRecord,
+) -> Result<()> {
+    txn.open_table(OPEN_SESSIONS)?
+        .remove((record.updated_at, tenant, session_id))?;
+    Ok(())
+}
+
+impl Store {
+    /// Takes up to `limit` open sessions last active before `cutoff` out of the open ones,
+    /// oldest first, and returns them as `(tenant, session_id)`: the caller ends them. Taken
+    /// in one commit, so two callers never end the same session.
+    pub async fn take_idle_sessions(
+        &self,
+        cutoff: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<(String, String)>> {
+        self.write(move |txn| {
+            let mut open = txn.open_table(OPEN_SESSIONS)?;
+            let mut taken = Vec::new();
+            for entry in open.range(..(cutoff.as_micros(), "", ""))?.take(limit) {
+                let (key, _) = entry?;
+                let (at, tenant, session_id) = key.value();
+                taken.push((at, tenant.to_owned(), session_id.to_owned()));
+            }
+            for (at, tenant, session_id) in &taken {
+                open.remove((*at, tenant.as_str(), session_id.as_str()))?;
+            }
+            Ok(taken
+                .into_iter()
+                .map(|(_, tenant, session_id)| (tenant, session_id))
+                .collect())
+        })
+        .await
+    }
+
+    /// Marks a session ended: it leaves the open ones. Harmless for an unknown or ended one.
+    pub async fn end_session_activity(&self, tenant: &str, session_id: &str) -> Result<()> {
+        validate_id("tenant", tenant)?;
+        validate_id("session_id", session_id)?;
+        let (tenant, session_id) = (tenant.to_owned(), session_id.to_owned());
+        self.write(move |txn| {
+            let record = read_session_record(&txn.open_table(SESSIONS)?, &tenant, &session_id)?;
+            match record {
+                Some(record) => close(txn, &tenant, &session_id, &record),
+                None => Ok(()),
+            }
+        })
+        .await
+    }
+
+    /// The last activity of the open session that has been idle longest.
+    pub fn oldest_open_activity(&self) -> Result<Option<Timestamp>> {
+        let txn = self.begin_read()?;
+        let open = txn.open_table(OPEN_SESSIONS)?;
+        Ok(open
+            .first()?
+            .map(|(key, _)| Timestamp::from_micros(key.value().0)))
+    }
+}
