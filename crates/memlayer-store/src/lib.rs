@@ -13,6 +13,9 @@
 mod embeddings;
 mod erasure;
 mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod keys;
 mod memories;
 mod model;
