@@ -1,12 +1,14 @@
 //! Bad requests: every malformed, mistyped, oversized or invalid request answers a clear 4xx
 //! in the API's error shape `{"error": {"code", "message"}}`, and leaves the store exactly as
-//! it was (compared through the API before and after each request).
+//! it was (compared through the API before and after each request, and, for one request of
+//! every kind, through the store file itself after the server stopped).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
 use memlayer_server::ServerConfig;
+use memlayer_store::{MAX_PAGE_SIZE, SessionFilter, Store};
 use memlayer_tests::{ADMIN_KEY, TestServer, assert_error, bearer, json, send};
 use reqwest::Method;
 use reqwest::blocking::RequestBuilder;
@@ -787,4 +789,459 @@ fn unknown_routes_are_404_and_wrong_methods_405() {
             "method_not_allowed",
         );
     }
+}
+
+/// Everything the store file holds, read through the store's public API after the server
+/// stopped: sessions with their messages, runs and summaries in every tenant the tests use,
+/// settings, memories, vectors, keys, erasure jobs and receipts, retention and the indexing
+/// counters. Unlike [`Fixture::snapshot`], it also sees what the API does not show.
+fn store_contents(path: &std::path::Path) -> String {
+    use std::fmt::Write as _;
+    let store = Store::open(path).expect("open the stopped server's store");
+    let mut out = String::new();
+    for tenant in ["default", "acme"] {
+        let listing = store
+            .list_sessions(tenant, &SessionFilter::default(), 0, MAX_PAGE_SIZE)
+            .unwrap();
+        writeln!(out, "{tenant}: {} sessions", listing.total).unwrap();
+        for session in listing.items {
+            let id = session.id.clone();
+            writeln!(out, "{session:?}").unwrap();
+            writeln!(
+                out,
+                "{:?}",
+                store.messages(tenant, &id, 0, usize::MAX).unwrap()
+            )
+            .unwrap();
+            writeln!(out, "{:?}", store.runs(tenant, &id).unwrap()).unwrap();
+            writeln!(out, "{:?}", store.summary(tenant, &id).unwrap()).unwrap();
+        }
+        for agent in [None, Some("helper")] {
+            writeln!(out, "{:?}", store.settings(tenant, agent).unwrap()).unwrap();
+        }
+        writeln!(out, "{:?}", store.receipts(tenant, 1_000).unwrap()).unwrap();
+    }
+    writeln!(out, "{:?}", store.all_messages(None, usize::MAX).unwrap()).unwrap();
+    writeln!(out, "{:?}", store.vectors(None, usize::MAX).unwrap()).unwrap();
+    writeln!(out, "{:?}", store.memories_after(0, usize::MAX).unwrap()).unwrap();
+    writeln!(out, "{:?}", store.list_keys(None).unwrap()).unwrap();
+    writeln!(out, "{:?}", store.pending_jobs().unwrap()).unwrap();
+    writeln!(out, "{:?}", store.retention_rules().unwrap()).unwrap();
+    writeln!(
+        out,
+        "outbox {} vectors_version {}",
+        store.outbox_head().unwrap(),
+        store.vectors_version().unwrap()
+    )
+    .unwrap();
+    store.shutdown();
+    out
+}
+
+/// Bad requests of every kind, on every body-taking resource: each answers a clear 4xx in the
+/// error shape, and the store file's whole content, read after the server stopped, is what it
+/// was before them.
+#[test]
+fn bad_requests_of_every_kind_leave_the_store_file_unchanged() {
+    let mut fixture = Fixture::new();
+    let server = &fixture.server;
+    let (status, answer) = server.put("/v1/settings", &json!({ "max_turns": 6 }));
+    assert_eq!(status, 200, "{answer}");
+    let (status, answer) = server.put(
+        "/v1/admin/retention",
+        &json!({ "conversation_retention_days": 90 }),
+    );
+    assert_eq!(status, 200, "{answer}");
+    let (status, answer) = server.post(
+        "/v1/users/alice/memories",
+        &json!({ "text": "Alice drinks green tea.", "type": "preference" }),
+    );
+    assert_eq!(status, 201, "{answer}");
+    // Recall waits until every message is embedded, so nothing is left for the pipeline to
+    // write while the bad requests run.
+    let (status, answer) = server.post(
+        "/v1/recall",
+        &json!({ "session_id": "chat-1", "query": "hello" }),
+    );
+    assert_eq!(status, 200, "{answer}");
+    fixture.server.restart();
+    fixture.server.stop();
+    let before = store_contents(&fixture.server.store_path());
+    fixture.server.restart();
+    fixture.before = fixture.snapshot();
+
+    let mut answers: Vec<(String, (u16, Value), u16, &str)> = Vec::new();
+    let mut expect = |what: &str, answer: (u16, Value), status: u16, code: &'static str| {
+        answers.push((what.to_owned(), answer, status, code));
+    };
+    let server = &fixture.server;
+
+    // Oversized bodies, each on a connection of its own (see
+    // `a_413_does_not_break_the_next_request_on_the_connection`).
+    let alone = reqwest::blocking::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let over_limit = body_of_len(ServerConfig::default().max_body_bytes + 1);
+    for path in [
+        MESSAGES,
+        "/v1/recall",
+        "/v1/users/alice/memories",
+        "/v1/settings",
+    ] {
+        let method = if path == "/v1/settings" {
+            Method::PUT
+        } else {
+            Method::POST
+        };
+        expect(
+            &format!("oversized {method} {path}"),
+            send(
+                alone
+                    .request(method, format!("{}{path}", server.base_url()))
+                    .header("content-type", "application/json")
+                    .header("authorization", bearer(ADMIN_KEY))
+                    .body(over_limit.clone()),
+            ),
+            413,
+            "payload_too_large",
+        );
+    }
+
+    // Deep nesting: where any JSON value is accepted, the parser's depth limit refuses it;
+    // where a string is expected, the first level already is the wrong type.
+    let deep = format!("{}{}", "[".repeat(5_000), "]".repeat(5_000));
+    for (method, path, body, code) in [
+        (
+            Method::POST,
+            "/v1/sessions",
+            format!(r#"{{"user_id": "bob", "agent_id": "helper", "metadata": {{"a": {deep}}}}}"#),
+            "malformed_json",
+        ),
+        (
+            Method::PUT,
+            "/v1/settings",
+            format!(r#"{{"max_turns": {deep}}}"#),
+            "malformed_json",
+        ),
+        (
+            Method::POST,
+            "/v1/sessions/chat-1/tools/call",
+            format!(r#"{{"name": "clear_session", "arguments": {deep}}}"#),
+            "malformed_json",
+        ),
+        (
+            Method::POST,
+            "/v1/recall",
+            format!(r#"{{"query": {deep}}}"#),
+            "invalid_body",
+        ),
+        (
+            Method::POST,
+            "/v1/users/alice/memories",
+            format!(r#"{{"text": "x", "type": "fact", "tags": {deep}}}"#),
+            "invalid_body",
+        ),
+    ] {
+        expect(
+            &format!("deep nesting {method} {path}"),
+            send(fixture.json_request(method.clone(), path, body)),
+            400,
+            code,
+        );
+    }
+    // A tool call's arguments as JSON text nested deeper than serde_json's recursion limit.
+    let deep_text = serde_json::to_string(&deep).unwrap();
+    expect(
+        "deep nesting inside tool-call arguments text",
+        fixture.post_bytes(
+            "/v1/sessions/chat-1/tools/call",
+            format!(r#"{{"name": "memory_remember", "arguments": {deep_text}}}"#),
+        ),
+        422,
+        "invalid_arguments",
+    );
+
+    // Invalid UTF-8.
+    for (path, field) in [
+        ("/v1/users/alice/memories", "text"),
+        ("/v1/recall", "query"),
+        ("/v1/sessions/chat-1/tools/call", "name"),
+        ("/v1/sessions", "user_id"),
+    ] {
+        let mut body = format!(r#"{{"{field}": "caf"#).into_bytes();
+        body.extend_from_slice(&[0xc3, 0x28, 0xff]);
+        body.extend_from_slice(br#""}"#);
+        expect(
+            &format!("invalid UTF-8 to {path}"),
+            fixture.post_bytes(path, body),
+            400,
+            "malformed_json",
+        );
+    }
+
+    // Huge limits and page sizes.
+    for (path, status, code) in [
+        ("/v1/sessions?page_size=4294967296", 422, "invalid_value"),
+        (
+            "/v1/sessions?page_size=18446744073709551616",
+            400,
+            "invalid_query",
+        ),
+        (
+            "/v1/sessions/chat-1/messages?limit=18446744073709551615",
+            422,
+            "invalid_value",
+        ),
+        (
+            "/v1/sessions/chat-1/search?q=hello&limit=1000000",
+            422,
+            "invalid_value",
+        ),
+        ("/v1/admin/erasures?limit=1000000", 422, "invalid_value"),
+    ] {
+        expect(&format!("GET {path}"), server.get(path), status, code);
+    }
+    for (path, body) in [
+        (
+            "/v1/recall",
+            json!({ "session_id": "chat-1", "query": "x", "k": 1_000_000 }),
+        ),
+        (
+            "/v1/users/alice/memories/search",
+            json!({ "query": "x", "k": u64::MAX }),
+        ),
+    ] {
+        expect(
+            &format!("huge k to {path}"),
+            server.post(path, &body),
+            422,
+            "invalid_value",
+        );
+    }
+
+    // Negative numbers.
+    for (method, path, body) in [
+        (
+            Method::POST,
+            MESSAGES,
+            r#"{"role": "user", "content": "x", "token_count": -1}"#,
+        ),
+        (
+            Method::POST,
+            "/v1/recall",
+            r#"{"session_id": "chat-1", "query": "x", "k": -1}"#,
+        ),
+        (
+            Method::POST,
+            "/v1/recall",
+            r#"{"session_id": "chat-1", "query": "x", "exclude_indices": [-1]}"#,
+        ),
+        (
+            Method::PUT,
+            "/v1/admin/retention",
+            r#"{"conversation_retention_days": -5}"#,
+        ),
+        (
+            Method::POST,
+            "/v1/keys",
+            r#"{"role": "service", "expires_in_days": -1}"#,
+        ),
+        (
+            Method::POST,
+            "/v1/users/alice/memories",
+            r#"{"text": "x", "type": "fact", "source": {"session_id": "chat-1", "index": -1}}"#,
+        ),
+    ] {
+        expect(
+            &format!("negative number {method} {path} {body}"),
+            send(fixture.json_request(method.clone(), path, body)),
+            400,
+            "invalid_body",
+        );
+    }
+    expect(
+        "negative page",
+        server.get("/v1/sessions?page=-1"),
+        400,
+        "invalid_query",
+    );
+    expect(
+        "a negative setting",
+        server.put("/v1/settings", &json!({ "max_turns": -1 })),
+        422,
+        "invalid_setting",
+    );
+
+    // Unknown fields.
+    for (method, path, body) in [
+        (
+            Method::POST,
+            "/v1/recall",
+            json!({ "session_id": "chat-1", "query": "x", "topk": 3 }),
+        ),
+        (
+            Method::POST,
+            "/v1/keys",
+            json!({ "role": "service", "admin": true }),
+        ),
+        (Method::PUT, "/v1/admin/retention", json!({ "days": 3 })),
+        (
+            Method::POST,
+            "/v1/users/alice/memories",
+            json!({ "text": "x", "type": "fact", "user_id": "bob" }),
+        ),
+        (
+            Method::POST,
+            "/v1/users/alice/memories/search",
+            json!({ "query": "x", "limit": 3 }),
+        ),
+        (
+            Method::POST,
+            "/v1/sessions/chat-1/context",
+            json!({ "budget": 100 }),
+        ),
+        (
+            Method::POST,
+            "/v1/sessions/chat-1/tools/call",
+            json!({ "name": "clear_session", "arguments": {}, "id": "call-1" }),
+        ),
+    ] {
+        expect(
+            &format!("unknown field {method} {path}"),
+            send(fixture.json_request(method.clone(), path, body.to_string())),
+            400,
+            "invalid_body",
+        );
+    }
+    expect(
+        "an unknown setting",
+        server.put("/v1/settings", &json!({ "max_turnz": 3 })),
+        422,
+        "invalid_setting",
+    );
+    expect(
+        "unknown tool arguments",
+        server.post(
+            "/v1/sessions/chat-1/tools/call",
+            &json!({ "name": "clear_session", "arguments": { "force": true } }),
+        ),
+        422,
+        "invalid_arguments",
+    );
+
+    // Path traversal in ids, plain and percent-encoded, in every kind of path parameter.
+    for (method, target, body) in [
+        ("GET", "/v1/sessions/..%2F..%2Fetc%2Fpasswd", ""),
+        ("DELETE", "/v1/sessions/%2E%2E", ""),
+        ("POST", "/v1/sessions/%2E%2E%2Fchat-1/clear", ""),
+        ("DELETE", "/v1/sessions/..%2Fchat-1/messages/0", ""),
+        ("DELETE", "/v1/users/..%2Falice", ""),
+        ("GET", "/v1/users/%2E%2E/memories", ""),
+        (
+            "POST",
+            "/v1/users/..%5Calice/memories",
+            r#"{"text": "x", "type": "fact"}"#,
+        ),
+        (
+            "PUT",
+            "/v1/agents/..%2F..%2Fhelper/settings",
+            r#"{"max_turns": 3}"#,
+        ),
+        ("DELETE", "/v1/agents/%2E%2E/settings", ""),
+    ] {
+        expect(
+            &format!("traversal {method} {target}"),
+            fixture.raw(method, target, body),
+            422,
+            "invalid_id",
+        );
+    }
+    for (path, body) in [
+        ("/v1/recall", json!({ "user_id": "../alice", "query": "x" })),
+        ("/v1/recall", json!({ "session_id": "..", "query": "x" })),
+        (
+            "/v1/users/alice/memories",
+            json!({ "text": "x", "type": "fact", "agent_id": "../helper" }),
+        ),
+        ("/v1/keys", json!({ "role": "user", "user_id": "../alice" })),
+    ] {
+        expect(
+            &format!("traversal in {path} {body}"),
+            server.post(path, &body),
+            422,
+            "invalid_id",
+        );
+    }
+
+    // NUL bytes.
+    expect(
+        "NUL in a session id",
+        fixture.raw("GET", "/v1/sessions/chat%00-1", ""),
+        422,
+        "invalid_id",
+    );
+    expect(
+        "NUL in a memory",
+        server.post(
+            "/v1/users/alice/memories",
+            &json!({ "text": "tea\u{0}", "type": "fact" }),
+        ),
+        422,
+        "invalid_value",
+    );
+    expect(
+        "NUL in a recall query's user id",
+        server.post(
+            "/v1/recall",
+            &json!({ "user_id": "alice\u{0}", "query": "x" }),
+        ),
+        422,
+        "invalid_id",
+    );
+    expect(
+        "NUL in a tool call's remembered text",
+        server.post(
+            "/v1/sessions/chat-1/tools/call",
+            &json!({
+                "name": "memory_remember",
+                "arguments": { "text": "\u{0}", "type": "fact" },
+            }),
+        ),
+        422,
+        "invalid_value",
+    );
+
+    let wrong: Vec<String> = answers
+        .iter()
+        .filter(|(_, (status, body), expected, code)| {
+            let shaped = body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+                && body.as_object().is_some_and(|o| o.len() == 1)
+                && body["error"].as_object().is_some_and(|o| o.len() == 2);
+            (*status, body["error"]["code"].as_str()) != (*expected, Some(*code)) || !shaped
+        })
+        .map(|(what, answer, status, code)| {
+            format!(
+                "{what}: expected {status} {code}, got {} {}",
+                answer.0, answer.1
+            )
+        })
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "{} wrong answers:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+    assert_eq!(fixture.snapshot(), fixture.before, "the API shows a change");
+
+    fixture.server.stop();
+    let after = store_contents(&fixture.server.store_path());
+    assert!(
+        after == before,
+        "the store changed:\nbefore:\n{before}\nafter:\n{after}"
+    );
+    fixture.server.restart();
 }

@@ -1,6 +1,7 @@
 //! Hybrid recall over HTTP (`POST /v1/recall`) with the real embedding model: found by
 //! meaning and by words right after the append, scoped to a session or to one user, gone
-//! after the session is deleted, and still there after a restart.
+//! after the session is deleted, and still there after a restart, even when the vector
+//! snapshot was damaged meanwhile.
 
 use memlayer_tests::{TestServer, assert_error, json};
 use serde_json::Value;
@@ -127,6 +128,42 @@ fn deleted_sessions_are_not_recalled_and_the_rest_survives_a_restart() {
         contents(&recall(&server, query)),
         ["The wifi password is sunflower42."]
     );
+}
+
+/// A truncated or damaged vector snapshot is not loaded: the server rebuilds the index from
+/// the stored embeddings and recall by meaning answers as it did before.
+#[test]
+fn a_damaged_vector_snapshot_is_rebuilt_at_start() {
+    let mut server = TestServer::start();
+    say(
+        &server,
+        "s",
+        "alice",
+        json!([
+            { "role": "user", "content": "My dog is a golden retriever called Biscuit." },
+            { "role": "user", "content": "I pay the electricity bill every month." },
+        ]),
+    );
+    // No word in common with the message: only the vector index finds it.
+    let query = json!({ "session_id": "s", "query": "puppy pet", "k": 1 });
+    let before = recall(&server, query.clone());
+    assert_eq!(
+        contents(&before),
+        ["My dog is a golden retriever called Biscuit."]
+    );
+    assert!(before["hits"][0]["vector_rank"].is_u64(), "{before}");
+    server.stop();
+    let snapshot = server.store_path().with_file_name("vectors.idx");
+    let intact = std::fs::read(&snapshot).expect("a snapshot written on shutdown");
+    let mut flipped = intact.clone();
+    flipped[intact.len() - 3] ^= 0x10;
+    for damaged in [intact[..intact.len() - 7].to_vec(), flipped] {
+        std::fs::write(&snapshot, damaged).unwrap();
+        server.restart();
+        assert_eq!(recall(&server, query.clone())["hits"], before["hits"]);
+        server.stop();
+    }
+    server.restart();
 }
 
 #[test]

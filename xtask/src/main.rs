@@ -10,6 +10,7 @@ mod bench_embed;
 mod bench_index;
 mod cmd;
 mod dist;
+mod fuzz;
 mod metadata;
 mod setup;
 mod tidy;
@@ -34,7 +35,8 @@ struct Cli {
 enum Task {
     /// Install (or verify) ONNX Runtime and the embedding model in ./memlayer-assets.
     Setup,
-    /// What CI runs: setup, rustfmt check, clippy with warnings denied, then every test.
+    /// What CI runs: setup, rustfmt check, clippy with warnings denied, every test, then a
+    /// 20-second pass of each fuzz target.
     Test,
     /// Setup, then build and run the server in release mode; extra arguments go to
     /// `memlayer serve`.
@@ -73,6 +75,13 @@ enum Task {
     },
     /// Build the release tarball: binary, embedding assets, README and SHA256SUMS.
     Dist,
+    /// Build the cargo-fuzz targets in fuzz/ (installing cargo-fuzz if missing) and run each
+    /// for a while; fails on any crash, hang or out-of-memory.
+    Fuzz {
+        /// How long each target runs.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+    },
 }
 
 fn main() -> anyhow::Result<ExitCode> {
@@ -115,21 +124,40 @@ fn main() -> anyhow::Result<ExitCode> {
         Task::BenchIndex { sizes, queries } => bench_index::run(&root, &sizes, queries)?,
         Task::BenchContext { turns, iterations } => bench_context::run(&root, turns, iterations)?,
         Task::Dist => dist::run(&root)?,
+        Task::Fuzz { seconds } => fuzz::run(&root, seconds)?,
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// Seconds each fuzz target runs in `cargo xtask test`.
+const CI_FUZZ_SECONDS: u64 = 20;
 
 /// Runs CI's steps in CI's order, cheapest first, so a formatting slip fails in seconds
 /// rather than after a full build. Setup comes first because the embedding tests run the real
 /// model; they find it through `MEMLAYER_ASSETS_DIR`.
 fn test(root: &Path) -> anyhow::Result<()> {
     let assets = setup::run(root)?;
-    let steps: [&[&str]; 3] = [
+    let steps: [&[&str]; 4] = [
         &["fmt", "--all", "--", "--check"],
         &[
             "clippy",
             "--workspace",
             "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        // The fuzz targets' entry points, compiled only with the `fuzzing` features.
+        &[
+            "clippy",
+            "-p",
+            "memlayer-store",
+            "-p",
+            "memlayer-index",
+            "-p",
+            "memlayer-server",
+            "--features",
+            "memlayer-store/fuzzing,memlayer-index/fuzzing,memlayer-server/fuzzing",
             "--",
             "-D",
             "warnings",
@@ -143,6 +171,9 @@ fn test(root: &Path) -> anyhow::Result<()> {
         command.args(args).env("MEMLAYER_ASSETS_DIR", &assets);
         cmd::run(command).with_context(|| format!("CI step `{step}` failed"))?;
     }
+    // A short pass that catches what a change broke in the parsers and the store; the long
+    // runs are `cargo xtask fuzz --seconds 600` (docs/fuzzing.md).
+    fuzz::run(root, CI_FUZZ_SECONDS).context("CI step `cargo xtask fuzz` failed")?;
     eprintln!("xtask: all steps passed");
     Ok(())
 }

@@ -75,6 +75,9 @@ mod analyzer;
 mod dot;
 mod error;
 mod fusion;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod graph;
 mod keyword;
 mod recall;

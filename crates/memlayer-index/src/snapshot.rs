@@ -141,7 +141,7 @@ pub(crate) fn read(path: &Path, dimension: usize) -> Result<Snapshot> {
     parse(&bytes, dimension)
 }
 
-fn parse(bytes: &[u8], dimension: usize) -> Result<Snapshot> {
+pub(crate) fn parse(bytes: &[u8], dimension: usize) -> Result<Snapshot> {
     let corrupted = |detail: String| IndexError::Corrupted(detail);
     let Some((header, body)) = bytes.split_first_chunk::<HEADER_LEN>() else {
         return Err(corrupted(format!(

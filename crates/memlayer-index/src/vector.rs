@@ -55,7 +55,7 @@ impl VectorConfig {
         }
     }
 
-    fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         let invalid = |field, reason: &str| {
             Err(IndexError::InvalidConfig {
                 field,
@@ -344,6 +344,14 @@ impl VectorIndex {
     pub fn load(path: impl AsRef<Path>, config: VectorConfig) -> Result<(Self, u64)> {
         config.validate()?;
         let snapshot = snapshot::read(path.as_ref(), config.dimension)?;
+        Self::from_snapshot(snapshot, config)
+    }
+
+    /// The index holding a verified snapshot's vectors (`config` already validated).
+    pub(crate) fn from_snapshot(
+        snapshot: snapshot::Snapshot,
+        config: VectorConfig,
+    ) -> Result<(Self, u64)> {
         let mut slot_of = HashMap::with_capacity(snapshot.ids.len());
         for (slot, &id) in snapshot.ids.iter().enumerate() {
             if slot_of.insert(id, slot).is_some() {

@@ -110,7 +110,7 @@ impl ApiError {
         }
     }
 
-    fn status_and_code(&self) -> (StatusCode, &'static str) {
+    pub(crate) fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {
             Self::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
             Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),

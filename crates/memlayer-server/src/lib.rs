@@ -16,6 +16,9 @@ mod api;
 mod auth;
 mod error;
 mod extract;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod layers;
 mod metrics;
 mod openapi;

@@ -54,6 +54,19 @@ pub enum StoreError {
         /// Why it could not be decoded.
         detail: String,
     },
+    /// The store file failed redb's integrity check when it was opened: it was truncated or
+    /// altered outside memlayer. Nothing was read from it or written to it.
+    #[error(
+        "the store file {} is damaged ({detail}); memlayer will not serve from it. Restore \
+         it from a backup, or move it away to start with an empty store",
+        path.display()
+    )]
+    DamagedFile {
+        /// The file that failed the check.
+        path: std::path::PathBuf,
+        /// What redb found.
+        detail: String,
+    },
     /// redb reported an error (I/O, lock, space).
     #[error("storage error: {0}")]
     Storage(Arc<redb::Error>),
@@ -76,7 +89,10 @@ impl StoreError {
     pub(crate) fn aborts_transaction(&self) -> bool {
         matches!(
             self,
-            Self::Storage(_) | Self::Corrupted { .. } | Self::NewerFormat { .. }
+            Self::Storage(_)
+                | Self::Corrupted { .. }
+                | Self::NewerFormat { .. }
+                | Self::DamagedFile { .. }
         )
     }
 }

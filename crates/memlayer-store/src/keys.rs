@@ -188,7 +188,7 @@ pub enum Bootstrap {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct KeyRecord {
+pub(crate) struct KeyRecord {
     tenant: String,
     role: KeyRole,
     user_id: Option<String>,

@@ -14,6 +14,9 @@ mod embeddings;
 mod episodes;
 mod erasure;
 mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod idle;
 mod keys;
 mod memories;

@@ -58,7 +58,7 @@ pub struct Memory {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct MemoryRecord {
+pub(crate) struct MemoryRecord {
     tenant: String,
     user_id: String,
     agent_id: Option<String>,

@@ -380,7 +380,9 @@ pub(crate) fn validate_text(field: &'static str, text: &str) -> Result<()> {
 }
 
 impl NewSession {
-    pub(crate) fn validate(&self) -> Result<()> {
+    /// The checks [`Store::create_session`](crate::Store::create_session) and a creating
+    /// append run on the owner before anything is queued.
+    pub fn validate(&self) -> Result<()> {
         validate_id("user_id", &self.user_id)?;
         validate_id("agent_id", &self.agent_id)?;
         if let Some(flow) = &self.flow_id {
@@ -391,7 +393,9 @@ impl NewSession {
 }
 
 impl Append {
-    pub(crate) fn validate(&self) -> Result<()> {
+    /// The checks [`Store::append`](crate::Store::append) runs before anything is queued:
+    /// message count, content, the owner of a session it creates, the idempotency key.
+    pub fn validate(&self) -> Result<()> {
         if self.messages.is_empty() {
             return Err(StoreError::InvalidInput {
                 field: "messages",
@@ -418,7 +422,9 @@ impl Append {
 }
 
 impl NewRun {
-    pub(crate) fn validate(&self) -> Result<()> {
+    /// The checks [`Store::record_run`](crate::Store::record_run) runs before anything is
+    /// queued.
+    pub fn validate(&self) -> Result<()> {
         if let Some(id) = &self.run_id {
             validate_id("run_id", id)?;
         }

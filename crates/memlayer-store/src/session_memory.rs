@@ -22,7 +22,7 @@ pub struct SessionMemory {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct SessionMemoryRecord {
+pub(crate) struct SessionMemoryRecord {
     text: String,
     sessions: Vec<String>,
     updated_at: u64,

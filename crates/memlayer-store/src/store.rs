@@ -88,8 +88,9 @@ impl Store {
     /// Opens the store at `path` with the default options, creating the file if it does not
     /// exist.
     ///
-    /// Fails with [`StoreError::NewerFormat`] if a newer memlayer wrote the file, and with
-    /// [`StoreError::Storage`] if another process has it open.
+    /// Fails with [`StoreError::NewerFormat`] if a newer memlayer wrote the file, with
+    /// [`StoreError::DamagedFile`] if the file is truncated or altered (every page's checksum
+    /// is verified first), and with [`StoreError::Storage`] if another process has it open.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         Self::open_with(path, StoreOptions::default())
     }
@@ -97,7 +98,13 @@ impl Store {
     /// Opens the store at `path` with `options`; see [`Store::open`].
     pub fn open_with(path: impl AsRef<Path>, options: StoreOptions) -> Result<Self> {
         let path = path.as_ref().to_owned();
-        let db = Database::builder().create(&path)?;
+        // A plain open trusts a file that was closed cleanly and may panic on one damaged
+        // since; the check verifies every page's checksum first, so a damaged file is refused
+        // with an error instead of served. It reads the whole file once per start.
+        let db = Database::builder()
+            .set_check_integrity_on_open(true)
+            .create(&path)
+            .map_err(|err| damaged(&path, err))?;
         check_format(&db)?;
         initialise(&db)?;
         let db = Arc::new(RwLock::new(db));
@@ -534,6 +541,26 @@ impl Store {
 pub(crate) fn not_found(session_id: &str) -> StoreError {
     StoreError::SessionNotFound {
         session_id: session_id.to_owned(),
+    }
+}
+
+/// Tells a damaged file (redb's checksum or layout checks failed, the file is shorter than its
+/// header says, or it is not a redb file) from other open failures such as a lock held by
+/// another process.
+fn damaged(path: &Path, err: redb::DatabaseError) -> StoreError {
+    use std::io::ErrorKind;
+    let detail = match &err {
+        redb::DatabaseError::Storage(redb::StorageError::Corrupted(detail)) => detail.clone(),
+        redb::DatabaseError::Storage(redb::StorageError::Io(io))
+            if matches!(io.kind(), ErrorKind::InvalidData | ErrorKind::UnexpectedEof) =>
+        {
+            io.to_string()
+        }
+        _ => return err.into(),
+    };
+    StoreError::DamagedFile {
+        path: path.to_owned(),
+        detail,
     }
 }
 

@@ -340,6 +340,92 @@ async fn data_survives_reopening_and_newer_formats_are_refused() {
     ));
 }
 
+/// A store file with `content` in one session's messages, closed cleanly.
+async fn closed_store_with(dir: &TempDir, content: &str) -> std::path::PathBuf {
+    let path = dir.path().join("memlayer.redb");
+    let store = Store::open(&path).unwrap();
+    for turn in 0..20 {
+        store
+            .append(
+                TENANT,
+                "s",
+                append_of(
+                    vec![message(Role::User, &format!("{content} {turn}"))],
+                    Some(owner("u", "a")),
+                ),
+            )
+            .await
+            .unwrap();
+    }
+    store.shutdown();
+    drop(store);
+    path
+}
+
+#[track_caller]
+fn assert_damaged(path: &std::path::Path) {
+    match Store::open(path) {
+        Err(err @ StoreError::DamagedFile { .. }) => {
+            let message = err.to_string();
+            assert!(message.contains(&path.display().to_string()), "{message}");
+            assert!(message.contains("backup"), "{message}");
+        }
+        Err(other) => panic!("expected DamagedFile, got {other:?}"),
+        Ok(_) => panic!("a damaged file was opened"),
+    }
+}
+
+/// A truncated file is refused with an error naming it, never opened or panicked on.
+#[tokio::test]
+async fn truncated_files_are_refused_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = closed_store_with(&dir, "truncated").await;
+    let length = std::fs::metadata(&path).unwrap().len();
+    for keep in [length - 1, length / 2, 4096, 100] {
+        let copy = dir.path().join(format!("truncated-{keep}.redb"));
+        std::fs::copy(&path, &copy).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&copy)
+            .unwrap()
+            .set_len(keep)
+            .unwrap();
+        assert_damaged(&copy);
+    }
+}
+
+/// Bytes altered inside stored messages fail the page checksums when the file is opened,
+/// so altered content is never served.
+#[tokio::test]
+async fn altered_message_bytes_are_refused_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = "canary-7f3a";
+    let path = closed_store_with(&dir, marker).await;
+    let mut bytes = std::fs::read(&path).unwrap();
+    let mut altered = 0;
+    let mut at = 0;
+    while let Some(found) = bytes[at..]
+        .windows(marker.len())
+        .position(|window| window == marker.as_bytes())
+    {
+        bytes[at + found] ^= 0x20;
+        altered += 1;
+        at += found + marker.len();
+    }
+    assert!(altered > 0, "the marker is stored in the file");
+    std::fs::write(&path, &bytes).unwrap();
+    assert_damaged(&path);
+}
+
+/// Garbage in place of a store file is refused too.
+#[test]
+fn garbage_files_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memlayer.redb");
+    std::fs::write(&path, vec![0xa5; 64 * 1024]).unwrap();
+    assert_damaged(&path);
+}
+
 #[tokio::test]
 async fn writes_after_shutdown_are_refused_and_reads_still_work() {
     let (_dir, store) = open();

@@ -1,7 +1,8 @@
 //! Tests of the `memlayer` binary as a process: help text, `serve` printing where it listens
 //! and answering over HTTP, a clean exit on SIGTERM with the data kept for the next start,
-//! refusing a data directory another server holds, naming a bad key in a config file, the
-//! admin key (configured, or generated and printed once) and `memlayer keys`.
+//! refusing a data directory another server holds or a damaged store file, naming a bad key
+//! in a config file, the admin key (configured, or generated and printed once) and
+//! `memlayer keys`.
 //! Every child process sits in a guard that kills it if the test fails.
 
 use std::io::{BufRead, BufReader, Read};
@@ -408,6 +409,74 @@ fn a_second_server_on_the_same_data_dir_fails_fast_naming_the_store() {
     first.terminate();
     let (status, _) = first.wait_for_exit();
     assert_eq!(status.code(), Some(0), "stderr: {}", first.stderr());
+}
+
+/// A store file after a crash opens; a truncated or altered one: `serve` refuses to start (exit 1, nothing listening),
+/// names the file and says what to do, and leaves the file as it found it.
+#[test]
+fn a_damaged_store_file_stops_the_start_naming_the_file() {
+    let temp = tempfile::tempdir().unwrap();
+    let (mut server, url) = Process::serve(temp.path());
+    let body = json!({
+        "role": "user",
+        "content": "canary-store-bytes",
+        "user_id": "u",
+        "agent_id": "a",
+    });
+    assert_eq!(post(&format!("{url}/v1/sessions/s/messages"), &body).0, 201);
+    // A crash is not damage: after SIGKILL the file opens and the acknowledged append is there.
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    let (mut server, url) = Process::serve(temp.path());
+    let (status, session) = get(&format!("{url}/v1/sessions/s"));
+    assert_eq!(
+        (status, &session["messages"][0]["content"]),
+        (200, &json!("canary-store-bytes"))
+    );
+    server.terminate();
+    assert_eq!(server.wait_for_exit().0.code(), Some(0));
+
+    let store = store_file(temp.path());
+    let intact = std::fs::read(&store).unwrap();
+    let marker = intact
+        .windows(b"canary-store-bytes".len())
+        .position(|window| window == b"canary-store-bytes")
+        .expect("the message is in the file");
+    let mut altered = intact.clone();
+    altered[marker] ^= 0x20;
+    for (damage, bytes) in [
+        ("truncated", intact[..intact.len() / 2].to_vec()),
+        ("altered", altered),
+    ] {
+        std::fs::write(&store, &bytes).unwrap();
+        let mut process = Process::spawn(memlayer(&[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            temp.path().to_str().unwrap(),
+        ]));
+        let (status, stderr) = process.wait_for_failure();
+        assert_eq!(status.code(), Some(1), "{damage}: {stderr}");
+        for expected in [store.display().to_string().as_str(), "damaged", "backup"] {
+            assert!(
+                stderr.contains(expected),
+                "{damage}: no {expected:?} in {stderr}"
+            );
+        }
+        assert!(
+            !process
+                .stdout_seen
+                .iter()
+                .any(|line| line.starts_with(LISTENING)),
+            "{damage}: {:?}",
+            process.stdout_seen
+        );
+        assert!(
+            std::fs::read(&store).unwrap() == bytes,
+            "{damage}: the file was changed"
+        );
+    }
 }
 
 #[test]

@@ -237,6 +237,54 @@ async fn forgotten_sessions_leave_the_index_and_restarts_keep_the_rest() {
     reopened.stop().await;
 }
 
+/// A damaged snapshot is never loaded: the vector index is rebuilt from the stored vectors
+/// and recall by meaning answers as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn damaged_snapshots_are_rebuilt_from_the_store() {
+    let fixture = Fixture::open(tempfile::tempdir().unwrap(), embedder());
+    fixture
+        .say(
+            "s",
+            "alice",
+            &[
+                (Role::User, "My dog is a golden retriever called Biscuit."),
+                (Role::User, "I pay the electricity bill every month."),
+            ],
+        )
+        .await;
+    // Recall waits until both are embedded, so the snapshot written on shutdown holds them.
+    assert_eq!(fixture.ask(session("s"), "dog").await.hits.len(), 2);
+    let (mut dir, mut embedder) = fixture.stop().await;
+    let path = dir.path().join("vectors.idx");
+    let intact = std::fs::read(&path).unwrap();
+    let mut flipped = intact.clone();
+    *flipped.last_mut().unwrap() ^= 1;
+    let damages: [(&str, Vec<u8>); 4] = [
+        ("truncated", intact[..intact.len() / 2].to_vec()),
+        ("one bit flipped", flipped),
+        ("garbage", vec![0x5a; intact.len()]),
+        ("empty", Vec::new()),
+    ];
+    for (damage, bytes) in damages {
+        std::fs::write(&path, bytes).unwrap();
+        let reopened = Fixture::open(dir, embedder);
+        assert_eq!(reopened.recall.indexed_vectors(), 2, "{damage}");
+        // No word in common with the message: only the vector index can find it.
+        let hits = reopened.ask(session("s"), "puppy pet").await.hits;
+        assert_eq!(
+            hits[0].message.content, "My dog is a golden retriever called Biscuit.",
+            "{damage}"
+        );
+        assert!(hits[0].vector_rank.is_some(), "{damage}");
+        (dir, embedder) = reopened.stop().await;
+        assert_ne!(
+            std::fs::read(&path).unwrap(),
+            Vec::<u8>::new(),
+            "{damage}: the shutdown writes a good snapshot again"
+        );
+    }
+}
+
 #[tokio::test]
 async fn vectors_of_another_model_are_refused() {
     let dir = tempfile::tempdir().unwrap();

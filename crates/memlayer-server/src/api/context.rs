@@ -23,7 +23,7 @@ pub(crate) struct ContextRequest {
     /// This request's changes to the saved settings (any keys of the settings document).
     #[serde(default)]
     #[schema(value_type = Option<foreign::SettingsDocument>)]
-    settings: SettingsOverrides,
+    pub(crate) settings: SettingsOverrides,
     /// `openai` when absent.
     #[serde(default)]
     #[schema(value_type = Option<foreign::OutputFormat>)]

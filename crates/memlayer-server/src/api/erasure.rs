@@ -305,6 +305,19 @@ pub(crate) struct Retention {
     conversation_retention_days: Option<u32>,
 }
 
+impl Retention {
+    /// Refuses a retention outside 1 to `MAX_RETENTION_DAYS` days.
+    pub(crate) fn validate(&self) -> Result<(), ApiError> {
+        match self.conversation_retention_days {
+            Some(days) if !(1..=MAX_RETENTION_DAYS).contains(&days) => Err(ApiError::invalid(
+                "invalid_value",
+                format!("conversation_retention_days must be between 1 and {MAX_RETENTION_DAYS}"),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Conversation retention
 #[utoipa::path(
     get,
@@ -342,14 +355,7 @@ pub(crate) async fn set_retention(
     Admin(tenant): Admin,
     ApiJson(body): ApiJson<Retention>,
 ) -> Result<Json<Retention>, ApiError> {
-    if let Some(days) = body.conversation_retention_days
-        && !(1..=MAX_RETENTION_DAYS).contains(&days)
-    {
-        return Err(ApiError::invalid(
-            "invalid_value",
-            format!("conversation_retention_days must be between 1 and {MAX_RETENTION_DAYS}"),
-        ));
-    }
+    body.validate()?;
     state
         .store()
         .set_retention(&tenant, body.conversation_retention_days)

@@ -120,6 +120,22 @@ pub(crate) struct CreateKeyRequest {
     expires_in_days: Option<u32>,
 }
 
+impl CreateKeyRequest {
+    /// When a key created at `now` expires; `expires_in_days` out of range is refused.
+    pub(crate) fn expires_at(&self, now: Timestamp) -> Result<Option<Timestamp>, ApiError> {
+        match self.expires_in_days {
+            Some(days @ 1..=MAX_EXPIRY_DAYS) => Ok(Some(Timestamp::from_micros(
+                now.as_micros() + u64::from(days) * MICROS_PER_DAY,
+            ))),
+            Some(_) => Err(ApiError::invalid(
+                "invalid_value",
+                format!("expires_in_days must be between 1 and {MAX_EXPIRY_DAYS}"),
+            )),
+            None => Ok(None),
+        }
+    }
+}
+
 /// A new key with its secret: shown this once, stored only as a hash.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct CreatedKey {
@@ -147,18 +163,7 @@ pub(crate) async fn create_key(
     ApiJson(request): ApiJson<CreateKeyRequest>,
 ) -> Result<(StatusCode, Json<CreatedKey>), ApiError> {
     let now = Timestamp::now();
-    let expires_at = match request.expires_in_days {
-        Some(days @ 1..=MAX_EXPIRY_DAYS) => Some(Timestamp::from_micros(
-            now.as_micros() + u64::from(days) * MICROS_PER_DAY,
-        )),
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "invalid_value",
-                format!("expires_in_days must be between 1 and {MAX_EXPIRY_DAYS}"),
-            ));
-        }
-        None => None,
-    };
+    let expires_at = request.expires_at(now)?;
     let issued = state
         .store()
         .create_key(NewKey {

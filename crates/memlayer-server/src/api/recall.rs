@@ -49,6 +49,76 @@ fn default_k() -> usize {
     10
 }
 
+impl RecallRequest {
+    /// The query this request asks for in `tenant`, after every check that needs no state:
+    /// `k`'s range, a non-empty query, exactly one valid scope, timestamps.
+    pub(crate) fn into_query(self, tenant: String) -> Result<RecallQuery, ApiError> {
+        if !(1..=MAX_HITS).contains(&self.k) {
+            return Err(ApiError::invalid(
+                "invalid_value",
+                format!("k must be between 1 and {MAX_HITS}"),
+            ));
+        }
+        if self.query.trim().is_empty() {
+            return Err(ApiError::invalid(
+                "invalid_value",
+                "query must not be empty",
+            ));
+        }
+        let exclude = match (
+            self.exclude_indices.is_empty(),
+            self.exclude_session_id.or_else(|| self.session_id.clone()),
+        ) {
+            (true, _) => None,
+            (false, Some(session_id)) => Some(Excluded {
+                session_id,
+                indices: self.exclude_indices,
+            }),
+            (false, None) => {
+                return Err(ApiError::invalid(
+                    "invalid_value",
+                    "exclude_indices needs a session: give session_id or exclude_session_id",
+                ));
+            }
+        };
+        let scope = match (self.session_id, self.user_id, self.agent_id) {
+            (Some(session_id), None, None) => {
+                memlayer_store::validate_id("session_id", &session_id)?;
+                Scope::Session { session_id }
+            }
+            (None, Some(user_id), agent_id) => {
+                memlayer_store::validate_id("user_id", &user_id)?;
+                if let Some(agent) = &agent_id {
+                    memlayer_store::validate_id("agent_id", agent)?;
+                }
+                Scope::User { user_id, agent_id }
+            }
+            _ => {
+                return Err(ApiError::invalid(
+                    "invalid_value",
+                    "give exactly one scope: session_id, or user_id with an optional agent_id",
+                ));
+            }
+        };
+        Ok(RecallQuery {
+            tenant,
+            scope,
+            query: self.query,
+            k: self.k,
+            roles: self.roles,
+            after: self
+                .after
+                .map(|text| parse_timestamp("after", &text))
+                .transpose()?,
+            before: self
+                .before
+                .map(|text| parse_timestamp("before", &text))
+                .transpose()?,
+            exclude,
+        })
+    }
+}
+
 /// A message found, with its scores.
 #[derive(Serialize, ToSchema)]
 #[schema(as = RecallHit)]
@@ -90,77 +160,12 @@ pub(crate) async fn recall(
     Caller(caller): Caller,
     ApiJson(request): ApiJson<RecallRequest>,
 ) -> Result<Json<RecallResponse>, ApiError> {
-    let tenant = caller.tenant().to_owned();
-    if !(1..=MAX_HITS).contains(&request.k) {
-        return Err(ApiError::invalid(
-            "invalid_value",
-            format!("k must be between 1 and {MAX_HITS}"),
-        ));
-    }
-    if request.query.trim().is_empty() {
-        return Err(ApiError::invalid(
-            "invalid_value",
-            "query must not be empty",
-        ));
-    }
-    let exclude = match (
-        request.exclude_indices.is_empty(),
-        request
-            .exclude_session_id
-            .or_else(|| request.session_id.clone()),
-    ) {
-        (true, _) => None,
-        (false, Some(session_id)) => Some(Excluded {
-            session_id,
-            indices: request.exclude_indices,
-        }),
-        (false, None) => {
-            return Err(ApiError::invalid(
-                "invalid_value",
-                "exclude_indices needs a session: give session_id or exclude_session_id",
-            ));
-        }
-    };
-    let scope = match (request.session_id, request.user_id, request.agent_id) {
-        (Some(session_id), None, None) => {
-            memlayer_store::validate_id("session_id", &session_id)?;
-            Scope::Session { session_id }
-        }
-        (None, Some(user_id), agent_id) => {
-            memlayer_store::validate_id("user_id", &user_id)?;
-            if let Some(agent) = &agent_id {
-                memlayer_store::validate_id("agent_id", agent)?;
-            }
-            Scope::User { user_id, agent_id }
-        }
-        _ => {
-            return Err(ApiError::invalid(
-                "invalid_value",
-                "give exactly one scope: session_id, or user_id with an optional agent_id",
-            ));
-        }
-    };
+    let query = request.into_query(caller.tenant().to_owned())?;
     // A user-scoped key recalls from its own user's sessions only.
-    match &scope {
+    match &query.scope {
         Scope::Session { session_id } => caller.check_session(&state, session_id).await?,
         Scope::User { user_id, .. } => caller.check_user(user_id)?,
     }
-    let query = RecallQuery {
-        tenant,
-        scope,
-        query: request.query,
-        k: request.k,
-        roles: request.roles,
-        after: request
-            .after
-            .map(|text| parse_timestamp("after", &text))
-            .transpose()?,
-        before: request
-            .before
-            .map(|text| parse_timestamp("before", &text))
-            .transpose()?,
-        exclude,
-    };
     let recalled = state.recall().recall(query).await?;
     Ok(Json(RecallResponse {
         hits: recalled

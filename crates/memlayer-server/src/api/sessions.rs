@@ -15,6 +15,7 @@ use crate::extract::{ApiJson, ApiPath, ApiQuery, Caller};
 use crate::wire::{MessageBody, MessageInput, RunBody, SessionBody, parse_timestamp};
 use crate::{ApiError, AppState};
 use memlayer_erasure::Target;
+use memlayer_memory::TokenEncoding;
 
 /// Largest page of messages one request returns.
 const MAX_MESSAGES_PER_PAGE: usize = 1_000;
@@ -37,6 +38,19 @@ pub(crate) struct CreateSessionRequest {
     metadata: Metadata,
 }
 
+impl CreateSessionRequest {
+    /// The requested session id and who owns the session.
+    pub(crate) fn into_parts(self) -> (Option<String>, NewSession) {
+        let owner = NewSession {
+            user_id: self.user_id,
+            agent_id: self.agent_id,
+            flow_id: self.flow_id,
+            metadata: self.metadata,
+        };
+        (self.session_id, owner)
+    }
+}
+
 /// Create a session
 #[utoipa::path(
     post,
@@ -55,15 +69,10 @@ pub(crate) async fn create_session(
 ) -> Result<(StatusCode, Json<SessionBody>), ApiError> {
     let tenant = caller.tenant().to_owned();
     caller.may_act_for(&request.user_id)?;
-    let owner = NewSession {
-        user_id: request.user_id,
-        agent_id: request.agent_id,
-        flow_id: request.flow_id,
-        metadata: request.metadata,
-    };
+    let (session_id, owner) = request.into_parts();
     let session = state
         .store()
-        .create_session(&tenant, request.session_id.as_deref(), owner)
+        .create_session(&tenant, session_id.as_deref(), owner)
         .await?;
     Ok((StatusCode::CREATED, Json(session.into())))
 }
@@ -249,15 +258,15 @@ pub(crate) struct AppendRequest {
 }
 
 /// An [`AppendRequest`] with its two forms reconciled.
-struct AppendParts {
-    messages: Vec<MessageInput>,
-    create: Option<NewSession>,
-    idempotency_key: Option<String>,
+pub(crate) struct AppendParts {
+    pub(crate) messages: Vec<MessageInput>,
+    pub(crate) create: Option<NewSession>,
+    pub(crate) idempotency_key: Option<String>,
 }
 
 impl AppendRequest {
     /// The messages of the request, whichever form it used, and who owns the session.
-    fn into_parts(self) -> Result<AppendParts, ApiError> {
+    pub(crate) fn into_parts(self) -> Result<AppendParts, ApiError> {
         let single = self.role.is_some()
             || self.content.is_some()
             || self.token_count.is_some()
@@ -365,27 +374,9 @@ pub(crate) async fn append_messages(
     }
     let encoding = state.config().token_encoding;
     // Counting tokens of a large body takes milliseconds: keep it off the async workers.
-    let messages = tokio::task::spawn_blocking(move || {
-        inputs
-            .into_iter()
-            .map(|input| {
-                Ok(NewMessage {
-                    token_count: input
-                        .token_count
-                        .unwrap_or_else(|| encoding.count(&input.content)),
-                    timestamp: input
-                        .timestamp
-                        .map(|text| parse_timestamp("timestamp", &text))
-                        .transpose()?,
-                    role: input.role,
-                    content: input.content,
-                    metadata: input.metadata,
-                })
-            })
-            .collect::<Result<Vec<_>, ApiError>>()
-    })
-    .await
-    .map_err(|err| ApiError::Internal(format!("token counting failed: {err}")))??;
+    let messages = tokio::task::spawn_blocking(move || new_messages(inputs, encoding))
+        .await
+        .map_err(|err| ApiError::Internal(format!("token counting failed: {err}")))??;
     let append = Append {
         messages,
         create,
@@ -406,6 +397,30 @@ pub(crate) async fn append_messages(
             replayed: appended.replayed,
         }),
     ))
+}
+
+/// The messages to store: timestamps parsed, missing token counts counted with `encoding`.
+pub(crate) fn new_messages(
+    inputs: Vec<MessageInput>,
+    encoding: TokenEncoding,
+) -> Result<Vec<NewMessage>, ApiError> {
+    inputs
+        .into_iter()
+        .map(|input| {
+            Ok(NewMessage {
+                token_count: input
+                    .token_count
+                    .unwrap_or_else(|| encoding.count(&input.content)),
+                timestamp: input
+                    .timestamp
+                    .map(|text| parse_timestamp("timestamp", &text))
+                    .transpose()?,
+                role: input.role,
+                content: input.content,
+                metadata: input.metadata,
+            })
+        })
+        .collect()
 }
 
 fn idempotency_key(
@@ -520,6 +535,19 @@ pub(crate) struct RecordRunRequest {
     metadata: Metadata,
 }
 
+impl From<RecordRunRequest> for NewRun {
+    fn from(request: RecordRunRequest) -> Self {
+        Self {
+            run_id: request.run_id,
+            status: request.status,
+            content: request.content,
+            tool_calls: request.tool_calls,
+            error: request.error,
+            metadata: request.metadata,
+        }
+    }
+}
+
 /// Record an agent run
 #[utoipa::path(
     post,
@@ -540,15 +568,10 @@ pub(crate) async fn record_run(
     ApiJson(request): ApiJson<RecordRunRequest>,
 ) -> Result<(StatusCode, Json<RunBody>), ApiError> {
     let tenant = caller.tenant().to_owned();
-    let run = NewRun {
-        run_id: request.run_id,
-        status: request.status,
-        content: request.content,
-        tool_calls: request.tool_calls,
-        error: request.error,
-        metadata: request.metadata,
-    };
-    let run = state.store().record_run(&tenant, &session_id, run).await?;
+    let run = state
+        .store()
+        .record_run(&tenant, &session_id, request.into())
+        .await?;
     Ok((StatusCode::CREATED, Json(RunBody::new(session_id, run))))
 }
 

@@ -108,11 +108,11 @@ pub(crate) async fn tools(
 #[serde(deny_unknown_fields)]
 pub(crate) struct ToolCall {
     /// The tool's name.
-    name: String,
+    pub(crate) name: String,
     /// Its arguments: a JSON object, or the JSON text a model returns in
     /// `tool_calls[].function.arguments`.
     #[schema(value_type = Object)]
-    arguments: Value,
+    pub(crate) arguments: Value,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -127,7 +127,7 @@ pub(crate) struct ToolResult {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RememberArgs {
+pub(crate) struct RememberArgs {
     text: String,
     #[serde(rename = "type")]
     kind: Value,
@@ -139,7 +139,7 @@ struct RememberArgs {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RecallArgs {
+pub(crate) struct RecallArgs {
     query: String,
     k: Option<usize>,
     types: Option<Value>,
@@ -148,13 +148,13 @@ struct RecallArgs {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ForgetArgs {
+pub(crate) struct ForgetArgs {
     memory_id: u64,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct SearchArgs {
+pub(crate) struct SearchArgs {
     query: String,
     #[serde(default = "default_limit")]
     limit: usize,
@@ -195,18 +195,8 @@ pub(crate) async fn call(
             .ok_or(memlayer_store::StoreError::SessionNotFound { session_id: id })
     })
     .await?;
-    let arguments = match call.arguments {
-        Value::String(text) => serde_json::from_str(&text).map_err(|err| {
-            ApiError::invalid(
-                "invalid_arguments",
-                format!("arguments are not JSON: {err}"),
-            )
-        })?,
-        other => other,
-    };
-    let result = match call.name.as_str() {
-        "memory_remember" => {
-            let args: RememberArgs = parse(arguments)?;
+    let result = match parse_call(&call.name, call.arguments)? {
+        Parsed::Remember(args) => {
             let body = RememberBody::from_tool(
                 args.text,
                 args.kind,
@@ -215,8 +205,7 @@ pub(crate) async fn call(
             )?;
             to_value(remember_for(&state, tenant, session.user_id, body).await?)
         }
-        "memory_recall" => {
-            let args: RecallArgs = parse(arguments)?;
+        Parsed::Recall(args) => {
             let body = SearchBody::from_tool(
                 args.query,
                 args.k,
@@ -226,8 +215,7 @@ pub(crate) async fn call(
             )?;
             to_value(search_for(&state, tenant, session.user_id, body).await?)
         }
-        "memory_forget" => {
-            let args: ForgetArgs = parse(arguments)?;
+        Parsed::Forget(args) => {
             // A model may only forget the memories of the user it talks to.
             let owned = state
                 .memories()
@@ -241,23 +229,15 @@ pub(crate) async fn call(
             }
             to_value(forget_for(&state, tenant, args.memory_id).await?)
         }
-        "session_search" => {
-            let args: SearchArgs = parse(arguments)?;
+        Parsed::Search(args) => {
             let results =
                 crate::api::sessions::search(&state, tenant, session_id, args.query, args.limit)
                     .await?;
             to_value(results)
         }
-        "clear_session" => {
-            let _: NoArgs = parse(arguments)?;
+        Parsed::Clear => {
             let load_from = state.store().clear_session(&tenant, &session_id).await?;
             json!({ "session_id": session_id, "load_from": load_from })
-        }
-        other => {
-            return Err(ApiError::invalid(
-                "unknown_tool",
-                format!("no tool named {other:?}; GET /v1/tools lists them"),
-            ));
         }
     };
     Ok(Json(ToolResult {
@@ -265,6 +245,45 @@ pub(crate) async fn call(
         content: result.to_string(),
         result,
     }))
+}
+
+/// A tool call's arguments, parsed for the tool it names.
+pub(crate) enum Parsed {
+    Remember(RememberArgs),
+    Recall(RecallArgs),
+    Forget(ForgetArgs),
+    Search(SearchArgs),
+    Clear,
+}
+
+/// Parses `arguments` (an object, or the JSON text a model returns) for the tool `name`;
+/// an unknown tool or arguments it does not take are refused before anything runs.
+pub(crate) fn parse_call(name: &str, arguments: Value) -> Result<Parsed, ApiError> {
+    let arguments = match arguments {
+        Value::String(text) => serde_json::from_str(&text).map_err(|err| {
+            ApiError::invalid(
+                "invalid_arguments",
+                format!("arguments are not JSON: {err}"),
+            )
+        })?,
+        other => other,
+    };
+    Ok(match name {
+        "memory_remember" => Parsed::Remember(parse(arguments)?),
+        "memory_recall" => Parsed::Recall(parse(arguments)?),
+        "memory_forget" => Parsed::Forget(parse(arguments)?),
+        "session_search" => Parsed::Search(parse(arguments)?),
+        "clear_session" => {
+            let NoArgs {} = parse(arguments)?;
+            Parsed::Clear
+        }
+        other => {
+            return Err(ApiError::invalid(
+                "unknown_tool",
+                format!("no tool named {other:?}; GET /v1/tools lists them"),
+            ));
+        }
+    })
 }
 
 fn parse<T: serde::de::DeserializeOwned>(arguments: Value) -> Result<T, ApiError> {
