@@ -5,7 +5,6 @@
 
 mod commit;
 mod load;
-mod server;
 
 use std::path::Path;
 use std::process::Command;
@@ -13,10 +12,10 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 
+use crate::server::Server;
 use crate::{cmd, metadata};
 pub(crate) use load::percentile;
 use load::{Scenario, ScenarioResult};
-use server::Server;
 
 /// Run one after the other against the same server: the single client shows the latency of
 /// one durable commit, the concurrent clients show how far group commit amortises the fsync.

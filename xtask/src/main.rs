@@ -9,9 +9,11 @@ mod bench_context;
 mod bench_embed;
 mod bench_index;
 mod cmd;
+mod crash;
 mod dist;
 mod fuzz;
 mod metadata;
+mod server;
 mod setup;
 mod tidy;
 
@@ -73,6 +75,23 @@ enum Task {
         #[arg(long, default_value_t = 300)]
         iterations: usize,
     },
+    /// Kill the real server with SIGKILL at random moments under a write, memory and erasure
+    /// load, restart it, and check that nothing acknowledged is lost, duplicated or brought
+    /// back from erasure.
+    Crash {
+        /// How many times the running server is killed.
+        #[arg(long, default_value_t = 100)]
+        kills: usize,
+        /// Clients writing at once, besides the one that purges its own tenant.
+        #[arg(long, default_value_t = 6)]
+        clients: usize,
+        /// Seed of every random choice (operations, texts, when to kill); a failure names it.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Run a release build of the server instead of the debug build the tests use.
+        #[arg(long)]
+        release: bool,
+    },
     /// Build the release tarball: binary, embedding assets, README and SHA256SUMS.
     Dist,
     /// Build the cargo-fuzz targets in fuzz/ (installing cargo-fuzz if missing) and run each
@@ -123,11 +142,28 @@ fn main() -> anyhow::Result<ExitCode> {
         Task::BenchEmbed => bench_embed::run(&root)?,
         Task::BenchIndex { sizes, queries } => bench_index::run(&root, &sizes, queries)?,
         Task::BenchContext { turns, iterations } => bench_context::run(&root, turns, iterations)?,
+        Task::Crash {
+            kills,
+            clients,
+            seed,
+            release,
+        } => crash::run(
+            &root,
+            &crash::Options {
+                kills,
+                clients,
+                seed,
+                release,
+            },
+        )?,
         Task::Dist => dist::run(&root)?,
         Task::Fuzz { seconds } => fuzz::run(&root, seconds)?,
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// Kills of the server in `cargo xtask test`'s crash test.
+const CI_CRASH_KILLS: usize = 20;
 
 /// Seconds each fuzz target runs in `cargo xtask test`.
 const CI_FUZZ_SECONDS: u64 = 20;
@@ -171,6 +207,18 @@ fn test(root: &Path) -> anyhow::Result<()> {
         command.args(args).env("MEMLAYER_ASSETS_DIR", &assets);
         cmd::run(command).with_context(|| format!("CI step `{step}` failed"))?;
     }
+    // The full run is `cargo xtask crash --release` (100 kills); CI's seed changes with every
+    // run so that, over many runs, more interleavings are tried. A failure names its seed.
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |elapsed| elapsed.as_secs());
+    let options = crash::Options {
+        kills: CI_CRASH_KILLS,
+        clients: 6,
+        seed,
+        release: false,
+    };
+    crash::run(root, &options).context("CI step `cargo xtask crash` failed")?;
     // A short pass that catches what a change broke in the parsers and the store; the long
     // runs are `cargo xtask fuzz --seconds 600` (docs/fuzzing.md).
     fuzz::run(root, CI_FUZZ_SECONDS).context("CI step `cargo xtask fuzz` failed")?;

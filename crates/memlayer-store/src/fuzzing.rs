@@ -2,6 +2,7 @@
 //! it). They reach the private record decoders without making the on-disk format public API.
 
 use crate::Result;
+use crate::episodes::EpisodeRecord;
 use crate::keys::KeyRecord;
 use crate::memories::MemoryRecord;
 use crate::record::{
@@ -25,6 +26,7 @@ pub fn decode_records(bytes: &[u8]) {
     check::<KeyRecord>(bytes);
     check::<MemoryRecord>(bytes);
     check::<SessionMemoryRecord>(bytes);
+    check::<EpisodeRecord>(bytes);
 }
 
 fn check<R: Record>(bytes: &[u8]) {

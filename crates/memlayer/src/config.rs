@@ -41,6 +41,12 @@ impl DataArgs {
         let file = self.file()?;
         Ok(resolve_data_dir(self.data_dir.clone(), file.data_dir))
     }
+
+    /// The embedding assets by `assets`' flags or environment, then this config file, then
+    /// the default directory: the same precedence as `memlayer serve`.
+    pub(crate) fn assets(&self, assets: AssetArgs) -> anyhow::Result<Assets> {
+        Ok(assets.resolve(&self.file()?))
+    }
 }
 
 fn resolve_data_dir(given: Option<PathBuf>, from_file: Option<PathBuf>) -> PathBuf {

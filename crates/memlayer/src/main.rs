@@ -4,6 +4,7 @@
 //! environment variables, logging set-up and signal handling, and turns them into calls on
 //! the library crates. Nothing depends on it.
 
+mod check;
 mod config;
 mod eval;
 mod keys;
@@ -73,6 +74,14 @@ enum Command {
     ///   memlayer verify-erasure --data-dir /var/lib/memlayer --text canary-5b1e77d0
     #[command(verbatim_doc_comment)]
     VerifyErasure(VerifyArgs),
+    /// Check a data directory with the server stopped: the store opens with its page
+    /// checksums verified, and the vector index a start would use holds exactly the stored
+    /// vectors, each finding itself first. Exits with status 1 if not.
+    ///
+    /// Example:
+    ///   memlayer check --data-dir /var/lib/memlayer
+    #[command(verbatim_doc_comment)]
+    Check(check::CheckArgs),
     /// Create, list and revoke API keys in the data directory (with the server stopped: it
     /// holds the store file; while it runs, use /v1/keys).
     #[command(subcommand)]
@@ -94,6 +103,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => Settings::resolve(args).and_then(serve),
         Command::Reindex(args) => args.data_dir().and_then(|dir| reindex(&dir)),
         Command::VerifyErasure(args) => verify_erasure(&args),
+        Command::Check(args) => check::run(args),
         Command::Eval(command) => eval::run(command),
         Command::Keys(command) => keys::run(command),
     };

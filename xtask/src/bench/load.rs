@@ -67,7 +67,7 @@ pub(crate) async fn run(
     let mut headers = reqwest::header::HeaderMap::new();
     headers.insert(
         reqwest::header::AUTHORIZATION,
-        format!("Bearer {}", super::server::ADMIN_KEY).parse()?,
+        format!("Bearer {}", crate::server::ADMIN_KEY).parse()?,
     );
     let http = reqwest::Client::builder()
         .no_proxy()

@@ -1,6 +1,6 @@
-//! The server under test as a child process: started on an ephemeral port, found through the
-//! address it prints, and always stopped — by SIGTERM when the run ends, or killed if the
-//! benchmark fails part-way.
+//! The server under test as a child process (for the benchmarks and the crash test): started
+//! on an ephemeral port, found through the address it prints, and always stopped — by SIGTERM
+//! when a run ends, by SIGKILL when a crash is wanted, or killed if a task fails part-way.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -32,18 +32,7 @@ pub(crate) struct Server {
 
 impl Server {
     pub(crate) fn start(binary: &Path, data_dir: &Path, log: &Path) -> anyhow::Result<Self> {
-        let log_file =
-            File::create(log).with_context(|| format!("could not create {}", log.display()))?;
-        let mut child = Command::new(binary)
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(data_dir)
-            .env("MEMLAYER_ADMIN_KEY", ADMIN_KEY)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(log_file)
-            .spawn()
-            .with_context(|| format!("could not start {}", binary.display()))?;
-
+        let mut child = spawn(binary, data_dir, log)?;
         let stdout = child.stdout.take().expect("stdout is piped");
         let (sender, receiver) = mpsc::channel();
         // The reader keeps draining stdout after the address is found: a full pipe would
@@ -77,6 +66,23 @@ impl Server {
         }
     }
 
+    /// Starts the server and kills it with SIGKILL `after` the spawn, wherever its start-up
+    /// has got to by then (opening and repairing the store, loading the model and the index,
+    /// finishing interrupted erasures, serving).
+    pub(crate) fn kill_during_start(
+        binary: &Path,
+        data_dir: &Path,
+        log: &Path,
+        after: Duration,
+    ) -> anyhow::Result<()> {
+        let mut child = spawn(binary, data_dir, log)?;
+        thread::sleep(after);
+        // A start that already failed is reported by the next one, which must succeed.
+        let _ = child.kill();
+        child.wait()?;
+        Ok(())
+    }
+
     pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
     }
@@ -101,6 +107,29 @@ impl Server {
             SHUTDOWN_TIMEOUT.as_secs()
         )
     }
+
+    /// Kills the server with SIGKILL, as a crash or the OOM killer would: nothing is flushed,
+    /// no snapshot saved.
+    pub(crate) fn kill(mut self) -> anyhow::Result<()> {
+        self.child.kill().context("could not kill the server")?;
+        self.child.wait()?;
+        Ok(())
+    }
+}
+
+/// Starts `memlayer serve` on an ephemeral port of 127.0.0.1 with its stderr in `log`.
+fn spawn(binary: &Path, data_dir: &Path, log: &Path) -> anyhow::Result<Child> {
+    let log_file =
+        File::create(log).with_context(|| format!("could not create {}", log.display()))?;
+    Command::new(binary)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data_dir)
+        .env("MEMLAYER_ADMIN_KEY", ADMIN_KEY)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log_file)
+        .spawn()
+        .with_context(|| format!("could not start {}", binary.display()))
 }
 
 impl Drop for Server {

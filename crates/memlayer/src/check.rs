@@ -1,0 +1,74 @@
+//! `memlayer check`: whether a data directory can be served as it is, for operators after a
+//! crash or before a backup, and for the crash test after every kill. The store must open
+//! (its page checksums verified), and the vector index a start would use (the snapshot while
+//! it is current, else a rebuild from the stored vectors) must hold exactly the stored
+//! vectors, each finding itself first. Erasures a crash interrupted are listed: they are
+//! not damage (the next start finishes them before it serves), but an operator should know.
+
+use anyhow::Context;
+use memlayer_embed::{Embedder, EmbedderOptions};
+use memlayer_index::{Recall, RecallOptions};
+use memlayer_store::Store;
+
+use crate::config::{AssetArgs, DataArgs};
+use crate::{SNAPSHOT_FILE, STORE_FILE};
+
+/// Flags of `memlayer check`.
+#[derive(clap::Args)]
+pub(crate) struct CheckArgs {
+    #[command(flatten)]
+    data: DataArgs,
+    #[command(flatten)]
+    assets: AssetArgs,
+}
+
+pub(crate) fn run(args: CheckArgs) -> anyhow::Result<()> {
+    let dir = args.data.data_dir()?;
+    let store_path = dir.join(STORE_FILE);
+    anyhow::ensure!(
+        store_path.is_file(),
+        "no store at {}: nothing to check",
+        store_path.display()
+    );
+    let assets = args.data.assets(args.assets)?;
+    assets.check()?;
+    let store = Store::open(&store_path)
+        .with_context(|| format!("cannot open the store {}", store_path.display()))?;
+    println!(
+        "store {}: opens, page checksums verified",
+        store_path.display()
+    );
+    let pending = store.pending_jobs()?;
+    if !pending.is_empty() {
+        println!(
+            "erasures: {} interrupted (the next `memlayer serve` finishes them before serving)",
+            pending.len()
+        );
+    }
+    let embedder = Embedder::open(&assets, EmbedderOptions::default())
+        .context("cannot load the embedding model")?;
+    let options = RecallOptions::default().with_snapshot(dir.join(SNAPSHOT_FILE));
+    let check = Recall::open(store.clone(), embedder.clone(), options)
+        .context("cannot load the vector index")?
+        .check_index()?;
+    embedder.shutdown();
+    store.shutdown();
+    println!(
+        "vector index: {} stored, {} indexed, {} missing, {} orphaned, {} not found first",
+        check.stored,
+        check.indexed,
+        check.missing.len(),
+        check.orphaned.len(),
+        check.not_found_first.len()
+    );
+    anyhow::ensure!(
+        check.is_consistent(),
+        "the vector index does not match the stored vectors (missing {:?}, orphaned {:?}, \
+         not found first {:?}); remove {} and start the server to rebuild it",
+        check.missing,
+        check.orphaned,
+        check.not_found_first,
+        dir.join(SNAPSHOT_FILE).display()
+    );
+    Ok(())
+}

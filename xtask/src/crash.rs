@@ -1,0 +1,319 @@
+//! `cargo xtask crash`: the proof that memlayer loses nothing when its process dies. The real
+//! server runs on a real data directory; clients append (to their own sessions and to
+//! sessions they share), remember and forget memories, read contexts, erase messages, delete
+//! sessions and purge a tenant, each recording what was acknowledged. The server is killed
+//! with SIGKILL at random moments — some kills land during start-up recovery — and after
+//! every restart the clients settle the operation they had in flight (an append is retried
+//! with its idempotency key) and check that:
+//!
+//! - every acknowledged message is served exactly once, whole, at its acknowledged index,
+//!   and nothing unacknowledged is; each client's messages in a shared session keep its order;
+//! - acknowledged erasures stay erased, interrupted ones are all or nothing (a purge never
+//!   leaves half its sessions), and memories are exactly the acknowledged ones;
+//! - every few kills, with the server down: `memlayer check` finds the vector index a start
+//!   would load equal to the stored vectors (each finding itself first), and no byte of any
+//!   erased text is left in the store file or the index snapshot.
+
+mod client;
+mod verify;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::server::{ADMIN_KEY, Server};
+use crate::{cmd, metadata};
+use client::{ClientState, Http, TOKEN_PREFIX};
+
+/// The tenant the purging client owns; the other clients' tenant is never purged.
+const PURGE_TENANT: &str = "crash-purge";
+/// Every this many kills, the data files are checked with the server down.
+const FILE_CHECK_EVERY: usize = 5;
+/// Every this many kills, the next start is killed too, part-way through.
+const START_KILL_EVERY: usize = 4;
+
+/// How a crash run goes.
+pub(crate) struct Options {
+    pub(crate) kills: usize,
+    pub(crate) clients: usize,
+    pub(crate) seed: u64,
+    pub(crate) release: bool,
+}
+
+/// Figures of a run.
+#[derive(Default)]
+struct Tally {
+    acknowledged: u64,
+    uncertain: u64,
+    start_kills: usize,
+    file_checks: usize,
+    /// Planted texts the file checks' byte scans found (live ones: erased ones fail the run).
+    tokens_scanned: usize,
+    /// From spawning the server to its first successful `/readyz`, after each crash.
+    recoveries: Vec<Duration>,
+}
+
+pub(crate) fn run(root: &Path, options: &Options) -> anyhow::Result<()> {
+    let mut build = vec!["build", "-p", "memlayer"];
+    let profile = if options.release {
+        build.push("--release");
+        "release"
+    } else {
+        "debug"
+    };
+    cmd::cargo(root, &build)?;
+    let target = metadata::read(root)?.target_directory;
+    let binary = target.join(profile).join("memlayer");
+    let logs = target.join("crash-logs");
+    // Logs of an earlier run would be mistaken for this one's.
+    let _ = std::fs::remove_dir_all(&logs);
+    std::fs::create_dir_all(&logs)?;
+    let data = tempfile::Builder::new()
+        .prefix("memlayer-crash-")
+        .tempdir()
+        .context("could not create the data directory")?;
+    let purge_key = create_purge_key(&binary, data.path())?;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let mut rng = StdRng::seed_from_u64(options.seed);
+    let mut states: Vec<ClientState> = (0..options.clients)
+        .map(|id| ClientState::new(id, false, ADMIN_KEY.to_owned(), options.seed))
+        .chain([ClientState::new(
+            options.clients,
+            true,
+            purge_key.clone(),
+            options.seed,
+        )])
+        .collect();
+    let mut tally = Tally::default();
+    let log = |n: usize, what: &str| logs.join(format!("{n:03}-{what}.log"));
+    eprintln!(
+        "xtask: crash test, {} kills, {} clients + 1 purging, seed {}, data in {}, logs in {}",
+        options.kills,
+        options.clients,
+        options.seed,
+        data.path().display(),
+        logs.display()
+    );
+
+    let mut server = Server::start(&binary, data.path(), &log(0, "start"))?;
+    for kill in 1..=options.kills {
+        let mut handles = Vec::new();
+        for state in states.drain(..) {
+            handles.push(runtime.spawn(client::run(Http::new(server.addr())?, state)));
+        }
+        std::thread::sleep(Duration::from_millis(rng.random_range(300..1_500)));
+        server.kill()?;
+        for handle in handles {
+            states.push(runtime.block_on(handle).context("a client panicked")?);
+        }
+        tally.uncertain += states.iter().filter(|s| s.uncertain.is_some()).count() as u64;
+
+        if kill % FILE_CHECK_EVERY == 0 {
+            tally.tokens_scanned +=
+                check_files(&binary, data.path(), &states, &log(kill, "check"))?;
+            tally.file_checks += 1;
+        }
+        if kill % START_KILL_EVERY == 0 {
+            let after = Duration::from_millis(rng.random_range(0..1_500));
+            Server::kill_during_start(&binary, data.path(), &log(kill, "start-killed"), after)?;
+            tally.start_kills += 1;
+        }
+        let started = Instant::now();
+        server = Server::start(&binary, data.path(), &log(kill, "start"))?;
+        let http = Http::new(server.addr())?;
+        runtime.block_on(wait_ready(&http))?;
+        tally.recoveries.push(started.elapsed());
+
+        let mut violations = Vec::new();
+        for state in &mut states {
+            runtime.block_on(verify::settle(&http, state));
+            violations.append(&mut state.violations);
+        }
+        violations.extend(runtime.block_on(verify::check(&http, &states)));
+        if !violations.is_empty() {
+            for violation in &violations {
+                eprintln!("violation: {violation}");
+            }
+            bail!(
+                "{} violation(s) after kill {kill} (seed {}); server logs in {}",
+                violations.len(),
+                options.seed,
+                logs.display()
+            );
+        }
+        tally.acknowledged = states.iter().map(|s| s.acknowledged).sum();
+        eprintln!(
+            "xtask: kill {kill}/{}: {} operations acknowledged so far, recovered in {:.2} s, \
+             no violation",
+            options.kills,
+            tally.acknowledged,
+            tally.recoveries.last().map_or(0.0, Duration::as_secs_f64)
+        );
+    }
+    server.stop()?;
+    check_files(
+        &binary,
+        data.path(),
+        &states,
+        &log(options.kills + 1, "check"),
+    )?;
+    tally.file_checks += 1;
+    report(options, &tally, &states, data.path());
+    Ok(())
+}
+
+/// A tenant_admin key of the purging client's tenant, made as an operator would.
+fn create_purge_key(binary: &Path, data: &Path) -> anyhow::Result<String> {
+    let mut command = Command::new(binary);
+    command
+        .args([
+            "keys",
+            "create",
+            "--tenant",
+            PURGE_TENANT,
+            "--role",
+            "tenant_admin",
+        ])
+        .arg("--data-dir")
+        .arg(data);
+    Ok(cmd::output(command)?.trim().to_owned())
+}
+
+/// Polls `/readyz` until the server says it is ready: it answers only after it has finished
+/// the erasures the crash interrupted.
+async fn wait_ready(http: &Http) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let client::Answer::Done(..) = http
+            .send(ADMIN_KEY, reqwest::Method::GET, "/readyz", None, None)
+            .await
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the server was not ready within 120 s of its start");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// With the server down: `memlayer check` on the data directory, and a byte scan of the data
+/// files for every erased text's token. Returns how many planted tokens the scan found (all
+/// of live texts), which shows that it does find text.
+fn check_files(
+    binary: &Path,
+    data: &Path,
+    states: &[ClientState],
+    log: &Path,
+) -> anyhow::Result<usize> {
+    let mut command = Command::new(binary);
+    command.arg("check").arg("--data-dir").arg(data);
+    let output = command
+        .output()
+        .with_context(|| format!("could not run {command:?}"))?;
+    std::fs::write(log, [&output.stdout[..], &output.stderr[..]].concat())?;
+    if !output.status.success() {
+        bail!(
+            "`memlayer check` failed after a crash:\n{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let erased: std::collections::HashSet<&str> = states
+        .iter()
+        .flat_map(|s| s.erased.iter().map(String::as_str))
+        .collect();
+    let mut found = 0;
+    for file in data_files(data) {
+        let bytes =
+            std::fs::read(&file).with_context(|| format!("could not read {}", file.display()))?;
+        let tokens: Vec<&str> = tokens_in(&bytes).collect();
+        found += tokens.len();
+        let left: Vec<&&str> = tokens
+            .iter()
+            .filter(|token| erased.contains(**token))
+            .collect();
+        if !left.is_empty() {
+            bail!(
+                "{} erased text(s) still in {}: {left:?}",
+                left.len(),
+                file.display()
+            );
+        }
+    }
+    Ok(found)
+}
+
+fn data_files(data: &Path) -> impl Iterator<Item = PathBuf> {
+    ["memlayer.redb", "vectors.idx"]
+        .into_iter()
+        .map(|name| data.join(name))
+        .filter(|path| path.exists())
+}
+
+/// Every planted token in `bytes`: the prefix and the 16 hex digits after it.
+fn tokens_in(bytes: &[u8]) -> impl Iterator<Item = &str> {
+    let prefix = TOKEN_PREFIX.as_bytes();
+    let length = prefix.len() + 16;
+    bytes
+        .windows(prefix.len())
+        .enumerate()
+        .filter(move |(_, window)| *window == prefix)
+        .filter_map(move |(at, _)| std::str::from_utf8(bytes.get(at..at + length)?).ok())
+}
+
+fn report(options: &Options, tally: &Tally, states: &[ClientState], data: &Path) {
+    let mut recoveries = tally.recoveries.clone();
+    recoveries.sort();
+    let median = recoveries
+        .get(recoveries.len() / 2)
+        .copied()
+        .unwrap_or_default();
+    let max = recoveries.last().copied().unwrap_or_default();
+    let size: u64 = data_files(data)
+        .filter_map(|f| std::fs::metadata(f).ok())
+        .map(|m| m.len())
+        .sum();
+    let erased: usize = states.iter().map(|s| s.erased.len()).sum();
+    let messages: usize = states
+        .iter()
+        .flat_map(|s| s.sessions.values().chain(s.shared.values()))
+        .map(Vec::len)
+        .sum();
+    println!("## memlayer crash test");
+    println!();
+    println!(
+        "- command: `cargo xtask {}`",
+        std::env::args().skip(1).collect::<Vec<_>>().join(" ")
+    );
+    println!(
+        "- server build: {}",
+        if options.release { "release" } else { "debug" }
+    );
+    println!(
+        "- {} SIGKILLs while {} clients + 1 purging client ran, {} more during start-up; \
+         {} file checks with the server down (their byte scans found {} planted texts, none \
+         of them erased)",
+        options.kills, options.clients, tally.start_kills, tally.file_checks, tally.tokens_scanned
+    );
+    println!(
+        "- {} operations acknowledged, {} in flight at a kill (settled after the restart), \
+         {messages} live messages, {erased} erased texts, data files {:.1} MiB",
+        tally.acknowledged,
+        tally.uncertain,
+        size as f64 / (1024.0 * 1024.0)
+    );
+    println!(
+        "- recovery (spawn to ready): median {:.2} s, max {:.2} s",
+        median.as_secs_f64(),
+        max.as_secs_f64()
+    );
+    println!("- violations: 0");
+}
