@@ -61,7 +61,7 @@ pub struct Episode {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct EpisodeRecord {
+pub(crate) struct EpisodeRecord {
     tenant: String,
     user_id: String,
     agent_id: Option<String>,
