@@ -31,8 +31,26 @@ use crate::config::{DataArgs, ServeArgs, Settings};
 #[derive(Parser)]
 #[command(name = "memlayer", version, propagate_version = true)]
 struct Cli {
+    /// How log lines on stderr look: `text` for people, `json` (one object per line, with
+    /// the request's span fields) for a log collector. The level comes from RUST_LOG
+    /// [default: info]; message content is never logged at info level.
+    #[arg(
+        long,
+        global = true,
+        env = "MEMLAYER_LOG_FORMAT",
+        value_enum,
+        default_value_t
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, Default, clap::ValueEnum)]
+enum LogFormat {
+    #[default]
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -93,12 +111,15 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().init(),
+    }
     let outcome = match cli.command {
         Command::Serve(args) => Settings::resolve(args).and_then(serve),
         Command::Reindex(args) => args.data_dir().and_then(|dir| reindex(&dir)),

@@ -713,3 +713,37 @@ fn keys_are_managed_in_the_data_directory_while_the_server_is_stopped() {
     .unwrap();
     assert_eq!(output.status.code(), Some(1), "a user key needs --user-id");
 }
+
+/// With `MEMLAYER_LOG_FORMAT=json` every log line is one JSON object a collector can parse,
+/// with its level and message, and a message's content appears in none of them.
+#[test]
+fn json_logs_are_one_object_per_line_without_message_content() {
+    let temp = tempfile::tempdir().unwrap();
+    let (mut server, url) = Process::serve_with(temp.path(), |command| {
+        command.env("MEMLAYER_LOG_FORMAT", "json");
+    });
+    let secret = "log-canary-7d41c2 my card is 4111 1111 1111 1111";
+    let (status, answer) = post(
+        &format!("{url}/v1/sessions/logs-1/messages"),
+        &json!({ "role": "user", "content": secret, "user_id": "alice", "agent_id": "helper" }),
+    );
+    assert_eq!(status, 201, "{answer}");
+    server.terminate();
+    // Waits for the exit and for all of stderr, whatever the status.
+    let (status, stderr) = server.wait_for_failure();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+
+    let lines: Vec<Value> = stderr
+        .lines()
+        .map(|line| {
+            serde_json::from_str(line).unwrap_or_else(|err| panic!("not JSON ({err}): {line:?}"))
+        })
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|line| line["level"] == "INFO" && line["fields"]["message"] == "serving"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("log-canary-7d41c2"), "{stderr}");
+}
