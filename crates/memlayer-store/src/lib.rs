@@ -10,6 +10,7 @@
 
 #![deny(missing_docs)]
 
+mod backup;
 mod embeddings;
 mod episodes;
 mod erasure;
@@ -28,6 +29,7 @@ mod store;
 mod tables;
 mod writer;
 
+pub use backup::Backup;
 pub use episodes::{Episode, MAX_EPISODE_TEXT, MAX_LESSON_TEXT, Outcome};
 pub use erasure::{ConversationStats, MessageErased, StoredJob};
 pub use error::{Result, StoreError};

@@ -18,10 +18,9 @@ use crate::record::{
 };
 use crate::snapshot::SessionSnapshot;
 use crate::tables::{
-    ERASURE_JOBS, ERASURE_RECEIPTS, FORMAT_VERSION, FORMAT_VERSION_KEY, IDEMPOTENCY, MESSAGES,
-    META, MODELS, NEXT_OUTBOX_SEQ_KEY, NEXT_SID_KEY, OUTBOX, RETENTION, RUN_IDS, RUNS,
-    SESSION_ACTIVITY, SESSION_COUNTS, SESSION_KEYS, SESSIONS, SETTINGS, SUMMARIES, VECTORS, scope,
-    scopes, settings_key,
+    FORMAT_VERSION, FORMAT_VERSION_KEY, IDEMPOTENCY, MESSAGES, META, NEXT_OUTBOX_SEQ_KEY,
+    NEXT_SID_KEY, OUTBOX, RUN_IDS, RUNS, SESSION_ACTIVITY, SESSION_COUNTS, SESSION_KEYS, SESSIONS,
+    SETTINGS, SUMMARIES, VECTORS, scope, scopes, settings_key,
 };
 use crate::writer::Writer;
 use crate::{Metadata, Result, StoreError};
@@ -590,34 +589,23 @@ fn initialise(db: &Database) -> Result<()> {
             meta.insert(NEXT_SID_KEY, 1)?;
             meta.insert(NEXT_OUTBOX_SEQ_KEY, 1)?;
         }
-        txn.open_table(SESSIONS)?;
-        txn.open_table(MESSAGES)?;
-        txn.open_table(RUNS)?;
-        txn.open_table(RUN_IDS)?;
-        txn.open_table(IDEMPOTENCY)?;
-        txn.open_table(SESSION_ACTIVITY)?;
-        txn.open_table(SESSION_COUNTS)?;
-        txn.open_table(SESSION_KEYS)?;
-        txn.open_table(OUTBOX)?;
-        txn.open_table(VECTORS)?;
-        txn.open_table(MODELS)?;
-        txn.open_table(SUMMARIES)?;
-        txn.open_table(SETTINGS)?;
-        txn.open_table(ERASURE_JOBS)?;
-        txn.open_table(ERASURE_RECEIPTS)?;
-        txn.open_table(RETENTION)?;
-        txn.open_table(crate::tables::MEMORIES)?;
-        txn.open_table(crate::tables::MEMORY_OWNERS)?;
-        txn.open_table(crate::tables::SESSION_MEMORIES)?;
-        txn.open_table(crate::tables::API_KEYS)?;
-        txn.open_table(crate::tables::API_KEY_TENANTS)?;
-        txn.open_table(crate::tables::EPISODES)?;
-        txn.open_table(crate::tables::EPISODE_OWNERS)?;
-        txn.open_table(crate::tables::EPISODE_TASKS)?;
-        txn.open_table(crate::tables::OPEN_SESSIONS)?;
     }
+    crate::tables::for_each_table(&mut CreateTables(&txn))?;
     txn.commit()?;
     Ok(())
+}
+
+/// Creates each table a fresh store lacks, so that reads never meet a missing table.
+struct CreateTables<'a>(&'a WriteTransaction);
+
+impl crate::tables::TableVisitor for CreateTables<'_> {
+    fn visit<K: redb::Key + 'static, V: redb::Value + 'static>(
+        &mut self,
+        table: redb::TableDefinition<K, V>,
+    ) -> Result<()> {
+        self.0.open_table(table)?;
+        Ok(())
+    }
 }
 
 pub(crate) fn read_session_record(
