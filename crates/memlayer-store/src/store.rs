@@ -98,15 +98,30 @@ impl Store {
     /// Opens the store at `path` with `options`; see [`Store::open`].
     pub fn open_with(path: impl AsRef<Path>, options: StoreOptions) -> Result<Self> {
         let path = path.as_ref().to_owned();
-        // A plain open trusts a file that was closed cleanly and may panic on one damaged
-        // since; the check verifies every page's checksum first, so a damaged file is refused
-        // with an error instead of served. It reads the whole file once per start.
-        let db = Database::builder()
-            .set_check_integrity_on_open(true)
-            .create(&path)
-            .map_err(|err| damaged(&path, err))?;
+        let db = builder().create(&path).map_err(|err| damaged(&path, err))?;
+        Self::start(db, path, options)
+    }
+
+    /// Opens a store on `backend` instead of a file, with the same checks, initialisation and
+    /// writer thread as [`Store::open_with`]: the fault-injection tests (`faults.rs`) run the
+    /// production write path over a disk that fails or loses power on cue. `name` stands for
+    /// the file in errors and in [`Store::path`].
+    #[cfg(test)]
+    pub(crate) fn open_with_backend(
+        name: &Path,
+        backend: impl redb::StorageBackend,
+        options: StoreOptions,
+    ) -> Result<Self> {
+        let db = builder()
+            .create_with_backend(backend)
+            .map_err(|err| damaged(name, err))?;
+        Self::start(db, name.to_owned(), options)
+    }
+
+    /// Checks and initialises an opened database and starts the writer thread.
+    fn start(db: Database, path: PathBuf, options: StoreOptions) -> Result<Self> {
         check_format(&db)?;
-        initialise(&db)?;
+        initialise(&db, options.commit)?;
         let db = Arc::new(RwLock::new(db));
         let writer = Writer::spawn(Arc::clone(&db), options.commit).map_err(|err| {
             StoreError::InvalidInput {
@@ -564,6 +579,15 @@ fn damaged(path: &Path, err: redb::DatabaseError) -> StoreError {
     }
 }
 
+/// How every store is opened. A plain open trusts a file that was closed cleanly and may panic
+/// on one damaged since; the check verifies every page's checksum first, so a damaged file is
+/// refused with an error instead of served. It reads the whole file once per start.
+fn builder() -> redb::Builder {
+    let mut builder = Database::builder();
+    builder.set_check_integrity_on_open(true);
+    builder
+}
+
 fn check_format(db: &Database) -> Result<()> {
     let txn = db.begin_read()?;
     let meta = match txn.open_table(META) {
@@ -581,8 +605,8 @@ fn check_format(db: &Database) -> Result<()> {
 }
 
 /// Creates the tables and the format marker of a new file; a no-op on an existing one.
-fn initialise(db: &Database) -> Result<()> {
-    let txn = db.begin_write()?;
+fn initialise(db: &Database, commit: CommitMode) -> Result<()> {
+    let txn = crate::writer::begin(db, commit)?;
     {
         let mut meta = txn.open_table(META)?;
         if meta.get(FORMAT_VERSION_KEY)?.is_none() {

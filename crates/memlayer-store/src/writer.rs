@@ -179,12 +179,7 @@ fn commit_group(db: &Database, commit: CommitMode, mut group: Vec<Box<dyn Job>>)
 }
 
 fn apply_and_commit(db: &Database, commit: CommitMode, group: &mut [Box<dyn Job>]) -> Result<()> {
-    let mut txn = db.begin_write()?;
-    match commit {
-        CommitMode::QuickRepair => txn.set_quick_repair(true),
-        CommitMode::TwoPhase => txn.set_two_phase_commit(true),
-        CommitMode::SinglePhase => {}
-    }
+    let txn = begin(db, commit)?;
     for job in group.iter_mut() {
         if let Some(err) = job.apply(&txn) {
             // Dropping the transaction aborts it; an explicit abort could only fail the same way.
@@ -194,4 +189,18 @@ fn apply_and_commit(db: &Database, commit: CommitMode, group: &mut [Box<dyn Job>
     }
     txn.commit()?;
     Ok(())
+}
+
+/// Begins a write transaction that commits the way `commit` says. Every write transaction of
+/// the store begins here, the one that initialises the file at start included, so no commit
+/// is weaker than the configured mode. Durability stays redb's default, `Immediate`: `commit()`
+/// returns only after `fsync`.
+pub(crate) fn begin(db: &Database, commit: CommitMode) -> Result<WriteTransaction> {
+    let mut txn = db.begin_write()?;
+    match commit {
+        CommitMode::QuickRepair => txn.set_quick_repair(true),
+        CommitMode::TwoPhase => txn.set_two_phase_commit(true),
+        CommitMode::SinglePhase => {}
+    }
+    Ok(txn)
 }
