@@ -379,6 +379,14 @@ fn run_workload(store: &Store, rt: &tokio::runtime::Runtime, fault: Option<Fault
     if fault.is_none() {
         assert!(failed.is_empty(), "no fault, yet {failed:?}");
     }
+    // A store that refuses every write must not report itself ready.
+    match store.check_ready() {
+        Ok(()) => assert!(!broken, "ready after {failed:?}"),
+        Err(err) => assert!(
+            broken && matches!(err, StoreError::Storage(_)),
+            "not ready ({err}) after {failed:?}"
+        ),
+    }
     Trace {
         acknowledged,
         failed,

@@ -170,7 +170,10 @@ impl Store {
                         "reads stayed open during compaction".into(),
                     ));
                 }
-                Err(err) => return Err(err.into()),
+                Err(err) => {
+                    self.inner.writer.note_failure(&db);
+                    return Err(err.into());
+                }
             }
         }
         Ok(moved)
@@ -203,9 +206,14 @@ impl Store {
     }
 
     /// Succeeds when the file can be read and writes are still accepted (readiness probe).
+    /// After an I/O error redb refuses every write until the file is reopened; this then
+    /// fails with that error, so an orchestrator restarts the process.
     pub fn check_ready(&self) -> Result<()> {
         if !self.inner.writer.is_open() {
             return Err(StoreError::Closed);
+        }
+        if let Some(err) = self.inner.writer.broken() {
+            return Err(err);
         }
         self.begin_read()?.open_table(META)?;
         Ok(())
