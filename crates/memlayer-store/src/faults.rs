@@ -611,3 +611,61 @@ fn every_power_loss_keeps_what_was_acknowledged() {
         std::fs::remove_file(&path).unwrap();
     }
 }
+
+/// What an interrupted creation leaves: the file redb had begun, under the temporary name
+/// `Store::open` builds a new store under. Whatever it holds, the next start must remove it
+/// and create the store afresh (the fault-free run's `created` operations build a store).
+#[test]
+fn an_interrupted_creation_never_stops_the_next_start() {
+    let dir = temp_dir();
+    let rt = runtime();
+    let counts = fault_free_run(dir.path(), &rt);
+    for k in 0..counts.created {
+        for fault in [Fault::Fail, Fault::PowerLoss] {
+            let begun = dir.path().join(format!("begun-{k}.redb"));
+            let (_, disk) = run_with_fault(&begun, k, fault, &rt);
+            let images = [
+                ("synced", disk.crash_image(Survivors::Synced)),
+                ("all", disk.crash_image(Survivors::All)),
+                ("torn", disk.crash_image(Survivors::Torn(k))),
+            ];
+            drop(disk);
+            std::fs::remove_file(&begun).unwrap();
+            for (name, image) in images {
+                let what = format!("k={k} ({fault:?}, {name})");
+                let data = tempfile::tempdir_in(dir.path()).unwrap();
+                let path = data.path().join("memlayer.redb");
+                image_file(data.path(), "memlayer.redb.new", &image);
+                let trace = Trace {
+                    acknowledged: Model::default(),
+                    failed: Vec::new(),
+                };
+                check_reopened(&path, &trace, &rt, &what);
+                let names: Vec<_> = std::fs::read_dir(data.path())
+                    .unwrap()
+                    .map(|entry| entry.unwrap().file_name())
+                    .collect();
+                assert_eq!(names, ["memlayer.redb"], "{what}");
+            }
+        }
+    }
+}
+
+/// A crash after the new store was linked into place but before its temporary name was
+/// removed leaves two names of one file: the next start keeps the store and drops the name.
+#[test]
+fn a_leftover_temporary_name_of_a_created_store_is_dropped() {
+    let dir = temp_dir();
+    let rt = runtime();
+    let path = dir.path().join("memlayer.redb");
+    let mut model = Model::default();
+    let store = Store::open(&path).unwrap();
+    let op = append(0, &[(1, "kept")], Some(1));
+    assert_eq!(rt.block_on(execute(&store, &op)).unwrap(), model.apply(&op));
+    store.shutdown();
+    drop(store);
+    std::fs::hard_link(&path, dir.path().join("memlayer.redb.new")).unwrap();
+    let store = Store::open(&path).unwrap();
+    model.check(&store).unwrap();
+    assert!(!dir.path().join("memlayer.redb.new").exists());
+}

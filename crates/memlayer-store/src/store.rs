@@ -98,7 +98,10 @@ impl Store {
     /// Opens the store at `path` with `options`; see [`Store::open`].
     pub fn open_with(path: impl AsRef<Path>, options: StoreOptions) -> Result<Self> {
         let path = path.as_ref().to_owned();
-        let db = builder().create(&path).map_err(|err| damaged(&path, err))?;
+        let db = match create_new(&path, options.commit)? {
+            Some(db) => db,
+            None => builder().create(&path).map_err(|err| damaged(&path, err))?,
+        };
         Self::start(db, path, options)
     }
 
@@ -585,6 +588,56 @@ fn damaged(path: &Path, err: redb::DatabaseError) -> StoreError {
         path: path.to_owned(),
         detail,
     }
+}
+
+/// Creates the store file at `path` if there is none, or returns `None`.
+///
+/// redb writes a new file in several steps; an I/O error or a crash between them left a file
+/// that every later open refused as damaged (found by the fault-injection tests), so memlayer
+/// would not start again until someone deleted it. The file is therefore built and
+/// initialised under a temporary name and linked into place only then: `path` either does not
+/// exist or holds an initialised store. A hard link, not a rename, so that of two processes
+/// creating the same store at once one finds the other's file instead of replacing it.
+fn create_new(path: &Path, commit: CommitMode) -> Result<Option<Database>> {
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".new");
+    let partial = PathBuf::from(partial);
+    // Left by a creation that did not finish (or a second name of a finished one); it never
+    // held an acknowledged write.
+    match std::fs::remove_file(&partial) {
+        Err(err) if err.kind() != std::io::ErrorKind::NotFound => return Err(io_error(err)),
+        _ => {}
+    }
+    if path.try_exists().map_err(io_error)? {
+        return Ok(None);
+    }
+    let db = builder()
+        .create(&partial)
+        .map_err(|err| damaged(&partial, err))?;
+    initialise(&db, commit)?;
+    let linked = std::fs::hard_link(&partial, path);
+    std::fs::remove_file(&partial).map_err(io_error)?;
+    match linked {
+        Ok(()) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => return Ok(None),
+        Err(err) => return Err(io_error(err)),
+    }
+    // The new name must be durable before the first write is acknowledged.
+    #[cfg(unix)]
+    {
+        let parent = match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        std::fs::File::open(parent)
+            .and_then(|dir| dir.sync_all())
+            .map_err(io_error)?;
+    }
+    Ok(Some(db))
+}
+
+fn io_error(err: std::io::Error) -> StoreError {
+    redb::StorageError::Io(err).into()
 }
 
 /// How every store is opened. A plain open trusts a file that was closed cleanly and may panic
