@@ -17,7 +17,7 @@ use redb::backends::FileBackend;
 use redb::{BackendError, StorageBackend};
 
 use crate::fuzzing::{Model, Op, Outcome, execute};
-use crate::{Store, StoreError, StoreOptions};
+use crate::{CommitMode, Store, StoreError, StoreOptions};
 
 /// What the disk does from the k-th I/O operation (`write`, `set_len`, `sync_data`) on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -315,6 +315,7 @@ fn workload() -> Vec<Step> {
 }
 
 /// What one run of the workload did.
+#[derive(Default)]
 struct Trace {
     /// The model of every acknowledged operation, in acknowledgement order.
     acknowledged: Model,
@@ -322,6 +323,9 @@ struct Trace {
     /// failed (any error but redb's `PreviousIo`, which refuses a transaction before it
     /// begins) may be in the store, all of them or none.
     failed: Vec<(Op, StoreError)>,
+    /// Texts erased (a message or memory erased, a session deleted) before an acknowledged
+    /// compaction: no byte image of the file may hold them any more.
+    gone: Vec<String>,
 }
 
 impl Trace {
@@ -347,6 +351,7 @@ fn run_workload(store: &Store, rt: &tokio::runtime::Runtime, fault: Option<Fault
     let mut acknowledged = Model::default();
     let mut failed = Vec::new();
     let mut broken = false;
+    let (mut erased, mut gone) = (Vec::new(), Vec::new());
     for step in workload() {
         let results = match step {
             Step::One(op) => {
@@ -361,7 +366,14 @@ fn run_workload(store: &Store, rt: &tokio::runtime::Runtime, fault: Option<Fault
         let first_failure = !broken;
         for (op, result) in results {
             match result {
-                Ok(outcome) if !broken => assert_eq!(outcome, acknowledged.apply(&op), "{op:?}"),
+                Ok(outcome) if !broken => {
+                    let before = acknowledged.texts();
+                    assert_eq!(outcome, acknowledged.apply(&op), "{op:?}");
+                    erased.extend(before.difference(&acknowledged.texts()).cloned());
+                    if matches!(op, Op::Compact) {
+                        gone.append(&mut erased);
+                    }
+                }
                 Ok(outcome) => panic!("{op:?} answered {outcome:?} after a write failed"),
                 Err(err @ StoreError::Storage(_)) => {
                     broken = true;
@@ -390,6 +402,7 @@ fn run_workload(store: &Store, rt: &tokio::runtime::Runtime, fault: Option<Fault
     Trace {
         acknowledged,
         failed,
+        gone,
     }
 }
 
@@ -497,16 +510,28 @@ struct Counts {
 
 /// Runs the whole workload once on a fault-free disk: the reference for the sweep, and the
 /// I/O operations to sweep over.
-fn fault_free_run(dir: &Path, rt: &tokio::runtime::Runtime) -> Counts {
-    let path = dir.join("reference.redb");
+fn fault_free_run(dir: &Path, commit: CommitMode, rt: &tokio::runtime::Runtime) -> Counts {
+    let path = dir.join(format!("reference-{commit:?}.redb"));
     let disk = FaultyDisk::create(&path, None);
-    let store = Store::open_with_backend(&path, disk.clone(), StoreOptions::default()).unwrap();
+    let options = StoreOptions::default().with_commit(commit);
+    let store = Store::open_with_backend(&path, disk.clone(), options).unwrap();
     let created = disk.ops();
     let trace = run_workload(&store, rt, None);
     trace.acknowledged.check(&store).unwrap();
     let total = disk.ops();
     store.shutdown();
     drop(store);
+    let mut gone = trace.gone.clone();
+    gone.sort();
+    let erased = [
+        "an answer in s1",
+        "be brief",
+        "first words of s1",
+        "hi there",
+        "likes green tea",
+    ];
+    assert_eq!(gone, erased, "the workload erases and compacts these");
+    assert_gone(&std::fs::read(&path).unwrap(), &trace, "fault-free run");
     check_reopened(&path, &trace, rt, "fault-free run");
     Counts { created, total }
 }
@@ -517,19 +542,18 @@ fn run_with_fault(
     path: &Path,
     k: u64,
     fault: Fault,
+    commit: CommitMode,
     rt: &tokio::runtime::Runtime,
 ) -> (Trace, FaultyDisk) {
     let disk = FaultyDisk::create(path, Some((k, fault)));
-    let trace = match Store::open_with_backend(path, disk.clone(), StoreOptions::default()) {
+    let options = StoreOptions::default().with_commit(commit);
+    let trace = match Store::open_with_backend(path, disk.clone(), options) {
         Ok(store) => {
             let trace = run_workload(&store, rt, Some(fault));
             store.shutdown();
             trace
         }
-        Err(StoreError::Storage(_)) => Trace {
-            acknowledged: Model::default(),
-            failed: Vec::new(),
-        },
+        Err(StoreError::Storage(_)) => Trace::default(),
         Err(err) => panic!("k={k}: opening failed with {err:?}, not a storage error"),
     };
     (trace, disk)
@@ -543,11 +567,35 @@ fn full_sweep() -> bool {
     std::env::var(SWEEP_VARIABLE).is_ok_and(|value| value == "full")
 }
 
+/// The commit modes to sweep: the server's, or every mode in the full sweep.
+fn commit_modes() -> Vec<CommitMode> {
+    if full_sweep() {
+        vec![
+            CommitMode::QuickRepair,
+            CommitMode::TwoPhase,
+            CommitMode::SinglePhase,
+        ]
+    } else {
+        vec![CommitMode::default()]
+    }
+}
+
 /// The operations to fail: every one, or every third (the I/O operations of a commit vary in
 /// number, so every third still lands on every kind of operation of some commit).
 fn sweep(counts: &Counts) -> impl Iterator<Item = u64> {
     let step = if full_sweep() { 1 } else { 3 };
     (counts.created..counts.total).step_by(step)
+}
+
+/// Fails if the file's bytes still hold a text whose erasure was followed by an acknowledged
+/// compaction (redb does not zero freed pages; compaction is what removes them).
+fn assert_gone(image: &[u8], trace: &Trace, what: &str) {
+    for text in &trace.gone {
+        let found = image
+            .windows(text.len())
+            .any(|window| window == text.as_bytes());
+        assert!(!found, "{what}: erased {text:?} is still in the file");
+    }
 }
 
 /// Writes `image` to a fresh file and returns its path.
@@ -561,54 +609,57 @@ fn image_file(dir: &Path, name: &str, image: &[u8]) -> PathBuf {
 fn every_io_failure_leaves_acknowledged_writes_and_whole_groups() {
     let dir = temp_dir();
     let rt = runtime();
-    let counts = fault_free_run(dir.path(), &rt);
-    let mut failed_groups = 0;
-    for k in sweep(&counts) {
-        let path = dir.path().join(format!("fail-{k}.redb"));
-        let (trace, disk) = run_with_fault(&path, k, Fault::Fail, &rt);
-        if trace.failed_group().count() > 1 {
-            failed_groups += 1;
+    for commit in commit_modes() {
+        let counts = fault_free_run(dir.path(), commit, &rt);
+        let mut failed_groups = 0;
+        for k in sweep(&counts) {
+            let path = dir.path().join(format!("fail-{k}.redb"));
+            let (trace, disk) = run_with_fault(&path, k, Fault::Fail, commit, &rt);
+            let what = format!("k={k} ({commit:?}, I/O error)");
+            assert_gone(&std::fs::read(&path).unwrap(), &trace, &what);
+            if trace.failed_group().count() > 1 {
+                failed_groups += 1;
+            }
+            drop(disk);
+            check_reopened(&path, &trace, &rt, &what);
+            std::fs::remove_file(&path).unwrap();
         }
-        drop(disk);
-        check_reopened(&path, &trace, &rt, &format!("k={k} (I/O error)"));
-        std::fs::remove_file(&path).unwrap();
+        assert!(failed_groups > 0, "{commit:?}: no fault hit a group commit");
     }
-    assert!(failed_groups > 0, "no fault hit a group commit");
 }
 
 #[test]
 fn every_power_loss_keeps_what_was_acknowledged() {
     let dir = temp_dir();
     let rt = runtime();
-    let counts = fault_free_run(dir.path(), &rt);
-    for k in sweep(&counts) {
-        let path = dir.path().join(format!("live-{k}.redb"));
-        let (trace, disk) = run_with_fault(&path, k, Fault::PowerLoss, &rt);
-        let images = [
-            ("synced", Survivors::Synced),
-            ("all", Survivors::All),
-            ("torn", Survivors::Torn(k)),
-        ];
-        // The default sweep takes turns; the full one checks each image.
-        let turn = usize::try_from(k / 3 % 3).unwrap();
-        let images = if full_sweep() {
-            &images[..]
-        } else {
-            &images[turn..=turn]
-        };
-        for &(name, survivors) in images {
-            let image = disk.crash_image(survivors);
-            let crashed = image_file(dir.path(), &format!("crash-{k}-{name}.redb"), &image);
-            check_reopened(
-                &crashed,
-                &trace,
-                &rt,
-                &format!("k={k} ({name} after power loss)"),
-            );
-            std::fs::remove_file(&crashed).unwrap();
+    for commit in commit_modes() {
+        let counts = fault_free_run(dir.path(), commit, &rt);
+        for k in sweep(&counts) {
+            let path = dir.path().join(format!("live-{k}.redb"));
+            let (trace, disk) = run_with_fault(&path, k, Fault::PowerLoss, commit, &rt);
+            let images = [
+                ("synced", Survivors::Synced),
+                ("all", Survivors::All),
+                ("torn", Survivors::Torn(k)),
+            ];
+            // The default sweep takes turns; the full one checks each image.
+            let turn = usize::try_from(k / 3 % 3).unwrap();
+            let images = if full_sweep() {
+                &images[..]
+            } else {
+                &images[turn..=turn]
+            };
+            for &(name, survivors) in images {
+                let image = disk.crash_image(survivors);
+                let what = format!("k={k} ({commit:?}, {name} after power loss)");
+                assert_gone(&image, &trace, &what);
+                let crashed = image_file(dir.path(), &format!("crash-{k}-{name}.redb"), &image);
+                check_reopened(&crashed, &trace, &rt, &what);
+                std::fs::remove_file(&crashed).unwrap();
+            }
+            drop(disk);
+            std::fs::remove_file(&path).unwrap();
         }
-        drop(disk);
-        std::fs::remove_file(&path).unwrap();
     }
 }
 
@@ -619,11 +670,11 @@ fn every_power_loss_keeps_what_was_acknowledged() {
 fn an_interrupted_creation_never_stops_the_next_start() {
     let dir = temp_dir();
     let rt = runtime();
-    let counts = fault_free_run(dir.path(), &rt);
+    let counts = fault_free_run(dir.path(), CommitMode::default(), &rt);
     for k in 0..counts.created {
         for fault in [Fault::Fail, Fault::PowerLoss] {
             let begun = dir.path().join(format!("begun-{k}.redb"));
-            let (_, disk) = run_with_fault(&begun, k, fault, &rt);
+            let (_, disk) = run_with_fault(&begun, k, fault, CommitMode::default(), &rt);
             let images = [
                 ("synced", disk.crash_image(Survivors::Synced)),
                 ("all", disk.crash_image(Survivors::All)),
@@ -636,11 +687,7 @@ fn an_interrupted_creation_never_stops_the_next_start() {
                 let data = tempfile::tempdir_in(dir.path()).unwrap();
                 let path = data.path().join("memlayer.redb");
                 image_file(data.path(), "memlayer.redb.new", &image);
-                let trace = Trace {
-                    acknowledged: Model::default(),
-                    failed: Vec::new(),
-                };
-                check_reopened(&path, &trace, &rt, &what);
+                check_reopened(&path, &Trace::default(), &rt, &what);
                 let names: Vec<_> = std::fs::read_dir(data.path())
                     .unwrap()
                     .map(|entry| entry.unwrap().file_name())

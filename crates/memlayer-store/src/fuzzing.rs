@@ -395,6 +395,20 @@ impl Model {
         }
     }
 
+    /// Every message content and memory text the store holds: a text that leaves this set
+    /// was erased, and must leave the file with the next compaction.
+    pub fn texts(&self) -> std::collections::BTreeSet<String> {
+        let messages = self.sessions.iter().flatten().flat_map(|session| {
+            session
+                .messages
+                .iter()
+                .flatten()
+                .map(|(_, content)| content.clone())
+        });
+        let memories = self.memories.values().map(|(_, text)| text.clone());
+        messages.chain(memories).collect()
+    }
+
     fn session_mut(&mut self, session: u8) -> Option<&mut SessionModel> {
         self.sessions[usize::from(session) % SESSIONS.len()].as_mut()
     }
