@@ -491,7 +491,7 @@ fn check_reopened(path: &Path, trace: &Trace, rt: &tokio::runtime::Runtime, what
     store.shutdown();
 }
 
-fn temp_dir() -> tempfile::TempDir {
+pub(crate) fn temp_dir() -> tempfile::TempDir {
     // fsync costs nothing in memory, and the sweep syncs thousands of times.
     let shm = Path::new("/dev/shm");
     if shm.is_dir() {

@@ -496,3 +496,65 @@ impl Model {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::collection::vec;
+    use proptest::option;
+    use proptest::prelude::*;
+
+    use super::{Model, Op, execute};
+    use crate::Store;
+
+    /// Texts, now and then with a NUL (refused), often repeated across operations.
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![4 => "[a-c ]{0,4}", 1 => Just("a\0b".to_owned())]
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let append = (
+            any::<u8>(),
+            vec((any::<u8>(), text()), 0..4),
+            any::<bool>(),
+            option::of(0u8..3),
+        )
+            .prop_map(|(session, messages, create, key)| Op::Append {
+                session,
+                messages,
+                create,
+                key,
+            });
+        prop_oneof![
+            6 => append,
+            1 => any::<u8>().prop_map(|session| Op::Clear { session }),
+            1 => any::<u8>().prop_map(|session| Op::Delete { session }),
+            2 => (any::<u8>(), 0u8..6).prop_map(|(session, index)| Op::Erase { session, index }),
+            2 => (any::<u8>(), 0u8..3).prop_map(|(session, run)| Op::Run { session, run }),
+            2 => (any::<u8>(), text()).prop_map(|(user, text)| Op::Remember { user, text }),
+            1 => (0u8..4).prop_map(|memory| Op::Forget { memory }),
+            1 => Just(Op::Compact),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        /// The model the fuzz target and the fault-injection tests trust agrees with the store
+        /// on random sequences, answer by answer and state by state, in every `cargo test`.
+        #[test]
+        fn the_model_predicts_the_store(ops in vec(op(), 1..24)) {
+            let dir = crate::faults::temp_dir();
+            let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            let mut model = Model::default();
+            for op in &ops {
+                let answered = rt.block_on(execute(&store, op)).unwrap();
+                prop_assert_eq!(answered, model.apply(op), "{:?}", op);
+                if let Err(difference) = model.check(&store) {
+                    prop_assert!(false, "after {:?}: {}", op, difference);
+                }
+            }
+            store.shutdown();
+        }
+    }
+}
