@@ -4,6 +4,7 @@
 //! with redb's integrity check) and compared with the operations model (`fuzzing::Model`):
 //! every acknowledged write is there once and in order, a failed group commit is there whole or
 //! not at all, deleted and erased data stays gone, and the reopened store takes new writes.
+//! The same faults during the creation of a store must not stop the next start.
 //! docs/storage-format.md ("Fault injection") says what it proves and what it found.
 
 use std::future::Future;
@@ -36,9 +37,9 @@ enum Survivors {
     Synced,
     /// All of them (the process died; the operating system wrote its cache out).
     All,
-    /// Each 512-byte sector of each, and each length change, independently or not, chosen
-    /// from the seed: redb assumes no more than that bytes are not torn and writes do not
-    /// change bytes outside their range.
+    /// A seeded choice per change: none of it, all of it, or (a write) a coin flip per
+    /// 512-byte sector. redb assumes no more of a disk than that single bytes are not torn and
+    /// that a write changes no bytes outside its range.
     Torn(u64),
 }
 
