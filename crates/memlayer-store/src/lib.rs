@@ -15,7 +15,7 @@ mod embeddings;
 mod episodes;
 mod erasure;
 mod error;
-#[cfg(feature = "fuzzing")]
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
 mod idle;
@@ -48,5 +48,7 @@ pub use session_memory::SessionMemory;
 pub use snapshot::{MessageOutline, SessionSnapshot};
 pub use store::{CommitMode, MAX_PAGE_SIZE, Store, StoreOptions};
 
+#[cfg(test)]
+mod faults;
 #[cfg(test)]
 mod tests;
