@@ -1,5 +1,7 @@
 //! `memlayer`, the single binary: the HTTP server (`memlayer serve`), the operator commands
-//! (`memlayer keys`, `memlayer reindex`, `memlayer verify-erasure`) and the offline evaluations
+//! on a data directory (`memlayer keys`, `memlayer reindex`, `memlayer check`,
+//! `memlayer verify-erasure`) and against a running server (`memlayer stats`, `purge`,
+//! `backup`), and the offline evaluations
 //! (`memlayer eval`). It owns the command line, the configuration file and
 //! environment variables, logging set-up and signal handling, and turns them into calls on
 //! the library crates. Nothing depends on it.
@@ -8,6 +10,7 @@ mod check;
 mod config;
 mod eval;
 mod keys;
+mod remote;
 
 /// The store file inside the data directory.
 const STORE_FILE: &str = "memlayer.redb";
@@ -100,6 +103,38 @@ enum Command {
     ///   memlayer check --data-dir /var/lib/memlayer
     #[command(verbatim_doc_comment)]
     Check(check::CheckArgs),
+    /// Show a running server's conversation stats for the key's tenant: how many, and the
+    /// least recently active.
+    ///
+    /// Needs a tenant_admin key in MEMLAYER_KEY.
+    ///
+    /// Example:
+    ///   MEMLAYER_KEY=mlk_… memlayer stats --url http://127.0.0.1:7700
+    #[command(verbatim_doc_comment)]
+    Stats(remote::StatsArgs),
+    /// Erase every conversation of the key's tenant inactive for more than N days, on a
+    /// running server, with everything derived from them; prints the erasure receipt's counts.
+    ///
+    /// Needs a tenant_admin key in MEMLAYER_KEY. --older-than-days 0 erases every
+    /// conversation and must be confirmed with --confirm "DELETE ALL".
+    ///
+    /// Examples:
+    ///   MEMLAYER_KEY=mlk_… memlayer purge --older-than-days 90
+    ///   MEMLAYER_KEY=mlk_… memlayer purge --older-than-days 0 --confirm "DELETE ALL"
+    #[command(verbatim_doc_comment)]
+    Purge(remote::PurgeArgs),
+    /// Save a consistent backup of a running server's whole store to a file.
+    ///
+    /// The server copies what was committed when the request began while it goes on
+    /// serving; the file is checked (it opens as a store, checksums verified) before it
+    /// takes its name. Needs a tenant_admin key of tenant "default" (the operator's, e.g. the
+    /// configured admin key) in MEMLAYER_KEY. To restore, stop the server and copy the file
+    /// to DATA_DIR/memlayer.redb (the vector index is rebuilt at start).
+    ///
+    /// Example:
+    ///   MEMLAYER_KEY=mlk_… memlayer backup --out /backups/memlayer-2026-11-23.redb
+    #[command(verbatim_doc_comment)]
+    Backup(remote::BackupArgs),
     /// Create, list and revoke API keys in the data directory (with the server stopped: it
     /// holds the store file; while it runs, use /v1/keys).
     #[command(subcommand)]
@@ -127,6 +162,9 @@ fn main() -> ExitCode {
         Command::Check(args) => check::run(args),
         Command::Eval(command) => eval::run(command),
         Command::Keys(command) => keys::run(command),
+        Command::Stats(args) => remote::stats(&args),
+        Command::Purge(args) => remote::purge(&args),
+        Command::Backup(args) => remote::backup(&args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -747,3 +747,93 @@ fn json_logs_are_one_object_per_line_without_message_content() {
     );
     assert!(!stderr.contains("log-canary-7d41c2"), "{stderr}");
 }
+
+/// `memlayer` with `args` against the server at `url`, with `key` in `MEMLAYER_KEY`; answers
+/// whether it succeeded, its stdout and its stderr.
+fn remote(url: &str, key: &str, args: &[&str]) -> (bool, String, String) {
+    let output = memlayer(args)
+        .env("MEMLAYER_URL", url)
+        .env("MEMLAYER_KEY", key)
+        .output()
+        .expect("run memlayer");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// The operator commands against a running server: stats, a backup taken while it serves
+/// (which a new server then serves from), and purge, which refuses to erase everything
+/// without the typed confirmation.
+#[test]
+fn stats_backup_and_purge_work_against_a_running_server() {
+    let temp = tempfile::tempdir().unwrap();
+    let (mut server, url) = Process::serve(&temp.path().join("live"));
+    for session in ["ops-1", "ops-2"] {
+        let (status, answer) = post(
+            &format!("{url}/v1/sessions/{session}/messages"),
+            &json!({ "role": "user", "content": "backed up text", "user_id": "u", "agent_id": "a" }),
+        );
+        assert_eq!(status, 201, "{answer}");
+    }
+
+    let (ok, stdout, stderr) = remote(&url, ADMIN_KEY, &["stats"]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("project default: 2 conversation(s)"),
+        "{stdout}"
+    );
+    let (ok, _, stderr) = remote(&url, "mlk_0000000000000000_wrong", &["stats"]);
+    assert!(
+        !ok && stderr.contains("401 Unauthorized unauthorized"),
+        "{stderr}"
+    );
+
+    let backup = temp.path().join("backup.redb");
+    let (ok, stdout, stderr) = remote(
+        &url,
+        ADMIN_KEY,
+        &["backup", "--out", backup.to_str().unwrap()],
+    );
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("checksums verified"), "{stdout}");
+    let (ok, _, stderr) = remote(
+        &url,
+        ADMIN_KEY,
+        &["backup", "--out", backup.to_str().unwrap()],
+    );
+    assert!(!ok && stderr.contains("never overwrites"), "{stderr}");
+
+    let (ok, _, stderr) = remote(&url, ADMIN_KEY, &["purge", "--older-than-days", "0"]);
+    assert!(!ok && stderr.contains("DELETE ALL"), "{stderr}");
+    assert_eq!(
+        get(&format!("{url}/v1/sessions/ops-1")).0,
+        200,
+        "nothing erased"
+    );
+    let (ok, stdout, stderr) = remote(
+        &url,
+        ADMIN_KEY,
+        &["purge", "--older-than-days", "0", "--confirm", "DELETE ALL"],
+    );
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.starts_with("erased 2 conversation(s), 2 message(s)"),
+        "{stdout}"
+    );
+    assert_eq!(get(&format!("{url}/v1/sessions/ops-1")).0, 404);
+    server.terminate();
+    server.wait_for_exit();
+
+    // Restored: the backup is the store of a new data directory.
+    let restored = temp.path().join("restored");
+    std::fs::create_dir(&restored).unwrap();
+    std::fs::copy(&backup, store_file(&restored)).unwrap();
+    let (mut server, url) = Process::serve(&restored);
+    let (status, session) = get(&format!("{url}/v1/sessions/ops-2"));
+    assert_eq!(status, 200, "{session}");
+    assert_eq!(session["messages"][0]["content"], "backed up text");
+    server.terminate();
+    server.wait_for_exit();
+}
