@@ -11,6 +11,7 @@ mod config;
 mod eval;
 mod keys;
 mod remote;
+mod transfer;
 
 /// The store file inside the data directory.
 const STORE_FILE: &str = "memlayer.redb";
@@ -135,6 +136,27 @@ enum Command {
     ///   MEMLAYER_KEY=mlk_… memlayer backup --out /backups/memlayer-2026-11-23.redb
     #[command(verbatim_doc_comment)]
     Backup(remote::BackupArgs),
+    /// Export the key's tenant, or one user, from a running server as JSON Lines: every
+    /// session with all its messages and runs, then each user's memories and episodes.
+    ///
+    /// Needs a tenant_admin or service key in MEMLAYER_KEY. Derived data (vectors,
+    /// summaries, entities) is not exported; the importing server derives it again.
+    ///
+    /// Examples:
+    ///   MEMLAYER_KEY=mlk_… memlayer export --out tenant.jsonl
+    ///   MEMLAYER_KEY=mlk_… memlayer export --user alice > alice.jsonl
+    #[command(verbatim_doc_comment)]
+    Export(transfer::ExportArgs),
+    /// Import what `memlayer export` wrote into a running server (the key's tenant).
+    ///
+    /// Safe to run again: messages are appended with idempotency keys, runs keep their ids,
+    /// memories are remembered (a repeat updates instead of copying), and episodes already
+    /// there are skipped. A session id that exists with another owner stops the import.
+    ///
+    /// Example:
+    ///   MEMLAYER_KEY=mlk_… memlayer import --in tenant.jsonl --url http://new-host:7700
+    #[command(verbatim_doc_comment)]
+    Import(transfer::ImportArgs),
     /// Create, list and revoke API keys in the data directory (with the server stopped: it
     /// holds the store file; while it runs, use /v1/keys).
     #[command(subcommand)]
@@ -165,6 +187,8 @@ fn main() -> ExitCode {
         Command::Stats(args) => remote::stats(&args),
         Command::Purge(args) => remote::purge(&args),
         Command::Backup(args) => remote::backup(&args),
+        Command::Export(args) => transfer::export(&args),
+        Command::Import(args) => transfer::import(&args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -39,8 +39,7 @@ impl ServerArgs {
             .bearer_auth(key))
     }
 
-    /// Sends `request`; an answer other than 2xx becomes an error with the server's code and
-    /// message.
+    /// Sends `request`; an answer other than 2xx becomes an [`ApiFailure`].
     fn send(&self, request: RequestBuilder) -> anyhow::Result<Response> {
         let response = request
             .send()
@@ -50,20 +49,52 @@ impl ServerArgs {
             return Ok(response);
         }
         let body: Value = response.json().unwrap_or(Value::Null);
-        let error = &body["error"];
-        match (error["code"].as_str(), error["message"].as_str()) {
-            (Some(code), Some(message)) => {
-                anyhow::bail!("the server answered {status} {code}: {message}")
-            }
-            _ => anyhow::bail!("the server answered {status}"),
+        let text = |field: &str| body["error"][field].as_str().unwrap_or_default().to_owned();
+        Err(ApiFailure {
+            status,
+            code: text("code"),
+            message: text("message"),
         }
+        .into())
     }
 
-    fn json(&self, method: reqwest::Method, path: &str) -> anyhow::Result<Value> {
+    /// The JSON answer to a request without a body.
+    pub(crate) fn json(&self, method: reqwest::Method, path: &str) -> anyhow::Result<Value> {
         let response = self.send(self.request(method, path)?)?;
         response.json().context("the server's answer is not JSON")
     }
+
+    /// The JSON answer to a request with the JSON `body`.
+    pub(crate) fn send_json(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: &Value,
+    ) -> anyhow::Result<Value> {
+        let response = self.send(self.request(method, path)?.json(body))?;
+        response.json().context("the server's answer is not JSON")
+    }
 }
+
+/// A request the server refused, with its status and the API's error code and message.
+#[derive(Debug)]
+pub(crate) struct ApiFailure {
+    pub(crate) status: reqwest::StatusCode,
+    code: String,
+    message: String,
+}
+
+impl std::fmt::Display for ApiFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the server answered {} {}: {}",
+            self.status, self.code, self.message
+        )
+    }
+}
+
+impl std::error::Error for ApiFailure {}
 
 /// Flags of `memlayer stats`.
 #[derive(Debug, Args)]

@@ -837,3 +837,112 @@ fn stats_backup_and_purge_work_against_a_running_server() {
     server.terminate();
     server.wait_for_exit();
 }
+
+/// What a server holds for the export test's users, without what the importing server sets
+/// itself: ids and times of memories and episodes, and when sessions and runs were stored.
+fn holdings(url: &str) -> Value {
+    let mut sessions = Vec::new();
+    for id in ["move-1", "move-2"] {
+        let (_, mut session) = get(&format!("{url}/v1/sessions/{id}"));
+        let (_, mut runs) = get(&format!("{url}/v1/sessions/{id}/runs"));
+        for run in runs.as_array_mut().unwrap() {
+            run.as_object_mut().unwrap().remove("created_at");
+        }
+        session["runs"] = runs;
+        // Set by the server that stores the session; message times travel.
+        session.as_object_mut().unwrap().remove("updated_at");
+        session.as_object_mut().unwrap().remove("created_at");
+        sessions.push(session);
+    }
+    let (_, memories) = get(&format!("{url}/v1/users/ann/memories"));
+    let memories: Vec<Value> = memories["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| json!([m["text"], m["type"], m["tags"], m["agent_id"], m["source"]]))
+        .collect();
+    let (_, episodes) = get(&format!("{url}/v1/users/ann/episodes"));
+    let episodes: Vec<Value> = episodes["episodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            json!([
+                e["task_type"],
+                e["lesson"],
+                e["outcome"],
+                e["source_session_id"]
+            ])
+        })
+        .collect();
+    json!({ "sessions": sessions, "memories": memories, "episodes": episodes })
+}
+
+/// A tenant exported from one server and imported into another holds the same sessions
+/// (messages with their times, a clear at the same message, runs), memories and episodes;
+/// importing the same file again changes nothing.
+#[test]
+fn export_then_import_moves_a_tenant_and_a_second_import_changes_nothing() {
+    let temp = tempfile::tempdir().unwrap();
+    let (mut source, from) = Process::serve(&temp.path().join("source"));
+    for (session, user) in [("move-1", "ann"), ("move-2", "bob")] {
+        let body = json!({ "user_id": user, "agent_id": "helper", "flow_id": "checkout",
+            "session_metadata": { "channel": "web" },
+            "messages": [
+                { "role": "user", "content": format!("{session}: first"), "timestamp": "2026-01-02T03:04:05.000006Z" },
+                { "role": "assistant", "content": "noted", "metadata": { "model": "m" } },
+                { "role": "user", "content": "and a second question" },
+            ] });
+        assert_eq!(
+            post(&format!("{from}/v1/sessions/{session}/messages"), &body).0,
+            201
+        );
+    }
+    assert_eq!(
+        post(&format!("{from}/v1/sessions/move-1/clear"), &json!({})).0,
+        200
+    );
+    let after_clear = json!({ "role": "assistant", "content": "after the clear" });
+    assert_eq!(
+        post(&format!("{from}/v1/sessions/move-1/messages"), &after_clear).0,
+        201
+    );
+    let run = json!({ "run_id": "run-1", "status": "COMPLETED", "content": "noted" });
+    assert_eq!(
+        post(&format!("{from}/v1/sessions/move-1/runs"), &run).0,
+        201
+    );
+    let memory = json!({ "text": "Ann prefers tea", "type": "preference", "tags": ["drinks"],
+        "source": { "session_id": "move-1", "index": 0 } });
+    assert_eq!(
+        post(&format!("{from}/v1/users/ann/memories"), &memory).0,
+        201
+    );
+    let episode = json!({ "task_type": "refund", "description": "a refund", "outcome": "failure",
+        "lesson": "ask for the order id first", "source_session_id": "move-1" });
+    assert_eq!(
+        post(&format!("{from}/v1/users/ann/episodes"), &episode).0,
+        201
+    );
+    let expected = holdings(&from);
+
+    let file = temp.path().join("tenant.jsonl");
+    let (ok, _, stderr) = remote(
+        &from,
+        ADMIN_KEY,
+        &["export", "--out", file.to_str().unwrap()],
+    );
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("exported 2 session(s)"), "{stderr}");
+    source.terminate();
+    source.wait_for_exit();
+
+    let (mut target, to) = Process::serve(&temp.path().join("target"));
+    for round in ["first", "second"] {
+        let (ok, _, stderr) = remote(&to, ADMIN_KEY, &["import", "--in", file.to_str().unwrap()]);
+        assert!(ok, "{round} import: {stderr}");
+        assert_eq!(holdings(&to), expected, "after the {round} import");
+    }
+    target.terminate();
+    target.wait_for_exit();
+}
