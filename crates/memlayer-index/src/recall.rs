@@ -267,7 +267,13 @@ impl Recall {
         tokio::pin!(shutdown);
         loop {
             match self.step().await {
-                Ok(true) => {}
+                // A backlog must not hold up a shutdown: what is left stays in the outbox
+                // and the next start indexes it.
+                Ok(true) => tokio::select! {
+                    biased;
+                    () = &mut shutdown => break,
+                    () = std::future::ready(()) => {}
+                },
                 Ok(false) => {
                     if self.read().dirty
                         && last_snapshot.elapsed() >= self.inner.options.snapshot_interval

@@ -369,3 +369,44 @@ async fn the_index_check_finds_missing_and_orphaned_vectors() {
     assert!(!check.is_consistent());
     fixture.stop().await;
 }
+
+/// A shutdown with a large backlog stops after the batch in hand, not after the backlog: the
+/// rest stays in the outbox for the next start.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shutdown_does_not_wait_for_the_backlog() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
+    let recall = Recall::open(store.clone(), embedder(), RecallOptions::default()).unwrap();
+    let batch = recall.inner.options.batch_messages;
+    // Eight appends of a batch each: eight outbox entries, eight steps of the pipeline.
+    for round in 0..8 {
+        let messages = (0..batch)
+            .map(|n| NewMessage {
+                role: Role::User,
+                content: format!("backlog line {round}-{n}"),
+                token_count: 1,
+                timestamp: None,
+                metadata: Default::default(),
+            })
+            .collect();
+        let append = Append {
+            messages,
+            create: Some(NewSession {
+                user_id: "u".into(),
+                agent_id: "assistant".into(),
+                ..NewSession::default()
+            }),
+            idempotency_key: None,
+        };
+        store.append("t", "s", append).await.unwrap();
+    }
+    let backlog = store.pending_embedding_count().unwrap();
+
+    // Asked to stop before it starts: it may index the batch in hand, never the backlog.
+    recall.clone().run_pipeline(async {}).await;
+    let left = store.pending_embedding_count().unwrap();
+    assert!(
+        backlog == 8 && left >= 7,
+        "{left} of {backlog} appends left"
+    );
+}
