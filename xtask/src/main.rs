@@ -12,6 +12,7 @@ mod cmd;
 mod crash;
 mod dist;
 mod fuzz;
+mod load;
 mod metadata;
 mod server;
 mod setup;
@@ -75,6 +76,23 @@ enum Task {
         #[arg(long, default_value_t = 300)]
         iterations: usize,
     },
+    /// Load over HTTP with auth on: clients playing turns (append, context, append), then
+    /// many more clients appending against a small in-flight limit; checks that overload is
+    /// refused fast and that no acknowledged append is lost.
+    Load {
+        /// Clients playing turns at once.
+        #[arg(long, default_value_t = 64)]
+        clients: usize,
+        /// Clients appending at once in the overload phase.
+        #[arg(long, default_value_t = 500)]
+        overload_clients: usize,
+        /// The server's --max-in-flight in the overload phase.
+        #[arg(long, default_value_t = 64)]
+        max_in_flight: usize,
+        /// How long each phase runs.
+        #[arg(long, default_value_t = 20)]
+        seconds: u64,
+    },
     /// Kill the real server with SIGKILL at random moments under a write, memory and erasure
     /// load, restart it, and check that nothing acknowledged is lost, duplicated or brought
     /// back from erasure.
@@ -134,6 +152,7 @@ fn main() -> anyhow::Result<ExitCode> {
         | Task::BenchEmbed
         | Task::BenchIndex { .. }
         | Task::BenchContext { .. }
+        | Task::Load { .. }
             if cfg!(debug_assertions) =>
         {
             rerun_in_release(&root)?;
@@ -154,6 +173,20 @@ fn main() -> anyhow::Result<ExitCode> {
                 clients,
                 seed,
                 release,
+            },
+        )?,
+        Task::Load {
+            clients,
+            overload_clients,
+            max_in_flight,
+            seconds,
+        } => load::run(
+            &root,
+            &load::Options {
+                clients,
+                overload_clients,
+                max_in_flight,
+                seconds,
             },
         )?,
         Task::Dist => dist::run(&root)?,

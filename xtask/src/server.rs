@@ -32,7 +32,17 @@ pub(crate) struct Server {
 
 impl Server {
     pub(crate) fn start(binary: &Path, data_dir: &Path, log: &Path) -> anyhow::Result<Self> {
-        let mut child = spawn(binary, data_dir, log)?;
+        Self::start_with(binary, data_dir, log, &[])
+    }
+
+    /// [`Server::start`] with more flags for `memlayer serve`.
+    pub(crate) fn start_with(
+        binary: &Path,
+        data_dir: &Path,
+        log: &Path,
+        flags: &[&str],
+    ) -> anyhow::Result<Self> {
+        let mut child = spawn(binary, data_dir, log, flags)?;
         let stdout = child.stdout.take().expect("stdout is piped");
         let (sender, receiver) = mpsc::channel();
         // The reader keeps draining stdout after the address is found: a full pipe would
@@ -75,7 +85,7 @@ impl Server {
         log: &Path,
         after: Duration,
     ) -> anyhow::Result<()> {
-        let mut child = spawn(binary, data_dir, log)?;
+        let mut child = spawn(binary, data_dir, log, &[])?;
         thread::sleep(after);
         // A start that already failed is reported by the next one, which must succeed.
         let _ = child.kill();
@@ -85,6 +95,17 @@ impl Server {
 
     pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The most memory the server has held so far (`VmHWM`, KiB), as Linux counts it.
+    pub(crate) fn peak_rss_kib(&self) -> anyhow::Result<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .context("could not read the server's /proc status")?;
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmHWM:"))
+            .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+            .context("no VmHWM in the server's /proc status")
     }
 
     /// Asks the server to shut down as an operator would, then waits for it.
@@ -118,12 +139,13 @@ impl Server {
 }
 
 /// Starts `memlayer serve` on an ephemeral port of 127.0.0.1 with its stderr in `log`.
-fn spawn(binary: &Path, data_dir: &Path, log: &Path) -> anyhow::Result<Child> {
+fn spawn(binary: &Path, data_dir: &Path, log: &Path, flags: &[&str]) -> anyhow::Result<Child> {
     let log_file =
         File::create(log).with_context(|| format!("could not create {}", log.display()))?;
     Command::new(binary)
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data_dir)
+        .args(flags)
         .env("MEMLAYER_ADMIN_KEY", ADMIN_KEY)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
