@@ -43,3 +43,7 @@ mod operations;
 // HTTP and kept across restarts; service keys cannot administer; user keys see only their own
 // user's sessions, and everything else is `404`.
 mod auth;
+// Agent runs against a model behind the OpenAI wire format (a fake upstream on 127.0.0.1):
+// messages and runs stored, context and memories sent upstream, the memory tool loop,
+// streamed answers, and failures that keep the user's message and record a failed run.
+mod runs;

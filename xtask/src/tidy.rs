@@ -20,8 +20,9 @@ const LAYERS: &[(&str, u8)] = &[
     ("memlayer-llm", 1),
     ("memlayer-memory", 2),
     ("memlayer-erasure", 3),
-    ("memlayer-server", 4),
-    ("memlayer", 5),
+    ("memlayer-agent", 4),
+    ("memlayer-server", 5),
+    ("memlayer", 6),
 ];
 
 /// Edges allowed between crates of the same layer, as (from, to). The indexes need the

@@ -16,7 +16,7 @@ use crate::api::keys::CreateKeyRequest;
 use crate::api::memories::{RememberBody, SearchBody};
 use crate::api::recall::RecallRequest;
 use crate::api::sessions::{AppendRequest, CreateSessionRequest, RecordRunRequest, new_messages};
-use crate::api::tools::{ToolCall, parse_call};
+use crate::api::tools::ToolCall;
 
 /// The request bodies [`request_body`] picks from, in the order of its `kind`.
 pub const BODIES: [&str; 11] = [
@@ -89,7 +89,7 @@ fn check(kind: usize, bytes: &[u8]) -> Result<(), ApiError> {
         }
         _ => {
             let call = parse::<ToolCall>(bytes)?;
-            parse_call(&call.name, call.arguments)?;
+            memlayer_agent::parse_call(&call.name, call.arguments)?;
         }
     }
     Ok(())

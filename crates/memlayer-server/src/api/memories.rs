@@ -5,19 +5,15 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use memlayer_erasure::Target;
-use memlayer_memory::{MemoryQuery, RememberAction, RememberRequest};
+use memlayer_memory::{MemoryHit, MemoryQuery, RememberAction, RememberRequest};
 use memlayer_store::{Memory, MemoryKind};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::api::erasure::{ReceiptBody, erase};
+use crate::api::erasure::ReceiptBody;
 use crate::extract::{ApiJson, ApiPath, ApiQuery, Tenant};
 use crate::wire::Rfc3339;
 use crate::{ApiError, AppState};
-
-/// Most memories one search returns.
-const MAX_MEMORY_HITS: usize = 50;
 
 /// A memory on the wire (its embedding is not sent).
 #[derive(Serialize, ToSchema)]
@@ -93,26 +89,6 @@ pub(crate) struct RememberBody {
     source: Option<SourceBody>,
 }
 
-impl RememberBody {
-    /// The body a `memory_remember` tool call stands for.
-    pub(crate) fn from_tool(
-        text: String,
-        kind: serde_json::Value,
-        tags: Vec<String>,
-        agent_id: Option<String>,
-    ) -> Result<Self, ApiError> {
-        let kind = serde_json::from_value(kind)
-            .map_err(|err| ApiError::invalid("invalid_arguments", format!("type: {err}")))?;
-        Ok(Self {
-            text,
-            kind,
-            tags,
-            agent_id,
-            source: None,
-        })
-    }
-}
-
 #[derive(Serialize, ToSchema)]
 pub(crate) struct Remembered {
     /// `created`, `updated` (a repeat or correction of an existing memory, whose old text is
@@ -120,6 +96,15 @@ pub(crate) struct Remembered {
     #[schema(value_type = String)]
     action: RememberAction,
     memory: MemoryBody,
+}
+
+impl Remembered {
+    pub(crate) fn new(memory: Memory, action: RememberAction) -> Self {
+        Self {
+            action,
+            memory: memory.into(),
+        }
+    }
 }
 
 /// Remember something about a user
@@ -149,7 +134,7 @@ pub(crate) async fn remember(
     Ok((status, Json(remembered)))
 }
 
-pub(crate) async fn remember_for(
+async fn remember_for(
     state: &AppState,
     tenant: String,
     user_id: String,
@@ -168,10 +153,7 @@ pub(crate) async fn remember_for(
             source: body.source.map(|s| (s.session_id, s.index)),
         })
         .await?;
-    Ok(Remembered {
-        action,
-        memory: memory.into(),
-    })
+    Ok(Remembered::new(memory, action))
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -229,29 +211,6 @@ fn default_k() -> usize {
     10
 }
 
-impl SearchBody {
-    /// The body a `memory_recall` tool call stands for.
-    pub(crate) fn from_tool(
-        query: String,
-        k: Option<usize>,
-        agent_id: Option<String>,
-        types: Option<serde_json::Value>,
-        tags: Option<Vec<String>>,
-    ) -> Result<Self, ApiError> {
-        let types = types
-            .map(serde_json::from_value)
-            .transpose()
-            .map_err(|err| ApiError::invalid("invalid_arguments", format!("types: {err}")))?;
-        Ok(Self {
-            query,
-            k: k.unwrap_or_else(default_k),
-            agent_id,
-            types,
-            tags,
-        })
-    }
-}
-
 #[derive(Serialize, ToSchema)]
 pub(crate) struct MemoryHitBody {
     #[serde(flatten)]
@@ -262,6 +221,20 @@ pub(crate) struct MemoryHitBody {
 #[derive(Serialize, ToSchema)]
 pub(crate) struct MemoryHits {
     hits: Vec<MemoryHitBody>,
+}
+
+impl MemoryHits {
+    pub(crate) fn new(hits: Vec<MemoryHit>) -> Self {
+        Self {
+            hits: hits
+                .into_iter()
+                .map(|hit| MemoryHitBody {
+                    memory: hit.memory.into(),
+                    score: hit.score,
+                })
+                .collect(),
+        }
+    }
 }
 
 /// Search a user's memories
@@ -284,21 +257,16 @@ pub(crate) async fn search(
     Ok(Json(search_for(&state, tenant, user_id, body).await?))
 }
 
-pub(crate) async fn search_for(
+async fn search_for(
     state: &AppState,
     tenant: String,
     user_id: String,
     body: SearchBody,
 ) -> Result<MemoryHits, ApiError> {
     memlayer_store::validate_id("user_id", &user_id)?;
-    if !(1..=MAX_MEMORY_HITS).contains(&body.k) {
-        return Err(ApiError::invalid(
-            "invalid_value",
-            format!("k must be between 1 and {MAX_MEMORY_HITS}"),
-        ));
-    }
     let hits = state
-        .memories()
+        .agent()
+        .tools()
         .recall(MemoryQuery {
             tenant,
             user_id,
@@ -309,15 +277,7 @@ pub(crate) async fn search_for(
             tags: body.tags,
         })
         .await?;
-    Ok(MemoryHits {
-        hits: hits
-            .into_iter()
-            .map(|hit| MemoryHitBody {
-                memory: hit.memory.into(),
-                score: hit.score,
-            })
-            .collect(),
-    })
+    Ok(MemoryHits::new(hits))
 }
 
 /// A memory
@@ -370,15 +330,17 @@ pub(crate) async fn forget(
     Ok(Json(forget_for(&state, tenant, memory_id).await?))
 }
 
-pub(crate) async fn forget_for(
+async fn forget_for(
     state: &AppState,
     tenant: String,
     memory_id: u64,
 ) -> Result<ReceiptBody, ApiError> {
-    if state.memories().get(&tenant, memory_id)?.is_none() {
-        return Err(memory_not_found(memory_id));
-    }
-    erase(state, tenant, Target::Memory { memory_id }).await
+    let receipt = state
+        .agent()
+        .tools()
+        .forget(tenant, memory_id, None)
+        .await?;
+    Ok(receipt.into())
 }
 
 #[derive(Serialize, ToSchema)]

@@ -8,6 +8,7 @@ pub(crate) mod keys;
 pub(crate) mod memories;
 pub(crate) mod operations;
 pub(crate) mod recall;
+pub(crate) mod runs;
 pub(crate) mod sessions;
 pub(crate) mod settings;
 pub(crate) mod tools;
@@ -37,6 +38,7 @@ pub(crate) const ROUTES: &[Route] = &[
     Route::api(|| routes!(recall::recall)),
     Route::api(|| routes!(tools::tools)),
     Route::api(|| routes!(tools::call)),
+    Route::api(|| routes!(runs::run)),
     Route::api(|| routes!(memories::remember, memories::list)),
     Route::api(|| routes!(memories::search)),
     Route::api(|| routes!(memories::end_session)),

@@ -127,6 +127,11 @@ const TABLE: &[Row] = &[
         404,
     )
     .body(r#"{"name":"session_search","arguments":{"query":"canary"}}"#),
+    // Another user's session is not found; another tenant has no such session. No model is
+    // configured here, but the session is checked first, so nothing of the victim's leaks.
+    row("POST", "/v1/agents/{agent_id}/runs", Owner, 404, 404).body(
+        r#"{"message":"hi","user_id":"alice","session_id":"victim-session"}"#,
+    ),
     // Memories are for tenant-wide keys; another tenant sees its own (empty) ones.
     row("GET", "/v1/users/{user_id}/memories", Service, 403, 200),
     row("POST", "/v1/users/{user_id}/memories", Service, 403, 201)
