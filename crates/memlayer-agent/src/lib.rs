@@ -16,6 +16,9 @@ mod error;
 mod run;
 mod tools;
 
+#[cfg(test)]
+mod tests;
+
 pub use error::AgentError;
 pub use run::{Agent, MAX_TOOL_ROUNDS, RenderTool, RunEvent, RunOutcome, RunRequest, Turn};
 pub use tools::{

@@ -501,7 +501,7 @@ async fn complete(
 }
 
 /// A piece of assembled context as a chat message.
-fn chat_message(message: &ContextMessage) -> ChatMessage {
+pub(crate) fn chat_message(message: &ContextMessage) -> ChatMessage {
     match message.role {
         Role::System => ChatMessage::system(message.content.clone()),
         Role::User => ChatMessage::user(message.content.clone()),
