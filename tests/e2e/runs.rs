@@ -608,3 +608,62 @@ fn a_user_key_runs_for_its_own_user_only() {
     assert_eq!(upstream.requests().len(), 1);
     assert_eq!(roles_and_contents(&server, session).len(), 2);
 }
+
+/// The session's runs once one is recorded (runs finish on their own task, after the
+/// client stopped waiting).
+fn wait_for_run(server: &TestServer, user: &str) -> (String, Value) {
+    for _ in 0..100 {
+        let (_, sessions) = server.get(&format!("/v1/sessions?user_id={user}"));
+        if let Some(session) = sessions["content"][0]["session_id"].as_str()
+            && let Some(run) = runs_of(server, session).first()
+        {
+            return (session.to_owned(), run.clone());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("no run of {user} was recorded");
+}
+
+#[test]
+fn a_run_the_client_stops_waiting_for_still_finishes_and_is_recorded() {
+    let (_runtime, upstream) = memlayer_tests::fake_upstream();
+    let server = TestServer::with_config(ServerConfig {
+        agent_model: Some(ChatClient::new(upstream.config()).unwrap()),
+        request_timeout: Duration::from_millis(300),
+        ..ServerConfig::default()
+    });
+    // Over the request timeout: the client gets 503, the run goes on.
+    upstream.push(Reply::text("Worth the wait.").after(Duration::from_secs(1)));
+    let body = json!({ "user_id": "jo", "message": "Slow one?" });
+    assert_error(&run(&server, "support", &body), 503, "timeout");
+    let (session, run) = wait_for_run(&server, "jo");
+    assert_eq!(run["status"], "COMPLETED", "{run}");
+    assert_eq!(
+        roles_and_contents(&server, &session),
+        [
+            pair("user", "Slow one?"),
+            pair("assistant", "Worth the wait.")
+        ]
+    );
+
+    // A streaming client that hangs up after the first event: the answer is still stored.
+    upstream.push(
+        Reply::text("one two three four five six seven eight")
+            .with_chunk_delay(Duration::from_millis(40)),
+    );
+    let body = json!({ "user_id": "kim", "message": "Count for me.", "stream": true });
+    let mut response = server
+        .request(Method::POST, "/v1/agents/support/runs")
+        .json(&body)
+        .send()
+        .unwrap();
+    let mut first = [0u8; 16];
+    std::io::Read::read(&mut response, &mut first).unwrap();
+    drop(response);
+    let (session, run) = wait_for_run(&server, "kim");
+    assert_eq!(run["status"], "COMPLETED", "{run}");
+    assert_eq!(
+        roles_and_contents(&server, &session).last().unwrap(),
+        &pair("assistant", "one two three four five six seven eight")
+    );
+}
