@@ -53,6 +53,25 @@ pub struct RunRequest {
     pub message: String,
 }
 
+impl RunRequest {
+    /// The checks [`Agent::start`] runs before it reads or stores anything: a message with
+    /// text, valid ids.
+    pub fn validate(&self) -> Result<(), AgentError> {
+        if self.message.trim().is_empty() {
+            return Err(AgentError::invalid(
+                "invalid_value",
+                "message must not be empty",
+            ));
+        }
+        validate_id("agent_id", &self.agent_id)?;
+        validate_id("user_id", &self.user_id)?;
+        if let Some(id) = &self.session_id {
+            validate_id("session_id", id)?;
+        }
+        Ok(())
+    }
+}
+
 /// A run whose user message is stored, ready for [`Agent::run`] or [`Agent::stream`].
 #[derive(Debug)]
 pub struct Turn {
@@ -150,6 +169,7 @@ impl Agent {
     /// none is named. Nothing is stored when it fails: an invalid request, a session that is
     /// not this user's with this agent (`SessionNotFound`), or no model configured.
     pub async fn start(&self, request: RunRequest) -> Result<Turn, AgentError> {
+        request.validate()?;
         let RunRequest {
             tenant,
             agent_id,
@@ -157,16 +177,7 @@ impl Agent {
             session_id,
             message,
         } = request;
-        if message.trim().is_empty() {
-            return Err(AgentError::invalid(
-                "invalid_value",
-                "message must not be empty",
-            ));
-        }
-        validate_id("agent_id", &agent_id)?;
-        validate_id("user_id", &user_id)?;
         if let Some(id) = &session_id {
-            validate_id("session_id", id)?;
             let session = self.session(&tenant, id).await?;
             if session.user_id != user_id || session.agent_id != agent_id {
                 // Another user's or agent's conversation is not found, never forbidden:

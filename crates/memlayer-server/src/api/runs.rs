@@ -36,6 +36,20 @@ pub(crate) struct RunBody {
     stream: bool,
 }
 
+impl RunBody {
+    /// The run to start for `tenant` with `agent_id`, and whether to stream it.
+    pub(crate) fn into_request(self, tenant: String, agent_id: String) -> (RunRequest, bool) {
+        let request = RunRequest {
+            tenant,
+            agent_id,
+            user_id: self.user_id,
+            session_id: self.session_id,
+            message: self.message,
+        };
+        (request, self.stream)
+    }
+}
+
 /// Tokens the model counted, over every model call of the run.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct TokenUsage {
@@ -123,17 +137,9 @@ pub(crate) async fn run(
         caller.check_session(&state, session_id).await?;
     }
     caller.may_act_for(&body.user_id)?;
-    let turn = state
-        .agent()
-        .start(RunRequest {
-            tenant: caller.tenant().to_owned(),
-            agent_id,
-            user_id: body.user_id,
-            session_id: body.session_id,
-            message: body.message,
-        })
-        .await?;
-    if !body.stream {
+    let (request, stream) = body.into_request(caller.tenant().to_owned(), agent_id);
+    let turn = state.agent().start(request).await?;
+    if !stream {
         let outcome = state.agent().run(turn).await?;
         return Ok(Json(RunAnswer::from(outcome)).into_response());
     }
