@@ -225,3 +225,38 @@ fn a_user_key_sees_its_own_user_and_nothing_else() {
     let (_, bob) = server.get("/v1/sessions/b1");
     assert_eq!(bob["message_count"], 1, "{bob}");
 }
+
+/// Each key has its own budget: with one request a second and bursts of three, a key's
+/// fourth quick request is refused with `429`, `Retry-After` and the error shape, while
+/// another key of the same tenant and the public probes are unaffected.
+#[test]
+fn a_key_over_its_rate_limit_is_refused_and_other_keys_are_not() {
+    use std::num::NonZeroU32;
+
+    let server = TestServer::with_config(memlayer_server::ServerConfig {
+        rate_limit: Some(memlayer_server::RateLimit {
+            per_second: NonZeroU32::MIN,
+            burst: NonZeroU32::new(3).unwrap(),
+        }),
+        ..memlayer_server::ServerConfig::default()
+    });
+    let busy = server.create_key("default", memlayer_store::KeyRole::Service, None);
+    let other = server.create_key("default", memlayer_store::KeyRole::Service, None);
+    for _ in 0..3 {
+        let answer = with_key(&server, &busy, Method::GET, "/v1/sessions", None);
+        assert_eq!(answer.0, 200, "{answer:?}");
+    }
+    let refused = server
+        .request_with_key(&busy, Method::GET, "/v1/sessions")
+        .send()
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 429);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let body: Value = refused.json().unwrap();
+    assert_eq!(body["error"]["code"], "rate_limited", "{body}");
+
+    let answer = with_key(&server, &other, Method::GET, "/v1/sessions", None);
+    assert_eq!(answer.0, 200, "another key has its own budget: {answer:?}");
+    let probe = server.anonymous(Method::GET, "/healthz").send().unwrap();
+    assert_eq!(probe.status().as_u16(), 200);
+}

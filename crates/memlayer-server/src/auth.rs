@@ -13,7 +13,8 @@
 //!   [`Principal`]'s methods.
 //!
 //! Every failure to authenticate (no key, a malformed, unknown, revoked or expired one) is
-//! `401 unauthorized` with `WWW-Authenticate: Bearer`. The tenant comes from the key; the
+//! `401 unauthorized` with `WWW-Authenticate: Bearer`. A valid key over its rate limit
+//! (`ServerConfig::rate_limit`) is `429 rate_limited` with `Retry-After`. The tenant comes from the key; the
 //! `x-memlayer-tenant` header may repeat it, and naming any other tenant answers `404`, so a
 //! key learns nothing about other tenants. **Invariant:** every object access is checked for
 //! tenant and user ownership; an object of another tenant or user is `404`, never `403`.
@@ -145,6 +146,10 @@ async fn principal(parts: &mut Parts, state: &AppState) -> Result<Principal, Api
     }
     // Every log line of the request names the key (never the secret).
     tracing::Span::current().record("key", key.prefix.as_str());
+    // Counted once per request: the principal is cached in the extensions below.
+    if let Some(limiter) = state.rate_limiter() {
+        limiter.check(&key.prefix)?;
+    }
     let principal = Principal {
         tenant: key.tenant,
         role: key.role,

@@ -87,6 +87,12 @@ pub enum ApiError {
         /// What is invalid.
         message: String,
     },
+    /// `429` with `Retry-After`: the API key made more requests than its rate limit allows.
+    #[error("this API key exceeded its rate limit; retry after {retry_after:?}")]
+    RateLimited {
+        /// How long until the key's next request is admitted.
+        retry_after: Duration,
+    },
     /// `503`: the server is shutting down.
     #[error("{0}")]
     Unavailable(String),
@@ -146,6 +152,7 @@ impl ApiError {
                 (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
             }
             Self::Invalid { code, .. } => (StatusCode::UNPROCESSABLE_ENTITY, code),
+            Self::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Self::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
             Self::Timeout(_) => (StatusCode::SERVICE_UNAVAILABLE, "timeout"),
@@ -193,10 +200,17 @@ impl IntoResponse for ApiError {
         let (status, _) = self.status_and_code();
         let body = self.body();
         let mut response = (status, Json(body)).into_response();
-        if matches!(self, Self::Overloaded) {
+        let retry_after = match &self {
+            Self::Overloaded => Some(RETRY_AFTER_SECS),
+            Self::RateLimited { retry_after } => {
+                Some(crate::rate_limit::retry_after_secs(*retry_after))
+            }
+            _ => None,
+        };
+        if let Some(secs) = retry_after {
             response
                 .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         if let Self::Unauthorized(_) = &self {
             // RFC 6750, section 3: how to authenticate, and (with a key) that it was refused.

@@ -6,7 +6,7 @@
 //! Wire types live here and nowhere else; the on-disk format belongs to `memlayer-store`.
 //! Operating it: the OpenAPI document generated from the handlers (`/openapi.json`, rendered
 //! at `/docs`), Prometheus metrics (`/metrics`), and the tower layers for request ids,
-//! compression, timeouts and load shedding.
+//! compression, timeouts, load shedding and per-key rate limits.
 //! It may depend on every library crate below it and must not depend on the binary
 //! (`memlayer`), its configuration files or its command line.
 
@@ -22,6 +22,7 @@ pub mod fuzzing;
 mod layers;
 mod metrics;
 mod openapi;
+mod rate_limit;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -34,6 +35,7 @@ use axum::extract::DefaultBodyLimit;
 
 pub use error::ApiError;
 pub use openapi::openapi;
+pub use rate_limit::RateLimit;
 pub use state::{AppState, ServerConfig};
 
 /// The whole API as one router, ready to serve: the routes of the route table (`api::ROUTES`,

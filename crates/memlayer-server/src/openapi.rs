@@ -124,7 +124,8 @@ fn add_errors(operation: &mut Operation, error: &dyn Fn(&str) -> utoipa::openapi
             "The request is wrong: `400` malformed, `401` no valid API key (with \
              `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` \
              unknown (or another tenant's or user's), `405` wrong method, `409` conflict, \
-             `413` too large, `415` not JSON, `422` invalid value",
+             `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate \
+             limit is used up (see `Retry-After`)",
         )
         .into()
     });

@@ -11,6 +11,7 @@ use memlayer_memory::{ContextBuilder, LlmSummarizer, LongTermMemory, MemoryError
 use memlayer_store::Store;
 
 use crate::metrics::Metrics;
+use crate::rate_limit::{KeyRateLimiter, RateLimit};
 
 /// Settings of the HTTP layer. The binary fills them from its command line and config file.
 #[derive(Debug, Clone)]
@@ -37,6 +38,9 @@ pub struct ServerConfig {
     /// A session with no activity for this long is ended as if its client had ended it
     /// (merged into session memory, in the background); zero never ends one.
     pub session_idle_timeout: Duration,
+    /// How many requests each API key may make; `None` does not limit keys (load shedding
+    /// still protects the server as a whole).
+    pub rate_limit: Option<RateLimit>,
 }
 
 impl Default for ServerConfig {
@@ -51,6 +55,7 @@ impl Default for ServerConfig {
             // reads would only queue there.
             max_in_flight: 512,
             session_idle_timeout: Duration::from_secs(30 * 60),
+            rate_limit: None,
         }
     }
 }
@@ -66,6 +71,7 @@ pub struct AppState {
     agent: Agent,
     config: Arc<ServerConfig>,
     metrics: Arc<Metrics>,
+    rate_limiter: Option<Arc<KeyRateLimiter>>,
 }
 
 impl AppState {
@@ -99,6 +105,9 @@ impl AppState {
             store,
             recall,
             contexts,
+            rate_limiter: config
+                .rate_limit
+                .map(|limit| Arc::new(KeyRateLimiter::new(limit))),
             config: Arc::new(config),
             metrics: Arc::new(Metrics::new()),
         })
@@ -137,6 +146,11 @@ impl AppState {
     /// The settings.
     pub fn config(&self) -> &ServerConfig {
         &self.config
+    }
+
+    /// The per-key rate limiter, if keys are limited.
+    pub(crate) fn rate_limiter(&self) -> Option<&KeyRateLimiter> {
+        self.rate_limiter.as_deref()
     }
 
     /// The HTTP metrics this state's routers record.

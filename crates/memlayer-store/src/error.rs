@@ -67,6 +67,9 @@ pub enum StoreError {
         /// What redb found.
         detail: String,
     },
+    /// A backup could not be written to its file.
+    #[error("cannot write the backup: {0}")]
+    Backup(Arc<std::io::Error>),
     /// redb reported an error (I/O, lock, space).
     #[error("storage error: {0}")]
     Storage(Arc<redb::Error>),

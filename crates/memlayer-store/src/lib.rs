@@ -10,11 +10,12 @@
 
 #![deny(missing_docs)]
 
+mod backup;
 mod embeddings;
 mod episodes;
 mod erasure;
 mod error;
-#[cfg(feature = "fuzzing")]
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
 mod idle;
@@ -28,6 +29,7 @@ mod store;
 mod tables;
 mod writer;
 
+pub use backup::Backup;
 pub use episodes::{Episode, MAX_EPISODE_TEXT, MAX_LESSON_TEXT, Outcome};
 pub use erasure::{ConversationStats, MessageErased, StoredJob};
 pub use error::{Result, StoreError};
@@ -46,5 +48,7 @@ pub use session_memory::SessionMemory;
 pub use snapshot::{MessageOutline, SessionSnapshot};
 pub use store::{CommitMode, MAX_PAGE_SIZE, Store, StoreOptions};
 
+#[cfg(test)]
+mod faults;
 #[cfg(test)]
 mod tests;

@@ -18,10 +18,9 @@ use crate::record::{
 };
 use crate::snapshot::SessionSnapshot;
 use crate::tables::{
-    ERASURE_JOBS, ERASURE_RECEIPTS, FORMAT_VERSION, FORMAT_VERSION_KEY, IDEMPOTENCY, MESSAGES,
-    META, MODELS, NEXT_OUTBOX_SEQ_KEY, NEXT_SID_KEY, OUTBOX, RETENTION, RUN_IDS, RUNS,
-    SESSION_ACTIVITY, SESSION_COUNTS, SESSION_KEYS, SESSIONS, SETTINGS, SUMMARIES, VECTORS, scope,
-    scopes, settings_key,
+    FORMAT_VERSION, FORMAT_VERSION_KEY, IDEMPOTENCY, MESSAGES, META, NEXT_OUTBOX_SEQ_KEY,
+    NEXT_SID_KEY, OUTBOX, RUN_IDS, RUNS, SESSION_ACTIVITY, SESSION_COUNTS, SESSION_KEYS, SESSIONS,
+    SETTINGS, SUMMARIES, VECTORS, scope, scopes, settings_key,
 };
 use crate::writer::Writer;
 use crate::{Metadata, Result, StoreError};
@@ -98,15 +97,33 @@ impl Store {
     /// Opens the store at `path` with `options`; see [`Store::open`].
     pub fn open_with(path: impl AsRef<Path>, options: StoreOptions) -> Result<Self> {
         let path = path.as_ref().to_owned();
-        // A plain open trusts a file that was closed cleanly and may panic on one damaged
-        // since; the check verifies every page's checksum first, so a damaged file is refused
-        // with an error instead of served. It reads the whole file once per start.
-        let db = Database::builder()
-            .set_check_integrity_on_open(true)
-            .create(&path)
-            .map_err(|err| damaged(&path, err))?;
+        let db = match create_new(&path, options.commit)? {
+            Some(db) => db,
+            None => builder().create(&path).map_err(|err| damaged(&path, err))?,
+        };
+        Self::start(db, path, options)
+    }
+
+    /// Opens a store on `backend` instead of a file, with the same checks, initialisation and
+    /// writer thread as [`Store::open_with`]: the fault-injection tests (`faults.rs`) run the
+    /// production write path over a disk that fails or loses power on cue. `name` stands for
+    /// the file in errors and in [`Store::path`].
+    #[cfg(test)]
+    pub(crate) fn open_with_backend(
+        name: &Path,
+        backend: impl redb::StorageBackend,
+        options: StoreOptions,
+    ) -> Result<Self> {
+        let db = builder()
+            .create_with_backend(backend)
+            .map_err(|err| damaged(name, err))?;
+        Self::start(db, name.to_owned(), options)
+    }
+
+    /// Checks and initialises an opened database and starts the writer thread.
+    fn start(db: Database, path: PathBuf, options: StoreOptions) -> Result<Self> {
         check_format(&db)?;
-        initialise(&db)?;
+        initialise(&db, options.commit)?;
         let db = Arc::new(RwLock::new(db));
         let writer = Writer::spawn(Arc::clone(&db), options.commit).map_err(|err| {
             StoreError::InvalidInput {
@@ -155,7 +172,10 @@ impl Store {
                         "reads stayed open during compaction".into(),
                     ));
                 }
-                Err(err) => return Err(err.into()),
+                Err(err) => {
+                    self.inner.writer.note_failure(&db);
+                    return Err(err.into());
+                }
             }
         }
         Ok(moved)
@@ -188,9 +208,14 @@ impl Store {
     }
 
     /// Succeeds when the file can be read and writes are still accepted (readiness probe).
+    /// After an I/O error redb refuses every write until the file is reopened; this then
+    /// fails with that error, so an orchestrator restarts the process.
     pub fn check_ready(&self) -> Result<()> {
         if !self.inner.writer.is_open() {
             return Err(StoreError::Closed);
+        }
+        if let Some(err) = self.inner.writer.broken() {
+            return Err(err);
         }
         self.begin_read()?.open_table(META)?;
         Ok(())
@@ -564,6 +589,65 @@ fn damaged(path: &Path, err: redb::DatabaseError) -> StoreError {
     }
 }
 
+/// Creates the store file at `path` if there is none, or returns `None`.
+///
+/// redb writes a new file in several steps; an I/O error or a crash between them left a file
+/// that every later open refused as damaged (found by the fault-injection tests), so memlayer
+/// would not start again until someone deleted it. The file is therefore built and
+/// initialised under a temporary name and linked into place only then: `path` either does not
+/// exist or holds an initialised store. A hard link, not a rename, so that of two processes
+/// creating the same store at once one finds the other's file instead of replacing it.
+fn create_new(path: &Path, commit: CommitMode) -> Result<Option<Database>> {
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".new");
+    let partial = PathBuf::from(partial);
+    // Left by a creation that did not finish (or a second name of a finished one); it never
+    // held an acknowledged write.
+    match std::fs::remove_file(&partial) {
+        Err(err) if err.kind() != std::io::ErrorKind::NotFound => return Err(io_error(err)),
+        _ => {}
+    }
+    if path.try_exists().map_err(io_error)? {
+        return Ok(None);
+    }
+    let db = builder()
+        .create(&partial)
+        .map_err(|err| damaged(&partial, err))?;
+    initialise(&db, commit)?;
+    let linked = std::fs::hard_link(&partial, path);
+    std::fs::remove_file(&partial).map_err(io_error)?;
+    match linked {
+        Ok(()) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => return Ok(None),
+        Err(err) => return Err(io_error(err)),
+    }
+    // The new name must be durable before the first write is acknowledged.
+    #[cfg(unix)]
+    {
+        let parent = match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        std::fs::File::open(parent)
+            .and_then(|dir| dir.sync_all())
+            .map_err(io_error)?;
+    }
+    Ok(Some(db))
+}
+
+fn io_error(err: std::io::Error) -> StoreError {
+    redb::StorageError::Io(err).into()
+}
+
+/// How every store is opened. A plain open trusts a file that was closed cleanly and may panic
+/// on one damaged since; the check verifies every page's checksum first, so a damaged file is
+/// refused with an error instead of served. It reads the whole file once per start.
+fn builder() -> redb::Builder {
+    let mut builder = Database::builder();
+    builder.set_check_integrity_on_open(true);
+    builder
+}
+
 fn check_format(db: &Database) -> Result<()> {
     let txn = db.begin_read()?;
     let meta = match txn.open_table(META) {
@@ -581,8 +665,8 @@ fn check_format(db: &Database) -> Result<()> {
 }
 
 /// Creates the tables and the format marker of a new file; a no-op on an existing one.
-fn initialise(db: &Database) -> Result<()> {
-    let txn = db.begin_write()?;
+fn initialise(db: &Database, commit: CommitMode) -> Result<()> {
+    let txn = crate::writer::begin(db, commit)?;
     {
         let mut meta = txn.open_table(META)?;
         if meta.get(FORMAT_VERSION_KEY)?.is_none() {
@@ -590,34 +674,23 @@ fn initialise(db: &Database) -> Result<()> {
             meta.insert(NEXT_SID_KEY, 1)?;
             meta.insert(NEXT_OUTBOX_SEQ_KEY, 1)?;
         }
-        txn.open_table(SESSIONS)?;
-        txn.open_table(MESSAGES)?;
-        txn.open_table(RUNS)?;
-        txn.open_table(RUN_IDS)?;
-        txn.open_table(IDEMPOTENCY)?;
-        txn.open_table(SESSION_ACTIVITY)?;
-        txn.open_table(SESSION_COUNTS)?;
-        txn.open_table(SESSION_KEYS)?;
-        txn.open_table(OUTBOX)?;
-        txn.open_table(VECTORS)?;
-        txn.open_table(MODELS)?;
-        txn.open_table(SUMMARIES)?;
-        txn.open_table(SETTINGS)?;
-        txn.open_table(ERASURE_JOBS)?;
-        txn.open_table(ERASURE_RECEIPTS)?;
-        txn.open_table(RETENTION)?;
-        txn.open_table(crate::tables::MEMORIES)?;
-        txn.open_table(crate::tables::MEMORY_OWNERS)?;
-        txn.open_table(crate::tables::SESSION_MEMORIES)?;
-        txn.open_table(crate::tables::API_KEYS)?;
-        txn.open_table(crate::tables::API_KEY_TENANTS)?;
-        txn.open_table(crate::tables::EPISODES)?;
-        txn.open_table(crate::tables::EPISODE_OWNERS)?;
-        txn.open_table(crate::tables::EPISODE_TASKS)?;
-        txn.open_table(crate::tables::OPEN_SESSIONS)?;
     }
+    crate::tables::for_each_table(&mut CreateTables(&txn))?;
     txn.commit()?;
     Ok(())
+}
+
+/// Creates each table a fresh store lacks, so that reads never meet a missing table.
+struct CreateTables<'a>(&'a WriteTransaction);
+
+impl crate::tables::TableVisitor for CreateTables<'_> {
+    fn visit<K: redb::Key + 'static, V: redb::Value + 'static>(
+        &mut self,
+        table: redb::TableDefinition<K, V>,
+    ) -> Result<()> {
+        self.0.open_table(table)?;
+        Ok(())
+    }
 }
 
 pub(crate) fn read_session_record(

@@ -150,3 +150,42 @@ pub(crate) const NEXT_EPISODE_ID_KEY: &str = "next_episode_id";
 /// the ones idle for too long are one range (see `idle.rs`).
 pub(crate) const OPEN_SESSIONS: TableDefinition<(u64, &str, &str), ()> =
     TableDefinition::new("open_sessions");
+
+/// Something done to each table of the store in turn (created at open, copied by a backup).
+pub(crate) trait TableVisitor {
+    fn visit<K: redb::Key + 'static, V: redb::Value + 'static>(
+        &mut self,
+        table: TableDefinition<K, V>,
+    ) -> crate::Result<()>;
+}
+
+/// Visits every table of the store: the one list of them, so that a new table is created at
+/// open and included in backups by adding it here.
+pub(crate) fn for_each_table(visitor: &mut impl TableVisitor) -> crate::Result<()> {
+    visitor.visit(META)?;
+    visitor.visit(SESSIONS)?;
+    visitor.visit(MESSAGES)?;
+    visitor.visit(RUNS)?;
+    visitor.visit(RUN_IDS)?;
+    visitor.visit(IDEMPOTENCY)?;
+    visitor.visit(SESSION_ACTIVITY)?;
+    visitor.visit(SESSION_COUNTS)?;
+    visitor.visit(SESSION_KEYS)?;
+    visitor.visit(OUTBOX)?;
+    visitor.visit(VECTORS)?;
+    visitor.visit(MODELS)?;
+    visitor.visit(SUMMARIES)?;
+    visitor.visit(SETTINGS)?;
+    visitor.visit(ERASURE_JOBS)?;
+    visitor.visit(ERASURE_RECEIPTS)?;
+    visitor.visit(RETENTION)?;
+    visitor.visit(MEMORIES)?;
+    visitor.visit(MEMORY_OWNERS)?;
+    visitor.visit(SESSION_MEMORIES)?;
+    visitor.visit(API_KEYS)?;
+    visitor.visit(API_KEY_TENANTS)?;
+    visitor.visit(EPISODES)?;
+    visitor.visit(EPISODE_OWNERS)?;
+    visitor.visit(EPISODE_TASKS)?;
+    visitor.visit(OPEN_SESSIONS)
+}

@@ -8,7 +8,7 @@
 //! single owner costs no parallelism and gives appends a total order (gapless indices).
 
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::thread::JoinHandle;
 
 use redb::{Database, WriteTransaction};
@@ -70,16 +70,25 @@ pub(crate) struct Writer {
     /// Counts successful commits, so derived-data workers wake up when there is news
     /// instead of polling.
     commits: watch::Receiver<u64>,
+    /// Set once redb refuses every write transaction: after an I/O error it answers
+    /// `PreviousIo` to each until the file is reopened, so the store cannot recover by itself
+    /// and the readiness probe must say so (it used to report ready while every write failed).
+    broken: Arc<OnceLock<StoreError>>,
+    commit: CommitMode,
 }
 
 impl Writer {
     pub(crate) fn spawn(db: Arc<RwLock<Database>>, commit: CommitMode) -> std::io::Result<Self> {
         let (jobs, queue) = mpsc::channel();
         let (committed, commits) = watch::channel(0);
+        let broken = Arc::new(OnceLock::new());
+        let thread_broken = Arc::clone(&broken);
         let thread = std::thread::Builder::new()
             .name("memlayer-writer".into())
-            .spawn(move || run(&db, commit, &queue, &committed))?;
+            .spawn(move || run(&db, commit, &queue, &committed, &thread_broken))?;
         Ok(Self {
+            broken,
+            commit,
             jobs: Mutex::new(Some(jobs)),
             thread: Mutex::new(Some(thread)),
             commits,
@@ -109,6 +118,19 @@ impl Writer {
     /// A receiver that sees the number of commits so far change after each commit.
     pub(crate) fn commits(&self) -> watch::Receiver<u64> {
         self.commits.clone()
+    }
+
+    /// The error redb answers every write transaction with, once it refuses them all.
+    pub(crate) fn broken(&self) -> Option<StoreError> {
+        self.broken.get().cloned()
+    }
+
+    /// After a failed write (a group commit, a compaction), asks redb whether it still
+    /// commits, and remembers the error if it does not. Runs only after failures, and with no
+    /// other write transaction open (on the writer thread, or in compaction, which holds the
+    /// database exclusively), so the probe never waits.
+    pub(crate) fn note_failure(&self, db: &Database) {
+        probe(db, self.commit, &self.broken);
     }
 
     /// False once [`Writer::shutdown`] has begun.
@@ -149,6 +171,7 @@ fn run(
     commit: CommitMode,
     queue: &Receiver<Box<dyn Job>>,
     committed: &watch::Sender<u64>,
+    broken: &OnceLock<StoreError>,
 ) {
     while let Ok(first) = queue.recv() {
         let mut group = vec![first];
@@ -161,7 +184,7 @@ fn run(
         // The database is shared for the whole group: compaction, which needs it exclusively,
         // waits until no write transaction is live.
         let database = db.read().unwrap_or_else(PoisonError::into_inner);
-        let committed_ok = commit_group(&database, commit, group);
+        let committed_ok = commit_group(&database, commit, group, broken);
         drop(database);
         if committed_ok {
             committed.send_modify(|count| *count += 1);
@@ -169,9 +192,27 @@ fn run(
     }
 }
 
+/// Commits an empty transaction. Beginning one is not enough: after an I/O error redb still
+/// begins transactions and refuses only when they write (the fault-injection tests found the
+/// readiness probe answering ready then).
+fn probe(db: &Database, commit: CommitMode, broken: &OnceLock<StoreError>) {
+    if let Err(err) = begin(db, commit).and_then(|txn| Ok(txn.commit()?)) {
+        let _ = broken.set(err);
+    }
+}
+
 /// Applies and commits a group, answers its jobs, and says whether the commit succeeded.
-fn commit_group(db: &Database, commit: CommitMode, mut group: Vec<Box<dyn Job>>) -> bool {
+fn commit_group(
+    db: &Database,
+    commit: CommitMode,
+    mut group: Vec<Box<dyn Job>>,
+    broken: &OnceLock<StoreError>,
+) -> bool {
     let failure = apply_and_commit(db, commit, &mut group).err();
+    if failure.is_some() {
+        // Before the replies: a caller told of the failure finds the readiness probe agreeing.
+        probe(db, commit, broken);
+    }
     for job in group {
         job.finish(failure.as_ref());
     }
@@ -179,12 +220,7 @@ fn commit_group(db: &Database, commit: CommitMode, mut group: Vec<Box<dyn Job>>)
 }
 
 fn apply_and_commit(db: &Database, commit: CommitMode, group: &mut [Box<dyn Job>]) -> Result<()> {
-    let mut txn = db.begin_write()?;
-    match commit {
-        CommitMode::QuickRepair => txn.set_quick_repair(true),
-        CommitMode::TwoPhase => txn.set_two_phase_commit(true),
-        CommitMode::SinglePhase => {}
-    }
+    let txn = begin(db, commit)?;
     for job in group.iter_mut() {
         if let Some(err) = job.apply(&txn) {
             // Dropping the transaction aborts it; an explicit abort could only fail the same way.
@@ -194,4 +230,18 @@ fn apply_and_commit(db: &Database, commit: CommitMode, group: &mut [Box<dyn Job>
     }
     txn.commit()?;
     Ok(())
+}
+
+/// Begins a write transaction that commits the way `commit` says. Every write transaction of
+/// the store begins here, the one that initialises the file at start included, so no commit
+/// is weaker than the configured mode. Durability stays redb's default, `Immediate`: `commit()`
+/// returns only after `fsync`.
+pub(crate) fn begin(db: &Database, commit: CommitMode) -> Result<WriteTransaction> {
+    let mut txn = db.begin_write()?;
+    match commit {
+        CommitMode::QuickRepair => txn.set_quick_repair(true),
+        CommitMode::TwoPhase => txn.set_two_phase_commit(true),
+        CommitMode::SinglePhase => {}
+    }
+    Ok(txn)
 }

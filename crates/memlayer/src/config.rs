@@ -2,6 +2,7 @@
 //! TOML file, and the built-in defaults, merged in that order of precedence.
 
 use std::net::SocketAddr;
+use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use clap::Args;
 use memlayer_embed::Assets;
 use memlayer_llm::{ChatClient, LlmConfig};
 use memlayer_memory::TokenEncoding;
-use memlayer_server::ServerConfig;
+use memlayer_server::{RateLimit, ServerConfig};
 use serde::Deserialize;
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:7700";
@@ -26,7 +27,8 @@ pub(crate) struct DataArgs {
     data_dir: Option<PathBuf>,
     /// TOML file with any of: listen, data_dir, assets_dir, model_dir, onnxruntime,
     /// max_body_bytes, token_encoding, request_timeout_secs, max_in_flight,
-    /// session_idle_timeout_secs, admin_key, and [summarizer] and [agent_model] tables.
+    /// session_idle_timeout_secs, rate_limit_per_second, rate_limit_burst, admin_key, and
+    /// [summarizer] and [agent_model] tables.
     #[arg(long, env = "MEMLAYER_CONFIG")]
     config: Option<PathBuf>,
 }
@@ -85,6 +87,13 @@ pub(crate) struct ServeArgs {
     /// memory in the background); 0 never ends one [default: 1800].
     #[arg(long, env = "MEMLAYER_SESSION_IDLE_TIMEOUT_SECS")]
     session_idle_timeout_secs: Option<u64>,
+    /// Requests per second each API key may make on average; one more is answered 429
+    /// `rate_limited` with Retry-After. 0 does not limit keys [default: 0].
+    #[arg(long, env = "MEMLAYER_RATE_LIMIT_PER_SECOND")]
+    rate_limit_per_second: Option<u32>,
+    /// Requests a key may make at once after being idle [default: twice the rate].
+    #[arg(long, env = "MEMLAYER_RATE_LIMIT_BURST")]
+    rate_limit_burst: Option<u32>,
 }
 
 /// Where the embedding assets are; shared by every command that embeds text.
@@ -162,6 +171,8 @@ struct FileSettings {
     request_timeout_secs: Option<u64>,
     max_in_flight: Option<usize>,
     session_idle_timeout_secs: Option<u64>,
+    rate_limit_per_second: Option<u32>,
+    rate_limit_burst: Option<u32>,
     /// The operator's admin key: a `tenant_admin` key of tenant `default`. The environment's
     /// `MEMLAYER_ADMIN_KEY` wins over it.
     admin_key: Option<String>,
@@ -239,6 +250,10 @@ impl Settings {
             .session_idle_timeout_secs
             .or(file.session_idle_timeout_secs)
             .map_or(defaults.session_idle_timeout, Duration::from_secs);
+        let rate_limit = rate_limit(
+            args.rate_limit_per_second.or(file.rate_limit_per_second),
+            args.rate_limit_burst.or(file.rate_limit_burst),
+        )?;
         let summarizer_model = chat_client(file.summarizer, "summarizer", SUMMARIZER_KEY_ENV)?;
         let agent_model = chat_client(file.agent_model, "agent_model", AGENT_MODEL_KEY_ENV)?;
         let admin_key = std::env::var(ADMIN_KEY_ENV)
@@ -264,6 +279,7 @@ impl Settings {
                 request_timeout,
                 max_in_flight,
                 session_idle_timeout,
+                rate_limit,
             },
             admin_key: admin_key.map(Secret),
         })
@@ -285,6 +301,23 @@ fn chat_client(
             ChatClient::new(model).with_context(|| format!("invalid [{name}] in the config file"))
         })
         .transpose()
+}
+
+/// The per-key rate limit: none unless a positive rate is set; the burst defaults to twice
+/// the rate, so a client may catch up after a pause without being refused.
+fn rate_limit(per_second: Option<u32>, burst: Option<u32>) -> anyhow::Result<Option<RateLimit>> {
+    let Some(per_second) = per_second.and_then(NonZeroU32::new) else {
+        anyhow::ensure!(
+            burst.is_none(),
+            "rate_limit_burst needs a positive rate_limit_per_second"
+        );
+        return Ok(None);
+    };
+    let burst = match burst {
+        Some(burst) => NonZeroU32::new(burst).context("rate_limit_burst must be positive")?,
+        None => per_second.saturating_mul(const { NonZeroU32::new(2).unwrap() }),
+    };
+    Ok(Some(RateLimit { per_second, burst }))
 }
 
 /// `./memlayer-assets` when it exists (a checkout after `cargo xtask setup`), else the one
@@ -348,6 +381,22 @@ mod tests {
             settings.server.session_idle_timeout,
             Duration::from_secs(30 * 60)
         );
+        assert_eq!(settings.server.rate_limit, None);
+    }
+
+    #[test]
+    fn a_positive_rate_limits_keys_with_a_burst_of_twice_the_rate_unless_given() {
+        let limit = |argv: &[&str]| resolve(argv).unwrap().server.rate_limit;
+        let doubled = limit(&["--rate-limit-per-second", "50"]).unwrap();
+        assert_eq!((doubled.per_second.get(), doubled.burst.get()), (50, 100));
+        let given = limit(&["--rate-limit-per-second", "5", "--rate-limit-burst", "7"]).unwrap();
+        assert_eq!((given.per_second.get(), given.burst.get()), (5, 7));
+        assert_eq!(limit(&["--rate-limit-per-second", "0"]), None);
+        assert!(
+            resolve(&["--rate-limit-burst", "7"]).is_err(),
+            "a burst without a rate"
+        );
+        assert!(resolve(&["--rate-limit-per-second", "5", "--rate-limit-burst", "0"]).is_err());
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! `memlayer`, the single binary: the HTTP server (`memlayer serve`), the operator commands
-//! (`memlayer keys`, `memlayer reindex`, `memlayer verify-erasure`) and the offline evaluations
+//! on a data directory (`memlayer keys`, `memlayer reindex`, `memlayer check`,
+//! `memlayer verify-erasure`) and against a running server (`memlayer stats`, `purge`,
+//! `backup`), and the offline evaluations
 //! (`memlayer eval`). It owns the command line, the configuration file and
 //! environment variables, logging set-up and signal handling, and turns them into calls on
 //! the library crates. Nothing depends on it.
@@ -8,6 +10,8 @@ mod check;
 mod config;
 mod eval;
 mod keys;
+mod remote;
+mod transfer;
 
 /// The store file inside the data directory.
 const STORE_FILE: &str = "memlayer.redb";
@@ -31,8 +35,26 @@ use crate::config::{DataArgs, ServeArgs, Settings};
 #[derive(Parser)]
 #[command(name = "memlayer", version, propagate_version = true)]
 struct Cli {
+    /// How log lines on stderr look: `text` for people, `json` (one object per line, with
+    /// the request's span fields) for a log collector. The level comes from RUST_LOG
+    /// [default: info]; message content is never logged at info level.
+    #[arg(
+        long,
+        global = true,
+        env = "MEMLAYER_LOG_FORMAT",
+        value_enum,
+        default_value_t
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, Default, clap::ValueEnum)]
+enum LogFormat {
+    #[default]
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -82,6 +104,59 @@ enum Command {
     ///   memlayer check --data-dir /var/lib/memlayer
     #[command(verbatim_doc_comment)]
     Check(check::CheckArgs),
+    /// Show a running server's conversation stats for the key's tenant: how many, and the
+    /// least recently active.
+    ///
+    /// Needs a tenant_admin key in MEMLAYER_KEY.
+    ///
+    /// Example:
+    ///   MEMLAYER_KEY=mlk_… memlayer stats --url http://127.0.0.1:7700
+    #[command(verbatim_doc_comment)]
+    Stats(remote::StatsArgs),
+    /// Erase every conversation of the key's tenant inactive for more than N days, on a
+    /// running server, with everything derived from them; prints the erasure receipt's counts.
+    ///
+    /// Needs a tenant_admin key in MEMLAYER_KEY. --older-than-days 0 erases every
+    /// conversation and must be confirmed with --confirm "DELETE ALL".
+    ///
+    /// Examples:
+    ///   MEMLAYER_KEY=mlk_… memlayer purge --older-than-days 90
+    ///   MEMLAYER_KEY=mlk_… memlayer purge --older-than-days 0 --confirm "DELETE ALL"
+    #[command(verbatim_doc_comment)]
+    Purge(remote::PurgeArgs),
+    /// Save a consistent backup of a running server's whole store to a file.
+    ///
+    /// The server copies what was committed when the request began while it goes on
+    /// serving; the file is checked (it opens as a store, checksums verified) before it
+    /// takes its name. Needs a tenant_admin key of tenant "default" (the operator's, e.g. the
+    /// configured admin key) in MEMLAYER_KEY. To restore, stop the server and copy the file
+    /// to DATA_DIR/memlayer.redb (the vector index is rebuilt at start).
+    ///
+    /// Example:
+    ///   MEMLAYER_KEY=mlk_… memlayer backup --out /backups/memlayer-2026-11-23.redb
+    #[command(verbatim_doc_comment)]
+    Backup(remote::BackupArgs),
+    /// Export the key's tenant, or one user, from a running server as JSON Lines: every
+    /// session with all its messages and runs, then each user's memories and episodes.
+    ///
+    /// Needs a tenant_admin or service key in MEMLAYER_KEY. Derived data (vectors,
+    /// summaries, entities) is not exported; the importing server derives it again.
+    ///
+    /// Examples:
+    ///   MEMLAYER_KEY=mlk_… memlayer export --out tenant.jsonl
+    ///   MEMLAYER_KEY=mlk_… memlayer export --user alice > alice.jsonl
+    #[command(verbatim_doc_comment)]
+    Export(transfer::ExportArgs),
+    /// Import what `memlayer export` wrote into a running server (the key's tenant).
+    ///
+    /// Safe to run again: messages are appended with idempotency keys, runs keep their ids,
+    /// memories are remembered (a repeat updates instead of copying), and episodes already
+    /// there are skipped. A session id that exists with another owner stops the import.
+    ///
+    /// Example:
+    ///   MEMLAYER_KEY=mlk_… memlayer import --in tenant.jsonl --url http://new-host:7700
+    #[command(verbatim_doc_comment)]
+    Import(transfer::ImportArgs),
     /// Create, list and revoke API keys in the data directory (with the server stopped: it
     /// holds the store file; while it runs, use /v1/keys).
     #[command(subcommand)]
@@ -93,12 +168,15 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().init(),
+    }
     let outcome = match cli.command {
         Command::Serve(args) => Settings::resolve(args).and_then(serve),
         Command::Reindex(args) => args.data_dir().and_then(|dir| reindex(&dir)),
@@ -106,6 +184,11 @@ fn main() -> ExitCode {
         Command::Check(args) => check::run(args),
         Command::Eval(command) => eval::run(command),
         Command::Keys(command) => keys::run(command),
+        Command::Stats(args) => remote::stats(&args),
+        Command::Purge(args) => remote::purge(&args),
+        Command::Backup(args) => remote::backup(&args),
+        Command::Export(args) => transfer::export(&args),
+        Command::Import(args) => transfer::import(&args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

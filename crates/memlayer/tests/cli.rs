@@ -713,3 +713,236 @@ fn keys_are_managed_in_the_data_directory_while_the_server_is_stopped() {
     .unwrap();
     assert_eq!(output.status.code(), Some(1), "a user key needs --user-id");
 }
+
+/// With `MEMLAYER_LOG_FORMAT=json` every log line is one JSON object a collector can parse,
+/// with its level and message, and a message's content appears in none of them.
+#[test]
+fn json_logs_are_one_object_per_line_without_message_content() {
+    let temp = tempfile::tempdir().unwrap();
+    let (mut server, url) = Process::serve_with(temp.path(), |command| {
+        command.env("MEMLAYER_LOG_FORMAT", "json");
+    });
+    let secret = "log-canary-7d41c2 my card is 4111 1111 1111 1111";
+    let (status, answer) = post(
+        &format!("{url}/v1/sessions/logs-1/messages"),
+        &json!({ "role": "user", "content": secret, "user_id": "alice", "agent_id": "helper" }),
+    );
+    assert_eq!(status, 201, "{answer}");
+    server.terminate();
+    // Waits for the exit and for all of stderr, whatever the status.
+    let (status, stderr) = server.wait_for_failure();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+
+    let lines: Vec<Value> = stderr
+        .lines()
+        .map(|line| {
+            serde_json::from_str(line).unwrap_or_else(|err| panic!("not JSON ({err}): {line:?}"))
+        })
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|line| line["level"] == "INFO" && line["fields"]["message"] == "serving"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("log-canary-7d41c2"), "{stderr}");
+}
+
+/// `memlayer` with `args` against the server at `url`, with `key` in `MEMLAYER_KEY`; answers
+/// whether it succeeded, its stdout and its stderr.
+fn remote(url: &str, key: &str, args: &[&str]) -> (bool, String, String) {
+    let output = memlayer(args)
+        .env("MEMLAYER_URL", url)
+        .env("MEMLAYER_KEY", key)
+        .output()
+        .expect("run memlayer");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// The operator commands against a running server: stats, a backup taken while it serves
+/// (which a new server then serves from), and purge, which refuses to erase everything
+/// without the typed confirmation.
+#[test]
+fn stats_backup_and_purge_work_against_a_running_server() {
+    let temp = tempfile::tempdir().unwrap();
+    let (mut server, url) = Process::serve(&temp.path().join("live"));
+    for session in ["ops-1", "ops-2"] {
+        let (status, answer) = post(
+            &format!("{url}/v1/sessions/{session}/messages"),
+            &json!({ "role": "user", "content": "backed up text", "user_id": "u", "agent_id": "a" }),
+        );
+        assert_eq!(status, 201, "{answer}");
+    }
+
+    let (ok, stdout, stderr) = remote(&url, ADMIN_KEY, &["stats"]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("project default: 2 conversation(s)"),
+        "{stdout}"
+    );
+    let (ok, _, stderr) = remote(&url, "mlk_0000000000000000_wrong", &["stats"]);
+    assert!(
+        !ok && stderr.contains("401 Unauthorized unauthorized"),
+        "{stderr}"
+    );
+
+    let backup = temp.path().join("backup.redb");
+    let (ok, stdout, stderr) = remote(
+        &url,
+        ADMIN_KEY,
+        &["backup", "--out", backup.to_str().unwrap()],
+    );
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("checksums verified"), "{stdout}");
+    let (ok, _, stderr) = remote(
+        &url,
+        ADMIN_KEY,
+        &["backup", "--out", backup.to_str().unwrap()],
+    );
+    assert!(!ok && stderr.contains("never overwrites"), "{stderr}");
+
+    let (ok, _, stderr) = remote(&url, ADMIN_KEY, &["purge", "--older-than-days", "0"]);
+    assert!(!ok && stderr.contains("DELETE ALL"), "{stderr}");
+    assert_eq!(
+        get(&format!("{url}/v1/sessions/ops-1")).0,
+        200,
+        "nothing erased"
+    );
+    let (ok, stdout, stderr) = remote(
+        &url,
+        ADMIN_KEY,
+        &["purge", "--older-than-days", "0", "--confirm", "DELETE ALL"],
+    );
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.starts_with("erased 2 conversation(s), 2 message(s)"),
+        "{stdout}"
+    );
+    assert_eq!(get(&format!("{url}/v1/sessions/ops-1")).0, 404);
+    server.terminate();
+    server.wait_for_exit();
+
+    // Restored: the backup is the store of a new data directory.
+    let restored = temp.path().join("restored");
+    std::fs::create_dir(&restored).unwrap();
+    std::fs::copy(&backup, store_file(&restored)).unwrap();
+    let (mut server, url) = Process::serve(&restored);
+    let (status, session) = get(&format!("{url}/v1/sessions/ops-2"));
+    assert_eq!(status, 200, "{session}");
+    assert_eq!(session["messages"][0]["content"], "backed up text");
+    server.terminate();
+    server.wait_for_exit();
+}
+
+/// What a server holds for the export test's users, without what the importing server sets
+/// itself: ids and times of memories and episodes, and when sessions and runs were stored.
+fn holdings(url: &str) -> Value {
+    let mut sessions = Vec::new();
+    for id in ["move-1", "move-2"] {
+        let (_, mut session) = get(&format!("{url}/v1/sessions/{id}"));
+        let (_, mut runs) = get(&format!("{url}/v1/sessions/{id}/runs"));
+        for run in runs.as_array_mut().unwrap() {
+            run.as_object_mut().unwrap().remove("created_at");
+        }
+        session["runs"] = runs;
+        // Set by the server that stores the session; message times travel.
+        session.as_object_mut().unwrap().remove("updated_at");
+        session.as_object_mut().unwrap().remove("created_at");
+        sessions.push(session);
+    }
+    let (_, memories) = get(&format!("{url}/v1/users/ann/memories"));
+    let memories: Vec<Value> = memories["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| json!([m["text"], m["type"], m["tags"], m["agent_id"], m["source"]]))
+        .collect();
+    let (_, episodes) = get(&format!("{url}/v1/users/ann/episodes"));
+    let episodes: Vec<Value> = episodes["episodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            json!([
+                e["task_type"],
+                e["lesson"],
+                e["outcome"],
+                e["source_session_id"]
+            ])
+        })
+        .collect();
+    json!({ "sessions": sessions, "memories": memories, "episodes": episodes })
+}
+
+/// A tenant exported from one server and imported into another holds the same sessions
+/// (messages with their times, a clear at the same message, runs), memories and episodes;
+/// importing the same file again changes nothing.
+#[test]
+fn export_then_import_moves_a_tenant_and_a_second_import_changes_nothing() {
+    let temp = tempfile::tempdir().unwrap();
+    let (mut source, from) = Process::serve(&temp.path().join("source"));
+    for (session, user) in [("move-1", "ann"), ("move-2", "bob")] {
+        let body = json!({ "user_id": user, "agent_id": "helper", "flow_id": "checkout",
+            "session_metadata": { "channel": "web" },
+            "messages": [
+                { "role": "user", "content": format!("{session}: first"), "timestamp": "2026-01-02T03:04:05.000006Z" },
+                { "role": "assistant", "content": "noted", "metadata": { "model": "m" } },
+                { "role": "user", "content": "and a second question" },
+            ] });
+        assert_eq!(
+            post(&format!("{from}/v1/sessions/{session}/messages"), &body).0,
+            201
+        );
+    }
+    assert_eq!(
+        post(&format!("{from}/v1/sessions/move-1/clear"), &json!({})).0,
+        200
+    );
+    let after_clear = json!({ "role": "assistant", "content": "after the clear" });
+    assert_eq!(
+        post(&format!("{from}/v1/sessions/move-1/messages"), &after_clear).0,
+        201
+    );
+    let run = json!({ "run_id": "run-1", "status": "COMPLETED", "content": "noted" });
+    assert_eq!(
+        post(&format!("{from}/v1/sessions/move-1/runs"), &run).0,
+        201
+    );
+    let memory = json!({ "text": "Ann prefers tea", "type": "preference", "tags": ["drinks"],
+        "source": { "session_id": "move-1", "index": 0 } });
+    assert_eq!(
+        post(&format!("{from}/v1/users/ann/memories"), &memory).0,
+        201
+    );
+    let episode = json!({ "task_type": "refund", "description": "a refund", "outcome": "failure",
+        "lesson": "ask for the order id first", "source_session_id": "move-1" });
+    assert_eq!(
+        post(&format!("{from}/v1/users/ann/episodes"), &episode).0,
+        201
+    );
+    let expected = holdings(&from);
+
+    let file = temp.path().join("tenant.jsonl");
+    let (ok, _, stderr) = remote(
+        &from,
+        ADMIN_KEY,
+        &["export", "--out", file.to_str().unwrap()],
+    );
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("exported 2 session(s)"), "{stderr}");
+    source.terminate();
+    source.wait_for_exit();
+
+    let (mut target, to) = Process::serve(&temp.path().join("target"));
+    for round in ["first", "second"] {
+        let (ok, _, stderr) = remote(&to, ADMIN_KEY, &["import", "--in", file.to_str().unwrap()]);
+        assert!(ok, "{round} import: {stderr}");
+        assert_eq!(holdings(&to), expected, "after the {round} import");
+    }
+    target.terminate();
+    target.wait_for_exit();
+}

@@ -30,7 +30,9 @@ pub(crate) async fn live() -> Json<Probe> {
 
 /// Readiness
 ///
-/// The store can be read and still accepts writes; `503` while shutting down.
+/// The store can be read and still accepts writes; `503` while shutting down, and after a
+/// storage failure that makes the store refuse writes until the process restarts (take the
+/// instance out of rotation and restart it).
 #[utoipa::path(
     get,
     path = "/readyz",
@@ -38,6 +40,15 @@ pub(crate) async fn live() -> Json<Probe> {
     responses((status = 200, description = "Ready", body = Probe, example = json!({"status": "ready"}))),
 )]
 pub(crate) async fn ready(State(state): State<AppState>) -> Result<Json<Probe>, ApiError> {
-    read(&state, |store| store.check_ready()).await?;
-    Ok(Json(Probe { status: "ready" }))
+    match read(&state, |store| store.check_ready()).await {
+        Ok(()) => Ok(Json(Probe { status: "ready" })),
+        // Not a failure of this request: the instance is not ready. The cause is logged.
+        Err(ApiError::Internal(detail)) => {
+            tracing::error!(%detail, "not ready: the store refuses writes");
+            Err(ApiError::Unavailable(
+                "the store failed and refuses writes; restart the server".into(),
+            ))
+        }
+        Err(err) => Err(err),
+    }
 }

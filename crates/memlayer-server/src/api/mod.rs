@@ -1,5 +1,6 @@
 //! Route handlers, one module per resource, and the route table that registers them.
 
+pub(crate) mod backup;
 pub(crate) mod context;
 pub(crate) mod episodes;
 pub(crate) mod erasure;
@@ -53,6 +54,7 @@ pub(crate) const ROUTES: &[Route] = &[
     Route::api(|| routes!(erasure::purge)),
     Route::api(|| routes!(erasure::receipts)),
     Route::api(|| routes!(erasure::retention, erasure::set_retention)),
+    Route::api(|| routes!(backup::backup)),
     Route::api(|| routes!(keys::list_keys, keys::create_key)),
     Route::api(|| routes!(keys::revoke_key)),
     Route::api(|| {

@@ -172,6 +172,8 @@ const TABLE: &[Row] = &[
     row("GET", "/v1/admin/retention", Admin, 403, 200),
     row("PUT", "/v1/admin/retention", Admin, 403, 200)
         .body(r#"{"conversation_retention_days":null}"#),
+    // A backup holds every tenant: only the default tenant's admins (the operator) take one.
+    row("POST", "/v1/admin/backup", Admin, 403, 403),
     row("GET", "/v1/settings", Service, 403, 200),
     row("PUT", "/v1/settings", Admin, 403, 200).body("{}"),
     row("DELETE", "/v1/settings", Admin, 403, 200),
