@@ -41,5 +41,5 @@ mod search_clear;
 mod operations;
 // API keys and roles: probes public, `/v1` behind a key; keys created, listed and revoked over
 // HTTP and kept across restarts; service keys cannot administer; user keys see only their own
-// user's sessions, and everything else is `404`.
+// user's sessions and memories, and everything else is `404`.
 mod auth;

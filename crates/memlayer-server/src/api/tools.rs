@@ -11,25 +11,34 @@ use utoipa::ToSchema;
 
 use crate::api::memories::{RememberBody, SearchBody, forget_for, remember_for, search_for};
 use crate::api::read;
-use crate::extract::{ApiJson, ApiPath, Caller, Tenant};
+use crate::extract::{ApiJson, ApiPath, Caller};
 use crate::{ApiError, AppState};
 
 /// What the model is told about `session_search`, so it uses the tool when the answer lies
 /// in the conversation's past rather than guessing.
-const SESSION_SEARCH_INSTRUCTION: &str = "Parts of this conversation may not be in your \
+pub(crate) const SESSION_SEARCH_INSTRUCTION: &str = "Parts of this conversation may not be in your \
 context: older turns are summarised or left out. When the user refers to something said \
 earlier that you cannot see (a name, a number, a decision, \"as I told you\"), call \
 session_search with a few distinctive words before answering, instead of guessing.";
 
-/// The tools' definitions, in the shape OpenAI's `tools` parameter takes.
-fn definitions() -> Value {
-    let function = |name: &str, description: &str, parameters: Value| {
-        json!({ "type": "function", "function": {
-            "name": name, "description": description, "parameters": parameters,
-        }})
+/// One agent tool: its name, what the model is told about it, and the JSON Schema of its
+/// arguments. `GET /v1/tools` serves them as OpenAI function definitions and the MCP server
+/// lists them as MCP tools; both views are built from these.
+pub(crate) struct ToolDefinition {
+    pub(crate) name: &'static str,
+    pub(crate) description: &'static str,
+    pub(crate) parameters: Value,
+}
+
+/// The agent tools, in the order they are listed.
+pub(crate) fn definitions() -> Vec<ToolDefinition> {
+    let tool = |name, description, parameters| ToolDefinition {
+        name,
+        description,
+        parameters,
     };
-    json!([
-        function(
+    vec![
+        tool(
             "memory_remember",
             "Remember a durable fact, preference, relationship or instruction about the user \
              for future conversations. Restating or correcting something already remembered \
@@ -42,7 +51,7 @@ fn definitions() -> Value {
                 "agent_only": { "type": "boolean", "description": "Only this agent may see it (default: every agent of the user)" },
             }}),
         ),
-        function(
+        tool(
             "memory_recall",
             "Search what is remembered about the user.",
             json!({ "type": "object", "additionalProperties": false, "required": ["query"],
@@ -53,13 +62,13 @@ fn definitions() -> Value {
                 "tags": { "type": "array", "items": { "type": "string" } },
             }}),
         ),
-        function(
+        tool(
             "memory_forget",
             "Forget one remembered item, by the memory_id memory_recall returned.",
             json!({ "type": "object", "additionalProperties": false, "required": ["memory_id"],
                 "properties": { "memory_id": { "type": "integer", "minimum": 1 } }}),
         ),
-        function(
+        tool(
             "session_search",
             SESSION_SEARCH_INSTRUCTION,
             json!({ "type": "object", "additionalProperties": false, "required": ["query"],
@@ -68,13 +77,13 @@ fn definitions() -> Value {
                 "limit": { "type": "integer", "minimum": 1, "maximum": 50, "default": 10 },
             }}),
         ),
-        function(
+        tool(
             "clear_session",
             "Start the conversation afresh: later context leaves out everything said so far \
              (it stays stored). Only when the user asks to start over.",
             json!({ "type": "object", "additionalProperties": false, "properties": {} }),
         ),
-    ])
+    ]
 }
 
 #[derive(Serialize, ToSchema)]
@@ -98,8 +107,16 @@ pub(crate) async fn tools(
     // without a key.
     Caller(_): Caller,
 ) -> Json<Tools> {
+    let tools = definitions()
+        .into_iter()
+        .map(|tool| {
+            json!({ "type": "function", "function": {
+                "name": tool.name, "description": tool.description, "parameters": tool.parameters,
+            }})
+        })
+        .collect();
     Json(Tools {
-        tools: definitions(),
+        tools: Value::Array(tools),
         system_instruction: SESSION_SEARCH_INSTRUCTION,
     })
 }
@@ -184,18 +201,40 @@ struct NoArgs {}
 )]
 pub(crate) async fn call(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    // For a user-scoped key, the extractor has checked that the session is its user's.
+    Caller(caller): Caller,
     ApiPath(session_id): ApiPath<String>,
     ApiJson(call): ApiJson<ToolCall>,
 ) -> Result<Json<ToolResult>, ApiError> {
+    let tenant = caller.tenant().to_owned();
+    let result = execute(&state, tenant, session_id, &call.name, call.arguments).await?;
+    Ok(Json(ToolResult {
+        name: call.name,
+        content: result.to_string(),
+        result,
+    }))
+}
+
+/// Runs one tool call of a model in a session, as the session's user and agent: a model
+/// reaches only the memories and history of the conversation it is in. The one
+/// implementation behind `POST /v1/sessions/{session_id}/tools/call` and the MCP server's
+/// `tools/call`. The caller has checked that its key may act in the session.
+pub(crate) async fn execute(
+    state: &AppState,
+    tenant: String,
+    session_id: String,
+    name: &str,
+    arguments: Value,
+) -> Result<Value, ApiError> {
+    let parsed = parse_call(name, arguments)?;
     let (owner_tenant, id) = (tenant.clone(), session_id.clone());
-    let session = read(&state, move |store| {
+    let session = read(state, move |store| {
         store
             .session(&owner_tenant, &id)?
             .ok_or(memlayer_store::StoreError::SessionNotFound { session_id: id })
     })
     .await?;
-    let result = match parse_call(&call.name, call.arguments)? {
+    Ok(match parsed {
         Parsed::Remember(args) => {
             let body = RememberBody::from_tool(
                 args.text,
@@ -203,7 +242,7 @@ pub(crate) async fn call(
                 args.tags,
                 args.agent_only.then(|| session.agent_id.clone()),
             )?;
-            to_value(remember_for(&state, tenant, session.user_id, body).await?)
+            to_value(remember_for(state, tenant, session.user_id, body).await?)
         }
         Parsed::Recall(args) => {
             let body = SearchBody::from_tool(
@@ -213,38 +252,20 @@ pub(crate) async fn call(
                 args.types,
                 args.tags,
             )?;
-            to_value(search_for(&state, tenant, session.user_id, body).await?)
+            to_value(search_for(state, tenant, session.user_id, body).await?)
         }
+        // A model may only forget the memories of the user it talks to.
         Parsed::Forget(args) => {
-            // A model may only forget the memories of the user it talks to.
-            let owned = state
-                .memories()
-                .get(&tenant, args.memory_id)?
-                .is_some_and(|m| m.user_id == session.user_id);
-            if !owned {
-                return Err(ApiError::NotFound {
-                    code: "memory_not_found",
-                    message: format!("no memory {} of this user", args.memory_id),
-                });
-            }
-            to_value(forget_for(&state, tenant, args.memory_id).await?)
+            to_value(forget_for(state, tenant, Some(&session.user_id), args.memory_id).await?)
         }
-        Parsed::Search(args) => {
-            let results =
-                crate::api::sessions::search(&state, tenant, session_id, args.query, args.limit)
-                    .await?;
-            to_value(results)
-        }
+        Parsed::Search(args) => to_value(
+            crate::api::sessions::search(state, tenant, session_id, args.query, args.limit).await?,
+        ),
         Parsed::Clear => {
             let load_from = state.store().clear_session(&tenant, &session_id).await?;
             json!({ "session_id": session_id, "load_from": load_from })
         }
-    };
-    Ok(Json(ToolResult {
-        name: call.name,
-        content: result.to_string(),
-        result,
-    }))
+    })
 }
 
 /// A tool call's arguments, parsed for the tool it names.
