@@ -36,6 +36,9 @@ mod episodes;
 mod erasure;
 // session_search over the whole history and clear_session's checkpoint.
 mod search_clear;
+// The agent tools over MCP (streamable HTTP) with the official SDK's client: initialise, list,
+// run each tool and check its effect; keys checked as on every `/v1` route.
+mod mcp;
 // Operating the server: the OpenAPI document checked against real requests and answers, the
 // offline docs page, Prometheus metrics by route template, request ids.
 mod operations;

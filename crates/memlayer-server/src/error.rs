@@ -129,22 +129,28 @@ impl ApiError {
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
-}
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let (status, code) = self.status_and_code();
-        let message = match &self {
+    /// The body that answers this error; an internal error's details go to the log, not
+    /// into the body. The MCP server sends the same body as a failed tool call's result.
+    pub(crate) fn body(&self) -> ErrorBody {
+        let (_, code) = self.status_and_code();
+        let message = match self {
             Self::Internal(detail) => {
                 tracing::error!(%detail, "request failed");
                 "internal server error; the details are in the server log".to_owned()
             }
             other => other.to_string(),
         };
-        let body = ErrorBody {
+        ErrorBody {
             error: ErrorDetail { code, message },
-        };
-        let mut response = (status, Json(body)).into_response();
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, _) = self.status_and_code();
+        let mut response = (status, Json(self.body())).into_response();
         if matches!(self, Self::Overloaded) {
             response
                 .headers_mut()

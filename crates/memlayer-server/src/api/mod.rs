@@ -5,6 +5,7 @@ pub(crate) mod episodes;
 pub(crate) mod erasure;
 pub(crate) mod health;
 pub(crate) mod keys;
+pub(crate) mod mcp;
 pub(crate) mod memories;
 pub(crate) mod operations;
 pub(crate) mod recall;
@@ -37,6 +38,7 @@ pub(crate) const ROUTES: &[Route] = &[
     Route::api(|| routes!(recall::recall)),
     Route::api(|| routes!(tools::tools)),
     Route::api(|| routes!(tools::call)),
+    Route::api(|| routes!(mcp::mcp)),
     Route::api(|| routes!(memories::remember, memories::list)),
     Route::api(|| routes!(memories::search)),
     Route::api(|| routes!(memories::end_session)),

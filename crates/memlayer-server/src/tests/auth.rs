@@ -127,6 +127,11 @@ const TABLE: &[Row] = &[
         404,
     )
     .body(r#"{"name":"session_search","arguments":{"query":"canary"}}"#),
+    // The MCP server of a session: checked like the tool-call endpoint before any message
+    // reaches the MCP transport.
+    row("POST", "/v1/sessions/{session_id}/mcp", Owner, 404, 404).body(
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"session_search","arguments":{"query":"canary"}}}"#,
+    ),
     // A user key reaches its own user's memories only: alice's are not found; another
     // tenant sees its own (empty) ones.
     row("GET", "/v1/users/{user_id}/memories", Owner, 404, 200),
