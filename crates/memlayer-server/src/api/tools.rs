@@ -1,7 +1,8 @@
 //! Agent tools: the memory tools as OpenAI function-calling schemas (`GET /v1/tools`) and an
 //! endpoint that executes a model's tool call against a session, so an agent loop can pass
 //! tool calls straight through. A call runs as the session's user and agent: a model can
-//! only reach the memories and history of the conversation it is in.
+//! only reach the memories and history of the conversation it is in. The definitions and
+//! `execute` are also what the MCP server (`api/mcp.rs`) lists and runs.
 
 use axum::Json;
 use axum::extract::State;
