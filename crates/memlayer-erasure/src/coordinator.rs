@@ -301,17 +301,16 @@ impl Coordinator {
             .store
             .drop_session_memories(tenant, &user_id, Some(session_id))
             .await?;
-        receipt.counts.episodes += self
-            .inner
-            .store
-            .delete_user_episodes(tenant, &user_id, Some(session_id))
-            .await?;
-        let sid = match self.inner.store.delete_session(tenant, session_id).await {
-            Ok(sid) => sid,
+        // The episodes drawn from the session go in the commit that deletes it, so none
+        // recorded meanwhile survives.
+        let deleted = match self.inner.store.delete_session(tenant, session_id).await {
+            Ok(deleted) => deleted,
             Err(StoreError::SessionNotFound { .. }) => return Ok(None),
             Err(err) => return Err(err.into()),
         };
+        let sid = deleted.sid;
         self.inner.recall.forget_session(sid).await?;
+        receipt.counts.episodes += deleted.episodes;
         receipt.counts.sessions += 1;
         receipt.counts.messages += messages;
         receipt.counts.summaries += u64::from(summary);

@@ -359,8 +359,8 @@ impl Recall {
 
     /// Deletes a session from the store and its messages from the indexes.
     pub async fn delete_session(&self, tenant: &str, session_id: &str) -> Result<()> {
-        let sid = self.inner.store.delete_session(tenant, session_id).await?;
-        self.forget_session(sid).await
+        let deleted = self.inner.store.delete_session(tenant, session_id).await?;
+        self.forget_session(deleted.sid).await
     }
 
     /// Removes every message of the session with surrogate key `sid` from the indexes, and

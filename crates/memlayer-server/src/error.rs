@@ -167,8 +167,9 @@ impl ApiError {
 }
 
 impl ApiError {
-    /// The error's body, as every error answer (and a failed run's last streamed event)
-    /// carries it. Internal details are logged here and never sent.
+    /// The error's body, as every error answer (and a failed run's last streamed event, and a
+    /// failed MCP tool call's result) carries it. Internal details are logged here and never
+    /// sent.
     pub(crate) fn body(&self) -> ErrorBody {
         let (_, code) = self.status_and_code();
         let message = match self {

@@ -284,9 +284,15 @@ impl Store {
             .await
     }
 
-    /// Deletes a session with everything it owns; returns its surrogate key, so derived
-    /// indexes can drop the session's entries.
-    pub async fn delete_session(&self, tenant: &str, session_id: &str) -> Result<u64> {
+    /// Deletes a session with everything it owns, the episodes drawn from it included; returns
+    /// its surrogate key, so derived indexes can drop the session's entries, and how many
+    /// episodes went with it.
+    ///
+    /// The episodes go in the same transaction as the session record: `put_episode` checks
+    /// its source session in its own transaction, so an episode is either recorded before
+    /// this commit (and deleted by it) or refused after it. Deleting them in a commit of their
+    /// own before this one let an episode recorded in between survive the erasure.
+    pub async fn delete_session(&self, tenant: &str, session_id: &str) -> Result<SessionDeleted> {
         validate_id("tenant", tenant)?;
         validate_id("session_id", session_id)?;
         let tenant = tenant.to_owned();
@@ -956,7 +962,11 @@ fn apply_record_run(
     run_from_record(stored)
 }
 
-fn apply_delete_session(txn: &WriteTransaction, tenant: &str, session_id: &str) -> Result<u64> {
+fn apply_delete_session(
+    txn: &WriteTransaction,
+    tenant: &str,
+    session_id: &str,
+) -> Result<SessionDeleted> {
     let mut sessions = txn.open_table(SESSIONS)?;
     let record =
         read_session_record(&sessions, tenant, session_id)?.ok_or_else(|| not_found(session_id))?;
@@ -983,7 +993,37 @@ fn apply_delete_session(txn: &WriteTransaction, tenant: &str, session_id: &str) 
     if let Some(err) = undecodable {
         return Err(err);
     }
-    Ok(sid)
+    let episodes =
+        crate::episodes::remove_user_episodes(txn, tenant, &record.user_id, Some(session_id))?;
+    Ok(SessionDeleted { sid, episodes })
+}
+
+/// What deleting a session removed besides the session itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionDeleted {
+    /// The session's surrogate key, for removing its messages from indexes.
+    pub sid: u64,
+    /// How many episodes drawn from the session were deleted with it.
+    pub episodes: u64,
+}
+
+impl Store {
+    /// Runs `remove` on a user's rows of one kind in one commit: all of them, or (with
+    /// `session_id`) those drawn from that session. Returns how many were removed.
+    pub(crate) async fn remove_user_rows(
+        &self,
+        tenant: &str,
+        user_id: &str,
+        session_id: Option<&str>,
+        remove: fn(&WriteTransaction, &str, &str, Option<&str>) -> Result<u64>,
+    ) -> Result<u64> {
+        validate_id("tenant", tenant)?;
+        validate_id("user_id", user_id)?;
+        let (tenant, user_id) = (tenant.to_owned(), user_id.to_owned());
+        let session_id = session_id.map(str::to_owned);
+        self.write(move |txn| remove(txn, &tenant, &user_id, session_id.as_deref()))
+            .await
+    }
 }
 
 pub(crate) fn remove_range(

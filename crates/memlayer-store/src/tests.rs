@@ -986,6 +986,52 @@ async fn episodes_are_listed_by_owner_and_task_type_and_deleted_by_source() {
     assert_eq!(store.user_episodes(TENANT, "bob").unwrap().len(), 1);
 }
 
+/// An episode drawn from a session goes in the commit that deletes the session, and none can
+/// be recorded from it afterwards: there is no moment between the two for an episode to be
+/// recorded and survive (the erasure used to delete the episodes in a commit of their own
+/// first).
+#[tokio::test]
+async fn deleting_a_session_deletes_its_episodes_in_the_same_commit() {
+    let (_dir, store) = open();
+    for session in ["doomed", "kept"] {
+        store
+            .append(
+                TENANT,
+                session,
+                append_of(vec![message(Role::User, "hi")], Some(owner("ann", "a"))),
+            )
+            .await
+            .unwrap();
+    }
+    let from = |session: &str, lesson: &str| crate::Episode {
+        source_session: Some(session.into()),
+        ..episode("ann", "refund", lesson)
+    };
+    store.put_episode(from("doomed", "erased")).await.unwrap();
+    store.put_episode(from("kept", "kept")).await.unwrap();
+    store
+        .put_episode(episode("ann", "refund", "standalone"))
+        .await
+        .unwrap();
+
+    let deleted = store.delete_session(TENANT, "doomed").await.unwrap();
+    assert_eq!(deleted.episodes, 1);
+    let lessons: Vec<String> = store
+        .user_episodes(TENANT, "ann")
+        .unwrap()
+        .into_iter()
+        .map(|episode| episode.lesson)
+        .collect();
+    assert_eq!(lessons, ["kept", "standalone"]);
+    assert!(matches!(
+        store.put_episode(from("doomed", "late")).await,
+        Err(StoreError::InvalidInput {
+            field: "source_session_id",
+            ..
+        })
+    ));
+}
+
 #[tokio::test]
 async fn idle_sessions_are_taken_once_oldest_first_and_ended_ones_stay_ended() {
     let (_dir, store) = open();

@@ -1,6 +1,10 @@
 //! Long-term memories over HTTP: remember (deduplicated: a repeat or a correction updates
 //! the memory it restates), list, search, get, and forget (through the erasure coordinator,
 //! so a forgotten memory leaves no bytes behind).
+//!
+//! Every role may use them; a user-scoped key only for its own user (`Caller` checks the
+//! path's `{user_id}` and `{session_id}`, the handlers a memory's owner and a source session),
+//! and another user's memory answers `404` as one that does not exist.
 
 use axum::Json;
 use axum::extract::State;
@@ -11,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::api::erasure::ReceiptBody;
-use crate::extract::{ApiJson, ApiPath, ApiQuery, Tenant};
+use crate::extract::{ApiJson, ApiPath, ApiQuery, Caller};
 use crate::wire::Rfc3339;
 use crate::{ApiError, AppState};
 
@@ -121,11 +125,15 @@ impl Remembered {
 )]
 pub(crate) async fn remember(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Caller(caller): Caller,
     ApiPath(user_id): ApiPath<String>,
     ApiJson(body): ApiJson<RememberBody>,
 ) -> Result<(StatusCode, Json<Remembered>), ApiError> {
-    let remembered = remember_for(&state, tenant, user_id, body).await?;
+    if let Some(source) = &body.source {
+        // A memory is erased with its source session, so a user key may only name its own.
+        caller.check_session(&state, &source.session_id).await?;
+    }
+    let remembered = remember_for(&state, caller.tenant().to_owned(), user_id, body).await?;
     let status = if remembered.action == RememberAction::Created {
         StatusCode::CREATED
     } else {
@@ -179,11 +187,12 @@ pub(crate) struct MemoryList {
 )]
 pub(crate) async fn list(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Caller(caller): Caller,
     ApiPath(user_id): ApiPath<String>,
     ApiQuery(query): ApiQuery<ListQuery>,
 ) -> Result<Json<MemoryList>, ApiError> {
     let memories = state.memories().clone();
+    let tenant = caller.tenant().to_owned();
     let listed = tokio::task::spawn_blocking(move || {
         memories.list(&tenant, &user_id, query.agent_id.as_deref())
     })
@@ -250,10 +259,11 @@ impl MemoryHits {
 )]
 pub(crate) async fn search(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Caller(caller): Caller,
     ApiPath(user_id): ApiPath<String>,
     ApiJson(body): ApiJson<SearchBody>,
 ) -> Result<Json<MemoryHits>, ApiError> {
+    let tenant = caller.tenant().to_owned();
     Ok(Json(search_for(&state, tenant, user_id, body).await?))
 }
 
@@ -293,20 +303,29 @@ async fn search_for(
 )]
 pub(crate) async fn get(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Caller(caller): Caller,
     ApiPath(memory_id): ApiPath<u64>,
 ) -> Result<Json<MemoryBody>, ApiError> {
-    match state.memories().get(&tenant, memory_id)? {
-        Some(memory) => Ok(Json(memory.into())),
-        None => Err(memory_not_found(memory_id)),
-    }
+    let memory = owned_memory(&state, caller.tenant(), caller.user(), memory_id)?;
+    Ok(Json(memory.into()))
 }
 
-fn memory_not_found(memory_id: u64) -> ApiError {
-    ApiError::NotFound {
-        code: "memory_not_found",
-        message: format!("no memory {memory_id} in this tenant"),
-    }
+/// The memory of `tenant` with this id, if it belongs to `user` (any user's for `None`);
+/// `404` otherwise, the same answer whether it does not exist or is another user's.
+fn owned_memory(
+    state: &AppState,
+    tenant: &str,
+    user: Option<&str>,
+    memory_id: u64,
+) -> Result<Memory, ApiError> {
+    state
+        .memories()
+        .get(tenant, memory_id)?
+        .filter(|memory| user.is_none_or(|user| memory.user_id == user))
+        .ok_or_else(|| ApiError::NotFound {
+            code: "memory_not_found",
+            message: format!("no memory {memory_id} of this user"),
+        })
 }
 
 /// Forget a memory
@@ -324,21 +343,26 @@ fn memory_not_found(memory_id: u64) -> ApiError {
 )]
 pub(crate) async fn forget(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Caller(caller): Caller,
     ApiPath(memory_id): ApiPath<u64>,
 ) -> Result<Json<ReceiptBody>, ApiError> {
-    Ok(Json(forget_for(&state, tenant, memory_id).await?))
+    let tenant = caller.tenant().to_owned();
+    Ok(Json(
+        forget_for(&state, tenant, caller.user(), memory_id).await?,
+    ))
 }
 
+/// Forgets a memory of `tenant` that belongs to `user` (any user's for `None`).
 async fn forget_for(
     state: &AppState,
     tenant: String,
+    user: Option<&str>,
     memory_id: u64,
 ) -> Result<ReceiptBody, ApiError> {
     let receipt = state
         .agent()
         .tools()
-        .forget(tenant, memory_id, None)
+        .forget(tenant, memory_id, user)
         .await?;
     Ok(receipt.into())
 }
@@ -368,9 +392,11 @@ pub(crate) struct Ending {
 )]
 pub(crate) async fn end_session(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    // For a user-scoped key, the extractor has checked that the session is its user's.
+    Caller(caller): Caller,
     ApiPath(session_id): ApiPath<String>,
 ) -> Result<(StatusCode, Json<Ending>), ApiError> {
+    let tenant = caller.tenant().to_owned();
     crate::api::erasure::require_session(&state, &tenant, &session_id).await?;
     let contexts = state.contexts().clone();
     let id = session_id.clone();
@@ -419,11 +445,12 @@ pub(crate) struct SessionMemoryBody {
 )]
 pub(crate) async fn session_memory(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Caller(caller): Caller,
     ApiPath(user_id): ApiPath<String>,
     ApiQuery(query): ApiQuery<AgentQuery>,
 ) -> Result<Json<SessionMemoryBody>, ApiError> {
     let (user, agent) = (user_id.clone(), query.agent_id.clone());
+    let tenant = caller.tenant().to_owned();
     let memory = crate::api::read(&state, move |store| {
         store.session_memory(&tenant, &user, &agent)
     })

@@ -6,6 +6,7 @@ pub(crate) mod episodes;
 pub(crate) mod erasure;
 pub(crate) mod health;
 pub(crate) mod keys;
+pub(crate) mod mcp;
 pub(crate) mod memories;
 pub(crate) mod operations;
 pub(crate) mod recall;
@@ -40,6 +41,7 @@ pub(crate) const ROUTES: &[Route] = &[
     Route::api(|| routes!(tools::tools)),
     Route::api(|| routes!(tools::call)),
     Route::api(|| routes!(runs::run)),
+    Route::api(|| routes!(mcp::mcp)),
     Route::api(|| routes!(memories::remember, memories::list)),
     Route::api(|| routes!(memories::search)),
     Route::api(|| routes!(memories::end_session)),

@@ -1,7 +1,8 @@
 //! Agent tools: the memory tools as OpenAI function-calling schemas (`GET /v1/tools`) and an
 //! endpoint that executes a model's tool call against a session, so an agent loop can pass
 //! tool calls straight through. A call runs as the session's user and agent: a model can
-//! only reach the memories and history of the conversation it is in.
+//! only reach the memories and history of the conversation it is in. The MCP server
+//! (`mcp.rs`) lists the same definitions and runs calls through the same [`execute`].
 
 use axum::Json;
 use axum::extract::State;
@@ -14,7 +15,7 @@ use crate::api::erasure::ReceiptBody;
 use crate::api::memories::{MemoryHits, Remembered};
 use crate::api::read;
 use crate::api::sessions::{Cleared, SearchResults};
-use crate::extract::{ApiJson, ApiPath, Caller, Tenant};
+use crate::extract::{ApiJson, ApiPath, Caller};
 use crate::{ApiError, AppState};
 
 #[derive(Serialize, ToSchema)]
@@ -81,29 +82,43 @@ pub(crate) struct ToolResult {
 )]
 pub(crate) async fn call(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    // For a user-scoped key, the extractor has checked that the session is its user's.
+    Caller(caller): Caller,
     ApiPath(session_id): ApiPath<String>,
     ApiJson(call): ApiJson<ToolCall>,
 ) -> Result<Json<ToolResult>, ApiError> {
-    let (owner_tenant, id) = (tenant.clone(), session_id.clone());
-    let session = read(&state, move |store| {
-        store
-            .session(&owner_tenant, &id)?
-            .ok_or(memlayer_store::StoreError::SessionNotFound { session_id: id })
-    })
-    .await?;
-    let parsed = parse_call(&call.name, call.arguments)?;
-    let outcome = state
-        .agent()
-        .tools()
-        .call(&tenant, &session, parsed)
-        .await?;
-    let result = render(outcome);
+    let tenant = caller.tenant().to_owned();
+    let result = execute(&state, tenant, session_id, &call.name, call.arguments).await?;
     Ok(Json(ToolResult {
         name: call.name,
         content: result.to_string(),
         result,
     }))
+}
+
+/// Runs the tool `name` with `arguments` in the session `session_id` of `tenant`, as the
+/// session's user and agent, and answers its result as JSON.
+pub(crate) async fn execute(
+    state: &AppState,
+    tenant: String,
+    session_id: String,
+    name: &str,
+    arguments: Value,
+) -> Result<Value, ApiError> {
+    let parsed = parse_call(name, arguments)?;
+    let (owner_tenant, id) = (tenant.clone(), session_id);
+    let session = read(state, move |store| {
+        store
+            .session(&owner_tenant, &id)?
+            .ok_or(memlayer_store::StoreError::SessionNotFound { session_id: id })
+    })
+    .await?;
+    let outcome = state
+        .agent()
+        .tools()
+        .call(&tenant, &session, parsed)
+        .await?;
+    Ok(render(outcome))
 }
 
 /// A tool's outcome as JSON: the same shapes the memory and session endpoints answer. Runs
