@@ -945,6 +945,7 @@ fn export_then_import_moves_a_tenant_and_a_second_import_changes_nothing() {
     }
     target.terminate();
     target.wait_for_exit();
+}
 
 /// `memlayer mcp` as an MCP host runs it: a child process speaking MCP on stdin and stdout,
 /// driven by the official SDK's client, bridging to a running `memlayer serve`. Every tool
