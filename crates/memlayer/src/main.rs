@@ -11,9 +11,9 @@ mod check;
 mod config;
 mod eval;
 mod keys;
+mod mcp;
 mod remote;
 mod transfer;
-mod mcp;
 
 /// The store file inside the data directory.
 const STORE_FILE: &str = "memlayer.redb";
