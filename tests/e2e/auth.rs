@@ -30,7 +30,14 @@ fn with_key(
 #[test]
 fn probes_are_public_and_the_api_needs_a_key() {
     let server = TestServer::start();
-    for path in ["/healthz", "/readyz", "/metrics", "/openapi.json", "/docs"] {
+    for path in [
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/openapi.json",
+        "/docs",
+        "/admin",
+    ] {
         let status = server.anonymous(Method::GET, path).send().unwrap().status();
         assert_eq!(status.as_u16(), 200, "{path}");
     }

@@ -1,6 +1,6 @@
 //! `cargo xtask`: the one entry point for the memlayer workspace's developer tasks — installing
 //! the embedding assets (`setup`), the CI test run, starting the server, the structural checks
-//! (`tidy`), the benchmarks and the release bundle (`dist`). Tasks are plain Rust rather than
+//! (`tidy`), the benchmarks, the admin page's browser test and the release bundle (`dist`). Tasks are plain Rust rather than
 //! shell scripts so they run the same on every machine and are checked by the compiler like
 //! the rest of the workspace.
 
@@ -8,6 +8,7 @@ mod bench;
 mod bench_context;
 mod bench_embed;
 mod bench_index;
+mod browser;
 mod cmd;
 mod crash;
 mod dist;
@@ -37,8 +38,8 @@ struct Cli {
 enum Task {
     /// Install (or verify) ONNX Runtime and the embedding model in ./memlayer-assets.
     Setup,
-    /// What CI runs: setup, rustfmt check, clippy with warnings denied, every test, then a
-    /// 20-second pass of each fuzz target.
+    /// What CI runs: setup, rustfmt check, clippy with warnings denied, every test, the crash
+    /// test, a 20-second pass of each fuzz target, then the browser test.
     Test,
     /// Setup, then build and run the server in release mode; extra arguments go to
     /// `memlayer serve`.
@@ -92,6 +93,9 @@ enum Task {
         #[arg(long)]
         release: bool,
     },
+    /// Test the admin page in headless Chromium against the real server (installs Debian's
+    /// chromium and the pinned playwright-core when missing).
+    Browser,
     /// Build the release tarball: binary, embedding assets, README and SHA256SUMS.
     Dist,
     /// Build the cargo-fuzz targets in fuzz/ (installing cargo-fuzz if missing) and run each
@@ -156,6 +160,10 @@ fn main() -> anyhow::Result<ExitCode> {
                 release,
             },
         )?,
+        Task::Browser => {
+            setup::run(&root)?;
+            browser::run(&root)?;
+        }
         Task::Dist => dist::run(&root)?,
         Task::Fuzz { seconds } => fuzz::run(&root, seconds)?,
     }
@@ -222,6 +230,7 @@ fn test(root: &Path) -> anyhow::Result<()> {
     // A short pass that catches what a change broke in the parsers and the store; the long
     // runs are `cargo xtask fuzz --seconds 600` (docs/fuzzing.md).
     fuzz::run(root, CI_FUZZ_SECONDS).context("CI step `cargo xtask fuzz` failed")?;
+    browser::run(root).context("CI step `cargo xtask browser` failed")?;
     eprintln!("xtask: all steps passed");
     Ok(())
 }

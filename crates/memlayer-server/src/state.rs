@@ -32,7 +32,8 @@ pub struct ServerConfig {
     pub request_timeout: Duration,
     /// Most API requests handled at once. One more is answered `503` with the code
     /// `overloaded` and `Retry-After` at once, never queued. The probes, `/metrics`,
-    /// `/openapi.json` and `/docs` are not counted, so an overloaded server stays observable.
+    /// `/openapi.json`, `/docs` and `/admin` are not counted, so an overloaded server stays
+    /// observable.
     /// Must be positive.
     pub max_in_flight: usize,
     /// A session with no activity for this long is ended as if its client had ended it

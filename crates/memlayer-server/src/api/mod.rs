@@ -79,6 +79,7 @@ pub(crate) const ROUTES: &[Route] = &[
     Route::operations(|| routes!(operations::metrics)),
     Route::operations(|| routes!(operations::openapi_json)),
     Route::operations(|| routes!(operations::docs)),
+    Route::operations(|| routes!(operations::admin)),
 ];
 
 /// One path of the route table.
@@ -98,8 +99,9 @@ impl Route {
         }
     }
 
-    /// A probe, the metrics or the documentation: cheap, and never shed, so that an
-    /// overloaded server can still be watched.
+    /// A probe, the metrics, the documentation or the admin page: cheap, and never shed, so
+    /// that an overloaded server can still be watched (the admin page's own `/v1` calls are
+    /// shed like any other).
     const fn operations(handlers: fn() -> UtoipaMethodRouter<AppState>) -> Self {
         Self {
             handlers,

@@ -196,6 +196,7 @@ const TABLE: &[Row] = &[
     public("/metrics"),
     public("/openapi.json"),
     public("/docs"),
+    public("/admin"),
 ];
 
 /// The keys a request can carry.
