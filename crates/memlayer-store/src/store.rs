@@ -4,7 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 
-use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, Table, WriteTransaction};
+use redb::{
+    Database, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata, Table,
+    WriteTransaction,
+};
 use sha2::{Digest, Sha256};
 
 use crate::model::{
@@ -19,9 +22,9 @@ use crate::record::{
 use crate::snapshot::SessionSnapshot;
 use crate::tables::{
     ERASURE_JOBS, ERASURE_RECEIPTS, FORMAT_VERSION, FORMAT_VERSION_KEY, IDEMPOTENCY, MESSAGES,
-    META, MODELS, NEXT_OUTBOX_SEQ_KEY, NEXT_SID_KEY, OUTBOX, RETENTION, RUN_IDS, RUNS,
-    SESSION_ACTIVITY, SESSION_COUNTS, SESSION_KEYS, SESSIONS, SETTINGS, SUMMARIES, VECTORS, scope,
-    scopes, settings_key,
+    META, MODELS, NEXT_OUTBOX_SEQ_KEY, NEXT_SID_KEY, OUTBOX, OUTBOX_BY_SESSION, RETENTION, RUN_IDS,
+    RUNS, SESSION_ACTIVITY, SESSION_COUNTS, SESSION_KEYS, SESSIONS, SETTINGS, SUMMARIES, VECTORS,
+    scope, scopes, settings_key,
 };
 use crate::writer::Writer;
 use crate::{Metadata, Result, StoreError};
@@ -598,7 +601,10 @@ fn initialise(db: &Database) -> Result<()> {
         txn.open_table(SESSION_ACTIVITY)?;
         txn.open_table(SESSION_COUNTS)?;
         txn.open_table(SESSION_KEYS)?;
-        txn.open_table(OUTBOX)?;
+        index_outbox(
+            &txn.open_table(OUTBOX)?,
+            &mut txn.open_table(OUTBOX_BY_SESSION)?,
+        )?;
         txn.open_table(VECTORS)?;
         txn.open_table(MODELS)?;
         txn.open_table(SUMMARIES)?;
@@ -617,6 +623,24 @@ fn initialise(db: &Database) -> Result<()> {
         txn.open_table(crate::tables::OPEN_SESSIONS)?;
     }
     txn.commit()?;
+    Ok(())
+}
+
+/// Fills `outbox_by_session` from the outbox of a file written before the index existed: an
+/// empty index beside a non-empty outbox can only be such a file, since every later
+/// transaction writes and removes both together.
+fn index_outbox(
+    outbox: &impl ReadableTable<u64, &'static [u8]>,
+    by_session: &mut Table<'_, (u64, u64), ()>,
+) -> Result<()> {
+    if !by_session.is_empty()? {
+        return Ok(());
+    }
+    for entry in outbox.iter()? {
+        let (seq, value) = entry?;
+        let record = OutboxRecord::decode(value.value())?;
+        by_session.insert((record.sid, seq.value()), ())?;
+    }
     Ok(())
 }
 
@@ -842,6 +866,7 @@ pub(crate) fn enqueue_for_embedding(
     };
     txn.open_table(OUTBOX)?
         .insert(seq, entry.encode().as_slice())?;
+    txn.open_table(OUTBOX_BY_SESSION)?.insert((sid, seq), ())?;
     Ok(())
 }
 
@@ -898,17 +923,11 @@ fn apply_delete_session(txn: &WriteTransaction, tenant: &str, session_id: &str) 
     crate::embeddings::bump_vectors_version(txn)?;
     txn.open_table(SESSION_KEYS)?.remove(sid)?;
     txn.open_table(SUMMARIES)?.remove(sid)?;
+    let mut by_session = txn.open_table(OUTBOX_BY_SESSION)?;
     let mut outbox = txn.open_table(OUTBOX)?;
-    let mut undecodable = None;
-    outbox.retain(|_, value| match OutboxRecord::decode(value) {
-        Ok(entry) => entry.sid != sid,
-        Err(err) => {
-            undecodable.get_or_insert(err);
-            true
-        }
-    })?;
-    if let Some(err) = undecodable {
-        return Err(err);
+    for entry in by_session.extract_from_if((sid, 0)..(sid + 1, 0), |_, ()| true)? {
+        let (key, _) = entry?;
+        outbox.remove(key.value().1)?;
     }
     Ok(sid)
 }
