@@ -142,6 +142,9 @@ pub(crate) fn run(root: &Path, sizes: &[usize], queries: usize) -> anyhow::Resul
         let mut results = Vec::new();
         for &size in sizes {
             eprintln!("xtask: {size} memories");
+            // Every size asks the same questions: without this, the next size would find
+            // the "new" questions' vectors in the embedder's cache.
+            embedder.clear_cache();
             results.push(runtime.block_on(measure(&embedder, &centres, size, queries))?);
         }
         anyhow::Ok(results)
