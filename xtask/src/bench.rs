@@ -14,8 +14,8 @@ use anyhow::{Context, bail};
 
 use crate::server::Server;
 use crate::{cmd, metadata};
-pub(crate) use load::percentile;
 use load::{Scenario, ScenarioResult};
+pub(crate) use load::{percentile, sentence};
 
 /// Run one after the other against the same server: the single client shows the latency of
 /// one durable commit, the concurrent clients show how far group commit amortises the fsync.

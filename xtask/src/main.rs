@@ -5,9 +5,13 @@
 //! the rest of the workspace.
 
 mod bench;
+mod bench_all;
 mod bench_context;
 mod bench_embed;
 mod bench_index;
+mod bench_memory;
+mod bench_purge;
+mod bench_recovery;
 mod browser;
 mod cmd;
 mod crash;
@@ -49,11 +53,19 @@ enum Task {
     },
     /// Check the workspace's structure: module docs, crate names, layering, lints.
     Tidy,
-    /// Measure durable HTTP appends against a fresh release-mode server.
+    /// Measure durable HTTP appends against a fresh release-mode server; with `--all`, run
+    /// every benchmark and write docs/benchmarks.md from their output.
     Bench {
         /// How long each scenario is measured, after a one-second warm-up.
         #[arg(long, default_value_t = 10)]
         seconds: u64,
+        /// Run every benchmark (appends, embed, index, context, memory, purge, recovery) and
+        /// write docs/benchmarks.md, keeping its hand-written part.
+        #[arg(long)]
+        all: bool,
+        /// With `--all`: smaller sizes and fewer iterations, for a run of minutes.
+        #[arg(long, requires = "all")]
+        quick: bool,
     },
     /// Measure embedding throughput, Rust against Python onnxruntime on the same model.
     BenchEmbed,
@@ -75,6 +87,32 @@ enum Task {
         /// Timed iterations; each builds four contexts and times each part once.
         #[arg(long, default_value_t = 300)]
         iterations: usize,
+    },
+    /// Measure long-term memory recall with 10,000 memories per user, one user or many, on a
+    /// real store and the real indexes (memories stored with seeded vectors).
+    BenchMemory {
+        /// Memories in the store, each size measured on its own store; 10,000 per user.
+        #[arg(long, value_delimiter = ',', default_values_t = [10_000, 100_000])]
+        sizes: Vec<usize>,
+        /// Questions asked at each size.
+        #[arg(long, default_value_t = 500)]
+        queries: usize,
+    },
+    /// Measure a purge of many conversations through the real server: time and disk space
+    /// given back.
+    BenchPurge {
+        /// Conversations (two messages each) appended, then purged.
+        #[arg(long, default_value_t = 100_000)]
+        sessions: usize,
+        /// Another build of `memlayer` (an older commit's) to measure the same way first.
+        #[arg(long)]
+        baseline: Option<PathBuf>,
+    },
+    /// Measure how long a store of each size takes to open, to check and to serve again.
+    BenchRecovery {
+        /// Store file sizes in MiB, increasing; one data directory is grown through them.
+        #[arg(long, value_delimiter = ',', default_values_t = [250, 500, 1000])]
+        sizes_mib: Vec<u64>,
     },
     /// Kill the real server with SIGKILL at random moments under a write, memory and erasure
     /// load, restart it, and check that nothing acknowledged is lost, duplicated or brought
@@ -138,14 +176,25 @@ fn main() -> anyhow::Result<ExitCode> {
         | Task::BenchEmbed
         | Task::BenchIndex { .. }
         | Task::BenchContext { .. }
+        | Task::BenchMemory { .. }
+        | Task::BenchPurge { .. }
+        | Task::BenchRecovery { .. }
             if cfg!(debug_assertions) =>
         {
             rerun_in_release(&root)?;
         }
-        Task::Bench { seconds } => bench::run(&root, seconds)?,
+        Task::Bench {
+            all: true, quick, ..
+        } => bench_all::run(&root, quick)?,
+        Task::Bench { seconds, .. } => bench::run(&root, seconds)?,
         Task::BenchEmbed => bench_embed::run(&root)?,
         Task::BenchIndex { sizes, queries } => bench_index::run(&root, &sizes, queries)?,
         Task::BenchContext { turns, iterations } => bench_context::run(&root, turns, iterations)?,
+        Task::BenchMemory { sizes, queries } => bench_memory::run(&root, &sizes, queries)?,
+        Task::BenchPurge { sessions, baseline } => {
+            bench_purge::run(&root, sessions, baseline.as_deref())?;
+        }
+        Task::BenchRecovery { sizes_mib } => bench_recovery::run(&root, &sizes_mib)?,
         Task::Crash {
             kills,
             clients,

@@ -17,8 +17,11 @@ use anyhow::{Context, bail};
 /// only keeps a broken server from hanging the benchmark.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How long a graceful shutdown may take before the server is killed.
-const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a graceful shutdown may take before the server is killed. The server finishes
+/// in-flight requests and waits for its indexing pipeline and maintenance tasks to stop:
+/// after `bench`'s 64 clients, on the 2-core machine with other builds running, that took
+/// over 10 s.
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(60);
 
 const LISTENING: &str = "listening on http://";
 
@@ -32,7 +35,19 @@ pub(crate) struct Server {
 
 impl Server {
     pub(crate) fn start(binary: &Path, data_dir: &Path, log: &Path) -> anyhow::Result<Self> {
-        let mut child = spawn(binary, data_dir, log)?;
+        Self::start_with(binary, data_dir, log, STARTUP_TIMEOUT, &[])
+    }
+
+    /// Like [`start`](Self::start), waiting up to `timeout` (a large store to verify and
+    /// index to rebuild take longer), with `env` added to the server's environment.
+    pub(crate) fn start_with(
+        binary: &Path,
+        data_dir: &Path,
+        log: &Path,
+        timeout: Duration,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
+        let mut child = spawn(binary, data_dir, log, env)?;
         let stdout = child.stdout.take().expect("stdout is piped");
         let (sender, receiver) = mpsc::channel();
         // The reader keeps draining stdout after the address is found: a full pipe would
@@ -47,7 +62,7 @@ impl Server {
             }
         });
 
-        match receiver.recv_timeout(STARTUP_TIMEOUT) {
+        match receiver.recv_timeout(timeout) {
             Ok(addr) => Ok(Self { child, addr }),
             Err(error) => {
                 let _ = child.kill();
@@ -55,7 +70,7 @@ impl Server {
                 let why = match error {
                     mpsc::RecvTimeoutError::Timeout => format!(
                         "did not print `{LISTENING}ADDR` within {} s",
-                        STARTUP_TIMEOUT.as_secs()
+                        timeout.as_secs()
                     ),
                     mpsc::RecvTimeoutError::Disconnected => {
                         format!("exited ({status}) before printing `{LISTENING}ADDR`")
@@ -75,7 +90,7 @@ impl Server {
         log: &Path,
         after: Duration,
     ) -> anyhow::Result<()> {
-        let mut child = spawn(binary, data_dir, log)?;
+        let mut child = spawn(binary, data_dir, log, &[])?;
         thread::sleep(after);
         // A start that already failed is reported by the next one, which must succeed.
         let _ = child.kill();
@@ -117,14 +132,34 @@ impl Server {
     }
 }
 
+/// An HTTP client that sends the admin key of the server under test with every request.
+pub(crate) fn admin_client(timeout: Duration) -> anyhow::Result<reqwest::Client> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {ADMIN_KEY}").parse()?,
+    );
+    Ok(reqwest::Client::builder()
+        .no_proxy()
+        .timeout(timeout)
+        .default_headers(headers)
+        .build()?)
+}
+
 /// Starts `memlayer serve` on an ephemeral port of 127.0.0.1 with its stderr in `log`.
-fn spawn(binary: &Path, data_dir: &Path, log: &Path) -> anyhow::Result<Child> {
+fn spawn(
+    binary: &Path,
+    data_dir: &Path,
+    log: &Path,
+    env: &[(&str, &str)],
+) -> anyhow::Result<Child> {
     let log_file =
         File::create(log).with_context(|| format!("could not create {}", log.display()))?;
     Command::new(binary)
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data_dir)
         .env("MEMLAYER_ADMIN_KEY", ADMIN_KEY)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(log_file)

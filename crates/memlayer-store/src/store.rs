@@ -4,7 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 
-use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, Table, WriteTransaction};
+use redb::{
+    Database, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata, Table,
+    WriteTransaction,
+};
 use sha2::{Digest, Sha256};
 
 use crate::model::{
@@ -19,8 +22,8 @@ use crate::record::{
 use crate::snapshot::SessionSnapshot;
 use crate::tables::{
     FORMAT_VERSION, FORMAT_VERSION_KEY, IDEMPOTENCY, MESSAGES, META, NEXT_OUTBOX_SEQ_KEY,
-    NEXT_SID_KEY, OUTBOX, RUN_IDS, RUNS, SESSION_ACTIVITY, SESSION_COUNTS, SESSION_KEYS, SESSIONS,
-    SETTINGS, SUMMARIES, VECTORS, scope, scopes, settings_key,
+    NEXT_SID_KEY, OUTBOX, OUTBOX_BY_SESSION, RUN_IDS, RUNS, SESSION_ACTIVITY, SESSION_COUNTS,
+    SESSION_KEYS, SESSIONS, SETTINGS, SUMMARIES, VECTORS, scope, scopes, settings_key,
 };
 use crate::writer::Writer;
 use crate::{Metadata, Result, StoreError};
@@ -682,6 +685,10 @@ fn initialise(db: &Database, commit: CommitMode) -> Result<()> {
         }
     }
     crate::tables::for_each_table(&mut CreateTables(&txn))?;
+    index_outbox(
+        &txn.open_table(OUTBOX)?,
+        &mut txn.open_table(OUTBOX_BY_SESSION)?,
+    )?;
     txn.commit()?;
     Ok(())
 }
@@ -697,6 +704,24 @@ impl crate::tables::TableVisitor for CreateTables<'_> {
         self.0.open_table(table)?;
         Ok(())
     }
+}
+
+/// Fills `outbox_by_session` from the outbox of a file written before the index existed: an
+/// empty index beside a non-empty outbox can only be such a file, since every later
+/// transaction writes and removes both together.
+fn index_outbox(
+    outbox: &impl ReadableTable<u64, &'static [u8]>,
+    by_session: &mut Table<'_, (u64, u64), ()>,
+) -> Result<()> {
+    if !by_session.is_empty()? {
+        return Ok(());
+    }
+    for entry in outbox.iter()? {
+        let (seq, value) = entry?;
+        let record = OutboxRecord::decode(value.value())?;
+        by_session.insert((record.sid, seq.value()), ())?;
+    }
+    Ok(())
 }
 
 pub(crate) fn read_session_record(
@@ -921,6 +946,7 @@ pub(crate) fn enqueue_for_embedding(
     };
     txn.open_table(OUTBOX)?
         .insert(seq, entry.encode().as_slice())?;
+    txn.open_table(OUTBOX_BY_SESSION)?.insert((sid, seq), ())?;
     Ok(())
 }
 
@@ -981,17 +1007,11 @@ fn apply_delete_session(
     crate::embeddings::bump_vectors_version(txn)?;
     txn.open_table(SESSION_KEYS)?.remove(sid)?;
     txn.open_table(SUMMARIES)?.remove(sid)?;
+    let mut by_session = txn.open_table(OUTBOX_BY_SESSION)?;
     let mut outbox = txn.open_table(OUTBOX)?;
-    let mut undecodable = None;
-    outbox.retain(|_, value| match OutboxRecord::decode(value) {
-        Ok(entry) => entry.sid != sid,
-        Err(err) => {
-            undecodable.get_or_insert(err);
-            true
-        }
-    })?;
-    if let Some(err) = undecodable {
-        return Err(err);
+    for entry in by_session.extract_from_if((sid, 0)..(sid + 1, 0), |_, ()| true)? {
+        let (key, _) = entry?;
+        outbox.remove(key.value().1)?;
     }
     let episodes =
         crate::episodes::remove_user_episodes(txn, tenant, &record.user_id, Some(session_id))?;

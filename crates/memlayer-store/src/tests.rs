@@ -1084,3 +1084,46 @@ async fn idle_sessions_are_taken_once_oldest_first_and_ended_ones_stay_ended() {
             .is_empty()
     );
 }
+
+/// The session ids whose appends wait in the outbox, oldest first.
+fn pending_sessions(store: &Store) -> Vec<String> {
+    store
+        .pending_embeddings(100)
+        .unwrap()
+        .into_iter()
+        .map(|pending| pending.session.unwrap().session_id)
+        .collect()
+}
+
+#[tokio::test]
+async fn deleting_a_session_keeps_the_queued_embeddings_of_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memlayer.redb");
+    {
+        let store = Store::open(&path).unwrap();
+        for session in ["a", "b", "c", "b"] {
+            store
+                .append(
+                    TENANT,
+                    session,
+                    append_of(vec![message(Role::User, session)], Some(owner("u", "a"))),
+                )
+                .await
+                .unwrap();
+        }
+        store.delete_session(TENANT, "b").await.unwrap();
+        assert_eq!(pending_sessions(&store), ["a", "c"]);
+    }
+    // A file written before the outbox had its per-session index: opening it fills the
+    // index, so a delete still finds the session's queued appends.
+    {
+        let db = redb::Database::open(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.delete_table(crate::tables::OUTBOX_BY_SESSION).unwrap();
+        txn.commit().unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    store.delete_session(TENANT, "c").await.unwrap();
+    assert_eq!(pending_sessions(&store), ["a"]);
+    assert_eq!(store.pending_embedding_count().unwrap(), 1);
+}
