@@ -317,6 +317,18 @@ impl Drop for TestServer {
     }
 }
 
+/// A fake model endpoint on 127.0.0.1 (`memlayer_llm::FakeUpstream`), served by its own
+/// runtime so that synchronous tests can use it; keep the runtime alive as long as the fake.
+pub fn fake_upstream() -> (tokio::runtime::Runtime, memlayer_llm::FakeUpstream) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("start the fake upstream's runtime");
+    let upstream = runtime.block_on(memlayer_llm::FakeUpstream::start());
+    (runtime, upstream)
+}
+
 /// Sends `request` and answers its status and body: the JSON value, `Null` for an empty body,
 /// or the text as a JSON string when the body is not JSON (so assertions show it).
 pub fn send(request: RequestBuilder) -> (u16, Value) {

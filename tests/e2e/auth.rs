@@ -1,7 +1,8 @@
 //! API keys and roles over real HTTP: probes stay public and everything under `/v1` needs a
 //! key; keys created over HTTP work at once, are listed without secrets, and once revoked stop
 //! working, also after a restart; a service key cannot administer; a user key reaches only its
-//! own user's sessions, and everything else looks like nothing at all (`404`). The route-by-
+//! own user's sessions and memories, and everything else looks like nothing at all (`404`),
+//! also another user's memory of the very same text. The route-by-
 //! route matrix lives in `crates/memlayer-server/src/tests/auth.rs`.
 
 use memlayer_tests::{ADMIN_KEY, TestServer, assert_error, json, send};
@@ -29,7 +30,14 @@ fn with_key(
 #[test]
 fn probes_are_public_and_the_api_needs_a_key() {
     let server = TestServer::start();
-    for path in ["/healthz", "/readyz", "/metrics", "/openapi.json", "/docs"] {
+    for path in [
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/openapi.json",
+        "/docs",
+        "/admin",
+    ] {
         let status = server.anonymous(Method::GET, path).send().unwrap().status();
         assert_eq!(status.as_u16(), 200, "{path}");
     }
@@ -259,4 +267,172 @@ fn a_key_over_its_rate_limit_is_refused_and_other_keys_are_not() {
     assert_eq!(answer.0, 200, "another key has its own budget: {answer:?}");
     let probe = server.anonymous(Method::GET, "/healthz").send().unwrap();
     assert_eq!(probe.status().as_u16(), 200);
+}
+
+/// A user key reaches its own user's memories — remember, list, search, get, forget, session
+/// memory, and the tool calls of its own sessions — and nothing of another user's, though both
+/// users remembered the very same text: another user's memory or session is `404`, as one that
+/// does not exist.
+#[test]
+fn a_user_key_sees_its_own_memories_and_not_another_users() {
+    let server = TestServer::start();
+    let text = "Keeps the spare key under the blue flowerpot";
+    let mut ids = Vec::new();
+    for (session, user) in [("a1", "alice"), ("b1", "bob")] {
+        let (status, _) = server.post(
+            &messages(session),
+            &json!({ "user_id": user, "agent_id": "bot", "role": "user", "content": "hello" }),
+        );
+        assert_eq!(status, 201);
+        let (status, remembered) = server.post(
+            &format!("/v1/users/{user}/memories"),
+            &json!({ "text": text, "type": "fact" }),
+        );
+        assert_eq!(status, 201, "{remembered}");
+        ids.push(remembered["memory"]["memory_id"].as_u64().unwrap());
+    }
+    let (alice_memory, bob_memory) = (ids[0], ids[1]);
+    let (_, created) = server.post("/v1/keys", &json!({ "role": "user", "user_id": "alice" }));
+    let alice = created["key"].as_str().unwrap().to_owned();
+    let as_alice = |method: Method, path: &str, body: Option<Value>| {
+        with_key(&server, &alice, method, path, body)
+    };
+
+    let (status, listed) = as_alice(Method::GET, "/v1/users/alice/memories", None);
+    assert_eq!(status, 200, "{listed}");
+    let listed: Vec<(u64, &str)> = listed["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["memory_id"].as_u64().unwrap(),
+                m["user_id"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(listed, [(alice_memory, "alice")]);
+    let (status, found) = as_alice(
+        Method::POST,
+        "/v1/users/alice/memories/search",
+        Some(json!({ "query": "where is the spare key" })),
+    );
+    assert_eq!(status, 200, "{found}");
+    let hits: Vec<u64> = found["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|hit| hit["memory_id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(hits, [alice_memory], "only alice's copy of the text");
+    let (status, own) = as_alice(Method::GET, &format!("/v1/memories/{alice_memory}"), None);
+    assert_eq!((status, &own["user_id"]), (200, &json!("alice")), "{own}");
+    let (status, remembered) = as_alice(
+        Method::POST,
+        "/v1/users/alice/memories",
+        Some(
+            json!({ "text": "Drinks green tea", "type": "preference", "source": { "session_id": "a1", "index": 0 } }),
+        ),
+    );
+    assert_eq!(status, 201, "{remembered}");
+    // A tool call in her own session recalls her memories only.
+    let (status, called) = as_alice(
+        Method::POST,
+        "/v1/sessions/a1/tools/call",
+        Some(json!({ "name": "memory_recall", "arguments": { "query": "spare key" } })),
+    );
+    assert_eq!(status, 200, "{called}");
+    assert!(
+        called["result"]["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|hit| hit["user_id"] == "alice"),
+        "{called}"
+    );
+
+    // Bob's memory, user, sessions: not found, the same answer as for what does not exist.
+    let not_found = [
+        (
+            Method::GET,
+            format!("/v1/memories/{bob_memory}"),
+            None,
+            "memory_not_found",
+        ),
+        (
+            Method::DELETE,
+            format!("/v1/memories/{bob_memory}"),
+            None,
+            "memory_not_found",
+        ),
+        (
+            Method::GET,
+            "/v1/memories/999999".to_owned(),
+            None,
+            "memory_not_found",
+        ),
+        (
+            Method::GET,
+            "/v1/users/bob/memories".to_owned(),
+            None,
+            "user_not_found",
+        ),
+        (
+            Method::POST,
+            "/v1/users/bob/memories/search".to_owned(),
+            Some(json!({ "query": "spare key" })),
+            "user_not_found",
+        ),
+        (
+            Method::POST,
+            "/v1/users/bob/memories".to_owned(),
+            Some(json!({ "text": "planted", "type": "fact" })),
+            "user_not_found",
+        ),
+        (
+            Method::POST,
+            "/v1/users/alice/memories".to_owned(),
+            Some(
+                json!({ "text": "planted", "type": "fact", "source": { "session_id": "b1", "index": 0 } }),
+            ),
+            "session_not_found",
+        ),
+        (
+            Method::GET,
+            "/v1/users/bob/session-memory?agent_id=bot".to_owned(),
+            None,
+            "user_not_found",
+        ),
+        (
+            Method::POST,
+            "/v1/sessions/b1/end".to_owned(),
+            None,
+            "session_not_found",
+        ),
+        (
+            Method::POST,
+            "/v1/sessions/b1/tools/call".to_owned(),
+            Some(json!({ "name": "memory_recall", "arguments": { "query": "spare key" } })),
+            "session_not_found",
+        ),
+    ];
+    for (method, path, body, code) in not_found {
+        let answer = as_alice(method.clone(), &path, body);
+        assert_error(&answer, 404, code);
+        assert!(
+            !answer.1.to_string().contains(text),
+            "{method} {path}: {}",
+            answer.1
+        );
+    }
+
+    // Forgetting her own memory works; Bob's copy is untouched.
+    let (status, _) = as_alice(
+        Method::DELETE,
+        &format!("/v1/memories/{alice_memory}"),
+        None,
+    );
+    assert_eq!(status, 200);
+    let (status, bob) = server.get(&format!("/v1/memories/{bob_memory}"));
+    assert_eq!((status, &bob["text"]), (200, &json!(text)));
 }

@@ -2,7 +2,7 @@
 //! the combined strategy's facts and recalled messages, output formats, the report, refused
 //! settings, and overflow summarised into a persisted checkpoint.
 
-use memlayer_llm::{ChatClient, FakeUpstream, Reply};
+use memlayer_llm::{ChatClient, Reply};
 use memlayer_server::ServerConfig;
 use memlayer_tests::{TestServer, assert_error, json};
 use serde_json::Value;
@@ -263,20 +263,9 @@ fn overflow_is_summarised_once_and_later_loads_start_after_the_checkpoint() {
     assert_eq!(dropped["report"]["summary"], Value::Null);
 }
 
-/// A fake model endpoint on 127.0.0.1, served by its own runtime for the blocking tests.
-fn upstream() -> (tokio::runtime::Runtime, FakeUpstream) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let upstream = runtime.block_on(FakeUpstream::start());
-    (runtime, upstream)
-}
-
 #[test]
 fn a_configured_model_summarises_and_a_failing_one_falls_back_to_extractive() {
-    let (_runtime, upstream) = upstream();
+    let (_runtime, upstream) = memlayer_tests::fake_upstream();
     let server = TestServer::with_config(ServerConfig {
         summarizer_model: Some(ChatClient::new(upstream.config()).unwrap()),
         ..ServerConfig::default()

@@ -36,10 +36,17 @@ mod episodes;
 mod erasure;
 // session_search over the whole history and clear_session's checkpoint.
 mod search_clear;
+// The agent tools over MCP (streamable HTTP) with the official SDK's client: initialise, list,
+// run each tool and check its effect; keys checked as on every `/v1` route.
+mod mcp;
 // Operating the server: the OpenAPI document checked against real requests and answers, the
 // offline docs page, Prometheus metrics by route template, request ids.
 mod operations;
 // API keys and roles: probes public, `/v1` behind a key; keys created, listed and revoked over
 // HTTP and kept across restarts; service keys cannot administer; user keys see only their own
-// user's sessions, and everything else is `404`.
+// user's sessions and memories, and everything else is `404`.
 mod auth;
+// Agent runs against a model behind the OpenAI wire format (a fake upstream on 127.0.0.1):
+// messages and runs stored, context and memories sent upstream, the memory tool loop,
+// streamed answers, and failures that keep the user's message and record a failed run.
+mod runs;

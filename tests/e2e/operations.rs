@@ -482,6 +482,14 @@ fn the_openapi_document_describes_what_the_server_really_does() {
     let (status, revoked) = delete("/v1/keys/{prefix}", &format!("/v1/keys/{prefix}"));
     assert_eq!((status, &revoked["state"]), (200, &json!("revoked")));
 
+    // Agent runs: refused as documented when no model is configured (the runs module
+    // drives them against a fake model).
+    let runs = "/v1/agents/{agent_id}/runs";
+    let body = json!({ "user_id": "dana", "session_id": "ops-1", "message": "Hello?" });
+    assert_eq!(post(runs, "/v1/agents/support/runs", body).0, 503);
+    let empty = json!({ "user_id": "dana", "message": "" });
+    assert_eq!(post(runs, "/v1/agents/support/runs", empty).0, 422);
+
     // Clear, probes, deletion.
     api.call(
         Method::POST,

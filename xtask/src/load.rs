@@ -19,11 +19,13 @@ use anyhow::{Context, bail, ensure};
 use serde_json::{Value, json};
 
 use crate::bench::{percentile, sentence};
-use crate::server::{ADMIN_KEY, Server};
+use crate::server::{ADMIN_KEY, Server, client_with_key};
 use crate::{cmd, metadata};
 
 /// A stuck request fails instead of hanging the run.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// An empty data directory: the server starts in seconds.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub(crate) struct Options {
     pub(crate) clients: usize,
@@ -151,7 +153,13 @@ pub(crate) fn run(root: &Path, options: &Options) -> anyhow::Result<()> {
         .tempdir()?;
     let log = target_dir.join("overload-server.log");
     let limit = options.max_in_flight.to_string();
-    let server = Server::start_with(&binary, data.path(), &log, &["--max-in-flight", &limit])?;
+    let server = Server::start_with(
+        &binary,
+        data.path(),
+        &log,
+        STARTUP_TIMEOUT,
+        &[("MEMLAYER_MAX_IN_FLIGHT", &limit)],
+    )?;
     eprintln!(
         "xtask: {} clients appending against --max-in-flight {limit} for {} s",
         options.overload_clients, options.seconds
@@ -225,16 +233,7 @@ pub(crate) fn run(root: &Path, options: &Options) -> anyhow::Result<()> {
 }
 
 fn client(key: &str) -> anyhow::Result<reqwest::Client> {
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert(
-        reqwest::header::AUTHORIZATION,
-        format!("Bearer {key}").parse()?,
-    );
-    Ok(reqwest::Client::builder()
-        .no_proxy()
-        .timeout(REQUEST_TIMEOUT)
-        .default_headers(headers)
-        .build()?)
+    client_with_key(key, REQUEST_TIMEOUT)
 }
 
 /// A service key, as an agent backend would use, created by the operator's admin key.

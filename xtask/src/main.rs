@@ -1,13 +1,18 @@
 //! `cargo xtask`: the one entry point for the memlayer workspace's developer tasks — installing
 //! the embedding assets (`setup`), the CI test run, starting the server, the structural checks
-//! (`tidy`), the benchmarks and the release bundle (`dist`). Tasks are plain Rust rather than
+//! (`tidy`), the benchmarks, the admin page's browser test and the release bundle (`dist`). Tasks are plain Rust rather than
 //! shell scripts so they run the same on every machine and are checked by the compiler like
 //! the rest of the workspace.
 
 mod bench;
+mod bench_all;
 mod bench_context;
 mod bench_embed;
 mod bench_index;
+mod bench_memory;
+mod bench_purge;
+mod bench_recovery;
+mod browser;
 mod cmd;
 mod crash;
 mod dist;
@@ -38,8 +43,8 @@ struct Cli {
 enum Task {
     /// Install (or verify) ONNX Runtime and the embedding model in ./memlayer-assets.
     Setup,
-    /// What CI runs: setup, rustfmt check, clippy with warnings denied, every test, then a
-    /// 20-second pass of each fuzz target.
+    /// What CI runs: setup, rustfmt check, clippy with warnings denied, every test, the crash
+    /// test, a 20-second pass of each fuzz target, then the browser test.
     Test,
     /// Setup, then build and run the server in release mode; extra arguments go to
     /// `memlayer serve`.
@@ -49,11 +54,19 @@ enum Task {
     },
     /// Check the workspace's structure: module docs, crate names, layering, lints.
     Tidy,
-    /// Measure durable HTTP appends against a fresh release-mode server.
+    /// Measure durable HTTP appends against a fresh release-mode server; with `--all`, run
+    /// every benchmark and write docs/benchmarks.md from their output.
     Bench {
         /// How long each scenario is measured, after a one-second warm-up.
         #[arg(long, default_value_t = 10)]
         seconds: u64,
+        /// Run every benchmark (appends, embed, index, context, memory, purge, recovery) and
+        /// write docs/benchmarks.md, keeping its hand-written part.
+        #[arg(long)]
+        all: bool,
+        /// With `--all`: smaller sizes and fewer iterations, for a run of minutes.
+        #[arg(long, requires = "all")]
+        quick: bool,
     },
     /// Measure embedding throughput, Rust against Python onnxruntime on the same model.
     BenchEmbed,
@@ -93,6 +106,32 @@ enum Task {
         #[arg(long, default_value_t = 20)]
         seconds: u64,
     },
+    /// Measure long-term memory recall with 10,000 memories per user, one user or many, on a
+    /// real store and the real indexes (memories stored with seeded vectors).
+    BenchMemory {
+        /// Memories in the store, each size measured on its own store; 10,000 per user.
+        #[arg(long, value_delimiter = ',', default_values_t = [10_000, 100_000])]
+        sizes: Vec<usize>,
+        /// Questions asked at each size.
+        #[arg(long, default_value_t = 500)]
+        queries: usize,
+    },
+    /// Measure a purge of many conversations through the real server: time and disk space
+    /// given back.
+    BenchPurge {
+        /// Conversations (two messages each) appended, then purged.
+        #[arg(long, default_value_t = 100_000)]
+        sessions: usize,
+        /// Another build of `memlayer` (an older commit's) to measure the same way first.
+        #[arg(long)]
+        baseline: Option<PathBuf>,
+    },
+    /// Measure how long a store of each size takes to open, to check and to serve again.
+    BenchRecovery {
+        /// Store file sizes in MiB, increasing; one data directory is grown through them.
+        #[arg(long, value_delimiter = ',', default_values_t = [250, 500, 1000])]
+        sizes_mib: Vec<u64>,
+    },
     /// Kill the real server with SIGKILL at random moments under a write, memory and erasure
     /// load, restart it, and check that nothing acknowledged is lost, duplicated or brought
     /// back from erasure.
@@ -110,6 +149,9 @@ enum Task {
         #[arg(long)]
         release: bool,
     },
+    /// Test the admin page in headless Chromium against the real server (installs Debian's
+    /// chromium and the pinned playwright-core when missing).
+    Browser,
     /// Build the release tarball: binary, embedding assets, README and SHA256SUMS.
     Dist,
     /// Build the cargo-fuzz targets in fuzz/ (installing cargo-fuzz if missing) and run each
@@ -153,14 +195,25 @@ fn main() -> anyhow::Result<ExitCode> {
         | Task::BenchIndex { .. }
         | Task::BenchContext { .. }
         | Task::Load { .. }
+        | Task::BenchMemory { .. }
+        | Task::BenchPurge { .. }
+        | Task::BenchRecovery { .. }
             if cfg!(debug_assertions) =>
         {
             rerun_in_release(&root)?;
         }
-        Task::Bench { seconds } => bench::run(&root, seconds)?,
+        Task::Bench {
+            all: true, quick, ..
+        } => bench_all::run(&root, quick)?,
+        Task::Bench { seconds, .. } => bench::run(&root, seconds)?,
         Task::BenchEmbed => bench_embed::run(&root)?,
         Task::BenchIndex { sizes, queries } => bench_index::run(&root, &sizes, queries)?,
         Task::BenchContext { turns, iterations } => bench_context::run(&root, turns, iterations)?,
+        Task::BenchMemory { sizes, queries } => bench_memory::run(&root, &sizes, queries)?,
+        Task::BenchPurge { sessions, baseline } => {
+            bench_purge::run(&root, sessions, baseline.as_deref())?;
+        }
+        Task::BenchRecovery { sizes_mib } => bench_recovery::run(&root, &sizes_mib)?,
         Task::Crash {
             kills,
             clients,
@@ -189,6 +242,10 @@ fn main() -> anyhow::Result<ExitCode> {
                 seconds,
             },
         )?,
+        Task::Browser => {
+            setup::run(&root)?;
+            browser::run(&root)?;
+        }
         Task::Dist => dist::run(&root)?,
         Task::Fuzz { seconds } => fuzz::run(&root, seconds)?,
     }
@@ -255,6 +312,7 @@ fn test(root: &Path) -> anyhow::Result<()> {
     // A short pass that catches what a change broke in the parsers and the store; the long
     // runs are `cargo xtask fuzz --seconds 600` (docs/fuzzing.md).
     fuzz::run(root, CI_FUZZ_SECONDS).context("CI step `cargo xtask fuzz` failed")?;
+    browser::run(root).context("CI step `cargo xtask browser` failed")?;
     eprintln!("xtask: all steps passed");
     Ok(())
 }

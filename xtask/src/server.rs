@@ -17,8 +17,11 @@ use anyhow::{Context, bail};
 /// only keeps a broken server from hanging the benchmark.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How long a graceful shutdown may take before the server is killed.
-const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a graceful shutdown may take before the server is killed. The server finishes
+/// in-flight requests and waits for its indexing pipeline and maintenance tasks to stop:
+/// after `bench`'s 64 clients, on the 2-core machine with other builds running, that took
+/// over 10 s.
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(60);
 
 const LISTENING: &str = "listening on http://";
 
@@ -32,17 +35,19 @@ pub(crate) struct Server {
 
 impl Server {
     pub(crate) fn start(binary: &Path, data_dir: &Path, log: &Path) -> anyhow::Result<Self> {
-        Self::start_with(binary, data_dir, log, &[])
+        Self::start_with(binary, data_dir, log, STARTUP_TIMEOUT, &[])
     }
 
-    /// [`Server::start`] with more flags for `memlayer serve`.
+    /// Like [`start`](Self::start), waiting up to `timeout` (a large store to verify and
+    /// index to rebuild take longer), with `env` added to the server's environment.
     pub(crate) fn start_with(
         binary: &Path,
         data_dir: &Path,
         log: &Path,
-        flags: &[&str],
+        timeout: Duration,
+        env: &[(&str, &str)],
     ) -> anyhow::Result<Self> {
-        let mut child = spawn(binary, data_dir, log, flags)?;
+        let mut child = spawn(binary, data_dir, log, env)?;
         let stdout = child.stdout.take().expect("stdout is piped");
         let (sender, receiver) = mpsc::channel();
         // The reader keeps draining stdout after the address is found: a full pipe would
@@ -57,7 +62,7 @@ impl Server {
             }
         });
 
-        match receiver.recv_timeout(STARTUP_TIMEOUT) {
+        match receiver.recv_timeout(timeout) {
             Ok(addr) => Ok(Self { child, addr }),
             Err(error) => {
                 let _ = child.kill();
@@ -65,7 +70,7 @@ impl Server {
                 let why = match error {
                     mpsc::RecvTimeoutError::Timeout => format!(
                         "did not print `{LISTENING}ADDR` within {} s",
-                        STARTUP_TIMEOUT.as_secs()
+                        timeout.as_secs()
                     ),
                     mpsc::RecvTimeoutError::Disconnected => {
                         format!("exited ({status}) before printing `{LISTENING}ADDR`")
@@ -138,15 +143,40 @@ impl Server {
     }
 }
 
+/// An HTTP client that sends the admin key of the server under test with every request.
+pub(crate) fn admin_client(timeout: Duration) -> anyhow::Result<reqwest::Client> {
+    client_with_key(ADMIN_KEY, timeout)
+}
+
+/// An HTTP client for 127.0.0.1 that sends `key` with every request.
+pub(crate) fn client_with_key(key: &str, timeout: Duration) -> anyhow::Result<reqwest::Client> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {key}").parse()?,
+    );
+    // `no_proxy`: a proxy from the environment must not intercept 127.0.0.1 traffic.
+    Ok(reqwest::Client::builder()
+        .no_proxy()
+        .timeout(timeout)
+        .default_headers(headers)
+        .build()?)
+}
+
 /// Starts `memlayer serve` on an ephemeral port of 127.0.0.1 with its stderr in `log`.
-fn spawn(binary: &Path, data_dir: &Path, log: &Path, flags: &[&str]) -> anyhow::Result<Child> {
+fn spawn(
+    binary: &Path,
+    data_dir: &Path,
+    log: &Path,
+    env: &[(&str, &str)],
+) -> anyhow::Result<Child> {
     let log_file =
         File::create(log).with_context(|| format!("could not create {}", log.display()))?;
     Command::new(binary)
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data_dir)
-        .args(flags)
         .env("MEMLAYER_ADMIN_KEY", ADMIN_KEY)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(log_file)

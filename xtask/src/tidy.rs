@@ -20,8 +20,9 @@ const LAYERS: &[(&str, u8)] = &[
     ("memlayer-llm", 1),
     ("memlayer-memory", 2),
     ("memlayer-erasure", 3),
-    ("memlayer-server", 4),
-    ("memlayer", 5),
+    ("memlayer-agent", 4),
+    ("memlayer-server", 5),
+    ("memlayer", 6),
 ];
 
 /// Edges allowed between crates of the same layer, as (from, to). The indexes need the
@@ -271,7 +272,7 @@ mod tests {
             layer_reasons(&packages),
             [
                 "crates/memlayer-store/Cargo.toml: `memlayer-store` (layer 0) has a dev dependency \
-                 on `memlayer-server` (layer 4); crates may only depend on lower layers"
+                 on `memlayer-server` (layer 5); crates may only depend on lower layers"
             ]
         );
     }
@@ -319,7 +320,7 @@ mod tests {
         assert_eq!(
             layer_reasons(&packages),
             [
-                "crates/memlayer/Cargo.toml: `memlayer` (layer 5) has a dev dependency on \
+                "crates/memlayer/Cargo.toml: `memlayer` (layer 6) has a dev dependency on \
                  `memlayer-tests` (no layer); crates may only depend on lower layers"
             ]
         );

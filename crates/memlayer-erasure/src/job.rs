@@ -88,6 +88,19 @@ pub struct Counts {
     pub episodes: u64,
 }
 
+impl Counts {
+    /// Adds `other`'s figures to these.
+    pub(crate) fn add(&mut self, other: &Counts) {
+        self.sessions += other.sessions;
+        self.messages += other.messages;
+        self.vectors += other.vectors;
+        self.summaries += other.summaries;
+        self.memories += other.memories;
+        self.session_memories += other.session_memories;
+        self.episodes += other.episodes;
+    }
+}
+
 /// What an erasure did: kept after it completes, listed by the admin API.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Receipt {

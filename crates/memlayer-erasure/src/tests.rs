@@ -504,6 +504,47 @@ async fn retention_erases_only_conversations_older_than_the_rule() {
     fixture.close().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_of_more_sessions_than_are_erased_at_once_erases_all_in_order() {
+    let fixture = Fixture::open(tempfile::tempdir().unwrap(), embedder());
+    // More than two batches of `SESSIONS_AT_ONCE`, appended oldest first.
+    let ids: Vec<String> = (0..150).map(|i| format!("old-{i:03}")).collect();
+    for (i, id) in ids.iter().enumerate() {
+        let text = format!("Conversation {i} about parcel {i} and its delivery.");
+        fixture
+            .say(
+                id,
+                &format!("user-{}", i % 7),
+                &lines(&[(Role::User, &text)]),
+            )
+            .await;
+    }
+    fixture.settle().await;
+    assert_eq!(fixture.recall.indexed_vectors(), 150);
+    let receipt = fixture
+        .coordinator
+        .purge(TENANT, 0, "test", Timestamp::now())
+        .await
+        .unwrap();
+    assert_eq!(receipt.session_ids, ids);
+    assert_eq!(
+        (receipt.counts.sessions, receipt.counts.messages),
+        (150, 150)
+    );
+    for id in &ids {
+        assert!(!fixture.store.session_exists(TENANT, id).unwrap());
+    }
+    // Out of the index too, not only unreachable through the store.
+    assert_eq!(fixture.recall.indexed_vectors(), 0);
+    assert!(
+        fixture
+            .recalled("user-3", "parcel delivery")
+            .await
+            .is_empty()
+    );
+    fixture.close().await;
+}
+
 /// One random erasure of the property test.
 #[derive(Debug, Clone)]
 enum Op {

@@ -365,20 +365,26 @@ impl Recall {
 
     /// Deletes a session from the store and its messages from the indexes.
     pub async fn delete_session(&self, tenant: &str, session_id: &str) -> Result<()> {
-        let sid = self.inner.store.delete_session(tenant, session_id).await?;
-        self.forget_session(sid).await
+        let deleted = self.inner.store.delete_session(tenant, session_id).await?;
+        self.forget_sessions(vec![deleted.sid]).await
     }
 
-    /// Removes every message of the session with surrogate key `sid` from the indexes, and
-    /// rewrites the snapshot without them. Call it after the store deleted the session.
-    pub async fn forget_session(&self, sid: u64) -> Result<()> {
+    /// Removes every message of the sessions with surrogate keys `sids` from the indexes, and
+    /// rewrites the snapshot without them. Call it after the store deleted the sessions.
+    /// Many sessions at once cost one compaction and one snapshot: a purge that called this
+    /// once per session rewrote the whole snapshot (and rebuilt the graph) per session.
+    pub async fn forget_sessions(&self, sids: Vec<u64>) -> Result<()> {
         self.forget(move |indexes| {
-            let keys = indexes
-                .docs
-                .range(MessageKey::session_range(sid))
-                .map(|(key, _)| *key)
-                .collect();
-            indexes.owners.remove(&sid);
+            let mut keys = Vec::new();
+            for sid in sids {
+                keys.extend(
+                    indexes
+                        .docs
+                        .range(MessageKey::session_range(sid))
+                        .map(|(key, _)| *key),
+                );
+                indexes.owners.remove(&sid);
+            }
             keys
         })
         .await

@@ -141,9 +141,7 @@ impl LongTermMemory {
             let page = store.memories_after(after, REBUILD_PAGE)?;
             let Some(last) = page.last() else { break };
             after = last.id;
-            for memory in &page {
-                indexes.add(memory)?;
-            }
+            indexes.add(&page)?;
         }
         Ok(Self {
             inner: Arc::new(Inner {
@@ -220,7 +218,7 @@ impl LongTermMemory {
         };
         let id = self.inner.store.put_memory(memory.clone()).await?;
         let memory = Memory { id, ..memory };
-        self.write().add(&memory)?;
+        self.write().add(std::slice::from_ref(&memory))?;
         Ok((memory, action))
     }
 
@@ -425,19 +423,28 @@ impl LongTermMemory {
 }
 
 impl Indexes {
-    fn add(&mut self, memory: &Memory) -> Result<(), MemoryError> {
-        self.vectors.insert(memory.id, &memory.vector)?;
-        self.keywords.add(memory.id, &memory.text);
-        self.owners.insert(
-            memory.id,
-            Owner {
-                tenant: memory.tenant.clone(),
-                user_id: memory.user_id.clone(),
-                agent_id: memory.agent_id.clone(),
-                kind: memory.kind,
-                tags: memory.tags.clone(),
-            },
-        );
+    /// Indexes `memories` (one, or a page of a rebuild). The vectors go in as one batch: the
+    /// HNSW graph is extended in parallel, where one insert at a time would extend it
+    /// serially and make a start with many memories several times slower.
+    fn add(&mut self, memories: &[Memory]) -> Result<(), MemoryError> {
+        self.vectors.insert_batch(
+            memories
+                .iter()
+                .map(|memory| (memory.id, memory.vector.as_slice())),
+        )?;
+        for memory in memories {
+            self.keywords.add(memory.id, &memory.text);
+            self.owners.insert(
+                memory.id,
+                Owner {
+                    tenant: memory.tenant.clone(),
+                    user_id: memory.user_id.clone(),
+                    agent_id: memory.agent_id.clone(),
+                    kind: memory.kind,
+                    tags: memory.tags.clone(),
+                },
+            );
+        }
         Ok(())
     }
 

@@ -28,6 +28,14 @@ pub(crate) struct ErrorDetail {
     code: &'static str,
     /// For people; `5xx` messages are generic and the details go to the server log.
     message: String,
+    /// For an agent run that failed upstream (`upstream_failed`, `upstream_timeout`): the
+    /// run recorded as `FAILED`, with the reason.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    run_id: Option<String>,
+    /// For an agent run that failed upstream: its session, where the user's message is
+    /// stored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session_id: Option<String>,
 }
 
 /// An error answer: an HTTP status, a stable machine-readable code and a message for people.
@@ -103,6 +111,21 @@ pub enum ApiError {
          (retry appends with the same idempotency key)"
     )]
     Timeout(Duration),
+    /// `503`: agent runs need a chat model and the operator configured none.
+    #[error("no chat model is configured for agent runs; set the [agent_model] table")]
+    ModelNotConfigured,
+    /// `502` (`upstream_failed`), or `504` (`upstream_timeout`) when the model did not answer
+    /// in time: an agent run's model call failed. The run is recorded as `FAILED` with the
+    /// reason, which the body does not repeat (it is a `5xx`); the user's message is stored.
+    #[error("the model failed; the run is recorded as failed with the reason")]
+    Upstream {
+        /// Whether the model timed out.
+        timeout: bool,
+        /// The failed run.
+        run_id: String,
+        /// Its session.
+        session_id: String,
+    },
     /// `500`: a failure the client cannot fix. The details are logged, never sent.
     #[error("internal error: {0}")]
     Internal(String),
@@ -133,24 +156,50 @@ impl ApiError {
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Self::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
             Self::Timeout(_) => (StatusCode::SERVICE_UNAVAILABLE, "timeout"),
+            Self::ModelNotConfigured => (StatusCode::SERVICE_UNAVAILABLE, "model_not_configured"),
+            Self::Upstream { timeout: true, .. } => {
+                (StatusCode::GATEWAY_TIMEOUT, "upstream_timeout")
+            }
+            Self::Upstream { .. } => (StatusCode::BAD_GATEWAY, "upstream_failed"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let (status, code) = self.status_and_code();
-        let message = match &self {
+impl ApiError {
+    /// The error's body, as every error answer (and a failed run's last streamed event, and a
+    /// failed MCP tool call's result) carries it. Internal details are logged here and never
+    /// sent.
+    pub(crate) fn body(&self) -> ErrorBody {
+        let (_, code) = self.status_and_code();
+        let message = match self {
             Self::Internal(detail) => {
                 tracing::error!(%detail, "request failed");
                 "internal server error; the details are in the server log".to_owned()
             }
             other => other.to_string(),
         };
-        let body = ErrorBody {
-            error: ErrorDetail { code, message },
+        let (run_id, session_id) = match self {
+            Self::Upstream {
+                run_id, session_id, ..
+            } => (Some(run_id.clone()), Some(session_id.clone())),
+            _ => (None, None),
         };
+        ErrorBody {
+            error: ErrorDetail {
+                code,
+                message,
+                run_id,
+                session_id,
+            },
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, _) = self.status_and_code();
+        let body = self.body();
         let mut response = (status, Json(body)).into_response();
         let retry_after = match &self {
             Self::Overloaded => Some(RETRY_AFTER_SECS),
@@ -272,6 +321,36 @@ impl From<memlayer_erasure::ErasureError> for ApiError {
             ErasureError::Index(index) => index.into(),
             ErasureError::Memory(memory) => memory.into(),
             ErasureError::Invalid { .. } => Self::invalid("invalid_value", err.to_string()),
+            other => Self::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<memlayer_agent::AgentError> for ApiError {
+    fn from(err: memlayer_agent::AgentError) -> Self {
+        use memlayer_agent::AgentError;
+        match err {
+            AgentError::Invalid { code, message } => Self::Invalid { code, message },
+            AgentError::MemoryNotFound { .. } => Self::NotFound {
+                code: "memory_not_found",
+                message: err.to_string(),
+            },
+            AgentError::ModelNotConfigured => Self::ModelNotConfigured,
+            AgentError::Upstream {
+                run_id,
+                session_id,
+                source,
+            } => {
+                tracing::warn!(run = %run_id, session = %session_id, error = %source, "agent run failed upstream");
+                Self::Upstream {
+                    timeout: matches!(*source, memlayer_llm::LlmError::Timeout { .. }),
+                    run_id,
+                    session_id,
+                }
+            }
+            AgentError::Store(store) => store.into(),
+            AgentError::Memory(memory) => memory.into(),
+            AgentError::Erasure(erasure) => erasure.into(),
             other => Self::Internal(other.to_string()),
         }
     }

@@ -15,11 +15,12 @@ use crate::api::erasure::Retention;
 use crate::api::keys::CreateKeyRequest;
 use crate::api::memories::{RememberBody, SearchBody};
 use crate::api::recall::RecallRequest;
+use crate::api::runs::RunBody;
 use crate::api::sessions::{AppendRequest, CreateSessionRequest, RecordRunRequest, new_messages};
-use crate::api::tools::{ToolCall, parse_call};
+use crate::api::tools::ToolCall;
 
 /// The request bodies [`request_body`] picks from, in the order of its `kind`.
-pub const BODIES: [&str; 11] = [
+pub const BODIES: [&str; 12] = [
     "append",
     "create_session",
     "record_run",
@@ -31,6 +32,7 @@ pub const BODIES: [&str; 11] = [
     "remember",
     "memory_search",
     "tool_call",
+    "agent_run",
 ];
 
 /// Parses and validates `bytes` as the body `BODIES[kind % BODIES.len()]`. Whatever the
@@ -87,9 +89,13 @@ fn check(kind: usize, bytes: &[u8]) -> Result<(), ApiError> {
         9 => {
             parse::<SearchBody>(bytes)?;
         }
-        _ => {
+        10 => {
             let call = parse::<ToolCall>(bytes)?;
-            parse_call(&call.name, call.arguments)?;
+            memlayer_agent::parse_call(&call.name, call.arguments)?;
+        }
+        _ => {
+            let (request, _) = parse::<RunBody>(bytes)?.into_request("fuzz".into(), "agent".into());
+            request.validate()?;
         }
     }
     Ok(())

@@ -5,8 +5,9 @@
 //! library function (today `memlayer-store`, later strategies and erasure), and maps the result.
 //! Wire types live here and nowhere else; the on-disk format belongs to `memlayer-store`.
 //! Operating it: the OpenAPI document generated from the handlers (`/openapi.json`, rendered
-//! at `/docs`), Prometheus metrics (`/metrics`), and the tower layers for request ids,
-//! compression, timeouts, load shedding and per-key rate limits.
+//! at `/docs`), the admin page (`/admin`, a client of the `/v1` API), Prometheus metrics
+//! (`/metrics`), and the tower layers for request ids, compression, timeouts, load shedding
+//! and per-key rate limits.
 //! It may depend on every library crate below it and must not depend on the binary
 //! (`memlayer`), its configuration files or its command line.
 

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use memlayer_agent::{Agent, Tools};
 use memlayer_erasure::Coordinator;
 use memlayer_index::Recall;
 use memlayer_llm::ChatClient;
@@ -22,13 +23,17 @@ pub struct ServerConfig {
     /// The chat model that summarises overflowing history; `None` keeps the offline
     /// extractive summariser (which also steps in whenever the model fails).
     pub summarizer_model: Option<ChatClient>,
+    /// The chat model that answers agent runs (`POST /v1/agents/{id}/runs`); `None` refuses
+    /// them with `503 model_not_configured`.
+    pub agent_model: Option<ChatClient>,
     /// Longest a request may take, body included; a slower one is answered `503` with the
     /// code `timeout`. A write it started may still commit: clients retry appends with an
     /// idempotency key.
     pub request_timeout: Duration,
     /// Most API requests handled at once. One more is answered `503` with the code
     /// `overloaded` and `Retry-After` at once, never queued. The probes, `/metrics`,
-    /// `/openapi.json` and `/docs` are not counted, so an overloaded server stays observable.
+    /// `/openapi.json`, `/docs` and `/admin` are not counted, so an overloaded server stays
+    /// observable.
     /// Must be positive.
     pub max_in_flight: usize,
     /// A session with no activity for this long is ended as if its client had ended it
@@ -45,6 +50,7 @@ impl Default for ServerConfig {
             max_body_bytes: 1 << 20,
             token_encoding: TokenEncoding::default(),
             summarizer_model: None,
+            agent_model: None,
             request_timeout: Duration::from_secs(30),
             // Tokio's blocking pool, where reads run, has 512 threads: past that, admitted
             // reads would only queue there.
@@ -63,6 +69,7 @@ pub struct AppState {
     contexts: ContextBuilder,
     erasure: Coordinator,
     memories: LongTermMemory,
+    agent: Agent,
     config: Arc<ServerConfig>,
     metrics: Arc<Metrics>,
     rate_limiter: Option<Arc<KeyRateLimiter>>,
@@ -79,14 +86,23 @@ impl AppState {
         if let Some(model) = &config.summarizer_model {
             contexts = contexts.with_summarizer(Arc::new(LlmSummarizer::new(model.clone())));
         }
+        let erasure = Coordinator::new(
+            store.clone(),
+            recall.clone(),
+            memories.clone(),
+            contexts.fact_cache().clone(),
+        );
+        let agent = Agent::new(
+            contexts.clone(),
+            Tools::new(erasure.clone(), memories.clone()),
+            config.agent_model.clone(),
+            config.token_encoding,
+            crate::api::tools::render,
+        );
         Ok(Self {
-            erasure: Coordinator::new(
-                store.clone(),
-                recall.clone(),
-                memories.clone(),
-                contexts.fact_cache().clone(),
-            ),
+            erasure,
             memories,
+            agent,
             store,
             recall,
             contexts,
@@ -116,6 +132,11 @@ impl AppState {
     /// Long-term memories.
     pub fn memories(&self) -> &LongTermMemory {
         &self.memories
+    }
+
+    /// Runs agents and executes the memory tools.
+    pub fn agent(&self) -> &Agent {
+        &self.agent
     }
 
     /// Builds each turn's context.

@@ -294,6 +294,7 @@ async fn every_route_is_in_the_openapi_document() {
         ("GET", "/readyz"),
         ("GET", "/metrics"),
         ("GET", "/docs"),
+        ("GET", "/admin"),
     ] {
         let expected = (expected.0.to_owned(), expected.1.to_owned());
         assert!(
@@ -484,10 +485,10 @@ fn mirrored_types_match_the_real_ones() {
     assert_eq!(described, keys);
 }
 
-#[tokio::test]
-async fn the_docs_page_renders_the_document_and_loads_nothing_from_elsewhere() {
-    let fixture = Fixture::new();
-    let answer = fixture.get("/docs").await;
+/// The page at `path`, after checking that it is HTML that cannot load anything from
+/// elsewhere: memlayer runs air-gapped.
+async fn self_contained_page(fixture: &Fixture, path: &str) -> String {
+    let answer = fixture.get(path).await;
     assert_eq!(answer.status, StatusCode::OK);
     assert_eq!(
         answer.header("content-type"),
@@ -496,14 +497,27 @@ async fn the_docs_page_renders_the_document_and_loads_nothing_from_elsewhere() {
     let policy = answer.header("content-security-policy").unwrap();
     assert!(policy.contains("default-src 'none'") && policy.contains("connect-src 'self'"));
     let page = answer.text();
-    assert!(page.contains("fetch(\"/openapi.json\")"));
     for remote in ["http://", "https://", "src=\"//", "@import"] {
-        assert!(!page.contains(remote), "the page refers to {remote}");
+        assert!(!page.contains(remote), "{path} refers to {remote}");
     }
-    assert!(
-        !page.contains("<script src"),
-        "the page loads a script file"
-    );
+    assert!(!page.contains("<script src"), "{path} loads a script file");
+    page
+}
+
+#[tokio::test]
+async fn the_docs_page_renders_the_document_and_loads_nothing_from_elsewhere() {
+    let page = self_contained_page(&Fixture::new(), "/docs").await;
+    assert!(page.contains("fetch(\"/openapi.json\")"));
+}
+
+/// The admin page holds the key only for the browser tab: `localStorage` would keep an
+/// admin key on disk after the browser closed. What the page does is tested in a real
+/// browser by `cargo xtask browser`.
+#[tokio::test]
+async fn the_admin_page_keeps_the_key_for_the_tab_and_loads_nothing_from_elsewhere() {
+    let page = self_contained_page(&Fixture::new(), "/admin").await;
+    assert!(page.contains("sessionStorage") && !page.contains("localStorage"));
+    assert!(page.contains("\"Bearer \""));
 }
 
 #[tokio::test]

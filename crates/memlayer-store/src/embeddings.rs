@@ -18,8 +18,8 @@ use crate::record::{
 };
 use crate::store::{enqueue_for_embedding, message_from_record, remove_range};
 use crate::tables::{
-    MESSAGES, META, MODELS, NEXT_OUTBOX_SEQ_KEY, OUTBOX, SESSION_KEYS, SESSIONS, VECTORS,
-    VECTORS_VERSION_KEY,
+    MESSAGES, META, MODELS, NEXT_OUTBOX_SEQ_KEY, OUTBOX, OUTBOX_BY_SESSION, SESSION_KEYS, SESSIONS,
+    VECTORS, VECTORS_VERSION_KEY,
 };
 use crate::{Result, Store, StoreError};
 
@@ -110,8 +110,12 @@ impl Store {
                 table.insert((key.session(), key.index()), record.encode().as_slice())?;
             }
             let mut outbox = txn.open_table(OUTBOX)?;
+            let mut by_session = txn.open_table(OUTBOX_BY_SESSION)?;
             for seq in done {
-                outbox.remove(seq)?;
+                if let Some(entry) = outbox.remove(seq)? {
+                    let record = OutboxRecord::decode(entry.value())?;
+                    by_session.remove((record.sid, seq))?;
+                }
             }
             bump_vectors_version(txn)
         })
@@ -253,6 +257,7 @@ impl Store {
             bump_vectors_version(txn)?;
             txn.open_table(MODELS)?.retain(|_, _| false)?;
             txn.open_table(OUTBOX)?.retain(|_, _| false)?;
+            txn.open_table(OUTBOX_BY_SESSION)?.retain(|_, ()| false)?;
             let sessions: Vec<(u64, u64)> = txn
                 .open_table(SESSIONS)?
                 .iter()?

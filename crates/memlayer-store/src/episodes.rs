@@ -259,32 +259,35 @@ impl Store {
         user_id: &str,
         session_id: Option<&str>,
     ) -> Result<u64> {
-        validate_id("tenant", tenant)?;
-        validate_id("user_id", user_id)?;
-        let (tenant, user_id) = (tenant.to_owned(), user_id.to_owned());
-        let session_id = session_id.map(str::to_owned);
-        self.write(move |txn| {
-            let mut doomed = Vec::new();
-            {
-                let owners = txn.open_table(EPISODE_OWNERS)?;
-                let table = txn.open_table(EPISODES)?;
-                let (t, u) = (tenant.as_str(), user_id.as_str());
-                for entry in owners.range((t, u, 0)..=(t, u, u64::MAX))? {
-                    let id = entry?.0.value().2;
-                    let value = table.get(id)?.ok_or_else(|| unlisted(id))?;
-                    let record = EpisodeRecord::decode(value.value())?;
-                    if session_id.is_none() || record.source_session == session_id {
-                        doomed.push((id, record));
-                    }
-                }
-            }
-            for (id, record) in &doomed {
-                remove_episode(txn, *id, record)?;
-            }
-            Ok(doomed.len() as u64)
-        })
-        .await
+        self.remove_user_rows(tenant, user_id, session_id, remove_user_episodes)
+            .await
     }
+}
+
+/// Removes a user's episodes, or (with `session_id`) those drawn from that session, in `txn`.
+pub(crate) fn remove_user_episodes(
+    txn: &WriteTransaction,
+    tenant: &str,
+    user_id: &str,
+    session_id: Option<&str>,
+) -> Result<u64> {
+    let mut doomed = Vec::new();
+    {
+        let owners = txn.open_table(EPISODE_OWNERS)?;
+        let table = txn.open_table(EPISODES)?;
+        for entry in owners.range((tenant, user_id, 0)..=(tenant, user_id, u64::MAX))? {
+            let id = entry?.0.value().2;
+            let value = table.get(id)?.ok_or_else(|| unlisted(id))?;
+            let record = EpisodeRecord::decode(value.value())?;
+            if session_id.is_none() || record.source_session.as_deref() == session_id {
+                doomed.push((id, record));
+            }
+        }
+    }
+    for (id, record) in &doomed {
+        remove_episode(txn, *id, record)?;
+    }
+    Ok(doomed.len() as u64)
 }
 
 fn remove_episode(txn: &WriteTransaction, id: u64, record: &EpisodeRecord) -> Result<()> {

@@ -46,7 +46,7 @@ pub use model::{
 };
 pub use session_memory::SessionMemory;
 pub use snapshot::{MessageOutline, SessionSnapshot};
-pub use store::{CommitMode, MAX_PAGE_SIZE, Store, StoreOptions};
+pub use store::{CommitMode, MAX_PAGE_SIZE, SessionDeleted, Store, StoreOptions};
 
 #[cfg(test)]
 mod faults;

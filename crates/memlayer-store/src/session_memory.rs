@@ -2,7 +2,7 @@
 //! loaded into the next conversation's context. The store keeps it with the list of
 //! sessions merged into it, so erasing one of them can drop what was derived from it.
 
-use redb::ReadableTable;
+use redb::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 
 use crate::model::{Timestamp, validate_id, validate_text};
@@ -95,32 +95,34 @@ impl Store {
         user_id: &str,
         session_id: Option<&str>,
     ) -> Result<u64> {
-        validate_id("tenant", tenant)?;
-        validate_id("user_id", user_id)?;
-        let (tenant, user_id) = (tenant.to_owned(), user_id.to_owned());
-        let session_id = session_id.map(str::to_owned);
-        self.write(move |txn| {
-            let mut table = txn.open_table(SESSION_MEMORIES)?;
-            let mut doomed = Vec::new();
-            for entry in table.range((tenant.as_str(), user_id.as_str(), "")..)? {
-                let (key, value) = entry?;
-                let (t, u, agent) = key.value();
-                if t != tenant || u != user_id {
-                    break;
-                }
-                let record = SessionMemoryRecord::decode(value.value())?;
-                if session_id
-                    .as_ref()
-                    .is_none_or(|id| record.sessions.contains(id))
-                {
-                    doomed.push(agent.to_owned());
-                }
-            }
-            for agent in &doomed {
-                table.remove((tenant.as_str(), user_id.as_str(), agent.as_str()))?;
-            }
-            Ok(doomed.len() as u64)
-        })
-        .await
+        self.remove_user_rows(tenant, user_id, session_id, remove_session_memories)
+            .await
     }
+}
+
+/// Removes a user's session memories, or (with `session_id`) those that session was merged
+/// into, in `txn`.
+fn remove_session_memories(
+    txn: &WriteTransaction,
+    tenant: &str,
+    user_id: &str,
+    session_id: Option<&str>,
+) -> Result<u64> {
+    let mut table = txn.open_table(SESSION_MEMORIES)?;
+    let mut doomed = Vec::new();
+    for entry in table.range((tenant, user_id, "")..)? {
+        let (key, value) = entry?;
+        let (t, u, agent) = key.value();
+        if t != tenant || u != user_id {
+            break;
+        }
+        let record = SessionMemoryRecord::decode(value.value())?;
+        if session_id.is_none_or(|id| record.sessions.iter().any(|merged| merged == id)) {
+            doomed.push(agent.to_owned());
+        }
+    }
+    for agent in &doomed {
+        table.remove((tenant, user_id, agent.as_str()))?;
+    }
+    Ok(doomed.len() as u64)
 }

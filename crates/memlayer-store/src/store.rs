@@ -4,7 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 
-use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, Table, WriteTransaction};
+use redb::{
+    Database, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata, Table,
+    WriteTransaction,
+};
 use sha2::{Digest, Sha256};
 
 use crate::model::{
@@ -19,8 +22,8 @@ use crate::record::{
 use crate::snapshot::SessionSnapshot;
 use crate::tables::{
     FORMAT_VERSION, FORMAT_VERSION_KEY, IDEMPOTENCY, MESSAGES, META, NEXT_OUTBOX_SEQ_KEY,
-    NEXT_SID_KEY, OUTBOX, RUN_IDS, RUNS, SESSION_ACTIVITY, SESSION_COUNTS, SESSION_KEYS, SESSIONS,
-    SETTINGS, SUMMARIES, VECTORS, scope, scopes, settings_key,
+    NEXT_SID_KEY, OUTBOX, OUTBOX_BY_SESSION, RUN_IDS, RUNS, SESSION_ACTIVITY, SESSION_COUNTS,
+    SESSION_KEYS, SESSIONS, SETTINGS, SUMMARIES, VECTORS, scope, scopes, settings_key,
 };
 use crate::writer::Writer;
 use crate::{Metadata, Result, StoreError};
@@ -284,9 +287,15 @@ impl Store {
             .await
     }
 
-    /// Deletes a session with everything it owns; returns its surrogate key, so derived
-    /// indexes can drop the session's entries.
-    pub async fn delete_session(&self, tenant: &str, session_id: &str) -> Result<u64> {
+    /// Deletes a session with everything it owns, the episodes drawn from it included; returns
+    /// its surrogate key, so derived indexes can drop the session's entries, and how many
+    /// episodes went with it.
+    ///
+    /// The episodes go in the same transaction as the session record: `put_episode` checks
+    /// its source session in its own transaction, so an episode is either recorded before
+    /// this commit (and deleted by it) or refused after it. Deleting them in a commit of their
+    /// own before this one let an episode recorded in between survive the erasure.
+    pub async fn delete_session(&self, tenant: &str, session_id: &str) -> Result<SessionDeleted> {
         validate_id("tenant", tenant)?;
         validate_id("session_id", session_id)?;
         let tenant = tenant.to_owned();
@@ -676,6 +685,10 @@ fn initialise(db: &Database, commit: CommitMode) -> Result<()> {
         }
     }
     crate::tables::for_each_table(&mut CreateTables(&txn))?;
+    index_outbox(
+        &txn.open_table(OUTBOX)?,
+        &mut txn.open_table(OUTBOX_BY_SESSION)?,
+    )?;
     txn.commit()?;
     Ok(())
 }
@@ -691,6 +704,24 @@ impl crate::tables::TableVisitor for CreateTables<'_> {
         self.0.open_table(table)?;
         Ok(())
     }
+}
+
+/// Fills `outbox_by_session` from the outbox of a file written before the index existed: an
+/// empty index beside a non-empty outbox can only be such a file, since every later
+/// transaction writes and removes both together.
+fn index_outbox(
+    outbox: &impl ReadableTable<u64, &'static [u8]>,
+    by_session: &mut Table<'_, (u64, u64), ()>,
+) -> Result<()> {
+    if !by_session.is_empty()? {
+        return Ok(());
+    }
+    for entry in outbox.iter()? {
+        let (seq, value) = entry?;
+        let record = OutboxRecord::decode(value.value())?;
+        by_session.insert((record.sid, seq.value()), ())?;
+    }
+    Ok(())
 }
 
 pub(crate) fn read_session_record(
@@ -915,6 +946,7 @@ pub(crate) fn enqueue_for_embedding(
     };
     txn.open_table(OUTBOX)?
         .insert(seq, entry.encode().as_slice())?;
+    txn.open_table(OUTBOX_BY_SESSION)?.insert((sid, seq), ())?;
     Ok(())
 }
 
@@ -956,7 +988,11 @@ fn apply_record_run(
     run_from_record(stored)
 }
 
-fn apply_delete_session(txn: &WriteTransaction, tenant: &str, session_id: &str) -> Result<u64> {
+fn apply_delete_session(
+    txn: &WriteTransaction,
+    tenant: &str,
+    session_id: &str,
+) -> Result<SessionDeleted> {
     let mut sessions = txn.open_table(SESSIONS)?;
     let record =
         read_session_record(&sessions, tenant, session_id)?.ok_or_else(|| not_found(session_id))?;
@@ -971,19 +1007,43 @@ fn apply_delete_session(txn: &WriteTransaction, tenant: &str, session_id: &str) 
     crate::embeddings::bump_vectors_version(txn)?;
     txn.open_table(SESSION_KEYS)?.remove(sid)?;
     txn.open_table(SUMMARIES)?.remove(sid)?;
+    let mut by_session = txn.open_table(OUTBOX_BY_SESSION)?;
     let mut outbox = txn.open_table(OUTBOX)?;
-    let mut undecodable = None;
-    outbox.retain(|_, value| match OutboxRecord::decode(value) {
-        Ok(entry) => entry.sid != sid,
-        Err(err) => {
-            undecodable.get_or_insert(err);
-            true
-        }
-    })?;
-    if let Some(err) = undecodable {
-        return Err(err);
+    for entry in by_session.extract_from_if((sid, 0)..(sid + 1, 0), |_, ()| true)? {
+        let (key, _) = entry?;
+        outbox.remove(key.value().1)?;
     }
-    Ok(sid)
+    let episodes =
+        crate::episodes::remove_user_episodes(txn, tenant, &record.user_id, Some(session_id))?;
+    Ok(SessionDeleted { sid, episodes })
+}
+
+/// What deleting a session removed besides the session itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionDeleted {
+    /// The session's surrogate key, for removing its messages from indexes.
+    pub sid: u64,
+    /// How many episodes drawn from the session were deleted with it.
+    pub episodes: u64,
+}
+
+impl Store {
+    /// Runs `remove` on a user's rows of one kind in one commit: all of them, or (with
+    /// `session_id`) those drawn from that session. Returns how many were removed.
+    pub(crate) async fn remove_user_rows(
+        &self,
+        tenant: &str,
+        user_id: &str,
+        session_id: Option<&str>,
+        remove: fn(&WriteTransaction, &str, &str, Option<&str>) -> Result<u64>,
+    ) -> Result<u64> {
+        validate_id("tenant", tenant)?;
+        validate_id("user_id", user_id)?;
+        let (tenant, user_id) = (tenant.to_owned(), user_id.to_owned());
+        let session_id = session_id.map(str::to_owned);
+        self.write(move |txn| remove(txn, &tenant, &user_id, session_id.as_deref()))
+            .await
+    }
 }
 
 pub(crate) fn remove_range(

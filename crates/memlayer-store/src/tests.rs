@@ -986,6 +986,52 @@ async fn episodes_are_listed_by_owner_and_task_type_and_deleted_by_source() {
     assert_eq!(store.user_episodes(TENANT, "bob").unwrap().len(), 1);
 }
 
+/// An episode drawn from a session goes in the commit that deletes the session, and none can
+/// be recorded from it afterwards: there is no moment between the two for an episode to be
+/// recorded and survive (the erasure used to delete the episodes in a commit of their own
+/// first).
+#[tokio::test]
+async fn deleting_a_session_deletes_its_episodes_in_the_same_commit() {
+    let (_dir, store) = open();
+    for session in ["doomed", "kept"] {
+        store
+            .append(
+                TENANT,
+                session,
+                append_of(vec![message(Role::User, "hi")], Some(owner("ann", "a"))),
+            )
+            .await
+            .unwrap();
+    }
+    let from = |session: &str, lesson: &str| crate::Episode {
+        source_session: Some(session.into()),
+        ..episode("ann", "refund", lesson)
+    };
+    store.put_episode(from("doomed", "erased")).await.unwrap();
+    store.put_episode(from("kept", "kept")).await.unwrap();
+    store
+        .put_episode(episode("ann", "refund", "standalone"))
+        .await
+        .unwrap();
+
+    let deleted = store.delete_session(TENANT, "doomed").await.unwrap();
+    assert_eq!(deleted.episodes, 1);
+    let lessons: Vec<String> = store
+        .user_episodes(TENANT, "ann")
+        .unwrap()
+        .into_iter()
+        .map(|episode| episode.lesson)
+        .collect();
+    assert_eq!(lessons, ["kept", "standalone"]);
+    assert!(matches!(
+        store.put_episode(from("doomed", "late")).await,
+        Err(StoreError::InvalidInput {
+            field: "source_session_id",
+            ..
+        })
+    ));
+}
+
 #[tokio::test]
 async fn idle_sessions_are_taken_once_oldest_first_and_ended_ones_stay_ended() {
     let (_dir, store) = open();
@@ -1037,4 +1083,47 @@ async fn idle_sessions_are_taken_once_oldest_first_and_ended_ones_stay_ended() {
             .unwrap()
             .is_empty()
     );
+}
+
+/// The session ids whose appends wait in the outbox, oldest first.
+fn pending_sessions(store: &Store) -> Vec<String> {
+    store
+        .pending_embeddings(100)
+        .unwrap()
+        .into_iter()
+        .map(|pending| pending.session.unwrap().session_id)
+        .collect()
+}
+
+#[tokio::test]
+async fn deleting_a_session_keeps_the_queued_embeddings_of_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memlayer.redb");
+    {
+        let store = Store::open(&path).unwrap();
+        for session in ["a", "b", "c", "b"] {
+            store
+                .append(
+                    TENANT,
+                    session,
+                    append_of(vec![message(Role::User, session)], Some(owner("u", "a"))),
+                )
+                .await
+                .unwrap();
+        }
+        store.delete_session(TENANT, "b").await.unwrap();
+        assert_eq!(pending_sessions(&store), ["a", "c"]);
+    }
+    // A file written before the outbox had its per-session index: opening it fills the
+    // index, so a delete still finds the session's queued appends.
+    {
+        let db = redb::Database::open(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.delete_table(crate::tables::OUTBOX_BY_SESSION).unwrap();
+        txn.commit().unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    store.delete_session(TENANT, "c").await.unwrap();
+    assert_eq!(pending_sessions(&store), ["a"]);
+    assert_eq!(store.pending_embedding_count().unwrap(), 1);
 }

@@ -27,8 +27,8 @@ pub(crate) struct DataArgs {
     data_dir: Option<PathBuf>,
     /// TOML file with any of: listen, data_dir, assets_dir, model_dir, onnxruntime,
     /// max_body_bytes, token_encoding, request_timeout_secs, max_in_flight,
-    /// session_idle_timeout_secs, rate_limit_per_second, rate_limit_burst, admin_key, and a
-    /// [summarizer] table.
+    /// session_idle_timeout_secs, rate_limit_per_second, rate_limit_burst, admin_key, and
+    /// [summarizer] and [agent_model] tables.
     #[arg(long, env = "MEMLAYER_CONFIG")]
     config: Option<PathBuf>,
 }
@@ -179,10 +179,15 @@ struct FileSettings {
     /// `[summarizer]`: an OpenAI-compatible chat endpoint that summarises overflowing
     /// history (base_url, model, api_key, timeout_secs, max_tokens, temperature).
     summarizer: Option<LlmConfig>,
+    /// `[agent_model]`: the OpenAI-compatible chat endpoint that answers agent runs
+    /// (`POST /v1/agents/{id}/runs`), in the same shape as `[summarizer]`.
+    agent_model: Option<LlmConfig>,
 }
 
 /// Environment variable with the summariser's API key, so it need not sit in the file.
 const SUMMARIZER_KEY_ENV: &str = "MEMLAYER_SUMMARIZER_API_KEY";
+/// Environment variable with the agent model's API key, so it need not sit in the file.
+const AGENT_MODEL_KEY_ENV: &str = "MEMLAYER_AGENT_MODEL_API_KEY";
 /// Environment variable with the operator's admin key. Deliberately not a flag: a flag's
 /// value is visible to every user of the host in the process list.
 pub(crate) const ADMIN_KEY_ENV: &str = "MEMLAYER_ADMIN_KEY";
@@ -249,15 +254,8 @@ impl Settings {
             args.rate_limit_per_second.or(file.rate_limit_per_second),
             args.rate_limit_burst.or(file.rate_limit_burst),
         )?;
-        let summarizer_model = file
-            .summarizer
-            .map(|mut model| {
-                if let Ok(key) = std::env::var(SUMMARIZER_KEY_ENV) {
-                    model.api_key = Some(key);
-                }
-                ChatClient::new(model).context("invalid [summarizer] in the config file")
-            })
-            .transpose()?;
+        let summarizer_model = chat_client(file.summarizer, "summarizer", SUMMARIZER_KEY_ENV)?;
+        let agent_model = chat_client(file.agent_model, "agent_model", AGENT_MODEL_KEY_ENV)?;
         let admin_key = std::env::var(ADMIN_KEY_ENV)
             .ok()
             .filter(|key| !key.is_empty())
@@ -277,6 +275,7 @@ impl Settings {
                 max_body_bytes,
                 token_encoding,
                 summarizer_model,
+                agent_model,
                 request_timeout,
                 max_in_flight,
                 session_idle_timeout,
@@ -285,6 +284,23 @@ impl Settings {
             admin_key: admin_key.map(Secret),
         })
     }
+}
+
+/// The client for a model table of the config file (`[table]`), its key taken from the
+/// environment variable `key_env` when that is set.
+fn chat_client(
+    table: Option<LlmConfig>,
+    name: &str,
+    key_env: &str,
+) -> anyhow::Result<Option<ChatClient>> {
+    table
+        .map(|mut model| {
+            if let Ok(key) = std::env::var(key_env) {
+                model.api_key = Some(key);
+            }
+            ChatClient::new(model).with_context(|| format!("invalid [{name}] in the config file"))
+        })
+        .transpose()
 }
 
 /// The per-key rate limit: none unless a positive rate is set; the burst defaults to twice
@@ -438,6 +454,37 @@ mod tests {
         .unwrap();
         let err = resolve(&["--config", file.to_str().unwrap()]).unwrap_err();
         assert!(format!("{err:#}").contains("[summarizer]"), "{err:#}");
+    }
+
+    #[test]
+    fn an_agent_model_table_configures_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("memlayer.toml");
+        let config = file.to_str().unwrap();
+        std::fs::write(
+            &file,
+            "[agent_model]\nbase_url = \"http://127.0.0.1:8080/v1\"\nmodel = \"qwen2.5-7b\"\n",
+        )
+        .unwrap();
+        let settings = resolve(&["--config", config]).unwrap();
+        assert_eq!(
+            settings
+                .server
+                .agent_model
+                .expect("configured")
+                .config()
+                .model,
+            "qwen2.5-7b"
+        );
+        assert!(settings.server.summarizer_model.is_none());
+
+        std::fs::write(
+            &file,
+            "[agent_model]\nbase_url = \"ftp://host\"\nmodel = \"m\"\n",
+        )
+        .unwrap();
+        let err = resolve(&["--config", config]).unwrap_err();
+        assert!(format!("{err:#}").contains("[agent_model]"), "{err:#}");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! `memlayer`, the single binary: the HTTP server (`memlayer serve`), the operator commands
 //! on a data directory (`memlayer keys`, `memlayer reindex`, `memlayer check`,
 //! `memlayer verify-erasure`) and against a running server (`memlayer stats`, `purge`,
-//! `backup`), and the offline evaluations
+//! `backup`, `export`, `import`), the agent tools over MCP on stdio (`memlayer mcp`, a
+//! bridge to a running server) and the offline evaluations
 //! (`memlayer eval`). It owns the command line, the configuration file and
 //! environment variables, logging set-up and signal handling, and turns them into calls on
 //! the library crates. Nothing depends on it.
@@ -10,6 +11,7 @@ mod check;
 mod config;
 mod eval;
 mod keys;
+mod mcp;
 mod remote;
 mod transfer;
 
@@ -161,6 +163,20 @@ enum Command {
     /// holds the store file; while it runs, use /v1/keys).
     #[command(subcommand)]
     Keys(keys::KeysCommand),
+    /// Serve the agent tools (memory_remember, memory_recall, memory_forget, session_search,
+    /// clear_session) to an MCP host on stdin and stdout, for one session.
+    ///
+    /// A bridge to a running `memlayer serve`: every message goes to the server's
+    /// /v1/sessions/{session}/mcp with the key, so the server must be running (it holds the
+    /// data directory). MCP hosts that speak streamable HTTP can use that URL directly.
+    ///
+    /// The key is better given in MEMLAYER_KEY than with --key, which other local users
+    /// can see in the process list.
+    ///
+    /// Example (an MCP host's server entry runs this command, with MEMLAYER_KEY set):
+    ///   memlayer mcp --url http://127.0.0.1:7700 --session support-4711
+    #[command(verbatim_doc_comment)]
+    Mcp(mcp::McpArgs),
     /// Measure retrieval and context quality offline, with the real store and model.
     #[command(subcommand)]
     Eval(eval::EvalCommand),
@@ -189,6 +205,7 @@ fn main() -> ExitCode {
         Command::Backup(args) => remote::backup(&args),
         Command::Export(args) => transfer::export(&args),
         Command::Import(args) => transfer::import(&args),
+        Command::Mcp(args) => mcp::run(args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,8 +1,8 @@
 //! Tests of the `memlayer` binary as a process: help text, `serve` printing where it listens
 //! and answering over HTTP, a clean exit on SIGTERM with the data kept for the next start,
 //! refusing a data directory another server holds or a damaged store file, naming a bad key
-//! in a config file, the admin key (configured, or generated and printed once) and
-//! `memlayer keys`.
+//! in a config file, the admin key (configured, or generated and printed once),
+//! `memlayer keys`, and `memlayer mcp` driven by an MCP client over stdio.
 //! Every child process sits in a guard that kills it if the test fails.
 
 use std::io::{BufRead, BufReader, Read};
@@ -945,4 +945,90 @@ fn export_then_import_moves_a_tenant_and_a_second_import_changes_nothing() {
     }
     target.terminate();
     target.wait_for_exit();
+}
+
+/// `memlayer mcp` as an MCP host runs it: a child process speaking MCP on stdin and stdout,
+/// driven by the official SDK's client, bridging to a running `memlayer serve`. Every tool
+/// runs and its effect shows in the server's REST API.
+#[test]
+fn mcp_serves_the_agent_tools_on_stdio_through_the_running_server() {
+    use rmcp::model::{CallToolRequestParams, CallToolResult};
+    use rmcp::transport::TokioChildProcess;
+    use rmcp::{RoleClient, ServiceExt, service::RunningService};
+
+    let temp = tempfile::tempdir().unwrap();
+    let (mut server, url) = Process::serve(temp.path());
+    let (status, answer) = post(
+        &format!("{url}/v1/sessions/desk-1/messages"),
+        &json!({
+            "user_id": "alice", "agent_id": "support", "role": "user",
+            "content": "My parcel locker code is 4711",
+        }),
+    );
+    assert_eq!(status, 201, "{answer}");
+    let (_, rest) = get(&format!("{url}/v1/tools"));
+
+    let bridge = |key: &str| {
+        let mut command = memlayer(&["mcp", "--url", &url, "--session", "desk-1"]);
+        command.env("MEMLAYER_KEY", key);
+        TokioChildProcess::new(tokio::process::Command::from(command)).expect("start memlayer mcp")
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    // The child is spawned inside the runtime, which owns its pipes.
+    let client: RunningService<RoleClient, ()> = runtime
+        .block_on(async { ().serve(bridge(ADMIN_KEY)).await })
+        .expect("the MCP handshake over stdio");
+    assert_eq!(
+        client.peer_info().unwrap().instructions.as_deref(),
+        rest["system_instruction"].as_str()
+    );
+    let tools = runtime.block_on(client.list_all_tools()).unwrap();
+    // What the bridge lists is what the server serves, schemas included.
+    let served = rest["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), served.len());
+    for (tool, served) in tools.iter().zip(served) {
+        assert_eq!(served["function"]["name"], *tool.name);
+        let schema = Value::Object(tool.input_schema.as_ref().clone());
+        assert_eq!(served["function"]["parameters"], schema);
+    }
+
+    let call = |name: &'static str, arguments: Value| -> Value {
+        let Value::Object(arguments) = arguments else {
+            unreachable!("arguments are objects")
+        };
+        let result: CallToolResult = runtime
+            .block_on(client.call_tool(CallToolRequestParams::new(name).with_arguments(arguments)))
+            .unwrap_or_else(|err| panic!("{name}: {err}"));
+        assert_eq!(result.is_error, Some(false), "{name}: {result:?}");
+        result.structured_content.expect("a structured result")
+    };
+    let remembered = call(
+        "memory_remember",
+        json!({ "text": "Prefers green tea", "type": "preference" }),
+    );
+    let memory_id = remembered["memory"]["memory_id"].as_u64().unwrap();
+    let recalled = call("memory_recall", json!({ "query": "green tea" }));
+    assert_eq!(recalled["hits"][0]["memory_id"], memory_id, "{recalled}");
+    let found = call("session_search", json!({ "query": "4711" }));
+    assert_eq!(found["hits"][0]["index"], 0, "{found}");
+    call("memory_forget", json!({ "memory_id": memory_id }));
+    assert_eq!(get(&format!("{url}/v1/memories/{memory_id}")).0, 404);
+    call("clear_session", json!({}));
+    let (_, session) = get(&format!("{url}/v1/sessions/desk-1"));
+    assert_eq!(session["load_from"], 1, "{session}");
+    runtime.block_on(client.cancel()).unwrap();
+
+    // A key the server refuses stops the bridge at once, saying why.
+    let mut command = memlayer(&["mcp", "--url", &url, "--session", "desk-1"]);
+    command.env(
+        "MEMLAYER_KEY",
+        format!("mlk_0123456789abcdef_{}", "0".repeat(64)),
+    );
+    let mut refused = Process::spawn(command);
+    let (status, stderr) = refused.wait_for_failure();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cannot connect to"), "{stderr}");
+
+    server.terminate();
+    assert_eq!(server.wait_for_exit().0.code(), Some(0));
 }

@@ -64,16 +64,7 @@ pub(crate) async fn run(
     measured: Duration,
 ) -> anyhow::Result<ScenarioResult> {
     // `no_proxy` keeps a proxy from the environment from intercepting 127.0.0.1 traffic.
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert(
-        reqwest::header::AUTHORIZATION,
-        format!("Bearer {}", crate::server::ADMIN_KEY).parse()?,
-    );
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(REQUEST_TIMEOUT)
-        .default_headers(headers)
-        .build()?;
+    let http = crate::server::admin_client(REQUEST_TIMEOUT)?;
     let start = Instant::now();
     let measure_from = start + warm_up;
     let end = measure_from + measured;

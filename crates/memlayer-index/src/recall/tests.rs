@@ -223,7 +223,7 @@ async fn forgotten_sessions_leave_the_index_and_restarts_keep_the_rest() {
 
     let sid = fixture.store.session_key("t", "drop").unwrap().unwrap();
     fixture.store.delete_session("t", "drop").await.unwrap();
-    fixture.recall.forget_session(sid).await.unwrap();
+    fixture.recall.forget_sessions(vec![sid]).await.unwrap();
     let after = fixture.ask(user("alice"), "alarm code").await;
     assert_eq!(contents(&after), ["The wifi password is sunflower42."]);
 

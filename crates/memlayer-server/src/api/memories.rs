@@ -1,23 +1,23 @@
 //! Long-term memories over HTTP: remember (deduplicated: a repeat or a correction updates
 //! the memory it restates), list, search, get, and forget (through the erasure coordinator,
 //! so a forgotten memory leaves no bytes behind).
+//!
+//! Every role may use them; a user-scoped key only for its own user (`Caller` checks the
+//! path's `{user_id}` and `{session_id}`, the handlers a memory's owner and a source session),
+//! and another user's memory answers `404` as one that does not exist.
 
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use memlayer_erasure::Target;
-use memlayer_memory::{MemoryQuery, RememberAction, RememberRequest};
+use memlayer_memory::{MemoryHit, MemoryQuery, RememberAction, RememberRequest};
 use memlayer_store::{Memory, MemoryKind};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::api::erasure::{ReceiptBody, erase};
-use crate::extract::{ApiJson, ApiPath, ApiQuery, Tenant};
+use crate::api::erasure::ReceiptBody;
+use crate::extract::{ApiJson, ApiPath, ApiQuery, Caller};
 use crate::wire::Rfc3339;
 use crate::{ApiError, AppState};
-
-/// Most memories one search returns.
-const MAX_MEMORY_HITS: usize = 50;
 
 /// A memory on the wire (its embedding is not sent).
 #[derive(Serialize, ToSchema)]
@@ -93,26 +93,6 @@ pub(crate) struct RememberBody {
     source: Option<SourceBody>,
 }
 
-impl RememberBody {
-    /// The body a `memory_remember` tool call stands for.
-    pub(crate) fn from_tool(
-        text: String,
-        kind: serde_json::Value,
-        tags: Vec<String>,
-        agent_id: Option<String>,
-    ) -> Result<Self, ApiError> {
-        let kind = serde_json::from_value(kind)
-            .map_err(|err| ApiError::invalid("invalid_arguments", format!("type: {err}")))?;
-        Ok(Self {
-            text,
-            kind,
-            tags,
-            agent_id,
-            source: None,
-        })
-    }
-}
-
 #[derive(Serialize, ToSchema)]
 pub(crate) struct Remembered {
     /// `created`, `updated` (a repeat or correction of an existing memory, whose old text is
@@ -120,6 +100,15 @@ pub(crate) struct Remembered {
     #[schema(value_type = String)]
     action: RememberAction,
     memory: MemoryBody,
+}
+
+impl Remembered {
+    pub(crate) fn new(memory: Memory, action: RememberAction) -> Self {
+        Self {
+            action,
+            memory: memory.into(),
+        }
+    }
 }
 
 /// Remember something about a user
@@ -136,11 +125,15 @@ pub(crate) struct Remembered {
 )]
 pub(crate) async fn remember(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Caller(caller): Caller,
     ApiPath(user_id): ApiPath<String>,
     ApiJson(body): ApiJson<RememberBody>,
 ) -> Result<(StatusCode, Json<Remembered>), ApiError> {
-    let remembered = remember_for(&state, tenant, user_id, body).await?;
+    if let Some(source) = &body.source {
+        // A memory is erased with its source session, so a user key may only name its own.
+        caller.check_session(&state, &source.session_id).await?;
+    }
+    let remembered = remember_for(&state, caller.tenant().to_owned(), user_id, body).await?;
     let status = if remembered.action == RememberAction::Created {
         StatusCode::CREATED
     } else {
@@ -149,7 +142,7 @@ pub(crate) async fn remember(
     Ok((status, Json(remembered)))
 }
 
-pub(crate) async fn remember_for(
+async fn remember_for(
     state: &AppState,
     tenant: String,
     user_id: String,
@@ -168,10 +161,7 @@ pub(crate) async fn remember_for(
             source: body.source.map(|s| (s.session_id, s.index)),
         })
         .await?;
-    Ok(Remembered {
-        action,
-        memory: memory.into(),
-    })
+    Ok(Remembered::new(memory, action))
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -197,11 +187,12 @@ pub(crate) struct MemoryList {
 )]
 pub(crate) async fn list(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Caller(caller): Caller,
     ApiPath(user_id): ApiPath<String>,
     ApiQuery(query): ApiQuery<ListQuery>,
 ) -> Result<Json<MemoryList>, ApiError> {
     let memories = state.memories().clone();
+    let tenant = caller.tenant().to_owned();
     let listed = tokio::task::spawn_blocking(move || {
         memories.list(&tenant, &user_id, query.agent_id.as_deref())
     })
@@ -229,29 +220,6 @@ fn default_k() -> usize {
     10
 }
 
-impl SearchBody {
-    /// The body a `memory_recall` tool call stands for.
-    pub(crate) fn from_tool(
-        query: String,
-        k: Option<usize>,
-        agent_id: Option<String>,
-        types: Option<serde_json::Value>,
-        tags: Option<Vec<String>>,
-    ) -> Result<Self, ApiError> {
-        let types = types
-            .map(serde_json::from_value)
-            .transpose()
-            .map_err(|err| ApiError::invalid("invalid_arguments", format!("types: {err}")))?;
-        Ok(Self {
-            query,
-            k: k.unwrap_or_else(default_k),
-            agent_id,
-            types,
-            tags,
-        })
-    }
-}
-
 #[derive(Serialize, ToSchema)]
 pub(crate) struct MemoryHitBody {
     #[serde(flatten)]
@@ -262,6 +230,20 @@ pub(crate) struct MemoryHitBody {
 #[derive(Serialize, ToSchema)]
 pub(crate) struct MemoryHits {
     hits: Vec<MemoryHitBody>,
+}
+
+impl MemoryHits {
+    pub(crate) fn new(hits: Vec<MemoryHit>) -> Self {
+        Self {
+            hits: hits
+                .into_iter()
+                .map(|hit| MemoryHitBody {
+                    memory: hit.memory.into(),
+                    score: hit.score,
+                })
+                .collect(),
+        }
+    }
 }
 
 /// Search a user's memories
@@ -277,28 +259,24 @@ pub(crate) struct MemoryHits {
 )]
 pub(crate) async fn search(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Caller(caller): Caller,
     ApiPath(user_id): ApiPath<String>,
     ApiJson(body): ApiJson<SearchBody>,
 ) -> Result<Json<MemoryHits>, ApiError> {
+    let tenant = caller.tenant().to_owned();
     Ok(Json(search_for(&state, tenant, user_id, body).await?))
 }
 
-pub(crate) async fn search_for(
+async fn search_for(
     state: &AppState,
     tenant: String,
     user_id: String,
     body: SearchBody,
 ) -> Result<MemoryHits, ApiError> {
     memlayer_store::validate_id("user_id", &user_id)?;
-    if !(1..=MAX_MEMORY_HITS).contains(&body.k) {
-        return Err(ApiError::invalid(
-            "invalid_value",
-            format!("k must be between 1 and {MAX_MEMORY_HITS}"),
-        ));
-    }
     let hits = state
-        .memories()
+        .agent()
+        .tools()
         .recall(MemoryQuery {
             tenant,
             user_id,
@@ -309,15 +287,7 @@ pub(crate) async fn search_for(
             tags: body.tags,
         })
         .await?;
-    Ok(MemoryHits {
-        hits: hits
-            .into_iter()
-            .map(|hit| MemoryHitBody {
-                memory: hit.memory.into(),
-                score: hit.score,
-            })
-            .collect(),
-    })
+    Ok(MemoryHits::new(hits))
 }
 
 /// A memory
@@ -333,20 +303,29 @@ pub(crate) async fn search_for(
 )]
 pub(crate) async fn get(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Caller(caller): Caller,
     ApiPath(memory_id): ApiPath<u64>,
 ) -> Result<Json<MemoryBody>, ApiError> {
-    match state.memories().get(&tenant, memory_id)? {
-        Some(memory) => Ok(Json(memory.into())),
-        None => Err(memory_not_found(memory_id)),
-    }
+    let memory = owned_memory(&state, caller.tenant(), caller.user(), memory_id)?;
+    Ok(Json(memory.into()))
 }
 
-fn memory_not_found(memory_id: u64) -> ApiError {
-    ApiError::NotFound {
-        code: "memory_not_found",
-        message: format!("no memory {memory_id} in this tenant"),
-    }
+/// The memory of `tenant` with this id, if it belongs to `user` (any user's for `None`);
+/// `404` otherwise, the same answer whether it does not exist or is another user's.
+fn owned_memory(
+    state: &AppState,
+    tenant: &str,
+    user: Option<&str>,
+    memory_id: u64,
+) -> Result<Memory, ApiError> {
+    state
+        .memories()
+        .get(tenant, memory_id)?
+        .filter(|memory| user.is_none_or(|user| memory.user_id == user))
+        .ok_or_else(|| ApiError::NotFound {
+            code: "memory_not_found",
+            message: format!("no memory {memory_id} of this user"),
+        })
 }
 
 /// Forget a memory
@@ -364,21 +343,28 @@ fn memory_not_found(memory_id: u64) -> ApiError {
 )]
 pub(crate) async fn forget(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Caller(caller): Caller,
     ApiPath(memory_id): ApiPath<u64>,
 ) -> Result<Json<ReceiptBody>, ApiError> {
-    Ok(Json(forget_for(&state, tenant, memory_id).await?))
+    let tenant = caller.tenant().to_owned();
+    Ok(Json(
+        forget_for(&state, tenant, caller.user(), memory_id).await?,
+    ))
 }
 
-pub(crate) async fn forget_for(
+/// Forgets a memory of `tenant` that belongs to `user` (any user's for `None`).
+async fn forget_for(
     state: &AppState,
     tenant: String,
+    user: Option<&str>,
     memory_id: u64,
 ) -> Result<ReceiptBody, ApiError> {
-    if state.memories().get(&tenant, memory_id)?.is_none() {
-        return Err(memory_not_found(memory_id));
-    }
-    erase(state, tenant, Target::Memory { memory_id }).await
+    let receipt = state
+        .agent()
+        .tools()
+        .forget(tenant, memory_id, user)
+        .await?;
+    Ok(receipt.into())
 }
 
 #[derive(Serialize, ToSchema)]
@@ -406,9 +392,11 @@ pub(crate) struct Ending {
 )]
 pub(crate) async fn end_session(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    // For a user-scoped key, the extractor has checked that the session is its user's.
+    Caller(caller): Caller,
     ApiPath(session_id): ApiPath<String>,
 ) -> Result<(StatusCode, Json<Ending>), ApiError> {
+    let tenant = caller.tenant().to_owned();
     crate::api::erasure::require_session(&state, &tenant, &session_id).await?;
     let contexts = state.contexts().clone();
     let id = session_id.clone();
@@ -457,11 +445,12 @@ pub(crate) struct SessionMemoryBody {
 )]
 pub(crate) async fn session_memory(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Caller(caller): Caller,
     ApiPath(user_id): ApiPath<String>,
     ApiQuery(query): ApiQuery<AgentQuery>,
 ) -> Result<Json<SessionMemoryBody>, ApiError> {
     let (user, agent) = (user_id.clone(), query.agent_id.clone());
+    let tenant = caller.tenant().to_owned();
     let memory = crate::api::read(&state, move |store| {
         store.session_memory(&tenant, &user, &agent)
     })

@@ -6,9 +6,11 @@ pub(crate) mod episodes;
 pub(crate) mod erasure;
 pub(crate) mod health;
 pub(crate) mod keys;
+pub(crate) mod mcp;
 pub(crate) mod memories;
 pub(crate) mod operations;
 pub(crate) mod recall;
+pub(crate) mod runs;
 pub(crate) mod sessions;
 pub(crate) mod settings;
 pub(crate) mod tools;
@@ -38,6 +40,8 @@ pub(crate) const ROUTES: &[Route] = &[
     Route::api(|| routes!(recall::recall)),
     Route::api(|| routes!(tools::tools)),
     Route::api(|| routes!(tools::call)),
+    Route::api(|| routes!(runs::run)),
+    Route::api(|| routes!(mcp::mcp)),
     Route::api(|| routes!(memories::remember, memories::list)),
     Route::api(|| routes!(memories::search)),
     Route::api(|| routes!(memories::end_session)),
@@ -75,6 +79,7 @@ pub(crate) const ROUTES: &[Route] = &[
     Route::operations(|| routes!(operations::metrics)),
     Route::operations(|| routes!(operations::openapi_json)),
     Route::operations(|| routes!(operations::docs)),
+    Route::operations(|| routes!(operations::admin)),
 ];
 
 /// One path of the route table.
@@ -94,8 +99,9 @@ impl Route {
         }
     }
 
-    /// A probe, the metrics or the documentation: cheap, and never shed, so that an
-    /// overloaded server can still be watched.
+    /// A probe, the metrics, the documentation or the admin page: cheap, and never shed, so
+    /// that an overloaded server can still be watched (the admin page's own `/v1` calls are
+    /// shed like any other).
     const fn operations(handlers: fn() -> UtoipaMethodRouter<AppState>) -> Self {
         Self {
             handlers,

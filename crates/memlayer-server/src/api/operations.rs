@@ -1,4 +1,5 @@
-//! Operating the server: Prometheus metrics, the OpenAPI document and a page that renders it.
+//! Operating the server: Prometheus metrics, the OpenAPI document, a page that renders it, and
+//! the admin page.
 
 use axum::extract::State;
 use axum::http::header;
@@ -10,9 +11,13 @@ use crate::{ApiError, AppState};
 /// The docs page: one self-contained file (its script and style inline, nothing fetched but
 /// `/openapi.json`), because memlayer runs air-gapped.
 const DOCS_PAGE: &str = include_str!("docs.html");
-/// Only inline script and style, and requests back to this server: the page cannot load
+/// The admin page, self-contained for the same reason. It is public like the docs page: it
+/// holds no data and no secret, and every request it makes carries the key the operator
+/// types in, checked by the `/v1` routes as any other client's.
+const ADMIN_PAGE: &str = include_str!("admin.html");
+/// Only inline script and style, and requests back to this server: neither page can load
 /// anything from elsewhere, even if edited to.
-const DOCS_POLICY: &str = "default-src 'none'; script-src 'unsafe-inline'; \
+const PAGE_POLICY: &str = "default-src 'none'; script-src 'unsafe-inline'; \
     style-src 'unsafe-inline'; connect-src 'self'; base-uri 'none'; form-action 'none'";
 
 /// Prometheus metrics
@@ -75,8 +80,30 @@ pub(crate) async fn openapi_json() -> impl IntoResponse {
     )),
 )]
 pub(crate) async fn docs() -> impl IntoResponse {
-    (
-        [(header::CONTENT_SECURITY_POLICY, DOCS_POLICY)],
-        Html(DOCS_PAGE),
-    )
+    self_contained(DOCS_PAGE)
+}
+
+/// Admin page
+///
+/// A page for tenant admins: settings and retention, conversation stats, purge, and a
+/// session browser. It asks for an API key and calls the `/v1` API with it; it loads nothing
+/// from elsewhere.
+#[utoipa::path(
+    get,
+    path = "/admin",
+    tag = "operations",
+    responses((
+        status = 200,
+        description = "An HTML page",
+        content_type = "text/html",
+        body = String,
+    )),
+)]
+pub(crate) async fn admin() -> impl IntoResponse {
+    self_contained(ADMIN_PAGE)
+}
+
+/// One of the compiled-in pages, under the policy that keeps it from loading anything.
+fn self_contained(page: &'static str) -> impl IntoResponse {
+    ([(header::CONTENT_SECURITY_POLICY, PAGE_POLICY)], Html(page))
 }

@@ -604,9 +604,9 @@ pub(crate) async fn list_runs(
 /// Where context loads start now.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct Cleared {
-    session_id: String,
+    pub(crate) session_id: String,
     /// Context loads start at this index from now on.
-    load_from: u64,
+    pub(crate) load_from: u64,
 }
 
 /// Clear a session's context
@@ -636,8 +636,6 @@ pub(crate) async fn clear_session(
     }))
 }
 
-/// Most hits one session search returns.
-const MAX_SEARCH_HITS: usize = 50;
 /// Characters of a hit's content shown in its preview.
 const PREVIEW_CHARS: usize = 300;
 
@@ -695,40 +693,28 @@ pub(crate) async fn search_session(
     ApiQuery(query): ApiQuery<SearchQuery>,
 ) -> Result<Json<SearchResults>, ApiError> {
     let tenant = caller.tenant().to_owned();
-    Ok(Json(
-        search(&state, tenant, session_id, query.q, query.limit).await?,
-    ))
+    let messages = state
+        .agent()
+        .tools()
+        .search_session(tenant, session_id.clone(), query.q, query.limit)
+        .await?;
+    Ok(Json(SearchResults::new(session_id, messages)))
 }
 
-/// `session_search` for the endpoint and for the agent tool of the same name.
-pub(crate) async fn search(
-    state: &AppState,
-    tenant: String,
-    session_id: String,
-    q: String,
-    limit: usize,
-) -> Result<SearchResults, ApiError> {
-    if !(1..=MAX_SEARCH_HITS).contains(&limit) {
-        return Err(ApiError::invalid(
-            "invalid_value",
-            format!("limit must be between 1 and {MAX_SEARCH_HITS}"),
-        ));
+impl SearchResults {
+    /// The matches as the endpoint and the `session_search` tool answer them.
+    pub(crate) fn new(session_id: String, messages: Vec<memlayer_store::Message>) -> Self {
+        Self {
+            session_id,
+            hits: messages
+                .into_iter()
+                .map(|message| SearchHit {
+                    index: message.index,
+                    role: message.role,
+                    preview: message.content.chars().take(PREVIEW_CHARS).collect(),
+                    timestamp: crate::wire::Rfc3339(message.timestamp),
+                })
+                .collect(),
+        }
     }
-    let id = session_id.clone();
-    let hits = read(state, move |store| {
-        store.search_messages(&tenant, &id, &q, limit)
-    })
-    .await?;
-    Ok(SearchResults {
-        session_id,
-        hits: hits
-            .into_iter()
-            .map(|message| SearchHit {
-                index: message.index,
-                role: message.role,
-                preview: message.content.chars().take(PREVIEW_CHARS).collect(),
-                timestamp: crate::wire::Rfc3339(message.timestamp),
-            })
-            .collect(),
-    })
 }

@@ -1,81 +1,22 @@
 //! Agent tools: the memory tools as OpenAI function-calling schemas (`GET /v1/tools`) and an
 //! endpoint that executes a model's tool call against a session, so an agent loop can pass
 //! tool calls straight through. A call runs as the session's user and agent: a model can
-//! only reach the memories and history of the conversation it is in.
+//! only reach the memories and history of the conversation it is in. The MCP server
+//! (`mcp.rs`) lists the same definitions and runs calls through the same [`execute`].
 
 use axum::Json;
 use axum::extract::State;
+use memlayer_agent::{SESSION_SEARCH_INSTRUCTION, ToolOutcome, definitions, parse_call};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use utoipa::ToSchema;
 
-use crate::api::memories::{RememberBody, SearchBody, forget_for, remember_for, search_for};
+use crate::api::erasure::ReceiptBody;
+use crate::api::memories::{MemoryHits, Remembered};
 use crate::api::read;
-use crate::extract::{ApiJson, ApiPath, Caller, Tenant};
+use crate::api::sessions::{Cleared, SearchResults};
+use crate::extract::{ApiJson, ApiPath, Caller};
 use crate::{ApiError, AppState};
-
-/// What the model is told about `session_search`, so it uses the tool when the answer lies
-/// in the conversation's past rather than guessing.
-const SESSION_SEARCH_INSTRUCTION: &str = "Parts of this conversation may not be in your \
-context: older turns are summarised or left out. When the user refers to something said \
-earlier that you cannot see (a name, a number, a decision, \"as I told you\"), call \
-session_search with a few distinctive words before answering, instead of guessing.";
-
-/// The tools' definitions, in the shape OpenAI's `tools` parameter takes.
-fn definitions() -> Value {
-    let function = |name: &str, description: &str, parameters: Value| {
-        json!({ "type": "function", "function": {
-            "name": name, "description": description, "parameters": parameters,
-        }})
-    };
-    json!([
-        function(
-            "memory_remember",
-            "Remember a durable fact, preference, relationship or instruction about the user \
-             for future conversations. Restating or correcting something already remembered \
-             updates it.",
-            json!({ "type": "object", "additionalProperties": false, "required": ["text", "type"],
-            "properties": {
-                "text": { "type": "string", "description": "One short self-contained statement" },
-                "type": { "type": "string", "enum": ["fact", "preference", "relationship", "instruction"] },
-                "tags": { "type": "array", "items": { "type": "string" }, "maxItems": 8 },
-                "agent_only": { "type": "boolean", "description": "Only this agent may see it (default: every agent of the user)" },
-            }}),
-        ),
-        function(
-            "memory_recall",
-            "Search what is remembered about the user.",
-            json!({ "type": "object", "additionalProperties": false, "required": ["query"],
-            "properties": {
-                "query": { "type": "string" },
-                "k": { "type": "integer", "minimum": 1, "maximum": 50, "default": 10 },
-                "types": { "type": "array", "items": { "type": "string", "enum": ["fact", "preference", "relationship", "instruction"] } },
-                "tags": { "type": "array", "items": { "type": "string" } },
-            }}),
-        ),
-        function(
-            "memory_forget",
-            "Forget one remembered item, by the memory_id memory_recall returned.",
-            json!({ "type": "object", "additionalProperties": false, "required": ["memory_id"],
-                "properties": { "memory_id": { "type": "integer", "minimum": 1 } }}),
-        ),
-        function(
-            "session_search",
-            SESSION_SEARCH_INSTRUCTION,
-            json!({ "type": "object", "additionalProperties": false, "required": ["query"],
-            "properties": {
-                "query": { "type": "string", "description": "Words to find, case-insensitively" },
-                "limit": { "type": "integer", "minimum": 1, "maximum": 50, "default": 10 },
-            }}),
-        ),
-        function(
-            "clear_session",
-            "Start the conversation afresh: later context leaves out everything said so far \
-             (it stays stored). Only when the user asks to start over.",
-            json!({ "type": "object", "additionalProperties": false, "properties": {} }),
-        ),
-    ])
-}
 
 #[derive(Serialize, ToSchema)]
 pub(crate) struct Tools {
@@ -125,49 +66,6 @@ pub(crate) struct ToolResult {
     content: String,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RememberArgs {
-    text: String,
-    #[serde(rename = "type")]
-    kind: Value,
-    #[serde(default)]
-    tags: Vec<String>,
-    #[serde(default)]
-    agent_only: bool,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RecallArgs {
-    query: String,
-    k: Option<usize>,
-    types: Option<Value>,
-    tags: Option<Vec<String>>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct ForgetArgs {
-    memory_id: u64,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct SearchArgs {
-    query: String,
-    #[serde(default = "default_limit")]
-    limit: usize,
-}
-
-fn default_limit() -> usize {
-    10
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NoArgs {}
-
 /// Run a tool call
 ///
 /// Executes one tool call of a model against the session, as the session's user and agent.
@@ -184,62 +82,13 @@ struct NoArgs {}
 )]
 pub(crate) async fn call(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    // For a user-scoped key, the extractor has checked that the session is its user's.
+    Caller(caller): Caller,
     ApiPath(session_id): ApiPath<String>,
     ApiJson(call): ApiJson<ToolCall>,
 ) -> Result<Json<ToolResult>, ApiError> {
-    let (owner_tenant, id) = (tenant.clone(), session_id.clone());
-    let session = read(&state, move |store| {
-        store
-            .session(&owner_tenant, &id)?
-            .ok_or(memlayer_store::StoreError::SessionNotFound { session_id: id })
-    })
-    .await?;
-    let result = match parse_call(&call.name, call.arguments)? {
-        Parsed::Remember(args) => {
-            let body = RememberBody::from_tool(
-                args.text,
-                args.kind,
-                args.tags,
-                args.agent_only.then(|| session.agent_id.clone()),
-            )?;
-            to_value(remember_for(&state, tenant, session.user_id, body).await?)
-        }
-        Parsed::Recall(args) => {
-            let body = SearchBody::from_tool(
-                args.query,
-                args.k,
-                Some(session.agent_id),
-                args.types,
-                args.tags,
-            )?;
-            to_value(search_for(&state, tenant, session.user_id, body).await?)
-        }
-        Parsed::Forget(args) => {
-            // A model may only forget the memories of the user it talks to.
-            let owned = state
-                .memories()
-                .get(&tenant, args.memory_id)?
-                .is_some_and(|m| m.user_id == session.user_id);
-            if !owned {
-                return Err(ApiError::NotFound {
-                    code: "memory_not_found",
-                    message: format!("no memory {} of this user", args.memory_id),
-                });
-            }
-            to_value(forget_for(&state, tenant, args.memory_id).await?)
-        }
-        Parsed::Search(args) => {
-            let results =
-                crate::api::sessions::search(&state, tenant, session_id, args.query, args.limit)
-                    .await?;
-            to_value(results)
-        }
-        Parsed::Clear => {
-            let load_from = state.store().clear_session(&tenant, &session_id).await?;
-            json!({ "session_id": session_id, "load_from": load_from })
-        }
-    };
+    let tenant = caller.tenant().to_owned();
+    let result = execute(&state, tenant, session_id, &call.name, call.arguments).await?;
     Ok(Json(ToolResult {
         name: call.name,
         content: result.to_string(),
@@ -247,50 +96,52 @@ pub(crate) async fn call(
     }))
 }
 
-/// A tool call's arguments, parsed for the tool it names.
-pub(crate) enum Parsed {
-    Remember(RememberArgs),
-    Recall(RecallArgs),
-    Forget(ForgetArgs),
-    Search(SearchArgs),
-    Clear,
-}
-
-/// Parses `arguments` (an object, or the JSON text a model returns) for the tool `name`;
-/// an unknown tool or arguments it does not take are refused before anything runs.
-pub(crate) fn parse_call(name: &str, arguments: Value) -> Result<Parsed, ApiError> {
-    let arguments = match arguments {
-        Value::String(text) => serde_json::from_str(&text).map_err(|err| {
-            ApiError::invalid(
-                "invalid_arguments",
-                format!("arguments are not JSON: {err}"),
-            )
-        })?,
-        other => other,
-    };
-    Ok(match name {
-        "memory_remember" => Parsed::Remember(parse(arguments)?),
-        "memory_recall" => Parsed::Recall(parse(arguments)?),
-        "memory_forget" => Parsed::Forget(parse(arguments)?),
-        "session_search" => Parsed::Search(parse(arguments)?),
-        "clear_session" => {
-            let NoArgs {} = parse(arguments)?;
-            Parsed::Clear
-        }
-        other => {
-            return Err(ApiError::invalid(
-                "unknown_tool",
-                format!("no tool named {other:?}; GET /v1/tools lists them"),
-            ));
-        }
+/// Runs the tool `name` with `arguments` in the session `session_id` of `tenant`, as the
+/// session's user and agent, and answers its result as JSON.
+pub(crate) async fn execute(
+    state: &AppState,
+    tenant: String,
+    session_id: String,
+    name: &str,
+    arguments: Value,
+) -> Result<Value, ApiError> {
+    let parsed = parse_call(name, arguments)?;
+    let (owner_tenant, id) = (tenant.clone(), session_id);
+    let session = read(state, move |store| {
+        store
+            .session(&owner_tenant, &id)?
+            .ok_or(memlayer_store::StoreError::SessionNotFound { session_id: id })
     })
+    .await?;
+    let outcome = state
+        .agent()
+        .tools()
+        .call(&tenant, &session, parsed)
+        .await?;
+    Ok(render(outcome))
 }
 
-fn parse<T: serde::de::DeserializeOwned>(arguments: Value) -> Result<T, ApiError> {
-    serde_json::from_value(arguments)
-        .map_err(|err| ApiError::invalid("invalid_arguments", err.to_string()))
-}
-
-fn to_value(result: impl Serialize) -> Value {
-    serde_json::to_value(result).unwrap_or(Value::Null)
+/// A tool's outcome as JSON: the same shapes the memory and session endpoints answer. Runs
+/// send it back to the model too (see `AppState::new`).
+pub(crate) fn render(outcome: ToolOutcome) -> Value {
+    let value = match outcome {
+        ToolOutcome::Remembered { memory, action } => {
+            serde_json::to_value(Remembered::new(memory, action))
+        }
+        ToolOutcome::Recalled(hits) => serde_json::to_value(MemoryHits::new(hits)),
+        ToolOutcome::Forgotten(receipt) => serde_json::to_value(ReceiptBody::from(receipt)),
+        ToolOutcome::Found {
+            session_id,
+            messages,
+        } => serde_json::to_value(SearchResults::new(session_id, messages)),
+        ToolOutcome::Cleared {
+            session_id,
+            load_from,
+        } => serde_json::to_value(Cleared {
+            session_id,
+            load_from,
+        }),
+    };
+    // These types serialise to JSON without fail (string keys, no custom serialisers).
+    value.unwrap_or(Value::Null)
 }

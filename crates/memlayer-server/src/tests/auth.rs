@@ -122,35 +122,46 @@ const TABLE: &[Row] = &[
     row(
         "POST",
         "/v1/sessions/{session_id}/tools/call",
-        Service,
-        403,
+        Owner,
+        404,
         404,
     )
     .body(r#"{"name":"session_search","arguments":{"query":"canary"}}"#),
-    // Memories are for tenant-wide keys; another tenant sees its own (empty) ones.
-    row("GET", "/v1/users/{user_id}/memories", Service, 403, 200),
-    row("POST", "/v1/users/{user_id}/memories", Service, 403, 201)
+    // Another user's session is not found; another tenant has no such session. No model is
+    // configured here, but the session is checked first, so nothing of the victim's leaks.
+    row("POST", "/v1/agents/{agent_id}/runs", Owner, 404, 404).body(
+        r#"{"message":"hi","user_id":"alice","session_id":"victim-session"}"#,
+    ),
+    // The MCP server of a session: checked like the tool-call endpoint before any message
+    // reaches the MCP transport.
+    row("POST", "/v1/sessions/{session_id}/mcp", Owner, 404, 404).body(
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"session_search","arguments":{"query":"canary"}}}"#,
+    ),
+    // A user key reaches its own user's memories only: alice's are not found; another
+    // tenant sees its own (empty) ones.
+    row("GET", "/v1/users/{user_id}/memories", Owner, 404, 200),
+    row("POST", "/v1/users/{user_id}/memories", Owner, 404, 201)
         .body(r#"{"text":"another tenant's memory","type":"fact"}"#),
     row(
         "POST",
         "/v1/users/{user_id}/memories/search",
-        Service,
-        403,
+        Owner,
+        404,
         200,
     )
     .body(r#"{"query":"canary"}"#),
-    row("POST", "/v1/sessions/{session_id}/end", Service, 403, 404),
+    row("POST", "/v1/sessions/{session_id}/end", Owner, 404, 404),
     row(
         "GET",
         "/v1/users/{user_id}/session-memory",
-        Service,
-        403,
+        Owner,
+        404,
         404,
     )
     .query("?agent_id=support"),
-    row("GET", "/v1/memories/{memory_id}", Service, 403, 404),
-    row("DELETE", "/v1/memories/{memory_id}", Service, 403, 404),
-    // Episodes are scoped like memories.
+    row("GET", "/v1/memories/{memory_id}", Owner, 404, 404),
+    row("DELETE", "/v1/memories/{memory_id}", Owner, 404, 404),
+    // Episodes are for tenant-wide keys.
     row("GET", "/v1/users/{user_id}/episodes", Service, 403, 200),
     row("POST", "/v1/users/{user_id}/episodes", Service, 403, 201).body(
         r#"{"task_type":"refund","description":"another tenant's","outcome":"success","lesson":"theirs"}"#,
@@ -185,6 +196,7 @@ const TABLE: &[Row] = &[
     public("/metrics"),
     public("/openapi.json"),
     public("/docs"),
+    public("/admin"),
 ];
 
 /// The keys a request can carry.

@@ -1,0 +1,524 @@
+//! An agent run: the user's message stored, the turn's context assembled exactly as
+//! `/context` assembles it, the model called with the memory tools, their calls executed in
+//! a bounded loop, and the answer and the run record stored.
+//!
+//! A run is split in two so that the HTTP layer can answer a bad request with a plain error
+//! and a good one with a stream: [`Agent::start`] checks the request and durably stores the
+//! user's message; [`Agent::run`] or [`Agent::stream`] does the rest on a spawned task, so a
+//! client that goes away (or the server's request timeout) never cuts a run off between
+//! the model's answer and its record.
+
+use std::time::Instant;
+
+use memlayer_llm::{
+    ChatClient, ChatRequest, Completion, LlmError, Message as ChatMessage, StreamDelta, ToolChoice,
+    Usage,
+};
+use memlayer_memory::{ContextBuilder, ContextMessage, ContextRequest, TokenEncoding};
+use memlayer_store::{
+    Append, Metadata, NewMessage, NewRun, NewSession, Role, RunStatus, Session, Store, StoreError,
+    validate_id,
+};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::error::AgentError;
+use crate::tools::{SESSION_SEARCH_INSTRUCTION, ToolOutcome, Tools, chat_tools, parse_call};
+
+/// Most rounds of tool calls in one run. The request after the last round forbids tools
+/// (`tool_choice: none`), so a model that keeps calling tools still ends with an answer and a
+/// run costs at most `MAX_TOOL_ROUNDS + 1` model calls.
+pub const MAX_TOOL_ROUNDS: usize = 4;
+
+/// How many streamed events may wait for a slow client before the run waits for it.
+const EVENT_BUFFER: usize = 64;
+
+/// Writes a tool's outcome as the JSON the model gets back. The HTTP layer supplies it, so a
+/// run sends the model exactly what `POST /v1/sessions/{id}/tools/call` answers.
+pub type RenderTool = fn(ToolOutcome) -> Value;
+
+/// A run to start.
+#[derive(Debug, Clone)]
+pub struct RunRequest {
+    /// The tenant.
+    pub tenant: String,
+    /// The agent answering.
+    pub agent_id: String,
+    /// The user speaking.
+    pub user_id: String,
+    /// The conversation to continue (one of this user with this agent); a new one when
+    /// `None`.
+    pub session_id: Option<String>,
+    /// The user's message.
+    pub message: String,
+}
+
+impl RunRequest {
+    /// The checks [`Agent::start`] runs before it reads or stores anything: a message with
+    /// text, valid ids.
+    pub fn validate(&self) -> Result<(), AgentError> {
+        if self.message.trim().is_empty() {
+            return Err(AgentError::invalid(
+                "invalid_value",
+                "message must not be empty",
+            ));
+        }
+        validate_id("agent_id", &self.agent_id)?;
+        validate_id("user_id", &self.user_id)?;
+        if let Some(id) = &self.session_id {
+            validate_id("session_id", id)?;
+        }
+        Ok(())
+    }
+}
+
+/// A run whose user message is stored, ready for [`Agent::run`] or [`Agent::stream`].
+#[derive(Debug)]
+pub struct Turn {
+    tenant: String,
+    session: Session,
+    created_session: bool,
+    /// The index of the user's message in the session.
+    question_index: u64,
+    message: String,
+    model: ChatClient,
+    started: Instant,
+}
+
+impl Turn {
+    /// The session the run is in.
+    pub fn session_id(&self) -> &str {
+        &self.session.id
+    }
+}
+
+/// A finished run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOutcome {
+    /// The run's id.
+    pub run_id: String,
+    /// Its session.
+    pub session_id: String,
+    /// Whether the run created the session.
+    pub created_session: bool,
+    /// The answer, stored as the session's assistant message.
+    pub content: String,
+    /// `COMPLETED`.
+    pub status: RunStatus,
+    /// The tool calls executed, as recorded in the run: call id, name, round, ok, and the
+    /// error code of a refused one.
+    pub tool_calls: Vec<Value>,
+    /// Tokens of every model call of the run, added up.
+    pub usage: Usage,
+}
+
+/// What a streamed run reports, in order: deltas and tool calls, then `Finished` once.
+#[derive(Debug)]
+pub enum RunEvent {
+    /// More text of the answer, as the model streams it.
+    Delta(String),
+    /// A tool call was executed (`ok: false` when it was refused; the model got the error).
+    ToolCall {
+        /// The tool's name.
+        name: String,
+        /// Whether it succeeded.
+        ok: bool,
+    },
+    /// The run ended: its answer and record are stored, or it failed and is recorded so.
+    Finished(Box<Result<RunOutcome, AgentError>>),
+}
+
+/// Runs agents. Cheap to clone.
+#[derive(Clone)]
+pub struct Agent {
+    store: Store,
+    contexts: ContextBuilder,
+    tools: Tools,
+    model: Option<ChatClient>,
+    encoding: TokenEncoding,
+    render: RenderTool,
+}
+
+impl Agent {
+    /// Runs answered by `model` (`None`: every run is refused with
+    /// [`AgentError::ModelNotConfigured`]), with the context `contexts` builds, the memory
+    /// `tools`, and messages counted with `encoding`.
+    pub fn new(
+        contexts: ContextBuilder,
+        tools: Tools,
+        model: Option<ChatClient>,
+        encoding: TokenEncoding,
+        render: RenderTool,
+    ) -> Self {
+        Self {
+            store: tools.store().clone(),
+            contexts,
+            tools,
+            model,
+            encoding,
+            render,
+        }
+    }
+
+    /// The memory tools.
+    pub fn tools(&self) -> &Tools {
+        &self.tools
+    }
+
+    /// Checks the request and durably stores the user's message, creating the session when
+    /// none is named. Nothing is stored when it fails: an invalid request, a session that is
+    /// not this user's with this agent (`SessionNotFound`), or no model configured.
+    pub async fn start(&self, request: RunRequest) -> Result<Turn, AgentError> {
+        request.validate()?;
+        let RunRequest {
+            tenant,
+            agent_id,
+            user_id,
+            session_id,
+            message,
+        } = request;
+        if let Some(id) = &session_id {
+            let session = self.session(&tenant, id).await?;
+            if session.user_id != user_id || session.agent_id != agent_id {
+                // Another user's or agent's conversation is not found, never forbidden:
+                // existence must not leak.
+                return Err(StoreError::SessionNotFound {
+                    session_id: id.clone(),
+                }
+                .into());
+            }
+        }
+        let model = self.model.clone().ok_or(AgentError::ModelNotConfigured)?;
+        let (session_id, create) = match session_id {
+            Some(id) => (id, None),
+            None => (
+                uuid::Uuid::new_v4().to_string(),
+                Some(NewSession {
+                    user_id,
+                    agent_id,
+                    flow_id: None,
+                    metadata: Metadata::new(),
+                }),
+            ),
+        };
+        let started = Instant::now();
+        let user_message = self.new_message(Role::User, message.clone()).await?;
+        // Stored before the model is called: whatever happens to the call or the process,
+        // the user's message is not lost, and the session shows an incomplete turn.
+        let appended = self
+            .store
+            .append(
+                &tenant,
+                &session_id,
+                Append {
+                    messages: vec![user_message],
+                    create,
+                    idempotency_key: None,
+                },
+            )
+            .await?;
+        let session = self.session(&tenant, &session_id).await?;
+        Ok(Turn {
+            tenant,
+            session,
+            created_session: appended.created_session,
+            question_index: appended.first_index,
+            message,
+            model,
+            started,
+        })
+    }
+
+    /// Finishes the run and returns its outcome; an upstream failure is
+    /// [`AgentError::Upstream`], with the failed run recorded.
+    pub async fn run(&self, turn: Turn) -> Result<RunOutcome, AgentError> {
+        let agent = self.clone();
+        tokio::spawn(async move { agent.finish(turn, None).await })
+            .await
+            .map_err(|err| AgentError::Task(err.to_string()))?
+    }
+
+    /// Finishes the run with the model's answer streamed: deltas as they arrive, then
+    /// [`RunEvent::Finished`]. The run goes on if the receiver is dropped.
+    pub fn stream(&self, turn: Turn) -> mpsc::Receiver<RunEvent> {
+        let (sender, receiver) = mpsc::channel(EVENT_BUFFER);
+        let agent = self.clone();
+        tokio::spawn(async move {
+            let finished = agent.finish(turn, Some(&sender)).await;
+            let _ = sender.send(RunEvent::Finished(Box::new(finished))).await;
+        });
+        receiver
+    }
+
+    async fn finish(
+        &self,
+        turn: Turn,
+        events: Option<&mpsc::Sender<RunEvent>>,
+    ) -> Result<RunOutcome, AgentError> {
+        let mut record = Record::default();
+        let answered = self.converse(&turn, events, &mut record).await;
+        let session_id = turn.session.id.clone();
+        let mut metadata = record.metadata(turn.model.config().model.as_str());
+        metadata.insert("question_index".into(), json!(turn.question_index));
+        // The run points at the answer rather than holding a copy of it: erasing the
+        // message must leave no copy of its text behind (see `Record`).
+        if let Ok(content) = &answered {
+            let answer = self.new_message(Role::Assistant, content.clone()).await?;
+            let appended = self
+                .store
+                .append(
+                    &turn.tenant,
+                    &session_id,
+                    Append {
+                        messages: vec![answer],
+                        create: None,
+                        idempotency_key: None,
+                    },
+                )
+                .await?;
+            metadata.insert("answer_index".into(), json!(appended.first_index));
+        }
+        let (status, error) = match &answered {
+            Ok(_) => (RunStatus::Completed, None),
+            // `LlmError` never carries the upstream's key (see memlayer-llm), so the reason
+            // can be shown to whoever reads the session's runs.
+            Err(failure) => (RunStatus::Failed, Some(failure.to_string())),
+        };
+        let latency_ms = u64::try_from(turn.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        metadata.insert("latency_ms".into(), json!(latency_ms));
+        let run = NewRun {
+            run_id: None,
+            status,
+            content: None,
+            tool_calls: record.tool_calls.clone(),
+            error,
+            metadata,
+        };
+        let run = self
+            .store
+            .record_run(&turn.tenant, &session_id, run)
+            .await?;
+        tracing::info!(
+            session = %session_id,
+            run = %run.run_id,
+            status = ?run.status,
+            latency_ms,
+            model_calls = record.model_calls,
+            tool_calls = record.tool_calls.len(),
+            "agent run finished"
+        );
+        match answered {
+            Ok(content) => Ok(RunOutcome {
+                run_id: run.run_id,
+                session_id,
+                created_session: turn.created_session,
+                content,
+                status: run.status,
+                tool_calls: run.tool_calls,
+                usage: record.usage,
+            }),
+            Err(Failure::Upstream(source)) => Err(AgentError::Upstream {
+                run_id: run.run_id,
+                session_id,
+                source: Box::new(source),
+            }),
+            Err(Failure::Agent(err)) => Err(err),
+        }
+    }
+
+    /// Context, model, tools, model …: the answer's text.
+    async fn converse(
+        &self,
+        turn: &Turn,
+        events: Option<&mpsc::Sender<RunEvent>>,
+        record: &mut Record,
+    ) -> Result<String, Failure> {
+        let built = self
+            .contexts
+            .build(ContextRequest {
+                tenant: turn.tenant.clone(),
+                session_id: turn.session.id.clone(),
+                query: Some(turn.message.clone()),
+                overrides: Default::default(),
+            })
+            .await
+            .map_err(|err| Failure::Agent(err.into()))?;
+        let mut messages = vec![ChatMessage::system(SESSION_SEARCH_INSTRUCTION)];
+        messages.extend(built.assembled.messages.iter().map(chat_message));
+        let tools = chat_tools();
+        for round in 0..=MAX_TOOL_ROUNDS {
+            let last = round == MAX_TOOL_ROUNDS;
+            let request = ChatRequest {
+                messages: messages.clone(),
+                tools: tools.clone(),
+                tool_choice: last.then_some(ToolChoice::None),
+                ..ChatRequest::default()
+            };
+            let completion = complete(&turn.model, &request, events)
+                .await
+                .map_err(Failure::Upstream)?;
+            record.add(&completion);
+            if completion.tool_calls.is_empty() || last {
+                return Ok(completion.content.unwrap_or_default());
+            }
+            messages.push(ChatMessage::assistant_tool_calls(
+                completion.tool_calls.clone(),
+            ));
+            for call in completion.tool_calls {
+                let result = self.call_tool(turn, &call.name, &call.arguments).await;
+                let (content, refused) = match result {
+                    Ok(result) => (result.to_string(), None),
+                    // The model gets the refusal and may correct itself; a failure of the
+                    // store or the indexes ends the run instead.
+                    Err(err @ (AgentError::Invalid { .. } | AgentError::MemoryNotFound { .. })) => {
+                        let code = match &err {
+                            AgentError::Invalid { code, .. } => *code,
+                            _ => "memory_not_found",
+                        };
+                        let error =
+                            json!({ "error": { "code": code, "message": err.to_string() } });
+                        (error.to_string(), Some(code))
+                    }
+                    Err(err) => return Err(Failure::Agent(err)),
+                };
+                let ok = refused.is_none();
+                let mut recorded = json!({
+                    "id": call.id,
+                    "name": call.name,
+                    "round": round + 1,
+                    "ok": ok,
+                });
+                if let Some(code) = refused {
+                    recorded["error"] = json!(code);
+                }
+                record.tool_calls.push(recorded);
+                if let Some(events) = events {
+                    let _ = events
+                        .send(RunEvent::ToolCall {
+                            name: call.name.clone(),
+                            ok,
+                        })
+                        .await;
+                }
+                messages.push(ChatMessage::tool_result(call.id, content));
+            }
+        }
+        unreachable!("the last round returns")
+    }
+
+    async fn call_tool(
+        &self,
+        turn: &Turn,
+        name: &str,
+        arguments: &str,
+    ) -> Result<Value, AgentError> {
+        // Some servers send no arguments at all for a tool that takes none.
+        let arguments = if arguments.trim().is_empty() {
+            Value::Object(Default::default())
+        } else {
+            Value::String(arguments.to_owned())
+        };
+        let call = parse_call(name, arguments)?;
+        let outcome = self.tools.call(&turn.tenant, &turn.session, call).await?;
+        Ok((self.render)(outcome))
+    }
+
+    async fn session(&self, tenant: &str, session_id: &str) -> Result<Session, AgentError> {
+        let (store, tenant, id) = (self.store.clone(), tenant.to_owned(), session_id.to_owned());
+        tokio::task::spawn_blocking(move || {
+            store
+                .session(&tenant, &id)?
+                .ok_or(StoreError::SessionNotFound { session_id: id })
+        })
+        .await
+        .map_err(|err| AgentError::Task(err.to_string()))?
+        .map_err(AgentError::from)
+    }
+
+    /// A message to store, its tokens counted on the blocking pool (a long message takes
+    /// milliseconds).
+    async fn new_message(&self, role: Role, content: String) -> Result<NewMessage, AgentError> {
+        let encoding = self.encoding;
+        tokio::task::spawn_blocking(move || NewMessage {
+            role,
+            token_count: encoding.count(&content),
+            content,
+            timestamp: None,
+            metadata: Metadata::new(),
+        })
+        .await
+        .map_err(|err| AgentError::Task(err.to_string()))
+    }
+}
+
+/// Why a run failed: the model, or memlayer itself.
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    #[error(transparent)]
+    Upstream(LlmError),
+    #[error(transparent)]
+    Agent(AgentError),
+}
+
+/// What a run did so far, for its record.
+///
+/// Tool calls are recorded by call id, name, round and outcome, never with their arguments
+/// or results: those hold memory texts and conversation content (a remembered fact, a
+/// search's hits), and forgetting the memory or erasing the message must not leave a copy in
+/// a run record. The same goes for the answer, which the record points at by index.
+#[derive(Default)]
+struct Record {
+    tool_calls: Vec<Value>,
+    usage: Usage,
+    model_calls: u32,
+}
+
+impl Record {
+    fn add(&mut self, completion: &Completion) {
+        self.model_calls += 1;
+        if let Some(usage) = completion.usage {
+            self.usage.prompt_tokens += usage.prompt_tokens;
+            self.usage.completion_tokens += usage.completion_tokens;
+            self.usage.total_tokens += usage.total_tokens;
+        }
+    }
+
+    fn metadata(&self, model: &str) -> Metadata {
+        let mut metadata = Metadata::new();
+        metadata.insert("model".into(), json!(model));
+        metadata.insert("model_calls".into(), json!(self.model_calls));
+        metadata.insert("usage".into(), json!(self.usage));
+        metadata
+    }
+}
+
+/// One model call: streamed when someone listens, deltas forwarded as they come.
+async fn complete(
+    model: &ChatClient,
+    request: &ChatRequest,
+    events: Option<&mpsc::Sender<RunEvent>>,
+) -> Result<Completion, LlmError> {
+    let Some(events) = events else {
+        return model.complete(request).await;
+    };
+    let mut stream = model.stream(request).await?;
+    while let Some(delta) = stream.next_delta().await? {
+        if let StreamDelta::Content(text) = delta {
+            // A client that went away does not stop the run: its answer is still stored.
+            let _ = events.send(RunEvent::Delta(text)).await;
+        }
+    }
+    stream.finish().await
+}
+
+/// A piece of assembled context as a chat message.
+pub(crate) fn chat_message(message: &ContextMessage) -> ChatMessage {
+    match message.role {
+        Role::System => ChatMessage::system(message.content.clone()),
+        Role::User => ChatMessage::user(message.content.clone()),
+        Role::Assistant => ChatMessage::assistant(message.content.clone()),
+        // A stored tool output has no call id to answer, and OpenAI-compatible servers
+        // refuse a `tool` message that answers no call: it goes in as context instead.
+        Role::Tool => ChatMessage::system(format!("Tool output: {}", message.content)),
+    }
+}

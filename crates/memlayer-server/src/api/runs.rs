@@ -1,0 +1,170 @@
+//! Agent runs: `POST /v1/agents/{agent_id}/runs` takes a user message to an answer through
+//! the session's context, the configured model and the memory tools (`memlayer-agent`),
+//! answered whole or streamed as server-sent events.
+
+use std::convert::Infallible;
+
+use axum::Json;
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use memlayer_agent::{RunEvent, RunOutcome, RunRequest};
+use memlayer_llm::Usage;
+use memlayer_store::RunStatus;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use utoipa::ToSchema;
+
+use crate::extract::{ApiJson, ApiPath, Caller};
+use crate::openapi::foreign;
+use crate::{ApiError, AppState};
+
+/// A user message for the agent.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RunBody {
+    /// The user's message; not empty.
+    message: String,
+    /// The conversation to continue, one of this user with this agent. A new session is
+    /// created when absent.
+    session_id: Option<String>,
+    /// The user speaking.
+    user_id: String,
+    /// Stream the answer as server-sent events (`delta`, `tool_call`, then `done` or
+    /// `error`) instead of answering once it is complete.
+    #[serde(default)]
+    stream: bool,
+}
+
+impl RunBody {
+    /// The run to start for `tenant` with `agent_id`, and whether to stream it.
+    pub(crate) fn into_request(self, tenant: String, agent_id: String) -> (RunRequest, bool) {
+        let request = RunRequest {
+            tenant,
+            agent_id,
+            user_id: self.user_id,
+            session_id: self.session_id,
+            message: self.message,
+        };
+        (request, self.stream)
+    }
+}
+
+/// Tokens the model counted, over every model call of the run.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct TokenUsage {
+    prompt_tokens: u32,
+    completion_tokens: u32,
+    total_tokens: u32,
+}
+
+/// A completed run. The answer is stored as the session's assistant message and the run in
+/// the session's runs.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct RunAnswer {
+    run_id: String,
+    session_id: String,
+    /// Whether this run created the session.
+    created_session: bool,
+    /// The answer.
+    content: String,
+    #[schema(value_type = foreign::RunStatus)]
+    status: RunStatus,
+    /// The memory tools the model called: id, name, arguments, round, ok, result.
+    #[schema(value_type = Vec<Object>)]
+    tool_calls: Vec<Value>,
+    usage: TokenUsage,
+}
+
+impl From<RunOutcome> for RunAnswer {
+    fn from(outcome: RunOutcome) -> Self {
+        let Usage {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens,
+        } = outcome.usage;
+        Self {
+            run_id: outcome.run_id,
+            session_id: outcome.session_id,
+            created_session: outcome.created_session,
+            content: outcome.content,
+            status: outcome.status,
+            tool_calls: outcome.tool_calls,
+            usage: TokenUsage {
+                prompt_tokens,
+                completion_tokens,
+                total_tokens,
+            },
+        }
+    }
+}
+
+/// Run the agent on a user message
+///
+/// Stores the message (creating the session when none is named) before the model is
+/// called, builds the context with the agent's saved settings, calls the configured
+/// OpenAI-compatible model with the memory tools (executing their calls as the session's
+/// user, at most 4 rounds), and stores the answer and the run (status, tool calls, token
+/// usage, latency). If the model fails, the message stays stored, the session is left in
+/// `incomplete_turn`, and the run is recorded as `FAILED` with the reason; the error names
+/// the run. With `stream: true` the answer is a `text/event-stream`: `delta` events
+/// (`{"content"}`), `tool_call` events (`{"name", "ok"}`), and last either `done` (the same
+/// body as the JSON answer) or `error` (an error body; the run is `FAILED`).
+#[utoipa::path(
+    post,
+    path = "/v1/agents/{agent_id}/runs",
+    tag = "runs",
+    params(("agent_id" = String, Path, description = "The agent answering")),
+    request_body = RunBody,
+    responses(
+        (status = 200, description = "The answer, or its event stream with `stream: true`",
+            content((RunAnswer = "application/json"), (String = "text/event-stream"))),
+        (status = 404, description = "No such session of this user with this agent", body = crate::error::ErrorBody),
+        (status = 422, description = "An empty message or an invalid id", body = crate::error::ErrorBody),
+        (status = 502, description = "The model failed (`upstream_failed`); the failed run is named", body = crate::error::ErrorBody),
+        (status = 503, description = "No model is configured (`model_not_configured`)", body = crate::error::ErrorBody),
+        (status = 504, description = "The model did not answer in time (`upstream_timeout`); the failed run is named", body = crate::error::ErrorBody),
+    ),
+)]
+pub(crate) async fn run(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(agent_id): ApiPath<String>,
+    ApiJson(body): ApiJson<RunBody>,
+) -> Result<Response, ApiError> {
+    // Another user's session is not found (404) before the key's own user is checked.
+    if let Some(session_id) = &body.session_id {
+        caller.check_session(&state, session_id).await?;
+    }
+    caller.may_act_for(&body.user_id)?;
+    let (request, stream) = body.into_request(caller.tenant().to_owned(), agent_id);
+    let turn = state.agent().start(request).await?;
+    if !stream {
+        let outcome = state.agent().run(turn).await?;
+        return Ok(Json(RunAnswer::from(outcome)).into_response());
+    }
+    let events = futures_util::stream::unfold(state.agent().stream(turn), |mut events| async {
+        let event = events.recv().await?;
+        Some((Ok::<_, Infallible>(sse_event(event)), events))
+    });
+    Ok(Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
+
+fn sse_event(event: RunEvent) -> Event {
+    let (name, data) = match event {
+        RunEvent::Delta(content) => ("delta", json!({ "content": content })),
+        RunEvent::ToolCall { name, ok } => ("tool_call", json!({ "name": name, "ok": ok })),
+        RunEvent::Finished(finished) => match *finished {
+            Ok(outcome) => ("done", to_json(RunAnswer::from(outcome))),
+            Err(err) => ("error", to_json(ApiError::from(err).body())),
+        },
+    };
+    Event::default().event(name).data(data.to_string())
+}
+
+fn to_json(value: impl Serialize) -> Value {
+    // Plain structs with string keys: serialising them cannot fail.
+    serde_json::to_value(value).unwrap_or(Value::Null)
+}

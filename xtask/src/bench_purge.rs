@@ -1,0 +1,286 @@
+//! `cargo xtask bench-purge`: how long the real server takes to purge many conversations and
+//! how much disk the purge gives back. A release server on a fresh data directory receives
+//! `--sessions` small conversations (one user message and one answer each, one append per
+//! conversation, 64 clients at once so the store's group commit batches them); then
+//! `DELETE /v1/admin/conversations/purge?older_than_days=0` erases all of them through the
+//! erasure coordinator, which compacts the store file before it answers.
+//!
+//! The appends arrive far faster than the model embeds them, so when the purge starts most
+//! conversations still wait in the embedding outbox — the case a bulk import followed by a
+//! purge creates, and the one where a delete that scanned the whole outbox per session was
+//! quadratic. `--baseline` runs the same measurement with another build of the server (an
+//! older commit's) right before, for a before/after comparison in one run.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use serde::Serialize;
+
+use crate::bench::sentence;
+use crate::bench_embed::load_average;
+use crate::server::{Server, admin_client};
+use crate::{cmd, metadata};
+
+/// Clients appending at once.
+const CLIENTS: usize = 64;
+/// A purge of 100,000 conversations writes for minutes; the request must outlast it.
+const PURGE_TIMEOUT: Duration = Duration::from_secs(3_600);
+const APPEND_TIMEOUT: Duration = Duration::from_secs(60);
+/// Users the conversations are spread over.
+const USERS: usize = 1_000;
+/// The fresh server starts in seconds; this only bounds a broken start.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Serialize)]
+struct Append<'a> {
+    user_id: String,
+    agent_id: &'a str,
+    messages: [Message; 2],
+}
+
+#[derive(Serialize)]
+struct Message {
+    role: &'static str,
+    content: String,
+}
+
+/// One server build's figures.
+struct Measured {
+    label: String,
+    load: Duration,
+    pending_at_purge: Option<u64>,
+    bytes_before: u64,
+    purge: Duration,
+    erased_sessions: u64,
+    erased_messages: u64,
+    bytes_after: u64,
+}
+
+pub(crate) fn run(root: &Path, sessions: usize, baseline: Option<&Path>) -> anyhow::Result<()> {
+    ensure!(sessions > 0, "give at least one session");
+    cmd::cargo(root, &["build", "--release", "-p", "memlayer"])?;
+    let target_dir = metadata::read(root)?.target_directory;
+    let current = target_dir.join("release").join("memlayer");
+    let log = target_dir.join("bench-purge-server.log");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("could not start the client runtime")?;
+    let load_before = load_average()?;
+    let mut builds: Vec<(String, PathBuf)> = Vec::new();
+    if let Some(baseline) = baseline {
+        builds.push((
+            format!("baseline (`{}`)", baseline.display()),
+            baseline.to_owned(),
+        ));
+    }
+    builds.push(("this build".to_owned(), current));
+    let mut results = Vec::new();
+    for (label, binary) in builds {
+        eprintln!("xtask: {label}: {sessions} conversations, then a purge");
+        results.push(runtime.block_on(measure(label, &binary, &log, sessions))?);
+    }
+    let load_after = load_average()?;
+    println!("{}", report(&results, sessions, [load_before, load_after]));
+    Ok(())
+}
+
+async fn measure(
+    label: String,
+    binary: &Path,
+    log: &Path,
+    sessions: usize,
+) -> anyhow::Result<Measured> {
+    let data_dir = tempfile::Builder::new()
+        .prefix("memlayer-bench-purge-")
+        .tempdir()
+        .context("could not create the benchmark's data directory")?;
+    let store_file = data_dir.path().join("memlayer.redb");
+    // The default 30 s request timeout would answer a long purge 503 and leave the rest of
+    // the erasure to the maintenance pass; the benchmark waits for the whole purge.
+    let timeout = PURGE_TIMEOUT.as_secs().to_string();
+    let server = Server::start_with(
+        binary,
+        data_dir.path(),
+        log,
+        STARTUP_TIMEOUT,
+        &[("MEMLAYER_REQUEST_TIMEOUT_SECS", &timeout)],
+    )?;
+    let http = admin_client(APPEND_TIMEOUT)?;
+
+    let start = Instant::now();
+    append_all(&http, server.addr(), sessions).await?;
+    let load = start.elapsed();
+    let pending_at_purge = pending_embeddings(&http, server.addr()).await;
+    let bytes_before = std::fs::metadata(&store_file)?.len();
+
+    eprintln!("xtask: purging");
+    let purge_client = admin_client(PURGE_TIMEOUT)?;
+    let start = Instant::now();
+    let response = purge_client
+        .delete(format!(
+            "http://{}/v1/admin/conversations/purge?older_than_days=0",
+            server.addr()
+        ))
+        .send()
+        .await?;
+    let status = response.status();
+    let body: serde_json::Value = response.json().await?;
+    let purge = start.elapsed();
+    ensure!(status.is_success(), "the purge answered {status}: {body}");
+    let count = |name: &str| body["counts"][name].as_u64().unwrap_or_default();
+    let bytes_after = std::fs::metadata(&store_file)?.len();
+    server.stop()?;
+    let measured = Measured {
+        label,
+        load,
+        pending_at_purge,
+        bytes_before,
+        purge,
+        erased_sessions: count("sessions"),
+        erased_messages: count("messages"),
+        bytes_after,
+    };
+    ensure!(
+        measured.erased_sessions == sessions as u64,
+        "the purge erased {} of {sessions} conversations: {body}",
+        measured.erased_sessions
+    );
+    Ok(measured)
+}
+
+/// Appends one conversation per session id, `CLIENTS` at a time.
+async fn append_all(
+    http: &reqwest::Client,
+    addr: SocketAddr,
+    sessions: usize,
+) -> anyhow::Result<()> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|client| {
+            let (http, next) = (http.clone(), next.clone());
+            tokio::spawn(async move {
+                loop {
+                    let session = next.fetch_add(1, Ordering::Relaxed);
+                    if session >= sessions {
+                        return anyhow::Ok(());
+                    }
+                    if session % 10_000 == 0 {
+                        eprintln!("xtask: {session} of {sessions} conversations appended");
+                    }
+                    let body = Append {
+                        user_id: format!("user-{}", session % USERS),
+                        agent_id: "bench",
+                        messages: [
+                            Message {
+                                role: "user",
+                                content: sentence(client, session),
+                            },
+                            Message {
+                                role: "assistant",
+                                content: sentence(session, client),
+                            },
+                        ],
+                    };
+                    let url = format!("http://{addr}/v1/sessions/purge-{session}/messages");
+                    let response = http.post(url).json(&body).send().await?;
+                    if !response.status().is_success() {
+                        let status = response.status();
+                        bail!("an append answered {status}: {}", response.text().await?);
+                    }
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.await??;
+    }
+    Ok(())
+}
+
+/// The server's embedding backlog (`memlayer_embeddings_pending` in `/metrics`); `None` if
+/// the figure is missing, which only leaves it out of the report.
+async fn pending_embeddings(http: &reqwest::Client, addr: SocketAddr) -> Option<u64> {
+    let text = http
+        .get(format!("http://{addr}/metrics"))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    text.lines()
+        .find(|line| line.starts_with("memlayer_embeddings_pending"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+fn report(results: &[Measured], sessions: usize, load: [String; 2]) -> String {
+    let mut out = String::new();
+    let command: Vec<String> = std::env::args().skip(1).collect();
+    let _ = writeln!(out, "## Purge of {sessions} conversations\n");
+    let _ = writeln!(
+        out,
+        "Command: `cargo xtask {}`. Load average {} before / {} after. Release server on a \
+         fresh data directory; {sessions} conversations of two messages (one append each, \
+         {CLIENTS} clients), then `DELETE /v1/admin/conversations/purge?older_than_days=0`, \
+         which answers once every conversation is erased and the store file compacted.\n",
+        command.join(" "),
+        load[0],
+        load[1],
+    );
+    let _ = writeln!(
+        out,
+        "| server | append s | appends/s | waiting to be embedded at purge | file before MiB | purge s | conversations/s | messages erased | file after MiB | reclaimed MiB |"
+    );
+    let _ = writeln!(
+        out,
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    for result in results {
+        let _ = writeln!(
+            out,
+            "| {} | {:.1} | {:.0} | {} | {:.1} | {:.2} | {:.0} | {} | {:.1} | {:.1} |",
+            result.label,
+            result.load.as_secs_f64(),
+            sessions as f64 / result.load.as_secs_f64(),
+            result
+                .pending_at_purge
+                .map_or_else(|| "?".to_owned(), |n| n.to_string()),
+            mib(result.bytes_before),
+            result.purge.as_secs_f64(),
+            result.erased_sessions as f64 / result.purge.as_secs_f64(),
+            result.erased_messages,
+            mib(result.bytes_after),
+            mib(result.bytes_before.saturating_sub(result.bytes_after)),
+        );
+    }
+    if results.iter().any(|r| r.purge > Duration::from_secs(30)) {
+        let _ = writeln!(
+            out,
+            "\nA purge over 30 s outlasts the server's default request timeout: the caller \
+             gets 503 `timeout`, the request's erasure stops where it got to, and the \
+             recorded job is finished by the coordinator's next maintenance pass or start; \
+             this run raised `MEMLAYER_REQUEST_TIMEOUT_SECS`."
+        );
+    }
+    if let [baseline, current] = results {
+        let _ = writeln!(
+            out,
+            "\nPurge time, this build / baseline: {:.3}×.",
+            current.purge.as_secs_f64() / baseline.purge.as_secs_f64()
+        );
+    }
+    out
+}
