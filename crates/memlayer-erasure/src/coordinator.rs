@@ -21,8 +21,8 @@ const SESSIONS_AT_ONCE: usize = 64;
 
 /// What erasing one session removed.
 struct ErasedSession {
-    /// `None` when another erasure deleted the session itself meanwhile.
-    sid: Option<u64>,
+    /// False when another erasure deleted the session itself meanwhile.
+    deleted: bool,
     session_id: String,
     counts: Counts,
 }
@@ -158,7 +158,6 @@ impl Coordinator {
     ) -> Result<Receipt, ErasureError> {
         let mut receipt = Receipt::begin(id, document, resumed);
         let tenant = document.request.tenant.as_str();
-        let mut erased_sessions = Vec::new();
         let mut erased_message = None;
         match &document.request.target {
             Target::Message { session_id, index } => {
@@ -192,13 +191,8 @@ impl Coordinator {
                 }
             }
             Target::Session { session_id } => {
-                self.erase_sessions(
-                    tenant,
-                    vec![session_id.clone()],
-                    &mut receipt,
-                    &mut erased_sessions,
-                )
-                .await?;
+                self.erase_sessions(tenant, vec![session_id.clone()], &mut receipt)
+                    .await?;
             }
             Target::Memory { memory_id } => {
                 let forgotten = self.inner.memories.forget(tenant, *memory_id).await?;
@@ -228,8 +222,7 @@ impl Coordinator {
                 if ids.is_empty() {
                     break;
                 }
-                self.erase_sessions(tenant, ids, &mut receipt, &mut erased_sessions)
-                    .await?;
+                self.erase_sessions(tenant, ids, &mut receipt).await?;
             },
             Target::InactiveSince { cutoff, .. } => {
                 let store = self.inner.store.clone();
@@ -238,8 +231,7 @@ impl Coordinator {
                 let ids =
                     blocking(move || Ok(store.sessions_inactive_before(&owner_tenant, cutoff)?))
                         .await?;
-                self.erase_sessions(tenant, ids, &mut receipt, &mut erased_sessions)
-                    .await?;
+                self.erase_sessions(tenant, ids, &mut receipt).await?;
             }
         }
 
@@ -262,7 +254,10 @@ impl Coordinator {
             document.request.target,
             Target::Session { .. } | Target::User { .. } | Target::InactiveSince { .. }
         ) {
-            self.inner.recall.forget_sessions(erased_sessions).await?;
+            // By what the indexes hold: a resumed job finds its sessions gone from the store
+            // and no longer knows their keys, yet a snapshot saved before the crash may
+            // still hold their vectors.
+            self.inner.recall.forget_deleted_sessions().await?;
         }
         if let Some(key) = erased_message {
             self.inner.recall.forget_message(key).await?;
@@ -283,7 +278,7 @@ impl Coordinator {
     }
 
     /// Erases the sessions `ids` of `tenant`, [`SESSIONS_AT_ONCE`] at a time, adding what
-    /// they held to `receipt` (in the order of `ids`) and their keys to `erased`. Sessions
+    /// they held to `receipt` (in the order of `ids`). Sessions
     /// are independent of each other, so their store writes can share group commits: one at
     /// a time, a purge of 100,000 conversations waited for some 300,000 commits in a row.
     async fn erase_sessions(
@@ -291,7 +286,6 @@ impl Coordinator {
         tenant: &str,
         ids: Vec<String>,
         receipt: &mut Receipt,
-        erased: &mut Vec<u64>,
     ) -> Result<(), ErasureError> {
         let mut ids = ids.into_iter().enumerate().peekable();
         let mut done = Vec::new();
@@ -317,9 +311,8 @@ impl Coordinator {
         done.sort_unstable_by_key(|(position, _)| *position);
         for (_, session) in done {
             receipt.counts.add(&session.counts);
-            if let Some(sid) = session.sid {
+            if session.deleted {
                 receipt.session_ids.push(session.session_id);
-                erased.push(sid);
             }
         }
         Ok(())
@@ -361,10 +354,10 @@ impl Coordinator {
             .await?;
         // The episodes drawn from the session go in the commit that deletes it, so none
         // recorded meanwhile survives.
-        let sid = match self.inner.store.delete_session(tenant, session_id).await {
+        let deleted = match self.inner.store.delete_session(tenant, session_id).await {
             Ok(deleted) => {
                 counts.episodes = deleted.episodes;
-                Some(deleted.sid)
+                true
             }
             // Another erasure deleted it meanwhile and counts it; what this one removed
             // before that still counts here.
@@ -372,12 +365,12 @@ impl Coordinator {
                 counts.sessions = 0;
                 counts.messages = 0;
                 counts.summaries = 0;
-                None
+                false
             }
             Err(err) => return Err(err.into()),
         };
         Ok(Some(ErasedSession {
-            sid,
+            deleted,
             session_id: session_id.to_owned(),
             counts,
         }))

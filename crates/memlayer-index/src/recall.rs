@@ -12,7 +12,7 @@
 //! on start the snapshot is used when the version still matches and the index is rebuilt
 //! from the stored vectors otherwise. The keyword index is rebuilt from the messages.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::future::Future;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
@@ -386,6 +386,37 @@ impl Recall {
                 indexes.owners.remove(&sid);
             }
             keys
+        })
+        .await
+    }
+
+    /// Takes every session the store no longer has out of the indexes and rewrites the
+    /// snapshot. An erasure resumed after a crash finds its sessions already deleted from the
+    /// store and so no longer knows their keys, while a snapshot saved in between may still
+    /// hold their vectors: this finds them by what the indexes hold, not by what the job
+    /// remembers. A session whose lookup fails is kept (the next erasure retries).
+    pub async fn forget_deleted_sessions(&self) -> Result<()> {
+        let store = self.inner.store.clone();
+        self.forget(move |indexes| {
+            let mut deleted = HashMap::new();
+            let mut is_deleted = |id: u64| {
+                let sid = MessageKey::from_u64(id).session();
+                *deleted
+                    .entry(sid)
+                    .or_insert_with(|| matches!(store.session_ref(sid), Ok(None)))
+            };
+            let keys: BTreeSet<u64> = indexes
+                .vectors
+                .ids()
+                .chain(indexes.docs.keys().copied())
+                .filter(|&id| is_deleted(id))
+                .collect();
+            for (sid, gone) in deleted {
+                if gone {
+                    indexes.owners.remove(&sid);
+                }
+            }
+            keys.into_iter().collect()
         })
         .await
     }
