@@ -477,6 +477,19 @@ fn messages_are_paged_with_from_limit_and_next_from() {
     let (_, middle) = server.get(&format!("{}?from=2&limit=2", messages_path("chat-1")));
     assert_eq!(middle["messages"][0], session["messages"][2]);
     assert_eq!(middle["messages"][1], session["messages"][3]);
+
+    // An erased message leaves a gap: the next page starts after the last message served,
+    // so no message comes twice (the crash test found m3 served on two pages).
+    let (status, body) = server.delete(&format!("{}/1", messages_path("chat-1")));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        page("limit=3"),
+        (vec!["m0".into(), "m2".into(), "m3".into()], Some(json!(4)))
+    );
+    assert_eq!(
+        page("from=4&limit=3"),
+        (vec!["m4".into(), "m5".into(), "m6".into()], None)
+    );
 }
 
 #[test]

@@ -508,7 +508,11 @@ pub(crate) async fn list_messages(
         Ok((messages, more))
     })
     .await?;
-    let next_from = total.then(|| query.from + query.limit as u64);
+    // After the last message returned, not `from + limit`: erased messages leave gaps, so a
+    // page of `limit` messages may span more indices than that.
+    let next_from = total
+        .then(|| messages.last().map(|message| message.index + 1))
+        .flatten();
     Ok(Json(MessagesPage {
         session_id,
         messages: messages.into_iter().map(MessageBody::from).collect(),
