@@ -67,13 +67,15 @@ pub(crate) fn run(args: CheckArgs) -> anyhow::Result<()> {
     let awaiting_erasure = !pending.is_empty() && !check.orphaned.is_empty();
     if awaiting_erasure {
         println!(
-            "vector index: the {} orphaned vector(s) belong to the interrupted erasures, which              remove them at the next start",
+            "vector index: the {} orphaned vector(s) belong to the interrupted erasures, which \
+             remove them at the next start",
             check.orphaned.len()
         );
     }
     anyhow::ensure!(
-        check.is_consistent()
-            || (awaiting_erasure && check.missing.is_empty() && check.not_found_first.is_empty()),
+        check.missing.is_empty()
+            && check.not_found_first.is_empty()
+            && (check.orphaned.is_empty() || awaiting_erasure),
         "the vector index does not match the stored vectors (missing {:?}, orphaned {:?}, \
          not found first {:?}); remove {} and start the server to rebuild it",
         check.missing,

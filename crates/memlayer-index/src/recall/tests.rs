@@ -21,6 +21,30 @@ fn embedder() -> Embedder {
     Embedder::open(&assets, EmbedderOptions::default()).unwrap()
 }
 
+/// Appends `lines` to `session` of tenant `t`, created for `user` on first use.
+async fn append(store: &Store, session: &str, user: &str, lines: &[(Role, &str)]) {
+    let messages = lines
+        .iter()
+        .map(|(role, content)| NewMessage {
+            role: *role,
+            content: (*content).to_owned(),
+            token_count: 1,
+            timestamp: None,
+            metadata: Default::default(),
+        })
+        .collect();
+    let append = Append {
+        messages,
+        create: Some(NewSession {
+            user_id: user.into(),
+            agent_id: "assistant".into(),
+            ..NewSession::default()
+        }),
+        idempotency_key: None,
+    };
+    store.append("t", session, append).await.unwrap();
+}
+
 struct Fixture {
     _dir: tempfile::TempDir,
     store: Store,
@@ -58,26 +82,7 @@ impl Fixture {
     }
 
     async fn say(&self, session: &str, user: &str, lines: &[(Role, &str)]) {
-        let messages = lines
-            .iter()
-            .map(|(role, content)| NewMessage {
-                role: *role,
-                content: (*content).to_owned(),
-                token_count: 1,
-                timestamp: None,
-                metadata: Default::default(),
-            })
-            .collect();
-        let append = Append {
-            messages,
-            create: Some(NewSession {
-                user_id: user.into(),
-                agent_id: "assistant".into(),
-                ..NewSession::default()
-            }),
-            idempotency_key: None,
-        };
-        self.store.append("t", session, append).await.unwrap();
+        append(&self.store, session, user, lines).await;
     }
 
     async fn ask(&self, scope: Scope, query: &str) -> Recalled {
@@ -380,25 +385,14 @@ async fn a_shutdown_does_not_wait_for_the_backlog() {
     let batch = recall.inner.options.batch_messages;
     // Eight appends of a batch each: eight outbox entries, eight steps of the pipeline.
     for round in 0..8 {
-        let messages = (0..batch)
-            .map(|n| NewMessage {
-                role: Role::User,
-                content: format!("backlog line {round}-{n}"),
-                token_count: 1,
-                timestamp: None,
-                metadata: Default::default(),
-            })
+        let texts: Vec<String> = (0..batch)
+            .map(|n| format!("backlog line {round}-{n}"))
             .collect();
-        let append = Append {
-            messages,
-            create: Some(NewSession {
-                user_id: "u".into(),
-                agent_id: "assistant".into(),
-                ..NewSession::default()
-            }),
-            idempotency_key: None,
-        };
-        store.append("t", "s", append).await.unwrap();
+        let lines: Vec<(Role, &str)> = texts
+            .iter()
+            .map(|text| (Role::User, text.as_str()))
+            .collect();
+        append(&store, "s", "u", &lines).await;
     }
     let backlog = store.pending_embedding_count().unwrap();
 
