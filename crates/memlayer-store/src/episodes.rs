@@ -234,7 +234,7 @@ impl Store {
     pub async fn delete_episode(&self, tenant: &str, id: u64) -> Result<bool> {
         validate_id("tenant", tenant)?;
         let tenant = tenant.to_owned();
-        self.write(move |txn| {
+        self.write_alone(move |txn| {
             let record = txn
                 .open_table(EPISODES)?
                 .get(id)?
@@ -242,7 +242,8 @@ impl Store {
                 .transpose()?;
             match record {
                 Some(record) if record.tenant == tenant => {
-                    remove_episode(txn, id, &record)?;
+                    txn.open_table(EPISODES)?.remove(id)?;
+                    remove_episode_keys(txn, id, &record)?;
                     Ok(true)
                 }
                 _ => Ok(false),
@@ -284,15 +285,23 @@ pub(crate) fn remove_user_episodes(
             }
         }
     }
+    // One range removal over the episodes' texts, not one `remove` each (see
+    // `Store::write_alone`).
+    if let (Some(first), Some(last)) = (doomed.first(), doomed.last()) {
+        let ids: std::collections::HashSet<u64> = doomed.iter().map(|(id, _)| *id).collect();
+        txn.open_table(EPISODES)?
+            .retain_in(first.0..=last.0, |id, _| !ids.contains(&id))?;
+    }
     for (id, record) in &doomed {
-        remove_episode(txn, *id, record)?;
+        remove_episode_keys(txn, *id, record)?;
     }
     Ok(doomed.len() as u64)
 }
 
-fn remove_episode(txn: &WriteTransaction, id: u64, record: &EpisodeRecord) -> Result<()> {
+/// Removes an episode's entries from the tables that list it (its text is removed by the
+/// caller).
+fn remove_episode_keys(txn: &WriteTransaction, id: u64, record: &EpisodeRecord) -> Result<()> {
     let (tenant, user) = (record.tenant.as_str(), record.user_id.as_str());
-    txn.open_table(EPISODES)?.remove(id)?;
     txn.open_table(EPISODE_OWNERS)?.remove((tenant, user, id))?;
     txn.open_table(EPISODE_TASKS)?
         .remove((tenant, user, record.task_type.as_str(), id))?;

@@ -71,7 +71,7 @@ impl Store {
             });
         }
         let (tenant, session_id) = (tenant.to_owned(), session_id.to_owned());
-        self.write(move |txn| {
+        self.write_alone(move |txn| {
             let mut sessions = txn.open_table(SESSIONS)?;
             let mut record = read_session_record(&sessions, &tenant, &session_id)?
                 .ok_or_else(|| not_found(&session_id))?;

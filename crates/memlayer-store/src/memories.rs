@@ -201,7 +201,7 @@ impl Store {
     pub async fn delete_memory(&self, tenant: &str, id: u64) -> Result<bool> {
         validate_id("tenant", tenant)?;
         let tenant = tenant.to_owned();
-        self.write(move |txn| {
+        self.write_alone(move |txn| {
             let mut table = txn.open_table(MEMORIES)?;
             let Some(record) = table
                 .get(id)?

@@ -109,7 +109,7 @@ fn remove_session_memories(
     session_id: Option<&str>,
 ) -> Result<u64> {
     let mut table = txn.open_table(SESSION_MEMORIES)?;
-    let mut doomed = Vec::new();
+    let mut doomed = std::collections::HashSet::new();
     for entry in table.range((tenant, user_id, "")..)? {
         let (key, value) = entry?;
         let (t, u, agent) = key.value();
@@ -118,11 +118,15 @@ fn remove_session_memories(
         }
         let record = SessionMemoryRecord::decode(value.value())?;
         if session_id.is_none_or(|id| record.sessions.iter().any(|merged| merged == id)) {
-            doomed.push(agent.to_owned());
+            doomed.insert(agent.to_owned());
         }
     }
-    for agent in &doomed {
-        table.remove((tenant, user_id, agent.as_str()))?;
+    // One range removal, not one `remove` each (see `Store::write_alone`).
+    if let (Some(first), Some(last)) = (doomed.iter().min(), doomed.iter().max()) {
+        table.retain_in(
+            (tenant, user_id, first.as_str())..=(tenant, user_id, last.as_str()),
+            |(_, _, agent), _| !doomed.contains(agent),
+        )?;
     }
     Ok(doomed.len() as u64)
 }

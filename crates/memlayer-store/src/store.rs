@@ -193,6 +193,18 @@ impl Store {
         self.inner.writer.submit(work).await
     }
 
+    /// Runs an erasing `work` on the writer thread in a transaction of its own (see
+    /// [`Writer::submit_alone`] for why) and waits until it is durably committed. Within it,
+    /// remove several entries of one table with one range removal (`retain_in`), which
+    /// rebuilds each page once, never with one `remove` after another.
+    pub(crate) async fn write_alone<T, F>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(&WriteTransaction) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.inner.writer.submit_alone(work).await
+    }
+
     /// Changes after every successful commit: derived-data workers (the embedding pipeline)
     /// wait on it instead of polling.
     pub fn commits(&self) -> tokio::sync::watch::Receiver<u64> {
@@ -300,7 +312,7 @@ impl Store {
         validate_id("session_id", session_id)?;
         let tenant = tenant.to_owned();
         let session_id = session_id.to_owned();
-        self.write(move |txn| apply_delete_session(txn, &tenant, &session_id))
+        self.write_alone(move |txn| apply_delete_session(txn, &tenant, &session_id))
             .await
     }
 
@@ -1041,7 +1053,7 @@ impl Store {
         validate_id("user_id", user_id)?;
         let (tenant, user_id) = (tenant.to_owned(), user_id.to_owned());
         let session_id = session_id.map(str::to_owned);
-        self.write(move |txn| remove(txn, &tenant, &user_id, session_id.as_deref()))
+        self.write_alone(move |txn| remove(txn, &tenant, &user_id, session_id.as_deref()))
             .await
     }
 }

@@ -6,6 +6,9 @@
 //! waits no longer than its own commit. A reply is sent only after the commit is durable, or
 //! with the error that made it fail. redb allows one write transaction at a time anyway, so a
 //! single owner costs no parallelism and gives appends a total order (gapless indices).
+//!
+//! Erasing jobs are the exception: each commits in a transaction of its own (see
+//! [`Writer::submit_alone`]).
 
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
@@ -26,9 +29,12 @@ trait Job: Send {
     fn apply(&mut self, txn: &WriteTransaction) -> Option<StoreError>;
     /// Replies to the waiting caller once the group's fate is known.
     fn finish(self: Box<Self>, group_failure: Option<&StoreError>);
+    /// Whether the job must have its transaction to itself.
+    fn alone(&self) -> bool;
 }
 
 struct TypedJob<F, T> {
+    alone: bool,
     work: Option<F>,
     outcome: Option<Result<T>>,
     reply: oneshot::Sender<Result<T>>,
@@ -60,6 +66,10 @@ where
         // The caller may have given up waiting (its request was cancelled); the write still
         // happened, and a retry with the same idempotency key finds it.
         let _ = self.reply.send(result);
+    }
+
+    fn alone(&self) -> bool {
+        self.alone
     }
 }
 
@@ -101,8 +111,31 @@ impl Writer {
         F: FnOnce(&WriteTransaction) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
+        self.queue(work, false).await
+    }
+
+    /// Like [`Writer::submit`], but `work` runs in a transaction no other job shares, so every
+    /// page it changes was committed before it. That matters to erasures: redb edits a page
+    /// its transaction already wrote in place, and a removal there shifts the entries after
+    /// it left without clearing the bytes it vacates, so an erased value (or a copy of one)
+    /// could stay in a live page. A page committed before is rebuilt from the entries that
+    /// stay, on a page zeroed when allocated.
+    pub(crate) async fn submit_alone<F, T>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(&WriteTransaction) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.queue(work, true).await
+    }
+
+    async fn queue<F, T>(&self, work: F, alone: bool) -> Result<T>
+    where
+        F: FnOnce(&WriteTransaction) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
         let (reply, outcome) = oneshot::channel();
         let job = Box::new(TypedJob {
+            alone,
             work: Some(work),
             outcome: None,
             reply,
@@ -173,10 +206,24 @@ fn run(
     committed: &watch::Sender<u64>,
     broken: &OnceLock<StoreError>,
 ) {
-    while let Ok(first) = queue.recv() {
+    // A job that must commit alone, received while a group was being gathered: it starts
+    // the next group, of one.
+    let mut held: Option<Box<dyn Job>> = None;
+    loop {
+        let first = match held.take() {
+            Some(job) => job,
+            None => match queue.recv() {
+                Ok(job) => job,
+                Err(_) => break,
+            },
+        };
         let mut group = vec![first];
-        while group.len() < MAX_JOBS_PER_COMMIT {
+        while !group[0].alone() && group.len() < MAX_JOBS_PER_COMMIT {
             match queue.try_recv() {
+                Ok(job) if job.alone() => {
+                    held = Some(job);
+                    break;
+                }
                 Ok(job) => group.push(job),
                 Err(_) => break,
             }
