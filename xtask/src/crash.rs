@@ -76,7 +76,17 @@ pub(crate) fn run(root: &Path, options: &Options) -> anyhow::Result<()> {
         .prefix("memlayer-crash-")
         .tempdir()
         .context("could not create the data directory")?;
-    let purge_key = create_purge_key(&binary, data.path())?;
+    let outcome = run_in(&binary, data.path(), &logs, options);
+    if outcome.is_err() {
+        // The failing store is the evidence: keep it for `memlayer check` and a byte search.
+        let kept = data.keep();
+        eprintln!("xtask: the failed run's data is kept in {}", kept.display());
+    }
+    outcome
+}
+
+fn run_in(binary: &Path, data: &Path, logs: &Path, options: &Options) -> anyhow::Result<()> {
+    let purge_key = create_purge_key(binary, data)?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -98,11 +108,11 @@ pub(crate) fn run(root: &Path, options: &Options) -> anyhow::Result<()> {
         options.kills,
         options.clients,
         options.seed,
-        data.path().display(),
+        data.display(),
         logs.display()
     );
 
-    let mut server = Server::start(&binary, data.path(), &log(0, "start"))?;
+    let mut server = Server::start(binary, data, &log(0, "start"))?;
     for kill in 1..=options.kills {
         let mut handles = Vec::new();
         for state in states.drain(..) {
@@ -116,17 +126,16 @@ pub(crate) fn run(root: &Path, options: &Options) -> anyhow::Result<()> {
         tally.uncertain += states.iter().filter(|s| s.uncertain.is_some()).count() as u64;
 
         if kill % FILE_CHECK_EVERY == 0 {
-            tally.tokens_scanned +=
-                check_files(&binary, data.path(), &states, &log(kill, "check"))?;
+            tally.tokens_scanned += check_files(binary, data, &states, &log(kill, "check"))?;
             tally.file_checks += 1;
         }
         if kill % START_KILL_EVERY == 0 {
             let after = Duration::from_millis(rng.random_range(0..1_500));
-            Server::kill_during_start(&binary, data.path(), &log(kill, "start-killed"), after)?;
+            Server::kill_during_start(binary, data, &log(kill, "start-killed"), after)?;
             tally.start_kills += 1;
         }
         let started = Instant::now();
-        server = Server::start(&binary, data.path(), &log(kill, "start"))?;
+        server = Server::start(binary, data, &log(kill, "start"))?;
         let http = Http::new(server.addr())?;
         runtime.block_on(wait_ready(&http))?;
         tally.recoveries.push(started.elapsed());
@@ -158,14 +167,9 @@ pub(crate) fn run(root: &Path, options: &Options) -> anyhow::Result<()> {
         );
     }
     server.stop()?;
-    check_files(
-        &binary,
-        data.path(),
-        &states,
-        &log(options.kills + 1, "check"),
-    )?;
+    check_files(binary, data, &states, &log(options.kills + 1, "check"))?;
     tally.file_checks += 1;
-    report(options, &tally, &states, data.path());
+    report(options, &tally, &states, data);
     Ok(())
 }
 
@@ -226,9 +230,13 @@ fn check_files(
             String::from_utf8_lossy(&output.stderr)
         );
     }
-    let erased: std::collections::HashSet<&str> = states
+    let erased: std::collections::HashMap<&str, &str> = states
         .iter()
-        .flat_map(|s| s.erased.iter().map(String::as_str))
+        .flat_map(|s| {
+            s.erased
+                .iter()
+                .map(|(token, how)| (token.as_str(), how.as_str()))
+        })
         .collect();
     let mut found = 0;
     for file in data_files(data) {
@@ -236,9 +244,9 @@ fn check_files(
             std::fs::read(&file).with_context(|| format!("could not read {}", file.display()))?;
         let tokens: Vec<&str> = tokens_in(&bytes).collect();
         found += tokens.len();
-        let left: Vec<&&str> = tokens
+        let left: Vec<String> = tokens
             .iter()
-            .filter(|token| erased.contains(**token))
+            .filter_map(|token| Some(format!("{token} ({})", erased.get(token)?)))
             .collect();
         if !left.is_empty() {
             bail!(

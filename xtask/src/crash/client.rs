@@ -102,8 +102,9 @@ pub(crate) struct ClientState {
     /// Messages this client added to the shared sessions.
     pub(crate) shared: BTreeMap<String, Vec<Stored>>,
     pub(crate) memories: BTreeMap<u64, MemoryModel>,
-    /// Tokens of everything erased: no byte of them may be left in the data files.
-    pub(crate) erased: Vec<String>,
+    /// Tokens of everything erased, each with what erased it: no byte of them may be left in
+    /// the data files.
+    pub(crate) erased: BTreeMap<String, String>,
     pub(crate) uncertain: Option<Op>,
     pub(crate) acknowledged: u64,
     /// Contradictions between an answer and the model, found while running.
@@ -130,7 +131,7 @@ impl ClientState {
             deleted: Vec::new(),
             shared: BTreeMap::new(),
             memories: BTreeMap::new(),
-            erased: Vec::new(),
+            erased: BTreeMap::new(),
             uncertain: None,
             acknowledged: 0,
             violations: Vec::new(),
@@ -291,14 +292,19 @@ impl ClientState {
             && let Some(at) = messages.iter().position(|m| m.index == index)
         {
             let erased = messages.remove(at);
-            self.erased.push(erased.sent.token);
+            let how = format!("client {}: message {session}[{index}] erased", self.id);
+            self.erased.insert(erased.sent.token, how);
         }
     }
 
     pub(crate) fn session_deleted(&mut self, session: &str) {
         if let Some(messages) = self.sessions.remove(session) {
-            self.erased
-                .extend(messages.into_iter().map(|m| m.sent.token));
+            let how = format!("client {}: session {session} deleted", self.id);
+            self.erased.extend(
+                messages
+                    .into_iter()
+                    .map(|m| (m.sent.token, format!("{how} ([{}])", m.index))),
+            );
             self.deleted.push(session.to_owned());
         }
         if session == self.current_session() {
@@ -324,7 +330,9 @@ impl ClientState {
 
     pub(crate) fn forgotten(&mut self, id: u64) {
         if let Some(memory) = self.memories.remove(&id) {
-            self.erased.extend(memory.tokens);
+            let how = format!("client {}: memory {id} forgotten", self.id);
+            self.erased
+                .extend(memory.tokens.into_iter().map(|token| (token, how.clone())));
         }
     }
 }
