@@ -21,8 +21,9 @@ const SESSIONS_AT_ONCE: usize = 64;
 
 /// What erasing one session removed.
 struct ErasedSession {
-    /// False when another erasure deleted the session itself meanwhile.
-    deleted: bool,
+    /// The session's surrogate key when this erasure deleted it; `None` when another erasure
+    /// deleted it meanwhile (and takes it out of the indexes).
+    deleted: Option<u64>,
     session_id: String,
     counts: Counts,
 }
@@ -159,6 +160,8 @@ impl Coordinator {
         let mut receipt = Receipt::begin(id, document, resumed);
         let tenant = document.request.tenant.as_str();
         let mut erased_message = None;
+        // Surrogate keys of the sessions this run deleted, for the indexes.
+        let mut erased_sessions = Vec::new();
         match &document.request.target {
             Target::Message { session_id, index } => {
                 let store = self.inner.store.clone();
@@ -191,8 +194,10 @@ impl Coordinator {
                 }
             }
             Target::Session { session_id } => {
-                self.erase_sessions(tenant, vec![session_id.clone()], &mut receipt)
-                    .await?;
+                erased_sessions.extend(
+                    self.erase_sessions(tenant, vec![session_id.clone()], &mut receipt)
+                        .await?,
+                );
             }
             Target::Memory { memory_id } => {
                 let forgotten = self.inner.memories.forget(tenant, *memory_id).await?;
@@ -222,7 +227,7 @@ impl Coordinator {
                 if ids.is_empty() {
                     break;
                 }
-                self.erase_sessions(tenant, ids, &mut receipt).await?;
+                erased_sessions.extend(self.erase_sessions(tenant, ids, &mut receipt).await?);
             },
             Target::InactiveSince { cutoff, .. } => {
                 let store = self.inner.store.clone();
@@ -231,7 +236,7 @@ impl Coordinator {
                 let ids =
                     blocking(move || Ok(store.sessions_inactive_before(&owner_tenant, cutoff)?))
                         .await?;
-                self.erase_sessions(tenant, ids, &mut receipt).await?;
+                erased_sessions.extend(self.erase_sessions(tenant, ids, &mut receipt).await?);
             }
         }
 
@@ -250,14 +255,18 @@ impl Coordinator {
         // skips it. A job that erases sessions always rewrites the snapshot, even when a
         // resumed run finds them already gone, so no snapshot keeps their vectors.
         self.inner.recall.wait_for_index().await?;
-        if matches!(
+        let erases_sessions = matches!(
             document.request.target,
             Target::Session { .. } | Target::User { .. } | Target::InactiveSince { .. }
-        ) {
-            // By what the indexes hold: a resumed job finds its sessions gone from the store
-            // and no longer knows their keys, yet a snapshot saved before the crash may
-            // still hold their vectors.
+        );
+        if erases_sessions && resumed {
+            // By what the indexes hold: a resumed job finds the sessions it deleted before
+            // the crash gone from the store and no longer knows their keys, yet a snapshot
+            // saved before the crash may still hold their vectors. Only then is the scan of
+            // every indexed key worth its cost.
             self.inner.recall.forget_deleted_sessions().await?;
+        } else if erases_sessions {
+            self.inner.recall.forget_sessions(erased_sessions).await?;
         }
         if let Some(key) = erased_message {
             self.inner.recall.forget_message(key).await?;
@@ -278,15 +287,16 @@ impl Coordinator {
     }
 
     /// Erases the sessions `ids` of `tenant`, [`SESSIONS_AT_ONCE`] at a time, adding what
-    /// they held to `receipt` (in the order of `ids`). Sessions
-    /// are independent of each other, so their store writes can share group commits: one at
-    /// a time, a purge of 100,000 conversations waited for some 300,000 commits in a row.
+    /// they held to `receipt` (in the order of `ids`), and returns the surrogate keys of
+    /// those it deleted. Sessions are independent of each other, so their reads and the
+    /// derived data they drop overlap; one at a time, a purge of 100,000 conversations
+    /// waited for each of its some 300,000 commits in turn.
     async fn erase_sessions(
         &self,
         tenant: &str,
         ids: Vec<String>,
         receipt: &mut Receipt,
-    ) -> Result<(), ErasureError> {
+    ) -> Result<Vec<u64>, ErasureError> {
         let mut ids = ids.into_iter().enumerate().peekable();
         let mut done = Vec::new();
         while ids.peek().is_some() {
@@ -309,13 +319,15 @@ impl Coordinator {
             }
         }
         done.sort_unstable_by_key(|(position, _)| *position);
+        let mut sids = Vec::new();
         for (_, session) in done {
             receipt.counts.add(&session.counts);
-            if session.deleted {
+            if let Some(sid) = session.deleted {
                 receipt.session_ids.push(session.session_id);
+                sids.push(sid);
             }
         }
-        Ok(())
+        Ok(sids)
     }
 
     /// Deletes a session with everything it owns from the store; `None` when it was already
@@ -357,7 +369,7 @@ impl Coordinator {
         let deleted = match self.inner.store.delete_session(tenant, session_id).await {
             Ok(deleted) => {
                 counts.episodes = deleted.episodes;
-                true
+                Some(deleted.sid)
             }
             // Another erasure deleted it meanwhile and counts it; what this one removed
             // before that still counts here.
@@ -365,7 +377,7 @@ impl Coordinator {
                 counts.sessions = 0;
                 counts.messages = 0;
                 counts.summaries = 0;
-                false
+                None
             }
             Err(err) => return Err(err.into()),
         };

@@ -394,28 +394,35 @@ impl Recall {
     /// snapshot. An erasure resumed after a crash finds its sessions already deleted from the
     /// store and so no longer knows their keys, while a snapshot saved in between may still
     /// hold their vectors: this finds them by what the indexes hold, not by what the job
-    /// remembers. A session whose lookup fails is kept (the next erasure retries).
+    /// remembers. It reads every indexed key, so erasures that know their sessions call
+    /// [`Recall::forget_sessions`] instead.
     pub async fn forget_deleted_sessions(&self) -> Result<()> {
-        let store = self.inner.store.clone();
-        self.forget(move |indexes| {
-            let mut deleted = HashMap::new();
-            let mut is_deleted = |id: u64| {
-                let sid = MessageKey::from_u64(id).session();
-                *deleted
-                    .entry(sid)
-                    .or_insert_with(|| matches!(store.session_ref(sid), Ok(None)))
+        let this = self.clone();
+        let deleted = blocking(move || {
+            let indexed: BTreeSet<u64> = {
+                let indexes = this.read();
+                indexes
+                    .vectors
+                    .ids()
+                    .chain(indexes.docs.keys().copied())
+                    .map(|id| MessageKey::from_u64(id).session())
+                    .collect()
             };
+            // One read transaction for every session, not one each. A deleted session's key
+            // is never reused, so the answer stays true until the removal below.
+            Ok(this.inner.store.deleted_sessions(&indexed)?)
+        })
+        .await?;
+        self.forget(move |indexes| {
+            for sid in &deleted {
+                indexes.owners.remove(sid);
+            }
             let keys: BTreeSet<u64> = indexes
                 .vectors
                 .ids()
                 .chain(indexes.docs.keys().copied())
-                .filter(|&id| is_deleted(id))
+                .filter(|&id| deleted.contains(&MessageKey::from_u64(id).session()))
                 .collect();
-            for (sid, gone) in deleted {
-                if gone {
-                    indexes.owners.remove(&sid);
-                }
-            }
             keys.into_iter().collect()
         })
         .await

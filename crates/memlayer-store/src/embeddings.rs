@@ -171,6 +171,23 @@ impl Store {
         }))
     }
 
+    /// Which of the surrogate keys `sids` belong to no session any more, read in one
+    /// transaction.
+    pub fn deleted_sessions(
+        &self,
+        sids: &std::collections::BTreeSet<u64>,
+    ) -> Result<std::collections::BTreeSet<u64>> {
+        let txn = self.begin_read()?;
+        let keys = txn.open_table(SESSION_KEYS)?;
+        let mut deleted = std::collections::BTreeSet::new();
+        for &sid in sids {
+            if keys.get(sid)?.is_none() {
+                deleted.insert(sid);
+            }
+        }
+        Ok(deleted)
+    }
+
     /// The session with surrogate key `sid` and where it lives, or `None` if it was deleted.
     pub fn session_by_key(&self, sid: u64) -> Result<Option<(SessionRef, crate::Session)>> {
         let Some(at) = self.session_ref(sid)? else {
