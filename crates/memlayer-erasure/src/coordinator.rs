@@ -359,16 +359,12 @@ impl Coordinator {
             .memories
             .forget_derived_from(tenant, &user_id, session_id, None)
             .await?;
-        counts.session_memories = self
-            .inner
-            .store
-            .drop_session_memories(tenant, &user_id, Some(session_id))
-            .await?;
-        // The episodes drawn from the session go in the commit that deletes it, so none
-        // recorded meanwhile survives.
+        // The episodes drawn from the session and the session memories it was merged into go
+        // in the commit that deletes it, so none recorded meanwhile survives.
         let deleted = match self.inner.store.delete_session(tenant, session_id).await {
             Ok(deleted) => {
                 counts.episodes = deleted.episodes;
+                counts.session_memories = deleted.session_memories;
                 Some(deleted.sid)
             }
             // Another erasure deleted it meanwhile and counts it; what this one removed

@@ -102,7 +102,7 @@ impl Store {
 
 /// Removes a user's session memories, or (with `session_id`) those that session was merged
 /// into, in `txn`.
-fn remove_session_memories(
+pub(crate) fn remove_session_memories(
     txn: &WriteTransaction,
     tenant: &str,
     user_id: &str,

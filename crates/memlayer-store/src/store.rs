@@ -1027,7 +1027,17 @@ fn apply_delete_session(
     }
     let episodes =
         crate::episodes::remove_user_episodes(txn, tenant, &record.user_id, Some(session_id))?;
-    Ok(SessionDeleted { sid, episodes })
+    let session_memories = crate::session_memory::remove_session_memories(
+        txn,
+        tenant,
+        &record.user_id,
+        Some(session_id),
+    )?;
+    Ok(SessionDeleted {
+        sid,
+        episodes,
+        session_memories,
+    })
 }
 
 /// What deleting a session removed besides the session itself.
@@ -1037,6 +1047,10 @@ pub struct SessionDeleted {
     pub sid: u64,
     /// How many episodes drawn from the session were deleted with it.
     pub episodes: u64,
+    /// How many of the user's session memories the session was merged into were dropped
+    /// with it (a memory summarising several conversations goes whole, and is merged again
+    /// from those that remain).
+    pub session_memories: u64,
 }
 
 impl Store {

@@ -1222,3 +1222,32 @@ async fn erasures_racing_appends_leave_no_byte_of_erased_text() {
         );
     }
 }
+
+#[tokio::test]
+async fn deleting_a_session_drops_the_session_memories_it_was_merged_into() {
+    let (_dir, store) = open();
+    for session in ["first", "second"] {
+        let append = append_of(vec![message(Role::User, "hi")], Some(owner("u", "a")));
+        store.append(TENANT, session, append).await.unwrap();
+    }
+    let memory = |text: &str, sessions: &[&str]| crate::SessionMemory {
+        text: text.into(),
+        sessions: sessions.iter().map(|s| (*s).to_owned()).collect(),
+        updated_at: crate::Timestamp::now(),
+    };
+    let merged = memory("summary of both", &["first", "second"]);
+    store
+        .put_session_memory(TENANT, "u", "a", merged)
+        .await
+        .unwrap();
+    let other = memory("summary of the second only", &["second"]);
+    store
+        .put_session_memory(TENANT, "u", "b", other.clone())
+        .await
+        .unwrap();
+
+    let deleted = store.delete_session(TENANT, "first").await.unwrap();
+    assert_eq!(deleted.session_memories, 1);
+    assert_eq!(store.session_memory(TENANT, "u", "a").unwrap(), None);
+    assert_eq!(store.session_memory(TENANT, "u", "b").unwrap(), Some(other));
+}
