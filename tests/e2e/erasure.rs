@@ -236,3 +236,56 @@ fn purge_stats_and_retention_for_tenant_admins() {
         "invalid_value",
     );
 }
+
+#[test]
+fn a_purge_that_outlasts_half_the_request_timeout_answers_202_and_finishes() {
+    let server = TestServer::with_config(memlayer_server::ServerConfig {
+        request_timeout: std::time::Duration::from_millis(1_500),
+        ..memlayer_server::ServerConfig::default()
+    });
+    const SESSIONS: u64 = 400;
+    for session in 0..SESSIONS {
+        let content = format!("long-purge-canary-{session}");
+        append(
+            &server,
+            &format!("long-{session}"),
+            "paula",
+            json!([{ "role": "user", "content": content }]),
+        );
+    }
+    let (status, answer) = server.delete("/v1/admin/conversations/purge?older_than_days=0");
+    let id = answer["erasure_id"].as_u64().expect("an erasure id");
+    // Erasing 400 conversations, one commit each, takes longer than 750 ms here, but a fast
+    // machine may finish in time: both answers are checked.
+    let receipt = match status {
+        200 => answer,
+        202 => {
+            assert_eq!(answer["status"], "running", "{answer}");
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            loop {
+                let (status, polled) = server.get(&format!("/v1/admin/erasures/{id}"));
+                match status {
+                    200 => break polled,
+                    202 if std::time::Instant::now() < deadline => {
+                        assert_eq!(polled["status"], "running", "{polled}");
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                    _ => panic!("erasure {id}: {status} {polled}"),
+                }
+            }
+        }
+        _ => panic!("purge: {status} {answer}"),
+    };
+    assert_eq!(receipt["erasure_id"], id);
+    assert_eq!(receipt["counts"]["sessions"], SESSIONS, "{receipt}");
+    assert_eq!(
+        server.get(&format!("/v1/admin/erasures/{id}")),
+        (200, receipt)
+    );
+    assert_eq!(in_files(&server, "long-purge-canary-"), 0);
+    assert_error(
+        &server.get(&format!("/v1/admin/erasures/{}", id + 1)),
+        404,
+        "erasure_not_found",
+    );
+}

@@ -28,6 +28,44 @@ struct ErasedSession {
     counts: Counts,
 }
 
+/// An erasure [`Coordinator::start`] recorded and runs in the background.
+pub struct RunningErasure {
+    id: u64,
+    done: tokio::task::JoinHandle<Result<Receipt, ErasureError>>,
+}
+
+impl RunningErasure {
+    /// The erasure's id, which its receipt will carry.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The erasure's outcome if it ends within `limit`; `None` if it is still running (it
+    /// goes on, and so does a later call). A failed erasure stays pending: the maintenance
+    /// pass finishes it.
+    pub async fn outcome_within(
+        &mut self,
+        limit: std::time::Duration,
+    ) -> Option<Result<Receipt, ErasureError>> {
+        let joined = tokio::time::timeout(limit, &mut self.done).await.ok()?;
+        Some(
+            joined
+                .map_err(|err| ErasureError::Task(err.to_string()))
+                .and_then(|r| r),
+        )
+    }
+}
+
+/// Where an erasure stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Status {
+    /// Recorded and not finished: running, or pending until the maintenance pass or the
+    /// next start finishes it.
+    Running,
+    /// Finished, with its receipt.
+    Done(Box<Receipt>),
+}
+
 /// Runs erasures over one store and its indexes. Cheap to clone.
 #[derive(Clone)]
 pub struct Coordinator {
@@ -99,6 +137,55 @@ impl Coordinator {
     /// A session or message that does not exist (any more) is not an error for the job
     /// itself; callers that want `404` for an unknown session check first.
     pub async fn erase(&self, request: ErasureRequest) -> Result<Receipt, ErasureError> {
+        let (id, document) = self.record(request).await?;
+        let _running = Running::claim(&self.inner.running, id);
+        self.run(id, &document, false).await
+    }
+
+    /// Records an erasure and runs it in the background: unlike [`Coordinator::erase`], it
+    /// goes on when the caller stops waiting (a purge of many conversations can outlast an
+    /// HTTP request). Its receipt is then found with [`Coordinator::status`].
+    pub async fn start(&self, request: ErasureRequest) -> Result<RunningErasure, ErasureError> {
+        let (id, document) = self.record(request).await?;
+        let this = self.clone();
+        let done = tokio::spawn(async move {
+            let _running = Running::claim(&this.inner.running, id);
+            this.run(id, &document, false).await
+        });
+        Ok(RunningErasure { id, done })
+    }
+
+    /// Where erasure `id` of `tenant` stands; `None` if the tenant has no such erasure.
+    pub async fn status(&self, tenant: &str, id: u64) -> Result<Option<Status>, ErasureError> {
+        let store = self.inner.store.clone();
+        let owner = tenant.to_owned();
+        let (receipt, pending) = blocking(move || {
+            // The receipt first: a job ends in the commit that writes its receipt, so a job
+            // found in neither place read between the two lookups cannot exist.
+            let receipt = store.receipt(&owner, id)?;
+            let pending = match receipt {
+                Some(_) => None,
+                None => store.pending_job(id)?,
+            };
+            Ok((receipt, pending))
+        })
+        .await?;
+        if let Some(receipt) = receipt {
+            return Ok(Some(Status::Done(Box::new(decode_receipt(receipt)?))));
+        }
+        let Some(document) = pending else {
+            return Ok(None);
+        };
+        let document: JobDocument =
+            serde_json::from_value(document).map_err(|err| ErasureError::UnreadableJob {
+                id,
+                reason: err.to_string(),
+            })?;
+        Ok((document.request.tenant == tenant).then_some(Status::Running))
+    }
+
+    /// Checks `request` and records it as a pending job.
+    async fn record(&self, request: ErasureRequest) -> Result<(u64, JobDocument), ErasureError> {
         validate(&request)?;
         let document = JobDocument {
             request,
@@ -107,8 +194,7 @@ impl Coordinator {
         let value =
             serde_json::to_value(&document).map_err(|err| ErasureError::Task(err.to_string()))?;
         let id = self.inner.store.record_job(value).await?;
-        let _running = Running::claim(&self.inner.running, id);
-        self.run(id, &document, false).await
+        Ok((id, document))
     }
 
     /// Finishes every job a crash left pending, oldest first. Run it at start, before
@@ -138,17 +224,7 @@ impl Coordinator {
         let store = self.inner.store.clone();
         let tenant = tenant.to_owned();
         let values = blocking(move || Ok(store.receipts(&tenant, limit)?)).await?;
-        values
-            .into_iter()
-            .map(|value| {
-                serde_json::from_value(value).map_err(|err| {
-                    ErasureError::Store(StoreError::Corrupted {
-                        what: "erasure receipt",
-                        detail: err.to_string(),
-                    })
-                })
-            })
-            .collect()
+        values.into_iter().map(decode_receipt).collect()
     }
 
     async fn run(
@@ -412,6 +488,15 @@ impl Coordinator {
         *compacted = covers;
         Ok(())
     }
+}
+
+fn decode_receipt(value: serde_json::Value) -> Result<Receipt, ErasureError> {
+    serde_json::from_value(value).map_err(|err| {
+        ErasureError::Store(StoreError::Corrupted {
+            what: "erasure receipt",
+            detail: err.to_string(),
+        })
+    })
 }
 
 fn validate(request: &ErasureRequest) -> Result<(), ErasureError> {

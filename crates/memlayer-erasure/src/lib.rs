@@ -20,7 +20,7 @@ mod job;
 mod retention;
 mod verify;
 
-pub use coordinator::Coordinator;
+pub use coordinator::{Coordinator, RunningErasure, Status};
 pub use error::ErasureError;
 pub use job::{Counts, ErasureRequest, Receipt, Target};
 pub use retention::RetentionRule;

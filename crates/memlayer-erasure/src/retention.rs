@@ -8,7 +8,26 @@ use memlayer_store::Timestamp;
 
 use crate::coordinator::blocking;
 use crate::job::{ErasureRequest, Receipt, Target};
-use crate::{Coordinator, ErasureError};
+use crate::{Coordinator, ErasureError, RunningErasure};
+
+/// The erasure of every conversation of `tenant` inactive for more than `days` days before
+/// `now` (all of them with 0).
+fn purge_request(tenant: &str, days: u32, requested_by: &str, now: Timestamp) -> ErasureRequest {
+    let cutoff = if days == 0 {
+        u64::MAX
+    } else {
+        now.as_micros()
+            .saturating_sub(u64::from(days) * MICROS_PER_DAY)
+    };
+    ErasureRequest {
+        tenant: tenant.to_owned(),
+        target: Target::InactiveSince {
+            older_than_days: days,
+            cutoff,
+        },
+        requested_by: requested_by.to_owned(),
+    }
+}
 
 /// How often a tenant's rule runs.
 const RETENTION_PERIOD: Duration = Duration::from_secs(24 * 60 * 60);
@@ -70,21 +89,20 @@ impl Coordinator {
         requested_by: &str,
         now: Timestamp,
     ) -> Result<Receipt, ErasureError> {
-        let cutoff = if days == 0 {
-            u64::MAX
-        } else {
-            now.as_micros()
-                .saturating_sub(u64::from(days) * MICROS_PER_DAY)
-        };
-        self.erase(ErasureRequest {
-            tenant: tenant.to_owned(),
-            target: Target::InactiveSince {
-                older_than_days: days,
-                cutoff,
-            },
-            requested_by: requested_by.to_owned(),
-        })
-        .await
+        self.erase(purge_request(tenant, days, requested_by, now))
+            .await
+    }
+
+    /// [`Coordinator::purge`] in the background (see [`Coordinator::start`]).
+    pub async fn start_purge(
+        &self,
+        tenant: &str,
+        days: u32,
+        requested_by: &str,
+        now: Timestamp,
+    ) -> Result<RunningErasure, ErasureError> {
+        self.start(purge_request(tenant, days, requested_by, now))
+            .await
     }
 
     /// Until `shutdown` resolves, every few minutes: finishes erasures left pending (by a

@@ -15,7 +15,7 @@ use memlayer_store::{
 use proptest::prelude::*;
 use tokio::sync::oneshot;
 
-use crate::{Coordinator, ErasureRequest, Target, scan_files};
+use crate::{Coordinator, ErasureRequest, Status, Target, scan_files};
 
 const TENANT: &str = "t";
 
@@ -686,5 +686,43 @@ async fn check_random_erasures(lengths: Vec<usize>, ops: Vec<Op>) {
         let found = fixture.recalled(&user, content).await;
         assert!(found.contains(content), "{content:?} lost after {ops:?}");
     }
+    fixture.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_started_purge_finishes_after_its_caller_stops_waiting() {
+    let fixture = Fixture::open(tempfile::tempdir().unwrap(), embedder());
+    for session in ["old-1", "old-2"] {
+        let said = format!("canary-started-5150 from {session}");
+        fixture
+            .say(session, "erin", &lines(&[(Role::User, said.as_str())]))
+            .await;
+    }
+    let running = fixture
+        .coordinator
+        .start_purge(TENANT, 0, "test", Timestamp::now())
+        .await
+        .unwrap();
+    let id = running.id();
+    // The caller gives up at once, as an HTTP request past its deadline does.
+    drop(running);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let receipt = loop {
+        match fixture.coordinator.status(TENANT, id).await.unwrap() {
+            Some(Status::Done(receipt)) => break receipt,
+            Some(Status::Running) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            other => panic!("erasure {id}: {other:?}"),
+        }
+    };
+    assert_eq!(receipt.counts.sessions, 2);
+    assert_eq!(fixture.in_files("canary-started-5150"), 0);
+    // Another tenant's erasure, and one that never was, are unknown alike.
+    assert_eq!(fixture.coordinator.status("other", id).await.unwrap(), None);
+    assert_eq!(
+        fixture.coordinator.status(TENANT, id + 1).await.unwrap(),
+        None
+    );
     fixture.close().await;
 }

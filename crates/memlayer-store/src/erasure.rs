@@ -227,6 +227,26 @@ impl Store {
             .collect()
     }
 
+    /// Job `id` while it is pending: its document, whatever its tenant.
+    pub fn pending_job(&self, id: u64) -> Result<Option<Value>> {
+        let txn = self.begin_read()?;
+        let jobs = txn.open_table(ERASURE_JOBS)?;
+        jobs.get(id)?
+            .map(|value| decode_json("erasure job", value.value()))
+            .transpose()
+    }
+
+    /// The receipt of job `id` of `tenant`, once it finished.
+    pub fn receipt(&self, tenant: &str, id: u64) -> Result<Option<Value>> {
+        validate_id("tenant", tenant)?;
+        let txn = self.begin_read()?;
+        let receipts = txn.open_table(ERASURE_RECEIPTS)?;
+        receipts
+            .get((tenant, id))?
+            .map(|value| decode_json("erasure receipt", value.value()))
+            .transpose()
+    }
+
     /// Sets (or with `None` removes) a tenant's conversation retention in days.
     pub async fn set_retention(&self, tenant: &str, days: Option<u32>) -> Result<()> {
         validate_id("tenant", tenant)?;

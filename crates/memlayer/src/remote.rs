@@ -143,13 +143,24 @@ pub(crate) fn purge(args: &PurgeArgs) -> anyhow::Result<()> {
             "--older-than-days 0 erases every conversation: confirm with --confirm {DELETE_ALL:?}"
         );
     }
-    let receipt = args.server.json(
+    let mut receipt = args.server.json(
         reqwest::Method::DELETE,
         &format!(
             "/v1/admin/conversations/purge?older_than_days={}",
             args.older_than_days
         ),
     )?;
+    // A purge longer than half the server's request timeout answers 202 and goes on; its
+    // receipt comes from the erasure's own URL once it is done.
+    if receipt["status"] == "running" {
+        let id = &receipt["erasure_id"];
+        eprintln!("the purge is still running as erasure {id}; waiting for its receipt");
+        let path = format!("/v1/admin/erasures/{id}");
+        while receipt["status"] == "running" {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            receipt = args.server.json(reqwest::Method::GET, &path)?;
+        }
+    }
     let counts = &receipt["counts"];
     println!(
         "erased {} conversation(s), {} message(s), {} vector(s) (receipt {})",

@@ -4,7 +4,9 @@
 
 use axum::Json;
 use axum::extract::State;
-use memlayer_erasure::{Counts, ErasureRequest, Receipt, Target};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use memlayer_erasure::{Counts, ErasureRequest, Receipt, Status, Target};
 use memlayer_store::{StoreError, Timestamp};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -225,22 +227,50 @@ pub(crate) struct PurgeQuery {
     older_than_days: u32,
 }
 
+/// An erasure that has not finished yet.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Running {
+    erasure_id: u64,
+    /// Always `running`.
+    status: &'static str,
+}
+
+/// `202 Accepted` for an erasure still running, pointing at where its receipt will be.
+fn still_running(erasure_id: u64) -> Response {
+    let location = format!("/v1/admin/erasures/{erasure_id}");
+    let body = Running {
+        erasure_id,
+        status: "running",
+    };
+    (
+        StatusCode::ACCEPTED,
+        [(header::LOCATION, location)],
+        Json(body),
+    )
+        .into_response()
+}
+
 /// Purge conversations by age
 ///
 /// Hard-deletes every conversation inactive for more than `older_than_days` days (all of
-/// them with 0: the admin page makes the operator type `DELETE ALL` first).
+/// them with 0: the admin page makes the operator type `DELETE ALL` first). Answers with the
+/// receipt when the purge ends within half the request timeout; a longer one answers `202`
+/// and goes on: `Location` (`/v1/admin/erasures/{erasure_id}`) gives its receipt once done.
 #[utoipa::path(
     delete,
     path = "/v1/admin/conversations/purge",
     tag = "admin",
     params(PurgeQuery),
-    responses((status = 200, description = "Erased", body = ReceiptBody)),
+    responses(
+        (status = 200, description = "Erased", body = ReceiptBody),
+        (status = 202, description = "Still running; see Location", body = Running),
+    ),
 )]
 pub(crate) async fn purge(
     State(state): State<AppState>,
     Admin(tenant): Admin,
     ApiQuery(query): ApiQuery<PurgeQuery>,
-) -> Result<Json<ReceiptBody>, ApiError> {
+) -> Result<Response, ApiError> {
     let project_id = project(tenant, query.project_id)?;
     if query.older_than_days > MAX_RETENTION_DAYS {
         return Err(ApiError::invalid(
@@ -248,11 +278,56 @@ pub(crate) async fn purge(
             format!("older_than_days must be at most {MAX_RETENTION_DAYS}"),
         ));
     }
-    let receipt = state
+    let mut running = state
         .erasure()
-        .purge(&project_id, query.older_than_days, "api", Timestamp::now())
+        .start_purge(&project_id, query.older_than_days, "api", Timestamp::now())
         .await?;
-    Ok(Json(receipt.into()))
+    // Half the request timeout leaves the other half for what ran before and for answering:
+    // a purge cut off by the timeout used to answer 503 and stop where it got to.
+    let answer_within = state.config().request_timeout / 2;
+    match running.outcome_within(answer_within).await {
+        Some(receipt) => Ok(Json(ReceiptBody::from(receipt?)).into_response()),
+        None => Ok(still_running(running.id())),
+    }
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub(crate) struct ErasurePath {
+    /// The erasure's id, as its receipt and a `202` give it.
+    erasure_id: u64,
+}
+
+/// One erasure
+///
+/// Its receipt once it finished; `202` with `status: running` while it runs (or waits for
+/// the maintenance pass to finish it after a failure or a restart).
+#[utoipa::path(
+    get,
+    path = "/v1/admin/erasures/{erasure_id}",
+    tag = "admin",
+    params(ErasurePath, ProjectQuery),
+    responses(
+        (status = 200, description = "Finished", body = ReceiptBody),
+        (status = 202, description = "Still running", body = Running),
+        (status = 404, description = "No such erasure in the tenant"),
+    ),
+)]
+pub(crate) async fn erasure(
+    State(state): State<AppState>,
+    Admin(tenant): Admin,
+    ApiPath(path): ApiPath<ErasurePath>,
+    ApiQuery(query): ApiQuery<ProjectQuery>,
+) -> Result<Response, ApiError> {
+    let project_id = project(tenant, query.project_id)?;
+    match state.erasure().status(&project_id, path.erasure_id).await? {
+        Some(Status::Done(receipt)) => Ok(Json(ReceiptBody::from(*receipt)).into_response()),
+        Some(Status::Running) => Ok(still_running(path.erasure_id)),
+        None => Err(ApiError::NotFound {
+            code: "erasure_not_found",
+            message: format!("no erasure {} in this tenant", path.erasure_id),
+        }),
+    }
 }
 
 #[derive(Deserialize, IntoParams)]

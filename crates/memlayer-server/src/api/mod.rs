@@ -55,6 +55,7 @@ pub(crate) const ROUTES: &[Route] = &[
     Route::api(|| routes!(erasure::stats)),
     Route::api(|| routes!(erasure::purge)),
     Route::api(|| routes!(erasure::receipts)),
+    Route::api(|| routes!(erasure::erasure)),
     Route::api(|| routes!(erasure::retention, erasure::set_retention)),
     Route::api(|| routes!(backup::backup)),
     Route::api(|| routes!(keys::list_keys, keys::create_key)),

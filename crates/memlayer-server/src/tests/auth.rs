@@ -175,6 +175,8 @@ const TABLE: &[Row] = &[
     row("DELETE", "/v1/admin/conversations/purge", Admin, 403, 404)
         .query("?project_id=default&older_than_days=0"),
     row("GET", "/v1/admin/erasures", Admin, 403, 404).query("?project_id=default"),
+    // Erasure ids are global: another tenant's admin finds none of this tenant's.
+    row("GET", "/v1/admin/erasures/{erasure_id}", Admin, 403, 404).query("?project_id=default"),
     row("GET", "/v1/admin/retention", Admin, 403, 200),
     row("PUT", "/v1/admin/retention", Admin, 403, 200)
         .body(r#"{"conversation_retention_days":null}"#),
@@ -394,6 +396,7 @@ impl World {
                 "{memory_id}" => self.memory_id.to_string(),
                 "{episode_id}" => self.episode_id.to_string(),
                 "{prefix}" => self.victim_key.clone(),
+                "{erasure_id}" => "1".to_owned(),
                 other if other.starts_with('{') => {
                     panic!("no value for {other} in {path}: add one to World::concrete")
                 }
