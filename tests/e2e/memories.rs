@@ -483,3 +483,38 @@ fn an_idle_conversation_is_ended_and_merged_by_the_server() {
         memory.1
     );
 }
+
+#[test]
+fn a_user_whose_memories_were_all_forgotten_remembers_again() {
+    let server = TestServer::start();
+    let (status, first) = remember(
+        &server,
+        "carol",
+        json!({ "text": "Prefers window seats", "type": "preference" }),
+    );
+    assert_eq!(status, 201, "{first}");
+    let (status, _) = remember(
+        &server,
+        "dave",
+        json!({ "text": "Prefers window seats", "type": "preference" }),
+    );
+    assert_eq!(status, 201);
+    let id = first["memory"]["memory_id"].as_u64().unwrap();
+    assert_eq!(server.delete(&format!("/v1/memories/{id}")).0, 200);
+    // Carol has nothing left to recall; Dave, who remembered the same words, still has his.
+    assert!(search(&server, "carol", json!({ "query": "window seats" })).is_empty());
+    assert_eq!(
+        search(&server, "dave", json!({ "query": "window seats" })),
+        ["Prefers window seats"]
+    );
+    let (status, again) = remember(
+        &server,
+        "carol",
+        json!({ "text": "Prefers aisle seats on long flights", "type": "preference" }),
+    );
+    assert_eq!(status, 201, "{again}");
+    assert_eq!(
+        search(&server, "carol", json!({ "query": "aisle seats" })),
+        ["Prefers aisle seats on long flights"]
+    );
+}
