@@ -160,12 +160,13 @@ impl Coordinator {
         let store = self.inner.store.clone();
         let owner = tenant.to_owned();
         let (receipt, pending) = blocking(move || {
-            // The receipt first: a job ends in the commit that writes its receipt, so a job
-            // found in neither place read between the two lookups cannot exist.
-            let receipt = store.receipt(&owner, id)?;
-            let pending = match receipt {
+            // The pending job first: a job leaves the pending ones in the commit that writes
+            // its receipt and never comes back, so one not pending at the first lookup has
+            // its receipt by the second, or never existed.
+            let pending = store.pending_job(id)?;
+            let receipt = match pending {
                 Some(_) => None,
-                None => store.pending_job(id)?,
+                None => store.receipt(&owner, id)?,
             };
             Ok((receipt, pending))
         })
@@ -365,8 +366,8 @@ impl Coordinator {
     /// Erases the sessions `ids` of `tenant`, [`SESSIONS_AT_ONCE`] at a time, adding what
     /// they held to `receipt` (in the order of `ids`), and returns the surrogate keys of
     /// those it deleted. Sessions are independent of each other, so their reads and the
-    /// derived data they drop overlap; one at a time, a purge of 100,000 conversations
-    /// waited for each of its some 300,000 commits in turn.
+    /// long-term memories they drop are worked on concurrently while their deletions queue
+    /// for the writer (each commits alone: erasing writes never share a commit).
     async fn erase_sessions(
         &self,
         tenant: &str,

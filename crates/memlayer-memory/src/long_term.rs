@@ -108,7 +108,8 @@ struct Owner {
 
 /// One user's memories in one tenant. A recall searches only its user's partition: with
 /// every memory in one index, a user's recall ranked all users' memories and filtered them,
-/// and got slower with every user added (p95 48.8 ms at 100,000 memories of 10 users).
+/// and got slower with every user added (at 100,000 memories of 10 users, p95 31.5 ms against
+/// 3.1 ms with partitions; docs/benchmarks.md).
 struct Partition {
     vectors: VectorIndex,
     keywords: KeywordIndex,

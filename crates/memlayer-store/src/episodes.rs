@@ -287,10 +287,10 @@ pub(crate) fn remove_user_episodes(
     }
     // One range removal over the episodes' texts, not one `remove` each (see
     // `Store::write_alone`).
-    if let (Some(first), Some(last)) = (doomed.first(), doomed.last()) {
-        let ids: std::collections::HashSet<u64> = doomed.iter().map(|(id, _)| *id).collect();
+    let ids: std::collections::HashSet<u64> = doomed.iter().map(|(id, _)| *id).collect();
+    if let (Some(&first), Some(&last)) = (ids.iter().min(), ids.iter().max()) {
         txn.open_table(EPISODES)?
-            .retain_in(first.0..=last.0, |id, _| !ids.contains(&id))?;
+            .retain_in(first..=last, |id, _| !ids.contains(&id))?;
     }
     for (id, record) in &doomed {
         remove_episode_keys(txn, *id, record)?;
