@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{Timestamp, validate_id, validate_text};
 use crate::record::Record;
-use crate::tables::SESSION_MEMORIES;
+use crate::store::{not_found, read_session_record};
+use crate::tables::{SESSION_MEMORIES, SESSIONS};
 use crate::{Result, Store};
 
 /// The rolling summary of a user's conversations with one agent.
@@ -59,7 +60,12 @@ impl Store {
             .transpose()
     }
 
-    /// Saves the session memory of a user with an agent.
+    /// Saves the session memory of a user with an agent. Every session it was merged from
+    /// must still be one of the user's ([`StoreError::SessionNotFound`] otherwise, and
+    /// nothing is saved): checked in the saving transaction, so a merge that read a session
+    /// erased before it saved cannot bring the erased conversation back.
+    ///
+    /// [`StoreError::SessionNotFound`]: crate::StoreError::SessionNotFound
     pub async fn put_session_memory(
         &self,
         tenant: &str,
@@ -78,6 +84,14 @@ impl Store {
             updated_at: memory.updated_at.as_micros(),
         };
         self.write(move |txn| {
+            let sessions = txn.open_table(SESSIONS)?;
+            for session_id in &record.sessions {
+                let owner = read_session_record(&sessions, &key.0, session_id)?
+                    .map(|session| session.user_id);
+                if owner.as_deref() != Some(key.1.as_str()) {
+                    return Err(not_found(session_id));
+                }
+            }
             txn.open_table(SESSION_MEMORIES)?.insert(
                 (key.0.as_str(), key.1.as_str(), key.2.as_str()),
                 record.encode().as_slice(),

@@ -1250,4 +1250,11 @@ async fn deleting_a_session_drops_the_session_memories_it_was_merged_into() {
     assert_eq!(deleted.session_memories, 1);
     assert_eq!(store.session_memory(TENANT, "u", "a").unwrap(), None);
     assert_eq!(store.session_memory(TENANT, "u", "b").unwrap(), Some(other));
+    // A merge that read "first" before its deletion cannot save what it made of it.
+    let late = memory("summary made before the deletion", &["first", "second"]);
+    assert!(matches!(
+        store.put_session_memory(TENANT, "u", "a", late).await,
+        Err(StoreError::SessionNotFound { .. })
+    ));
+    assert_eq!(store.session_memory(TENANT, "u", "a").unwrap(), None);
 }
