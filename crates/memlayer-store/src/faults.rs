@@ -234,16 +234,22 @@ impl StorageBackend for FaultyDisk {
     }
 }
 
-/// A tiny deterministic generator for torn writes (SplitMix64), so a failing k replays.
-struct SplitMix(u64);
+/// A tiny deterministic generator (SplitMix64) for the store's tests: torn writes here, so a
+/// failing k replays, and the mixes of the erasure race in `tests.rs`.
+pub(crate) struct SplitMix(pub(crate) u64);
 
 impl SplitMix {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
+    }
+
+    /// A number below `n`.
+    pub(crate) fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
     }
 }
 

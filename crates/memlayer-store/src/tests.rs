@@ -1128,34 +1128,17 @@ async fn deleting_a_session_keeps_the_queued_embeddings_of_the_others() {
     assert_eq!(store.pending_embedding_count().unwrap(), 1);
 }
 
-/// A splitmix64 stream: the erasure race below needs a reproducible mix of operations.
-struct Mix(u64);
-
-impl Mix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 /// Erasures that race appends share the writer thread with them. redb edits a page its
 /// transaction already wrote in place, without clearing what a removal shifts out, so an
 /// erasure committed in the same group as appends to its page left erased text in a live
-/// page that no compaction moves away (the crash test found it; about one mix in five did
+/// page, which compaction moves but never clears (the crash test found it; one mix in five did
 /// here). Every erased text must be gone from the file's bytes after a compaction.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn erasures_racing_appends_leave_no_byte_of_erased_text() {
     const SESSIONS: usize = 40;
     for seed in 0..12 {
         let (dir, store) = open();
-        let mut mix = Mix(seed);
+        let mut mix = crate::faults::SplitMix(seed);
         let mut live: BTreeMap<(String, u64), String> = BTreeMap::new();
         let mut erased = Vec::new();
         for _ in 0..30 {
