@@ -546,14 +546,19 @@ fn the_docs_page_and_the_metrics_are_served() {
     }
     let (status, _) = server.post("/v1/recall", &json!({ "query": "parcel", "user_id": "u" }));
     assert_eq!(status, 200);
+    let (status, _) = server.delete("/v1/sessions/m-2");
+    assert_eq!(status, 204);
     let text = scrape();
     for line in [
         "memlayer_http_requests_total{route=\"/v1/sessions/{session_id}/messages\",method=\"POST\",status=\"2xx\"} 2\n",
         "memlayer_http_requests_total{route=\"/docs\",method=\"GET\",status=\"2xx\"} 1\n",
         "memlayer_http_request_duration_seconds_count{route=\"/v1/recall\",method=\"POST\"} 1\n",
         "memlayer_http_requests_in_flight 1\n",
-        "memlayer_index_vectors 2\n",
+        "memlayer_index_vectors 1\n",
         "memlayer_embeddings_pending 0\n",
+        "memlayer_messages_appended_total 2\n",
+        "memlayer_erasures_finished_total 1\n",
+        "memlayer_erasure_jobs_pending 0\n",
     ] {
         assert!(text.contains(line), "no {line:?} in\n{text}");
     }

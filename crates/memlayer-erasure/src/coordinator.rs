@@ -85,6 +85,8 @@ struct Inner {
     compacted: tokio::sync::Mutex<u64>,
     /// Jobs running in this process, which `resume` must leave to their runner.
     running: std::sync::Mutex<HashSet<u64>>,
+    /// Erasures finished (receipt written) since this coordinator was made.
+    finished: AtomicU64,
 }
 
 /// Marks a job as running for as long as it lives.
@@ -123,6 +125,7 @@ impl Coordinator {
                 tickets: AtomicU64::new(0),
                 compacted: tokio::sync::Mutex::new(0),
                 running: std::sync::Mutex::new(HashSet::new()),
+                finished: AtomicU64::new(0),
             }),
         }
     }
@@ -140,6 +143,12 @@ impl Coordinator {
         let (id, document) = self.record(request).await?;
         let _running = Running::claim(&self.inner.running, id);
         self.run(id, &document, false).await
+    }
+
+    /// How many erasures this coordinator finished (their receipts written) since it was
+    /// made: the erasure counter of the metrics.
+    pub fn finished(&self) -> u64 {
+        self.inner.finished.load(Ordering::Relaxed)
     }
 
     /// Records an erasure and runs it in the background: unlike [`Coordinator::erase`], it
@@ -354,6 +363,7 @@ impl Coordinator {
         let value =
             serde_json::to_value(&receipt).map_err(|err| ErasureError::Task(err.to_string()))?;
         self.inner.store.finish_job(id, tenant, value).await?;
+        self.inner.finished.fetch_add(1, Ordering::Relaxed);
         tracing::info!(
             job = id,
             sessions = receipt.counts.sessions,

@@ -160,14 +160,37 @@ pub(crate) fn render(state: &AppState) -> Result<String, String> {
         "Messages with a vector in the vector index",
         ConstGauge::new(i64::try_from(state.recall().indexed_vectors()).unwrap_or(i64::MAX)),
     );
-    // A failed read leaves this one figure out rather than failing the scrape.
-    match state.store().pending_embedding_count() {
-        Ok(pending) => figures.register(
+    figures.register(
+        "messages_appended",
+        "Messages appended since the process started (idempotent replays not counted)",
+        ConstCounter::new(state.store().appended_messages()),
+    );
+    figures.register(
+        "erasures_finished",
+        "Erasure jobs finished, their receipts written, since the process started",
+        ConstCounter::new(state.erasure().finished()),
+    );
+    // A failed read leaves that one figure out rather than failing the scrape.
+    for (name, help, count) in [
+        (
             "embeddings_pending",
             "Appended messages the indexing pipeline has not embedded yet",
-            ConstGauge::new(i64::try_from(pending).unwrap_or(i64::MAX)),
+            state.store().pending_embedding_count(),
         ),
-        Err(err) => tracing::warn!(%err, "metrics: cannot count pending embeddings"),
+        (
+            "erasure_jobs_pending",
+            "Erasure jobs recorded and not finished: running, or waiting for a retry",
+            state.store().pending_job_count(),
+        ),
+    ] {
+        match count {
+            Ok(count) => figures.register(
+                name,
+                help,
+                ConstGauge::new(i64::try_from(count).unwrap_or(i64::MAX)),
+            ),
+            Err(err) => tracing::warn!(%err, "metrics: cannot read {name}"),
+        }
     }
     let mut text = String::new();
     encode_registry(&mut text, &state.metrics().registry)

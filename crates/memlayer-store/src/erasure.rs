@@ -6,7 +6,7 @@
 //! erasure coordinator does); it offers idempotent steps. Jobs and receipts are JSON
 //! documents the coordinator defines; the store only keeps them.
 
-use redb::ReadableTable;
+use redb::{ReadableTable, ReadableTableMetadata};
 use serde_json::Value;
 
 use crate::model::{MAX_MESSAGES_PER_SESSION, Timestamp, validate_id};
@@ -179,6 +179,11 @@ impl Store {
             Ok(id)
         })
         .await
+    }
+
+    /// How many jobs are recorded and not finished (a gauge for metrics).
+    pub fn pending_job_count(&self) -> Result<u64> {
+        Ok(self.begin_read()?.open_table(ERASURE_JOBS)?.len()?)
     }
 
     /// Jobs recorded and not finished, oldest first.

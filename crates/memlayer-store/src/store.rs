@@ -2,6 +2,7 @@
 //! reads (run on the caller's thread in a redb read transaction, never blocking writes).
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use redb::{
@@ -84,6 +85,8 @@ struct Inner {
     db: Arc<RwLock<Database>>,
     path: PathBuf,
     writer: Writer,
+    /// Messages newly stored by `append` since the store was opened (replays not counted).
+    appended_messages: AtomicU64,
 }
 
 impl Store {
@@ -135,7 +138,12 @@ impl Store {
             }
         })?;
         Ok(Self {
-            inner: Arc::new(Inner { db, path, writer }),
+            inner: Arc::new(Inner {
+                db,
+                path,
+                writer,
+                appended_messages: AtomicU64::new(0),
+            }),
         })
     }
 
@@ -211,6 +219,12 @@ impl Store {
         self.inner.writer.commits()
     }
 
+    /// Messages appended (durably, replays of an idempotency key not counted) since this
+    /// store was opened: the append counter of the metrics.
+    pub fn appended_messages(&self) -> u64 {
+        self.inner.appended_messages.load(Ordering::Relaxed)
+    }
+
     /// The file this store lives in.
     pub fn path(&self) -> &Path {
         &self.inner.path
@@ -284,8 +298,15 @@ impl Store {
         append.validate()?;
         let tenant = tenant.to_owned();
         let session_id = session_id.to_owned();
-        self.write(move |txn| apply_append(txn, &tenant, &session_id, append))
-            .await
+        let appended = self
+            .write(move |txn| apply_append(txn, &tenant, &session_id, append))
+            .await?;
+        if !appended.replayed {
+            self.inner
+                .appended_messages
+                .fetch_add(appended.count, Ordering::Relaxed);
+        }
+        Ok(appended)
     }
 
     /// Records an agent execution in a session.

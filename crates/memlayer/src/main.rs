@@ -161,7 +161,12 @@ enum Command {
     Import(transfer::ImportArgs),
     /// Create, list and revoke API keys in the data directory (with the server stopped: it
     /// holds the store file; while it runs, use /v1/keys).
-    #[command(subcommand)]
+    ///
+    /// Examples:
+    ///   memlayer keys create --tenant acme --role service --name "support bot"
+    ///   memlayer keys list --data-dir /var/lib/memlayer
+    ///   memlayer keys revoke 6d2cc89e7d2c2d86
+    #[command(subcommand, verbatim_doc_comment)]
     Keys(keys::KeysCommand),
     /// Serve the agent tools (memory_remember, memory_recall, memory_forget, session_search,
     /// clear_session) to an MCP host on stdin and stdout, for one session.
@@ -178,7 +183,11 @@ enum Command {
     #[command(verbatim_doc_comment)]
     Mcp(mcp::McpArgs),
     /// Measure retrieval and context quality offline, with the real store and model.
-    #[command(subcommand)]
+    ///
+    /// Examples:
+    ///   memlayer eval planted
+    ///   memlayer eval recall --locomo locomo10.json --k 5,10
+    #[command(subcommand, verbatim_doc_comment)]
     Eval(eval::EvalCommand),
 }
 
