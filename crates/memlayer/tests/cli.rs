@@ -247,6 +247,27 @@ fn help_describes_the_commands_and_their_flags() {
     assert!(output.status.success(), "{output:?}");
     let help = String::from_utf8(output.stdout).unwrap();
     assert!(help.contains("serve"), "{help}");
+    // Every command's --help shows how it is used, in examples.
+    let commands: Vec<&str> = help
+        .split("Commands:")
+        .nth(1)
+        .and_then(|rest| rest.split("\n\n").next())
+        .expect("a Commands section")
+        .lines()
+        .filter(|line| line.starts_with("  ") && !line.starts_with("   "))
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|command| *command != "help")
+        .collect();
+    assert!(commands.len() >= 12, "{commands:?}");
+    for command in commands {
+        let output = memlayer(&[command, "--help"]).output().unwrap();
+        assert!(output.status.success(), "{output:?}");
+        let help = String::from_utf8(output.stdout).unwrap();
+        assert!(
+            help.contains("Example"),
+            "`{command} --help` shows no example:\n{help}"
+        );
+    }
 
     let output = memlayer(&["serve", "--help"]).output().unwrap();
     assert!(output.status.success(), "{output:?}");
