@@ -131,6 +131,10 @@ enum Task {
         /// Store file sizes in MiB, increasing; one data directory is grown through them.
         #[arg(long, value_delimiter = ',', default_values_t = [250, 500, 1000])]
         sizes_mib: Vec<u64>,
+        /// Another build of `memlayer` (an older commit's) whose starts are timed the same
+        /// way, before this build's, at each size.
+        #[arg(long)]
+        baseline: Option<PathBuf>,
     },
     /// Kill the real server with SIGKILL at random moments under a write, memory and erasure
     /// load, restart it, and check that nothing acknowledged is lost, duplicated or brought
@@ -213,7 +217,10 @@ fn main() -> anyhow::Result<ExitCode> {
         Task::BenchPurge { sessions, baseline } => {
             bench_purge::run(&root, sessions, baseline.as_deref())?;
         }
-        Task::BenchRecovery { sizes_mib } => bench_recovery::run(&root, &sizes_mib)?,
+        Task::BenchRecovery {
+            sizes_mib,
+            baseline,
+        } => bench_recovery::run(&root, &sizes_mib, baseline.as_deref())?,
         Task::Crash {
             kills,
             clients,

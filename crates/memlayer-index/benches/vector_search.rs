@@ -99,6 +99,7 @@ fn bench_data_set(c: &mut Criterion, name: &str, generate: fn(u64, u64, usize) -
                 .map(|(id, v)| (id as u64, v.as_slice())),
         )
         .unwrap();
+    index.build_graph();
     let build = build.elapsed();
 
     let mut found = 0;

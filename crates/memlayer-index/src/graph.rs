@@ -45,21 +45,19 @@ pub(crate) struct Graph {
 }
 
 impl Graph {
-    /// Builds a graph over `points` (vector, slot), inserting in parallel.
-    pub(crate) fn build(params: GraphParams, points: &[(&[f32], usize)]) -> Self {
+    /// An empty graph sized for about `capacity` points (a hint: it grows past it).
+    pub(crate) fn new(params: GraphParams, capacity: usize) -> Self {
         let hnsw = Hnsw::new(
             params.max_connections,
-            points.len().max(1),
+            capacity.max(1),
             MAX_LAYERS,
             params.ef_construction,
             DotDistance,
         );
-        let graph = Self {
+        Self {
             hnsw,
             ef_search: params.ef_search,
-        };
-        graph.insert(points);
-        graph
+        }
     }
 
     /// Adds points (vector, slot) to the graph; hnsw_rs copies the vectors.

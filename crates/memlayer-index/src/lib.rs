@@ -8,7 +8,7 @@
 //! `memlayer-embed` only; strategies, erasure and HTTP build on it. Erasure reaches these
 //! indexes through [`VectorIndex::remove`] + [`VectorIndex::compact`] and
 //! [`KeywordIndex::remove`], after which the erased vector or text is held by neither
-//! index nor written to any later snapshot.
+//! index (the compaction drops the graph with its copies) nor written to any later snapshot.
 //!
 //! Hybrid recall over two messages, with 3-dimensional vectors standing in for embeddings:
 //!
@@ -54,14 +54,17 @@
 //!   1.4–3.4 s on 2 threads, and it doubles the memory: hnsw_rs keeps its own copy of every
 //!   vector). Queries far from every stored cluster are HNSW's weak spot (recall@10 fell to
 //!   0.66 at 10k synthetic vectors for queries drawn from other clusters).
-//! - **Own snapshot format, graph rebuilt on load.** hnsw_rs's `file_dump` reloads a graph
-//!   far faster than rebuilding it (10k vectors: 0.12 s against 7–11 s; planning measured
-//!   2.5 s against 150 s at 100k), but its files hold every point ever inserted, erased ones
-//!   included, until the graph is rebuilt; its loader trusts the file (a damaged one can
-//!   panic or allocate what it claims); and the loaded graph borrows its `HnswIo`. The
-//!   snapshot therefore holds only the live vectors with a checksum, and `load` rebuilds the
-//!   graph. Worth revisiting if load time starts to matter: a dump taken right after a
-//!   compaction holds no erased vector and could be embedded in the checksummed snapshot.
+//! - **Own snapshot format, graph built after load, apart from the index.** hnsw_rs's
+//!   `file_dump` reloads a graph far faster than rebuilding it (10k vectors: 0.12 s against
+//!   7–11 s; planning measured 2.5 s against 150 s at 100k), but its files hold every point
+//!   ever inserted, erased ones included, until the graph is rebuilt; its loader trusts the
+//!   file (a damaged one can panic or allocate what it claims); and the loaded graph borrows
+//!   its `HnswIo`. The snapshot therefore holds only the live vectors with a checksum. The
+//!   graph is built after a load, and after every compaction (an erasure drops the graph,
+//!   which holds copies of the erased vectors), by [`build_graph_unlocked`] beside the locked
+//!   index while searches scan exactly: building it under the index lock, as before, held
+//!   every search for ~150 s after a start or an erasure at 112,000 vectors. Persisting a
+//!   graph dumped right after a compaction would shorten the unindexed time after a start.
 //! - **Filters pick the path.** With a graph, a filter is first evaluated on a stride sample
 //!   of 256 slots; if it probably passes no more than `hnsw_threshold` vectors the scan
 //!   answers exactly. hnsw_rs's filtered search keeps expanding until `ef` points pass the
@@ -93,4 +96,4 @@ pub use recall::{
     Excluded, IndexCheck, Recall, RecallHit, RecallOptions, RecallQuery, Recalled, Scope,
 };
 pub use topk::IdFilter;
-pub use vector::{VectorConfig, VectorIndex};
+pub use vector::{GraphBuilt, VectorConfig, VectorIndex, build_graph_unlocked};

@@ -10,7 +10,10 @@
 //!
 //! The vector index is snapshotted to a file while the store's `vectors_version` is known:
 //! on start the snapshot is used when the version still matches and the index is rebuilt
-//! from the stored vectors otherwise. The keyword index is rebuilt from the messages.
+//! from the stored vectors otherwise. The keyword index is rebuilt from the messages. The
+//! HNSW graph is not part of the snapshot: beside the pipeline a builder grows it, without
+//! holding the index lock, whenever the index needs one (after a start, past the threshold,
+//! after an erasure compacted it); until then vector searches scan exactly.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::future::Future;
@@ -30,8 +33,8 @@ mod check;
 pub use check::IndexCheck;
 
 use crate::{
-    IndexError, KeywordIndex, RRF_K, Result, Retriever, VectorConfig, VectorIndex,
-    reciprocal_rank_fusion,
+    GraphBuilt, IndexError, KeywordIndex, RRF_K, Result, Retriever, VectorConfig, VectorIndex,
+    build_graph_unlocked, reciprocal_rank_fusion,
 };
 
 /// How a [`Recall`] runs.
@@ -259,9 +262,18 @@ impl Recall {
         self.read().vectors.len()
     }
 
-    /// Runs the indexing pipeline until `shutdown` resolves, then saves a snapshot. Spawn it
-    /// on the async runtime that serves requests; its heavy steps run on blocking threads.
+    /// Whether the vector index waits for its graph (see [`VectorIndex::needs_graph`]):
+    /// vector searches scan every vector until the pipeline's builder installs it.
+    pub fn graph_pending(&self) -> bool {
+        self.read().vectors.needs_graph()
+    }
+
+    /// Runs the indexing pipeline, and the builder of the vector index's graph beside it,
+    /// until `shutdown` resolves, then saves a snapshot. Spawn it on the async runtime that
+    /// serves requests; its heavy steps run on blocking threads.
     pub async fn run_pipeline(self, shutdown: impl Future<Output = ()>) {
+        let (stop_graphs, graphs_stopped) = watch::channel(false);
+        let graphs = tokio::spawn(self.clone().keep_graph_built(graphs_stopped));
         let mut commits = self.inner.store.commits();
         let mut last_snapshot = Instant::now();
         tokio::pin!(shutdown);
@@ -297,7 +309,50 @@ impl Recall {
                 }
             }
         }
+        // A build in progress stops at its next chunk; the graph is not saved anyway.
+        let _ = stop_graphs.send(true);
+        let _ = graphs.await;
         self.save_snapshot().await;
+    }
+
+    /// Builds the vector index's graph whenever it needs one, until `stop` turns true.
+    async fn keep_graph_built(self, mut stop: watch::Receiver<bool>) {
+        while !*stop.borrow() {
+            if !self.read().vectors.needs_graph() {
+                tokio::select! {
+                    _ = stop.changed() => {}
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+                continue;
+            }
+            let this = self.clone();
+            let stopping = stop.clone();
+            let started = Instant::now();
+            match blocking(move || Ok(this.build_graph(|| *stopping.borrow()))).await {
+                Ok(GraphBuilt::Installed) => tracing::info!(
+                    vectors = self.indexed_vectors(),
+                    seconds = started.elapsed().as_secs_f64(),
+                    "vector index graph built"
+                ),
+                // An erasure compacted the index meanwhile: the loop starts over.
+                Ok(GraphBuilt::Superseded) => {
+                    tracing::debug!("vector index changed during the graph build; again");
+                }
+                Ok(GraphBuilt::NotNeeded | GraphBuilt::Cancelled) => {}
+                Err(err) => tracing::warn!(error = %err, "building the vector graph failed"),
+            }
+        }
+    }
+
+    /// Builds the vector index's graph if it needs one, without holding the index lock
+    /// while it grows (see [`build_graph_unlocked`]).
+    fn build_graph(&self, cancelled: impl Fn() -> bool) -> GraphBuilt {
+        build_graph_unlocked(
+            &self.inner.indexes,
+            |indexes| Some(&indexes.vectors),
+            |indexes| Some(&mut indexes.vectors),
+            cancelled,
+        )
     }
 
     /// Indexes one batch from the outbox. Returns false when the outbox was empty.

@@ -13,8 +13,8 @@
 //! | 36 | `n × (8 + 4d)` | body: `n` records of id (`u64`) then `d` × `f32` |
 //!
 //! Only live vectors are written: an erased vector is never part of a snapshot. The file holds
-//! no graph; [`crate::VectorIndex::load`] rebuilds the HNSW graph from the vectors (the crate
-//! root explains why hnsw_rs's own dump is not used).
+//! no graph: a loaded index builds it again from the vectors (the crate root explains why
+//! hnsw_rs's own dump is not used).
 
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Seek, SeekFrom, Write};

@@ -1,9 +1,18 @@
 //! The vector index: an exact scan over a contiguous arena for small scopes, an HNSW graph
 //! over the same arena for large ones, tombstones and compaction for deletion, and snapshots.
+//!
+//! The graph is built apart from the index's changes: a large index that is loaded, grows
+//! past the threshold or compacts has no graph and scans exactly until one is installed,
+//! either at once ([`VectorIndex::build_graph`]) or by [`build_graph_unlocked`], which grows
+//! it beside a locked index without holding the lock. Building 112,000 graph points took
+//! about 150 s on this project's 2-core machines (docs/benchmarks.md); under an index-wide
+//! lock that stopped every search for as long, at every start and every erasure.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{PoisonError, RwLock};
 
 use crate::dot::{check_unit, dot};
 use crate::error::{IndexError, Result};
@@ -17,6 +26,18 @@ const MAX_DIMENSION: usize = 65_536;
 
 /// How many live slots the selectivity estimate of a filter looks at.
 const FILTER_SAMPLE: usize = 256;
+
+/// Slots a graph build copies per read lock: about 3 MB of 384-d vectors, a copy short
+/// enough not to hold up a writer waiting for the lock.
+const GRAPH_CHUNK: usize = 2_048;
+
+/// Source of [`VectorIndex`] generations. Process-wide, so that an index dropped and made
+/// again (a user's emptied memory partition) never repeats a generation a build holds.
+static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
+
+fn next_generation() -> u64 {
+    NEXT_GENERATION.fetch_add(1, Ordering::Relaxed)
+}
 
 /// Parameters of a [`VectorIndex`]. Build it with [`VectorConfig::new`] and change fields.
 #[derive(Debug, Clone, PartialEq)]
@@ -111,10 +132,95 @@ pub struct VectorIndex {
     live: Vec<bool>,
     /// The slot of every live id. Invariant: `slot_of[id] == s` iff `live[s] && ids[s] == id`.
     slot_of: HashMap<u64, usize>,
-    /// Built when the index grows past `hnsw_threshold` live vectors, dropped by the first
-    /// compaction that finds it no larger. Invariant: it holds every live slot, its data id
-    /// being the slot, and no slot at or past `ids.len()`.
+    /// Installed by a graph build once the index has more than `hnsw_threshold` live
+    /// vectors; dropped by every compaction that squeezes the arena (it holds copies of the
+    /// erased vectors) and when the index is small enough to scan. Invariant: it holds
+    /// every live slot, its data id being the slot, and no slot at or past `ids.len()`.
     graph: Option<Graph>,
+    /// Changes whenever a slot dies or the arena is squeezed: a graph built from vectors
+    /// copied before may then hold a vector that is gone, or the wrong slots, and is not
+    /// installed.
+    generation: u64,
+}
+
+/// A graph being built away from its index ([`VectorIndex::start_graph`]): the graph so
+/// far, the generation of the index it copies, and the first slot it has not seen.
+struct GraphBuild {
+    graph: Graph,
+    generation: u64,
+    next_slot: usize,
+}
+
+/// Vectors copied out of an index for a [`GraphBuild`], to insert without the index's lock.
+struct GraphChunk {
+    dimension: usize,
+    vectors: Vec<f32>,
+    slots: Vec<usize>,
+    /// The first slot after the chunk.
+    end: usize,
+    /// Whether the chunk reaches the index's last slot.
+    last: bool,
+}
+
+impl GraphBuild {
+    fn add(&mut self, chunk: GraphChunk) {
+        let points: Vec<(&[f32], usize)> = chunk
+            .vectors
+            .chunks_exact(chunk.dimension)
+            .zip(chunk.slots)
+            .collect();
+        self.graph.insert(&points);
+        self.next_slot = chunk.end;
+    }
+}
+
+/// How [`build_graph_unlocked`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GraphBuilt {
+    /// The index now searches through its new graph.
+    Installed,
+    /// The index has a graph, is small enough to scan, or is gone.
+    NotNeeded,
+    /// A vector was removed or the index compacted meanwhile, so the graph could hold an
+    /// erased vector: it was dropped. The index still needs one; build again.
+    Superseded,
+    /// `cancelled` said stop.
+    Cancelled,
+}
+
+/// Builds the graph of the index that `index` finds in `lock`'s value, holding the lock
+/// only to copy a chunk of vectors (read) and to install the graph (write): searches and
+/// writers go on while the graph grows, and searches scan exactly until it is installed.
+/// `index_mut` must find the same index as `index`. `cancelled` is asked between chunks.
+pub fn build_graph_unlocked<T>(
+    lock: &RwLock<T>,
+    index: impl Fn(&T) -> Option<&VectorIndex>,
+    index_mut: impl FnOnce(&mut T) -> Option<&mut VectorIndex>,
+    cancelled: impl Fn() -> bool,
+) -> GraphBuilt {
+    let read = || lock.read().unwrap_or_else(PoisonError::into_inner);
+    let Some(mut build) = index(&read()).and_then(VectorIndex::start_graph) else {
+        return GraphBuilt::NotNeeded;
+    };
+    loop {
+        if cancelled() {
+            return GraphBuilt::Cancelled;
+        }
+        let chunk = index(&read()).and_then(|index| index.graph_chunk(&build));
+        let Some(chunk) = chunk else {
+            return GraphBuilt::Superseded;
+        };
+        let last = chunk.last;
+        build.add(chunk);
+        if last {
+            break;
+        }
+    }
+    let mut guard = lock.write().unwrap_or_else(PoisonError::into_inner);
+    match index_mut(&mut guard) {
+        None => GraphBuilt::NotNeeded,
+        Some(index) => index.install_graph(build),
+    }
 }
 
 impl fmt::Debug for VectorIndex {
@@ -124,6 +230,7 @@ impl fmt::Debug for VectorIndex {
             .field("live", &self.len())
             .field("tombstones", &self.tombstones())
             .field("graph", &self.graph.as_ref().map(Graph::len))
+            .field("generation", &self.generation)
             .finish()
     }
 }
@@ -139,6 +246,7 @@ impl VectorIndex {
             live: Vec::new(),
             slot_of: HashMap::new(),
             graph: None,
+            generation: next_generation(),
         })
     }
 
@@ -175,6 +283,73 @@ impl VectorIndex {
     /// Whether searches over the whole index go through the HNSW graph.
     pub fn has_graph(&self) -> bool {
         self.graph.is_some()
+    }
+
+    /// Whether the index is large enough for a graph and has none (it was loaded, grew past
+    /// the threshold or compacted): searches scan exactly, which is right but slower, until
+    /// [`build_graph`](Self::build_graph) or [`build_graph_unlocked`] installs one.
+    pub fn needs_graph(&self) -> bool {
+        self.graph.is_none() && self.wants_graph()
+    }
+
+    /// Builds the graph now if the index needs one. Holds `&mut self` for as long as it
+    /// takes (seconds per 10,000 vectors); an index shared behind a lock is better served
+    /// by [`build_graph_unlocked`].
+    pub fn build_graph(&mut self) {
+        if let Some(build) = self.start_graph() {
+            self.install_graph(build);
+        }
+    }
+
+    /// An empty graph to build for this index, if it needs one.
+    fn start_graph(&self) -> Option<GraphBuild> {
+        self.needs_graph().then(|| GraphBuild {
+            graph: Graph::new(self.config.graph_params(), self.len()),
+            generation: self.generation,
+            next_slot: 0,
+        })
+    }
+
+    /// Copies of the next live vectors `build` lacks, or `None` if the index changed under
+    /// it (a graph built on would be wrong, or hold an erased vector).
+    fn graph_chunk(&self, build: &GraphBuild) -> Option<GraphChunk> {
+        if build.generation != self.generation {
+            return None;
+        }
+        let end = (build.next_slot + GRAPH_CHUNK).min(self.ids.len());
+        let slots: Vec<usize> = (build.next_slot..end)
+            .filter(|&slot| self.live[slot])
+            .collect();
+        let vectors = slots
+            .iter()
+            .flat_map(|&slot| self.vector(slot))
+            .copied()
+            .collect();
+        Some(GraphChunk {
+            dimension: self.config.dimension,
+            vectors,
+            slots,
+            end,
+            last: end == self.ids.len(),
+        })
+    }
+
+    /// Inserts the slots added since `build`'s last chunk and makes its graph the index's,
+    /// unless the index changed under it or no longer needs a graph.
+    fn install_graph(&mut self, build: GraphBuild) -> GraphBuilt {
+        if build.generation != self.generation {
+            return GraphBuilt::Superseded;
+        }
+        if !self.needs_graph() {
+            return GraphBuilt::NotNeeded;
+        }
+        let points: Vec<(&[f32], usize)> = (build.next_slot..self.ids.len())
+            .filter(|&slot| self.live[slot])
+            .map(|slot| (self.vector(slot), slot))
+            .collect();
+        build.graph.insert(&points);
+        self.graph = Some(build.graph);
+        GraphBuilt::Installed
     }
 
     /// Adds the vector of `id`, replacing the one it had.
@@ -230,7 +405,7 @@ impl VectorIndex {
     /// The id is gone from searches and its components are zeroed at once. Copies in the
     /// HNSW graph last until the next compaction: call [`compact`](Self::compact) when the
     /// vector must be erased from memory. If the removal takes the tombstones past
-    /// [`VectorConfig::max_tombstone_fraction`], this call compacts, which rebuilds the graph.
+    /// [`VectorConfig::max_tombstone_fraction`], this call compacts, which drops the graph.
     pub fn remove(&mut self, id: u64) -> bool {
         let Some(slot) = self.slot_of.remove(&id) else {
             return false;
@@ -240,14 +415,19 @@ impl VectorIndex {
         true
     }
 
-    /// Squeezes dead slots out of the arena and rebuilds the HNSW graph from the live vectors
-    /// (or drops it if the index is now small enough to scan). Afterwards no erased vector
-    /// is held by the index. Without tombstones there is nothing to erase: then the graph is
-    /// only dropped, or built, if the index's size calls for it.
+    /// Squeezes dead slots out of the arena and drops the HNSW graph, which holds copies of
+    /// the erased vectors: afterwards no erased vector is held by the index. A large index
+    /// then scans exactly until a graph is built again ([`needs_graph`](Self::needs_graph)).
+    /// Without tombstones there is nothing to erase: the graph is only dropped if the index
+    /// is small enough to scan.
     pub fn compact(&mut self) {
-        if self.tombstones() == 0 && self.graph.is_some() == self.wants_graph() {
+        if self.tombstones() == 0 {
+            if !self.wants_graph() {
+                self.graph = None;
+            }
             return;
         }
+        self.generation = next_generation();
         let dimension = self.config.dimension;
         let mut kept = 0;
         for slot in 0..self.ids.len() {
@@ -275,11 +455,6 @@ impl VectorIndex {
             .collect();
         // Dropping the old graph frees its copies of the erased vectors.
         self.graph = None;
-        if self.wants_graph() {
-            let points: Vec<(&[f32], usize)> =
-                (0..kept).map(|slot| (self.vector(slot), slot)).collect();
-            self.graph = Some(Graph::build(self.config.graph_params(), &points));
-        }
     }
 
     /// The (at most) `k` vectors most similar to `query` among those whose id passes
@@ -339,8 +514,8 @@ impl VectorIndex {
     /// sequence it covers; the caller replays newer store entries on top.
     ///
     /// A truncated, damaged, unknown or differently dimensioned file is
-    /// [`IndexError::Corrupted`]: rebuild from the store then. The HNSW graph, if the index
-    /// is large enough to need one, is rebuilt from the vectors.
+    /// [`IndexError::Corrupted`]: rebuild from the store then. The snapshot holds no graph:
+    /// an index large enough for one [`needs_graph`](Self::needs_graph) after loading.
     pub fn load(path: impl AsRef<Path>, config: VectorConfig) -> Result<(Self, u64)> {
         config.validate()?;
         let snapshot = snapshot::read(path.as_ref(), config.dimension)?;
@@ -365,6 +540,7 @@ impl VectorIndex {
             data: snapshot.data,
             slot_of,
             graph: None,
+            generation: next_generation(),
         };
         index.maintain();
         Ok((index, snapshot.covered_sequence))
@@ -386,6 +562,7 @@ impl VectorIndex {
     }
 
     fn kill(&mut self, slot: usize) {
+        self.generation = next_generation();
         self.live[slot] = false;
         let dimension = self.config.dimension;
         self.data[slot * dimension..(slot + 1) * dimension].fill(0.0);
@@ -395,12 +572,11 @@ impl VectorIndex {
         self.len() > self.config.hnsw_threshold
     }
 
-    /// Compacts when tombstones pass their limit or when the index has just grown past the
-    /// HNSW threshold (the graph is built from a squeezed arena so it holds no dead slot).
+    /// Compacts when tombstones pass their limit.
     fn maintain(&mut self) {
         let too_many_dead = self.tombstones() as f64
             > f64::from(self.config.max_tombstone_fraction) * self.ids.len() as f64;
-        if too_many_dead || (self.graph.is_none() && self.wants_graph()) {
+        if too_many_dead {
             self.compact();
         }
     }

@@ -8,14 +8,20 @@
 //! tenant and user before ranking.
 //!
 //! The indexes live in memory and are rebuilt from the store at start (vectors are stored
-//! with each memory, so nothing is embedded again).
+//! with each memory, so nothing is embedded again). The HNSW graphs of large partitions are
+//! built afterwards, in the background ([`LongTermMemory::keep_graphs_built`]): until a
+//! partition has its graph its recalls scan it exactly. Building them at start held the
+//! start-up for 513 s at a million memories of 100 users (docs/benchmarks.md).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 use memlayer_embed::Embedder;
 use memlayer_index::{
-    KeywordIndex, RRF_K, Retriever, VectorConfig, VectorIndex, reciprocal_rank_fusion,
+    GraphBuilt, KeywordIndex, RRF_K, Retriever, VectorConfig, VectorIndex, build_graph_unlocked,
+    reciprocal_rank_fusion,
 };
 use memlayer_store::{Memory, MemoryKind, Store, Timestamp};
 use serde::Serialize;
@@ -402,9 +408,10 @@ impl LongTermMemory {
             .collect())
     }
 
-    /// Deletes `ids` from the store, then takes them out of the indexes in one pass: the
-    /// vector index is compacted once (it rebuilds its graph), not once per memory. Returns
-    /// how many existed.
+    /// Deletes `ids` from the store, then takes them out of the indexes in one pass: each
+    /// partition's vector index is compacted once (dropping its graph, which
+    /// [`LongTermMemory::keep_graphs_built`] builds again), not once per memory. Returns how
+    /// many existed.
     async fn forget_all(&self, tenant: &str, ids: Vec<u64>) -> Result<u64, MemoryError> {
         if ids.is_empty() {
             return Ok(0);
@@ -417,6 +424,81 @@ impl LongTermMemory {
         // The embedder caches vectors by the hash of their text.
         self.inner.embedder.clear_cache();
         Ok(existed)
+    }
+
+    /// Builds the HNSW graph of every partition that needs one, one partition at a time and
+    /// without holding the index lock while a graph grows, until `shutdown` resolves (a
+    /// build in progress stops at its next chunk). Spawn it beside the server.
+    pub async fn keep_graphs_built(self, shutdown: impl Future<Output = ()>) {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let builder = tokio::spawn(self.build_graphs_until(stopped));
+        shutdown.await;
+        let _ = stop.send(true);
+        let _ = builder.await;
+    }
+
+    async fn build_graphs_until(self, mut stop: tokio::sync::watch::Receiver<bool>) {
+        while !*stop.borrow() {
+            let wanted = self.read().partitions_needing_graphs();
+            if wanted.is_empty() {
+                tokio::select! {
+                    _ = stop.changed() => {}
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+                continue;
+            }
+            let this = self.clone();
+            let stopping = stop.clone();
+            let started = Instant::now();
+            let built = tokio::task::spawn_blocking(move || {
+                this.build_graphs_of(&wanted, || *stopping.borrow())
+            })
+            .await;
+            match built {
+                Ok(0) => {}
+                Ok(partitions) => tracing::info!(
+                    partitions,
+                    seconds = started.elapsed().as_secs_f64(),
+                    "memory graphs built"
+                ),
+                Err(err) => tracing::warn!(error = %err, "building memory graphs failed"),
+            }
+        }
+    }
+
+    /// How many users' partitions wait for their graph (their recalls scan exactly until
+    /// [`LongTermMemory::keep_graphs_built`] installs it).
+    pub fn graphs_pending(&self) -> usize {
+        self.read().partitions_needing_graphs().len()
+    }
+
+    /// Builds now every graph a partition needs (what
+    /// [`LongTermMemory::keep_graphs_built`] does in the background) and returns how many it
+    /// installed. For tools and benchmarks that want the graphs before they search.
+    pub fn build_graphs(&self) -> usize {
+        let wanted = self.read().partitions_needing_graphs();
+        self.build_graphs_of(&wanted, || false)
+    }
+
+    /// Builds the graphs of the `wanted` (tenant, user) partitions one after another,
+    /// without holding the index lock while a graph grows; returns how many it installed.
+    fn build_graphs_of(&self, wanted: &[(String, String)], cancelled: impl Fn() -> bool) -> usize {
+        let mut installed = 0;
+        for (tenant, user_id) in wanted {
+            let outcome = build_graph_unlocked(
+                &self.inner.indexes,
+                |indexes| Some(&indexes.partition(tenant, user_id)?.vectors),
+                |indexes| Some(&mut indexes.partition_mut(tenant, user_id)?.vectors),
+                &cancelled,
+            );
+            match outcome {
+                GraphBuilt::Installed => installed += 1,
+                GraphBuilt::Cancelled => break,
+                // Forgotten meanwhile: the next round sees it again if it still needs one.
+                GraphBuilt::Superseded | GraphBuilt::NotNeeded => {}
+            }
+        }
+        installed
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Indexes> {
@@ -439,9 +521,26 @@ impl Indexes {
         self.partitions.get(tenant)?.get(user_id)
     }
 
+    fn partition_mut(&mut self, tenant: &str, user_id: &str) -> Option<&mut Partition> {
+        self.partitions.get_mut(tenant)?.get_mut(user_id)
+    }
+
+    /// The (tenant, user) of every partition large enough for a graph that has none.
+    fn partitions_needing_graphs(&self) -> Vec<(String, String)> {
+        self.partitions
+            .iter()
+            .flat_map(|(tenant, users)| {
+                users
+                    .iter()
+                    .filter(|(_, partition)| partition.vectors.needs_graph())
+                    .map(move |(user_id, _)| (tenant.clone(), user_id.clone()))
+            })
+            .collect()
+    }
+
     /// Indexes `memories` (one, or a page of a rebuild). Each user's vectors go in as one
-    /// batch: the HNSW graph is extended in parallel, where one insert at a time would
-    /// extend it serially and make a start with many memories several times slower.
+    /// batch: a partition with a graph extends it in parallel, where one insert at a time
+    /// would extend it serially.
     fn add(&mut self, memories: &[Memory]) -> Result<(), MemoryError> {
         let mut by_owner: HashMap<(&str, &str), Vec<&Memory>> = HashMap::new();
         for memory in memories {

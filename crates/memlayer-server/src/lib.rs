@@ -55,7 +55,8 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// Serves the API on `listener`, with the indexing pipeline, the erasure maintenance task
-/// (pending erasures, retention) and the task ending idle sessions running beside it, until
+/// (pending erasures, retention), the builder of long-term memory graphs and the task ending
+/// idle sessions running beside it, until
 /// `shutdown` resolves; then stops accepting connections, lets in-flight requests finish,
 /// stops the pipeline (which saves its snapshot) and commits every queued write.
 pub async fn serve(
@@ -78,6 +79,10 @@ pub async fn serve(
     let maintenance = tokio::spawn(state.erasure().clone().run_maintenance(async {
         let _ = maintenance_stopped.await;
     }));
+    let (stop_graphs, graphs_stopped) = tokio::sync::oneshot::channel::<()>();
+    let memory_graphs = tokio::spawn(state.memories().clone().keep_graphs_built(async {
+        let _ = graphs_stopped.await;
+    }));
     let (stop_idle, idle_stopped) = tokio::sync::oneshot::channel::<()>();
     let timeout = state.config().session_idle_timeout;
     let idle = (!timeout.is_zero()).then(|| {
@@ -95,6 +100,8 @@ pub async fn serve(
         .await;
     let _ = stop_maintenance.send(());
     let _ = maintenance.await;
+    let _ = stop_graphs.send(());
+    let _ = memory_graphs.await;
     let _ = stop_idle.send(());
     if let Some(idle) = idle {
         let _ = idle.await;

@@ -161,6 +161,18 @@ pub(crate) fn render(state: &AppState) -> Result<String, String> {
         ConstGauge::new(i64::try_from(state.recall().indexed_vectors()).unwrap_or(i64::MAX)),
     );
     figures.register(
+        "index_graph_pending",
+        "1 while the message vector index waits for its HNSW graph (built in the background \
+         after a start or an erasure): vector searches scan exactly until then",
+        ConstGauge::new(i64::from(state.recall().graph_pending())),
+    );
+    figures.register(
+        "memory_graphs_pending",
+        "Users' long-term memory partitions waiting for their HNSW graph (recalls scan them \
+         exactly until then)",
+        ConstGauge::new(i64::try_from(state.memories().graphs_pending()).unwrap_or(i64::MAX)),
+    );
+    figures.register(
         "messages_appended",
         "Messages appended since the process started (idempotent replays not counted)",
         ConstCounter::new(state.store().appended_messages()),

@@ -40,9 +40,11 @@ impl Recall {
     /// the store: the same set of ids, and every stored vector found first when the index
     /// is searched for it (through the graph when there is one, as queries are).
     ///
+    /// Builds the graph first if the index needs one, as the server does after a start.
     /// Reads every stored vector and searches for each: it is meant for operators and tests,
     /// not for a request path.
     pub fn check_index(&self) -> Result<IndexCheck> {
+        self.build_graph(|| false);
         let indexes = self.read();
         let mut check = IndexCheck {
             indexed: indexes.vectors.len(),

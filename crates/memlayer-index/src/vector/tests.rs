@@ -9,7 +9,10 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use rand_distr::StandardNormal;
 
-use crate::{IndexError, VectorConfig, VectorIndex};
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::{GraphBuilt, IndexError, VectorConfig, VectorIndex, build_graph_unlocked};
 
 /// Gaussian clusters on the unit sphere: uniformly random vectors have no near neighbours
 /// to find, real embeddings do.
@@ -72,6 +75,7 @@ fn index_of(config: VectorConfig, vectors: &[Vec<f32>]) -> VectorIndex {
                 .map(|(i, v)| (i as u64, v.as_slice())),
         )
         .unwrap();
+    index.build_graph();
     index
 }
 
@@ -249,15 +253,136 @@ fn the_graph_follows_the_threshold() {
     let mut index = VectorIndex::new(config(16, 40)).unwrap();
     for (id, v) in vectors.iter().enumerate() {
         index.insert(id as u64, v).unwrap();
-        assert_eq!(index.has_graph(), id >= 40);
+        assert_eq!(
+            index.needs_graph(),
+            id == 40,
+            "at {id}: the graph grows once built"
+        );
+        index.build_graph();
+        assert_eq!(index.has_graph(), id >= 40, "at {id}");
+        assert!(!index.needs_graph());
     }
+    // A compaction drops the graph with the erased vectors in it; a large index needs a
+    // new one.
+    index.remove(59);
+    index.compact();
+    assert!(index.needs_graph());
+    index.build_graph();
     for id in 0..30 {
         index.remove(id);
     }
-    // Removals compact along the way; at 30 live vectors the graph is dropped.
+    // Removals compact along the way; at 30 live vectors no graph is wanted.
     index.compact();
-    assert!(!index.has_graph());
-    assert_eq!(index.len(), 30);
+    assert!(!index.has_graph() && !index.needs_graph());
+    assert_eq!(index.len(), 29);
+}
+
+/// An index of `n` clustered 8-d vectors, needing a graph, behind a lock.
+fn shared_index(n: usize) -> (RwLock<VectorIndex>, Vec<Vec<f32>>) {
+    let mut config = config(8, 100);
+    config.max_connections = 16;
+    config.ef_construction = 64;
+    let vectors = clustered(21, n + 100, 8, 16, 0.1);
+    let mut index = VectorIndex::new(config).unwrap();
+    index
+        .insert_batch(
+            vectors[..n]
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (i as u64, v.as_slice())),
+        )
+        .unwrap();
+    assert!(index.needs_graph());
+    (RwLock::new(index), vectors)
+}
+
+/// Builds the graph of `lock`'s index beside it, running `between` (with the lock free)
+/// before each chunk with the number of chunks copied so far.
+fn build_beside(lock: &RwLock<VectorIndex>, between: impl Fn(usize)) -> GraphBuilt {
+    let chunks = AtomicUsize::new(0);
+    build_graph_unlocked(
+        lock,
+        |index| Some(index),
+        |index| Some(index),
+        || {
+            between(chunks.fetch_add(1, Ordering::Relaxed));
+            false
+        },
+    )
+}
+
+#[test]
+fn a_graph_built_beside_the_lock_takes_in_what_was_added_meanwhile() {
+    // Two chunks and a bit; additions land before the second chunk and before the last
+    // (the slots added after the last chunk are inserted at install, as `build_graph`
+    // inserts every slot).
+    let (lock, vectors) = shared_index(4_500);
+    let add = |range: std::ops::Range<usize>| {
+        let mut index = lock.write().unwrap();
+        for id in range {
+            index.insert(id as u64, &vectors[id]).unwrap();
+        }
+    };
+    let outcome = build_beside(&lock, |chunk| match chunk {
+        1 => add(4_500..4_550),
+        2 => add(4_550..4_600),
+        _ => {}
+    });
+    assert_eq!(outcome, GraphBuilt::Installed);
+    let index = lock.into_inner().unwrap();
+    assert!(index.has_graph());
+    assert_eq!(index.len(), 4_600);
+    for id in (0..4_600).step_by(97).chain(4_590..4_600) {
+        // Approximate: among the first five (every one was in a trial run).
+        let hits = ids(&index.search(&vectors[id], 5, None).unwrap());
+        assert!(
+            hits.contains(&(id as u64)),
+            "vector {id} through the graph: {hits:?}"
+        );
+    }
+}
+
+#[test]
+fn a_removal_during_a_build_supersedes_it_and_the_next_build_installs() {
+    let (lock, vectors) = shared_index(4_500);
+    let outcome = build_beside(&lock, |chunk| {
+        if chunk == 1 {
+            // An erasure: the graph under way already holds a copy of vector 7.
+            let mut index = lock.write().unwrap();
+            assert!(index.remove(7));
+            index.compact();
+        }
+    });
+    assert_eq!(outcome, GraphBuilt::Superseded);
+    {
+        let index = lock.read().unwrap();
+        assert!(!index.has_graph() && index.needs_graph());
+        // Meanwhile searches scan, exactly.
+        assert_eq!(index.search(&vectors[8], 1, None).unwrap()[0].0, 8);
+        assert!(
+            index
+                .search(&vectors[7], 10, None)
+                .unwrap()
+                .iter()
+                .all(|h| h.0 != 7)
+        );
+    }
+    assert_eq!(build_beside(&lock, |_| {}), GraphBuilt::Installed);
+    assert_eq!(build_beside(&lock, |_| {}), GraphBuilt::NotNeeded);
+    let cancelled = build_graph_unlocked(&lock, |i| Some(i), |i| Some(i), || true);
+    assert_eq!(
+        cancelled,
+        GraphBuilt::NotNeeded,
+        "nothing to build, nothing cancelled"
+    );
+}
+
+#[test]
+fn a_cancelled_build_leaves_the_index_as_it_was() {
+    let (lock, _) = shared_index(300);
+    let outcome = build_graph_unlocked(&lock, |i| Some(i), |i| Some(i), || true);
+    assert_eq!(outcome, GraphBuilt::Cancelled);
+    assert!(lock.read().unwrap().needs_graph());
 }
 
 #[test]
@@ -318,7 +443,10 @@ fn snapshot_round_trip_keeps_vectors_and_sequence() {
     let (loaded, covered) = VectorIndex::load(&path, config(16, 100)).unwrap();
     assert_eq!(covered, 4711);
     assert_eq!(loaded.len(), 149);
-    assert!(loaded.has_graph(), "the graph is rebuilt on load");
+    assert!(
+        loaded.needs_graph(),
+        "the snapshot holds no graph; a large index needs one after loading"
+    );
     for query in clusters.sample(2, 5) {
         assert_eq!(
             index.search_exact(&query, 20, None).unwrap(),
