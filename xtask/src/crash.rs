@@ -11,8 +11,8 @@
 //! - acknowledged erasures stay erased, interrupted ones are all or nothing (a purge never
 //!   leaves half its sessions), and memories are exactly the acknowledged ones;
 //! - every few kills, with the server down: `memlayer check` finds the vector index a start
-//!   would load equal to the stored vectors (each finding itself first), and no byte of any
-//!   erased text is left in the store file or the index snapshot.
+//!   would load equal to the stored vectors (each among its own ten nearest), and no byte of
+//!   any erased text is left in the store file or the index snapshot.
 
 mod client;
 mod verify;

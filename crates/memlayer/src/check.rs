@@ -2,9 +2,10 @@
 //! crash or before a backup, and for the crash test after every kill. The store must open
 //! (its page checksums verified), and the vector index a start would use (the snapshot while
 //! it is current, else a rebuild from the stored vectors) must hold exactly the stored
-//! vectors, each finding itself first. Erasures a crash interrupted are listed: they are
-//! not damage (the next start finishes them before it serves), but an operator should know;
-//! while there are any, vectors of sessions the store no longer has are theirs to remove.
+//! vectors, each among its own ten nearest neighbours. Erasures a crash interrupted are
+//! listed: they are not damage (the next start finishes them before it serves), but an
+//! operator should know; while there are any, vectors of sessions the store no longer has
+//! are theirs to remove.
 
 use anyhow::Context;
 use memlayer_embed::{Embedder, EmbedderOptions};
@@ -55,12 +56,12 @@ pub(crate) fn run(args: CheckArgs) -> anyhow::Result<()> {
     embedder.shutdown();
     store.shutdown();
     println!(
-        "vector index: {} stored, {} indexed, {} missing, {} orphaned, {} not found first",
+        "vector index: {} stored, {} indexed, {} missing, {} orphaned, {} unreachable",
         check.stored,
         check.indexed,
         check.missing.len(),
         check.orphaned.len(),
-        check.not_found_first.len()
+        check.unreachable.len()
     );
     // An interrupted erasure may have deleted its sessions from the store and not yet from
     // the snapshot; the next start finishes it before serving, and takes them out then.
@@ -74,13 +75,13 @@ pub(crate) fn run(args: CheckArgs) -> anyhow::Result<()> {
     }
     anyhow::ensure!(
         check.missing.is_empty()
-            && check.not_found_first.is_empty()
+            && check.unreachable.is_empty()
             && (check.orphaned.is_empty() || awaiting_erasure),
         "the vector index does not match the stored vectors (missing {:?}, orphaned {:?}, \
-         not found first {:?}); remove {} and start the server to rebuild it",
+         unreachable {:?}); remove {} and start the server to rebuild it",
         check.missing,
         check.orphaned,
-        check.not_found_first,
+        check.unreachable,
         dir.join(SNAPSHOT_FILE).display()
     );
     Ok(())

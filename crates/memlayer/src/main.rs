@@ -100,7 +100,7 @@ enum Command {
     VerifyErasure(VerifyArgs),
     /// Check a data directory with the server stopped: the store opens with its page
     /// checksums verified, and the vector index a start would use holds exactly the stored
-    /// vectors, each finding itself first. Exits with status 1 if not.
+    /// vectors, each among its own ten nearest. Exits with status 1 if not.
     ///
     /// Example:
     ///   memlayer check --data-dir /var/lib/memlayer

@@ -8,9 +8,15 @@ use memlayer_store::MessageKey;
 use super::Recall;
 use crate::Result;
 
-/// Two vectors of the same text are equally similar to a query: a tie with the vector itself
-/// counts as finding it first. Scores are exact dot products of unit vectors, so the only
-/// difference between a vector's score against itself and against its copy is rounding.
+/// How many of a stored vector's nearest neighbours, asked of the index, must include it.
+/// Not one: the graph search is approximate, and in a dense cluster a vector's own search
+/// can rank a near neighbour first (at 112,000 seeded vectors 15% were not their own first
+/// hit, and none missing or orphaned). A vector the graph cannot reach at all is not among
+/// its first ten either.
+const WITHIN: usize = 10;
+/// Two vectors of the same text are equally similar to a query: a hit that ties with the
+/// vector itself counts as finding it. Scores are exact dot products of unit vectors, so the
+/// only difference between a vector's score against itself and against its copy is rounding.
 const TIE: f32 = 1e-5;
 
 /// What [`Recall::check_index`] found.
@@ -24,21 +30,22 @@ pub struct IndexCheck {
     pub missing: Vec<MessageKey>,
     /// Index entries with no stored vector behind them (an erased message, say).
     pub orphaned: Vec<MessageKey>,
-    /// Stored vectors that, asked of the index, are not their own best match.
-    pub not_found_first: Vec<MessageKey>,
+    /// Stored vectors that, asked of the index, are not among their own ten nearest
+    /// neighbours (nor tie with one): the index cannot find them.
+    pub unreachable: Vec<MessageKey>,
 }
 
 impl IndexCheck {
-    /// The index holds exactly the stored vectors and each one finds itself first.
+    /// The index holds exactly the stored vectors and each one finds itself.
     pub fn is_consistent(&self) -> bool {
-        self.missing.is_empty() && self.orphaned.is_empty() && self.not_found_first.is_empty()
+        self.missing.is_empty() && self.orphaned.is_empty() && self.unreachable.is_empty()
     }
 }
 
 impl Recall {
     /// Compares the vector index, as loaded or as the pipeline left it, with the vectors in
-    /// the store: the same set of ids, and every stored vector found first when the index
-    /// is searched for it (through the graph when there is one, as queries are).
+    /// the store: the same set of ids, and every stored vector among the ten nearest when the
+    /// index is searched for it (through the graph when there is one, as queries are).
     ///
     /// Builds the graph first if the index needs one, as the server does after a start.
     /// Reads every stored vector and searches for each: it is meant for operators and tests,
@@ -64,12 +71,12 @@ impl Recall {
                     continue;
                 }
                 let own_score = crate::dot::dot(&stored.components, &stored.components);
-                let best = indexes.vectors.search(&stored.components, 1, None)?;
-                let found = best.first().is_some_and(|&(best_id, score)| {
-                    best_id == id || (score - own_score).abs() <= TIE
-                });
+                let nearest = indexes.vectors.search(&stored.components, WITHIN, None)?;
+                let found = nearest
+                    .iter()
+                    .any(|&(hit, score)| hit == id || (score - own_score).abs() <= TIE);
                 if !found {
-                    check.not_found_first.push(stored.key);
+                    check.unreachable.push(stored.key);
                 }
             }
         }

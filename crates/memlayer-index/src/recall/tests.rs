@@ -370,7 +370,7 @@ async fn the_index_check_finds_missing_and_orphaned_vectors() {
     let check = fixture.recall.check_index().unwrap();
     assert_eq!(check.missing, [dropped]);
     assert_eq!(check.orphaned, [foreign]);
-    assert!(check.not_found_first.is_empty(), "{check:?}");
+    assert!(check.unreachable.is_empty(), "{check:?}");
     assert!(!check.is_consistent());
     fixture.stop().await;
 }
