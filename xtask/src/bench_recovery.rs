@@ -154,13 +154,10 @@ pub(crate) fn run(root: &Path, sizes_mib: &[u64], baseline: Option<&Path>) -> an
         } else {
             eprintln!("{}", String::from_utf8_lossy(&output.stderr));
             let stderr = String::from_utf8_lossy(&output.stderr);
-            let not_found = stderr.split_once("unreachable [").map_or(0, |(_, rest)| {
-                rest.split(']')
-                    .next()
-                    .unwrap_or("")
-                    .matches("MessageKey")
-                    .count()
-            });
+            let not_found = stderr
+                .split_once("unreachable ")
+                .and_then(|(_, rest)| rest.split(' ').next())
+                .unwrap_or("?");
             format!("failed ({}, {not_found} unreachable)", output.status)
         };
 

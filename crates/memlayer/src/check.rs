@@ -10,7 +10,7 @@
 use anyhow::Context;
 use memlayer_embed::{Embedder, EmbedderOptions};
 use memlayer_index::{Recall, RecallOptions};
-use memlayer_store::Store;
+use memlayer_store::{MessageKey, Store};
 
 use crate::config::{AssetArgs, DataArgs};
 use crate::{SNAPSHOT_FILE, STORE_FILE};
@@ -77,12 +77,25 @@ pub(crate) fn run(args: CheckArgs) -> anyhow::Result<()> {
         check.missing.is_empty()
             && check.unreachable.is_empty()
             && (check.orphaned.is_empty() || awaiting_erasure),
-        "the vector index does not match the stored vectors (missing {:?}, orphaned {:?}, \
-         unreachable {:?}); remove {} and start the server to rebuild it",
-        check.missing,
-        check.orphaned,
-        check.unreachable,
+        "the vector index does not match the stored vectors (missing {}, orphaned {}, \
+         unreachable {}); remove {} and start the server to rebuild it",
+        first_keys(&check.missing),
+        first_keys(&check.orphaned),
+        first_keys(&check.unreachable),
         dir.join(SNAPSHOT_FILE).display()
     );
     Ok(())
+}
+
+/// How many `keys` there are and the first few, as session key:message index (a damaged
+/// index can list thousands).
+fn first_keys(keys: &[MessageKey]) -> String {
+    const SHOWN: usize = 10;
+    let shown: Vec<String> = keys
+        .iter()
+        .take(SHOWN)
+        .map(|key| format!("{}:{}", key.session(), key.index()))
+        .collect();
+    let more = if keys.len() > SHOWN { ", …" } else { "" };
+    format!("{} [{}{more}]", keys.len(), shown.join(", "))
 }
