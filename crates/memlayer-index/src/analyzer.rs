@@ -51,6 +51,18 @@ impl Analyzer {
 
     /// The terms of `text`, in order, with repetitions.
     pub fn tokens(&self, text: &str) -> Vec<String> {
+        self.tokens_stemmed_by(text, |word| self.stem(word))
+    }
+
+    /// The terms of `text` with every word that may be stemmed going through `stem`, which
+    /// must answer what [`Analyzer::stem`] would: the keyword index passes a cache of it,
+    /// since Snowball stemming is most of the analysis time and a conversation repeats its
+    /// words.
+    pub(crate) fn tokens_stemmed_by(
+        &self,
+        text: &str,
+        mut stem: impl FnMut(String) -> String,
+    ) -> Vec<String> {
         let mut tokens = Vec::new();
         for chunk in text.split_whitespace() {
             let core = chunk.trim_matches(|c: char| !c.is_alphanumeric());
@@ -63,14 +75,16 @@ impl Analyzer {
                 if whole.as_deref() == Some(word.as_str()) || is_stop_word(&word) {
                     continue;
                 }
-                tokens.push(self.stem(word));
+                tokens.push(stem(word));
             }
             tokens.extend(whole);
         }
         tokens
     }
 
-    fn stem(&self, word: String) -> String {
+    /// The stem of a lower-cased `word`; words with digits, and every word without a
+    /// stemmer, stay as they are.
+    pub(crate) fn stem(&self, word: String) -> String {
         match &self.stemmer {
             Some(stemmer) if !word.chars().any(|c| c.is_numeric()) => {
                 // Snowball's English rules know the ASCII apostrophe only ("user's").

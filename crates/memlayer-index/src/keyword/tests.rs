@@ -1,7 +1,11 @@
 //! BM25 rankings on a tiny chat corpus, checked against rendered expectations.
 
-use expect_test::{Expect, expect};
+use std::collections::HashMap;
 
+use expect_test::{Expect, expect};
+use proptest::prelude::*;
+
+use super::remembered_stem;
 use crate::{Analyzer, KeywordIndex};
 
 const CORPUS: &[(u64, &str)] = &[
@@ -127,7 +131,12 @@ fn filter_and_k_limit_the_result() {
 fn removal_deletes_postings_and_vocabulary() {
     let mut index = corpus();
     let vocabulary = index.vocabulary_len();
+    assert!(index.stems.contains_key("plants"));
     assert!(index.remove(4));
+    assert!(
+        index.stems.is_empty(),
+        "no word of a removed text stays remembered"
+    );
     assert!(!index.remove(4));
     assert!(!index.contains(4));
     assert_eq!(index.len(), CORPUS.len() - 1);
@@ -174,4 +183,32 @@ fn empty_index_and_unknown_terms_find_nothing() {
     );
     assert!(corpus().search("zeppelin", 10, None).is_empty());
     assert!(corpus().search("", 10, None).is_empty());
+}
+
+proptest! {
+    /// Remembered stems change nothing: texts analysed one after another with one memo get
+    /// the analyzer's own terms, whether the memo is cold or warm.
+    #[test]
+    fn remembered_stems_are_the_analyzers_stems(
+        texts in prop::collection::vec(
+            prop::collection::vec(
+                prop::sample::select(vec![
+                    "booked", "booking", "Books", "user\u{2019}s", "user's", "ORD-2291", "4711",
+                    "flights", "flying", "the", "Lisbon", "running", "ran", "généralement",
+                    "jane.doe@example.com", "v2", "caf\u{e9}s",
+                ]),
+                0..30,
+            ).prop_map(|words| words.join(" ")),
+            1..6,
+        )
+    ) {
+        for analyzer in [Analyzer::english(), Analyzer::english_unstemmed()] {
+            let mut stems = HashMap::new();
+            for text in &texts {
+                let remembered = analyzer
+                    .tokens_stemmed_by(text, |word| remembered_stem(&analyzer, &mut stems, word));
+                prop_assert_eq!(remembered, analyzer.tokens(text));
+            }
+        }
+    }
 }
