@@ -339,7 +339,14 @@ impl Recall {
                     tracing::debug!("vector index changed during the graph build; again");
                 }
                 Ok(GraphBuilt::NotNeeded | GraphBuilt::Cancelled) => {}
-                Err(err) => tracing::warn!(error = %err, "building the vector graph failed"),
+                Err(err) => {
+                    tracing::warn!(error = %err, "building the vector graph failed; retrying");
+                    // Not at once: a build that fails will fail again.
+                    tokio::select! {
+                        _ = stop.changed() => {}
+                        () = tokio::time::sleep(Duration::from_secs(30)) => {}
+                    }
+                }
             }
         }
     }

@@ -461,7 +461,14 @@ impl LongTermMemory {
                     seconds = started.elapsed().as_secs_f64(),
                     "memory graphs built"
                 ),
-                Err(err) => tracing::warn!(error = %err, "building memory graphs failed"),
+                Err(err) => {
+                    tracing::warn!(error = %err, "building memory graphs failed; retrying");
+                    // Not at once: a build that fails will fail again.
+                    tokio::select! {
+                        _ = stop.changed() => {}
+                        () = tokio::time::sleep(Duration::from_secs(30)) => {}
+                    }
+                }
             }
         }
     }
