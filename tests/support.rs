@@ -124,7 +124,9 @@ impl TestServer {
 
     fn launch(&self) -> Running {
         let store = Store::open(self.store_path()).expect("open the store");
-        let options = RecallOptions::default().with_snapshot(self.dir.path().join("vectors.idx"));
+        let options = RecallOptions::default()
+            .with_snapshot(self.dir.path().join("vectors.idx"))
+            .with_keywords_in_background();
         let recall =
             Recall::open(store.clone(), embedder(), options).expect("build the recall indexes");
         let runtime = tokio::runtime::Builder::new_multi_thread()

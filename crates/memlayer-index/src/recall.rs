@@ -10,8 +10,10 @@
 //!
 //! The vector index is snapshotted to a file while the store's `vectors_version` is known:
 //! on start the snapshot is used when the version still matches and the index is rebuilt
-//! from the stored vectors otherwise. The keyword index is rebuilt from the messages. The
-//! HNSW graph is not part of the snapshot: beside the pipeline a builder grows it, without
+//! from the stored vectors otherwise. The keyword index is rebuilt from the messages: at
+//! open, or with [`RecallOptions::keywords_in_background`] by a task beside the pipeline while
+//! queries are answered (they wait a bounded time for it and otherwise say what is missing).
+//! The HNSW graph is not part of the snapshot: beside the pipeline a builder grows it, without
 //! holding the index lock, whenever the index needs one (after a start, past the threshold,
 //! after an erasure compacted it); until then vector searches scan exactly.
 
@@ -37,6 +39,11 @@ use crate::{
     build_graph_unlocked, reciprocal_rank_fusion,
 };
 
+/// Messages the keyword backfill analyses per hold of the write lock: 640 KB of 5 KB
+/// messages, some 35 ms at the rate a start indexed them (288 MB in about 15 s), which is
+/// the longest a search waits for it.
+const KEYWORD_BACKFILL_PAGE: usize = 128;
+
 /// How a [`Recall`] runs.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -49,6 +56,11 @@ pub struct RecallOptions {
     pub read_your_writes_wait: Duration,
     /// Least time between two snapshots while the index keeps changing.
     pub snapshot_interval: Duration,
+    /// Analyse the stored messages' text for the keyword index after [`Recall::open`], in
+    /// [`Recall::run_pipeline`]'s backfill, instead of inside it. The analysis of every
+    /// stored message was most of a large store's start (16 of 16.5 s at 570 MiB);
+    /// `open` still reads every message for its session and filter fields.
+    pub keywords_in_background: bool,
 }
 
 impl Default for RecallOptions {
@@ -58,6 +70,7 @@ impl Default for RecallOptions {
             batch_messages: 64,
             read_your_writes_wait: Duration::from_secs(2),
             snapshot_interval: Duration::from_secs(60),
+            keywords_in_background: false,
         }
     }
 }
@@ -66,6 +79,13 @@ impl RecallOptions {
     /// Options that snapshot the vector index to `path`.
     pub fn with_snapshot(mut self, path: impl Into<PathBuf>) -> Self {
         self.snapshot_path = Some(path.into());
+        self
+    }
+
+    /// Options that index the stored messages' keywords in the background (see
+    /// [`RecallOptions::keywords_in_background`]).
+    pub fn with_keywords_in_background(mut self) -> Self {
+        self.keywords_in_background = true;
         self
     }
 }
@@ -144,11 +164,13 @@ pub struct Recalled {
 }
 
 /// How far the pipeline has got, as outbox sequence numbers: every append up to
-/// `keywords` is in the keyword index, up to `vectors` in the vector index.
+/// `keywords` is in the keyword index, up to `vectors` in the vector index; and whether the
+/// messages stored before the start are all in the keyword index (`backfilled`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Progress {
     keywords: u64,
     vectors: u64,
+    backfilled: bool,
 }
 
 /// Which messages a query may find, beyond what the indexes hold.
@@ -228,13 +250,14 @@ impl Recall {
             owners: HashMap::new(),
             dirty: false,
         };
+        let with_keywords = !options.keywords_in_background;
         let mut after = None;
         loop {
             let page = store.all_messages(after, 4_096)?;
             let Some((last, _)) = page.last() else { break };
             after = Some(*last);
             for (key, message) in &page {
-                indexes.add_text(&store, *key, message)?;
+                indexes.add_message(&store, *key, message, with_keywords)?;
             }
         }
         // Every committed append is now keyword-indexed; vectors exist for all but the
@@ -244,6 +267,7 @@ impl Recall {
         let progress = Progress {
             keywords: head,
             vectors: first_pending.map_or(head, |seq| seq - 1),
+            backfilled: with_keywords,
         };
         Ok(Self {
             inner: Arc::new(Inner {
@@ -273,6 +297,8 @@ impl Recall {
     /// serves requests; its heavy steps run on blocking threads.
     pub async fn run_pipeline(self, shutdown: impl Future<Output = ()>) {
         let (stop_graphs, graphs_stopped) = watch::channel(false);
+        let backfill = (!self.inner.progress.borrow().backfilled)
+            .then(|| tokio::spawn(self.clone().backfill_keywords(graphs_stopped.clone())));
         let graphs = tokio::spawn(self.clone().keep_graph_built(graphs_stopped));
         let mut commits = self.inner.store.commits();
         let mut last_snapshot = Instant::now();
@@ -309,10 +335,73 @@ impl Recall {
                 }
             }
         }
-        // A build in progress stops at its next chunk; the graph is not saved anyway.
+        // A build in progress stops at its next chunk, the backfill at its next page;
+        // neither is saved anyway.
         let _ = stop_graphs.send(true);
         let _ = graphs.await;
+        if let Some(backfill) = backfill {
+            let _ = backfill.await;
+        }
         self.save_snapshot().await;
+    }
+
+    /// Adds every stored message's text to the keyword index (the messages were opened
+    /// without it), a page at a time under the write lock, until done or `stop` turns true.
+    ///
+    /// A message is added only while the index still has it (`docs`): an erasure removes it
+    /// from `docs` and the keyword index under the same lock, so a page read before an
+    /// erasure cannot put its text back afterwards; and one erased in the store whose
+    /// removal from the index comes later is removed then, text and all.
+    async fn backfill_keywords(self, stop: watch::Receiver<bool>) {
+        let started = Instant::now();
+        let this = self.clone();
+        let done = blocking(move || {
+            let mut after = None;
+            loop {
+                if *stop.borrow() {
+                    return Ok(false);
+                }
+                let page = this
+                    .inner
+                    .store
+                    .all_messages(after, KEYWORD_BACKFILL_PAGE)?;
+                let Some((last, _)) = page.last() else {
+                    return Ok(true);
+                };
+                after = Some(*last);
+                this.backfill_page(&page);
+            }
+        })
+        .await;
+        match done {
+            Ok(true) => {
+                self.inner
+                    .progress
+                    .send_modify(|progress| progress.backfilled = true);
+                tracing::info!(
+                    seconds = started.elapsed().as_secs_f64(),
+                    "keyword index backfilled with the stored messages"
+                );
+            }
+            Ok(false) => {}
+            Err(err) => tracing::error!(
+                error = %err,
+                "the keyword index could not be backfilled; keyword recall misses messages \
+                 stored before this start until the next one"
+            ),
+        }
+    }
+
+    /// Adds the text of the messages of `page` (read from the store before) that the index
+    /// still has and has not indexed by keywords yet.
+    fn backfill_page(&self, page: &[(MessageKey, Message)]) {
+        let mut indexes = self.write();
+        for (key, message) in page {
+            let id = key.as_u64();
+            if indexes.docs.contains_key(&id) && !indexes.keywords.contains(id) {
+                indexes.keywords.add(id, &message.content);
+            }
+        }
     }
 
     /// Builds the vector index's graph whenever it needs one, until `stop` turns true.
@@ -607,9 +696,11 @@ impl Recall {
         self.wait_for_head(head).await
     }
 
-    /// Whether every outbox entry up to `head` is in the vector index.
+    /// Whether every outbox entry up to `head` is in the vector index, and every message
+    /// stored before the start in the keyword index.
     fn indexed_up_to(&self, head: u64) -> bool {
-        self.inner.progress.borrow().vectors >= head
+        let progress = self.inner.progress.borrow();
+        progress.vectors >= head && progress.backfilled
     }
 
     /// Waits until every outbox entry up to `head` is indexed, or the configured time
@@ -620,13 +711,20 @@ impl Recall {
         let caught_up = matches!(
             tokio::time::timeout(
                 self.inner.options.read_your_writes_wait,
-                progress.wait_for(|p| p.vectors >= head),
+                progress.wait_for(|p| p.vectors >= head && p.backfilled),
             )
             .await,
             Ok(Ok(_))
         );
         if caught_up {
             return Ok(None);
+        }
+        if !self.inner.progress.borrow().backfilled {
+            return Ok(Some(
+                "the keyword index is still being rebuilt after the start: messages stored \
+                 before it were searched by meaning only"
+                    .to_owned(),
+            ));
         }
         let store = self.inner.store.clone();
         let pending = blocking(move || Ok(store.pending_embedding_count()?)).await?;
@@ -768,6 +866,18 @@ impl Recall {
 impl Indexes {
     /// Adds a message's text and filter fields, learning its session's owner on first sight.
     fn add_text(&mut self, store: &Store, key: MessageKey, message: &Message) -> Result<()> {
+        self.add_message(store, key, message, true)
+    }
+
+    /// Adds a message's filter fields, and its text `with_keywords`, learning its session's
+    /// owner on first sight.
+    fn add_message(
+        &mut self,
+        store: &Store,
+        key: MessageKey,
+        message: &Message,
+        with_keywords: bool,
+    ) -> Result<()> {
         if let std::collections::hash_map::Entry::Vacant(entry) = self.owners.entry(key.session()) {
             // A message whose session is already gone (deleted meanwhile) is not indexed.
             let Some((at, session)) = store.session_by_key(key.session())? else {
@@ -779,7 +889,9 @@ impl Indexes {
                 agent_id: session.agent_id,
             });
         }
-        self.keywords.add(key.as_u64(), &message.content);
+        if with_keywords {
+            self.keywords.add(key.as_u64(), &message.content);
+        }
         self.docs.insert(
             key.as_u64(),
             Doc {

@@ -49,7 +49,11 @@ pub(crate) fn run(args: CheckArgs) -> anyhow::Result<()> {
     }
     let embedder = Embedder::open(&assets, EmbedderOptions::default())
         .context("cannot load the embedding model")?;
-    let options = RecallOptions::default().with_snapshot(dir.join(SNAPSHOT_FILE));
+    // The check compares vectors only: the keywords, indexed in the background, are never
+    // built without the pipeline, which saves analysing every stored message.
+    let options = RecallOptions::default()
+        .with_snapshot(dir.join(SNAPSHOT_FILE))
+        .with_keywords_in_background();
     let check = Recall::open(store.clone(), embedder.clone(), options)
         .context("cannot load the vector index")?
         .check_index()?;

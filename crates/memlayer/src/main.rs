@@ -238,7 +238,9 @@ fn serve(settings: Settings) -> anyhow::Result<()> {
     settings.assets.check()?;
     let embedder = Embedder::open(&settings.assets, EmbedderOptions::default())
         .context("cannot load the embedding model")?;
-    let options = RecallOptions::default().with_snapshot(settings.data_dir.join(SNAPSHOT_FILE));
+    let options = RecallOptions::default()
+        .with_snapshot(settings.data_dir.join(SNAPSHOT_FILE))
+        .with_keywords_in_background();
     let recall = Recall::open(store.clone(), embedder, options)
         .context("cannot build the recall indexes")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

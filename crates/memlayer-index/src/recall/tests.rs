@@ -404,3 +404,90 @@ async fn a_shutdown_does_not_wait_for_the_backlog() {
         "{left} of {backlog} appends left"
     );
 }
+
+/// Opened with its keywords in the background, recall answers before the backfill (by
+/// meaning, saying what is missing), by keywords too once it ran, and a session erased
+/// before the backfill does not come back into the keyword index with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keywords_backfilled_after_the_start_never_bring_back_an_erased_text() {
+    let fixture = Fixture::open(tempfile::tempdir().unwrap(), embedder());
+    fixture
+        .say(
+            "kept",
+            "alice",
+            &[(Role::User, "My parcel ORD-4711 never arrived.")],
+        )
+        .await;
+    fixture
+        .say(
+            "erased",
+            "alice",
+            &[(Role::User, "Parcel ORD-4711 goes to zanzibarish street.")],
+        )
+        .await;
+    fixture.recall.wait_for_index().await.unwrap();
+    let (dir, embedder) = fixture.stop().await;
+
+    let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
+    let mut options = RecallOptions::default()
+        .with_snapshot(dir.path().join("vectors.idx"))
+        .with_keywords_in_background();
+    options.read_your_writes_wait = Duration::from_millis(100);
+    let recall = Recall::open(store.clone(), embedder, options).unwrap();
+    let query = |text: &str| RecallQuery {
+        tenant: "t".into(),
+        scope: user("alice"),
+        query: text.into(),
+        k: 3,
+        roles: None,
+        after: None,
+        before: None,
+        exclude: None,
+    };
+    let before = recall.recall(query("ORD-4711")).await.unwrap();
+    assert!(
+        before
+            .degraded
+            .as_deref()
+            .is_some_and(|why| why.contains("keyword index")),
+        "{before:?}"
+    );
+    assert!(before.hits.iter().all(|hit| hit.keyword_rank.is_none()));
+    assert_eq!(before.hits.len(), 2, "found by meaning meanwhile");
+
+    // A backfill page read before an erasure and added after it adds nothing erased.
+    let page_read_before = store.all_messages(None, 10).unwrap();
+    assert_eq!(page_read_before.len(), 2);
+    recall.delete_session("t", "erased").await.unwrap();
+    recall.backfill_page(&page_read_before);
+    assert!(
+        recall
+            .read()
+            .keywords
+            .search("zanzibarish", 10, None)
+            .is_empty()
+    );
+    let (stop, stopped) = oneshot::channel::<()>();
+    let pipeline = tokio::spawn(recall.clone().run_pipeline(async {
+        let _ = stopped.await;
+    }));
+    // Each wait is bounded by the short read-your-writes wait above.
+    let mut waits = 0;
+    while recall.wait_for_index().await.unwrap().is_some() {
+        waits += 1;
+        assert!(waits < 100, "the backfill did not finish");
+    }
+    let after = recall.recall(query("ORD-4711 zanzibarish")).await.unwrap();
+    assert_eq!(after.degraded, None);
+    assert_eq!(contents(&after), ["My parcel ORD-4711 never arrived."]);
+    assert_eq!(after.hits[0].keyword_rank, Some(1));
+    {
+        let indexes = recall.read();
+        assert_eq!(indexes.keywords.len(), 1);
+        assert!(indexes.keywords.search("zanzibarish", 10, None).is_empty());
+    }
+    let _ = stop.send(());
+    pipeline.await.unwrap();
+    drop(recall);
+    store.shutdown();
+}
