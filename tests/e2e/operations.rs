@@ -560,6 +560,7 @@ fn the_docs_page_and_the_metrics_are_served() {
         "memlayer_erasures_finished_total 1\n",
         "memlayer_erasure_jobs_pending 0\n",
         "memlayer_index_graph_pending 0\n",
+        "memlayer_index_keywords_pending 0\n",
         "memlayer_memory_graphs_pending 0\n",
     ] {
         assert!(text.contains(line), "no {line:?} in\n{text}");

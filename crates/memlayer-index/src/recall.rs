@@ -286,6 +286,12 @@ impl Recall {
         self.read().vectors.len()
     }
 
+    /// Whether messages stored before the start still wait for the keyword backfill (see
+    /// [`RecallOptions::keywords_in_background`]).
+    pub fn keywords_pending(&self) -> bool {
+        !self.inner.progress.borrow().backfilled
+    }
+
     /// Whether the vector index waits for its graph (see [`VectorIndex::needs_graph`]):
     /// vector searches scan every vector until the pipeline's builder installs it.
     pub fn graph_pending(&self) -> bool {

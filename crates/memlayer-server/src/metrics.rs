@@ -161,6 +161,12 @@ pub(crate) fn render(state: &AppState) -> Result<String, String> {
         ConstGauge::new(i64::try_from(state.recall().indexed_vectors()).unwrap_or(i64::MAX)),
     );
     figures.register(
+        "index_keywords_pending",
+        "1 while messages stored before the start wait for the keyword index's backfill: \
+         keyword recall misses them until then",
+        ConstGauge::new(i64::from(state.recall().keywords_pending())),
+    );
+    figures.register(
         "index_graph_pending",
         "1 while the message vector index waits for its HNSW graph (built in the background \
          after a start or an erasure): vector searches scan exactly until then",
