@@ -410,10 +410,13 @@ impl Recall {
         }
     }
 
-    /// Builds the vector index's graph whenever it needs one, until `stop` turns true.
+    /// Builds the vector index's graph whenever it needs one, until `stop` turns true. After
+    /// a start it waits for the keyword backfill: without the graph vector searches are only
+    /// slower, without the keywords recall misses messages, and the two shared the cores
+    /// (keywords complete after 28–30 s instead of 17 s at 57,600 messages).
     async fn keep_graph_built(self, mut stop: watch::Receiver<bool>) {
         while !*stop.borrow() {
-            if !self.read().vectors.needs_graph() {
+            if self.keywords_pending() || !self.read().vectors.needs_graph() {
                 tokio::select! {
                     _ = stop.changed() => {}
                     () = tokio::time::sleep(Duration::from_secs(1)) => {}
