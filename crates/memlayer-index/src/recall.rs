@@ -358,43 +358,54 @@ impl Recall {
     /// from `docs` and the keyword index under the same lock, so a page read before an
     /// erasure cannot put its text back afterwards; and one erased in the store whose
     /// removal from the index comes later is removed then, text and all.
-    async fn backfill_keywords(self, stop: watch::Receiver<bool>) {
+    async fn backfill_keywords(self, mut stop: watch::Receiver<bool>) {
         let started = Instant::now();
-        let this = self.clone();
-        let done = blocking(move || {
-            let mut after = None;
-            loop {
-                if *stop.borrow() {
-                    return Ok(false);
+        while !*stop.borrow() {
+            let this = self.clone();
+            let stopping = stop.clone();
+            // From the first message on every attempt: pages already added are skipped.
+            let done = blocking(move || {
+                let mut after = None;
+                loop {
+                    if *stopping.borrow() {
+                        return Ok(false);
+                    }
+                    let page = this
+                        .inner
+                        .store
+                        .all_messages(after, KEYWORD_BACKFILL_PAGE)?;
+                    let Some((last, _)) = page.last() else {
+                        return Ok(true);
+                    };
+                    after = Some(*last);
+                    this.backfill_page(&page);
                 }
-                let page = this
-                    .inner
-                    .store
-                    .all_messages(after, KEYWORD_BACKFILL_PAGE)?;
-                let Some((last, _)) = page.last() else {
-                    return Ok(true);
-                };
-                after = Some(*last);
-                this.backfill_page(&page);
+            })
+            .await;
+            match done {
+                Ok(true) => {
+                    self.inner
+                        .progress
+                        .send_modify(|progress| progress.backfilled = true);
+                    tracing::info!(
+                        seconds = started.elapsed().as_secs_f64(),
+                        "keyword index backfilled with the stored messages"
+                    );
+                    return;
+                }
+                Ok(false) => return,
+                Err(err) => {
+                    tracing::error!(
+                        error = %err,
+                        "the keyword index could not be backfilled; retrying in 30 s \
+                         (keyword recall misses messages stored before this start meanwhile)"
+                    );
+                    tokio::select! {
+                        _ = stop.changed() => {}
+                        () = tokio::time::sleep(Duration::from_secs(30)) => {}
+                    }
+                }
             }
-        })
-        .await;
-        match done {
-            Ok(true) => {
-                self.inner
-                    .progress
-                    .send_modify(|progress| progress.backfilled = true);
-                tracing::info!(
-                    seconds = started.elapsed().as_secs_f64(),
-                    "keyword index backfilled with the stored messages"
-                );
-            }
-            Ok(false) => {}
-            Err(err) => tracing::error!(
-                error = %err,
-                "the keyword index could not be backfilled; keyword recall misses messages \
-                 stored before this start until the next one"
-            ),
         }
     }
 
