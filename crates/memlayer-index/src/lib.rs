@@ -75,6 +75,7 @@
 #![deny(missing_docs)]
 
 mod analyzer;
+mod background;
 mod dot;
 mod error;
 mod fusion;
@@ -89,6 +90,7 @@ mod topk;
 mod vector;
 
 pub use analyzer::Analyzer;
+pub use background::run_graph_builder;
 pub use error::{IndexError, Result};
 pub use fusion::{Fused, RRF_K, Retriever, reciprocal_rank_fusion};
 pub use keyword::KeywordIndex;

@@ -34,9 +34,10 @@ mod check;
 
 pub use check::IndexCheck;
 
+use crate::background::pause;
 use crate::{
     GraphBuilt, IndexError, KeywordIndex, RRF_K, Result, Retriever, VectorConfig, VectorIndex,
-    build_graph_unlocked, reciprocal_rank_fusion,
+    build_graph_unlocked, reciprocal_rank_fusion, run_graph_builder,
 };
 
 /// Messages the keyword backfill analyses per hold of the write lock: 640 KB of 5 KB
@@ -400,10 +401,7 @@ impl Recall {
                         "the keyword index could not be backfilled; retrying in 30 s \
                          (keyword recall misses messages stored before this start meanwhile)"
                     );
-                    tokio::select! {
-                        _ = stop.changed() => {}
-                        () = tokio::time::sleep(Duration::from_secs(30)) => {}
-                    }
+                    pause(&mut stop, Duration::from_secs(30)).await;
                 }
             }
         }
@@ -425,39 +423,26 @@ impl Recall {
     /// a start it waits for the keyword backfill: without the graph vector searches are only
     /// slower, without the keywords recall misses messages, and the two shared the cores
     /// (keywords complete after 28–30 s instead of 17 s at 57,600 messages).
-    async fn keep_graph_built(self, mut stop: watch::Receiver<bool>) {
-        while !*stop.borrow() {
-            if self.keywords_pending() || !self.read().vectors.needs_graph() {
-                tokio::select! {
-                    _ = stop.changed() => {}
-                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
-                }
-                continue;
-            }
-            let this = self.clone();
-            let stopping = stop.clone();
-            let started = Instant::now();
-            match blocking(move || Ok(this.build_graph(|| *stopping.borrow()))).await {
-                Ok(GraphBuilt::Installed) => tracing::info!(
+    async fn keep_graph_built(self, stop: watch::Receiver<bool>) {
+        let this = self.clone();
+        run_graph_builder(
+            stop,
+            || (!self.keywords_pending() && self.read().vectors.needs_graph()).then_some(()),
+            move |(), cancelled| this.build_graph(cancelled),
+            |outcome, took| match outcome {
+                GraphBuilt::Installed => tracing::info!(
                     vectors = self.indexed_vectors(),
-                    seconds = started.elapsed().as_secs_f64(),
+                    seconds = took.as_secs_f64(),
                     "vector index graph built"
                 ),
-                // An erasure compacted the index meanwhile: the loop starts over.
-                Ok(GraphBuilt::Superseded) => {
+                // An erasure compacted the index meanwhile: the builder starts over.
+                GraphBuilt::Superseded => {
                     tracing::debug!("vector index changed during the graph build; again");
                 }
-                Ok(GraphBuilt::NotNeeded | GraphBuilt::Cancelled) => {}
-                Err(err) => {
-                    tracing::warn!(error = %err, "building the vector graph failed; retrying");
-                    // Not at once: a build that fails will fail again.
-                    tokio::select! {
-                        _ = stop.changed() => {}
-                        () = tokio::time::sleep(Duration::from_secs(30)) => {}
-                    }
-                }
-            }
-        }
+                GraphBuilt::NotNeeded | GraphBuilt::Cancelled => {}
+            },
+        )
+        .await;
     }
 
     /// Builds the vector index's graph if it needs one, without holding the index lock

@@ -16,12 +16,11 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, PoisonError, RwLock};
-use std::time::{Duration, Instant};
 
 use memlayer_embed::Embedder;
 use memlayer_index::{
     GraphBuilt, KeywordIndex, RRF_K, Retriever, VectorConfig, VectorIndex, build_graph_unlocked,
-    reciprocal_rank_fusion,
+    reciprocal_rank_fusion, run_graph_builder,
 };
 use memlayer_store::{Memory, MemoryKind, Store, Timestamp};
 use serde::Serialize;
@@ -431,46 +430,30 @@ impl LongTermMemory {
     /// build in progress stops at its next chunk). Spawn it beside the server.
     pub async fn keep_graphs_built(self, shutdown: impl Future<Output = ()>) {
         let (stop, stopped) = tokio::sync::watch::channel(false);
-        let builder = tokio::spawn(self.build_graphs_until(stopped));
+        let this = self.clone();
+        let builder = tokio::spawn(async move {
+            run_graph_builder(
+                stopped,
+                || {
+                    let wanted = self.read().partitions_needing_graphs();
+                    (!wanted.is_empty()).then_some(wanted)
+                },
+                move |wanted, cancelled| this.build_graphs_of(&wanted, cancelled),
+                |partitions, took| {
+                    if partitions > 0 {
+                        tracing::info!(
+                            partitions,
+                            seconds = took.as_secs_f64(),
+                            "memory graphs built"
+                        );
+                    }
+                },
+            )
+            .await;
+        });
         shutdown.await;
         let _ = stop.send(true);
         let _ = builder.await;
-    }
-
-    async fn build_graphs_until(self, mut stop: tokio::sync::watch::Receiver<bool>) {
-        while !*stop.borrow() {
-            let wanted = self.read().partitions_needing_graphs();
-            if wanted.is_empty() {
-                tokio::select! {
-                    _ = stop.changed() => {}
-                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
-                }
-                continue;
-            }
-            let this = self.clone();
-            let stopping = stop.clone();
-            let started = Instant::now();
-            let built = tokio::task::spawn_blocking(move || {
-                this.build_graphs_of(&wanted, || *stopping.borrow())
-            })
-            .await;
-            match built {
-                Ok(0) => {}
-                Ok(partitions) => tracing::info!(
-                    partitions,
-                    seconds = started.elapsed().as_secs_f64(),
-                    "memory graphs built"
-                ),
-                Err(err) => {
-                    tracing::warn!(error = %err, "building memory graphs failed; retrying");
-                    // Not at once: a build that fails will fail again.
-                    tokio::select! {
-                        _ = stop.changed() => {}
-                        () = tokio::time::sleep(Duration::from_secs(30)) => {}
-                    }
-                }
-            }
-        }
     }
 
     /// How many users' partitions wait for their graph (their recalls scan exactly until

@@ -85,20 +85,22 @@ impl Fixture {
         append(&self.store, session, user, lines).await;
     }
 
-    async fn ask(&self, scope: Scope, query: &str) -> Recalled {
-        self.recall
-            .recall(RecallQuery {
-                tenant: "t".into(),
-                scope,
-                query: query.into(),
-                k: 3,
-                roles: None,
-                after: None,
-                before: None,
-                exclude: None,
-            })
-            .await
-            .unwrap()
+    async fn ask(&self, scope: Scope, text: &str) -> Recalled {
+        self.recall.recall(query(scope, text)).await.unwrap()
+    }
+}
+
+/// The three best of tenant `t`'s messages in `scope` for `text`, unfiltered.
+fn query(scope: Scope, text: &str) -> RecallQuery {
+    RecallQuery {
+        tenant: "t".into(),
+        scope,
+        query: text.into(),
+        k: 3,
+        roles: None,
+        after: None,
+        before: None,
+        exclude: None,
     }
 }
 
@@ -191,19 +193,7 @@ async fn scopes_never_leak_another_users_messages() {
             .iter()
             .all(|h| h.session.session_id == "a2")
     );
-    let missing = fixture
-        .recall
-        .recall(RecallQuery {
-            tenant: "t".into(),
-            scope: session("nope"),
-            query: "x".into(),
-            k: 3,
-            roles: None,
-            after: None,
-            before: None,
-            exclude: None,
-        })
-        .await;
+    let missing = fixture.recall.recall(query(session("nope"), "x")).await;
     assert!(matches!(
         missing,
         Err(IndexError::Store(StoreError::SessionNotFound { .. }))
@@ -434,17 +424,10 @@ async fn keywords_backfilled_after_the_start_never_bring_back_an_erased_text() {
         .with_keywords_in_background();
     options.read_your_writes_wait = Duration::from_millis(100);
     let recall = Recall::open(store.clone(), embedder, options).unwrap();
-    let query = |text: &str| RecallQuery {
-        tenant: "t".into(),
-        scope: user("alice"),
-        query: text.into(),
-        k: 3,
-        roles: None,
-        after: None,
-        before: None,
-        exclude: None,
-    };
-    let before = recall.recall(query("ORD-4711")).await.unwrap();
+    let before = recall
+        .recall(query(user("alice"), "ORD-4711"))
+        .await
+        .unwrap();
     assert!(
         before
             .degraded
@@ -477,7 +460,10 @@ async fn keywords_backfilled_after_the_start_never_bring_back_an_erased_text() {
         waits += 1;
         assert!(waits < 100, "the backfill did not finish");
     }
-    let after = recall.recall(query("ORD-4711 zanzibarish")).await.unwrap();
+    let after = recall
+        .recall(query(user("alice"), "ORD-4711 zanzibarish"))
+        .await
+        .unwrap();
     assert_eq!(after.degraded, None);
     assert_eq!(contents(&after), ["My parcel ORD-4711 never arrived."]);
     assert_eq!(after.hits[0].keyword_rank, Some(1));
