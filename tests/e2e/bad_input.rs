@@ -8,7 +8,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use memlayer_server::ServerConfig;
-use memlayer_store::{MAX_PAGE_SIZE, SessionFilter, Store};
+use memlayer_store::{Access, MAX_PAGE_SIZE, SessionFilter, Store};
 use memlayer_tests::{ADMIN_KEY, TestServer, assert_error, bearer, json, send};
 use reqwest::Method;
 use reqwest::blocking::RequestBuilder;
@@ -801,7 +801,12 @@ fn store_contents(path: &std::path::Path) -> String {
     let mut out = String::new();
     for tenant in ["default", "acme"] {
         let listing = store
-            .list_sessions(tenant, &SessionFilter::default(), 0, MAX_PAGE_SIZE)
+            .list_sessions(
+                &Access::tenant_wide(tenant),
+                &SessionFilter::default(),
+                0,
+                MAX_PAGE_SIZE,
+            )
             .unwrap();
         writeln!(out, "{tenant}: {} sessions", listing.total).unwrap();
         for session in listing.items {
@@ -810,11 +815,23 @@ fn store_contents(path: &std::path::Path) -> String {
             writeln!(
                 out,
                 "{:?}",
-                store.messages(tenant, &id, 0, usize::MAX).unwrap()
+                store
+                    .messages(&Access::tenant_wide(tenant), &id, 0, usize::MAX)
+                    .unwrap()
             )
             .unwrap();
-            writeln!(out, "{:?}", store.runs(tenant, &id).unwrap()).unwrap();
-            writeln!(out, "{:?}", store.summary(tenant, &id).unwrap()).unwrap();
+            writeln!(
+                out,
+                "{:?}",
+                store.runs(&Access::tenant_wide(tenant), &id).unwrap()
+            )
+            .unwrap();
+            writeln!(
+                out,
+                "{:?}",
+                store.summary(&Access::tenant_wide(tenant), &id).unwrap()
+            )
+            .unwrap();
         }
         for agent in [None, Some("helper")] {
             writeln!(out, "{:?}", store.settings(tenant, agent).unwrap()).unwrap();

@@ -46,6 +46,9 @@ mod operations;
 // HTTP and kept across restarts; service keys cannot administer; user keys see only their own
 // user's sessions and memories, and everything else is `404`.
 mod auth;
+// Users racing each other: ownership checked in the store transaction that reads or writes,
+// never before the body arrives; random interleavings never show one user's text to another.
+mod isolation;
 // Agent runs against a model behind the OpenAI wire format (a fake upstream on 127.0.0.1):
 // messages and runs stored, context and memories sent upstream, the memory tool loop,
 // streamed answers, and failures that keep the user's message and record a failed run.

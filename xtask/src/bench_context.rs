@@ -32,7 +32,9 @@ use memlayer_memory::{
     Built, ContextBuilder, ContextRequest, ContextSettings, FactSheet, History, LayerInputs,
     RecalledMessage, TokenEncoding, Window, assemble,
 };
-use memlayer_store::{Append, Message, Metadata, NewMessage, NewSession, Role, Store, Timestamp};
+use memlayer_store::{
+    Access, Append, Message, Metadata, NewMessage, NewSession, Role, Store, Timestamp,
+};
 use tokio::sync::oneshot;
 
 use crate::bench::percentile;
@@ -263,7 +265,9 @@ async fn fill_store(
                 }),
                 idempotency_key: None,
             };
-            store.append(TENANT, session, append).await?;
+            store
+                .append(&Access::tenant_wide(TENANT), session, append)
+                .await?;
         }
     }
     wait_until_embedded(recall, total).await?;
@@ -319,7 +323,7 @@ async fn measure_builds(
     let (timed, warm_up) = questions.split_at(4 * iterations);
     let build = |query: &str, summarize: bool| {
         contexts.build(ContextRequest {
-            tenant: TENANT.into(),
+            access: Access::tenant_wide(TENANT),
             session_id: MAIN_SESSION.into(),
             query: Some(query.to_owned()),
             overrides: combined(summarize),
@@ -346,7 +350,7 @@ async fn measure_builds(
 
     // The breakdown's inputs, read once: the session as `build` reads it, its facts, and
     // the recalled messages of one question.
-    let messages = store.messages(TENANT, MAIN_SESSION, 0, usize::MAX)?;
+    let messages = store.messages(&Access::tenant_wide(TENANT), MAIN_SESSION, 0, usize::MAX)?;
     ensure!(
         messages.len() == corpus.main_messages,
         "the session is short"
@@ -355,7 +359,7 @@ async fn measure_builds(
     let settings = ContextSettings::layered([&combined(false)])?;
     let in_window = window_indices(&messages, &settings);
     let recall_query = |query: &str| RecallQuery {
-        tenant: TENANT.into(),
+        access: Access::tenant_wide(TENANT),
         scope: Scope::User {
             user_id: USER.into(),
             agent_id: Some(AGENT.into()),
@@ -462,14 +466,14 @@ async fn measure_builds(
 
         let read = parts[0].time(|| -> anyhow::Result<Vec<Message>> {
             store
-                .session(TENANT, MAIN_SESSION)?
+                .session(&Access::tenant_wide(TENANT), MAIN_SESSION)?
                 .context("the session is gone")?;
-            Ok(store.messages(TENANT, MAIN_SESSION, 0, usize::MAX)?)
+            Ok(store.messages(&Access::tenant_wide(TENANT), MAIN_SESSION, 0, usize::MAX)?)
         })?;
         ensure!(read.len() == n, "the store read {} messages", read.len());
         let (outlines, window) = parts[1].time(|| -> anyhow::Result<_> {
             let snapshot = store
-                .snapshot(TENANT, MAIN_SESSION)?
+                .snapshot(&Access::tenant_wide(TENANT), MAIN_SESSION)?
                 .context("the session is gone")?;
             let outlines = snapshot.outline(0)?;
             Ok((outlines, snapshot.messages(in_window[0], usize::MAX)?))

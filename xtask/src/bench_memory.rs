@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use memlayer_embed::{Assets, Embedder, EmbedderOptions};
 use memlayer_memory::{LongTermMemory, MemoryQuery};
-use memlayer_store::{Memory, MemoryKind, Store, Timestamp};
+use memlayer_store::{Access, Memory, MemoryKind, Store, Timestamp};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::task::JoinSet;
@@ -266,7 +266,8 @@ async fn load(
         for i in written..(written + IN_FLIGHT).min(size) {
             let memory = memory(&mut rng, centres, i, users, start_time);
             let store = store.clone();
-            batch.spawn(async move { store.put_memory(memory).await });
+            let sources = Access::tenant_wide(&*memory.tenant);
+            batch.spawn(async move { store.put_memory(memory, &sources).await });
         }
         while let Some(result) = batch.join_next().await {
             result.context("a write task panicked")??;

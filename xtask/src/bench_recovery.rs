@@ -24,7 +24,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use memlayer_embed::{Assets, Embedder, EmbedderOptions};
-use memlayer_store::{Append, EmbeddingModel, Metadata, NewMessage, NewSession, Role, Store};
+use memlayer_store::{
+    Access, Append, EmbeddingModel, Metadata, NewMessage, NewSession, Role, Store,
+};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use tokio::task::JoinSet;
@@ -236,7 +238,11 @@ async fn fill(
                 let store = store.clone();
                 appends.spawn(async move {
                     store
-                        .append(TENANT, &format!("recovery-{session}"), append)
+                        .append(
+                            &Access::tenant_wide(TENANT),
+                            &format!("recovery-{session}"),
+                            append,
+                        )
                         .await
                 });
             }

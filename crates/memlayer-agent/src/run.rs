@@ -16,8 +16,8 @@ use memlayer_llm::{
 };
 use memlayer_memory::{ContextBuilder, ContextMessage, ContextRequest, TokenEncoding};
 use memlayer_store::{
-    Append, Metadata, NewMessage, NewRun, NewSession, Role, RunStatus, Session, Store, StoreError,
-    validate_id,
+    Access, Append, Metadata, NewMessage, NewRun, NewSession, Role, RunStatus, Session, Store,
+    StoreError, validate_id,
 };
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -75,7 +75,9 @@ impl RunRequest {
 /// A run whose user message is stored, ready for [`Agent::run`] or [`Agent::stream`].
 #[derive(Debug)]
 pub struct Turn {
-    tenant: String,
+    /// The run acts for the session's user: every read and write checks the session is still
+    /// theirs.
+    access: Access,
     session: Session,
     created_session: bool,
     /// The index of the user's message in the session.
@@ -177,9 +179,12 @@ impl Agent {
             session_id,
             message,
         } = request;
+        // The run acts for its user only: another user's session is not found, checked again
+        // in the transaction that stores the message.
+        let access = Access::one_user(tenant, &*user_id);
         if let Some(id) = &session_id {
-            let session = self.session(&tenant, id).await?;
-            if session.user_id != user_id || session.agent_id != agent_id {
+            let session = self.session(&access, id).await?;
+            if session.agent_id != agent_id {
                 // Another user's or agent's conversation is not found, never forbidden:
                 // existence must not leak.
                 return Err(StoreError::SessionNotFound {
@@ -208,7 +213,7 @@ impl Agent {
         let appended = self
             .store
             .append(
-                &tenant,
+                &access,
                 &session_id,
                 Append {
                     messages: vec![user_message],
@@ -217,9 +222,9 @@ impl Agent {
                 },
             )
             .await?;
-        let session = self.session(&tenant, &session_id).await?;
+        let session = self.session(&access, &session_id).await?;
         Ok(Turn {
-            tenant,
+            access,
             session,
             created_session: appended.created_session,
             question_index: appended.first_index,
@@ -267,7 +272,7 @@ impl Agent {
             let appended = self
                 .store
                 .append(
-                    &turn.tenant,
+                    &turn.access,
                     &session_id,
                     Append {
                         messages: vec![answer],
@@ -296,7 +301,7 @@ impl Agent {
         };
         let run = self
             .store
-            .record_run(&turn.tenant, &session_id, run)
+            .record_run(&turn.access, &session_id, run)
             .await?;
         tracing::info!(
             session = %session_id,
@@ -336,7 +341,7 @@ impl Agent {
         let built = self
             .contexts
             .build(ContextRequest {
-                tenant: turn.tenant.clone(),
+                access: turn.access.clone(),
                 session_id: turn.session.id.clone(),
                 query: Some(turn.message.clone()),
                 overrides: Default::default(),
@@ -419,15 +424,18 @@ impl Agent {
             Value::String(arguments.to_owned())
         };
         let call = parse_call(name, arguments)?;
-        let outcome = self.tools.call(&turn.tenant, &turn.session, call).await?;
+        let outcome = self
+            .tools
+            .call(turn.access.tenant(), &turn.session, call)
+            .await?;
         Ok((self.render)(outcome))
     }
 
-    async fn session(&self, tenant: &str, session_id: &str) -> Result<Session, AgentError> {
-        let (store, tenant, id) = (self.store.clone(), tenant.to_owned(), session_id.to_owned());
+    async fn session(&self, access: &Access, session_id: &str) -> Result<Session, AgentError> {
+        let (store, access, id) = (self.store.clone(), access.clone(), session_id.to_owned());
         tokio::task::spawn_blocking(move || {
             store
-                .session(&tenant, &id)?
+                .session(&access, &id)?
                 .ok_or(StoreError::SessionNotFound { session_id: id })
         })
         .await

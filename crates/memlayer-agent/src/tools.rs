@@ -6,7 +6,7 @@
 use memlayer_erasure::{Coordinator, ErasureRequest, Receipt, Target};
 use memlayer_llm::Tool;
 use memlayer_memory::{LongTermMemory, MemoryHit, MemoryQuery, RememberAction, RememberRequest};
-use memlayer_store::{Memory, MemoryKind, Message, Session, Store};
+use memlayer_store::{Access, Memory, MemoryKind, Message, Session, Store};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -248,20 +248,22 @@ impl Tools {
         &self.store
     }
 
-    /// Executes `call` in `session` of `tenant`, as the session's user and agent.
+    /// Executes `call` in `session` of `tenant`, as the session's user and agent: reads and
+    /// writes of the session check that it is still that user's.
     pub async fn call(
         &self,
         tenant: &str,
         session: &Session,
         call: ParsedCall,
     ) -> Result<ToolOutcome, AgentError> {
+        let access = Access::one_user(tenant, &*session.user_id);
         let tenant = tenant.to_owned();
         Ok(match call.0 {
             Parsed::Remember(args) => {
                 let (memory, action) = self
                     .memories
                     .remember(RememberRequest {
-                        tenant,
+                        access: access.clone(),
                         user_id: session.user_id.clone(),
                         agent_id: args.agent_only.then(|| session.agent_id.clone()),
                         text: args.text,
@@ -291,12 +293,12 @@ impl Tools {
             ),
             Parsed::Search(args) => ToolOutcome::Found {
                 messages: self
-                    .search_session(tenant, session.id.clone(), args.query, args.limit)
+                    .search_session(access, session.id.clone(), args.query, args.limit)
                     .await?,
                 session_id: session.id.clone(),
             },
             Parsed::Clear => ToolOutcome::Cleared {
-                load_from: self.store.clear_session(&tenant, &session.id).await?,
+                load_from: self.store.clear_session(&access, &session.id).await?,
                 session_id: session.id.clone(),
             },
         })
@@ -326,6 +328,7 @@ impl Tools {
                 tenant,
                 target: Target::Memory { memory_id },
                 requested_by: "api".into(),
+                user_id: owner.map(str::to_owned),
             })
             .await?)
     }
@@ -334,7 +337,7 @@ impl Tools {
     /// newest first, at most `limit` (1 to [`MAX_SEARCH_HITS`]).
     pub async fn search_session(
         &self,
-        tenant: String,
+        access: Access,
         session_id: String,
         query: String,
         limit: usize,
@@ -343,7 +346,7 @@ impl Tools {
         let store = self.store.clone();
         // A scan of the session's messages: keep it off the async workers.
         tokio::task::spawn_blocking(move || {
-            store.search_messages(&tenant, &session_id, &query, limit)
+            store.search_messages(&access, &session_id, &query, limit)
         })
         .await
         .map_err(|err| AgentError::Task(err.to_string()))?

@@ -7,7 +7,7 @@ use std::sync::{Arc, PoisonError};
 
 use memlayer_index::Recall;
 use memlayer_memory::{FactCache, LongTermMemory};
-use memlayer_store::{MessageKey, Store, StoreError, Timestamp, validate_id};
+use memlayer_store::{Access, MessageKey, Store, StoreError, Timestamp, validate_id};
 
 use crate::ErasureError;
 use crate::job::{Counts, ErasureRequest, JobDocument, Receipt, Target};
@@ -245,6 +245,7 @@ impl Coordinator {
     ) -> Result<Receipt, ErasureError> {
         let mut receipt = Receipt::begin(id, document, resumed);
         let tenant = document.request.tenant.as_str();
+        let access = document.request.access();
         let mut erased_message = None;
         // Surrogate keys of the sessions this run deleted, for the indexes.
         let mut erased_sessions = Vec::new();
@@ -252,8 +253,8 @@ impl Coordinator {
             Target::Message { session_id, index } => {
                 let store = self.inner.store.clone();
                 let owner = {
-                    let (tenant, session_id) = (tenant.to_owned(), session_id.clone());
-                    blocking(move || Ok(store.session(&tenant, &session_id)?)).await?
+                    let (access, session_id) = (access.clone(), session_id.clone());
+                    blocking(move || Ok(store.session(&access, &session_id)?)).await?
                 };
                 if let Some(session) = owner {
                     receipt.counts.memories += self
@@ -269,7 +270,7 @@ impl Coordinator {
                     let erased = self
                         .inner
                         .store
-                        .erase_message(tenant, session_id, *index)
+                        .erase_message(&access, session_id, *index)
                         .await?;
                     receipt.counts.messages += u64::from(erased.message);
                     receipt.counts.vectors += u64::from(erased.vector);
@@ -281,7 +282,7 @@ impl Coordinator {
             }
             Target::Session { session_id } => {
                 erased_sessions.extend(
-                    self.erase_sessions(tenant, vec![session_id.clone()], &mut receipt)
+                    self.erase_sessions(&access, vec![session_id.clone()], &mut receipt)
                         .await?,
                 );
             }
@@ -313,7 +314,7 @@ impl Coordinator {
                 if ids.is_empty() {
                     break;
                 }
-                erased_sessions.extend(self.erase_sessions(tenant, ids, &mut receipt).await?);
+                erased_sessions.extend(self.erase_sessions(&access, ids, &mut receipt).await?);
             },
             Target::InactiveSince { cutoff, .. } => {
                 let store = self.inner.store.clone();
@@ -322,7 +323,7 @@ impl Coordinator {
                 let ids =
                     blocking(move || Ok(store.sessions_inactive_before(&owner_tenant, cutoff)?))
                         .await?;
-                erased_sessions.extend(self.erase_sessions(tenant, ids, &mut receipt).await?);
+                erased_sessions.extend(self.erase_sessions(&access, ids, &mut receipt).await?);
             }
         }
 
@@ -380,7 +381,7 @@ impl Coordinator {
     /// for the writer (each commits alone: erasing writes never share a commit).
     async fn erase_sessions(
         &self,
-        tenant: &str,
+        access: &Access,
         ids: Vec<String>,
         receipt: &mut Receipt,
     ) -> Result<Vec<u64>, ErasureError> {
@@ -389,9 +390,9 @@ impl Coordinator {
         while ids.peek().is_some() {
             let mut batch = tokio::task::JoinSet::new();
             for (position, session_id) in ids.by_ref().take(SESSIONS_AT_ONCE) {
-                let (this, tenant) = (self.clone(), tenant.to_owned());
+                let (this, access) = (self.clone(), access.clone());
                 batch.spawn(async move {
-                    let erased = this.erase_session(&tenant, &session_id).await;
+                    let erased = this.erase_session(&access, &session_id).await;
                     (position, erased)
                 });
             }
@@ -421,14 +422,15 @@ impl Coordinator {
     /// gone. The caller takes it out of the recall indexes, once for all the sessions.
     async fn erase_session(
         &self,
-        tenant: &str,
+        access: &Access,
         session_id: &str,
     ) -> Result<Option<ErasedSession>, ErasureError> {
+        let tenant = access.tenant();
         let store = self.inner.store.clone();
-        let (owner_tenant, id) = (tenant.to_owned(), session_id.to_owned());
+        let (reach, id) = (access.clone(), session_id.to_owned());
         let before = blocking(move || {
-            let session = store.session(&owner_tenant, &id)?;
-            let summary = store.summary(&owner_tenant, &id).ok().flatten();
+            let session = store.session(&reach, &id)?;
+            let summary = store.summary(&reach, &id).ok().flatten();
             Ok(session.map(|s| (s.message_count, summary.is_some(), s.user_id)))
         })
         .await?;
@@ -448,7 +450,7 @@ impl Coordinator {
             .await?;
         // The episodes drawn from the session and the session memories it was merged into go
         // in the commit that deletes it, so none recorded meanwhile survives.
-        let deleted = match self.inner.store.delete_session(tenant, session_id).await {
+        let deleted = match self.inner.store.delete_session(access, session_id).await {
             Ok(deleted) => {
                 counts.episodes = deleted.episodes;
                 counts.session_memories = deleted.session_memories;

@@ -2,7 +2,7 @@
 //! receipt, kept after). Both are stored as JSON; a receipt names ids and counts, never
 //! content.
 
-use memlayer_store::Timestamp;
+use memlayer_store::{Access, Timestamp};
 use serde::{Deserialize, Serialize};
 
 /// What to erase.
@@ -54,6 +54,21 @@ pub struct ErasureRequest {
     pub target: Target,
     /// Who asked (an API key's name, `retention`, `admin`); recorded in the receipt.
     pub requested_by: String,
+    /// Set when the erasure acts for one user (a user-scoped key): a session or message of
+    /// another user is then not found, checked in the transaction that deletes it, so a
+    /// session re-created by someone else after the request was checked is left alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+}
+
+impl ErasureRequest {
+    /// What the erasure's store steps may reach.
+    pub(crate) fn access(&self) -> Access {
+        match &self.user_id {
+            Some(user) => Access::one_user(&*self.tenant, &**user),
+            None => Access::tenant_wide(&*self.tenant),
+        }
+    }
 }
 
 /// A job as stored: the request and when it was made.

@@ -26,6 +26,7 @@ fn purge_request(tenant: &str, days: u32, requested_by: &str, now: Timestamp) ->
             cutoff,
         },
         requested_by: requested_by.to_owned(),
+        user_id: None,
     }
 }
 

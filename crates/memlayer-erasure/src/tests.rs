@@ -10,7 +10,7 @@ use memlayer_embed::{Assets, Embedder, EmbedderOptions};
 use memlayer_index::{Recall, RecallOptions, RecallQuery, Scope};
 use memlayer_memory::{LongTermMemory, MemoryQuery, RememberRequest};
 use memlayer_store::{
-    Append, Episode, MemoryKind, NewMessage, NewSession, Outcome, Role, Store, Timestamp,
+    Access, Append, Episode, MemoryKind, NewMessage, NewSession, Outcome, Role, Store, Timestamp,
 };
 use proptest::prelude::*;
 use tokio::sync::oneshot;
@@ -108,7 +108,10 @@ impl Fixture {
             }),
             idempotency_key: None,
         };
-        self.store.append(TENANT, session, append).await.unwrap();
+        self.store
+            .append(&Access::tenant_wide(TENANT), session, append)
+            .await
+            .unwrap();
     }
 
     /// Waits until the pipeline indexed everything and saved nothing stale.
@@ -120,7 +123,7 @@ impl Fixture {
     async fn recalled(&self, user: &str, query: &str) -> Vec<String> {
         self.recall
             .recall(RecallQuery {
-                tenant: TENANT.into(),
+                access: Access::tenant_wide(TENANT),
                 scope: Scope::User {
                     user_id: user.into(),
                     agent_id: None,
@@ -146,6 +149,7 @@ impl Fixture {
                 tenant: TENANT.into(),
                 target,
                 requested_by: "test".into(),
+                user_id: None,
             })
             .await
             .unwrap()
@@ -191,8 +195,14 @@ async fn canaries_leave_every_api_and_every_file_byte() {
     fixture
         .store
         .save_summary(
-            TENANT,
+            &Access::tenant_wide(TENANT),
             "alice-1",
+            fixture
+                .store
+                .snapshot(&Access::tenant_wide(TENANT), "alice-1")
+                .unwrap()
+                .unwrap()
+                .version(),
             format!("[Conversation Summary] (messages 0–2)\n- User: {message_canary}"),
             0,
             2,
@@ -201,7 +211,7 @@ async fn canaries_leave_every_api_and_every_file_byte() {
         .unwrap();
     // Long-term memories: one remembered from the canary message, one about the user.
     let remember = |text: &str, source: Option<(String, u64)>| RememberRequest {
-        tenant: TENANT.into(),
+        access: Access::tenant_wide(TENANT),
         user_id: "alice".into(),
         agent_id: None,
         text: text.into(),
@@ -261,10 +271,16 @@ async fn canaries_leave_every_api_and_every_file_byte() {
             .iter()
             .any(|c| c.contains("canary-msg"))
     );
-    assert_eq!(fixture.store.summary(TENANT, "alice-1").unwrap(), None);
+    assert_eq!(
+        fixture
+            .store
+            .summary(&Access::tenant_wide(TENANT), "alice-1")
+            .unwrap(),
+        None
+    );
     let rest: Vec<String> = fixture
         .store
-        .messages(TENANT, "alice-1", 0, 100)
+        .messages(&Access::tenant_wide(TENANT), "alice-1", 0, 100)
         .unwrap()
         .into_iter()
         .map(|m| m.content)
@@ -500,7 +516,12 @@ async fn retention_erases_only_conversations_older_than_the_rule() {
         .unwrap();
     assert_eq!(receipts[0].session_ids, ["recent"]);
     assert_eq!(receipts[0].requested_by, "retention");
-    assert!(!fixture.store.session_exists(TENANT, "recent").unwrap());
+    assert!(
+        !fixture
+            .store
+            .session_exists(&Access::tenant_wide(TENANT), "recent")
+            .unwrap()
+    );
     fixture.close().await;
 }
 
@@ -532,7 +553,12 @@ async fn a_purge_of_more_sessions_than_are_erased_at_once_erases_all_in_order() 
         (150, 150)
     );
     for id in &ids {
-        assert!(!fixture.store.session_exists(TENANT, id).unwrap());
+        assert!(
+            !fixture
+                .store
+                .session_exists(&Access::tenant_wide(TENANT), id)
+                .unwrap()
+        );
     }
     // Out of the index too, not only unreachable through the store.
     assert_eq!(fixture.recall.indexed_vectors(), 0);
@@ -647,18 +673,21 @@ async fn check_random_erasures(lengths: Vec<usize>, ops: Vec<Op>) {
     }
     for session in 0..SESSIONS {
         let id = format!("s{session}");
-        let stored: BTreeMap<(usize, u64), String> =
-            if fixture.store.session_exists(TENANT, &id).unwrap() {
-                fixture
-                    .store
-                    .messages(TENANT, &id, 0, 100)
-                    .unwrap()
-                    .into_iter()
-                    .map(|m| ((session, m.index), m.content))
-                    .collect()
-            } else {
-                BTreeMap::new()
-            };
+        let stored: BTreeMap<(usize, u64), String> = if fixture
+            .store
+            .session_exists(&Access::tenant_wide(TENANT), &id)
+            .unwrap()
+        {
+            fixture
+                .store
+                .messages(&Access::tenant_wide(TENANT), &id, 0, 100)
+                .unwrap()
+                .into_iter()
+                .map(|m| ((session, m.index), m.content))
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
         let expected: BTreeMap<(usize, u64), String> = model
             .iter()
             .filter(|((s, _), _)| *s == session)

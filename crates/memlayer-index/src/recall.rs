@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use memlayer_embed::Embedder;
 use memlayer_store::{
-    EmbeddingModel, Message, MessageKey, Role, SessionRef, Store, StoreError, Timestamp,
+    Access, EmbeddingModel, Message, MessageKey, Role, SessionRef, Store, StoreError, Timestamp,
 };
 use tokio::sync::watch;
 
@@ -91,7 +91,7 @@ impl RecallOptions {
     }
 }
 
-/// Which messages a query searches.
+/// Which messages a query searches, within what the query's [`Access`] reaches.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Scope {
     /// One session of the tenant.
@@ -111,9 +111,10 @@ pub enum Scope {
 /// A recall request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecallQuery {
-    /// The tenant whose messages are searched.
-    pub tenant: String,
-    /// Which of its messages.
+    /// Whose messages may be searched: a tenant's, or only one user's sessions in it. A
+    /// session (or user) outside it is not found, as if it did not exist.
+    pub access: Access,
+    /// Which of those messages.
     pub scope: Scope,
     /// What to look for.
     pub query: String,
@@ -520,8 +521,8 @@ impl Recall {
     }
 
     /// Deletes a session from the store and its messages from the indexes.
-    pub async fn delete_session(&self, tenant: &str, session_id: &str) -> Result<()> {
-        let deleted = self.inner.store.delete_session(tenant, session_id).await?;
+    pub async fn delete_session(&self, access: &Access, session_id: &str) -> Result<()> {
+        let deleted = self.inner.store.delete_session(access, session_id).await?;
         self.forget_sessions(vec![deleted.sid]).await
     }
 
@@ -675,7 +676,7 @@ impl Recall {
     fn filter(&self, query: &RecallQuery) -> Result<Filter> {
         Ok(Filter {
             allowed: self.scope_sessions(query)?,
-            excluded: self.excluded_keys(&query.tenant, query.exclude.as_ref())?,
+            excluded: self.excluded_keys(&query.access, query.exclude.as_ref())?,
         })
     }
 
@@ -683,13 +684,13 @@ impl Recall {
     /// nothing that exists.
     fn excluded_keys(
         &self,
-        tenant: &str,
+        access: &Access,
         exclude: Option<&Excluded>,
     ) -> Result<Option<(u64, HashSet<u64>)>> {
         let Some(exclude) = exclude else {
             return Ok(None);
         };
-        let sid = self.inner.store.session_key(tenant, &exclude.session_id)?;
+        let sid = self.inner.store.session_key(access, &exclude.session_id)?;
         Ok(sid.map(|sid| (sid, exclude.indices.iter().copied().collect())))
     }
 
@@ -738,14 +739,15 @@ impl Recall {
         )))
     }
 
-    /// The sessions a scope covers.
+    /// The sessions a scope covers: none of a user the query's access does not reach.
     fn scope_sessions(&self, query: &RecallQuery) -> Result<HashSet<u64>> {
+        let access = &query.access;
         match &query.scope {
             Scope::Session { session_id } => {
                 let sid = self
                     .inner
                     .store
-                    .session_key(&query.tenant, session_id)?
+                    .session_key(access, session_id)?
                     .ok_or_else(|| {
                         IndexError::Store(StoreError::SessionNotFound {
                             session_id: session_id.clone(),
@@ -753,12 +755,13 @@ impl Recall {
                     })?;
                 Ok(HashSet::from([sid]))
             }
+            Scope::User { user_id, .. } if !access.sees(user_id) => Ok(HashSet::new()),
             Scope::User { user_id, agent_id } => Ok(self
                 .read()
                 .owners
                 .iter()
                 .filter(|(_, owner)| {
-                    owner.at.tenant == query.tenant
+                    owner.at.tenant == access.tenant()
                         && &owner.user_id == user_id
                         && agent_id
                             .as_ref()

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use memlayer_index::{Excluded, Recall, RecallQuery, Scope};
 use memlayer_store::{
-    Message, MessageOutline, Role, SessionMemory, SessionSnapshot, Store, StoreError, Timestamp,
+    Access, Message, MessageOutline, Role, SessionMemory, SessionSnapshot, SessionVersion, Store,
+    StoreError, Timestamp,
 };
 use serde::Serialize;
 
@@ -31,6 +32,9 @@ pub const SESSION_MEMORY_MARKER: &str = "[Earlier conversations with this user]"
 /// Longest a session memory may grow; the oldest lines go first.
 const SESSION_MEMORY_TOKENS: u32 = 600;
 
+/// How often a context is built again when a message was erased while it was being built.
+const BUILD_ATTEMPTS: usize = 3;
+
 /// Share of the budget a summary may take. With `RECENT_SHARE` for the recent part, the
 /// rest is left for facts, recalled messages and the conversation's growth.
 const SUMMARY_SHARE: f64 = 0.2;
@@ -38,8 +42,8 @@ const SUMMARY_SHARE: f64 = 0.2;
 /// A request for one turn's context.
 #[derive(Debug, Clone)]
 pub struct ContextRequest {
-    /// The tenant.
-    pub tenant: String,
+    /// Whose sessions the request may read: the session must be within it.
+    pub access: Access,
     /// The session.
     pub session_id: String,
     /// The new user message the context is for; recall searches older messages with it.
@@ -125,31 +129,48 @@ impl ContextBuilder {
     /// `settings.recall_k`, in `settings.recall_scope`.
     pub async fn recall_outside_window(
         &self,
-        tenant: &str,
+        access: &Access,
         session_id: &str,
         query: String,
         settings: &ContextSettings,
     ) -> Result<(Vec<RecalledMessage>, Option<String>), MemoryError> {
-        let loaded = self.load(tenant, session_id).await?;
+        let loaded = self.load(access, session_id).await?;
         let in_window = window_indices(&loaded.messages, settings);
-        self.recall_beside_window(tenant, session_id, &loaded, in_window, settings, query)
+        self.recall_beside_window(access, session_id, &loaded, in_window, settings, query)
             .await
     }
 
     /// The session's entity memory: the facts its user stated since its load checkpoint.
-    pub async fn facts(&self, tenant: &str, session_id: &str) -> Result<FactSheet, MemoryError> {
-        let loaded = self.load(tenant, session_id).await?;
+    pub async fn facts(&self, access: &Access, session_id: &str) -> Result<FactSheet, MemoryError> {
+        let loaded = self.load(access, session_id).await?;
         blocking(move || Ok(FactSheet::from_messages(&loaded.messages))).await
     }
 
     /// One turn's context for `request`.
+    ///
+    /// A summary is saved only if no message of the session was erased (and the session not
+    /// deleted) since it was read; when one was, the context is built again from a new read,
+    /// a few times at most.
     pub async fn build(&self, request: ContextRequest) -> Result<Built, MemoryError> {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match self.build_once(request.clone()).await {
+                Err(MemoryError::Store(StoreError::SessionChanged { .. }))
+                    if attempts < BUILD_ATTEMPTS => {}
+                built => return built,
+            }
+        }
+    }
+
+    async fn build_once(&self, request: ContextRequest) -> Result<Built, MemoryError> {
         let ContextRequest {
-            tenant,
+            access,
             session_id,
             query,
             overrides,
         } = request;
+        let tenant = access.tenant().to_owned();
         let Planned {
             loaded,
             settings,
@@ -159,7 +180,7 @@ impl ContextBuilder {
             mut in_window,
             facts,
         } = self
-            .load_for_context(&tenant, &session_id, overrides)
+            .load_for_context(&access, &session_id, overrides)
             .await?;
         let combined = settings.strategy == Strategy::Combined;
         let mut note = None;
@@ -168,9 +189,9 @@ impl ContextBuilder {
             let current = history.as_deref().unwrap_or(&loaded.messages);
             let (written, summary_note) = self
                 .summarize(
-                    &tenant,
+                    &access,
                     &session_id,
-                    &loaded.messages,
+                    &loaded,
                     summary.as_ref(),
                     &current[..cut],
                     &settings,
@@ -188,7 +209,7 @@ impl ContextBuilder {
         let (recalled, recall_degraded) = match query {
             Some(query) if combined && settings.recall_k > 0 => {
                 self.recall_beside_window(
-                    &tenant,
+                    &access,
                     &session_id,
                     &loaded,
                     in_window,
@@ -273,13 +294,13 @@ impl ContextBuilder {
     }
 
     /// The session's messages from its load checkpoint, its owner and its summary.
-    async fn load(&self, tenant: &str, session_id: &str) -> Result<Loaded, MemoryError> {
+    async fn load(&self, access: &Access, session_id: &str) -> Result<Loaded, MemoryError> {
         let store = self.store.clone();
-        let (tenant, session_id) = (tenant.to_owned(), session_id.to_owned());
+        let (access, session_id) = (access.clone(), session_id.to_owned());
         blocking(move || {
-            let snapshot = open_snapshot(&store, &tenant, &session_id)?;
+            let snapshot = open_snapshot(&store, &access, &session_id)?;
             let messages = snapshot.messages(snapshot.session().load_from, usize::MAX)?;
-            Loaded::read(&store, &tenant, &snapshot, messages)
+            Loaded::read(&store, access.tenant(), &snapshot, messages)
         })
         .await
     }
@@ -295,17 +316,20 @@ impl ContextBuilder {
     /// which a 10-exchange window shows 20 (docs/benchmarks.md).
     async fn load_for_context(
         &self,
-        tenant: &str,
+        access: &Access,
         session_id: &str,
         overrides: SettingsOverrides,
     ) -> Result<Planned, MemoryError> {
         let store = self.store.clone();
         let fact_cache = self.facts.clone();
         let encoding = self.encoding;
-        let (tenant, session_id) = (tenant.to_owned(), session_id.to_owned());
+        let (access, session_id) = (access.clone(), session_id.to_owned());
         blocking(move || {
-            let snapshot = open_snapshot(&store, &tenant, &session_id)?;
-            let loaded = Loaded::read(&store, &tenant, &snapshot, Vec::new())?;
+            // Taken before the read: an erasure after it makes the cache refuse what this
+            // turn would store (see `FactCache::extend`).
+            let epoch = fact_cache.epoch();
+            let snapshot = open_snapshot(&store, &access, &session_id)?;
+            let loaded = Loaded::read(&store, access.tenant(), &snapshot, Vec::new())?;
             let saved = [&loaded.tenant_settings, &loaded.agent_settings];
             let settings =
                 ContextSettings::layered(saved.into_iter().flatten().chain([&overrides]))?;
@@ -314,8 +338,9 @@ impl ContextBuilder {
             // The combined strategy keeps the session's facts and outlines between turns;
             // the outlines and content of what the entry does not cover are read here.
             let cache_key = SessionKey {
-                tenant,
+                tenant: access.tenant().to_owned(),
                 session_id,
+                epoch,
                 user_id: loaded.user_id.clone(),
                 sid: snapshot.sid(),
                 load_from: loaded.load_from,
@@ -363,23 +388,25 @@ impl ContextBuilder {
     /// it fails) and persists it as the session's new checkpoint.
     async fn summarize(
         &self,
-        tenant: &str,
+        access: &Access,
         session_id: &str,
-        all: &[Message],
+        loaded: &Loaded,
         previous: Option<&Summary>,
         older: &[Message],
         settings: &ContextSettings,
     ) -> Result<(Summary, SummaryNote), MemoryError> {
         let last_older = older.last().map_or(0, |m| m.index);
-        let facts = FactSheet::from_messages(all.iter().filter(|m| m.index <= last_older));
+        let facts =
+            FactSheet::from_messages(loaded.messages.iter().filter(|m| m.index <= last_older));
         let max_tokens = (f64::from(settings.budget()) * SUMMARY_SHARE).floor() as u32;
         let (summary, note) = self
             .condense(previous, older, facts, max_tokens, settings.redact_pii)
             .await?;
         self.store
             .save_summary(
-                tenant,
+                access,
                 session_id,
+                loaded.version,
                 summary.text.clone(),
                 summary.first_index,
                 summary.last_index,
@@ -456,14 +483,32 @@ impl ContextBuilder {
     /// Merges a finished conversation into the rolling summary of its user's conversations
     /// with its agent (session memory), which later conversations load as a layer. Merging
     /// the same session twice changes nothing. Call it off the request path: it summarises.
-    /// The session is ended: the inactivity timeout leaves it alone from now on.
+    /// The session is ended: the inactivity timeout leaves it alone from now on. A message
+    /// erased while the merge ran makes it start again from a new read.
     pub async fn end_session(
         &self,
-        tenant: &str,
+        access: &Access,
         session_id: &str,
     ) -> Result<SessionMemory, MemoryError> {
-        self.store.end_session_activity(tenant, session_id).await?;
-        let loaded = self.load(tenant, session_id).await?;
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match self.end_session_once(access, session_id).await {
+                Err(MemoryError::Store(StoreError::SessionChanged { .. }))
+                    if attempts < BUILD_ATTEMPTS => {}
+                ended => return ended,
+            }
+        }
+    }
+
+    async fn end_session_once(
+        &self,
+        access: &Access,
+        session_id: &str,
+    ) -> Result<SessionMemory, MemoryError> {
+        let tenant = access.tenant();
+        self.store.end_session_activity(access, session_id).await?;
+        let loaded = self.load(access, session_id).await?;
         let store = self.store.clone();
         let (owner_tenant, user, agent) = (
             tenant.to_owned(),
@@ -506,7 +551,13 @@ impl ContextBuilder {
             updated_at: Timestamp::now(),
         };
         self.store
-            .put_session_memory(tenant, &loaded.user_id, &loaded.agent_id, memory.clone())
+            .put_session_memory(
+                tenant,
+                &loaded.user_id,
+                &loaded.agent_id,
+                memory.clone(),
+                (session_id, loaded.version),
+            )
             .await?;
         Ok(memory)
     }
@@ -515,7 +566,7 @@ impl ContextBuilder {
     /// messages (`in_window`).
     async fn recall_beside_window(
         &self,
-        tenant: &str,
+        access: &Access,
         session_id: &str,
         loaded: &Loaded,
         in_window: Vec<u64>,
@@ -534,7 +585,7 @@ impl ContextBuilder {
         let recalled = self
             .recall
             .recall(RecallQuery {
-                tenant: tenant.to_owned(),
+                access: access.clone(),
                 scope,
                 query,
                 k: settings.recall_k,
@@ -569,6 +620,8 @@ struct Loaded {
     user_id: String,
     agent_id: String,
     load_from: u64,
+    /// The session's version in the read: derived data is saved only while it holds.
+    version: SessionVersion,
     /// From the load checkpoint on. In a context's load only the messages it needs carry
     /// their content (see `ContextBuilder::load_for_context`).
     messages: Vec<Message>,
@@ -596,6 +649,7 @@ impl Loaded {
             user_id: session.user_id.clone(),
             agent_id: session.agent_id.clone(),
             load_from: session.load_from,
+            version: snapshot.version(),
             messages,
             summary,
         })
@@ -624,10 +678,10 @@ struct Planned {
 
 fn open_snapshot(
     store: &Store,
-    tenant: &str,
+    access: &Access,
     session_id: &str,
 ) -> Result<SessionSnapshot, MemoryError> {
-    store.snapshot(tenant, session_id)?.ok_or_else(|| {
+    store.snapshot(access, session_id)?.ok_or_else(|| {
         StoreError::SessionNotFound {
             session_id: session_id.to_owned(),
         }

@@ -8,11 +8,12 @@
 //! snapshot: the same session (its surrogate key, never reused), the same load checkpoint,
 //! the same count of erased messages (`SessionSnapshot::erasures`), and no more messages
 //! than the snapshot has. Stored messages are never changed, only appended or erased, so
-//! that holds exactly when every message the entry read is still stored. A turn that read
-//! an older snapshot may store its entry after an erasure; the erasure count it carries is
-//! then the older one, and the next turn refuses it. Erasure also removes entries outright
-//! ([`FactCache::forget_session`], [`FactCache::forget_user`]) so that no fact of an erased
-//! message stays in memory.
+//! that holds exactly when every message the entry read is still stored. Erasure removes
+//! entries outright ([`FactCache::forget_session`], [`FactCache::forget_user`],
+//! [`FactCache::clear`]) so that no fact of an erased message stays in memory, and each of
+//! those calls starts a new epoch: a turn that read its snapshot before an erasure and
+//! stores its entry after it would otherwise bring the erased facts back, so an entry is
+//! stored only if no erasure happened since the turn began its read.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -54,6 +55,8 @@ struct Inner {
     capacity: usize,
     max_outlines: usize,
     clock: u64,
+    /// Counts the erasures that dropped entries.
+    epoch: u64,
 }
 
 impl Default for Inner {
@@ -64,6 +67,7 @@ impl Default for Inner {
             capacity: CAPACITY,
             max_outlines: MAX_OUTLINES,
             clock: 0,
+            epoch: 0,
         }
     }
 }
@@ -72,6 +76,8 @@ impl Default for Inner {
 pub(crate) struct SessionKey {
     pub(crate) tenant: String,
     pub(crate) session_id: String,
+    /// [`FactCache::epoch`] before the snapshot was read.
+    pub(crate) epoch: u64,
     pub(crate) user_id: String,
     /// The session's surrogate key.
     pub(crate) sid: u64,
@@ -102,6 +108,11 @@ impl Cached {
 }
 
 impl FactCache {
+    /// The current epoch. Read it before reading the snapshot a turn checks entries against.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.lock().epoch
+    }
+
     /// The entry of the session in `key`'s snapshot if it describes a prefix of it, else
     /// nothing read from the load checkpoint on. The caller reads the messages from
     /// [`Cached::read_to`] on, then passes every message to [`FactCache::extend`].
@@ -134,7 +145,8 @@ impl FactCache {
 
     /// The facts of `messages` (the session in `key`'s snapshot from its load checkpoint on;
     /// those from `cached.read_to()` on with their content): `cached` extended with the
-    /// messages it has not read, kept for the next turn.
+    /// messages it has not read, kept for the next turn unless an erasure dropped entries
+    /// since `key.epoch`.
     pub(crate) fn extend(
         &self,
         key: &SessionKey,
@@ -162,6 +174,9 @@ impl FactCache {
         }
         let cache_key = (key.tenant.clone(), key.session_id.clone());
         let mut inner = self.lock();
+        if inner.epoch != key.epoch {
+            return sheet;
+        }
         inner.clock += 1;
         let used = inner.clock;
         if let Some(replaced) = inner.entries.remove(&cache_key) {
@@ -200,6 +215,7 @@ impl FactCache {
     /// Drops a session's entry (its messages, or some of them, were erased).
     pub fn forget_session(&self, tenant: &str, session_id: &str) {
         let mut inner = self.lock();
+        inner.epoch += 1;
         if let Some(entry) = inner
             .entries
             .remove(&(tenant.to_owned(), session_id.to_owned()))
@@ -211,6 +227,7 @@ impl FactCache {
     /// Drops the entries of every session of a user.
     pub fn forget_user(&self, tenant: &str, user_id: &str) {
         let mut inner = self.lock();
+        inner.epoch += 1;
         inner
             .entries
             .retain(|(t, _), entry| !(t == tenant && entry.user_id == user_id));
@@ -220,6 +237,7 @@ impl FactCache {
     /// Drops every entry (a purge).
     pub fn clear(&self) {
         let mut inner = self.lock();
+        inner.epoch += 1;
         inner.entries.clear();
         inner.outlines = 0;
     }
@@ -251,6 +269,7 @@ mod tests {
         SessionKey {
             tenant: "t".into(),
             session_id: "s".into(),
+            epoch: 0,
             user_id: "u".into(),
             sid: 1,
             load_from,

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use memlayer_store::{Store, Timestamp};
+use memlayer_store::{Access, Store, Timestamp};
 
 use crate::{ContextBuilder, MemoryError};
 
@@ -36,7 +36,10 @@ pub async fn end_idle_sessions(
             return Ok(ended);
         }
         for (tenant, session_id) in due {
-            match contexts.end_session(&tenant, &session_id).await {
+            match contexts
+                .end_session(&Access::tenant_wide(tenant), &session_id)
+                .await
+            {
                 Ok(_) => ended += 1,
                 // A session created and never written to has nothing to merge.
                 Err(MemoryError::NothingToSummarize) => {}

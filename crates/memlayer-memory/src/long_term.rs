@@ -22,7 +22,7 @@ use memlayer_index::{
     GraphBuilt, KeywordIndex, RRF_K, Retriever, VectorConfig, VectorIndex, build_graph_unlocked,
     reciprocal_rank_fusion, run_graph_builder,
 };
-use memlayer_store::{Memory, MemoryKind, Store, Timestamp};
+use memlayer_store::{Access, Memory, MemoryKind, Store, Timestamp};
 use serde::Serialize;
 
 use crate::MemoryError;
@@ -44,8 +44,8 @@ const REBUILD_PAGE: usize = 1_000;
 /// What to remember.
 #[derive(Debug, Clone)]
 pub struct RememberRequest {
-    /// The tenant.
-    pub tenant: String,
+    /// The tenant, and the sessions `source` may name: for a user-scoped caller, its own.
+    pub access: Access,
     /// The user it is about.
     pub user_id: String,
     /// The agent it belongs to; `None`: every agent of the user.
@@ -215,7 +215,7 @@ impl LongTermMemory {
             None => (
                 Memory {
                     id: 0,
-                    tenant: request.tenant,
+                    tenant: request.access.tenant().to_owned(),
                     user_id: request.user_id,
                     agent_id: request.agent_id,
                     text,
@@ -230,7 +230,11 @@ impl LongTermMemory {
                 RememberAction::Created,
             ),
         };
-        let id = self.inner.store.put_memory(memory.clone()).await?;
+        let id = self
+            .inner
+            .store
+            .put_memory(memory.clone(), &request.access)
+            .await?;
         let memory = Memory { id, ..memory };
         self.write().add(std::slice::from_ref(&memory))?;
         Ok((memory, action))
@@ -245,7 +249,8 @@ impl LongTermMemory {
         vector: &[f32],
     ) -> Result<Option<Memory>, MemoryError> {
         let indexes = self.read();
-        let Some(partition) = indexes.partition(&request.tenant, &request.user_id) else {
+        let tenant = request.access.tenant();
+        let Some(partition) = indexes.partition(tenant, &request.user_id) else {
             return Ok(None);
         };
         let same_scope = |id: u64| {
@@ -259,7 +264,7 @@ impl LongTermMemory {
             if similarity < SAME_TOPIC {
                 break;
             }
-            let Some(memory) = self.inner.store.memory(&request.tenant, id)? else {
+            let Some(memory) = self.inner.store.memory(tenant, id)? else {
                 continue;
             };
             if similarity >= SAME_STATEMENT || shares_key_terms(&memory.text, text) {

@@ -7,10 +7,12 @@
 //! - [`Tenant`]: `tenant_admin` and `service` keys, the tenant's agent backends. User-scoped
 //!   keys are refused (`403`), so a route is closed to them unless it checks ownership.
 //! - [`Admin`]: `tenant_admin` keys only (`403` for the others).
-//! - [`Caller`]: every role. For a user-scoped key it checks the path: a `{session_id}` of
-//!   another user's session and a `{user_id}` other than the key's answer `404`, exactly as if
-//!   they did not exist. A handler taking it checks what the body and the query name through
-//!   [`Principal`]'s methods.
+//! - [`Caller`]: every role. For a user-scoped key it checks the path's `{user_id}`: another
+//!   user answers `404`, exactly as if they had nothing. Sessions are checked by the store,
+//!   in the transaction that reads or writes them, through the [`Access`] the handler passes
+//!   ([`Principal::access`]): a check made before the body arrived let a session created by
+//!   another user meanwhile slip through. A handler checks what the body and the query name
+//!   through [`Principal`]'s methods.
 //!
 //! Every failure to authenticate (no key, a malformed, unknown, revoked or expired one) is
 //! `401 unauthorized` with `WWW-Authenticate: Bearer`. A valid key over its rate limit
@@ -22,7 +24,7 @@
 use axum::extract::{FromRequestParts, RawPathParams};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
-use memlayer_store::{KeyRejection, KeyRole, StoreError, Timestamp, validate_id};
+use memlayer_store::{Access, KeyRejection, KeyRole, Timestamp, validate_id};
 
 use crate::extract::TENANT_HEADER;
 use crate::{ApiError, AppState};
@@ -49,6 +51,15 @@ impl Principal {
         self.user_id.as_deref()
     }
 
+    /// What every store call of the request may reach: the key's tenant, and for a
+    /// user-scoped key only its user's sessions.
+    pub(crate) fn access(&self) -> Access {
+        match &self.user_id {
+            Some(user) => Access::one_user(&*self.tenant, &**user),
+            None => Access::tenant_wide(&*self.tenant),
+        }
+    }
+
     /// `403` unless the key may create something owned by `user_id`: tenant-wide keys may,
     /// a user-scoped key only for its own user.
     pub(crate) fn may_act_for(&self, user_id: &str) -> Result<(), ApiError> {
@@ -69,31 +80,6 @@ impl Principal {
             }),
             _ => Ok(()),
         }
-    }
-
-    /// `404` when a user-scoped key names a session of another user, with the very answer an
-    /// unknown session gets. A session that does not exist passes: the handler answers `404`
-    /// for it, or creates it for the key's own user.
-    ///
-    /// Sessions never change owner, so the check cannot go stale before the handler's own
-    /// read; only a session deleted and created again under the same id by another user in
-    /// between could slip through, and ids are the tenant's to choose.
-    pub(crate) async fn check_session(
-        &self,
-        state: &AppState,
-        session_id: &str,
-    ) -> Result<(), ApiError> {
-        let Some(own) = self.user() else {
-            return Ok(());
-        };
-        let (tenant, id, own) = (self.tenant.clone(), session_id.to_owned(), own.to_owned());
-        crate::api::read(state, move |store| match store.session(&tenant, &id)? {
-            Some(session) if session.user_id != own => {
-                Err(StoreError::SessionNotFound { session_id: id })
-            }
-            _ => Ok(()),
-        })
-        .await
     }
 
     /// `403` for `service` keys: erasing a user is for the tenant's admins, or for the
@@ -213,8 +199,9 @@ impl FromRequestParts<AppState> for Admin {
     }
 }
 
-/// Any valid key, with the path already checked for a user-scoped key: a `{session_id}` of
-/// another user's session and a `{user_id}` other than the key's answer `404`.
+/// Any valid key, with the path's `{user_id}` already checked for a user-scoped key (another
+/// user answers `404`). Sessions are checked by the store calls made with
+/// [`Principal::access`].
 pub(crate) struct Caller(pub(crate) Principal);
 
 impl FromRequestParts<AppState> for Caller {
@@ -227,10 +214,8 @@ impl FromRequestParts<AppState> for Caller {
             // runs, so they need no check here.
             if let Ok(params) = RawPathParams::from_request_parts(parts, state).await {
                 for (name, value) in &params {
-                    match name {
-                        "user_id" => principal.check_user(value)?,
-                        "session_id" => principal.check_session(state, value).await?,
-                        _ => {}
+                    if name == "user_id" {
+                        principal.check_user(value)?;
                     }
                 }
             }

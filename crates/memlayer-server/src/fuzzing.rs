@@ -70,7 +70,8 @@ fn check(kind: usize, bytes: &[u8]) -> Result<(), ApiError> {
         }
         2 => memlayer_store::NewRun::from(parse::<RecordRunRequest>(bytes)?).validate()?,
         3 => {
-            parse::<RecallRequest>(bytes)?.into_query("fuzz".into())?;
+            parse::<RecallRequest>(bytes)?
+                .into_query(memlayer_store::Access::tenant_wide("fuzz"))?;
         }
         4 => {
             let request = parse::<ContextRequest>(bytes)?;

@@ -91,7 +91,7 @@ mod tests {
     use redb::{ReadableDatabase, TableHandle};
 
     use super::*;
-    use crate::{Append, NewMessage, NewSession, Role};
+    use crate::{Access, Append, NewMessage, NewSession, Role};
 
     #[tokio::test]
     async fn a_backup_is_a_store_with_every_table_and_what_was_committed() {
@@ -113,7 +113,10 @@ mod tests {
             }),
             idempotency_key: None,
         };
-        store.append("t", "s-1", append).await.unwrap();
+        store
+            .append(&Access::tenant_wide("t"), "s-1", append)
+            .await
+            .unwrap();
         let path = dir.path().join("backup.redb");
         let backup = store.backup(File::create_new(&path).unwrap()).unwrap();
         assert!(backup.entries > 0 && backup.bytes > 0, "{backup:?}");
@@ -137,7 +140,9 @@ mod tests {
 
         // And it opens as a store with the session.
         let restored = Store::open(&path).unwrap();
-        let messages = restored.messages("t", "s-1", 0, 10).unwrap();
+        let messages = restored
+            .messages(&Access::tenant_wide("t"), "s-1", 0, 10)
+            .unwrap();
         let texts: Vec<&str> = messages.iter().map(|m| m.content.as_str()).collect();
         assert_eq!(texts, ["kept one", "kept two"]);
     }

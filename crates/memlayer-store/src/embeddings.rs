@@ -11,12 +11,12 @@
 use redb::{ReadableTable, ReadableTableMetadata, WriteTransaction};
 
 use crate::model::{
-    EmbeddingModel, MessageKey, PendingEmbedding, SessionRef, StoredVector, Timestamp,
+    Access, EmbeddingModel, MessageKey, PendingEmbedding, SessionRef, StoredVector, Timestamp,
 };
 use crate::record::{
     MessageRecord, ModelRecord, OutboxRecord, Record, SessionRecord, VectorRecord,
 };
-use crate::store::{enqueue_for_embedding, message_from_record, remove_range};
+use crate::store::{enqueue_for_embedding, message_from_record, read_session_record, remove_range};
 use crate::tables::{
     MESSAGES, META, MODELS, NEXT_OUTBOX_SEQ_KEY, OUTBOX, OUTBOX_BY_SESSION, SESSION_KEYS, SESSIONS,
     VECTORS, VECTORS_VERSION_KEY,
@@ -194,18 +194,16 @@ impl Store {
             return Ok(None);
         };
         Ok(self
-            .session(&at.tenant, &at.session_id)?
+            .session(&Access::tenant_wide(&*at.tenant), &at.session_id)?
             .map(|session| (at, session)))
     }
 
-    /// The surrogate key of a session (the session part of its messages' keys).
-    pub fn session_key(&self, tenant: &str, session_id: &str) -> Result<Option<u64>> {
+    /// The surrogate key of a session `access` reaches (the session part of its messages'
+    /// keys).
+    pub fn session_key(&self, access: &Access, session_id: &str) -> Result<Option<u64>> {
         let txn = self.begin_read()?;
         let sessions = txn.open_table(SESSIONS)?;
-        sessions
-            .get((tenant, session_id))?
-            .map(|value| Ok(SessionRecord::decode(value.value())?.sid))
-            .transpose()
+        Ok(read_session_record(&sessions, access, session_id)?.map(|record| record.sid))
     }
 
     /// The sequence number of the newest outbox entry ever written (0 before the first).

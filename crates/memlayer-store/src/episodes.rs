@@ -8,6 +8,7 @@
 use redb::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 
+use crate::model::Access;
 use crate::model::{Timestamp, validate_id, validate_text};
 use crate::record::Record;
 use crate::store::read_session_record;
@@ -136,9 +137,8 @@ impl Store {
         self.write(move |txn| {
             if let Some(session_id) = &episode.source_session {
                 let sessions = txn.open_table(SESSIONS)?;
-                let owner = read_session_record(&sessions, &episode.tenant, session_id)?
-                    .map(|record| record.user_id);
-                if owner.as_deref() != Some(episode.user_id.as_str()) {
+                let owner = Access::one_user(&*episode.tenant, &*episode.user_id);
+                if read_session_record(&sessions, &owner, session_id)?.is_none() {
                     return Err(StoreError::InvalidInput {
                         field: "source_session_id",
                         reason: format!("no session {session_id:?} of this user"),

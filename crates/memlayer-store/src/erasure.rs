@@ -9,7 +9,7 @@
 use redb::{ReadableTable, ReadableTableMetadata};
 use serde_json::Value;
 
-use crate::model::{MAX_MESSAGES_PER_SESSION, Timestamp, validate_id};
+use crate::model::{Access, MAX_MESSAGES_PER_SESSION, Timestamp, validate_id};
 use crate::record::{Record, SummaryRecord};
 use crate::store::{not_found, read_session_record};
 use crate::tables::{
@@ -58,11 +58,11 @@ impl Store {
     /// their indices.
     pub async fn erase_message(
         &self,
-        tenant: &str,
+        access: &Access,
         session_id: &str,
         index: u64,
     ) -> Result<MessageErased> {
-        validate_id("tenant", tenant)?;
+        access.validate()?;
         validate_id("session_id", session_id)?;
         if index >= MAX_MESSAGES_PER_SESSION {
             return Err(StoreError::InvalidInput {
@@ -70,10 +70,10 @@ impl Store {
                 reason: format!("must be below {MAX_MESSAGES_PER_SESSION}"),
             });
         }
-        let (tenant, session_id) = (tenant.to_owned(), session_id.to_owned());
+        let (access, session_id) = (access.clone(), session_id.to_owned());
         self.write_alone(move |txn| {
             let mut sessions = txn.open_table(SESSIONS)?;
-            let mut record = read_session_record(&sessions, &tenant, &session_id)?
+            let mut record = read_session_record(&sessions, &access, &session_id)?
                 .ok_or_else(|| not_found(&session_id))?;
             let sid = record.sid;
             let message = txn.open_table(MESSAGES)?.remove((sid, index))?.is_some();
@@ -81,7 +81,7 @@ impl Store {
                 // Whoever read the session before must not trust that read any more.
                 record.erased += 1;
                 sessions.insert(
-                    (tenant.as_str(), session_id.as_str()),
+                    (access.tenant(), session_id.as_str()),
                     record.encode().as_slice(),
                 )?;
             }
@@ -155,13 +155,13 @@ impl Store {
         Ok(ConversationStats { total, oldest })
     }
 
-    /// Whether the session exists (any tenant's erasure may run after it was deleted).
-    pub fn session_exists(&self, tenant: &str, session_id: &str) -> Result<bool> {
-        validate_id("tenant", tenant)?;
+    /// Whether `access` reaches the session (an erasure may run after it was deleted).
+    pub fn session_exists(&self, access: &Access, session_id: &str) -> Result<bool> {
+        access.validate()?;
         validate_id("session_id", session_id)?;
         let txn = self.begin_read()?;
         let sessions = txn.open_table(SESSIONS)?;
-        Ok(read_session_record(&sessions, tenant, session_id)?.is_some())
+        Ok(read_session_record(&sessions, access, session_id)?.is_some())
     }
 
     /// Records a job durably and returns its id. Record it before the first step runs, so a

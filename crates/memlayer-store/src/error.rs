@@ -32,6 +32,14 @@ pub enum StoreError {
         /// The id that was looked up.
         session_id: String,
     },
+    /// The session changed since it was read (a message was erased, or the session was
+    /// deleted, perhaps created again under the same id): what was computed from the read is
+    /// not saved. Reading again and recomputing succeeds.
+    #[error("session {session_id:?} changed while it was being read")]
+    SessionChanged {
+        /// The session's id.
+        session_id: String,
+    },
     /// The request contradicts what is stored (existing id, other owner, reused key).
     #[error("{0}")]
     Conflict(String),

@@ -16,8 +16,8 @@ use crate::record::{
 };
 use crate::session_memory::SessionMemoryRecord;
 use crate::{
-    Append, Memory, MemoryKind, Metadata, NewMessage, NewRun, NewSession, Result, Role, RunStatus,
-    SessionFilter, Store, StoreError, Timestamp,
+    Access, Append, Memory, MemoryKind, Metadata, NewMessage, NewRun, NewSession, Result, Role,
+    RunStatus, SessionFilter, Store, StoreError, Timestamp,
 };
 
 /// Decodes `bytes` as every stored record type. A decoder may refuse the bytes (corruption,
@@ -176,7 +176,7 @@ pub async fn execute(store: &Store, op: &Op) -> Result<Outcome> {
                 idempotency_key: key.map(|key| format!("k{key}")),
             };
             store
-                .append(TENANT, session_id(*session), append)
+                .append(&Access::tenant_wide(TENANT), session_id(*session), append)
                 .await
                 .map(|appended| Outcome::Appended {
                     first_index: appended.first_index,
@@ -185,15 +185,19 @@ pub async fn execute(store: &Store, op: &Op) -> Result<Outcome> {
                 })
         }
         Op::Clear { session } => store
-            .clear_session(TENANT, session_id(*session))
+            .clear_session(&Access::tenant_wide(TENANT), session_id(*session))
             .await
             .map(Outcome::Cleared),
         Op::Delete { session } => store
-            .delete_session(TENANT, session_id(*session))
+            .delete_session(&Access::tenant_wide(TENANT), session_id(*session))
             .await
             .map(|_| Outcome::Deleted),
         Op::Erase { session, index } => store
-            .erase_message(TENANT, session_id(*session), u64::from(*index))
+            .erase_message(
+                &Access::tenant_wide(TENANT),
+                session_id(*session),
+                u64::from(*index),
+            )
             .await
             .map(|erased| Outcome::Erased(erased.message)),
         Op::Run { session, run } => {
@@ -206,7 +210,7 @@ pub async fn execute(store: &Store, op: &Op) -> Result<Outcome> {
                 metadata: Metadata::new(),
             };
             store
-                .record_run(TENANT, session_id(*session), run)
+                .record_run(&Access::tenant_wide(TENANT), session_id(*session), run)
                 .await
                 .map(|_| Outcome::Recorded)
         }
@@ -226,7 +230,10 @@ pub async fn execute(store: &Store, op: &Op) -> Result<Outcome> {
                 history: Vec::new(),
                 vector: vec![0.5; 4],
             };
-            store.put_memory(memory).await.map(Outcome::Remembered)
+            store
+                .put_memory(memory, &Access::tenant_wide(TENANT))
+                .await
+                .map(Outcome::Remembered)
         }
         Op::Forget { memory } => store
             .delete_memory(TENANT, u64::from(*memory))
@@ -417,7 +424,9 @@ impl Model {
     /// paths; the error names the first difference.
     pub fn check(&self, store: &Store) -> std::result::Result<(), String> {
         for (id, expected) in SESSIONS.iter().zip(&self.sessions) {
-            let session = store.session(TENANT, id).map_err(|err| err.to_string())?;
+            let session = store
+                .session(&Access::tenant_wide(TENANT), id)
+                .map_err(|err| err.to_string())?;
             let (session, expected) = match (session, expected) {
                 (None, None) => continue,
                 (Some(session), Some(expected)) => (session, expected),
@@ -433,7 +442,7 @@ impl Model {
                 ));
             }
             let stored: Vec<(u64, Role, String)> = store
-                .messages(TENANT, id, 0, usize::MAX)
+                .messages(&Access::tenant_wide(TENANT), id, 0, usize::MAX)
                 .map_err(|err| err.to_string())?
                 .into_iter()
                 .map(|message| (message.index, message.role, message.content))
@@ -451,7 +460,7 @@ impl Model {
                 return Err(format!("messages of {id}: {stored:?}, expected {wanted:?}"));
             }
             let runs: Vec<String> = store
-                .runs(TENANT, id)
+                .runs(&Access::tenant_wide(TENANT), id)
                 .map_err(|err| err.to_string())?
                 .into_iter()
                 .map(|run| run.run_id)
@@ -464,7 +473,12 @@ impl Model {
             }
         }
         let listed = store
-            .list_sessions(TENANT, &SessionFilter::default(), 0, crate::MAX_PAGE_SIZE)
+            .list_sessions(
+                &Access::tenant_wide(TENANT),
+                &SessionFilter::default(),
+                0,
+                crate::MAX_PAGE_SIZE,
+            )
             .map_err(|err| err.to_string())?;
         let live = self.sessions.iter().flatten().count() as u64;
         if (listed.total, listed.items.len() as u64) != (live, live) {

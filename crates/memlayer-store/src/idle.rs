@@ -5,6 +5,7 @@
 
 use redb::{ReadableTable, WriteTransaction};
 
+use crate::model::Access;
 use crate::model::{Timestamp, validate_id};
 use crate::record::SessionRecord;
 use crate::store::read_session_record;
@@ -74,14 +75,15 @@ impl Store {
     }
 
     /// Marks a session ended: it leaves the open ones. Harmless for an unknown or ended one.
-    pub async fn end_session_activity(&self, tenant: &str, session_id: &str) -> Result<()> {
-        validate_id("tenant", tenant)?;
+    pub async fn end_session_activity(&self, access: &Access, session_id: &str) -> Result<()> {
+        access.validate()?;
         validate_id("session_id", session_id)?;
-        let (tenant, session_id) = (tenant.to_owned(), session_id.to_owned());
+        let (access, session_id) = (access.clone(), session_id.to_owned());
         self.write(move |txn| {
-            let record = read_session_record(&txn.open_table(SESSIONS)?, &tenant, &session_id)?;
+            let sessions = txn.open_table(SESSIONS)?;
+            let record = read_session_record(&sessions, &access, &session_id)?;
             match record {
-                Some(record) => close(txn, &tenant, &session_id, &record),
+                Some(record) => close(txn, access.tenant(), &session_id, &record),
                 None => Ok(()),
             }
         })

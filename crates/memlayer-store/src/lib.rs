@@ -39,13 +39,13 @@ pub use keys::{
 };
 pub use memories::{Memory, MemoryKind};
 pub use model::{
-    Append, Appended, EmbeddingModel, MAX_ID_LEN, MAX_MESSAGES_PER_APPEND,
+    Access, Append, Appended, EmbeddingModel, MAX_ID_LEN, MAX_MESSAGES_PER_APPEND,
     MAX_MESSAGES_PER_SESSION, Message, MessageKey, Metadata, NewMessage, NewRun, NewSession, Page,
     PendingEmbedding, Role, Run, RunStatus, Session, SessionFilter, SessionRef, SessionState,
     StoredSummary, StoredVector, Timestamp, validate_id,
 };
 pub use session_memory::SessionMemory;
-pub use snapshot::{MessageOutline, SessionSnapshot};
+pub use snapshot::{MessageOutline, SessionSnapshot, SessionVersion};
 pub use store::{CommitMode, MAX_PAGE_SIZE, SessionDeleted, Store, StoreOptions};
 
 #[cfg(test)]

@@ -8,9 +8,10 @@
 use redb::ReadableTable;
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Timestamp, validate_id, validate_text};
+use crate::model::{Access, Timestamp, validate_id, validate_text};
 use crate::record::Record;
-use crate::tables::{MEMORIES, MEMORY_OWNERS, META, NEXT_MEMORY_ID_KEY};
+use crate::store::{not_found, read_session_record};
+use crate::tables::{MEMORIES, MEMORY_OWNERS, MESSAGES, META, NEXT_MEMORY_ID_KEY, SESSIONS};
 use crate::{Result, Store, StoreError};
 
 /// What kind of thing a memory records.
@@ -120,17 +121,67 @@ impl MemoryRecord {
     }
 }
 
+/// Checks that message `index` of session `session_id` is stored and within `sources`.
+fn check_source(
+    txn: &redb::WriteTransaction,
+    sources: &Access,
+    session_id: &str,
+    index: u64,
+) -> Result<()> {
+    let record = read_session_record(&txn.open_table(SESSIONS)?, sources, session_id)?
+        .ok_or_else(|| not_found(session_id))?;
+    if txn
+        .open_table(MESSAGES)?
+        .get((record.sid, index))?
+        .is_none()
+    {
+        return Err(StoreError::InvalidInput {
+            field: "source",
+            reason: format!("the session has no message {index} (never stored, or erased)"),
+        });
+    }
+    Ok(())
+}
+
 impl Store {
     /// Saves a memory: a new one (id 0) gets the next id; an existing id is replaced.
     /// Returns the id.
-    pub async fn put_memory(&self, memory: Memory) -> Result<u64> {
+    ///
+    /// A source must be a stored message, and a source the memory did not cite before must be
+    /// in a session `sources` reaches (for a user-scoped caller, one of its own): checked in
+    /// the saving transaction, so a memory cannot cite a message erased before it was saved
+    /// (its erasure would have missed it) or a session another user created meanwhile.
+    /// [`StoreError::SessionNotFound`] for an unknown session, [`StoreError::InvalidInput`]
+    /// for an unknown message.
+    pub async fn put_memory(&self, memory: Memory, sources: &Access) -> Result<u64> {
         validate_id("tenant", &memory.tenant)?;
+        if sources.tenant() != memory.tenant {
+            return Err(StoreError::InvalidInput {
+                field: "tenant",
+                reason: "a memory cites sessions of its own tenant only".into(),
+            });
+        }
+        let sources = sources.clone();
         validate_id("user_id", &memory.user_id)?;
         if let Some(agent) = &memory.agent_id {
             validate_id("agent_id", agent)?;
         }
         validate_text("memory", &memory.text)?;
         self.write(move |txn| {
+            if let Some((session_id, index)) = &memory.source {
+                let cited_before = txn
+                    .open_table(MEMORIES)?
+                    .get(memory.id)?
+                    .map(|value| MemoryRecord::decode(value.value()))
+                    .transpose()?
+                    .is_some_and(|stored| stored.source == memory.source);
+                let reach = if cited_before {
+                    Access::tenant_wide(&*memory.tenant)
+                } else {
+                    sources.clone()
+                };
+                check_source(txn, &reach, session_id, *index)?;
+            }
             let id = if memory.id == 0 {
                 let mut meta = txn.open_table(META)?;
                 let id = meta.get(NEXT_MEMORY_ID_KEY)?.map_or(1, |v| v.value());

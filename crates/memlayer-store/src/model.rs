@@ -60,6 +60,62 @@ pub enum SessionState {
     IncompleteTurn,
 }
 
+/// Whose sessions a call may touch: one tenant's, and for a caller acting for one end user
+/// (a user-scoped API key, a tool call made in a user's conversation) only that user's.
+///
+/// Every store call that names a session checks it against the session record in the same
+/// transaction that reads or writes it: another user's session is
+/// [`StoreError::SessionNotFound`], exactly like one that does not exist. A check made before
+/// the read (as the HTTP layer once did) let a session created, or deleted and created again,
+/// by another user in between slip through.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Access {
+    tenant: String,
+    user: Option<String>,
+}
+
+impl Access {
+    /// Every session of `tenant`: agent backends, tenant admins, and memlayer's own jobs.
+    pub fn tenant_wide(tenant: impl Into<String>) -> Self {
+        Self {
+            tenant: tenant.into(),
+            user: None,
+        }
+    }
+
+    /// Only the sessions of `user_id` in `tenant`.
+    pub fn one_user(tenant: impl Into<String>, user_id: impl Into<String>) -> Self {
+        Self {
+            tenant: tenant.into(),
+            user: Some(user_id.into()),
+        }
+    }
+
+    /// The tenant.
+    pub fn tenant(&self) -> &str {
+        &self.tenant
+    }
+
+    /// The one user this access is limited to; `None` for the whole tenant.
+    pub fn user(&self) -> Option<&str> {
+        self.user.as_deref()
+    }
+
+    /// Whether something owned by `user_id` is within reach.
+    pub fn sees(&self, user_id: &str) -> bool {
+        self.user.as_deref().is_none_or(|own| own == user_id)
+    }
+
+    /// Checks the tenant id and the user id.
+    pub(crate) fn validate(&self) -> Result<()> {
+        validate_id("tenant", &self.tenant)?;
+        if let Some(user) = &self.user {
+            validate_id("user_id", user)?;
+        }
+        Ok(())
+    }
+}
+
 /// Who a new session belongs to. Required to create a session, explicitly or on first use.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct NewSession {

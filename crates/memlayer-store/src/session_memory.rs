@@ -5,9 +5,11 @@
 use redb::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 
+use crate::model::Access;
 use crate::model::{Timestamp, validate_id, validate_text};
 use crate::record::Record;
-use crate::store::{not_found, read_session_record};
+use crate::snapshot::SessionVersion;
+use crate::store::{check_version, not_found, read_session_record};
 use crate::tables::{SESSION_MEMORIES, SESSIONS};
 use crate::{Result, Store};
 
@@ -60,24 +62,29 @@ impl Store {
             .transpose()
     }
 
-    /// Saves the session memory of a user with an agent. Every session it was merged from
-    /// must still be one of the user's ([`StoreError::SessionNotFound`] otherwise, and
-    /// nothing is saved): checked in the saving transaction, so a merge that read a session
-    /// erased before it saved cannot bring the erased conversation back.
+    /// Saves the session memory of a user with an agent, with `merged` the session just
+    /// merged into it and the version it was read at. Every session it was merged from must
+    /// still be one of the user's ([`StoreError::SessionNotFound`] otherwise), and `merged`
+    /// still at that version ([`StoreError::SessionChanged`]), or nothing is saved: checked
+    /// in the saving transaction, so a merge that read a session or a message erased before
+    /// it saved cannot bring the erased text back.
     ///
     /// [`StoreError::SessionNotFound`]: crate::StoreError::SessionNotFound
+    /// [`StoreError::SessionChanged`]: crate::StoreError::SessionChanged
     pub async fn put_session_memory(
         &self,
         tenant: &str,
         user_id: &str,
         agent_id: &str,
         memory: SessionMemory,
+        merged: (&str, SessionVersion),
     ) -> Result<()> {
         validate_id("tenant", tenant)?;
         validate_id("user_id", user_id)?;
         validate_id("agent_id", agent_id)?;
         validate_text("session memory", &memory.text)?;
         let key = (tenant.to_owned(), user_id.to_owned(), agent_id.to_owned());
+        let (merged_id, merged_version) = (merged.0.to_owned(), merged.1);
         let record = SessionMemoryRecord {
             text: memory.text,
             sessions: memory.sessions,
@@ -85,11 +92,12 @@ impl Store {
         };
         self.write(move |txn| {
             let sessions = txn.open_table(SESSIONS)?;
+            let owner = Access::one_user(&*key.0, &*key.1);
             for session_id in &record.sessions {
-                let owner = read_session_record(&sessions, &key.0, session_id)?
-                    .map(|session| session.user_id);
-                if owner.as_deref() != Some(key.1.as_str()) {
-                    return Err(not_found(session_id));
+                let session = read_session_record(&sessions, &owner, session_id)?
+                    .ok_or_else(|| not_found(session_id))?;
+                if *session_id == merged_id {
+                    check_version(&session, merged_version, session_id)?;
                 }
             }
             txn.open_table(SESSION_MEMORIES)?.insert(

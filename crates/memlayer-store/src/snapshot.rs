@@ -5,7 +5,7 @@
 
 use redb::{ReadOnlyTable, ReadTransaction};
 
-use crate::model::{Message, Role, Session, StoredSummary, Timestamp, validate_id};
+use crate::model::{Access, Message, Role, Session, StoredSummary, Timestamp, validate_id};
 use crate::record::{MessageRecord, Record, SessionRecord, SummaryRecord};
 use crate::store::{message_from_record, read_session_record, session_from_record};
 use crate::tables::{MESSAGES, SESSIONS, SUMMARIES};
@@ -24,6 +24,31 @@ pub struct MessageOutline {
     pub token_count: u32,
 }
 
+/// Which state of a session something was read from: the session itself (its surrogate key,
+/// never reused, so one deleted and created again under the same id differs) and how many of
+/// its messages had been erased. Messages are only appended or erased, so two reads with the
+/// same version agree on every message below the older one's count.
+///
+/// Derived data computed from a read (a summary, a session memory) is saved only while the
+/// session is still at that version ([`StoreError::SessionChanged`] otherwise): a message
+/// erased, or a session deleted, after the read and before the save never reaches it.
+///
+/// [`StoreError::SessionChanged`]: crate::StoreError::SessionChanged
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionVersion {
+    pub(crate) sid: u64,
+    pub(crate) erasures: u64,
+}
+
+impl SessionVersion {
+    pub(crate) fn of(record: &SessionRecord) -> Self {
+        Self {
+            sid: record.sid,
+            erasures: record.erased,
+        }
+    }
+}
+
 /// A session as it was when the snapshot was taken; later writes are not seen. Hold it only
 /// for the reads at hand: a compaction waits for open snapshots.
 pub struct SessionSnapshot {
@@ -34,13 +59,13 @@ pub struct SessionSnapshot {
 }
 
 impl Store {
-    /// A snapshot of the session, or `None` if the tenant has no session with that id.
-    pub fn snapshot(&self, tenant: &str, session_id: &str) -> Result<Option<SessionSnapshot>> {
-        validate_id("tenant", tenant)?;
+    /// A snapshot of the session, or `None` if `access` reaches no session with that id.
+    pub fn snapshot(&self, access: &Access, session_id: &str) -> Result<Option<SessionSnapshot>> {
+        access.validate()?;
         validate_id("session_id", session_id)?;
         let txn = self.begin_read()?;
         let record: Option<SessionRecord> =
-            read_session_record(&txn.open_table(SESSIONS)?, tenant, session_id)?;
+            read_session_record(&txn.open_table(SESSIONS)?, access, session_id)?;
         record
             .map(|record| {
                 Ok(SessionSnapshot {
@@ -58,6 +83,14 @@ impl SessionSnapshot {
     /// The session record.
     pub fn session(&self) -> &Session {
         &self.session
+    }
+
+    /// The version of the session this snapshot reads.
+    pub fn version(&self) -> SessionVersion {
+        SessionVersion {
+            sid: self.sid,
+            erasures: self.erasures,
+        }
     }
 
     /// The session's surrogate key (as in [`crate::MessageKey`]): never reused, so it tells
@@ -144,6 +177,7 @@ impl SessionSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tests::version;
     use crate::{Append, NewMessage, NewSession};
 
     fn message(role: Role, content: &str, token_count: u32) -> NewMessage {
@@ -160,7 +194,12 @@ mod tests {
     async fn a_snapshot_reads_outlines_and_contents_of_one_moment() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
-        assert!(store.snapshot("t", "s").unwrap().is_none());
+        assert!(
+            store
+                .snapshot(&Access::tenant_wide("t"), "s")
+                .unwrap()
+                .is_none()
+        );
         let append = Append {
             messages: vec![
                 message(Role::System, "rules", 1),
@@ -175,25 +214,47 @@ mod tests {
             }),
             idempotency_key: None,
         };
-        store.append("t", "s", append).await.unwrap();
         store
-            .save_summary("t", "s", "sum".into(), 1, 2)
+            .append(&Access::tenant_wide("t"), "s", append)
             .await
             .unwrap();
-        let snapshot = store.snapshot("t", "s").unwrap().unwrap();
+        store
+            .save_summary(
+                &Access::tenant_wide("t"),
+                "s",
+                version(&store, "t", "s"),
+                "sum".into(),
+                1,
+                2,
+            )
+            .await
+            .unwrap();
+        let snapshot = store
+            .snapshot(&Access::tenant_wide("t"), "s")
+            .unwrap()
+            .unwrap();
 
         // Writes after the snapshot are not seen by it.
-        store.erase_message("t", "s", 2).await.unwrap();
+        store
+            .erase_message(&Access::tenant_wide("t"), "s", 2)
+            .await
+            .unwrap();
         let more = Append {
             messages: vec![message(Role::Assistant, "later", 5)],
             create: None,
             idempotency_key: None,
         };
-        store.append("t", "s", more).await.unwrap();
+        store
+            .append(&Access::tenant_wide("t"), "s", more)
+            .await
+            .unwrap();
 
         assert_eq!(snapshot.session().message_count, 4);
         assert_eq!(snapshot.erasures(), 0);
-        assert_eq!(Some(snapshot.sid()), store.session_key("t", "s").unwrap());
+        assert_eq!(
+            Some(snapshot.sid()),
+            store.session_key(&Access::tenant_wide("t"), "s").unwrap()
+        );
         let outline = snapshot.outline(1).unwrap();
         assert_eq!(
             outline
@@ -223,7 +284,10 @@ mod tests {
 
         // A new snapshot sees the erasure (the message and the summary covering it) and the
         // append.
-        let now = store.snapshot("t", "s").unwrap().unwrap();
+        let now = store
+            .snapshot(&Access::tenant_wide("t"), "s")
+            .unwrap()
+            .unwrap();
         assert_eq!(
             now.outline(0)
                 .unwrap()
@@ -236,7 +300,17 @@ mod tests {
         assert_eq!(now.erasures(), 1);
         drop(now);
         // Erasing an erased message erases nothing and counts nothing.
-        store.erase_message("t", "s", 2).await.unwrap();
-        assert_eq!(store.snapshot("t", "s").unwrap().unwrap().erasures(), 1);
+        store
+            .erase_message(&Access::tenant_wide("t"), "s", 2)
+            .await
+            .unwrap();
+        assert_eq!(
+            store
+                .snapshot(&Access::tenant_wide("t"), "s")
+                .unwrap()
+                .unwrap()
+                .erasures(),
+            1
+        );
     }
 }

@@ -12,7 +12,7 @@ use redb::{
 use sha2::{Digest, Sha256};
 
 use crate::model::{
-    Append, Appended, Message, NewMessage, NewRun, NewSession, Page, Role, Run, Session,
+    Access, Append, Appended, Message, NewMessage, NewRun, NewSession, Page, Role, Run, Session,
     SessionFilter, SessionState, StoredSummary, Timestamp, validate_id,
 };
 use crate::model::{MAX_MESSAGES_PER_SESSION, MAX_SESSIONS, validate_text};
@@ -20,7 +20,7 @@ use crate::record::{
     IdempotencyRecord, MessageRecord, OutboxRecord, Record, RunRecord, SessionRecord,
     SummaryRecord, metadata_from_text, metadata_to_text,
 };
-use crate::snapshot::SessionSnapshot;
+use crate::snapshot::{SessionSnapshot, SessionVersion};
 use crate::tables::{
     FORMAT_VERSION, FORMAT_VERSION_KEY, IDEMPOTENCY, MESSAGES, META, NEXT_OUTBOX_SEQ_KEY,
     NEXT_SID_KEY, OUTBOX, OUTBOX_BY_SESSION, RUN_IDS, RUNS, SESSION_ACTIVITY, SESSION_COUNTS,
@@ -250,14 +250,17 @@ impl Store {
         Ok(())
     }
 
-    /// Creates a session under `session_id`, or under a new UUIDv4 when `None`.
+    /// Creates a session under `session_id`, or under a new UUIDv4 (122 random bits, so
+    /// nobody can guess it) when `None`. Session ids are unique in their tenant: an id in use
+    /// is a [`StoreError::Conflict`] whoever's session holds it, and that is all it tells.
     pub async fn create_session(
         &self,
-        tenant: &str,
+        access: &Access,
         session_id: Option<&str>,
         new: NewSession,
     ) -> Result<Session> {
-        validate_id("tenant", tenant)?;
+        access.validate()?;
+        check_owner(access, &new)?;
         let session_id = match session_id {
             Some(id) => {
                 validate_id("session_id", id)?;
@@ -266,16 +269,14 @@ impl Store {
             None => uuid::Uuid::new_v4().to_string(),
         };
         new.validate()?;
-        let tenant = tenant.to_owned();
+        let tenant = access.tenant().to_owned();
         self.write(move |txn| {
             let mut sessions = txn.open_table(SESSIONS)?;
             if sessions
                 .get((tenant.as_str(), session_id.as_str()))?
                 .is_some()
             {
-                return Err(StoreError::Conflict(format!(
-                    "session {session_id:?} already exists"
-                )));
+                return Err(id_taken(&session_id));
             }
             let record = new_session_record(txn, &tenant, &session_id, &new, Timestamp::now())?;
             sessions.insert(
@@ -291,15 +292,24 @@ impl Store {
     /// Appends messages to a session, creating it first when `append.create` says who owns it.
     ///
     /// The messages get consecutive indices after the session's last message. The call returns
-    /// once they are durably stored.
-    pub async fn append(&self, tenant: &str, session_id: &str, append: Append) -> Result<Appended> {
-        validate_id("tenant", tenant)?;
+    /// once they are durably stored. With a user-scoped `access`, the session must be that
+    /// user's (checked in the transaction that appends) and a session it creates too.
+    pub async fn append(
+        &self,
+        access: &Access,
+        session_id: &str,
+        append: Append,
+    ) -> Result<Appended> {
+        access.validate()?;
         validate_id("session_id", session_id)?;
         append.validate()?;
-        let tenant = tenant.to_owned();
+        if let Some(owner) = &append.create {
+            check_owner(access, owner)?;
+        }
+        let access = access.clone();
         let session_id = session_id.to_owned();
         let appended = self
-            .write(move |txn| apply_append(txn, &tenant, &session_id, append))
+            .write(move |txn| apply_append(txn, &access, &session_id, append))
             .await?;
         if !appended.replayed {
             self.inner
@@ -310,13 +320,13 @@ impl Store {
     }
 
     /// Records an agent execution in a session.
-    pub async fn record_run(&self, tenant: &str, session_id: &str, run: NewRun) -> Result<Run> {
-        validate_id("tenant", tenant)?;
+    pub async fn record_run(&self, access: &Access, session_id: &str, run: NewRun) -> Result<Run> {
+        access.validate()?;
         validate_id("session_id", session_id)?;
         run.validate()?;
-        let tenant = tenant.to_owned();
+        let access = access.clone();
         let session_id = session_id.to_owned();
-        self.write(move |txn| apply_record_run(txn, &tenant, &session_id, run))
+        self.write(move |txn| apply_record_run(txn, &access, &session_id, run))
             .await
     }
 
@@ -328,32 +338,34 @@ impl Store {
     /// its source session in its own transaction, so an episode is either recorded before
     /// this commit (and deleted by it) or refused after it. Deleting them in a commit of their
     /// own before this one let an episode recorded in between survive the erasure.
-    pub async fn delete_session(&self, tenant: &str, session_id: &str) -> Result<SessionDeleted> {
-        validate_id("tenant", tenant)?;
+    pub async fn delete_session(
+        &self,
+        access: &Access,
+        session_id: &str,
+    ) -> Result<SessionDeleted> {
+        access.validate()?;
         validate_id("session_id", session_id)?;
-        let tenant = tenant.to_owned();
+        let access = access.clone();
         let session_id = session_id.to_owned();
-        self.write_alone(move |txn| apply_delete_session(txn, &tenant, &session_id))
+        self.write_alone(move |txn| apply_delete_session(txn, &access, &session_id))
             .await
     }
 
     /// Starts later context loads after the session's current last message; the messages
     /// stay stored for audit and search. Returns the index loads now start from.
-    pub async fn clear_session(&self, tenant: &str, session_id: &str) -> Result<u64> {
-        validate_id("tenant", tenant)?;
+    pub async fn clear_session(&self, access: &Access, session_id: &str) -> Result<u64> {
+        access.validate()?;
         validate_id("session_id", session_id)?;
-        let tenant = tenant.to_owned();
+        let access = access.clone();
         let session_id = session_id.to_owned();
         self.write(move |txn| {
             let mut sessions = txn.open_table(SESSIONS)?;
-            let mut record = read_session_record(&sessions, &tenant, &session_id)?
+            let mut record = read_session_record(&sessions, &access, &session_id)?
                 .ok_or_else(|| not_found(&session_id))?;
+            let tenant = access.tenant();
             record.load_from = record.next_index;
-            touch(txn, &tenant, &session_id, &mut record, Timestamp::now())?;
-            sessions.insert(
-                (tenant.as_str(), session_id.as_str()),
-                record.encode().as_slice(),
-            )?;
+            touch(txn, tenant, &session_id, &mut record, Timestamp::now())?;
+            sessions.insert((tenant, session_id.as_str()), record.encode().as_slice())?;
             Ok(record.load_from)
         })
         .await
@@ -363,7 +375,7 @@ impl Store {
     /// of `query` ignoring case: the whole history, cleared and summarised parts included.
     pub fn search_messages(
         &self,
-        tenant: &str,
+        access: &Access,
         session_id: &str,
         query: &str,
         limit: usize,
@@ -375,7 +387,7 @@ impl Store {
                 reason: "must contain a word".into(),
             });
         }
-        let (txn, record) = self.read_existing_session(tenant, session_id)?;
+        let (txn, record) = self.read_existing_session(access, session_id)?;
         let messages = txn.open_table(MESSAGES)?;
         let mut hits = Vec::new();
         for entry in messages
@@ -396,30 +408,34 @@ impl Store {
     }
 
     /// The session's rolling summary, if one was saved.
-    pub fn summary(&self, tenant: &str, session_id: &str) -> Result<Option<StoredSummary>> {
-        self.existing_snapshot(tenant, session_id)?.summary()
+    pub fn summary(&self, access: &Access, session_id: &str) -> Result<Option<StoredSummary>> {
+        self.existing_snapshot(access, session_id)?.summary()
     }
 
     /// Replaces the session's rolling summary with one covering `first_index..=last_index`,
     /// unless the current one (since the last clear) already reaches further. The covered
-    /// messages stay stored; later context loads resume after `last_index`.
+    /// messages stay stored; later context loads resume after `last_index`. `read` is the
+    /// version the summary was computed from; if the session changed since,
+    /// [`StoreError::SessionChanged`] and nothing is saved.
     pub async fn save_summary(
         &self,
-        tenant: &str,
+        access: &Access,
         session_id: &str,
+        read: SessionVersion,
         text: String,
         first_index: u64,
         last_index: u64,
     ) -> Result<()> {
-        validate_id("tenant", tenant)?;
+        access.validate()?;
         validate_id("session_id", session_id)?;
         validate_text("summary", &text)?;
-        let tenant = tenant.to_owned();
+        let access = access.clone();
         let session_id = session_id.to_owned();
         self.write(move |txn| {
             let sessions = txn.open_table(SESSIONS)?;
-            let record = read_session_record(&sessions, &tenant, &session_id)?
+            let record = read_session_record(&sessions, &access, &session_id)?
                 .ok_or_else(|| not_found(&session_id))?;
+            check_version(&record, read, &session_id)?;
             if first_index > last_index || last_index >= record.next_index {
                 return Err(StoreError::InvalidInput {
                     field: "summary range",
@@ -497,13 +513,13 @@ impl Store {
         .await
     }
 
-    /// The session, or `None` if the tenant has no session with that id.
-    pub fn session(&self, tenant: &str, session_id: &str) -> Result<Option<Session>> {
-        validate_id("tenant", tenant)?;
+    /// The session, or `None` if `access` reaches no session with that id.
+    pub fn session(&self, access: &Access, session_id: &str) -> Result<Option<Session>> {
+        access.validate()?;
         validate_id("session_id", session_id)?;
         let txn = self.begin_read()?;
         let sessions = txn.open_table(SESSIONS)?;
-        read_session_record(&sessions, tenant, session_id)?
+        read_session_record(&sessions, access, session_id)?
             .map(|record| session_from_record(session_id.to_owned(), &record))
             .transpose()
     }
@@ -511,34 +527,37 @@ impl Store {
     /// Up to `limit` messages of a session from index `from` on, in index order.
     pub fn messages(
         &self,
-        tenant: &str,
+        access: &Access,
         session_id: &str,
         from: u64,
         limit: usize,
     ) -> Result<Vec<Message>> {
-        self.existing_snapshot(tenant, session_id)?
+        self.existing_snapshot(access, session_id)?
             .messages(from, limit)
     }
 
     /// The runs of a session in the order they were recorded.
-    pub fn runs(&self, tenant: &str, session_id: &str) -> Result<Vec<Run>> {
-        let (txn, record) = self.read_existing_session(tenant, session_id)?;
+    pub fn runs(&self, access: &Access, session_id: &str) -> Result<Vec<Run>> {
+        let (txn, record) = self.read_existing_session(access, session_id)?;
         let runs = txn.open_table(RUNS)?;
         runs.range((record.sid, 0)..(record.sid, record.next_run))?
             .map(|entry| run_from_record(RunRecord::decode(entry?.1.value())?))
             .collect()
     }
 
-    /// One page of the tenant's sessions matching `filter`, most recently active first.
-    /// Pages are numbered from 0. Reads the listing index only, never the messages.
+    /// One page of the sessions matching `filter` that `access` reaches, most recently
+    /// active first. Pages are numbered from 0. Reads the listing index only, never the
+    /// messages. A user-scoped access that names another user finds nothing, whether or not
+    /// that user has sessions.
     pub fn list_sessions(
         &self,
-        tenant: &str,
+        access: &Access,
         filter: &SessionFilter,
         page: u64,
         page_size: usize,
     ) -> Result<Page<Session>> {
-        validate_id("tenant", tenant)?;
+        access.validate()?;
+        let tenant = access.tenant();
         for (kind, id) in [("user_id", &filter.user_id), ("agent_id", &filter.agent_id)] {
             if let Some(id) = id {
                 validate_id(kind, id)?;
@@ -557,7 +576,16 @@ impl Store {
                 field: "page",
                 reason: "is too large".into(),
             })?;
-        let scope = scope(filter.user_id.as_deref(), filter.agent_id.as_deref());
+        let user_id = match (access.user(), filter.user_id.as_deref()) {
+            (Some(own), Some(named)) if own != named => {
+                return Ok(Page {
+                    items: Vec::new(),
+                    total: 0,
+                });
+            }
+            (own, named) => own.or(named),
+        };
+        let scope = scope(user_id, filter.agent_id.as_deref());
         let txn = self.begin_read()?;
         let total = txn
             .open_table(SESSION_COUNTS)?
@@ -574,7 +602,7 @@ impl Store {
                 let (key, ()) = entry.map(|(key, _)| (key, ()))?;
                 let (_, _, _, session_id) = key.value();
                 let record =
-                    read_session_record(&sessions, tenant, session_id)?.ok_or_else(|| {
+                    read_session_record(&sessions, access, session_id)?.ok_or_else(|| {
                         StoreError::Corrupted {
                             what: "session listing",
                             detail: format!("lists missing session {session_id:?}"),
@@ -586,20 +614,20 @@ impl Store {
         Ok(Page { items, total })
     }
 
-    fn existing_snapshot(&self, tenant: &str, session_id: &str) -> Result<SessionSnapshot> {
-        self.snapshot(tenant, session_id)?
+    fn existing_snapshot(&self, access: &Access, session_id: &str) -> Result<SessionSnapshot> {
+        self.snapshot(access, session_id)?
             .ok_or_else(|| not_found(session_id))
     }
 
     fn read_existing_session(
         &self,
-        tenant: &str,
+        access: &Access,
         session_id: &str,
     ) -> Result<(ReadTransaction, SessionRecord)> {
-        validate_id("tenant", tenant)?;
+        access.validate()?;
         validate_id("session_id", session_id)?;
         let txn = self.begin_read()?;
-        let record = read_session_record(&txn.open_table(SESSIONS)?, tenant, session_id)?
+        let record = read_session_record(&txn.open_table(SESSIONS)?, access, session_id)?
             .ok_or_else(|| not_found(session_id))?;
         Ok((txn, record))
     }
@@ -608,6 +636,41 @@ impl Store {
 pub(crate) fn not_found(session_id: &str) -> StoreError {
     StoreError::SessionNotFound {
         session_id: session_id.to_owned(),
+    }
+}
+
+/// The answer for a session id in use, whoever's session holds it: a user-scoped caller
+/// learns that the id is taken and nothing else about the session.
+fn id_taken(session_id: &str) -> StoreError {
+    StoreError::Conflict(format!(
+        "session id {session_id:?} is taken; choose another, or let memlayer generate one"
+    ))
+}
+
+/// [`StoreError::SessionChanged`] unless `record` is the session at version `read`.
+pub(crate) fn check_version(
+    record: &SessionRecord,
+    read: SessionVersion,
+    session_id: &str,
+) -> Result<()> {
+    if SessionVersion::of(record) == read {
+        Ok(())
+    } else {
+        Err(StoreError::SessionChanged {
+            session_id: session_id.to_owned(),
+        })
+    }
+}
+
+/// A user-scoped access creates sessions for its own user only.
+fn check_owner(access: &Access, owner: &NewSession) -> Result<()> {
+    if access.sees(&owner.user_id) {
+        Ok(())
+    } else {
+        Err(StoreError::InvalidInput {
+            field: "user_id",
+            reason: "a user-scoped caller creates sessions for its own user only".into(),
+        })
     }
 }
 
@@ -757,15 +820,19 @@ fn index_outbox(
     Ok(())
 }
 
+/// The record of a session `access` reaches: `None` when the tenant has no such session or
+/// it is another user's. Every read or write that names a session looks it up here, in its
+/// own transaction, so the ownership check and the access are one atomic step.
 pub(crate) fn read_session_record(
     sessions: &impl ReadableTable<(&'static str, &'static str), &'static [u8]>,
-    tenant: &str,
+    access: &Access,
     session_id: &str,
 ) -> Result<Option<SessionRecord>> {
-    sessions
-        .get((tenant, session_id))?
+    Ok(sessions
+        .get((access.tenant(), session_id))?
         .map(|value| SessionRecord::decode(value.value()))
-        .transpose()
+        .transpose()?
+        .filter(|record| access.sees(&record.user_id)))
 }
 
 fn new_session_record(
@@ -866,14 +933,15 @@ fn touch(
 
 fn apply_append(
     txn: &WriteTransaction,
-    tenant: &str,
+    access: &Access,
     session_id: &str,
     append: Append,
 ) -> Result<Appended> {
     // Every check comes before the first write: a rejected append shares the transaction with
     // other requests and must leave no trace in it.
+    let tenant = access.tenant();
     let mut sessions = txn.open_table(SESSIONS)?;
-    let existing = read_session_record(&sessions, tenant, session_id)?;
+    let existing = read_session_record(&sessions, access, session_id)?;
     let digest = append
         .idempotency_key
         .as_ref()
@@ -882,9 +950,7 @@ fn apply_append(
         if let Some(owner) = &append.create
             && (owner.user_id != record.user_id || owner.agent_id != record.agent_id)
         {
-            return Err(StoreError::Conflict(format!(
-                "session {session_id:?} belongs to another user or agent"
-            )));
+            return Err(id_taken(session_id));
         }
         if let (Some(key), Some(digest)) = (&append.idempotency_key, &digest)
             && let Some(previous) = txn
@@ -916,6 +982,13 @@ fn apply_append(
     let now = Timestamp::now();
     let (mut record, created_session) = match existing {
         Some(record) => (record, false),
+        // Another user's session under this id: taken, as for any other owner.
+        None if sessions.get((tenant, session_id))?.is_some() => {
+            return Err(match append.create {
+                Some(_) => id_taken(session_id),
+                None => not_found(session_id),
+            });
+        }
         None => match &append.create {
             Some(owner) => {
                 let record = new_session_record(txn, tenant, session_id, owner, now)?;
@@ -985,13 +1058,14 @@ pub(crate) fn enqueue_for_embedding(
 
 fn apply_record_run(
     txn: &WriteTransaction,
-    tenant: &str,
+    access: &Access,
     session_id: &str,
     run: NewRun,
 ) -> Result<Run> {
+    let tenant = access.tenant();
     let mut sessions = txn.open_table(SESSIONS)?;
     let mut record =
-        read_session_record(&sessions, tenant, session_id)?.ok_or_else(|| not_found(session_id))?;
+        read_session_record(&sessions, access, session_id)?.ok_or_else(|| not_found(session_id))?;
     let run_id = run
         .run_id
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
@@ -1023,12 +1097,13 @@ fn apply_record_run(
 
 fn apply_delete_session(
     txn: &WriteTransaction,
-    tenant: &str,
+    access: &Access,
     session_id: &str,
 ) -> Result<SessionDeleted> {
+    let tenant = access.tenant();
     let mut sessions = txn.open_table(SESSIONS)?;
     let record =
-        read_session_record(&sessions, tenant, session_id)?.ok_or_else(|| not_found(session_id))?;
+        read_session_record(&sessions, access, session_id)?.ok_or_else(|| not_found(session_id))?;
     sessions.remove((tenant, session_id))?;
     remove_from_listing(txn, tenant, session_id, &record)?;
     let sid = record.sid;

@@ -6,11 +6,20 @@ use proptest::prelude::*;
 use tempfile::TempDir;
 
 use crate::{
-    Append, NewMessage, NewRun, NewSession, Role, RunStatus, SessionFilter, SessionState, Store,
-    StoreError,
+    Access, Append, NewMessage, NewRun, NewSession, Role, RunStatus, SessionFilter, SessionState,
+    Store, StoreError,
 };
 
 const TENANT: &str = "default";
+
+/// The session's version now, as a read before saving a summary sees it.
+pub(crate) fn version(store: &Store, tenant: &str, session_id: &str) -> crate::SessionVersion {
+    store
+        .snapshot(&Access::tenant_wide(tenant), session_id)
+        .unwrap()
+        .unwrap()
+        .version()
+}
 
 fn open() -> (TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
@@ -46,7 +55,7 @@ fn append_of(messages: Vec<NewMessage>, create: Option<NewSession>) -> Append {
 
 fn contents(store: &Store, session: &str) -> Vec<String> {
     store
-        .messages(TENANT, session, 0, usize::MAX)
+        .messages(&Access::tenant_wide(TENANT), session, 0, usize::MAX)
         .unwrap()
         .into_iter()
         .map(|m| m.content)
@@ -58,7 +67,7 @@ async fn appends_get_gapless_indices_and_track_the_open_turn() {
     let (_dir, store) = open();
     let first = store
         .append(
-            TENANT,
+            &Access::tenant_wide(TENANT),
             "s1",
             append_of(vec![message(Role::User, "hi")], Some(owner("u", "a"))),
         )
@@ -69,13 +78,17 @@ async fn appends_get_gapless_indices_and_track_the_open_turn() {
         (0, 1, true)
     );
     assert_eq!(
-        store.session(TENANT, "s1").unwrap().unwrap().state,
+        store
+            .session(&Access::tenant_wide(TENANT), "s1")
+            .unwrap()
+            .unwrap()
+            .state,
         SessionState::IncompleteTurn
     );
 
     let second = store
         .append(
-            TENANT,
+            &Access::tenant_wide(TENANT),
             "s1",
             append_of(
                 vec![
@@ -88,7 +101,9 @@ async fn appends_get_gapless_indices_and_track_the_open_turn() {
         .await
         .unwrap();
     assert_eq!(second.indices(), 1..3);
-    let messages = store.messages(TENANT, "s1", 1, 10).unwrap();
+    let messages = store
+        .messages(&Access::tenant_wide(TENANT), "s1", 1, 10)
+        .unwrap();
     assert_eq!(
         messages
             .iter()
@@ -96,7 +111,10 @@ async fn appends_get_gapless_indices_and_track_the_open_turn() {
             .collect::<Vec<_>>(),
         [(1, "hello"), (2, "bye")]
     );
-    let session = store.session(TENANT, "s1").unwrap().unwrap();
+    let session = store
+        .session(&Access::tenant_wide(TENANT), "s1")
+        .unwrap()
+        .unwrap();
     assert_eq!(session.message_count, 3);
     assert_eq!(session.state, SessionState::IncompleteTurn);
 }
@@ -106,17 +124,22 @@ async fn rejected_appends_change_nothing() {
     let (_dir, store) = open();
     let unknown = store
         .append(
-            TENANT,
+            &Access::tenant_wide(TENANT),
             "nobody",
             append_of(vec![message(Role::User, "x")], None),
         )
         .await;
     assert!(matches!(unknown, Err(StoreError::SessionNotFound { .. })));
-    assert!(store.session(TENANT, "nobody").unwrap().is_none());
+    assert!(
+        store
+            .session(&Access::tenant_wide(TENANT), "nobody")
+            .unwrap()
+            .is_none()
+    );
 
     store
         .append(
-            TENANT,
+            &Access::tenant_wide(TENANT),
             "s",
             append_of(vec![message(Role::User, "mine")], Some(owner("u", "a"))),
         )
@@ -124,7 +147,7 @@ async fn rejected_appends_change_nothing() {
         .unwrap();
     let foreign = store
         .append(
-            TENANT,
+            &Access::tenant_wide(TENANT),
             "s",
             append_of(vec![message(Role::User, "x")], Some(owner("v", "a"))),
         )
@@ -132,7 +155,7 @@ async fn rejected_appends_change_nothing() {
     assert!(matches!(foreign, Err(StoreError::Conflict(_))));
     let nul = store
         .append(
-            TENANT,
+            &Access::tenant_wide(TENANT),
             "s",
             append_of(vec![message(Role::User, "a\0b")], None),
         )
@@ -144,7 +167,9 @@ async fn rejected_appends_change_nothing() {
             ..
         })
     ));
-    let empty = store.append(TENANT, "s", append_of(vec![], None)).await;
+    let empty = store
+        .append(&Access::tenant_wide(TENANT), "s", append_of(vec![], None))
+        .await;
     assert!(matches!(
         empty,
         Err(StoreError::InvalidInput {
@@ -163,8 +188,14 @@ async fn a_retried_append_is_answered_from_its_idempotency_record() {
         create: Some(owner("u", "a")),
         idempotency_key: Some("k1".into()),
     };
-    let first = store.append(TENANT, "s", request.clone()).await.unwrap();
-    let retry = store.append(TENANT, "s", request.clone()).await.unwrap();
+    let first = store
+        .append(&Access::tenant_wide(TENANT), "s", request.clone())
+        .await
+        .unwrap();
+    let retry = store
+        .append(&Access::tenant_wide(TENANT), "s", request.clone())
+        .await
+        .unwrap();
     assert!(!first.replayed && retry.replayed);
     assert_eq!(
         (retry.first_index, retry.count, retry.created_session),
@@ -174,7 +205,9 @@ async fn a_retried_append_is_answered_from_its_idempotency_record() {
 
     let mut different = request;
     different.messages[0].content = "something else".into();
-    let reused = store.append(TENANT, "s", different).await;
+    let reused = store
+        .append(&Access::tenant_wide(TENANT), "s", different)
+        .await;
     assert!(matches!(reused, Err(StoreError::Conflict(_))));
     assert_eq!(contents(&store, "s"), ["once"]);
 }
@@ -188,21 +221,27 @@ async fn listings_filter_by_owner_and_order_by_last_activity() {
         ("s3", "alice", "helper"),
     ] {
         store
-            .create_session(TENANT, Some(session), owner(user, agent))
+            .create_session(
+                &Access::tenant_wide(TENANT),
+                Some(session),
+                owner(user, agent),
+            )
             .await
             .unwrap();
     }
     // Activity moves s1 to the front.
     store
         .append(
-            TENANT,
+            &Access::tenant_wide(TENANT),
             "s1",
             append_of(vec![message(Role::User, "x")], None),
         )
         .await
         .unwrap();
     let ids = |filter: SessionFilter, page: u64, size: usize| {
-        let page = store.list_sessions(TENANT, &filter, page, size).unwrap();
+        let page = store
+            .list_sessions(&Access::tenant_wide(TENANT), &filter, page, size)
+            .unwrap();
         (
             page.total,
             page.items.into_iter().map(|s| s.id).collect::<Vec<_>>(),
@@ -231,20 +270,35 @@ async fn listings_filter_by_owner_and_order_by_last_activity() {
     // Tenants are separate.
     assert_eq!(
         store
-            .list_sessions("other", &SessionFilter::default(), 0, 10)
+            .list_sessions(
+                &Access::tenant_wide("other"),
+                &SessionFilter::default(),
+                0,
+                10
+            )
             .unwrap()
             .total,
         0
     );
     assert!(matches!(
-        store.list_sessions(TENANT, &SessionFilter::default(), 0, 0),
+        store.list_sessions(
+            &Access::tenant_wide(TENANT),
+            &SessionFilter::default(),
+            0,
+            0
+        ),
         Err(StoreError::InvalidInput {
             field: "page_size",
             ..
         })
     ));
     assert!(matches!(
-        store.list_sessions(TENANT, &SessionFilter::default(), u64::MAX, 100),
+        store.list_sessions(
+            &Access::tenant_wide(TENANT),
+            &SessionFilter::default(),
+            u64::MAX,
+            100
+        ),
         Err(StoreError::InvalidInput { field: "page", .. })
     ));
 }
@@ -254,7 +308,7 @@ async fn deleting_a_session_removes_everything_it_owned() {
     let (_dir, store) = open();
     store
         .append(
-            TENANT,
+            &Access::tenant_wide(TENANT),
             "s",
             append_of(vec![message(Role::User, "old")], Some(owner("u", "a"))),
         )
@@ -268,36 +322,64 @@ async fn deleting_a_session_removes_everything_it_owned() {
         error: None,
         metadata: Default::default(),
     };
-    store.record_run(TENANT, "s", run.clone()).await.unwrap();
+    store
+        .record_run(&Access::tenant_wide(TENANT), "s", run.clone())
+        .await
+        .unwrap();
     assert!(matches!(
-        store.record_run(TENANT, "s", run.clone()).await,
+        store
+            .record_run(&Access::tenant_wide(TENANT), "s", run.clone())
+            .await,
         Err(StoreError::Conflict(_))
     ));
-    store.delete_session(TENANT, "s").await.unwrap();
-    assert!(store.session(TENANT, "s").unwrap().is_none());
+    store
+        .delete_session(&Access::tenant_wide(TENANT), "s")
+        .await
+        .unwrap();
+    assert!(
+        store
+            .session(&Access::tenant_wide(TENANT), "s")
+            .unwrap()
+            .is_none()
+    );
     assert_eq!(
         store
-            .list_sessions(TENANT, &SessionFilter::default(), 0, 10)
+            .list_sessions(
+                &Access::tenant_wide(TENANT),
+                &SessionFilter::default(),
+                0,
+                10
+            )
             .unwrap()
             .total,
         0
     );
     assert!(matches!(
-        store.delete_session(TENANT, "s").await,
+        store
+            .delete_session(&Access::tenant_wide(TENANT), "s")
+            .await,
         Err(StoreError::SessionNotFound { .. })
     ));
     // The same id starts empty: no message, run or run id survives.
     store
         .append(
-            TENANT,
+            &Access::tenant_wide(TENANT),
             "s",
             append_of(vec![message(Role::User, "new")], Some(owner("u", "a"))),
         )
         .await
         .unwrap();
     assert_eq!(contents(&store, "s"), ["new"]);
-    assert!(store.runs(TENANT, "s").unwrap().is_empty());
-    store.record_run(TENANT, "s", run).await.unwrap();
+    assert!(
+        store
+            .runs(&Access::tenant_wide(TENANT), "s")
+            .unwrap()
+            .is_empty()
+    );
+    store
+        .record_run(&Access::tenant_wide(TENANT), "s", run)
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -308,7 +390,7 @@ async fn data_survives_reopening_and_newer_formats_are_refused() {
         let store = Store::open(&path).unwrap();
         store
             .append(
-                TENANT,
+                &Access::tenant_wide(TENANT),
                 "s",
                 append_of(vec![message(Role::User, "kept")], Some(owner("u", "a"))),
             )
@@ -347,7 +429,7 @@ async fn closed_store_with(dir: &TempDir, content: &str) -> std::path::PathBuf {
     for turn in 0..20 {
         store
             .append(
-                TENANT,
+                &Access::tenant_wide(TENANT),
                 "s",
                 append_of(
                     vec![message(Role::User, &format!("{content} {turn}"))],
@@ -430,19 +512,24 @@ fn garbage_files_are_refused() {
 async fn writes_after_shutdown_are_refused_and_reads_still_work() {
     let (_dir, store) = open();
     store
-        .create_session(TENANT, Some("s"), owner("u", "a"))
+        .create_session(&Access::tenant_wide(TENANT), Some("s"), owner("u", "a"))
         .await
         .unwrap();
     store.shutdown();
     let late = store
         .append(
-            TENANT,
+            &Access::tenant_wide(TENANT),
             "s",
             append_of(vec![message(Role::User, "late")], None),
         )
         .await;
     assert!(matches!(late, Err(StoreError::Closed)));
-    assert!(store.session(TENANT, "s").unwrap().is_some());
+    assert!(
+        store
+            .session(&Access::tenant_wide(TENANT), "s")
+            .unwrap()
+            .is_some()
+    );
 }
 
 /// One concurrent client: the session it appends to and the batch sizes it sends.
@@ -481,7 +568,7 @@ proptest! {
                             .map(|i| message(Role::User, &format!("c{client}-op{op}-m{i}")))
                             .collect();
                         let appended = store
-                            .append(TENANT, &format!("s{session}"), append_of(messages, Some(owner("u", "a"))))
+                            .append(&Access::tenant_wide(TENANT), &format!("s{session}"), append_of(messages, Some(owner("u", "a"))))
                             .await
                             .unwrap();
                         for (i, index) in appended.indices().enumerate() {
@@ -502,7 +589,7 @@ proptest! {
 
         let store = Store::open(&path).unwrap();
         for session in 0..3 {
-            let stored = store.messages(TENANT, &format!("s{session}"), 0, usize::MAX).unwrap_or_default();
+            let stored = store.messages(&Access::tenant_wide(TENANT), &format!("s{session}"), 0, usize::MAX).unwrap_or_default();
             let expected: Vec<_> = acknowledged.range((session, 0)..(session + 1, 0)).collect();
             prop_assert_eq!(stored.len(), expected.len());
             for (message, ((_, index), content)) in stored.iter().zip(expected) {
@@ -539,7 +626,7 @@ async fn appends_queue_embeddings_that_the_worker_stores_once() {
         let store = Store::open(&path).unwrap();
         store
             .append(
-                TENANT,
+                &Access::tenant_wide(TENANT),
                 "s",
                 append_of(
                     vec![message(Role::User, "a"), message(Role::Assistant, "b")],
@@ -587,7 +674,11 @@ async fn appends_queue_embeddings_that_the_worker_stores_once() {
 
     // Vectors of another model are refused rather than mixed.
     store
-        .append(TENANT, "s", append_of(vec![message(Role::User, "c")], None))
+        .append(
+            &Access::tenant_wide(TENANT),
+            "s",
+            append_of(vec![message(Role::User, "c")], None),
+        )
         .await
         .unwrap();
     let next = store.pending_embeddings(100).unwrap();
@@ -626,7 +717,7 @@ async fn deleting_a_session_drops_its_vectors_and_queued_embeddings() {
     for session in ["keep", "drop"] {
         store
             .append(
-                TENANT,
+                &Access::tenant_wide(TENANT),
                 session,
                 append_of(vec![message(Role::User, session)], Some(owner("u", "a"))),
             )
@@ -644,8 +735,14 @@ async fn deleting_a_session_drops_its_vectors_and_queued_embeddings() {
         .await
         .unwrap();
     let dropped_sid = pending[1].messages[0].0.session();
-    store.delete_session(TENANT, "keep").await.unwrap();
-    store.delete_session(TENANT, "drop").await.unwrap();
+    store
+        .delete_session(&Access::tenant_wide(TENANT), "keep")
+        .await
+        .unwrap();
+    store
+        .delete_session(&Access::tenant_wide(TENANT), "drop")
+        .await
+        .unwrap();
     assert!(store.vectors(None, 10).unwrap().is_empty());
     assert_eq!(store.pending_embedding_count().unwrap(), 0);
     assert_eq!(store.session_ref(dropped_sid).unwrap(), None);
@@ -676,7 +773,7 @@ async fn index_bookkeeping_tracks_the_outbox_and_vector_changes() {
     assert_eq!(store.vectors_version().unwrap(), 0);
     store
         .append(
-            TENANT,
+            &Access::tenant_wide(TENANT),
             "s",
             append_of(
                 vec![message(Role::User, "one"), message(Role::Assistant, "two")],
@@ -687,20 +784,28 @@ async fn index_bookkeeping_tracks_the_outbox_and_vector_changes() {
         .unwrap();
     store
         .append(
-            TENANT,
+            &Access::tenant_wide(TENANT),
             "t",
             append_of(vec![message(Role::User, "three")], Some(owner("v", "a"))),
         )
         .await
         .unwrap();
     assert_eq!(store.outbox_head().unwrap(), 2);
-    let sid = store.session_key(TENANT, "s").unwrap().unwrap();
+    let sid = store
+        .session_key(&Access::tenant_wide(TENANT), "s")
+        .unwrap()
+        .unwrap();
     let (at, session) = store.session_by_key(sid).unwrap().unwrap();
     assert_eq!(
         (at.session_id.as_str(), session.user_id.as_str()),
         ("s", "u")
     );
-    assert_eq!(store.session_key(TENANT, "nope").unwrap(), None);
+    assert_eq!(
+        store
+            .session_key(&Access::tenant_wide(TENANT), "nope")
+            .unwrap(),
+        None
+    );
 
     let all = store.all_messages(None, 10).unwrap();
     assert_eq!(
@@ -722,7 +827,10 @@ async fn index_bookkeeping_tracks_the_outbox_and_vector_changes() {
         .await
         .unwrap();
     assert_eq!(store.vectors_version().unwrap(), 1);
-    store.delete_session(TENANT, "s").await.unwrap();
+    store
+        .delete_session(&Access::tenant_wide(TENANT), "s")
+        .await
+        .unwrap();
     assert_eq!(store.vectors_version().unwrap(), 2);
     assert_eq!(store.session_by_key(sid).unwrap(), None);
 }
@@ -732,7 +840,7 @@ async fn clearing_starts_later_loads_and_search_still_sees_everything() {
     let (_dir, store) = open();
     store
         .append(
-            TENANT,
+            &Access::tenant_wide(TENANT),
             "s",
             append_of(
                 vec![
@@ -744,26 +852,45 @@ async fn clearing_starts_later_loads_and_search_still_sees_everything() {
         )
         .await
         .unwrap();
-    assert_eq!(store.clear_session(TENANT, "s").await.unwrap(), 2);
+    assert_eq!(
+        store
+            .clear_session(&Access::tenant_wide(TENANT), "s")
+            .await
+            .unwrap(),
+        2
+    );
     store
         .append(
-            TENANT,
+            &Access::tenant_wide(TENANT),
             "s",
             append_of(vec![message(Role::User, "new topic: order pizza")], None),
         )
         .await
         .unwrap();
-    assert_eq!(store.session(TENANT, "s").unwrap().unwrap().load_from, 2);
-    let hits = store.search_messages(TENANT, "s", "ORDER", 10).unwrap();
+    assert_eq!(
+        store
+            .session(&Access::tenant_wide(TENANT), "s")
+            .unwrap()
+            .unwrap()
+            .load_from,
+        2
+    );
+    let hits = store
+        .search_messages(&Access::tenant_wide(TENANT), "s", "ORDER", 10)
+        .unwrap();
     assert_eq!(hits.iter().map(|m| m.index).collect::<Vec<_>>(), [2, 1, 0]);
-    let both_words = store.search_messages(TENANT, "s", "order 4711", 1).unwrap();
+    let both_words = store
+        .search_messages(&Access::tenant_wide(TENANT), "s", "order 4711", 1)
+        .unwrap();
     assert_eq!(both_words.iter().map(|m| m.index).collect::<Vec<_>>(), [1]);
     assert!(matches!(
-        store.search_messages(TENANT, "s", "  ", 10),
+        store.search_messages(&Access::tenant_wide(TENANT), "s", "  ", 10),
         Err(StoreError::InvalidInput { field: "query", .. })
     ));
     assert!(matches!(
-        store.clear_session(TENANT, "nope").await,
+        store
+            .clear_session(&Access::tenant_wide(TENANT), "nope")
+            .await,
         Err(StoreError::SessionNotFound { .. })
     ));
 }
@@ -775,19 +902,43 @@ async fn a_saved_summary_replaces_the_previous_one_and_goes_with_its_session() {
         .map(|i| message(Role::User, &format!("m{i}")))
         .collect();
     store
-        .append(TENANT, "s", append_of(lines, Some(owner("u", "a"))))
+        .append(
+            &Access::tenant_wide(TENANT),
+            "s",
+            append_of(lines, Some(owner("u", "a"))),
+        )
         .await
         .unwrap();
-    assert_eq!(store.summary(TENANT, "s").unwrap(), None);
+    assert_eq!(
+        store.summary(&Access::tenant_wide(TENANT), "s").unwrap(),
+        None
+    );
     store
-        .save_summary(TENANT, "s", "first".into(), 0, 1)
+        .save_summary(
+            &Access::tenant_wide(TENANT),
+            "s",
+            version(&store, TENANT, "s"),
+            "first".into(),
+            0,
+            1,
+        )
         .await
         .unwrap();
     store
-        .save_summary(TENANT, "s", "second".into(), 0, 2)
+        .save_summary(
+            &Access::tenant_wide(TENANT),
+            "s",
+            version(&store, TENANT, "s"),
+            "second".into(),
+            0,
+            2,
+        )
         .await
         .unwrap();
-    let summary = store.summary(TENANT, "s").unwrap().unwrap();
+    let summary = store
+        .summary(&Access::tenant_wide(TENANT), "s")
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (
             summary.text.as_str(),
@@ -798,14 +949,35 @@ async fn a_saved_summary_replaces_the_previous_one_and_goes_with_its_session() {
     );
     // A slower request that summarised fewer turns does not move the checkpoint back.
     store
-        .save_summary(TENANT, "s", "stale".into(), 0, 1)
+        .save_summary(
+            &Access::tenant_wide(TENANT),
+            "s",
+            version(&store, TENANT, "s"),
+            "stale".into(),
+            0,
+            1,
+        )
         .await
         .unwrap();
-    assert_eq!(store.summary(TENANT, "s").unwrap().unwrap().text, "second");
+    assert_eq!(
+        store
+            .summary(&Access::tenant_wide(TENANT), "s")
+            .unwrap()
+            .unwrap()
+            .text,
+        "second"
+    );
     for (first, last) in [(2, 1), (0, 4)] {
         assert!(matches!(
             store
-                .save_summary(TENANT, "s", "bad".into(), first, last)
+                .save_summary(
+                    &Access::tenant_wide(TENANT),
+                    "s",
+                    version(&store, TENANT, "s"),
+                    "bad".into(),
+                    first,
+                    last
+                )
                 .await,
             Err(StoreError::InvalidInput {
                 field: "summary range",
@@ -813,16 +985,22 @@ async fn a_saved_summary_replaces_the_previous_one_and_goes_with_its_session() {
             })
         ));
     }
-    store.delete_session(TENANT, "s").await.unwrap();
+    store
+        .delete_session(&Access::tenant_wide(TENANT), "s")
+        .await
+        .unwrap();
     store
         .append(
-            TENANT,
+            &Access::tenant_wide(TENANT),
             "s",
             append_of(vec![message(Role::User, "again")], Some(owner("u", "a"))),
         )
         .await
         .unwrap();
-    assert_eq!(store.summary(TENANT, "s").unwrap(), None);
+    assert_eq!(
+        store.summary(&Access::tenant_wide(TENANT), "s").unwrap(),
+        None
+    );
 }
 
 #[tokio::test]
@@ -886,7 +1064,7 @@ async fn episodes_are_listed_by_owner_and_task_type_and_deleted_by_source() {
     let (_dir, store) = open();
     store
         .append(
-            TENANT,
+            &Access::tenant_wide(TENANT),
             "s1",
             append_of(vec![message(Role::User, "hi")], Some(owner("ann", "a"))),
         )
@@ -996,7 +1174,7 @@ async fn deleting_a_session_deletes_its_episodes_in_the_same_commit() {
     for session in ["doomed", "kept"] {
         store
             .append(
-                TENANT,
+                &Access::tenant_wide(TENANT),
                 session,
                 append_of(vec![message(Role::User, "hi")], Some(owner("ann", "a"))),
             )
@@ -1014,7 +1192,10 @@ async fn deleting_a_session_deletes_its_episodes_in_the_same_commit() {
         .await
         .unwrap();
 
-    let deleted = store.delete_session(TENANT, "doomed").await.unwrap();
+    let deleted = store
+        .delete_session(&Access::tenant_wide(TENANT), "doomed")
+        .await
+        .unwrap();
     assert_eq!(deleted.episodes, 1);
     let lessons: Vec<String> = store
         .user_episodes(TENANT, "ann")
@@ -1040,7 +1221,7 @@ async fn idle_sessions_are_taken_once_oldest_first_and_ended_ones_stay_ended() {
         async move {
             store
                 .append(
-                    TENANT,
+                    &Access::tenant_wide(TENANT),
                     session,
                     append_of(vec![message(Role::User, "hi")], Some(owner("u", "a"))),
                 )
@@ -1053,11 +1234,17 @@ async fn idle_sessions_are_taken_once_oldest_first_and_ended_ones_stay_ended() {
     say("third").await;
     say("first").await; // Activity moves it to the back.
     store
-        .create_session(TENANT, Some("empty"), owner("u", "a"))
+        .create_session(&Access::tenant_wide(TENANT), Some("empty"), owner("u", "a"))
         .await
         .unwrap();
-    store.end_session_activity(TENANT, "second").await.unwrap();
-    store.delete_session(TENANT, "empty").await.unwrap();
+    store
+        .end_session_activity(&Access::tenant_wide(TENANT), "second")
+        .await
+        .unwrap();
+    store
+        .delete_session(&Access::tenant_wide(TENANT), "empty")
+        .await
+        .unwrap();
     let oldest = store.oldest_open_activity().unwrap().unwrap();
     let cutoff = crate::Timestamp::now();
     assert!(oldest.as_micros() <= cutoff.as_micros());
@@ -1104,14 +1291,17 @@ async fn deleting_a_session_keeps_the_queued_embeddings_of_the_others() {
         for session in ["a", "b", "c", "b"] {
             store
                 .append(
-                    TENANT,
+                    &Access::tenant_wide(TENANT),
                     session,
                     append_of(vec![message(Role::User, session)], Some(owner("u", "a"))),
                 )
                 .await
                 .unwrap();
         }
-        store.delete_session(TENANT, "b").await.unwrap();
+        store
+            .delete_session(&Access::tenant_wide(TENANT), "b")
+            .await
+            .unwrap();
         assert_eq!(pending_sessions(&store), ["a", "c"]);
     }
     // A file written before the outbox had its per-session index: opening it fills the
@@ -1123,7 +1313,10 @@ async fn deleting_a_session_keeps_the_queued_embeddings_of_the_others() {
         txn.commit().unwrap();
     }
     let store = Store::open(&path).unwrap();
-    store.delete_session(TENANT, "c").await.unwrap();
+    store
+        .delete_session(&Access::tenant_wide(TENANT), "c")
+        .await
+        .unwrap();
     assert_eq!(pending_sessions(&store), ["a"]);
     assert_eq!(store.pending_embedding_count().unwrap(), 1);
 }
@@ -1153,7 +1346,10 @@ async fn erasures_racing_appends_leave_no_byte_of_erased_text() {
                     racing.spawn(async move {
                         let append =
                             append_of(vec![message(Role::User, &text)], Some(owner("u", "a")));
-                        let appended = store.append(TENANT, &session, append).await.unwrap();
+                        let appended = store
+                            .append(&Access::tenant_wide(TENANT), &session, append)
+                            .await
+                            .unwrap();
                         Some(((session, appended.first_index), token))
                     });
                 } else if roll < 90 {
@@ -1162,7 +1358,10 @@ async fn erasures_racing_appends_leave_no_byte_of_erased_text() {
                     erased.extend(live.remove(&key));
                     racing.spawn(async move {
                         // A deletion drawn earlier in this round may have gone first.
-                        match store.erase_message(TENANT, &key.0, key.1).await {
+                        match store
+                            .erase_message(&Access::tenant_wide(TENANT), &key.0, key.1)
+                            .await
+                        {
                             Ok(_) | Err(StoreError::SessionNotFound { .. }) => None,
                             Err(err) => panic!("{err}"),
                         }
@@ -1176,7 +1375,9 @@ async fn erasures_racing_appends_leave_no_byte_of_erased_text() {
                     erased.extend(doomed.iter().filter_map(|key| live.remove(key)));
                     racing.spawn(async move {
                         // The session may not exist yet: its first append may still be queued.
-                        let _ = store.delete_session(TENANT, &session).await;
+                        let _ = store
+                            .delete_session(&Access::tenant_wide(TENANT), &session)
+                            .await;
                         None
                     });
                 }
@@ -1188,7 +1389,16 @@ async fn erasures_racing_appends_leave_no_byte_of_erased_text() {
         // An append queued behind a deletion of its session recreated it: the store, not
         // the model, says what is live.
         let stored: std::collections::HashSet<String> = (0..SESSIONS)
-            .filter_map(|s| store.messages(TENANT, &format!("s{s}"), 0, usize::MAX).ok())
+            .filter_map(|s| {
+                store
+                    .messages(
+                        &Access::tenant_wide(TENANT),
+                        &format!("s{s}"),
+                        0,
+                        usize::MAX,
+                    )
+                    .ok()
+            })
             .flatten()
             .filter_map(|m| m.content.rsplit(' ').next().map(str::to_owned))
             .collect();
@@ -1211,7 +1421,10 @@ async fn deleting_a_session_drops_the_session_memories_it_was_merged_into() {
     let (_dir, store) = open();
     for session in ["first", "second"] {
         let append = append_of(vec![message(Role::User, "hi")], Some(owner("u", "a")));
-        store.append(TENANT, session, append).await.unwrap();
+        store
+            .append(&Access::tenant_wide(TENANT), session, append)
+            .await
+            .unwrap();
     }
     let memory = |text: &str, sessions: &[&str]| crate::SessionMemory {
         text: text.into(),
@@ -1219,24 +1432,33 @@ async fn deleting_a_session_drops_the_session_memories_it_was_merged_into() {
         updated_at: crate::Timestamp::now(),
     };
     let merged = memory("summary of both", &["first", "second"]);
+    let (first, second) = (
+        version(&store, TENANT, "first"),
+        version(&store, TENANT, "second"),
+    );
     store
-        .put_session_memory(TENANT, "u", "a", merged)
+        .put_session_memory(TENANT, "u", "a", merged, ("second", second))
         .await
         .unwrap();
     let other = memory("summary of the second only", &["second"]);
     store
-        .put_session_memory(TENANT, "u", "b", other.clone())
+        .put_session_memory(TENANT, "u", "b", other.clone(), ("second", second))
         .await
         .unwrap();
 
-    let deleted = store.delete_session(TENANT, "first").await.unwrap();
+    let deleted = store
+        .delete_session(&Access::tenant_wide(TENANT), "first")
+        .await
+        .unwrap();
     assert_eq!(deleted.session_memories, 1);
     assert_eq!(store.session_memory(TENANT, "u", "a").unwrap(), None);
     assert_eq!(store.session_memory(TENANT, "u", "b").unwrap(), Some(other));
     // A merge that read "first" before its deletion cannot save what it made of it.
     let late = memory("summary made before the deletion", &["first", "second"]);
     assert!(matches!(
-        store.put_session_memory(TENANT, "u", "a", late).await,
+        store
+            .put_session_memory(TENANT, "u", "a", late, ("first", first))
+            .await,
         Err(StoreError::SessionNotFound { .. })
     ));
     assert_eq!(store.session_memory(TENANT, "u", "a").unwrap(), None);

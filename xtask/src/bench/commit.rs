@@ -6,7 +6,9 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use memlayer_store::{Append, CommitMode, NewMessage, NewSession, Role, Store, StoreOptions};
+use memlayer_store::{
+    Access, Append, CommitMode, NewMessage, NewSession, Role, Store, StoreOptions,
+};
 
 use super::load::{percentile, sentence};
 
@@ -66,7 +68,11 @@ async fn measure(store: &Store, result: &mut ModeResult) -> anyhow::Result<()> {
     for sequence in 0..SEQUENTIAL_APPENDS {
         let begun = Instant::now();
         store
-            .append("bench", "sequential", append(0, sequence))
+            .append(
+                &Access::tenant_wide("bench"),
+                "sequential",
+                append(0, sequence),
+            )
             .await?;
         result.sequential.push(begun.elapsed());
     }
@@ -80,7 +86,7 @@ async fn measure(store: &Store, result: &mut ModeResult) -> anyhow::Result<()> {
                 for sequence in 0..APPENDS_PER_WRITER {
                     store
                         .append(
-                            "bench",
+                            &Access::tenant_wide("bench"),
                             &format!("writer-{client}"),
                             append(client, sequence),
                         )

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use memlayer_embed::{Assets, Embedder, EmbedderOptions};
-use memlayer_store::{Append, EmbeddingModel, NewMessage, NewSession, Role, Store};
+use memlayer_store::{Access, Append, EmbeddingModel, NewMessage, NewSession, Role, Store};
 use tokio::sync::oneshot;
 
 use super::*;
@@ -42,7 +42,10 @@ async fn append(store: &Store, session: &str, user: &str, lines: &[(Role, &str)]
         }),
         idempotency_key: None,
     };
-    store.append("t", session, append).await.unwrap();
+    store
+        .append(&Access::tenant_wide("t"), session, append)
+        .await
+        .unwrap();
 }
 
 struct Fixture {
@@ -85,6 +88,12 @@ impl Fixture {
         append(&self.store, session, user, lines).await;
     }
 
+    /// Waits until every append is indexed, however long a loaded machine takes: one wait is
+    /// bounded by the read-your-writes time.
+    async fn settle(&self) {
+        while self.recall.wait_for_index().await.unwrap().is_some() {}
+    }
+
     async fn ask(&self, scope: Scope, text: &str) -> Recalled {
         self.recall.recall(query(scope, text)).await.unwrap()
     }
@@ -93,7 +102,7 @@ impl Fixture {
 /// The three best of tenant `t`'s messages in `scope` for `text`, unfiltered.
 fn query(scope: Scope, text: &str) -> RecallQuery {
     RecallQuery {
-        tenant: "t".into(),
+        access: Access::tenant_wide("t"),
         scope,
         query: text.into(),
         k: 3,
@@ -216,8 +225,16 @@ async fn forgotten_sessions_leave_the_index_and_restarts_keep_the_rest() {
         .await;
     assert_eq!(fixture.ask(user("alice"), "alarm code").await.hits.len(), 2);
 
-    let sid = fixture.store.session_key("t", "drop").unwrap().unwrap();
-    fixture.store.delete_session("t", "drop").await.unwrap();
+    let sid = fixture
+        .store
+        .session_key(&Access::tenant_wide("t"), "drop")
+        .unwrap()
+        .unwrap();
+    fixture
+        .store
+        .delete_session(&Access::tenant_wide("t"), "drop")
+        .await
+        .unwrap();
     fixture.recall.forget_sessions(vec![sid]).await.unwrap();
     let after = fixture.ask(user("alice"), "alarm code").await;
     assert_eq!(contents(&after), ["The wifi password is sunflower42."]);
@@ -286,7 +303,7 @@ async fn vectors_of_another_model_are_refused() {
     let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
     store
         .append(
-            "t",
+            &Access::tenant_wide("t"),
             "s",
             Append {
                 messages: vec![NewMessage {
@@ -342,12 +359,16 @@ async fn the_index_check_finds_missing_and_orphaned_vectors() {
             ],
         )
         .await;
-    fixture.recall.wait_for_index().await.unwrap();
+    fixture.settle().await;
     let check = fixture.recall.check_index().unwrap();
     assert_eq!((check.stored, check.indexed), (4, 4));
     assert!(check.is_consistent(), "{check:?}");
 
-    let sid = fixture.store.session_key("t", "s").unwrap().unwrap();
+    let sid = fixture
+        .store
+        .session_key(&Access::tenant_wide("t"), "s")
+        .unwrap()
+        .unwrap();
     let (dropped, foreign) = (MessageKey::new(sid, 1), MessageKey::new(sid + 1, 0));
     let vector = fixture.store.vectors(None, 1).unwrap().remove(0).components;
     {
@@ -415,7 +436,7 @@ async fn keywords_backfilled_after_the_start_never_bring_back_an_erased_text() {
             &[(Role::User, "Parcel ORD-4711 goes to zanzibarish street.")],
         )
         .await;
-    fixture.recall.wait_for_index().await.unwrap();
+    fixture.settle().await;
     let (dir, embedder) = fixture.stop().await;
 
     let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
@@ -441,7 +462,10 @@ async fn keywords_backfilled_after_the_start_never_bring_back_an_erased_text() {
     // A backfill page read before an erasure and added after it adds nothing erased.
     let page_read_before = store.all_messages(None, 10).unwrap();
     assert_eq!(page_read_before.len(), 2);
-    recall.delete_session("t", "erased").await.unwrap();
+    recall
+        .delete_session(&Access::tenant_wide("t"), "erased")
+        .await
+        .unwrap();
     recall.backfill_page(&page_read_before);
     assert!(
         recall

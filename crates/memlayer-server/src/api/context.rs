@@ -78,11 +78,10 @@ pub(crate) async fn context(
     ApiPath(session_id): ApiPath<String>,
     ApiJson(request): ApiJson<ContextRequest>,
 ) -> Result<Json<ContextResponse>, ApiError> {
-    let tenant = caller.tenant().to_owned();
     let built = state
         .contexts()
         .build(BuildRequest {
-            tenant,
+            access: caller.access(),
             session_id: session_id.clone(),
             query: request.query,
             overrides: request.settings,
@@ -127,7 +126,9 @@ pub(crate) async fn entities(
     Caller(caller): Caller,
     ApiPath(session_id): ApiPath<String>,
 ) -> Result<Json<Entities>, ApiError> {
-    let tenant = caller.tenant().to_owned();
-    let facts = state.contexts().facts(&tenant, &session_id).await?;
+    let facts = state
+        .contexts()
+        .facts(&caller.access(), &session_id)
+        .await?;
     Ok(Json(Entities { session_id, facts }))
 }

@@ -8,7 +8,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use memlayer_erasure::Target;
 use memlayer_memory::{ContextSettings, LessonQuery, build_lessons, list_episodes};
-use memlayer_store::{Episode, Outcome, Timestamp};
+use memlayer_store::{Access, Episode, Outcome, Timestamp};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -218,7 +218,12 @@ pub(crate) async fn delete(
         return Err(episode_not_found(episode_id));
     }
     Ok(Json(
-        erase(&state, tenant, Target::Episode { episode_id }).await?,
+        erase(
+            &state,
+            Access::tenant_wide(tenant),
+            Target::Episode { episode_id },
+        )
+        .await?,
     ))
 }
 

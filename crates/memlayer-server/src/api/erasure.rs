@@ -7,11 +7,12 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use memlayer_erasure::{Counts, ErasureRequest, Receipt, Status, Target};
-use memlayer_store::{StoreError, Timestamp};
+use memlayer_store::{Access, StoreError, Timestamp};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::api::read;
+use crate::auth::Principal;
 use crate::extract::{Admin, ApiJson, ApiPath, ApiQuery, Caller};
 use crate::wire::Rfc3339;
 use crate::{ApiError, AppState};
@@ -85,32 +86,36 @@ impl From<Receipt> for ReceiptBody {
 }
 
 /// Runs an erasure for the API caller.
+/// Erases `target` within `access`: for a user-scoped key, a session or message of another
+/// user is left alone (checked in the transaction that deletes it).
 pub(crate) async fn erase(
     state: &AppState,
-    tenant: String,
+    access: Access,
     target: Target,
 ) -> Result<ReceiptBody, ApiError> {
     let receipt = state
         .erasure()
         .erase(ErasureRequest {
-            tenant,
+            tenant: access.tenant().to_owned(),
             target,
             requested_by: "api".into(),
+            user_id: access.user().map(str::to_owned),
         })
         .await?;
     Ok(receipt.into())
 }
 
-/// `404` unless the tenant has the session: erasing something that does not exist is
-/// harmless, but the caller should learn that it named nothing.
+/// `404` unless `caller` reaches the session: erasing something that does not exist is
+/// harmless, but the caller should learn that it named nothing. (The erasure checks again
+/// when it deletes.)
 pub(crate) async fn require_session(
     state: &AppState,
-    tenant: &str,
+    caller: &Principal,
     session_id: &str,
 ) -> Result<(), ApiError> {
-    let (tenant, id) = (tenant.to_owned(), session_id.to_owned());
+    let (access, id) = (caller.access(), session_id.to_owned());
     read(state, move |store| {
-        if store.session_exists(&tenant, &id)? {
+        if store.session_exists(&access, &id)? {
             Ok(())
         } else {
             Err(StoreError::SessionNotFound { session_id: id })
@@ -142,9 +147,13 @@ pub(crate) async fn erase_message(
     Caller(caller): Caller,
     ApiPath((session_id, index)): ApiPath<(String, u64)>,
 ) -> Result<Json<ReceiptBody>, ApiError> {
-    let tenant = caller.tenant().to_owned();
-    require_session(&state, &tenant, &session_id).await?;
-    let receipt = erase(&state, tenant, Target::Message { session_id, index }).await?;
+    require_session(&state, &caller, &session_id).await?;
+    let receipt = erase(
+        &state,
+        caller.access(),
+        Target::Message { session_id, index },
+    )
+    .await?;
     if receipt.counts.messages == 0 {
         return Err(ApiError::NotFound {
             code: "message_not_found",
@@ -169,10 +178,11 @@ pub(crate) async fn erase_user(
     Caller(caller): Caller,
     ApiPath(user_id): ApiPath<String>,
 ) -> Result<Json<ReceiptBody>, ApiError> {
-    let tenant = caller.tenant().to_owned();
     caller.may_erase_users()?;
     memlayer_store::validate_id("user_id", &user_id)?;
-    Ok(Json(erase(&state, tenant, Target::User { user_id }).await?))
+    Ok(Json(
+        erase(&state, caller.access(), Target::User { user_id }).await?,
+    ))
 }
 
 #[derive(Serialize, ToSchema)]

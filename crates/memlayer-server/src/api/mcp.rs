@@ -29,6 +29,7 @@ use serde_json::Value;
 
 use crate::api::erasure::require_session;
 use memlayer_agent::{SESSION_SEARCH_INSTRUCTION, definitions};
+use memlayer_store::Access;
 
 use crate::api::tools::execute;
 use crate::extract::{ApiPath, Caller};
@@ -38,7 +39,8 @@ use crate::{ApiError, AppState};
 #[derive(Clone)]
 struct SessionTools {
     state: AppState,
-    tenant: String,
+    /// The caller's reach: every tool call checks the session against it again.
+    access: Access,
     session_id: String,
 }
 
@@ -63,8 +65,8 @@ impl ServerHandler for SessionTools {
         _: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let arguments = Value::Object(request.arguments.unwrap_or_default());
-        let (tenant, session_id) = (self.tenant.clone(), self.session_id.clone());
-        let result = match execute(&self.state, tenant, session_id, &request.name, arguments).await
+        let (access, session_id) = (self.access.clone(), self.session_id.clone());
+        let result = match execute(&self.state, access, session_id, &request.name, arguments).await
         {
             Ok(result) => CallToolResult::structured(result),
             // The protocol reports an unknown tool as a request error; everything else is
@@ -127,7 +129,7 @@ pub(crate) async fn mcp(
     ApiPath(session_id): ApiPath<String>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    require_session(&state, caller.tenant(), &session_id).await?;
+    require_session(&state, &caller, &session_id).await?;
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
@@ -140,7 +142,7 @@ pub(crate) async fn mcp(
         .disable_allowed_hosts();
     let tools = SessionTools {
         state,
-        tenant: caller.tenant().to_owned(),
+        access: caller.access(),
         session_id,
     };
     let service = StreamableHttpService::new(

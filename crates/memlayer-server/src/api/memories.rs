@@ -10,7 +10,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use memlayer_memory::{MemoryHit, MemoryQuery, RememberAction, RememberRequest};
-use memlayer_store::{Memory, MemoryKind};
+use memlayer_store::{Access, Memory, MemoryKind};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -129,11 +129,9 @@ pub(crate) async fn remember(
     ApiPath(user_id): ApiPath<String>,
     ApiJson(body): ApiJson<RememberBody>,
 ) -> Result<(StatusCode, Json<Remembered>), ApiError> {
-    if let Some(source) = &body.source {
-        // A memory is erased with its source session, so a user key may only name its own.
-        caller.check_session(&state, &source.session_id).await?;
-    }
-    let remembered = remember_for(&state, caller.tenant().to_owned(), user_id, body).await?;
+    // A memory is erased with its source session, so a user key may only name its own: the
+    // store checks the source within the key's access when it saves.
+    let remembered = remember_for(&state, caller.access(), user_id, body).await?;
     let status = if remembered.action == RememberAction::Created {
         StatusCode::CREATED
     } else {
@@ -144,7 +142,7 @@ pub(crate) async fn remember(
 
 async fn remember_for(
     state: &AppState,
-    tenant: String,
+    access: Access,
     user_id: String,
     body: RememberBody,
 ) -> Result<Remembered, ApiError> {
@@ -152,7 +150,7 @@ async fn remember_for(
     let (memory, action) = state
         .memories()
         .remember(RememberRequest {
-            tenant,
+            access,
             user_id,
             agent_id: body.agent_id,
             text: body.text,
@@ -396,12 +394,11 @@ pub(crate) async fn end_session(
     Caller(caller): Caller,
     ApiPath(session_id): ApiPath<String>,
 ) -> Result<(StatusCode, Json<Ending>), ApiError> {
-    let tenant = caller.tenant().to_owned();
-    crate::api::erasure::require_session(&state, &tenant, &session_id).await?;
+    crate::api::erasure::require_session(&state, &caller, &session_id).await?;
     let contexts = state.contexts().clone();
-    let id = session_id.clone();
+    let (access, id) = (caller.access(), session_id.clone());
     tokio::spawn(async move {
-        if let Err(err) = contexts.end_session(&tenant, &id).await {
+        if let Err(err) = contexts.end_session(&access, &id).await {
             tracing::warn!(error = %err, session = %id, "could not merge the session into session memory");
         }
     });

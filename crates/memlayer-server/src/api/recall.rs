@@ -4,7 +4,7 @@
 use axum::Json;
 use axum::extract::State;
 use memlayer_index::{Excluded, RecallQuery, Scope};
-use memlayer_store::Role;
+use memlayer_store::{Access, Role};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -52,7 +52,7 @@ fn default_k() -> usize {
 impl RecallRequest {
     /// The query this request asks for in `tenant`, after every check that needs no state:
     /// `k`'s range, a non-empty query, exactly one valid scope, timestamps.
-    pub(crate) fn into_query(self, tenant: String) -> Result<RecallQuery, ApiError> {
+    pub(crate) fn into_query(self, access: Access) -> Result<RecallQuery, ApiError> {
         if !(1..=MAX_HITS).contains(&self.k) {
             return Err(ApiError::invalid(
                 "invalid_value",
@@ -101,7 +101,7 @@ impl RecallRequest {
             }
         };
         Ok(RecallQuery {
-            tenant,
+            access,
             scope,
             query: self.query,
             k: self.k,
@@ -160,11 +160,11 @@ pub(crate) async fn recall(
     Caller(caller): Caller,
     ApiJson(request): ApiJson<RecallRequest>,
 ) -> Result<Json<RecallResponse>, ApiError> {
-    let query = request.into_query(caller.tenant().to_owned())?;
-    // A user-scoped key recalls from its own user's sessions only.
-    match &query.scope {
-        Scope::Session { session_id } => caller.check_session(&state, session_id).await?,
-        Scope::User { user_id, .. } => caller.check_user(user_id)?,
+    let query = request.into_query(caller.access())?;
+    // A user-scoped key recalls from its own user's sessions only: naming another user is
+    // `404` here; another user's session is not found by the recall itself.
+    if let Scope::User { user_id, .. } = &query.scope {
+        caller.check_user(user_id)?;
     }
     let recalled = state.recall().recall(query).await?;
     Ok(Json(RecallResponse {

@@ -132,11 +132,15 @@ pub(crate) async fn run(
     ApiPath(agent_id): ApiPath<String>,
     ApiJson(body): ApiJson<RunBody>,
 ) -> Result<Response, ApiError> {
-    // Another user's session is not found (404) before the key's own user is checked.
-    if let Some(session_id) = &body.session_id {
-        caller.check_session(&state, session_id).await?;
+    // A run acts for its user only: another user's session is not found (404) by `start`,
+    // and before the key's own user is checked, so the answer does not tell whether it
+    // exists.
+    if let Err(forbidden) = caller.may_act_for(&body.user_id) {
+        if let Some(session_id) = &body.session_id {
+            crate::api::erasure::require_session(&state, &caller, session_id).await?;
+        }
+        return Err(forbidden);
     }
-    caller.may_act_for(&body.user_id)?;
     let (request, stream) = body.into_request(caller.tenant().to_owned(), agent_id);
     let turn = state.agent().start(request).await?;
     if !stream {

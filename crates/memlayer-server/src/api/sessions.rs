@@ -67,12 +67,11 @@ pub(crate) async fn create_session(
     Caller(caller): Caller,
     ApiJson(request): ApiJson<CreateSessionRequest>,
 ) -> Result<(StatusCode, Json<SessionBody>), ApiError> {
-    let tenant = caller.tenant().to_owned();
     caller.may_act_for(&request.user_id)?;
     let (session_id, owner) = request.into_parts();
     let session = state
         .store()
-        .create_session(&tenant, session_id.as_deref(), owner)
+        .create_session(&caller.access(), session_id.as_deref(), owner)
         .await?;
     Ok((StatusCode::CREATED, Json(session.into())))
 }
@@ -123,34 +122,21 @@ pub(crate) async fn list_sessions(
     Caller(caller): Caller,
     ApiQuery(query): ApiQuery<ListSessionsQuery>,
 ) -> Result<Json<SessionPage>, ApiError> {
-    let tenant = caller.tenant().to_owned();
     if !(1..=MAX_PAGE_SIZE).contains(&query.page_size) {
         return Err(ApiError::invalid(
             "invalid_value",
             format!("page_size must be between 1 and {MAX_PAGE_SIZE}"),
         ));
     }
-    let mut filter = SessionFilter {
+    let filter = SessionFilter {
         user_id: query.user_id,
         agent_id: query.agent_id,
     };
     let (page, page_size) = (query.page, query.page_size);
-    // A user-scoped key lists its own user's sessions; naming another user finds nothing,
-    // whether or not that user has sessions.
-    if let Some(own) = caller.user() {
-        if filter.user_id.as_deref().is_some_and(|named| named != own) {
-            return Ok(Json(SessionPage {
-                content: Vec::new(),
-                total_elements: 0,
-                total_pages: 0,
-                page,
-                page_size,
-            }));
-        }
-        filter.user_id = Some(own.to_owned());
-    }
+    // A user-scoped key lists its own user's sessions; naming another user finds nothing.
+    let access = caller.access();
     let listing = read(&state, move |store| {
-        store.list_sessions(&tenant, &filter, page, page_size)
+        store.list_sessions(&access, &filter, page, page_size)
     })
     .await?;
     Ok(Json(SessionPage {
@@ -186,15 +172,15 @@ pub(crate) async fn get_session(
     Caller(caller): Caller,
     ApiPath(session_id): ApiPath<String>,
 ) -> Result<Json<SessionWithMessages>, ApiError> {
-    let tenant = caller.tenant().to_owned();
+    let access = caller.access();
     let (session, messages) = read(&state, move |store| {
-        let session = store.session(&tenant, &session_id)?.ok_or(
+        let snapshot = store.snapshot(&access, &session_id)?.ok_or(
             memlayer_store::StoreError::SessionNotFound {
                 session_id: session_id.clone(),
             },
         )?;
-        let messages = store.messages(&tenant, &session_id, 0, usize::MAX)?;
-        Ok((session, messages))
+        let messages = snapshot.messages(0, usize::MAX)?;
+        Ok((snapshot.session().clone(), messages))
     })
     .await?;
     Ok(Json(SessionWithMessages {
@@ -221,11 +207,10 @@ pub(crate) async fn delete_session(
     Caller(caller): Caller,
     ApiPath(session_id): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
-    let tenant = caller.tenant().to_owned();
     // Through the erasure coordinator: the answer comes once nothing of the session is left,
     // not even in the file's free pages.
-    crate::api::erasure::require_session(&state, &tenant, &session_id).await?;
-    crate::api::erasure::erase(&state, tenant, Target::Session { session_id }).await?;
+    crate::api::erasure::require_session(&state, &caller, &session_id).await?;
+    crate::api::erasure::erase(&state, caller.access(), Target::Session { session_id }).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -362,7 +347,6 @@ pub(crate) async fn append_messages(
     headers: HeaderMap,
     ApiJson(request): ApiJson<AppendRequest>,
 ) -> Result<(StatusCode, Json<AppendResponse>), ApiError> {
-    let tenant = caller.tenant().to_owned();
     let AppendParts {
         messages: inputs,
         create,
@@ -382,7 +366,10 @@ pub(crate) async fn append_messages(
         create,
         idempotency_key,
     };
-    let appended = state.store().append(&tenant, &session_id, append).await?;
+    let appended = state
+        .store()
+        .append(&caller.access(), &session_id, append)
+        .await?;
     let status = if appended.replayed {
         StatusCode::OK
     } else {
@@ -492,7 +479,7 @@ pub(crate) async fn list_messages(
     ApiPath(session_id): ApiPath<String>,
     ApiQuery(query): ApiQuery<MessagesQuery>,
 ) -> Result<Json<MessagesPage>, ApiError> {
-    let tenant = caller.tenant().to_owned();
+    let access = caller.access();
     if !(1..=MAX_MESSAGES_PER_PAGE).contains(&query.limit) {
         return Err(ApiError::invalid(
             "invalid_value",
@@ -502,7 +489,7 @@ pub(crate) async fn list_messages(
     let id = session_id.clone();
     let (messages, total) = read(&state, move |store| {
         // Fetch one more than asked to learn whether another page follows.
-        let mut messages = store.messages(&tenant, &id, query.from, query.limit + 1)?;
+        let mut messages = store.messages(&access, &id, query.from, query.limit + 1)?;
         let more = messages.len() > query.limit;
         messages.truncate(query.limit);
         Ok((messages, more))
@@ -571,10 +558,9 @@ pub(crate) async fn record_run(
     ApiPath(session_id): ApiPath<String>,
     ApiJson(request): ApiJson<RecordRunRequest>,
 ) -> Result<(StatusCode, Json<RunBody>), ApiError> {
-    let tenant = caller.tenant().to_owned();
     let run = state
         .store()
-        .record_run(&tenant, &session_id, request.into())
+        .record_run(&caller.access(), &session_id, request.into())
         .await?;
     Ok((StatusCode::CREATED, Json(RunBody::new(session_id, run))))
 }
@@ -595,9 +581,8 @@ pub(crate) async fn list_runs(
     Caller(caller): Caller,
     ApiPath(session_id): ApiPath<String>,
 ) -> Result<Json<Vec<RunBody>>, ApiError> {
-    let tenant = caller.tenant().to_owned();
-    let id = session_id.clone();
-    let runs = read(&state, move |store| store.runs(&tenant, &id)).await?;
+    let (access, id) = (caller.access(), session_id.clone());
+    let runs = read(&state, move |store| store.runs(&access, &id)).await?;
     Ok(Json(
         runs.into_iter()
             .map(|run| RunBody::new(session_id.clone(), run))
@@ -632,8 +617,10 @@ pub(crate) async fn clear_session(
     Caller(caller): Caller,
     ApiPath(session_id): ApiPath<String>,
 ) -> Result<Json<Cleared>, ApiError> {
-    let tenant = caller.tenant().to_owned();
-    let load_from = state.store().clear_session(&tenant, &session_id).await?;
+    let load_from = state
+        .store()
+        .clear_session(&caller.access(), &session_id)
+        .await?;
     Ok(Json(Cleared {
         session_id,
         load_from,
@@ -696,11 +683,10 @@ pub(crate) async fn search_session(
     ApiPath(session_id): ApiPath<String>,
     ApiQuery(query): ApiQuery<SearchQuery>,
 ) -> Result<Json<SearchResults>, ApiError> {
-    let tenant = caller.tenant().to_owned();
     let messages = state
         .agent()
         .tools()
-        .search_session(tenant, session_id.clone(), query.q, query.limit)
+        .search_session(caller.access(), session_id.clone(), query.q, query.limit)
         .await?;
     Ok(Json(SearchResults::new(session_id, messages)))
 }

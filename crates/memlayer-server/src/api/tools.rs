@@ -17,6 +17,7 @@ use crate::api::read;
 use crate::api::sessions::{Cleared, SearchResults};
 use crate::extract::{ApiJson, ApiPath, Caller};
 use crate::{ApiError, AppState};
+use memlayer_store::Access;
 
 #[derive(Serialize, ToSchema)]
 pub(crate) struct Tools {
@@ -87,8 +88,14 @@ pub(crate) async fn call(
     ApiPath(session_id): ApiPath<String>,
     ApiJson(call): ApiJson<ToolCall>,
 ) -> Result<Json<ToolResult>, ApiError> {
-    let tenant = caller.tenant().to_owned();
-    let result = execute(&state, tenant, session_id, &call.name, call.arguments).await?;
+    let result = execute(
+        &state,
+        caller.access(),
+        session_id,
+        &call.name,
+        call.arguments,
+    )
+    .await?;
     Ok(Json(ToolResult {
         name: call.name,
         content: result.to_string(),
@@ -98,19 +105,20 @@ pub(crate) async fn call(
 
 /// Runs the tool `name` with `arguments` in the session `session_id` of `tenant`, as the
 /// session's user and agent, and answers its result as JSON.
+/// Runs a tool call in session `session_id` as its user, if `access` reaches the session.
 pub(crate) async fn execute(
     state: &AppState,
-    tenant: String,
+    access: Access,
     session_id: String,
     name: &str,
     arguments: Value,
 ) -> Result<Value, ApiError> {
     let parsed = parse_call(name, arguments)?;
-    let (owner_tenant, id) = (tenant.clone(), session_id);
+    let tenant = access.tenant().to_owned();
     let session = read(state, move |store| {
         store
-            .session(&owner_tenant, &id)?
-            .ok_or(memlayer_store::StoreError::SessionNotFound { session_id: id })
+            .session(&access, &session_id)?
+            .ok_or(memlayer_store::StoreError::SessionNotFound { session_id })
     })
     .await?;
     let outcome = state

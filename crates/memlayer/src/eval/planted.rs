@@ -25,7 +25,7 @@ use memlayer_memory::{
     Assembled, ContextMessage, ContextRequest, ContextSettings, FactSheet, Layer, OutputFormat,
     RecallScope, RecalledMessage, Rendered, Strategy, TokenEncoding, extract, render,
 };
-use memlayer_store::{Append, Message, Metadata, NewMessage, NewSession, Role};
+use memlayer_store::{Access, Append, Message, Metadata, NewMessage, NewSession, Role};
 use serde::Serialize;
 
 use super::stack::Stack;
@@ -419,7 +419,7 @@ impl Run<'_> {
         };
         self.stack
             .store
-            .append(TENANT, &thread.session, append)
+            .append(&Access::tenant_wide(TENANT), &thread.session, append)
             .await
             .with_context(|| format!("cannot append to {}", thread.session))?;
         self.appended += count;
@@ -433,10 +433,12 @@ impl Run<'_> {
 
     /// The session as the store holds it: what `/context` reads.
     fn messages(&self, thread: &Thread) -> anyhow::Result<Vec<Message>> {
-        Ok(self
-            .stack
-            .store
-            .messages(TENANT, &thread.session, 0, usize::MAX)?)
+        Ok(self.stack.store.messages(
+            &Access::tenant_wide(TENANT),
+            &thread.session,
+            0,
+            usize::MAX,
+        )?)
     }
 
     /// The context `/context` builds for `query` with the contender's settings.
@@ -456,7 +458,7 @@ impl Run<'_> {
             .stack
             .contexts
             .build(ContextRequest {
-                tenant: TENANT.into(),
+                access: Access::tenant_wide(TENANT),
                 session_id: thread.session.clone(),
                 query: Some(query.to_owned()),
                 overrides,
@@ -493,7 +495,12 @@ impl Run<'_> {
         let (hits, _) = self
             .stack
             .contexts
-            .recall_outside_window(TENANT, &thread.session, query.to_owned(), &settings)
+            .recall_outside_window(
+                &Access::tenant_wide(TENANT),
+                &thread.session,
+                query.to_owned(),
+                &settings,
+            )
             .await?;
         Ok(hits)
     }

@@ -17,7 +17,7 @@ use memlayer_embed::Embedder;
 use memlayer_index::{KeywordIndex, Recall, RecallQuery, Scope, VectorConfig, VectorIndex};
 use memlayer_memory::TokenEncoding;
 use memlayer_store::{
-    Append, MAX_MESSAGES_PER_APPEND, Message, Metadata, NewMessage, NewSession, Role, Store,
+    Access, Append, MAX_MESSAGES_PER_APPEND, Message, Metadata, NewMessage, NewSession, Role, Store,
 };
 use serde_json::Value;
 
@@ -124,7 +124,7 @@ async fn append_turns(store: &Store, sample: &Sample, turn_text: TurnText) -> an
                 idempotency_key: None,
             };
             store
-                .append(TENANT, &session_id, append)
+                .append(&Access::tenant_wide(TENANT), &session_id, append)
                 .await
                 .with_context(|| format!("cannot append session_{}", session.number))?;
         }
@@ -233,7 +233,7 @@ async fn hybrid(
     for &k in ks {
         let recalled = recall
             .recall(RecallQuery {
-                tenant: TENANT.into(),
+                access: Access::tenant_wide(TENANT),
                 scope: Scope::User {
                     user_id: USER.into(),
                     agent_id: None,
