@@ -169,6 +169,38 @@ impl ContextSettings {
         Ok(settings)
     }
 
+    /// The settings of one request: `request` laid over the saved documents (the tenant's,
+    /// then the agent's) like [`ContextSettings::layered`], except that a request may tighten
+    /// the saved policy but never loosen it. Policy is `redact_pii`: a request may turn
+    /// redaction on, and turn it off only where a saved document did, so a caller cannot
+    /// have personal data written into a persisted summary against the tenant's settings.
+    pub fn for_request<'a>(
+        saved: impl IntoIterator<Item = &'a SettingsOverrides> + Clone,
+        request: &'a SettingsOverrides,
+    ) -> Result<Self, MemoryError> {
+        const REDACT_PII: &str = "redact_pii";
+        if request.get(REDACT_PII) == Some(&serde_json::Value::Bool(false)) {
+            let saved_redacts = saved
+                .clone()
+                .into_iter()
+                .filter_map(|document| document.get(REDACT_PII))
+                .last()
+                .map_or(Self::default().redact_pii, |value| {
+                    value.as_bool() != Some(false)
+                });
+            if saved_redacts {
+                return Err(MemoryError::InvalidSetting {
+                    field: REDACT_PII,
+                    reason: "a request may not turn off the PII redaction its tenant's or \
+                             agent's settings ask for; save `redact_pii: false` there to allow \
+                             it"
+                    .into(),
+                });
+            }
+        }
+        Self::layered(saved.into_iter().chain([request]))
+    }
+
     /// Checks every value's range.
     pub fn validate(&self) -> Result<(), MemoryError> {
         let invalid = |field: &'static str, reason: &str| {

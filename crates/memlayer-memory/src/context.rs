@@ -331,8 +331,7 @@ impl ContextBuilder {
             let snapshot = open_snapshot(&store, &access, &session_id)?;
             let loaded = Loaded::read(&store, access.tenant(), &snapshot, Vec::new())?;
             let saved = [&loaded.tenant_settings, &loaded.agent_settings];
-            let settings =
-                ContextSettings::layered(saved.into_iter().flatten().chain([&overrides]))?;
+            let settings = ContextSettings::for_request(saved.into_iter().flatten(), &overrides)?;
             let summarizing = settings.overflow == Overflow::Summarize;
 
             // The combined strategy keeps the session's facts and outlines between turns;

@@ -163,7 +163,9 @@ pub(crate) struct MessageInput {
     #[schema(value_type = crate::openapi::foreign::Role)]
     pub(crate) role: Role,
     pub(crate) content: String,
-    /// Counted with the server's token encoding when absent.
+    /// The server counts every message's tokens with its encoding; a count sent here is kept
+    /// only when it is larger (the client's model may count more), never when it is smaller,
+    /// so no message can shrink its own share of a context's budget.
     pub(crate) token_count: Option<u32>,
     /// RFC 3339; the append time when absent.
     pub(crate) timestamp: Option<String>,

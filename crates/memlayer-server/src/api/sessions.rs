@@ -4,14 +4,15 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use memlayer_store::{
-    Append, MAX_PAGE_SIZE, Metadata, NewMessage, NewRun, NewSession, RunStatus, SessionFilter,
+    Access, Append, MAX_PAGE_SIZE, Metadata, NewMessage, NewRun, NewSession, Role, RunStatus,
+    SessionFilter,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::api::read;
-use crate::extract::{ApiJson, ApiPath, ApiQuery, Caller};
+use crate::extract::{ApiJson, ApiPath, ApiQuery, Caller, Tenant};
 use crate::wire::{MessageBody, MessageInput, RunBody, SessionBody, parse_timestamp};
 use crate::{ApiError, AppState};
 use memlayer_erasure::Target;
@@ -224,7 +225,7 @@ pub(crate) struct AppendRequest {
     #[schema(value_type = Option<crate::openapi::foreign::Role>)]
     role: Option<memlayer_store::Role>,
     content: Option<String>,
-    /// Counted with the server's token encoding when absent.
+    /// At least the server's own count (see the batch form's `token_count`).
     token_count: Option<u32>,
     /// RFC 3339; the append time when absent.
     timestamp: Option<String>,
@@ -336,6 +337,7 @@ pub(crate) struct AppendResponse {
     responses(
         (status = 201, description = "Stored", body = AppendResponse),
         (status = 200, description = "A replay of an earlier append with the same idempotency key", body = AppendResponse),
+        (status = 403, description = "A user-scoped key appending a `system` or `tool` message, or creating another user's session", body = crate::error::ErrorBody),
         (status = 404, description = "No such session, and no owner given to create it", body = crate::error::ErrorBody),
         (status = 409, description = "The idempotency key was used with another body", body = crate::error::ErrorBody),
     ),
@@ -355,6 +357,19 @@ pub(crate) async fn append_messages(
     let idempotency_key = idempotency_key(&headers, body_key)?;
     if let Some(owner) = &create {
         caller.may_act_for(&owner.user_id)?;
+    }
+    if caller.user().is_some()
+        && let Some(input) = inputs
+            .iter()
+            .find(|input| matches!(input.role, Role::System | Role::Tool))
+    {
+        // A stored system message rides into every later context with the instructions'
+        // weight, and a tool message poses as a tool's output: both are the agent backend's
+        // to write, never an end user's.
+        return Err(ApiError::Forbidden(format!(
+            "a user-scoped key appends user and assistant messages only, not {:?}",
+            input.role
+        )));
     }
     let encoding = state.config().token_encoding;
     // Counting tokens of a large body takes milliseconds: keep it off the async workers.
@@ -386,7 +401,9 @@ pub(crate) async fn append_messages(
     ))
 }
 
-/// The messages to store: timestamps parsed, missing token counts counted with `encoding`.
+/// The messages to store: timestamps parsed, tokens counted with `encoding` (a larger count
+/// the client sent is kept; a smaller one would let a message take less of a context's
+/// budget than it fills).
 pub(crate) fn new_messages(
     inputs: Vec<MessageInput>,
     encoding: TokenEncoding,
@@ -394,10 +411,9 @@ pub(crate) fn new_messages(
     inputs
         .into_iter()
         .map(|input| {
+            let counted = encoding.count(&input.content);
             Ok(NewMessage {
-                token_count: input
-                    .token_count
-                    .unwrap_or_else(|| encoding.count(&input.content)),
+                token_count: input.token_count.map_or(counted, |sent| sent.max(counted)),
                 timestamp: input
                     .timestamp
                     .map(|text| parse_timestamp("timestamp", &text))
@@ -548,19 +564,22 @@ impl From<RecordRunRequest> for NewRun {
     request_body = RecordRunRequest,
     responses(
         (status = 201, description = "Recorded", body = RunBody),
+        (status = 403, description = "A user-scoped key: runs are the agent backend's records", body = crate::error::ErrorBody),
         (status = 404, description = "No such session", body = crate::error::ErrorBody),
         (status = 409, description = "A run with this id exists", body = crate::error::ErrorBody),
     ),
 )]
 pub(crate) async fn record_run(
     State(state): State<AppState>,
-    Caller(caller): Caller,
+    // A run is the agent backend's record of what it did: user-scoped keys may read runs,
+    // not write them.
+    Tenant(tenant): Tenant,
     ApiPath(session_id): ApiPath<String>,
     ApiJson(request): ApiJson<RecordRunRequest>,
 ) -> Result<(StatusCode, Json<RunBody>), ApiError> {
     let run = state
         .store()
-        .record_run(&caller.access(), &session_id, request.into())
+        .record_run(&Access::tenant_wide(tenant), &session_id, request.into())
         .await?;
     Ok((StatusCode::CREATED, Json(RunBody::new(session_id, run))))
 }

@@ -103,7 +103,7 @@ const TABLE: &[Row] = &[
     )
     .body(r#"{"role":"user","content":"intruder"}"#),
     row("GET", "/v1/sessions/{session_id}/runs", Owner, 404, 404),
-    row("POST", "/v1/sessions/{session_id}/runs", Owner, 404, 404)
+    row("POST", "/v1/sessions/{session_id}/runs", Service, 403, 404)
         .body(r#"{"status":"COMPLETED"}"#),
     row("POST", "/v1/sessions/{session_id}/clear", Owner, 404, 404),
     row("GET", "/v1/sessions/{session_id}/search", Owner, 404, 404).query("?q=canary"),
