@@ -129,6 +129,71 @@ fn an_erased_message_leaves_every_api_and_every_file() {
     );
 }
 
+/// What a client or memlayer copied from a message goes with it: the run records that quote
+/// it lose their text, and the idempotency key that stored it can no longer confirm a guess
+/// of it (a replay answers the first result whatever its body, where comparing bodies told a
+/// right guess, `200`, from a wrong one, `409`).
+#[test]
+fn copies_of_an_erased_message_in_runs_and_idempotency_records_go_with_it() {
+    let server = TestServer::start();
+    let canary = "rv5canary88e1";
+    let said = format!("My card PIN is {canary}.");
+    let body = json!({
+        "user_id": "alice", "agent_id": "support", "role": "user", "content": said,
+        "idempotency_key": "turn-1",
+    });
+    let (status, answer) = server.post("/v1/sessions/chat/messages", &body);
+    assert_eq!(status, 201, "{answer}");
+    append(
+        &server,
+        "chat",
+        "alice",
+        json!([{ "role": "assistant", "content": "Noted." }]),
+    );
+    let run = json!({
+        "status": "FAILED", "content": format!("Echo: {said}"), "error": format!("upstream choked on {canary}"),
+        "tool_calls": [{ "name": "memory_remember", "arguments": { "text": said } }],
+        "metadata": { "quoted": said },
+    });
+    let (status, answer) = server.post("/v1/sessions/chat/runs", &run);
+    assert_eq!(status, 201, "{answer}");
+    let wrong_guess = json!({
+        "user_id": "alice", "agent_id": "support", "role": "user", "content": "My card PIN is 0000.",
+        "idempotency_key": "turn-1",
+    });
+    assert_error(
+        &server.post("/v1/sessions/chat/messages", &wrong_guess),
+        409,
+        "conflict",
+    );
+    assert!(in_files(&server, canary) > 0);
+
+    let (status, receipt) = server.delete("/v1/sessions/chat/messages/0");
+    assert_eq!(status, 200, "{receipt}");
+    assert_eq!(receipt["counts"]["runs_redacted"], 1, "{receipt}");
+    let (status, runs) = server.get("/v1/sessions/chat/runs");
+    assert_eq!(status, 200);
+    assert!(!runs.to_string().contains(canary), "{runs}");
+    assert_eq!(runs[0]["redacted"], true, "{runs}");
+    assert_eq!(runs[0]["status"], "FAILED", "{runs}");
+    for guess in [&body, &wrong_guess] {
+        let (status, replay) = server.post("/v1/sessions/chat/messages", guess);
+        assert_eq!(
+            (status, &replay["replayed"], &replay["indices"]),
+            (200, &json!(true), &json!([0])),
+            "{replay}"
+        );
+    }
+    assert_eq!(in_files(&server, canary), 0);
+    // The message that stayed, and the session, are untouched.
+    let (_, session) = server.get("/v1/sessions/chat");
+    assert_eq!(
+        session["messages"].as_array().map(Vec::len),
+        Some(1),
+        "{session}"
+    );
+}
+
 #[test]
 fn erasing_a_user_removes_all_their_sessions_and_nobody_elses() {
     let server = TestServer::start();

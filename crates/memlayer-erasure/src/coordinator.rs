@@ -262,11 +262,8 @@ impl Coordinator {
                         .memories
                         .forget_derived_from(tenant, &session.user_id, session_id, Some(*index))
                         .await?;
-                    receipt.counts.session_memories += self
-                        .inner
-                        .store
-                        .drop_session_memories(tenant, &session.user_id, Some(session_id))
-                        .await?;
+                    // The session memories it was merged into, the runs' text and the
+                    // idempotency digest go in the transaction that erases the message.
                     let erased = self
                         .inner
                         .store
@@ -275,6 +272,8 @@ impl Coordinator {
                     receipt.counts.messages += u64::from(erased.message);
                     receipt.counts.vectors += u64::from(erased.vector);
                     receipt.counts.summaries += u64::from(erased.summary);
+                    receipt.counts.session_memories += erased.session_memories;
+                    receipt.counts.runs_redacted += erased.runs_redacted;
                     let key = MessageKey::new(erased.sid, *index);
                     self.inner.recall.forget_message(key).await?;
                     erased_message = Some(key);

@@ -101,6 +101,10 @@ pub struct Counts {
     /// Episodes (with their lessons): the user's, or those drawn from an erased session.
     #[serde(default)]
     pub episodes: u64,
+    /// Runs of a session one of whose messages was erased, their free text dropped
+    /// (content, error, tool calls, metadata; id, status and time stay).
+    #[serde(default)]
+    pub runs_redacted: u64,
 }
 
 impl Counts {
@@ -113,6 +117,7 @@ impl Counts {
         self.memories += other.memories;
         self.session_memories += other.session_memories;
         self.episodes += other.episodes;
+        self.runs_redacted += other.runs_redacted;
     }
 }
 

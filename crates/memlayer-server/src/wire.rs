@@ -139,6 +139,10 @@ pub(crate) struct RunBody {
     #[schema(value_type = crate::openapi::foreign::Metadata)]
     pub(crate) metadata: Metadata,
     pub(crate) created_at: Rfc3339,
+    /// A message of the session was erased after the run was recorded: its content, error,
+    /// tool calls and metadata were dropped with it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) redacted: bool,
 }
 
 impl RunBody {
@@ -152,6 +156,7 @@ impl RunBody {
             error: run.error,
             metadata: run.metadata,
             created_at: Rfc3339(run.created_at),
+            redacted: run.redacted,
         }
     }
 }

@@ -6,15 +6,17 @@
 //! erasure coordinator does); it offers idempotent steps. Jobs and receipts are JSON
 //! documents the coordinator defines; the store only keeps them.
 
-use redb::{ReadableTable, ReadableTableMetadata};
+use std::collections::HashSet;
+
+use redb::{ReadableTable, ReadableTableMetadata, WriteTransaction};
 use serde_json::Value;
 
 use crate::model::{Access, MAX_MESSAGES_PER_SESSION, Timestamp, validate_id};
-use crate::record::{Record, SummaryRecord};
+use crate::record::{ERASED_DIGEST, IdempotencyRecord, Record, RunRecord, SummaryRecord};
 use crate::store::{not_found, read_session_record};
 use crate::tables::{
-    ERASURE_JOBS, ERASURE_RECEIPTS, MESSAGES, META, NEXT_JOB_ID_KEY, RETENTION, SESSION_ACTIVITY,
-    SESSION_COUNTS, SESSIONS, SUMMARIES, VECTORS, scope,
+    ERASURE_JOBS, ERASURE_RECEIPTS, IDEMPOTENCY, MESSAGES, META, NEXT_JOB_ID_KEY, RETENTION, RUNS,
+    SESSION_ACTIVITY, SESSION_COUNTS, SESSIONS, SUMMARIES, VECTORS, scope,
 };
 use crate::{Result, Store, StoreError};
 
@@ -29,6 +31,11 @@ pub struct MessageErased {
     pub vector: bool,
     /// Whether the session's summary covered it and was dropped.
     pub summary: bool,
+    /// The session memories the session was merged into, dropped (merged again from what
+    /// remains when the session next ends).
+    pub session_memories: u64,
+    /// The session's runs whose free text was dropped (see [`crate::Run::redacted`]).
+    pub runs_redacted: u64,
 }
 
 /// A tenant's conversations at a glance.
@@ -49,13 +56,64 @@ pub struct StoredJob {
     pub document: Value,
 }
 
+/// Drops the free text of every run of session `sid`; returns how many runs had any.
+///
+/// The runs are taken out with one range removal and put back redacted: a redb page this
+/// transaction already changed is edited in place, and shrinking one value after another
+/// there would leave the old text in the page's slack (see `Store::write_alone`).
+fn redact_runs(txn: &WriteTransaction, sid: u64) -> Result<u64> {
+    let mut runs = txn.open_table(RUNS)?;
+    let mut redacted = Vec::new();
+    for entry in runs.range((sid, 0)..(sid + 1, 0))? {
+        let (key, value) = entry?;
+        let mut record = RunRecord::decode(value.value())?;
+        if record.redact() {
+            redacted.push((key.value().1, record));
+        }
+    }
+    if let (Some((first, _)), Some((last, _))) = (redacted.first(), redacted.last()) {
+        let doomed: HashSet<u64> = redacted.iter().map(|(seq, _)| *seq).collect();
+        runs.retain_in((sid, *first)..=(sid, *last), |(_, seq), _| {
+            !doomed.contains(&seq)
+        })?;
+        for (seq, record) in &redacted {
+            runs.insert((sid, *seq), record.encode().as_slice())?;
+        }
+    }
+    Ok(redacted.len() as u64)
+}
+
+/// Replaces the request digest of the idempotent appends of session `sid` that stored
+/// message `index` with [`ERASED_DIGEST`].
+fn forget_digests(txn: &WriteTransaction, sid: u64, index: u64) -> Result<()> {
+    let mut table = txn.open_table(IDEMPOTENCY)?;
+    let mut covering = Vec::new();
+    for entry in table.range((sid, "")..(sid + 1, ""))? {
+        let (key, value) = entry?;
+        let record = IdempotencyRecord::decode(value.value())?;
+        let stored = record.first_index..record.first_index + record.count;
+        if stored.contains(&index) && record.request_digest != ERASED_DIGEST {
+            covering.push((key.value().1.to_owned(), record));
+        }
+    }
+    for (key, mut record) in covering {
+        record.request_digest = ERASED_DIGEST;
+        table.insert((sid, key.as_str()), record.encode().as_slice())?;
+    }
+    Ok(())
+}
+
 impl Store {
-    /// Erases message `index` of a session: the message, its vector, and the session's
-    /// summary if that covers it (a summary is regenerated from what remains the next time a
-    /// context overflows), and counts the erasure in the session
-    /// ([`SessionSnapshot::erasures`](crate::SessionSnapshot::erasures)). Idempotent:
-    /// erasing an erased message changes nothing. The session keeps its other messages and
-    /// their indices.
+    /// Erases message `index` of a session, in one transaction with everything stored beside
+    /// it or made from it: its vector; the session's summary if that covers it (regenerated
+    /// from what remains the next time a context overflows); the user's session memories the
+    /// session was merged into; the free text of the session's runs; and the digest of the
+    /// idempotent append that stored it (a replay of that key then answers its first result
+    /// whatever its body, so the key cannot confirm a guess of the erased text). It counts
+    /// the erasure in the session ([`SessionSnapshot::erasures`](crate::SessionSnapshot::erasures)),
+    /// so derived data computed from an earlier read is refused. Idempotent: erasing an
+    /// erased message changes nothing. The session keeps its other messages and their
+    /// indices.
     pub async fn erase_message(
         &self,
         access: &Access,
@@ -89,6 +147,14 @@ impl Store {
             if vector {
                 crate::embeddings::bump_vectors_version(txn)?;
             }
+            let session_memories = crate::session_memory::remove_session_memories(
+                txn,
+                access.tenant(),
+                &record.user_id,
+                Some(&session_id),
+            )?;
+            let runs_redacted = redact_runs(txn, sid)?;
+            forget_digests(txn, sid, index)?;
             let mut summaries = txn.open_table(SUMMARIES)?;
             let covers = summaries
                 .get(sid)?
@@ -103,6 +169,8 @@ impl Store {
                 message,
                 vector,
                 summary: covers,
+                session_memories,
+                runs_redacted,
             })
         })
         .await

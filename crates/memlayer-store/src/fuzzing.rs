@@ -269,8 +269,9 @@ struct SessionModel {
     load_from: u64,
     /// Run ids in recording order.
     runs: Vec<String>,
-    /// Idempotency keys: the request's messages and the first answer.
-    keys: BTreeMap<String, (Vec<(Role, String)>, Outcome)>,
+    /// Idempotency keys: the request's messages (`None` once one of them was erased: any
+    /// body then replays) and the first answer.
+    keys: BTreeMap<String, (Option<Vec<(Role, String)>>, Outcome)>,
 }
 
 /// A plain in-memory model of what the store must hold after a sequence of operations, and
@@ -319,7 +320,8 @@ impl Model {
                 if let (Some(state), Some(key)) = (slot.as_ref(), &key)
                     && let Some((request, first)) = state.keys.get(key)
                 {
-                    return match (request == &messages, first.clone()) {
+                    let same = request.as_ref().is_none_or(|request| request == &messages);
+                    return match (same, first.clone()) {
                         (
                             true,
                             Outcome::Appended {
@@ -346,7 +348,9 @@ impl Model {
                     replayed: false,
                 };
                 if let Some(key) = key {
-                    state.keys.insert(key, (messages.clone(), outcome.clone()));
+                    state
+                        .keys
+                        .insert(key, (Some(messages.clone()), outcome.clone()));
                 }
                 state.messages.extend(messages.into_iter().map(Some));
                 outcome
@@ -365,13 +369,27 @@ impl Model {
                 }
             }
             Op::Erase { session, index } => match self.session_mut(*session) {
-                Some(state) => Outcome::Erased(
-                    state
+                Some(state) => {
+                    let index = usize::from(*index);
+                    let erased = state
                         .messages
-                        .get_mut(usize::from(*index))
+                        .get_mut(index)
                         .and_then(Option::take)
-                        .is_some(),
-                ),
+                        .is_some();
+                    if erased {
+                        for (request, first) in state.keys.values_mut() {
+                            if let (Some(messages), Outcome::Appended { first_index, .. }) =
+                                (request.as_ref(), first)
+                            {
+                                let first_index = *first_index as usize;
+                                if (first_index..first_index + messages.len()).contains(&index) {
+                                    *request = None;
+                                }
+                            }
+                        }
+                    }
+                    Outcome::Erased(erased)
+                }
                 None => Outcome::NotFound,
             },
             Op::Run { session, run } => match self.session_mut(*session) {

@@ -269,6 +269,10 @@ pub struct Run {
     pub metadata: Metadata,
     /// When it was recorded.
     pub created_at: Timestamp,
+    /// Whether a message of the session was erased after the run was recorded: its content,
+    /// error, tool calls and metadata were then dropped (a run's text is written from the
+    /// conversation, and memlayer cannot tell which part came from which message).
+    pub redacted: bool,
 }
 
 /// Which sessions to list. Both filters may be combined.

@@ -247,15 +247,74 @@ pub(crate) struct RunRecord {
     pub(crate) error: Option<String>,
     pub(crate) metadata: String,
     pub(crate) created_at: u64,
+    /// Set when a message of the session was erased after the run was recorded: the free
+    /// text above (content, error, tool calls, metadata) was dropped, since memlayer cannot
+    /// tell which of it the run copied from which message. Added in version 2.
+    pub(crate) redacted: bool,
+}
+
+/// Version 1 of [`RunRecord`]: no `redacted`.
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+struct RunRecordV1 {
+    run_id: String,
+    status: RunStatus,
+    content: Option<String>,
+    tool_calls: String,
+    error: Option<String>,
+    metadata: String,
+    created_at: u64,
 }
 
 impl Record for RunRecord {
-    const VERSION: u8 = 1;
+    const VERSION: u8 = 2;
     const NAME: &'static str = "run record";
+
+    fn upgrade(version: u8, body: &[u8]) -> Result<Self> {
+        if version != 1 {
+            return Err(StoreError::Corrupted {
+                what: Self::NAME,
+                detail: format!("unknown record version {version}"),
+            });
+        }
+        let v1: RunRecordV1 = decode_body(Self::NAME, body)?;
+        Ok(Self {
+            run_id: v1.run_id,
+            status: v1.status,
+            content: v1.content,
+            tool_calls: v1.tool_calls,
+            error: v1.error,
+            metadata: v1.metadata,
+            created_at: v1.created_at,
+            redacted: false,
+        })
+    }
 }
+
+impl RunRecord {
+    /// Drops the run's free text, keeping its id, status and time; `false` if it was
+    /// redacted already.
+    pub(crate) fn redact(&mut self) -> bool {
+        if self.redacted {
+            return false;
+        }
+        self.content = None;
+        self.error = None;
+        self.tool_calls = "[]".to_owned();
+        self.metadata = "{}".to_owned();
+        self.redacted = true;
+        true
+    }
+}
+
+/// The request digest of an idempotent append one of whose messages was erased. A replay
+/// under its key answers the first result whatever its body: comparing bodies would tell a
+/// right guess of the erased text (replayed) from a wrong one (a conflict).
+pub(crate) const ERASED_DIGEST: [u8; 16] = [0; 16];
 
 /// What an idempotent append returned the first time, and a digest of what it was asked, so
 /// a different request reusing the key is told so instead of silently getting another answer.
+/// Once a message the append stored is erased, the digest is [`ERASED_DIGEST`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct IdempotencyRecord {
     pub(crate) request_digest: [u8; 16],
@@ -472,6 +531,26 @@ mod tests {
     }
 
     #[test]
+    fn a_version_1_run_reads_as_not_redacted() {
+        let v1 = RunRecordV1 {
+            run_id: "r".into(),
+            status: RunStatus::Failed,
+            content: Some("answer".into()),
+            tool_calls: "[]".into(),
+            error: Some("timeout".into()),
+            metadata: "{}".into(),
+            created_at: 7,
+        };
+        let mut bytes = vec![1];
+        bincode::serde::encode_into_std_write(&v1, &mut bytes, bincode_config()).unwrap();
+        let run = RunRecord::decode(&bytes).unwrap();
+        assert_eq!(
+            (run.content.as_deref(), run.error.as_deref(), run.redacted),
+            (Some("answer"), Some("timeout"), false)
+        );
+    }
+
+    #[test]
     fn trailing_bytes_are_corruption() {
         let mut bytes = RunRecord {
             run_id: "r".into(),
@@ -481,6 +560,7 @@ mod tests {
             error: None,
             metadata: "{}".into(),
             created_at: 1,
+            redacted: false,
         }
         .encode();
         bytes.push(0);

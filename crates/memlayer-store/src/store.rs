@@ -17,8 +17,8 @@ use crate::model::{
 };
 use crate::model::{MAX_MESSAGES_PER_SESSION, MAX_SESSIONS, validate_text};
 use crate::record::{
-    IdempotencyRecord, MessageRecord, OutboxRecord, Record, RunRecord, SessionRecord,
-    SummaryRecord, metadata_from_text, metadata_to_text,
+    ERASED_DIGEST, IdempotencyRecord, MessageRecord, OutboxRecord, Record, RunRecord,
+    SessionRecord, SummaryRecord, metadata_from_text, metadata_to_text,
 };
 use crate::snapshot::{SessionSnapshot, SessionVersion};
 use crate::tables::{
@@ -958,7 +958,7 @@ fn apply_append(
                 .get((record.sid, key.as_str()))?
         {
             let previous = IdempotencyRecord::decode(previous.value())?;
-            if &previous.request_digest != digest {
+            if &previous.request_digest != digest && previous.request_digest != ERASED_DIGEST {
                 return Err(StoreError::Conflict(format!(
                     "idempotency key {key:?} was used for a different request"
                 )));
@@ -1085,6 +1085,7 @@ fn apply_record_run(
         error: run.error,
         metadata: metadata_to_text(&run.metadata),
         created_at: now.as_micros(),
+        redacted: false,
     };
     run_ids.insert((record.sid, stored.run_id.as_str()), seq)?;
     txn.open_table(RUNS)?
@@ -1260,5 +1261,6 @@ fn run_from_record(record: RunRecord) -> Result<Run> {
         tool_calls,
         error: record.error,
         created_at: Timestamp::from_micros(record.created_at),
+        redacted: record.redacted,
     })
 }

@@ -1463,3 +1463,50 @@ async fn deleting_a_session_drops_the_session_memories_it_was_merged_into() {
     ));
     assert_eq!(store.session_memory(TENANT, "u", "a").unwrap(), None);
 }
+
+/// Erasing a message drops the text of every run of its session, and no byte of it stays in
+/// the file: the runs share pages, and redacting them one after another in one transaction
+/// would leave the old text in the slack of a page the transaction already changed.
+#[tokio::test]
+async fn an_erased_message_takes_its_sessions_run_texts_out_of_every_page() {
+    let (dir, store) = open();
+    let all = Access::tenant_wide(TENANT);
+    let append = append_of(vec![message(Role::User, "hello")], Some(owner("u", "a")));
+    store.append(&all, "s", append).await.unwrap();
+    let canary = |run: usize| format!("runcanary{run:03}x");
+    for run in 0..40 {
+        let recorded = NewRun {
+            run_id: None,
+            status: RunStatus::Completed,
+            content: Some(canary(run)),
+            tool_calls: vec![serde_json::json!({ "quoted": canary(run) })],
+            error: Some(canary(run)),
+            metadata: [("quoted".to_owned(), serde_json::json!(canary(run)))]
+                .into_iter()
+                .collect(),
+        };
+        store.record_run(&all, "s", recorded).await.unwrap();
+    }
+    let erased = store.erase_message(&all, "s", 0).await.unwrap();
+    assert_eq!(erased.runs_redacted, 40);
+    let runs = store.runs(&all, "s").unwrap();
+    assert!(runs.iter().all(|run| run.redacted && run.content.is_none()));
+    // Erasing another message finds nothing left to redact.
+    let append = append_of(vec![message(Role::User, "again")], None);
+    store.append(&all, "s", append).await.unwrap();
+    assert_eq!(
+        store
+            .erase_message(&all, "s", 1)
+            .await
+            .unwrap()
+            .runs_redacted,
+        0
+    );
+    store.compact().unwrap();
+    let bytes = std::fs::read(dir.path().join("memlayer.redb")).unwrap();
+    let left: Vec<String> = (0..40)
+        .map(canary)
+        .filter(|text| bytes.windows(text.len()).any(|w| w == text.as_bytes()))
+        .collect();
+    assert!(left.is_empty(), "run texts left in the file: {left:?}");
+}
