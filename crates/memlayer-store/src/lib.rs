@@ -19,8 +19,10 @@ mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 mod idle;
+mod ids;
 mod keys;
 mod memories;
+mod migrate;
 mod model;
 mod record;
 mod session_memory;
