@@ -7,10 +7,13 @@
 //! - [`Tenant`]: `tenant_admin` and `service` keys, the tenant's agent backends. User-scoped
 //!   keys are refused (`403`), so a route is closed to them unless it checks ownership.
 //! - [`Admin`]: `tenant_admin` keys only (`403` for the others).
-//! - [`Caller`]: every role. For a user-scoped key it checks the path: a `{session_id}` of
-//!   another user's session and a `{user_id}` other than the key's answer `404`, exactly as if
-//!   they did not exist. A handler taking it checks what the body and the query name through
-//!   [`Principal`]'s methods.
+//! - [`Caller`]: every tenant's role. For a user-scoped key it checks the path: a
+//!   `{session_id}` of another user's session and a `{user_id}` other than the key's answer
+//!   `404`, exactly as if they did not exist. A handler taking it checks what the body and the
+//!   query name through [`Principal`]'s methods.
+//! - [`Operator`]: `operator` keys only, for the whole-store routes (the backup). An operator
+//!   key belongs to no tenant, and the three extractors above refuse it (`403`): whatever a
+//!   tenant's key may reach, it may not, so a new tenant route is closed to it by default.
 //!
 //! Every failure to authenticate (no key, a malformed, unknown, revoked or expired one) is
 //! `401 unauthorized` with `WWW-Authenticate: Bearer`. A valid key over its rate limit
@@ -108,6 +111,20 @@ impl Principal {
     }
 }
 
+/// The request's principal if its key acts for a tenant; an operator key is refused (`403`):
+/// it may use the whole-store routes and nothing of any tenant.
+async fn tenant_principal(parts: &mut Parts, state: &AppState) -> Result<Principal, ApiError> {
+    let principal = principal(parts, state).await?;
+    if principal.role == KeyRole::Operator {
+        return Err(ApiError::Forbidden(
+            "an operator key may use the whole-store routes (the backup) only, nothing of a \
+             tenant"
+                .into(),
+        ));
+    }
+    Ok(principal)
+}
+
 /// The request's principal, authenticated once and kept in the request's extensions.
 async fn principal(parts: &mut Parts, state: &AppState) -> Result<Principal, ApiError> {
     if let Some(principal) = parts.extensions.get::<Principal>() {
@@ -185,7 +202,7 @@ impl FromRequestParts<AppState> for Tenant {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let principal = principal(parts, state).await?;
+        let principal = tenant_principal(parts, state).await?;
         if principal.user_id.is_some() {
             return Err(ApiError::Forbidden(
                 "this route needs a tenant_admin or service key; user-scoped keys may not use it"
@@ -203,7 +220,7 @@ impl FromRequestParts<AppState> for Admin {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let principal = principal(parts, state).await?;
+        let principal = tenant_principal(parts, state).await?;
         if principal.role != KeyRole::TenantAdmin {
             return Err(ApiError::Forbidden(
                 "this route needs a tenant_admin key".into(),
@@ -213,15 +230,16 @@ impl FromRequestParts<AppState> for Admin {
     }
 }
 
-/// Any valid key, with the path already checked for a user-scoped key: a `{session_id}` of
-/// another user's session and a `{user_id}` other than the key's answer `404`.
+/// Any valid key of a tenant, with the path already checked for a user-scoped key: a
+/// `{session_id}` of another user's session and a `{user_id}` other than the key's answer
+/// `404`.
 pub(crate) struct Caller(pub(crate) Principal);
 
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let principal = principal(parts, state).await?;
+        let principal = tenant_principal(parts, state).await?;
         if principal.user_id.is_some() {
             // Undecodable parameters fail the handler's own path extractor (`400`) before it
             // runs, so they need no check here.
@@ -236,5 +254,26 @@ impl FromRequestParts<AppState> for Caller {
             }
         }
         Ok(Self(principal))
+    }
+}
+
+/// An `operator` key: the whole store, for the operator. Every tenant's key is refused with
+/// `403`, its admins' and the configured admin key included: a tenant role reaches its own
+/// tenant, and a whole-store route reaches every tenant's data.
+pub(crate) struct Operator;
+
+impl FromRequestParts<AppState> for Operator {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let principal = principal(parts, state).await?;
+        if principal.role != KeyRole::Operator {
+            return Err(ApiError::Forbidden(
+                "this route holds every tenant's data: it needs an operator key (memlayer keys \
+                 create --role operator, on the data directory)"
+                    .into(),
+            ));
+        }
+        Ok(Self)
     }
 }

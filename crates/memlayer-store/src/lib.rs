@@ -37,7 +37,8 @@ pub use erasure::{ConversationStats, MessageErased, StoredJob};
 pub use error::{Result, StoreError};
 pub use keys::{
     ApiKey, BOOTSTRAP_TENANT, Bootstrap, CONFIGURED_KEY_PREFIX, IssuedKey, KEY_SCHEME,
-    KeyRejection, KeyRole, MIN_CONFIGURED_KEY_LEN, NewKey, validate_configured_key,
+    KeyRejection, KeyRole, MIN_CONFIGURED_KEY_LEN, NewKey, OPERATOR_TENANT,
+    validate_configured_key,
 };
 pub use memories::{Memory, MemoryKind};
 pub use model::{
