@@ -31,6 +31,9 @@ mod memories;
 // Episodic lessons: episodes recorded, lessons by task type, the context's lessons layer,
 // isolation between users and tenants, validation, erasure with the session and the user.
 mod episodes;
+// Ids of memories, episodes and erasures: random, exact in JavaScript, and every listing in
+// its documented order all the same.
+mod ids;
 // Erasure by message, session and user: canaries gone from every API and every file byte;
 // purge, stats, receipts and retention.
 mod erasure;

@@ -502,7 +502,7 @@ async fn measure_builds(
             .time_async(recall.recall(recall_query(recall_q)))
             .await?;
         parts[6]
-            .time_async(embedder.embed(vec![embed_q.clone()]))
+            .time_async(embedder.embed(TENANT, vec![embed_q.clone()]))
             .await?;
     }
     let cache_after = embedder.cache_stats();

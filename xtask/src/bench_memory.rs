@@ -143,13 +143,13 @@ pub(crate) fn run(root: &Path, sizes: &[usize], queries: usize) -> anyhow::Resul
         .context("could not start the runtime")?;
     let embedder = Embedder::open(&assets, EmbedderOptions::default())?;
     let result = (|| {
-        let centres = embedder.embed_blocking(&TOPICS)?;
+        let centres = embedder.embed_blocking(TENANT, &TOPICS)?;
         let mut results = Vec::new();
         for &size in sizes {
             eprintln!("xtask: {size} memories");
             // Every size asks the same questions: without this, the next size would find
             // the "new" questions' vectors in the embedder's cache.
-            embedder.clear_cache();
+            embedder.clear_cache(TENANT);
             results.push(runtime.block_on(measure(&embedder, &centres, size, queries))?);
         }
         anyhow::Ok(results)

@@ -98,7 +98,7 @@ pub(crate) fn run(root: &Path, sizes_mib: &[u64], baseline: Option<&Path>) -> an
     let assets = Assets::in_dir(setup::run(root)?);
     let embedder = Embedder::open(&assets, EmbedderOptions::default())?;
     let identity = embedder.identity().clone();
-    let centres = embedder.embed_blocking(&TOPICS);
+    let centres = embedder.embed_blocking(TENANT, &TOPICS);
     embedder.shutdown();
     let centres = centres?;
     let model = EmbeddingModel {

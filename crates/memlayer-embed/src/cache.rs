@@ -1,6 +1,10 @@
 //! The content-hash cache: the vector of every recently embedded text, keyed by the text's
-//! sha256, so identical text (a repeated greeting, a re-sent message, a re-index) is embedded
-//! once.
+//! sha256 within a namespace (the tenant whose text it is), so identical text (a repeated
+//! greeting, a re-sent message, a re-index) is embedded once per tenant.
+//!
+//! Why not once for everyone: a cached vector comes back in microseconds, a computed one in
+//! milliseconds, so a cache shared by tenants told any of them, by timing a query, whether
+//! another had recently embedded a given text (a name, a diagnosis, an order number).
 //!
 //! Eviction is generational rather than exact LRU: entries go into the current generation,
 //! and when it is full it becomes the previous one and the old previous one is dropped whole.
@@ -15,11 +19,28 @@ use std::sync::{Mutex, PoisonError};
 
 use sha2::{Digest, Sha256};
 
-/// The sha256 of a text.
-pub(crate) type Key = [u8; 32];
+/// A namespace's cache entries: the sha256 of its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Namespace([u8; 32]);
 
-pub(crate) fn key(text: &str) -> Key {
-    Sha256::digest(text.as_bytes()).into()
+impl Namespace {
+    pub(crate) fn new(name: &str) -> Self {
+        Self(Sha256::digest(name.as_bytes()).into())
+    }
+}
+
+/// A text's entry: its namespace and the sha256 of the text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Key {
+    namespace: Namespace,
+    text: [u8; 32],
+}
+
+pub(crate) fn key(namespace: Namespace, text: &str) -> Key {
+    Key {
+        namespace,
+        text: Sha256::digest(text.as_bytes()).into(),
+    }
 }
 
 /// Counters of the cache, for metrics.
@@ -96,12 +117,13 @@ impl Cache {
         }
     }
 
-    /// Drops every entry: after an erasure, no vector of erased text may be served (or kept
-    /// in memory) for a later request that happens to contain the same text.
-    pub(crate) fn clear(&self) {
+    /// Drops every entry of `namespace`: after an erasure, no vector of erased text may be
+    /// served (or kept in memory) for a later request that happens to contain the same text.
+    pub(crate) fn clear(&self, namespace: Namespace) {
         let mut generations = self.lock();
-        generations.current = HashMap::new();
-        generations.previous = HashMap::new();
+        let other = |key: &Key, _: &mut Vec<f32>| key.namespace != namespace;
+        generations.current.retain(other);
+        generations.previous.retain(other);
     }
 
     pub(crate) fn stats(&self) -> CacheStats {
@@ -126,37 +148,45 @@ impl Cache {
 mod tests {
     use super::*;
 
+    fn text(i: u8) -> Key {
+        key(Namespace::new("t"), &i.to_string())
+    }
+
     #[test]
     fn holds_at_most_capacity_and_keeps_what_is_used() {
         let cache = Cache::new(4);
         for i in 0..4u8 {
-            cache.insert([i; 32], vec![f32::from(i)]);
+            cache.insert(text(i), vec![f32::from(i)]);
         }
         // Now previous = {0, 1}, current = {2, 3}. The hit on 0 moves it to the current
         // generation, which is full: {2, 3} becomes previous and what was left of the old
         // previous generation, the unused key 1, is dropped.
-        assert_eq!(cache.get(&[0; 32]), Some(vec![0.0]));
-        assert_eq!(cache.get(&[1; 32]), None);
-        assert_eq!(cache.get(&[2; 32]), Some(vec![2.0]));
+        assert_eq!(cache.get(&text(0)), Some(vec![0.0]));
+        assert_eq!(cache.get(&text(1)), None);
+        assert_eq!(cache.get(&text(2)), Some(vec![2.0]));
         let stats = cache.stats();
         assert!(stats.entries <= 4, "{stats:?}");
         assert_eq!((stats.hits, stats.misses), (2, 1));
     }
 
     #[test]
-    fn clearing_drops_every_entry() {
-        let cache = Cache::new(4);
-        cache.insert([1; 32], vec![1.0]);
-        cache.clear();
-        assert_eq!(cache.get(&[1; 32]), None);
-        assert_eq!(cache.stats().entries, 0);
+    fn namespaces_share_no_entry_and_clear_alone() {
+        let cache = Cache::new(8);
+        let (mine, theirs) = (Namespace::new("acme"), Namespace::new("globex"));
+        cache.insert(key(mine, "same text"), vec![1.0]);
+        assert_eq!(cache.get(&key(theirs, "same text")), None);
+        cache.insert(key(theirs, "same text"), vec![2.0]);
+        cache.clear(mine);
+        assert_eq!(cache.get(&key(mine, "same text")), None);
+        assert_eq!(cache.get(&key(theirs, "same text")), Some(vec![2.0]));
+        assert_eq!(cache.stats().entries, 1);
     }
 
     #[test]
     fn zero_capacity_caches_nothing() {
         let cache = Cache::new(0);
-        cache.insert([7; 32], vec![1.0]);
-        assert_eq!(cache.get(&[7; 32]), None);
+        cache.insert(text(7), vec![1.0]);
+        assert_eq!(cache.get(&text(7)), None);
         assert_eq!(
             cache.stats(),
             CacheStats {

@@ -1,6 +1,6 @@
-//! The embedder: options, loading, and the path of a request — cache lookups, grouping the
-//! texts the cache lacks into batches of similar length, handing the batches to the worker
-//! pool, and putting the vectors back in the caller's order.
+//! The embedder: options, loading, and the path of a request — cache lookups in the caller's
+//! namespace, grouping the texts the cache lacks into batches of similar length, handing the
+//! batches to the worker pool, and putting the vectors back in the caller's order.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -9,7 +9,7 @@ use std::sync::{Arc, mpsc};
 use tokio::sync::oneshot;
 
 use crate::assets::Assets;
-use crate::cache::{self, Cache, CacheStats, Key};
+use crate::cache::{self, Cache, CacheStats, Key, Namespace};
 use crate::error::EmbedError;
 use crate::model::{self, ModelIdentity};
 use crate::pool::{Job, Pool};
@@ -37,8 +37,8 @@ pub struct EmbedderOptions {
     /// on mixed lengths larger batches are slower per text, even sorted by length (one
     /// thread: about 125 texts/s at batch 1, 90 at 32, 70 at 256). The default is 32.
     pub max_batch: usize,
-    /// Most vectors kept in the content-hash cache; 0 disables it. The default, 10,000,
-    /// takes about 16 MB with 384-dimension vectors.
+    /// Most vectors kept in the content-hash cache, all namespaces together; 0 disables it.
+    /// The default, 10,000, takes about 16 MB with 384-dimension vectors.
     pub cache_capacity: usize,
     /// Tokens per text; longer texts are truncated. The default, 256, is sentence-transformers'
     /// setting for all-MiniLM-L6-v2, so vectors match what users of that library get; the
@@ -77,6 +77,10 @@ impl EmbedderOptions {
 }
 
 /// Turns texts into L2-normalised vectors with a local ONNX model.
+///
+/// Every call names a namespace, the tenant whose texts they are: the cache serves a vector
+/// only to the namespace that had it embedded, so how fast a call answers tells a tenant
+/// nothing about what another embedded.
 ///
 /// Cloning is cheap and clones share the workers and the cache. The workers stop when the
 /// last clone is dropped, or at [`Embedder::shutdown`].
@@ -148,21 +152,28 @@ impl Embedder {
         &self.inner.identity
     }
 
-    /// Forgets every cached vector. Erasure calls it: the cache is keyed by the hash of the
-    /// text, and a vector of erased text must not outlive the text.
-    pub fn clear_cache(&self) {
-        self.inner.cache.clear();
+    /// Forgets every vector cached for `namespace`. Erasure calls it with the erasing tenant:
+    /// the cache is keyed by the hash of the text, and a vector of erased text must not
+    /// outlive the text. Other tenants' entries stay: their texts were not erased, and
+    /// emptying their caches would let them notice by their own slower answers that another
+    /// tenant erased something.
+    pub fn clear_cache(&self, namespace: &str) {
+        self.inner.cache.clear(Namespace::new(namespace));
     }
 
-    /// The cache's hit and miss counts and size.
+    /// The cache's hit and miss counts (of every namespace) and size.
     pub fn cache_stats(&self) -> CacheStats {
         self.inner.cache.stats()
     }
 
-    /// Embeds `texts` on the workers and waits on the calling thread; one vector per text, in
-    /// order. Use [`Embedder::embed`] from async code.
-    pub fn embed_blocking(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let mut request = Request::new(&self.inner.cache, texts);
+    /// Embeds `texts` of `namespace` on the workers and waits on the calling thread; one
+    /// vector per text, in order. Use [`Embedder::embed`] from async code.
+    pub fn embed_blocking(
+        &self,
+        namespace: &str,
+        texts: &[&str],
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let mut request = Request::new(&self.inner.cache, Namespace::new(namespace), texts);
         let batches = request.take_batches(self.inner.batch_size(request.misses.len()));
         let count = batches.len();
         let (sender, replies) = mpsc::channel();
@@ -186,11 +197,16 @@ impl Embedder {
         request.finish(&self.inner.cache, results.into_iter().flatten())
     }
 
-    /// Embeds `texts` on the workers; one vector per text, in order. The model never runs on
-    /// the caller's thread, so this never blocks the async runtime. Dropping the future
-    /// before it completes does not stop batches already queued.
-    pub async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let mut request = Request::new(&self.inner.cache, &texts);
+    /// Embeds `texts` of `namespace` (the tenant whose texts they are; see [`Embedder`]) on
+    /// the workers; one vector per text, in order. The model never runs on the caller's
+    /// thread, so this never blocks the async runtime. Dropping the future before it
+    /// completes does not stop batches already queued.
+    pub async fn embed(
+        &self,
+        namespace: &str,
+        texts: Vec<String>,
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let mut request = Request::new(&self.inner.cache, Namespace::new(namespace), &texts);
         let batch_size = self.inner.batch_size(request.misses.len());
         let replies: Vec<_> = request
             .take_batches(batch_size)
@@ -248,12 +264,12 @@ struct Miss {
 }
 
 impl Request {
-    fn new(cache: &Cache, texts: &[impl AsRef<str>]) -> Self {
+    fn new(cache: &Cache, namespace: Namespace, texts: &[impl AsRef<str>]) -> Self {
         let mut vectors = Vec::with_capacity(texts.len());
         let mut misses: Vec<Miss> = Vec::new();
         let mut miss_index: HashMap<Key, usize> = HashMap::new();
         for (position, text) in texts.iter().map(AsRef::as_ref).enumerate() {
-            let key = cache::key(text);
+            let key = cache::key(namespace, text);
             let cached = cache.get(&key);
             if cached.is_none() {
                 match miss_index.entry(key) {

@@ -5,7 +5,7 @@
 //! The ONNX Runtime library and the model are files on disk ([`Assets`]), installed by
 //! `cargo xtask setup` or shipped in the release bundle. An [`Embedder`] runs the model on its
 //! own worker threads, so async callers never block, groups texts of similar length into
-//! batches, and caches vectors by the text's hash. Every vector is tagged by the
+//! batches, and caches vectors by the text's hash within the caller's namespace (its tenant). Every vector is tagged by the
 //! [`ModelIdentity`] that made it, so vectors of different models are never mixed.
 //!
 //! It may depend on `memlayer-store` only, and must not depend on indexes, strategies,

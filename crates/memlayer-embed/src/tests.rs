@@ -7,6 +7,9 @@ use std::sync::OnceLock;
 
 use crate::{Assets, CacheStats, EmbedError, Embedder, EmbedderOptions};
 
+/// The namespace (tenant) the tests embed for.
+const NS: &str = "tenant";
+
 /// The pinned sha256 of the model file that `cargo xtask setup` installs.
 const MODEL_SHA256: &str = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6";
 
@@ -41,7 +44,9 @@ fn shared() -> &'static Embedder {
 }
 
 fn embed_one(embedder: &Embedder, text: &str) -> Vec<f32> {
-    let mut vectors = embedder.embed_blocking(&[text]).expect("embedding works");
+    let mut vectors = embedder
+        .embed_blocking(NS, &[text])
+        .expect("embedding works");
     assert_eq!(vectors.len(), 1);
     vectors.remove(0)
 }
@@ -75,7 +80,9 @@ fn identity_names_the_model_file() {
 fn vectors_have_the_model_dimension_and_unit_length() {
     let long = "word ".repeat(600);
     let texts = ["My favourite colour is blue", "", long.as_str()];
-    let vectors = shared().embed_blocking(&texts).expect("embedding works");
+    let vectors = shared()
+        .embed_blocking(NS, &texts)
+        .expect("embedding works");
     assert_eq!(vectors.len(), texts.len());
     for vector in &vectors {
         assert_eq!(vector.len(), 384);
@@ -112,7 +119,9 @@ fn a_batch_gives_the_vectors_of_single_texts() {
         "thanks!",
         "My flight to Lisbon got moved to Tuesday.",
     ];
-    let batch = shared().embed_blocking(&texts).expect("embedding works");
+    let batch = shared()
+        .embed_blocking(NS, &texts)
+        .expect("embedding works");
     for (text, batched) in texts.iter().zip(&batch) {
         let single = embed_one(shared(), text);
         let difference = max_difference(&single, batched);
@@ -134,7 +143,9 @@ fn requests_larger_than_a_batch_keep_their_order() {
         "short",
         "tiny",
     ];
-    let vectors = embedder.embed_blocking(&texts).expect("embedding works");
+    let vectors = embedder
+        .embed_blocking(NS, &texts)
+        .expect("embedding works");
     for (text, vector) in texts.iter().zip(&vectors) {
         let difference = max_difference(&embed_one(shared(), text), vector);
         assert!(difference < 1e-5, "{text:?} differs by {difference}");
@@ -142,7 +153,7 @@ fn requests_larger_than_a_batch_keep_their_order() {
     assert_eq!(vectors[1], vectors[3]);
     assert!(
         embedder
-            .embed_blocking(&[])
+            .embed_blocking(NS, &[])
             .expect("nothing to embed")
             .is_empty()
     );
@@ -152,7 +163,7 @@ fn requests_larger_than_a_batch_keep_their_order() {
 fn cache_hits_return_the_identical_vector_and_are_counted() {
     let embedder = Embedder::open(&assets(), EmbedderOptions::default()).expect("model loads");
     let first = embedder
-        .embed_blocking(&["remember my order number 4711", "hello"])
+        .embed_blocking(NS, &["remember my order number 4711", "hello"])
         .expect("embedding works");
     assert_eq!(
         embedder.cache_stats(),
@@ -163,12 +174,12 @@ fn cache_hits_return_the_identical_vector_and_are_counted() {
         }
     );
     let again = embedder
-        .embed_blocking(&["remember my order number 4711"])
+        .embed_blocking(NS, &["remember my order number 4711"])
         .expect("embedding works");
     assert_eq!(again[0], first[0]);
     // A text repeated inside one request is embedded once but counted at each place.
     let repeated = embedder
-        .embed_blocking(&["hello", "new text", "new text"])
+        .embed_blocking(NS, &["hello", "new text", "new text"])
         .expect("embedding works");
     assert_eq!(repeated[0], first[1]);
     assert_eq!(repeated[1], repeated[2]);
@@ -180,6 +191,23 @@ fn cache_hits_return_the_identical_vector_and_are_counted() {
             entries: 3
         }
     );
+
+    // Another namespace (tenant) gets nothing of the first's: the same text is a miss, and
+    // clearing one namespace leaves the other's vectors.
+    let other = embedder
+        .embed_blocking("another tenant", &["hello"])
+        .expect("embedding works");
+    assert_eq!(other[0], first[1], "the same text, the same vector");
+    assert_eq!(
+        (embedder.cache_stats().hits, embedder.cache_stats().misses),
+        (2, 5)
+    );
+    embedder.clear_cache(NS);
+    assert_eq!(embedder.cache_stats().entries, 1);
+    embedder
+        .embed_blocking("another tenant", &["hello"])
+        .expect("embedding works");
+    assert_eq!(embedder.cache_stats().hits, 3);
 }
 
 #[test]
@@ -239,13 +267,13 @@ fn a_shut_down_embedder_refuses_work() {
     let clone = embedder.clone();
     embedder.shutdown();
     assert_eq!(
-        clone.embed_blocking(&["anything"]).err(),
+        clone.embed_blocking(NS, &["anything"]).err(),
         Some(EmbedError::ShutDown)
     );
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime");
-    let result = runtime.block_on(clone.embed(vec!["anything".to_owned()]));
+    let result = runtime.block_on(clone.embed(NS, vec!["anything".to_owned()]));
     assert_eq!(result.err(), Some(EmbedError::ShutDown));
 }
 
@@ -260,7 +288,7 @@ async fn concurrent_requests_from_many_tasks_all_succeed() {
                 format!("message {task} from a concurrent client"),
                 "the same greeting from everyone".to_owned(),
             ];
-            let vectors = embedder.embed(texts.clone()).await;
+            let vectors = embedder.embed(NS, texts.clone()).await;
             (texts, vectors)
         });
     }

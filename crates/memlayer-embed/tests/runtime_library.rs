@@ -47,7 +47,7 @@ fn a_bad_library_is_an_error_and_the_right_one_still_loads() {
     // A failed load leaves the process free to load the right library.
     let embedder = Embedder::open(&real, options()).expect("the real library loads");
     let vectors = embedder
-        .embed_blocking(&["hello"])
+        .embed_blocking("tenant", &["hello"])
         .expect("embedding works");
     assert_eq!(vectors[0].len(), 384);
 

@@ -275,7 +275,7 @@ impl Coordinator {
                     receipt.counts.session_memories += erased.session_memories;
                     receipt.counts.runs_redacted += erased.runs_redacted;
                     let key = MessageKey::new(erased.sid, *index);
-                    self.inner.recall.forget_message(key).await?;
+                    self.inner.recall.forget_message(tenant, key).await?;
                     erased_message = Some(key);
                 }
             }
@@ -350,12 +350,15 @@ impl Coordinator {
             // the crash gone from the store and no longer knows their keys, yet a snapshot
             // saved before the crash may still hold their vectors. Only then is the scan of
             // every indexed key worth its cost.
-            self.inner.recall.forget_deleted_sessions().await?;
+            self.inner.recall.forget_deleted_sessions(tenant).await?;
         } else if erases_sessions {
-            self.inner.recall.forget_sessions(erased_sessions).await?;
+            self.inner
+                .recall
+                .forget_sessions(tenant, erased_sessions)
+                .await?;
         }
         if let Some(key) = erased_message {
-            self.inner.recall.forget_message(key).await?;
+            self.inner.recall.forget_message(tenant, key).await?;
         }
         self.compact().await?;
 

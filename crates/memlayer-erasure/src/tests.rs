@@ -160,6 +160,73 @@ fn lines(items: &[(Role, &str)]) -> Vec<(Role, String)> {
     items.iter().map(|(r, c)| (*r, (*c).to_owned())).collect()
 }
 
+/// The embedder's cache is kept per tenant, for long-term memories too: a text one tenant
+/// remembered is embedded again when another asks for it, so no tenant learns by a faster
+/// answer what another remembered. An erasure empties the erasing tenant's part of the cache
+/// (its erased texts were embedded there, and only there) and leaves the others': emptying
+/// theirs would let them notice by their own slower answers that someone erased something.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedding_cache_is_per_tenant_and_an_erasure_empties_its_own_part() {
+    let fixture = Fixture::open(tempfile::tempdir().unwrap(), embedder());
+    let text = "Dana's blood type is AB negative";
+    let (memory, _) = fixture
+        .memories
+        .remember(RememberRequest {
+            access: Access::tenant_wide(TENANT),
+            user_id: "dana".into(),
+            agent_id: None,
+            text: text.into(),
+            kind: MemoryKind::Fact,
+            tags: Vec::new(),
+            source: None,
+        })
+        .await
+        .unwrap();
+    let asked_by = |tenant: &str| MemoryQuery {
+        tenant: tenant.into(),
+        user_id: "dana".into(),
+        agent_id: None,
+        query: text.into(),
+        k: 3,
+        kinds: None,
+        tags: None,
+    };
+    // (hits, misses) of one recall of the remembered text by `tenant`.
+    let recall_counts = |tenant: &'static str| {
+        let (memories, recall) = (fixture.memories.clone(), fixture.recall.clone());
+        async move {
+            let before = recall.embedder().cache_stats();
+            memories.recall(asked_by(tenant)).await.unwrap();
+            let after = recall.embedder().cache_stats();
+            (after.hits - before.hits, after.misses - before.misses)
+        }
+    };
+    assert_eq!(
+        recall_counts("other").await,
+        (0, 1),
+        "another tenant: a miss"
+    );
+    assert_eq!(recall_counts(TENANT).await, (1, 0), "its own tenant: a hit");
+    assert_eq!(recall_counts("other").await, (1, 0));
+
+    fixture
+        .erase(Target::Memory {
+            memory_id: memory.id,
+        })
+        .await;
+    assert_eq!(
+        recall_counts(TENANT).await,
+        (0, 1),
+        "emptied by the erasure"
+    );
+    assert_eq!(
+        recall_counts("other").await,
+        (1, 0),
+        "another tenant's part is kept"
+    );
+    fixture.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn canaries_leave_every_api_and_every_file_byte() {
     let fixture = Fixture::open(tempfile::tempdir().unwrap(), embedder());

@@ -26,7 +26,8 @@ use std::time::{Duration, Instant};
 
 use memlayer_embed::Embedder;
 use memlayer_store::{
-    Access, EmbeddingModel, Message, MessageKey, Role, SessionRef, Store, StoreError, Timestamp,
+    Access, EmbeddingModel, Message, MessageKey, PendingEmbedding, Role, SessionRef, Store,
+    StoreError, Timestamp,
 };
 use tokio::sync::watch;
 
@@ -483,17 +484,7 @@ impl Recall {
             .progress
             .send_modify(|progress| progress.keywords = progress.keywords.max(last_seq));
 
-        let (keys, texts): (Vec<MessageKey>, Vec<String>) = batch
-            .iter()
-            .flat_map(|pending| &pending.messages)
-            .map(|(key, message)| (*key, message.content.clone()))
-            .unzip();
-        let vectors = if texts.is_empty() {
-            Vec::new()
-        } else {
-            self.inner.embedder.embed(texts).await?
-        };
-        let keyed: Vec<(MessageKey, Vec<f32>)> = keys.into_iter().zip(vectors).collect();
+        let keyed = self.embed_by_tenant(&batch).await?;
         let done = batch.iter().map(|pending| pending.seq).collect();
         self.inner
             .store
@@ -520,18 +511,55 @@ impl Recall {
         Ok(true)
     }
 
+    /// Embeds the messages of `batch`, each under its session's tenant (the embedder's cache
+    /// namespace), the tenants' requests side by side so the workers share them. Messages of
+    /// sessions deleted since they were queued were not read, and get no vector.
+    async fn embed_by_tenant(
+        &self,
+        batch: &[PendingEmbedding],
+    ) -> Result<Vec<(MessageKey, Vec<f32>)>> {
+        let mut by_tenant: BTreeMap<&str, (Vec<MessageKey>, Vec<String>)> = BTreeMap::new();
+        for pending in batch {
+            let Some(session) = &pending.session else {
+                continue;
+            };
+            let (keys, texts) = by_tenant.entry(session.tenant.as_str()).or_default();
+            for (key, message) in &pending.messages {
+                keys.push(*key);
+                texts.push(message.content.clone());
+            }
+        }
+        let mut requests = tokio::task::JoinSet::new();
+        for (tenant, (keys, texts)) in by_tenant {
+            let (embedder, tenant) = (self.inner.embedder.clone(), tenant.to_owned());
+            requests.spawn(async move {
+                let vectors = embedder.embed(&tenant, texts).await?;
+                Ok::<_, IndexError>(keys.into_iter().zip(vectors).collect::<Vec<_>>())
+            });
+        }
+        let mut keyed = Vec::new();
+        while let Some(embedded) = requests.join_next().await {
+            let embedded = embedded
+                .map_err(|err| IndexError::Pipeline(format!("an embedding task failed: {err}")))?;
+            keyed.extend(embedded?);
+        }
+        Ok(keyed)
+    }
+
     /// Deletes a session from the store and its messages from the indexes.
     pub async fn delete_session(&self, access: &Access, session_id: &str) -> Result<()> {
         let deleted = self.inner.store.delete_session(access, session_id).await?;
-        self.forget_sessions(vec![deleted.sid]).await
+        self.forget_sessions(access.tenant(), vec![deleted.sid])
+            .await
     }
 
-    /// Removes every message of the sessions with surrogate keys `sids` from the indexes, and
-    /// rewrites the snapshot without them. Call it after the store deleted the sessions.
-    /// Many sessions at once cost one compaction and one snapshot: a purge that called this
-    /// once per session rewrote the whole snapshot (and rebuilt the graph) per session.
-    pub async fn forget_sessions(&self, sids: Vec<u64>) -> Result<()> {
-        self.forget(move |indexes| {
+    /// Removes every message of the sessions with surrogate keys `sids` (of `tenant`) from
+    /// the indexes, and rewrites the snapshot without them. Call it after the store deleted
+    /// the sessions. Many sessions at once cost one compaction and one snapshot: a purge that
+    /// called this once per session rewrote the whole snapshot (and rebuilt the graph) per
+    /// session.
+    pub async fn forget_sessions(&self, tenant: &str, sids: Vec<u64>) -> Result<()> {
+        self.forget(tenant, move |indexes| {
             let mut keys = Vec::new();
             for sid in sids {
                 keys.extend(
@@ -552,8 +580,9 @@ impl Recall {
     /// store and so no longer knows their keys, while a snapshot saved in between may still
     /// hold their vectors: this finds them by what the indexes hold, not by what the job
     /// remembers. It reads every indexed key, so erasures that know their sessions call
-    /// [`Recall::forget_sessions`] instead.
-    pub async fn forget_deleted_sessions(&self) -> Result<()> {
+    /// [`Recall::forget_sessions`] instead. `tenant` is the erasing tenant, whose cached
+    /// vectors go (see [`Recall::forget_message`]).
+    pub async fn forget_deleted_sessions(&self, tenant: &str) -> Result<()> {
         let this = self.clone();
         let deleted = blocking(move || {
             let indexed: BTreeSet<u64> = {
@@ -570,7 +599,7 @@ impl Recall {
             Ok(this.inner.store.deleted_sessions(&indexed)?)
         })
         .await?;
-        self.forget(move |indexes| {
+        self.forget(tenant, move |indexes| {
             for sid in &deleted {
                 indexes.owners.remove(sid);
             }
@@ -585,19 +614,21 @@ impl Recall {
         .await
     }
 
-    /// Removes one message from the indexes and rewrites the snapshot without it. Call it
-    /// after the store erased the message.
-    pub async fn forget_message(&self, key: MessageKey) -> Result<()> {
-        self.forget(move |_| vec![key.as_u64()]).await
+    /// Removes one message of `tenant` from the indexes and rewrites the snapshot without it.
+    /// Call it after the store erased the message.
+    pub async fn forget_message(&self, tenant: &str, key: MessageKey) -> Result<()> {
+        self.forget(tenant, move |_| vec![key.as_u64()]).await
     }
 
     /// Removes the keys `select` picks from both indexes, compacts the vector index so that
-    /// not even its graph keeps a copy of an erased vector, empties the embedder's cache
-    /// (which holds vectors by the hash of their text), and saves the snapshot. Erasure
+    /// not even its graph keeps a copy of an erased vector, empties `tenant`'s part of the
+    /// embedder's cache (which holds vectors by the hash of their text; the erased texts
+    /// were embedded under their tenant, and only there), and saves the snapshot. Erasure
     /// calls it again after the pipeline caught up, so a batch in flight cannot put a key
     /// back: removal is idempotent.
     async fn forget(
         &self,
+        tenant: &str,
         select: impl FnOnce(&mut Indexes) -> Vec<u64> + Send + 'static,
     ) -> Result<()> {
         let this = self.clone();
@@ -614,7 +645,7 @@ impl Recall {
             Ok(())
         })
         .await?;
-        self.inner.embedder.clear_cache();
+        self.inner.embedder.clear_cache(tenant);
         self.save_snapshot().await;
         Ok(())
     }
@@ -629,16 +660,20 @@ impl Recall {
         // Embedded first: a query embedded before comes from the embedder's cache at once,
         // and the read-your-writes head read after it still covers every append committed
         // before the call.
-        let (embedded, embedding_failed) =
-            match self.inner.embedder.embed(vec![query.query.clone()]).await {
-                Ok(mut vectors) => (vectors.pop(), None),
-                Err(err) => (
-                    None,
-                    Some(format!(
-                        "the query could not be embedded ({err}); only keywords were searched"
-                    )),
-                ),
-            };
+        let (embedded, embedding_failed) = match self
+            .inner
+            .embedder
+            .embed(query.access.tenant(), vec![query.query.clone()])
+            .await
+        {
+            Ok(mut vectors) => (vectors.pop(), None),
+            Err(err) => (
+                None,
+                Some(format!(
+                    "the query could not be embedded ({err}); only keywords were searched"
+                )),
+            ),
+        };
         // When the index has caught up with the store, as it almost always has, one trip
         // to the blocking pool answers: under load every trip waits for a thread.
         let this = self.clone();

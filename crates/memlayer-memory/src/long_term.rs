@@ -184,7 +184,7 @@ impl LongTermMemory {
         let vector = self
             .inner
             .embedder
-            .embed(vec![text.clone()])
+            .embed(request.access.tenant(), vec![text.clone()])
             .await
             .map_err(|err| MemoryError::Embedding(err.to_string()))?
             .pop()
@@ -282,7 +282,7 @@ impl LongTermMemory {
         let vector = self
             .inner
             .embedder
-            .embed(vec![query.query.clone()])
+            .embed(&query.tenant, vec![query.query.clone()])
             .await
             .map_err(|err| MemoryError::Embedding(err.to_string()))?
             .pop();
@@ -425,8 +425,8 @@ impl LongTermMemory {
             existed += u64::from(self.inner.store.delete_memory(tenant, id).await?);
         }
         self.write().remove(&ids);
-        // The embedder caches vectors by the hash of their text.
-        self.inner.embedder.clear_cache();
+        // The embedder caches vectors by the hash of their text, under their tenant.
+        self.inner.embedder.clear_cache(tenant);
         Ok(existed)
     }
 

@@ -13,6 +13,9 @@
 //!   ([`Principal::access`]): a check made before the body arrived let a session created by
 //!   another user meanwhile slip through. A handler checks what the body and the query name
 //!   through [`Principal`]'s methods.
+//! - [`Operator`]: `operator` keys only, for the whole-store routes (the backup). An operator
+//!   key belongs to no tenant, and the three extractors above refuse it (`403`): whatever a
+//!   tenant's key may reach, it may not, so a new tenant route is closed to it by default.
 //!
 //! Every failure to authenticate (no key, a malformed, unknown, revoked or expired one) is
 //! `401 unauthorized` with `WWW-Authenticate: Bearer`. A valid key over its rate limit
@@ -94,6 +97,20 @@ impl Principal {
     }
 }
 
+/// The request's principal if its key acts for a tenant; an operator key is refused (`403`):
+/// it may use the whole-store routes and nothing of any tenant.
+async fn tenant_principal(parts: &mut Parts, state: &AppState) -> Result<Principal, ApiError> {
+    let principal = principal(parts, state).await?;
+    if principal.role == KeyRole::Operator {
+        return Err(ApiError::Forbidden(
+            "an operator key may use the whole-store routes (the backup) only, nothing of a \
+             tenant"
+                .into(),
+        ));
+    }
+    Ok(principal)
+}
+
 /// The request's principal, authenticated once and kept in the request's extensions.
 async fn principal(parts: &mut Parts, state: &AppState) -> Result<Principal, ApiError> {
     if let Some(principal) = parts.extensions.get::<Principal>() {
@@ -171,7 +188,7 @@ impl FromRequestParts<AppState> for Tenant {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let principal = principal(parts, state).await?;
+        let principal = tenant_principal(parts, state).await?;
         if principal.user_id.is_some() {
             return Err(ApiError::Forbidden(
                 "this route needs a tenant_admin or service key; user-scoped keys may not use it"
@@ -189,7 +206,7 @@ impl FromRequestParts<AppState> for Admin {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let principal = principal(parts, state).await?;
+        let principal = tenant_principal(parts, state).await?;
         if principal.role != KeyRole::TenantAdmin {
             return Err(ApiError::Forbidden(
                 "this route needs a tenant_admin key".into(),
@@ -199,8 +216,8 @@ impl FromRequestParts<AppState> for Admin {
     }
 }
 
-/// Any valid key, with the path's `{user_id}` already checked for a user-scoped key (another
-/// user answers `404`). Sessions are checked by the store calls made with
+/// Any valid key of a tenant, with the path's `{user_id}` already checked for a user-scoped
+/// key (another user answers `404`). Sessions are checked by the store calls made with
 /// [`Principal::access`].
 pub(crate) struct Caller(pub(crate) Principal);
 
@@ -208,7 +225,7 @@ impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let principal = principal(parts, state).await?;
+        let principal = tenant_principal(parts, state).await?;
         if principal.user_id.is_some() {
             // Undecodable parameters fail the handler's own path extractor (`400`) before it
             // runs, so they need no check here.
@@ -221,5 +238,26 @@ impl FromRequestParts<AppState> for Caller {
             }
         }
         Ok(Self(principal))
+    }
+}
+
+/// An `operator` key: the whole store, for the operator. Every tenant's key is refused with
+/// `403`, its admins' and the configured admin key included: a tenant role reaches its own
+/// tenant, and a whole-store route reaches every tenant's data.
+pub(crate) struct Operator;
+
+impl FromRequestParts<AppState> for Operator {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let principal = principal(parts, state).await?;
+        if principal.role != KeyRole::Operator {
+            return Err(ApiError::Forbidden(
+                "this route holds every tenant's data: it needs an operator key (memlayer keys \
+                 create --role operator, on the data directory)"
+                    .into(),
+            ));
+        }
+        Ok(Self)
     }
 }

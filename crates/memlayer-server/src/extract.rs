@@ -24,4 +24,4 @@ pub(crate) struct ApiPath<T>(pub(crate) T);
 /// header may repeat it (see `auth`).
 pub(crate) const TENANT_HEADER: &str = "x-memlayer-tenant";
 
-pub(crate) use crate::auth::{Admin, Caller, Tenant};
+pub(crate) use crate::auth::{Admin, Caller, Operator, Tenant};

@@ -85,9 +85,10 @@ impl Modify for Common {
                             "An API key: created with `POST /v1/keys` or `memlayer keys create`, \
                              or the admin key configured or printed at the first start. It \
                              decides the tenant and the role (`tenant_admin`, `service`, \
-                             `user`). Missing, malformed, unknown, revoked or expired keys \
-                             answer `401`; a role that may not use a route answers `403`; an \
-                             object of another tenant or user answers `404`.",
+                             `user`; or `operator`, of no tenant, for the backup only). \
+                             Missing, malformed, unknown, revoked or expired keys answer \
+                             `401`; a role that may not use a route answers `403`; an object \
+                             of another tenant or user answers `404`.",
                         ))
                         .build(),
                 ),

@@ -8,11 +8,12 @@
 use redb::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 
+use crate::ids::{next_seq, random_id, unused_id};
 use crate::model::Access;
 use crate::model::{Timestamp, validate_id, validate_text};
 use crate::record::Record;
 use crate::store::read_session_record;
-use crate::tables::{EPISODE_OWNERS, EPISODE_TASKS, EPISODES, META, NEXT_EPISODE_ID_KEY, SESSIONS};
+use crate::tables::{EPISODE_OWNERS, EPISODE_TASKS, EPISODES, NEXT_EPISODE_SEQ_KEY, SESSIONS};
 use crate::{Result, Store, StoreError};
 
 /// Longest description or reflection, in characters.
@@ -35,7 +36,8 @@ pub enum Outcome {
 /// One attempt at a task and the lesson drawn from it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Episode {
-    /// Its id, unique in the store and increasing in recording order (0 before it is stored).
+    /// Its id: unique in the store, random (it says nothing about other episodes), below
+    /// 2^53; 0 before it is stored.
     pub id: u64,
     /// The tenant.
     pub tenant: String,
@@ -133,6 +135,15 @@ impl Store {
     /// Records a new episode and returns its id. A source session must be one of the same
     /// user's sessions (checked in the same transaction, so it cannot be erased in between).
     pub async fn put_episode(&self, episode: Episode) -> Result<u64> {
+        self.put_episode_drawing(episode, random_id).await
+    }
+
+    /// [`Store::put_episode`] with ids from `draw` (tests force collisions with it).
+    pub(crate) async fn put_episode_drawing(
+        &self,
+        episode: Episode,
+        draw: impl FnMut() -> Result<u64> + Send + 'static,
+    ) -> Result<u64> {
         episode.validate()?;
         self.write(move |txn| {
             if let Some(session_id) = &episode.source_session {
@@ -145,9 +156,9 @@ impl Store {
                     });
                 }
             }
-            let mut meta = txn.open_table(META)?;
-            let id = meta.get(NEXT_EPISODE_ID_KEY)?.map_or(1, |v| v.value());
-            meta.insert(NEXT_EPISODE_ID_KEY, id + 1)?;
+            let mut episodes = txn.open_table(EPISODES)?;
+            let id = unused_id(draw, |id| Ok(episodes.get(id)?.is_some()))?;
+            let seq = next_seq(txn, NEXT_EPISODE_SEQ_KEY)?;
             let record = EpisodeRecord {
                 tenant: episode.tenant,
                 user_id: episode.user_id,
@@ -161,13 +172,12 @@ impl Store {
                 source_session: episode.source_session,
                 created_at: episode.created_at.as_micros(),
             };
-            txn.open_table(EPISODES)?
-                .insert(id, record.encode().as_slice())?;
+            episodes.insert(id, record.encode().as_slice())?;
             let (tenant, user) = (record.tenant.as_str(), record.user_id.as_str());
             txn.open_table(EPISODE_OWNERS)?
-                .insert((tenant, user, id), ())?;
+                .insert((tenant, user, id), seq)?;
             txn.open_table(EPISODE_TASKS)?
-                .insert((tenant, user, record.task_type.as_str(), id), ())?;
+                .insert((tenant, user, record.task_type.as_str(), seq), id)?;
             Ok(id)
         })
         .await
@@ -192,9 +202,17 @@ impl Store {
         let txn = self.begin_read()?;
         let owners = txn.open_table(EPISODE_OWNERS)?;
         let table = txn.open_table(EPISODES)?;
-        owners
+        let mut listed = owners
             .range((tenant, user_id, 0)..=(tenant, user_id, u64::MAX))?
-            .map(|entry| read_episode(&table, entry?.0.value().2))
+            .map(|entry| {
+                let (key, seq) = entry?;
+                Ok((seq.value(), key.value().2))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        listed.sort_unstable();
+        listed
+            .into_iter()
+            .map(|(_, id)| read_episode(&table, id))
             .collect()
     }
 
@@ -222,7 +240,7 @@ impl Store {
             if found.len() >= limit {
                 break;
             }
-            let episode = read_episode(&table, entry?.0.value().3)?;
+            let episode = read_episode(&table, entry?.1.value())?;
             if keep(&episode) {
                 found.push(episode);
             }
@@ -302,9 +320,16 @@ pub(crate) fn remove_user_episodes(
 /// caller).
 fn remove_episode_keys(txn: &WriteTransaction, id: u64, record: &EpisodeRecord) -> Result<()> {
     let (tenant, user) = (record.tenant.as_str(), record.user_id.as_str());
-    txn.open_table(EPISODE_OWNERS)?.remove((tenant, user, id))?;
+    let seq = txn
+        .open_table(EPISODE_OWNERS)?
+        .remove((tenant, user, id))?
+        .map(|seq| seq.value())
+        .ok_or_else(|| StoreError::Corrupted {
+            what: "episode indexes",
+            detail: format!("episode {id} is stored but not listed"),
+        })?;
     txn.open_table(EPISODE_TASKS)?
-        .remove((tenant, user, record.task_type.as_str(), id))?;
+        .remove((tenant, user, record.task_type.as_str(), seq))?;
     Ok(())
 }
 

@@ -11,12 +11,14 @@ use std::collections::HashSet;
 use redb::{ReadableTable, ReadableTableMetadata, WriteTransaction};
 use serde_json::Value;
 
+use crate::ids::{next_seq, random_id, unused_id};
 use crate::model::{Access, MAX_MESSAGES_PER_SESSION, Timestamp, validate_id};
 use crate::record::{ERASED_DIGEST, IdempotencyRecord, Record, RunRecord, SummaryRecord};
 use crate::store::{not_found, read_session_record};
 use crate::tables::{
-    ERASURE_JOBS, ERASURE_RECEIPTS, IDEMPOTENCY, MESSAGES, META, NEXT_JOB_ID_KEY, RETENTION, RUNS,
-    SESSION_ACTIVITY, SESSION_COUNTS, SESSIONS, SUMMARIES, VECTORS, scope,
+    ERASURE_IDS, ERASURE_JOBS, ERASURE_RECEIPT_SEQS, ERASURE_RECEIPTS, IDEMPOTENCY, MESSAGES,
+    NEXT_JOB_SEQ_KEY, RETENTION, RUNS, SESSION_ACTIVITY, SESSION_COUNTS, SESSIONS, SUMMARIES,
+    VECTORS, scope,
 };
 use crate::{Result, Store, StoreError};
 
@@ -50,7 +52,7 @@ pub struct ConversationStats {
 /// A durable job as the store keeps it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredJob {
-    /// Its id, increasing in the order jobs were recorded.
+    /// Its id: random (it says nothing about other erasures), below 2^53, never reused.
     pub id: u64,
     /// The coordinator's description of it.
     pub document: Value,
@@ -235,14 +237,25 @@ impl Store {
     /// Records a job durably and returns its id. Record it before the first step runs, so a
     /// crash in the middle leaves it pending.
     pub async fn record_job(&self, document: Value) -> Result<u64> {
+        self.record_job_drawing(document, random_id).await
+    }
+
+    /// [`Store::record_job`] with ids from `draw` (tests force collisions with it).
+    pub(crate) async fn record_job_drawing(
+        &self,
+        document: Value,
+        draw: impl FnMut() -> Result<u64> + Send + 'static,
+    ) -> Result<u64> {
         let bytes = serde_json::to_vec(&document).map_err(|err| StoreError::InvalidInput {
             field: "job",
             reason: err.to_string(),
         })?;
         self.write(move |txn| {
-            let mut meta = txn.open_table(META)?;
-            let id = meta.get(NEXT_JOB_ID_KEY)?.map_or(1, |v| v.value());
-            meta.insert(NEXT_JOB_ID_KEY, id + 1)?;
+            // Against every id ever issued, not only the pending ones: a finished job's id
+            // names its receipt for good.
+            let mut ids = txn.open_table(ERASURE_IDS)?;
+            let id = unused_id(draw, |id| Ok(ids.get(id)?.is_some()))?;
+            ids.insert(id, next_seq(txn, NEXT_JOB_SEQ_KEY)?)?;
             txn.open_table(ERASURE_JOBS)?.insert(id, bytes.as_slice())?;
             Ok(id)
         })
@@ -254,19 +267,29 @@ impl Store {
         Ok(self.begin_read()?.open_table(ERASURE_JOBS)?.len()?)
     }
 
-    /// Jobs recorded and not finished, oldest first.
+    /// Jobs recorded and not finished, oldest (first recorded) first.
     pub fn pending_jobs(&self) -> Result<Vec<StoredJob>> {
         let txn = self.begin_read()?;
         let jobs = txn.open_table(ERASURE_JOBS)?;
-        jobs.iter()?
+        let ids = txn.open_table(ERASURE_IDS)?;
+        let mut pending = jobs
+            .iter()?
             .map(|entry| {
                 let (id, value) = entry?;
-                Ok(StoredJob {
-                    id: id.value(),
+                let id = id.value();
+                let job = StoredJob {
+                    id,
                     document: decode_json("erasure job", value.value())?,
-                })
+                };
+                let seq = job_seq(&ids, id)?.ok_or_else(|| StoreError::Corrupted {
+                    what: "erasure ids",
+                    detail: format!("pending erasure {id} was never recorded"),
+                })?;
+                Ok((seq, job))
             })
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        pending.sort_unstable_by_key(|(seq, _)| *seq);
+        Ok(pending.into_iter().map(|(_, job)| job).collect())
     }
 
     /// Ends job `id` and keeps its receipt under `tenant`, in one commit: a job is either
@@ -279,24 +302,42 @@ impl Store {
         })?;
         let tenant = tenant.to_owned();
         self.write(move |txn| {
+            let seq = job_seq(&txn.open_table(ERASURE_IDS)?, id)?.ok_or_else(|| {
+                StoreError::InvalidInput {
+                    field: "job",
+                    reason: format!("erasure {id} was never recorded"),
+                }
+            })?;
             txn.open_table(ERASURE_JOBS)?.remove(id)?;
             txn.open_table(ERASURE_RECEIPTS)?
                 .insert((tenant.as_str(), id), bytes.as_slice())?;
+            txn.open_table(ERASURE_RECEIPT_SEQS)?
+                .insert((tenant.as_str(), seq), id)?;
             Ok(())
         })
         .await
     }
 
-    /// A tenant's erasure receipts, newest first, at most `limit`.
+    /// A tenant's erasure receipts, newest (last recorded) first, at most `limit`.
     pub fn receipts(&self, tenant: &str, limit: usize) -> Result<Vec<Value>> {
         validate_id("tenant", tenant)?;
         let txn = self.begin_read()?;
+        let order = txn.open_table(ERASURE_RECEIPT_SEQS)?;
         let receipts = txn.open_table(ERASURE_RECEIPTS)?;
-        receipts
+        order
             .range((tenant, 0)..=(tenant, u64::MAX))?
             .rev()
             .take(limit)
-            .map(|entry| decode_json("erasure receipt", entry?.1.value()))
+            .map(|entry| {
+                let id = entry?.1.value();
+                let receipt = receipts
+                    .get((tenant, id))?
+                    .ok_or_else(|| StoreError::Corrupted {
+                        what: "erasure receipts",
+                        detail: format!("receipt {id} is listed but not stored"),
+                    })?;
+                decode_json("erasure receipt", receipt.value())
+            })
             .collect()
     }
 
@@ -372,6 +413,11 @@ impl Store {
         })
         .await
     }
+}
+
+/// The sequence number job `id` was recorded under, if it was.
+fn job_seq(ids: &impl ReadableTable<u64, u64>, id: u64) -> Result<Option<u64>> {
+    Ok(ids.get(id)?.map(|seq| seq.value()))
 }
 
 fn decode_json(what: &'static str, bytes: &[u8]) -> Result<Value> {

@@ -306,7 +306,7 @@ fn workload() -> Vec<Step> {
         Group(vec![
             append(2, &[(1, "z")], Some(5)),
             Op::Run { session: 2, run: 1 },
-            Op::Forget { memory: 1 },
+            Op::Forget { user: 0, memory: 0 },
             append(0, &[(3, "{\"ok\":true}")], None),
         ]),
         One(Op::Delete { session: 1 }),

@@ -104,9 +104,13 @@ pub enum Op {
         /// What is remembered.
         text: String,
     },
-    /// Deletes the memory with this id.
+    /// Deletes one of a user's memories. Ids are random, so the operation names the memory
+    /// by its place in the user's list (oldest first); past the end, it names an id no memory
+    /// has.
     Forget {
-        /// The memory id.
+        /// Which user.
+        user: u8,
+        /// The memory's place in the user's list.
         memory: u8,
     },
     /// Compacts the file, as every erasure does last.
@@ -133,8 +137,8 @@ pub enum Outcome {
     Erased(bool),
     /// The run was recorded.
     Recorded,
-    /// The memory was stored under this id.
-    Remembered(u64),
+    /// The memory was stored.
+    Remembered,
     /// A memory deletion ran; whether the memory existed.
     Forgot(bool),
     /// Compaction ran.
@@ -233,12 +237,16 @@ pub async fn execute(store: &Store, op: &Op) -> Result<Outcome> {
             store
                 .put_memory(memory, &Access::tenant_wide(TENANT))
                 .await
-                .map(Outcome::Remembered)
+                .map(|_| Outcome::Remembered)
         }
-        Op::Forget { memory } => store
-            .delete_memory(TENANT, u64::from(*memory))
-            .await
-            .map(Outcome::Forgot),
+        Op::Forget { user, memory } => {
+            // 0 is never an id.
+            let id = store
+                .user_memories(TENANT, user_id(*user))?
+                .get(usize::from(*memory))
+                .map_or(0, |memory| memory.id);
+            store.delete_memory(TENANT, id).await.map(Outcome::Forgot)
+        }
         Op::Compact => store.compact().map(|_| Outcome::Compacted),
     };
     match outcome {
@@ -261,6 +269,9 @@ fn user_id(user: u8) -> &'static str {
     USERS[usize::from(user) % USERS.len()]
 }
 
+/// The messages of an append request, as the model compares them.
+type Request = Vec<(Role, String)>;
+
 /// What the store must hold for one session.
 #[derive(Debug, Clone, Default, PartialEq)]
 struct SessionModel {
@@ -271,28 +282,16 @@ struct SessionModel {
     runs: Vec<String>,
     /// Idempotency keys: the request's messages (`None` once one of them was erased: any
     /// body then replays) and the first answer.
-    keys: BTreeMap<String, (Option<Vec<(Role, String)>>, Outcome)>,
+    keys: BTreeMap<String, (Option<Request>, Outcome)>,
 }
 
 /// A plain in-memory model of what the store must hold after a sequence of operations, and
 /// what each operation must answer.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Model {
     sessions: [Option<SessionModel>; SESSIONS.len()],
-    /// Memory id → (user, text).
-    memories: BTreeMap<u64, (&'static str, String)>,
-    next_memory: u64,
-}
-
-impl Default for Model {
-    fn default() -> Self {
-        Self {
-            sessions: Default::default(),
-            memories: BTreeMap::new(),
-            // Memory ids start at 1 and are never reused.
-            next_memory: 1,
-        }
-    }
+    /// (user, text) of every memory, oldest first.
+    memories: Vec<(&'static str, String)>,
 }
 
 impl Model {
@@ -408,13 +407,19 @@ impl Model {
                 if text.contains('\0') {
                     return Outcome::Invalid;
                 }
-                let id = self.next_memory;
-                self.next_memory += 1;
-                self.memories.insert(id, (user_id(*user), text.clone()));
-                Outcome::Remembered(id)
+                self.memories.push((user_id(*user), text.clone()));
+                Outcome::Remembered
             }
-            Op::Forget { memory } => {
-                Outcome::Forgot(self.memories.remove(&u64::from(*memory)).is_some())
+            Op::Forget { user, memory } => {
+                let user = user_id(*user);
+                let place = self
+                    .memories
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, (owner, _))| *owner == user)
+                    .nth(usize::from(*memory))
+                    .map(|(place, _)| place);
+                Outcome::Forgot(place.map(|place| self.memories.remove(place)).is_some())
             }
             Op::Compact => Outcome::Compacted,
         }
@@ -430,7 +435,7 @@ impl Model {
                 .flatten()
                 .map(|(_, content)| content.clone())
         });
-        let memories = self.memories.values().map(|(_, text)| text.clone());
+        let memories = self.memories.iter().map(|(_, text)| text.clone());
         messages.chain(memories).collect()
     }
 
@@ -506,22 +511,29 @@ impl Model {
                 listed.items.len()
             ));
         }
+        let mut ids = std::collections::BTreeSet::new();
         for user in USERS {
-            let stored: Vec<(u64, String)> = store
+            let stored = store
                 .user_memories(TENANT, user)
-                .map_err(|err| err.to_string())?
-                .into_iter()
-                .map(|memory| (memory.id, memory.text))
-                .collect();
-            let wanted: Vec<(u64, String)> = self
+                .map_err(|err| err.to_string())?;
+            for memory in &stored {
+                if !(1..1 << 53).contains(&memory.id) || !ids.insert(memory.id) {
+                    return Err(format!(
+                        "memory id {} is out of range or repeated",
+                        memory.id
+                    ));
+                }
+            }
+            let stored: Vec<String> = stored.into_iter().map(|memory| memory.text).collect();
+            let wanted: Vec<String> = self
                 .memories
                 .iter()
-                .filter(|(_, (owner, _))| *owner == user)
-                .map(|(id, (_, text))| (*id, text.clone()))
+                .filter(|(owner, _)| *owner == user)
+                .map(|(_, text)| text.clone())
                 .collect();
             if stored != wanted {
                 return Err(format!(
-                    "memories of {user}: {stored:?}, expected {wanted:?}"
+                    "memories of {user}, oldest first: {stored:?}, expected {wanted:?}"
                 ));
             }
         }
@@ -563,7 +575,7 @@ mod tests {
             2 => (any::<u8>(), 0u8..6).prop_map(|(session, index)| Op::Erase { session, index }),
             2 => (any::<u8>(), 0u8..3).prop_map(|(session, run)| Op::Run { session, run }),
             2 => (any::<u8>(), text()).prop_map(|(user, text)| Op::Remember { user, text }),
-            1 => (0u8..4).prop_map(|memory| Op::Forget { memory }),
+            1 => (any::<u8>(), 0u8..3).prop_map(|(user, memory)| Op::Forget { user, memory }),
             1 => Just(Op::Compact),
         ]
     }

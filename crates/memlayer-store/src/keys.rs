@@ -9,6 +9,11 @@
 //! any shape of at least [`MIN_CONFIGURED_KEY_LEN`] characters; it is stored under the
 //! reserved prefix [`CONFIGURED_KEY_PREFIX`].
 //!
+//! Keys act for one tenant, except [`KeyRole::Operator`] keys: the operator's credential for
+//! what concerns the whole store (a backup holds every tenant's data), which belongs to no
+//! tenant. Such keys are stored under [`OPERATOR_TENANT`], which is not a valid tenant id, so
+//! no tenant's listing, revocation or tenant header can reach them.
+//!
 //! **Invariant:** no record holds a secret. What is stored is `SHA-256(whole key)`; checking
 //! a presented key hashes it and compares the digests in constant time.
 //!
@@ -18,7 +23,7 @@
 //! milliseconds of CPU for nothing. The configured key is the operator's: the docs ask for a
 //! random one (`openssl rand -hex 32`), and its minimum length rules out short passwords.
 
-use redb::{ReadableTable, ReadableTableMetadata, WriteTransaction};
+use redb::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -36,6 +41,9 @@ pub const KEY_SCHEME: &str = "mlk_";
 pub const CONFIGURED_KEY_PREFIX: &str = "config";
 /// The tenant of the configured and of the bootstrap admin key.
 pub const BOOTSTRAP_TENANT: &str = "default";
+/// What an [`KeyRole::Operator`] key has for a tenant: `*`, the whole store. Tenant ids
+/// cannot contain `*` (`validate_id`), so it names no tenant.
+pub const OPERATOR_TENANT: &str = "*";
 /// Shortest configured admin key accepted: 32 characters, 128 bits if they are random hex.
 pub const MIN_CONFIGURED_KEY_LEN: usize = 32;
 /// Longest key accepted anywhere; longer input is refused before it is hashed.
@@ -59,6 +67,10 @@ pub enum KeyRole {
     Service,
     /// Acts for one end user ([`ApiKey::user_id`]): only that user's sessions and recall.
     User,
+    /// The operator of the whole store, of no tenant ([`OPERATOR_TENANT`]): whole-store
+    /// operations (the backup) and nothing of any tenant. Created only on the data directory
+    /// (`memlayer keys create --role operator`), never through the API.
+    Operator,
 }
 
 // The record stores the role by variant index (bincode's enum encoding): append new roles at
@@ -71,6 +83,7 @@ impl KeyRole {
             Self::TenantAdmin => "tenant_admin",
             Self::Service => "service",
             Self::User => "user",
+            Self::Operator => "operator",
         }
     }
 }
@@ -89,9 +102,10 @@ impl std::str::FromStr for KeyRole {
             "tenant_admin" => Ok(Self::TenantAdmin),
             "service" => Ok(Self::Service),
             "user" => Ok(Self::User),
+            "operator" => Ok(Self::Operator),
             other => Err(StoreError::InvalidInput {
                 field: "role",
-                reason: format!("{other:?} is not one of tenant_admin, service, user"),
+                reason: format!("{other:?} is not one of tenant_admin, service, user, operator"),
             }),
         }
     }
@@ -102,7 +116,7 @@ impl std::str::FromStr for KeyRole {
 pub struct ApiKey {
     /// Public identifier: finds the key, and names it in listings, logs and revocations.
     pub prefix: String,
-    /// The tenant it acts for.
+    /// The tenant it acts for; [`OPERATOR_TENANT`] for an operator key.
     pub tenant: String,
     /// What it may do.
     pub role: KeyRole,
@@ -128,7 +142,8 @@ impl ApiKey {
 /// A key to create.
 #[derive(Debug, Clone)]
 pub struct NewKey {
-    /// The tenant it acts for.
+    /// The tenant it acts for: a tenant id, or [`OPERATOR_TENANT`] for (and only for) an
+    /// operator key.
     pub tenant: String,
     /// What it may do.
     pub role: KeyRole,
@@ -180,10 +195,10 @@ pub enum Bootstrap {
     /// The configured admin key was revoked (through the API or the command line); it stays
     /// revoked until the operator configures another.
     ConfiguredRevoked,
-    /// No key existed and none was configured: this admin key of tenant
+    /// No tenant had a key and none was configured: this admin key of tenant
     /// [`BOOTSTRAP_TENANT`] was created. Show it once.
     Generated(IssuedKey),
-    /// Keys exist and none is configured: nothing to do.
+    /// Tenant keys exist and none is configured: nothing to do.
     Existing,
 }
 
@@ -273,7 +288,19 @@ pub fn validate_configured_key(key: &str) -> Result<()> {
 
 impl NewKey {
     fn validate(&self) -> Result<()> {
-        validate_id("tenant", &self.tenant)?;
+        match self.role {
+            KeyRole::Operator if self.tenant != OPERATOR_TENANT => {
+                return Err(StoreError::InvalidInput {
+                    field: "tenant",
+                    reason: format!(
+                        "an operator key belongs to no tenant (tenant {OPERATOR_TENANT:?})"
+                    ),
+                });
+            }
+            KeyRole::Operator => {}
+            // `*` is not a valid id either: only operator keys have it.
+            _ => validate_id("tenant", &self.tenant)?,
+        }
         match (&self.role, &self.user_id) {
             (KeyRole::User, Some(user)) => validate_id("user_id", user)?,
             (KeyRole::User, None) => {
@@ -348,6 +375,16 @@ fn create_in(
         key: record.into_key(prefix),
         secret: whole,
     })
+}
+
+/// Whether any tenant has a key (revoked and expired ones count: the tenant was set up).
+fn any_tenant_key(txn: &WriteTransaction) -> Result<bool> {
+    for entry in txn.open_table(API_KEY_TENANTS)?.iter()? {
+        if entry?.0.value().0 != OPERATOR_TENANT {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// Random material for one new key: candidate prefixes (a collision is retried with the
@@ -493,7 +530,8 @@ impl Store {
     ///   key configured before if it changed. A configured key revoked since stays revoked
     ///   until another is configured.
     /// - without, removes a previously configured key (it is no longer the operator's), and
-    ///   if no key exists at all, generates one, which the caller shows once.
+    ///   if no tenant has a key (operator keys administer no tenant), generates one, which
+    ///   the caller shows once.
     pub async fn bootstrap_keys(&self, configured: Option<&str>) -> Result<Bootstrap> {
         if let Some(key) = configured {
             validate_configured_key(key)?;
@@ -536,10 +574,10 @@ impl Store {
                         txn.open_table(API_KEY_TENANTS)?
                             .remove((current.tenant.as_str(), CONFIGURED_KEY_PREFIX))?;
                     }
-                    if !keys.is_empty()? {
+                    drop(keys);
+                    if any_tenant_key(txn)? {
                         return Ok(Bootstrap::Existing);
                     }
-                    drop(keys);
                     let new = NewKey {
                         tenant: BOOTSTRAP_TENANT.to_owned(),
                         role: KeyRole::TenantAdmin,
@@ -709,6 +747,73 @@ mod tests {
             KeyRole::TenantAdmin
         );
         assert!("admin".parse::<KeyRole>().is_err());
+    }
+
+    /// An operator key belongs to no tenant: only it has the tenant `*`, no tenant lists or
+    /// revokes it, and a store whose only key is the operator's still gets its first admin
+    /// key at the first start.
+    #[tokio::test]
+    async fn operator_keys_belong_to_no_tenant() {
+        let (_dir, store) = store();
+        let operator = NewKey {
+            role: KeyRole::Operator,
+            ..service(OPERATOR_TENANT)
+        };
+        let issued = store.create_key(operator.clone()).await.unwrap();
+        let now = Timestamp::now();
+        let key = store
+            .authenticate_key(&issued.secret, now)
+            .unwrap()
+            .unwrap();
+        assert_eq!((key.role, key.tenant.as_str()), (KeyRole::Operator, "*"));
+        for bad in [
+            NewKey {
+                tenant: BOOTSTRAP_TENANT.into(),
+                ..operator.clone()
+            },
+            NewKey {
+                user_id: Some("alice".into()),
+                ..operator.clone()
+            },
+            service(OPERATOR_TENANT),
+        ] {
+            assert!(store.create_key(bad.clone()).await.is_err(), "{bad:?}");
+        }
+        assert!(store.list_keys(Some(OPERATOR_TENANT)).is_err());
+        assert_eq!(
+            store.list_keys(None).unwrap(),
+            std::slice::from_ref(&issued.key)
+        );
+        let prefix = &issued.key.prefix;
+        assert_eq!(
+            store.revoke_key(Some("default"), prefix).await.unwrap(),
+            None
+        );
+
+        let Bootstrap::Generated(admin) = store.bootstrap_keys(None).await.unwrap() else {
+            panic!("an operator key administers no tenant: the first admin key is generated");
+        };
+        assert_eq!(admin.key.tenant, BOOTSTRAP_TENANT);
+        assert!(matches!(
+            store.bootstrap_keys(None).await.unwrap(),
+            Bootstrap::Existing
+        ));
+        assert_eq!("operator".parse::<KeyRole>().unwrap(), KeyRole::Operator);
+    }
+
+    /// Records store the role as its variant index: the order of the roles is the format.
+    #[test]
+    fn roles_keep_their_stored_numbers() {
+        let roles = [
+            KeyRole::TenantAdmin,
+            KeyRole::Service,
+            KeyRole::User,
+            KeyRole::Operator,
+        ];
+        for (number, role) in roles.into_iter().enumerate() {
+            let bytes = bincode::serde::encode_to_vec(role, bincode::config::standard()).unwrap();
+            assert_eq!(bytes, [number as u8], "{role}");
+        }
     }
 
     #[tokio::test]

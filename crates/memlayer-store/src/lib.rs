@@ -19,8 +19,10 @@ mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 mod idle;
+mod ids;
 mod keys;
 mod memories;
+mod migrate;
 mod model;
 mod record;
 mod session_memory;
@@ -35,7 +37,8 @@ pub use erasure::{ConversationStats, MessageErased, StoredJob};
 pub use error::{Result, StoreError};
 pub use keys::{
     ApiKey, BOOTSTRAP_TENANT, Bootstrap, CONFIGURED_KEY_PREFIX, IssuedKey, KEY_SCHEME,
-    KeyRejection, KeyRole, MIN_CONFIGURED_KEY_LEN, NewKey, validate_configured_key,
+    KeyRejection, KeyRole, MIN_CONFIGURED_KEY_LEN, NewKey, OPERATOR_TENANT,
+    validate_configured_key,
 };
 pub use memories::{Memory, MemoryKind};
 pub use model::{

@@ -8,10 +8,11 @@
 use redb::ReadableTable;
 use serde::{Deserialize, Serialize};
 
+use crate::ids::{next_seq, random_id, unused_id};
 use crate::model::{Access, Timestamp, validate_id, validate_text};
 use crate::record::Record;
 use crate::store::{not_found, read_session_record};
-use crate::tables::{MEMORIES, MEMORY_OWNERS, MESSAGES, META, NEXT_MEMORY_ID_KEY, SESSIONS};
+use crate::tables::{MEMORIES, MEMORY_OWNERS, MESSAGES, NEXT_MEMORY_SEQ_KEY, SESSIONS};
 use crate::{Result, Store, StoreError};
 
 /// What kind of thing a memory records.
@@ -31,7 +32,8 @@ pub enum MemoryKind {
 /// A long-term memory.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Memory {
-    /// Its id, unique in the store.
+    /// Its id: unique in the store, random (it says nothing about other memories), below
+    /// 2^53; 0 before it is stored.
     pub id: u64,
     /// The tenant.
     pub tenant: String,
@@ -144,8 +146,11 @@ fn check_source(
 }
 
 impl Store {
-    /// Saves a memory: a new one (id 0) gets the next id; an existing id is replaced.
-    /// Returns the id.
+    /// Saves a memory: a new one (id 0) gets a fresh random id; a stored one (its id) is
+    /// replaced and keeps its place in its user's list. Returns the id.
+    ///
+    /// Fails with [`StoreError::Conflict`] when the id names no memory of the same tenant
+    /// and user: one forgotten since it was read must not come back by being updated.
     ///
     /// A source must be a stored message, and a source the memory did not cite before must be
     /// in a session `sources` reaches (for a user-scoped caller, one of its own): checked in
@@ -154,6 +159,16 @@ impl Store {
     /// [`StoreError::SessionNotFound`] for an unknown session, [`StoreError::InvalidInput`]
     /// for an unknown message.
     pub async fn put_memory(&self, memory: Memory, sources: &Access) -> Result<u64> {
+        self.put_memory_drawing(memory, sources, random_id).await
+    }
+
+    /// [`Store::put_memory`] with ids from `draw` (tests force collisions with it).
+    pub(crate) async fn put_memory_drawing(
+        &self,
+        memory: Memory,
+        sources: &Access,
+        draw: impl FnMut() -> Result<u64> + Send + 'static,
+    ) -> Result<u64> {
         validate_id("tenant", &memory.tenant)?;
         if sources.tenant() != memory.tenant {
             return Err(StoreError::InvalidInput {
@@ -182,19 +197,27 @@ impl Store {
                 };
                 check_source(txn, &reach, session_id, *index)?;
             }
-            let id = if memory.id == 0 {
-                let mut meta = txn.open_table(META)?;
-                let id = meta.get(NEXT_MEMORY_ID_KEY)?.map_or(1, |v| v.value());
-                meta.insert(NEXT_MEMORY_ID_KEY, id + 1)?;
-                id
+            let mut memories = txn.open_table(MEMORIES)?;
+            let mut owners = txn.open_table(MEMORY_OWNERS)?;
+            let owner = (memory.tenant.as_str(), memory.user_id.as_str());
+            let (id, seq) = if memory.id == 0 {
+                let id = unused_id(draw, |id| Ok(memories.get(id)?.is_some()))?;
+                (id, next_seq(txn, NEXT_MEMORY_SEQ_KEY)?)
             } else {
-                memory.id
+                let seq = owners
+                    .get((owner.0, owner.1, memory.id))?
+                    .map(|v| v.value());
+                let Some(seq) = seq else {
+                    return Err(StoreError::Conflict(format!(
+                        "memory {} is not one of this user's memories (any more)",
+                        memory.id
+                    )));
+                };
+                (memory.id, seq)
             };
             let record = MemoryRecord::from_memory(&memory);
-            txn.open_table(MEMORIES)?
-                .insert(id, record.encode().as_slice())?;
-            txn.open_table(MEMORY_OWNERS)?
-                .insert((memory.tenant.as_str(), memory.user_id.as_str(), id), ())?;
+            memories.insert(id, record.encode().as_slice())?;
+            owners.insert((owner.0, owner.1, id), seq)?;
             Ok(id)
         })
         .await
@@ -212,18 +235,24 @@ impl Store {
         Ok((memory.tenant == tenant).then_some(memory))
     }
 
-    /// Every memory of a user, oldest first.
+    /// Every memory of a user, oldest (first remembered) first.
     pub fn user_memories(&self, tenant: &str, user_id: &str) -> Result<Vec<Memory>> {
         validate_id("tenant", tenant)?;
         validate_id("user_id", user_id)?;
         let txn = self.begin_read()?;
         let owners = txn.open_table(MEMORY_OWNERS)?;
         let table = txn.open_table(MEMORIES)?;
-        owners
+        let mut listed = owners
             .range((tenant, user_id, 0)..=(tenant, user_id, u64::MAX))?
             .map(|entry| {
-                let (key, _) = entry?;
-                let id = key.value().2;
+                let (key, seq) = entry?;
+                Ok((seq.value(), key.value().2))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        listed.sort_unstable();
+        listed
+            .into_iter()
+            .map(|(_, id)| {
                 let value = table.get(id)?.ok_or_else(|| StoreError::Corrupted {
                     what: "memory owners",
                     detail: format!("memory {id} is listed but not stored"),
@@ -234,7 +263,8 @@ impl Store {
     }
 
     /// Up to `limit` memories of every tenant in id order after `after`: the pages an index
-    /// rebuild reads.
+    /// rebuild reads. Ids are random, so id order is not creation order; the pages cover
+    /// every memory stored before the first page was read and not deleted since.
     pub fn memories_after(&self, after: u64, limit: usize) -> Result<Vec<Memory>> {
         let txn = self.begin_read()?;
         let table = txn.open_table(MEMORIES)?;

@@ -769,18 +769,24 @@ fn check_format(db: &Database) -> Result<()> {
     }
 }
 
-/// Creates the tables and the format marker of a new file; a no-op on an existing one.
+/// Creates the tables and the format marker of a new file, and migrates a file of an older
+/// format; a no-op on an existing file of this build's format.
 fn initialise(db: &Database, commit: CommitMode) -> Result<()> {
     let txn = crate::writer::begin(db, commit)?;
-    {
+    let found = {
         let mut meta = txn.open_table(META)?;
-        if meta.get(FORMAT_VERSION_KEY)?.is_none() {
+        let found = meta.get(FORMAT_VERSION_KEY)?.map(|version| version.value());
+        if found.is_none() {
             meta.insert(FORMAT_VERSION_KEY, FORMAT_VERSION)?;
             meta.insert(NEXT_SID_KEY, 1)?;
             meta.insert(NEXT_OUTBOX_SEQ_KEY, 1)?;
         }
-    }
+        found
+    };
     crate::tables::for_each_table(&mut CreateTables(&txn))?;
+    if let Some(found) = found.filter(|&found| found < FORMAT_VERSION) {
+        crate::migrate::migrate(&txn, found)?;
+    }
     index_outbox(
         &txn.open_table(OUTBOX)?,
         &mut txn.open_table(OUTBOX_BY_SESSION)?,

@@ -3,7 +3,7 @@
 
 use redb::TableDefinition;
 
-/// Store-wide settings: `format_version`, `next_sid`.
+/// Store-wide settings and counters: `format_version`, `next_sid`, the sequences.
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
 /// `(tenant, session_id)` → `SessionRecord`.
@@ -33,8 +33,9 @@ pub(crate) const SESSION_COUNTS: TableDefinition<(&str, &str), u64> =
 pub(crate) const FORMAT_VERSION_KEY: &str = "format_version";
 pub(crate) const NEXT_SID_KEY: &str = "next_sid";
 
-/// The storage format this build writes. Opening a file with a larger value fails.
-pub(crate) const FORMAT_VERSION: u64 = 1;
+/// The storage format this build writes. Opening a file with a larger value fails; a file
+/// with a smaller one is migrated at open (`migrate.rs`).
+pub(crate) const FORMAT_VERSION: u64 = 2;
 
 /// The listing scope that matches a filter.
 pub(crate) fn scope(user_id: Option<&str>, agent_id: Option<&str>) -> String {
@@ -114,16 +115,27 @@ pub(crate) const ERASURE_RECEIPTS: TableDefinition<(&str, u64), &[u8]> =
 /// `tenant` → `(days, last_run_micros)`: conversation retention and when it last ran.
 pub(crate) const RETENTION: TableDefinition<&str, (u32, u64)> = TableDefinition::new("retention");
 
-pub(crate) const NEXT_JOB_ID_KEY: &str = "next_job_id";
+/// `job_id` → sequence number: every erasure ever recorded, pending or finished (never
+/// removed, like the receipts): new ids are checked against it, so a job id is never reused,
+/// and the sequence orders pending jobs and receipts (ids are random, see `ids.rs`).
+pub(crate) const ERASURE_IDS: TableDefinition<u64, u64> = TableDefinition::new("erasure_ids");
+
+/// `(tenant, sequence)` → `job_id`: a tenant's receipts in the order their erasures were
+/// recorded, so the newest are one reverse range.
+pub(crate) const ERASURE_RECEIPT_SEQS: TableDefinition<(&str, u64), u64> =
+    TableDefinition::new("erasure_receipt_seqs");
+
+pub(crate) const NEXT_JOB_SEQ_KEY: &str = "next_job_seq";
 
 /// `memory_id` → `MemoryRecord`: long-term memories with their embeddings.
 pub(crate) const MEMORIES: TableDefinition<u64, &[u8]> = TableDefinition::new("memories");
 
-/// `(tenant, user_id, memory_id)` → `()`: a user's memories, for listing and erasure.
-pub(crate) const MEMORY_OWNERS: TableDefinition<(&str, &str, u64), ()> =
-    TableDefinition::new("memory_owners");
+/// `(tenant, user_id, memory_id)` → sequence number: a user's memories, for listing (in
+/// sequence order: ids are random) and erasure.
+pub(crate) const MEMORY_OWNERS: TableDefinition<(&str, &str, u64), u64> =
+    TableDefinition::new("memory_owner_seqs");
 
-pub(crate) const NEXT_MEMORY_ID_KEY: &str = "next_memory_id";
+pub(crate) const NEXT_MEMORY_SEQ_KEY: &str = "next_memory_seq";
 
 /// `prefix` → `KeyRecord`: API keys (see `keys.rs`). A record holds the SHA-256 of its key,
 /// never the key.
@@ -142,16 +154,17 @@ pub(crate) const SESSION_MEMORIES: TableDefinition<(&str, &str, &str), &[u8]> =
 /// and lesson).
 pub(crate) const EPISODES: TableDefinition<u64, &[u8]> = TableDefinition::new("episodes");
 
-/// `(tenant, user_id, episode_id)` → `()`: a user's episodes, for listing and erasure.
-pub(crate) const EPISODE_OWNERS: TableDefinition<(&str, &str, u64), ()> =
-    TableDefinition::new("episode_owners");
+/// `(tenant, user_id, episode_id)` → sequence number: a user's episodes, for listing (in
+/// sequence order: ids are random) and erasure.
+pub(crate) const EPISODE_OWNERS: TableDefinition<(&str, &str, u64), u64> =
+    TableDefinition::new("episode_owner_seqs");
 
-/// `(tenant, user_id, task_type, episode_id)` → `()`: a user's episodes by task type, so the
-/// most recent lessons of one type are one reverse range (ids increase in recording order).
-pub(crate) const EPISODE_TASKS: TableDefinition<(&str, &str, &str, u64), ()> =
-    TableDefinition::new("episode_tasks");
+/// `(tenant, user_id, task_type, sequence)` → `episode_id`: a user's episodes by task type in
+/// recording order, so the most recent lessons of one type are one reverse range.
+pub(crate) const EPISODE_TASKS: TableDefinition<(&str, &str, &str, u64), u64> =
+    TableDefinition::new("episode_task_seqs");
 
-pub(crate) const NEXT_EPISODE_ID_KEY: &str = "next_episode_id";
+pub(crate) const NEXT_EPISODE_SEQ_KEY: &str = "next_episode_seq";
 
 /// `(updated_at, tenant, session_id)` → `()`: sessions not yet ended, by last activity, so
 /// the ones idle for too long are one range (see `idle.rs`).
@@ -186,6 +199,8 @@ pub(crate) fn for_each_table(visitor: &mut impl TableVisitor) -> crate::Result<(
     visitor.visit(SETTINGS)?;
     visitor.visit(ERASURE_JOBS)?;
     visitor.visit(ERASURE_RECEIPTS)?;
+    visitor.visit(ERASURE_IDS)?;
+    visitor.visit(ERASURE_RECEIPT_SEQS)?;
     visitor.visit(RETENTION)?;
     visitor.visit(MEMORIES)?;
     visitor.visit(MEMORY_OWNERS)?;

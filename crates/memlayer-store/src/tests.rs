@@ -416,8 +416,8 @@ async fn data_survives_reopening_and_newer_formats_are_refused() {
     assert!(matches!(
         Store::open(&path),
         Err(StoreError::NewerFormat {
-            found: 2,
-            supported: 1
+            found: 3,
+            supported: 2
         })
     ));
 }
@@ -1509,4 +1509,359 @@ async fn an_erased_message_takes_its_sessions_run_texts_out_of_every_page() {
         .filter(|text| bytes.windows(text.len()).any(|w| w == text.as_bytes()))
         .collect();
     assert!(left.is_empty(), "run texts left in the file: {left:?}");
+}
+
+fn memory(user: &str, text: &str, at: crate::Timestamp) -> crate::Memory {
+    crate::Memory {
+        id: 0,
+        tenant: TENANT.into(),
+        user_id: user.into(),
+        agent_id: None,
+        text: text.into(),
+        kind: crate::MemoryKind::Fact,
+        tags: Vec::new(),
+        source: None,
+        created_at: at,
+        updated_at: at,
+        history: Vec::new(),
+        vector: vec![0.5; 4],
+    }
+}
+
+/// Ids a key sees must tell it nothing: not how many others were created (they are not
+/// consecutive), nor which ids exist (they are not guessable), and they stay exact as
+/// JavaScript numbers (below 2^53).
+fn assert_opaque(what: &str, ids: &[u64]) {
+    let mut sorted = ids.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), ids.len(), "{what}: ids repeat: {ids:?}");
+    assert!(
+        sorted.iter().all(|&id| (1..1 << 53).contains(&id)),
+        "{what}: ids beyond 1..2^53: {ids:?}"
+    );
+    assert_ne!(
+        sorted, ids,
+        "{what}: ids increase in creation order: {ids:?}"
+    );
+    // 50 draws of 53 bits: the closest two are ~2^41 apart, and all below 2^50 with
+    // probability 2^-150; sequential or narrow ids fail both.
+    let closest = sorted.windows(2).map(|w| w[1] - w[0]).min().unwrap();
+    assert!(closest > 1 << 20, "{what}: ids {closest} apart: {ids:?}");
+    assert!(
+        sorted[sorted.len() - 1] > 1 << 50,
+        "{what}: narrow ids: {ids:?}"
+    );
+}
+
+/// Memory, episode and erasure ids are drawn at random, and every listing keeps its order
+/// (creation order, not id order) even when every record carries the same time.
+#[tokio::test]
+async fn ids_are_opaque_and_listings_keep_recording_order() {
+    let (_dir, store) = open();
+    // One time for everything: the order must come from the store, not the caller's clock.
+    let at = crate::Timestamp::from_micros(1_700_000_000_000_000);
+
+    let mut memories = Vec::new();
+    for n in 0..50 {
+        let id = store
+            .put_memory(
+                memory("ann", &format!("fact {n}"), at),
+                &Access::tenant_wide(TENANT),
+            )
+            .await
+            .unwrap();
+        memories.push(id);
+    }
+    assert_opaque("memories", &memories);
+    let listed: Vec<u64> = store
+        .user_memories(TENANT, "ann")
+        .unwrap()
+        .iter()
+        .map(|memory| memory.id)
+        .collect();
+    assert_eq!(listed, memories, "a user's memories, oldest first");
+    // An update keeps the memory's place.
+    let mut updated = store.memory(TENANT, memories[3]).unwrap().unwrap();
+    updated.text = "fact 3, corrected".into();
+    assert_eq!(
+        store
+            .put_memory(updated, &Access::tenant_wide(TENANT))
+            .await
+            .unwrap(),
+        memories[3]
+    );
+    assert!(store.delete_memory(TENANT, memories[7]).await.unwrap());
+    let listed: Vec<u64> = store
+        .user_memories(TENANT, "ann")
+        .unwrap()
+        .iter()
+        .map(|memory| memory.id)
+        .collect();
+    let kept: Vec<u64> = memories
+        .iter()
+        .copied()
+        .filter(|&id| id != memories[7])
+        .collect();
+    assert_eq!(listed, kept);
+
+    let mut episodes = Vec::new();
+    for n in 0..50 {
+        let task = if n % 2 == 0 { "refund" } else { "upgrade" };
+        let episode = crate::Episode {
+            created_at: at,
+            ..episode("ann", task, &format!("lesson {n}"))
+        };
+        episodes.push(store.put_episode(episode).await.unwrap());
+    }
+    assert_opaque("episodes", &episodes);
+    let listed: Vec<u64> = store
+        .user_episodes(TENANT, "ann")
+        .unwrap()
+        .iter()
+        .map(|episode| episode.id)
+        .collect();
+    assert_eq!(listed, episodes, "a user's episodes, oldest first");
+    let recent: Vec<String> = store
+        .recent_episodes(TENANT, "ann", "refund", 3, |_| true)
+        .unwrap()
+        .into_iter()
+        .map(|episode| episode.lesson)
+        .collect();
+    assert_eq!(
+        recent,
+        ["lesson 48", "lesson 46", "lesson 44"],
+        "newest first"
+    );
+    assert!(store.delete_episode(TENANT, episodes[48]).await.unwrap());
+    let recent: Vec<String> = store
+        .recent_episodes(TENANT, "ann", "refund", 2, |_| true)
+        .unwrap()
+        .into_iter()
+        .map(|episode| episode.lesson)
+        .collect();
+    assert_eq!(recent, ["lesson 46", "lesson 44"]);
+
+    let mut jobs = Vec::new();
+    for n in 0..50 {
+        jobs.push(
+            store
+                .record_job(serde_json::json!({ "n": n }))
+                .await
+                .unwrap(),
+        );
+    }
+    assert_opaque("erasures", &jobs);
+    let pending: Vec<u64> = store
+        .pending_jobs()
+        .unwrap()
+        .iter()
+        .map(|job| job.id)
+        .collect();
+    assert_eq!(pending, jobs, "pending erasures, oldest first");
+    // Finished in another order than recorded: receipts stay newest (recorded) first.
+    for n in [3, 0, 4, 2, 1] {
+        let receipt = serde_json::json!({ "n": n });
+        store.finish_job(jobs[n], TENANT, receipt).await.unwrap();
+    }
+    let receipts: Vec<serde_json::Value> = store.receipts(TENANT, 3).unwrap();
+    assert_eq!(
+        receipts,
+        [4, 3, 2].map(|n| serde_json::json!({ "n": n })),
+        "receipts, newest first"
+    );
+    let pending: Vec<u64> = store
+        .pending_jobs()
+        .unwrap()
+        .iter()
+        .map(|job| job.id)
+        .collect();
+    assert_eq!(pending, jobs[5..]);
+}
+
+/// A drawn id that is taken is drawn again, in the transaction that stores the new record:
+/// ids are unique per kind, and an erasure's id is never reused, not even once it finished
+/// (its receipt keeps the id).
+#[tokio::test]
+async fn a_taken_id_is_drawn_again() {
+    use crate::ids::scripted;
+    let (_dir, store) = open();
+    let at = crate::Timestamp::now();
+    let first = memory("ann", "first", at);
+    assert_eq!(
+        store
+            .put_memory_drawing(first, &Access::tenant_wide(TENANT), scripted([42]))
+            .await
+            .unwrap(),
+        42
+    );
+    let second = memory("bob", "second", at);
+    let all = Access::tenant_wide(TENANT);
+    let drawn = store.put_memory_drawing(second, &all, scripted([42, 0, 43]));
+    assert_eq!(drawn.await.unwrap(), 43);
+    assert_eq!(store.memory(TENANT, 42).unwrap().unwrap().text, "first");
+
+    let first = episode("ann", "refund", "first");
+    assert_eq!(
+        store
+            .put_episode_drawing(first, scripted([42]))
+            .await
+            .unwrap(),
+        42
+    );
+    let second = episode("ann", "refund", "second");
+    let drawn = store.put_episode_drawing(second, scripted([42, 44]));
+    assert_eq!(drawn.await.unwrap(), 44);
+    assert_eq!(store.episode(TENANT, 42).unwrap().unwrap().lesson, "first");
+
+    let job = serde_json::json!({ "n": 1 });
+    assert_eq!(
+        store.record_job_drawing(job, scripted([42])).await.unwrap(),
+        42
+    );
+    let receipt = serde_json::json!({ "receipt": 1 });
+    store.finish_job(42, TENANT, receipt.clone()).await.unwrap();
+    let job = serde_json::json!({ "n": 2 });
+    let drawn = store.record_job_drawing(job, scripted([42, 45]));
+    assert_eq!(drawn.await.unwrap(), 45);
+    assert_eq!(store.receipt(TENANT, 42).unwrap(), Some(receipt));
+    let pending: Vec<u64> = store
+        .pending_jobs()
+        .unwrap()
+        .iter()
+        .map(|job| job.id)
+        .collect();
+    assert_eq!(pending, [45]);
+}
+
+/// The secret of the key in `fixtures/format-1.redb`.
+const FORMAT_1_KEY: &str =
+    "mlk_e3b45a81b0a6fdbf_9b2ab9845dfa38ce0b295ecb7aa37be8e058bbd5a02630159c03ee5f60f0b4af";
+
+/// `fixtures/format-1.redb` was written by the build before ids were random (format 1,
+/// commit 9e65768): a session, memories 1, 2 and 4 of ann and 3 of bob, episodes 1–4 of ann
+/// (refund "one", "two", "four", standing upgrade "three"), erasures 1 and 2 finished with
+/// receipts and 3 pending, and a service key — every memory and episode with the same time,
+/// so only their ids ordered them. Opening it migrates it in place, once: every listing keeps
+/// its order, and what is created afterwards comes after.
+#[tokio::test]
+async fn a_format_1_file_opens_with_its_order_and_new_records_come_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memlayer.redb");
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/format-1.redb");
+    std::fs::copy(fixture, &path).unwrap();
+    let memories = |store: &Store, user: &str| -> Vec<(u64, String)> {
+        let listed = store.user_memories(TENANT, user).unwrap();
+        listed.into_iter().map(|m| (m.id, m.text)).collect()
+    };
+    let lessons = |episodes: Vec<crate::Episode>| -> Vec<(u64, String)> {
+        episodes.into_iter().map(|e| (e.id, e.lesson)).collect()
+    };
+    let pending = |store: &Store| -> Vec<u64> {
+        store
+            .pending_jobs()
+            .unwrap()
+            .iter()
+            .map(|job| job.id)
+            .collect()
+    };
+    let owned = |pairs: &[(u64, &str)]| -> Vec<(u64, String)> {
+        pairs
+            .iter()
+            .map(|(id, text)| (*id, (*text).to_owned()))
+            .collect()
+    };
+
+    let store = Store::open(&path).unwrap();
+    assert_eq!(contents(&store, "s1"), ["hello from format 1"]);
+    assert_eq!(
+        memories(&store, "ann"),
+        owned(&[
+            (1, "ann likes tea"),
+            (2, "ann works at Acme"),
+            (4, "ann has a cat")
+        ])
+    );
+    assert_eq!(memories(&store, "bob"), owned(&[(3, "bob likes coffee")]));
+    assert_eq!(
+        lessons(store.user_episodes(TENANT, "ann").unwrap()),
+        owned(&[(1, "one"), (2, "two"), (3, "three"), (4, "four")])
+    );
+    let recent = store.recent_episodes(TENANT, "ann", "refund", 2, |_| true);
+    assert_eq!(lessons(recent.unwrap()), owned(&[(4, "four"), (2, "two")]));
+    assert_eq!(pending(&store), [3]);
+    assert_eq!(
+        store.receipts(TENANT, 10).unwrap(),
+        [
+            serde_json::json!({ "receipt": 2 }),
+            serde_json::json!({ "receipt": 1 })
+        ]
+    );
+    let key = store.authenticate_key(FORMAT_1_KEY, crate::Timestamp::now());
+    assert_eq!(key.unwrap().unwrap().role, crate::KeyRole::Service);
+
+    let at = crate::Timestamp::from_micros(1_700_000_000_000_000);
+    let all = Access::tenant_wide(TENANT);
+    let memory_id = store.put_memory(memory("ann", "ann moved to Lyon", at), &all);
+    let memory_id = memory_id.await.unwrap();
+    let episode = crate::Episode {
+        created_at: at,
+        ..episode("ann", "refund", "five")
+    };
+    let episode_id = store.put_episode(episode).await.unwrap();
+    let job = store
+        .record_job(serde_json::json!({ "job": 4 }))
+        .await
+        .unwrap();
+    store
+        .finish_job(job, TENANT, serde_json::json!({ "receipt": 4 }))
+        .await
+        .unwrap();
+    for id in [memory_id, episode_id, job] {
+        assert!(id > 4 && id < 1 << 53, "{id}");
+    }
+    store.shutdown();
+    drop(store);
+
+    // Migrated once: the counters are sequences now and the id-ordered tables are gone.
+    {
+        let db = redb::Database::open(&path).unwrap();
+        let txn = redb::ReadableDatabase::begin_read(&db).unwrap();
+        let meta = txn.open_table(crate::tables::META).unwrap();
+        let value = |key: &str| meta.get(key).unwrap().map(|v| v.value());
+        assert_eq!(value("format_version"), Some(2));
+        assert_eq!(value("next_memory_id"), None);
+        assert_eq!(value("next_memory_seq"), Some(6));
+        assert_eq!(value("next_episode_seq"), Some(6));
+        assert_eq!(value("next_job_seq"), Some(5));
+        let tables: Vec<String> = txn
+            .list_tables()
+            .unwrap()
+            .map(|table| redb::TableHandle::name(&table).to_owned())
+            .collect();
+        for old in ["memory_owners", "episode_owners", "episode_tasks"] {
+            assert!(
+                !tables.iter().any(|t| t == old),
+                "{old} is left: {tables:?}"
+            );
+        }
+    }
+    let store = Store::open(&path).unwrap();
+    let mut ann = owned(&[
+        (1, "ann likes tea"),
+        (2, "ann works at Acme"),
+        (4, "ann has a cat"),
+    ]);
+    ann.push((memory_id, "ann moved to Lyon".to_owned()));
+    assert_eq!(memories(&store, "ann"), ann);
+    let recent = store.recent_episodes(TENANT, "ann", "refund", 2, |_| true);
+    assert_eq!(
+        lessons(recent.unwrap()),
+        owned(&[(episode_id, "five"), (4, "four")])
+    );
+    assert_eq!(pending(&store), [3]);
+    assert_eq!(
+        store.receipts(TENANT, 10).unwrap(),
+        [4, 2, 1].map(|n| serde_json::json!({ "receipt": n }))
+    );
 }

@@ -7,7 +7,7 @@
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use memlayer_store::{ApiKey, Bootstrap, KeyRole, NewKey, Store, Timestamp};
+use memlayer_store::{ApiKey, Bootstrap, KeyRole, NewKey, OPERATOR_TENANT, Store, Timestamp};
 
 use crate::config::DataArgs;
 
@@ -31,13 +31,15 @@ pub(crate) enum KeysCommand {
     ///   memlayer keys create --tenant acme --role tenant_admin
     ///   memlayer keys create --tenant acme --role service --name "support bot" --expires-in-days 90
     ///   memlayer keys create --tenant acme --role user --user-id alice
+    ///   memlayer keys create --role operator --name backups
     #[command(verbatim_doc_comment, after_help = STOPPED_SERVER)]
     Create(CreateArgs),
     /// List API keys (never their secrets): prefix, tenant, role, user, state, dates, name.
     #[command(after_help = STOPPED_SERVER)]
     List(ListArgs),
     /// Revoke an API key by its prefix (the part after `mlk_`, as `keys list` shows it; `config`
-    /// is the configured admin key). It stops working for good.
+    /// is the configured admin key), of any tenant or the operator's. It stops working for
+    /// good.
     #[command(after_help = STOPPED_SERVER)]
     Revoke(RevokeArgs),
 }
@@ -46,11 +48,13 @@ pub(crate) enum KeysCommand {
 pub(crate) struct CreateArgs {
     #[command(flatten)]
     data: DataArgs,
-    /// The tenant (project) the key acts for.
+    /// The tenant (project) the key acts for; required, except for an operator key, which
+    /// belongs to no tenant.
     #[arg(long)]
-    tenant: String,
-    /// tenant_admin (everything in the tenant, keys included), service (an agent backend) or
-    /// user (one end user's sessions; needs --user-id).
+    tenant: Option<String>,
+    /// tenant_admin (everything in the tenant, keys included), service (an agent backend),
+    /// user (one end user's sessions; needs --user-id) or operator (the whole store: `memlayer
+    /// backup`, and nothing of any tenant; only created here, never over HTTP).
     #[arg(long)]
     role: KeyRole,
     /// The one user a `user` key acts for.
@@ -129,9 +133,17 @@ fn create(args: CreateArgs) -> anyhow::Result<()> {
         Some(_) => anyhow::bail!("--expires-in-days must be between 1 and {MAX_EXPIRY_DAYS}"),
         None => None,
     };
+    let tenant = match (args.role, args.tenant) {
+        (KeyRole::Operator, None) => OPERATOR_TENANT.to_owned(),
+        (KeyRole::Operator, Some(_)) => {
+            anyhow::bail!("an operator key belongs to no tenant: leave out --tenant")
+        }
+        (_, Some(tenant)) => tenant,
+        (role, None) => anyhow::bail!("a {role} key needs --tenant, the tenant it acts for"),
+    };
     let store = open(&args.data, true)?;
     let new = NewKey {
-        tenant: args.tenant,
+        tenant,
         role: args.role,
         user_id: args.user_id,
         name: args.name,
@@ -197,6 +209,12 @@ fn revoke(args: &RevokeArgs) -> anyhow::Result<()> {
 }
 
 fn describe(key: &ApiKey) -> String {
+    if key.role == KeyRole::Operator {
+        return format!(
+            "key {} (role operator: the whole store, no tenant)",
+            key.prefix
+        );
+    }
     let user = key
         .user_id
         .as_ref()

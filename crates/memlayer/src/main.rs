@@ -130,11 +130,14 @@ enum Command {
     ///
     /// The server copies what was committed when the request began while it goes on
     /// serving; the file is checked (it opens as a store, checksums verified) before it
-    /// takes its name. Needs a tenant_admin key of tenant "default" (the operator's, e.g. the
-    /// configured admin key) in MEMLAYER_KEY. To restore, stop the server and copy the file
-    /// to DATA_DIR/memlayer.redb (the vector index is rebuilt at start).
+    /// takes its name. It holds every tenant's data, so it needs an operator key in
+    /// MEMLAYER_KEY (no tenant's key, not even the admin key): create one on the data
+    /// directory, with the server stopped, with `memlayer keys create --role operator`. To
+    /// restore, stop the server and copy the file to DATA_DIR/memlayer.redb (the vector index
+    /// is rebuilt at start).
     ///
-    /// Example:
+    /// Examples:
+    ///   memlayer keys create --role operator --name backups --data-dir /var/lib/memlayer
     ///   MEMLAYER_KEY=mlk_… memlayer backup --out /backups/memlayer-2026-11-23.redb
     #[command(verbatim_doc_comment)]
     Backup(remote::BackupArgs),

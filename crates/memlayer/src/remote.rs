@@ -1,6 +1,8 @@
 //! Operator commands against a running server, over its HTTP API: `stats`, `purge` and
 //! `backup`. They go through the API (not the data directory) because the server holds the
 //! store file while it runs, and so that they are authorised and recorded like any request.
+//! `stats` and `purge` act in the key's tenant (a `tenant_admin` key); `backup` copies the
+//! whole store and needs an `operator` key.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -29,7 +31,12 @@ impl ServerArgs {
         let key = std::env::var(KEY_ENV)
             .ok()
             .filter(|key| !key.is_empty())
-            .with_context(|| format!("set {KEY_ENV} to a tenant_admin API key"))?;
+            .with_context(|| {
+                format!(
+                    "set {KEY_ENV} to an API key: a tenant_admin key, or an operator key for \
+                     backup"
+                )
+            })?;
         let client = Client::builder()
             // Backups of large stores take a while; nothing else here is slow.
             .timeout(None)

@@ -733,6 +733,18 @@ fn keys_are_managed_in_the_data_directory_while_the_server_is_stopped() {
     .output()
     .unwrap();
     assert_eq!(output.status.code(), Some(1), "a user key needs --user-id");
+    // A tenant's key needs its tenant; the operator's has none.
+    for (args, why) in [
+        (&["--role", "service"][..], "--tenant"),
+        (&["--role", "operator", "--tenant", "acme"][..], "no tenant"),
+    ] {
+        let output = memlayer(&[&["keys", "create", "--data-dir", dir][..], args].concat())
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(1), "{args:?}");
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert!(stderr.contains(why), "{args:?}: {stderr}");
+    }
 }
 
 /// With `MEMLAYER_LOG_FORMAT=json` every log line is one JSON object a collector can parse,
@@ -785,12 +797,32 @@ fn remote(url: &str, key: &str, args: &[&str]) -> (bool, String, String) {
 }
 
 /// The operator commands against a running server: stats, a backup taken while it serves
-/// (which a new server then serves from), and purge, which refuses to erase everything
-/// without the typed confirmation.
+/// (which a new server then serves from) with the operator's key — which no tenant's key,
+/// not even the admin key, may take — and purge, which refuses to erase everything without
+/// the typed confirmation.
 #[test]
 fn stats_backup_and_purge_work_against_a_running_server() {
     let temp = tempfile::tempdir().unwrap();
-    let (mut server, url) = Process::serve(&temp.path().join("live"));
+    let live = temp.path().join("live");
+    // The operator's key is made on the data directory before the start (the server holds
+    // the store file while it runs); no API creates one.
+    let output = memlayer(&[
+        "keys",
+        "create",
+        "--data-dir",
+        live.to_str().unwrap(),
+        "--role",
+        "operator",
+        "--name",
+        "backups",
+    ])
+    .output()
+    .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let operator = String::from_utf8(output.stdout).unwrap().trim().to_owned();
+    let described = String::from_utf8(output.stderr).unwrap();
+    assert!(described.contains("role operator"), "{described}");
+    let (mut server, url) = Process::serve(&live);
     for session in ["ops-1", "ops-2"] {
         let (status, answer) = post(
             &format!("{url}/v1/sessions/{session}/messages"),
@@ -812,18 +844,26 @@ fn stats_backup_and_purge_work_against_a_running_server() {
     );
 
     let backup = temp.path().join("backup.redb");
-    let (ok, stdout, stderr) = remote(
-        &url,
-        ADMIN_KEY,
-        &["backup", "--out", backup.to_str().unwrap()],
+    let out = ["backup", "--out", backup.to_str().unwrap()];
+    // The admin key is a tenant's key (tenant_admin of "default"): a backup holds every
+    // tenant's data, and it is refused before anything is written.
+    let (ok, _, stderr) = remote(&url, ADMIN_KEY, &out);
+    assert!(
+        !ok && stderr.contains("403 Forbidden forbidden"),
+        "{stderr}"
     );
+    assert!(stderr.contains("operator key"), "{stderr}");
+    assert!(!backup.exists());
+    // The operator's key takes the backup and nothing of a tenant.
+    let (ok, _, stderr) = remote(&url, &operator, &["stats"]);
+    assert!(
+        !ok && stderr.contains("403 Forbidden forbidden"),
+        "{stderr}"
+    );
+    let (ok, stdout, stderr) = remote(&url, &operator, &out);
     assert!(ok, "{stderr}");
     assert!(stdout.contains("checksums verified"), "{stdout}");
-    let (ok, _, stderr) = remote(
-        &url,
-        ADMIN_KEY,
-        &["backup", "--out", backup.to_str().unwrap()],
-    );
+    let (ok, _, stderr) = remote(&url, &operator, &out);
     assert!(!ok && stderr.contains("never overwrites"), "{stderr}");
 
     let (ok, _, stderr) = remote(&url, ADMIN_KEY, &["purge", "--older-than-days", "0"]);

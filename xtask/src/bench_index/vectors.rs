@@ -26,6 +26,9 @@ use memlayer_embed::{Embedder, ModelIdentity};
 use sha2::{Digest, Sha256};
 
 const MAGIC: [u8; 8] = *b"MLBIXVEC";
+/// The embedder's cache namespace (a server passes the tenant); the texts are the
+/// benchmark's own.
+const NAMESPACE: &str = "bench";
 const VERSION: u32 = 1;
 const HEADER_LEN: usize = 120;
 
@@ -80,7 +83,7 @@ pub(crate) fn load_or_embed(
     let start = Instant::now();
     for chunk in texts[reused..].chunks(PROGRESS_EVERY) {
         let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
-        for vector in embedder.embed_blocking(&refs)? {
+        for vector in embedder.embed_blocking(NAMESPACE, &refs)? {
             vectors.extend(vector);
         }
         let done = vectors.len() / identity.dimension;

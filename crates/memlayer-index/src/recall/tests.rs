@@ -235,7 +235,11 @@ async fn forgotten_sessions_leave_the_index_and_restarts_keep_the_rest() {
         .delete_session(&Access::tenant_wide("t"), "drop")
         .await
         .unwrap();
-    fixture.recall.forget_sessions(vec![sid]).await.unwrap();
+    fixture
+        .recall
+        .forget_sessions("t", vec![sid])
+        .await
+        .unwrap();
     let after = fixture.ask(user("alice"), "alarm code").await;
     assert_eq!(contents(&after), ["The wifi password is sunflower42."]);
 
@@ -247,6 +251,44 @@ async fn forgotten_sessions_leave_the_index_and_restarts_keep_the_rest() {
     let again = reopened.ask(user("alice"), "alarm code").await;
     assert_eq!(contents(&again), ["The wifi password is sunflower42."]);
     reopened.stop().await;
+}
+
+/// The embedder's cache is kept per tenant: a text one tenant's messages or queries had
+/// embedded is embedded again for another, so no tenant can tell by a faster answer what
+/// another wrote or asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_text_embedded_for_one_tenant_is_a_cache_miss_for_another() {
+    let fixture = Fixture::open(tempfile::tempdir().unwrap(), embedder());
+    let secret = "My locker code is 4417.";
+    fixture.say("a1", "alice", &[(Role::User, secret)]).await;
+    fixture.recall.wait_for_index().await.unwrap();
+    let asked_by = |tenant: &str| RecallQuery {
+        access: Access::tenant_wide(tenant),
+        ..query(user("alice"), secret)
+    };
+    let cache = || fixture.recall.embedder().cache_stats();
+
+    // Tenant t's pipeline embedded the message: t asking for the same text is a hit.
+    let before = cache();
+    fixture.recall.recall(asked_by("t")).await.unwrap();
+    assert_eq!(
+        (cache().hits, cache().misses),
+        (before.hits + 1, before.misses)
+    );
+    // Tenant u asking for it is a miss, and then a hit for u alone.
+    let before = cache();
+    fixture.recall.recall(asked_by("u")).await.unwrap();
+    assert_eq!(
+        (cache().hits, cache().misses),
+        (before.hits, before.misses + 1)
+    );
+    let before = cache();
+    fixture.recall.recall(asked_by("u")).await.unwrap();
+    assert_eq!(
+        (cache().hits, cache().misses),
+        (before.hits + 1, before.misses)
+    );
+    fixture.stop().await;
 }
 
 /// A damaged snapshot is never loaded: the vector index is rebuilt from the stored vectors

@@ -4,10 +4,10 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
-use memlayer_store::{BOOTSTRAP_TENANT, StoreError};
+use memlayer_store::StoreError;
 
 use crate::api::read;
-use crate::extract::Admin;
+use crate::extract::Operator;
 use crate::{ApiError, AppState};
 
 /// Header with the number of entries the backup holds.
@@ -18,30 +18,27 @@ const ENTRIES_HEADER: &str = "x-memlayer-backup-entries";
 /// A consistent copy of every tenant's data as committed when the request began: a redb file
 /// that `memlayer serve` opens as its store (`memlayer backup` saves one). Reads and writes go
 /// on meanwhile, and the copy carries no bytes of data erased before it began (data erased
-/// later stays in the backup: rotate backups). Only the operator may take one — a
-/// `tenant_admin` key of the `default` tenant, the tenant of the configured admin key —
-/// because it holds every tenant's data.
+/// later stays in the backup: rotate backups). It holds every tenant's data, so it needs an
+/// `operator` key (`memlayer keys create --role operator`, on the data directory); every
+/// tenant's key, its admins' and the configured admin key included, is refused.
 #[utoipa::path(
     post,
     path = "/v1/admin/backup",
     tag = "admin",
-    responses((
-        status = 200,
-        description = "The backup file (`x-memlayer-backup-entries`: the entries it holds)",
-        content_type = "application/octet-stream",
-        body = Vec<u8>,
-    )),
+    responses(
+        (
+            status = 200,
+            description = "The backup file (`x-memlayer-backup-entries`: the entries it holds)",
+            content_type = "application/octet-stream",
+            body = Vec<u8>,
+        ),
+        (status = 403, description = "Not an operator key: no tenant's key may take a backup", body = crate::error::ErrorBody),
+    ),
 )]
 pub(crate) async fn backup(
     State(state): State<AppState>,
-    Admin(tenant): Admin,
+    _operator: Operator,
 ) -> Result<impl IntoResponse, ApiError> {
-    if tenant != BOOTSTRAP_TENANT {
-        return Err(ApiError::Forbidden(format!(
-            "a backup holds every tenant's data: it needs a tenant_admin key of tenant \
-             {BOOTSTRAP_TENANT:?}"
-        )));
-    }
     let (file, backup) = read(&state, |store| {
         let failed = |err| StoreError::Backup(std::sync::Arc::new(err));
         // Beside the store (same file system, so the same room) and anonymous: the copy has

@@ -30,6 +30,10 @@ pub(crate) enum RoleBody {
     Service,
     /// One end user (`user_id`): that user's sessions and recall only.
     User,
+    /// The operator of the whole store, of no tenant: the backup and nothing of any tenant.
+    /// Created only with `memlayer keys create --role operator` on the data directory; this
+    /// API refuses to create one (`403`).
+    Operator,
 }
 
 impl From<KeyRole> for RoleBody {
@@ -38,6 +42,7 @@ impl From<KeyRole> for RoleBody {
             KeyRole::TenantAdmin => Self::TenantAdmin,
             KeyRole::Service => Self::Service,
             KeyRole::User => Self::User,
+            KeyRole::Operator => Self::Operator,
         }
     }
 }
@@ -48,6 +53,7 @@ impl From<RoleBody> for KeyRole {
             RoleBody::TenantAdmin => Self::TenantAdmin,
             RoleBody::Service => Self::Service,
             RoleBody::User => Self::User,
+            RoleBody::Operator => Self::Operator,
         }
     }
 }
@@ -149,19 +155,31 @@ pub(crate) struct CreatedKey {
 /// Create an API key
 ///
 /// In the caller's tenant. The answer holds the key's secret, which memlayer does not keep
-/// (it stores a SHA-256 hash): store it now.
+/// (it stores a SHA-256 hash): store it now. An `operator` key belongs to no tenant and is
+/// created only on the data directory (`memlayer keys create --role operator`), so that no
+/// tenant's key can make itself one.
 #[utoipa::path(
     post,
     path = "/v1/keys",
     tag = "keys",
     request_body = CreateKeyRequest,
-    responses((status = 201, description = "Created; `key` is shown only in this answer", body = CreatedKey)),
+    responses(
+        (status = 201, description = "Created; `key` is shown only in this answer", body = CreatedKey),
+        (status = 403, description = "Role `operator`: created only with `memlayer keys create` on the data directory", body = crate::error::ErrorBody),
+    ),
 )]
 pub(crate) async fn create_key(
     State(state): State<AppState>,
     Admin(tenant): Admin,
     ApiJson(request): ApiJson<CreateKeyRequest>,
 ) -> Result<(StatusCode, Json<CreatedKey>), ApiError> {
+    if request.role == RoleBody::Operator {
+        return Err(ApiError::Forbidden(
+            "operator keys are created only with `memlayer keys create --role operator` on the \
+             data directory"
+                .into(),
+        ));
+    }
     let now = Timestamp::now();
     let expires_at = request.expires_at(now)?;
     let issued = state

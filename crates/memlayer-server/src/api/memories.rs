@@ -121,6 +121,7 @@ impl Remembered {
     responses(
         (status = 201, description = "Created", body = Remembered),
         (status = 200, description = "An existing memory was updated or already said this", body = Remembered),
+        (status = 409, description = "The memory this one updates was forgotten meanwhile; sent again, it is remembered anew", body = crate::error::ErrorBody),
     ),
 )]
 pub(crate) async fn remember(

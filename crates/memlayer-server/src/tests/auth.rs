@@ -7,7 +7,7 @@
 
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
-use memlayer_store::{KeyRole, NewKey, Timestamp};
+use memlayer_store::{KeyRole, NewKey, OPERATOR_TENANT, Timestamp};
 use serde_json::{Value, json};
 
 use super::{ADMIN_KEY, Answer, Fixture, concrete, router_paths};
@@ -25,6 +25,9 @@ enum Access {
     Owner,
     /// Erasing a user: `tenant_admin`, or the user's own key; `service` gets `403`.
     AdminOrSelf,
+    /// Whole-store routes (the backup): `operator` keys only; every tenant's key, its admins'
+    /// and the configured admin key included, gets `403`.
+    Operator,
 }
 
 /// One operation: its access, what to send, and what the two keys that pass authentication
@@ -79,7 +82,7 @@ impl Row {
     }
 }
 
-use Access::{Admin, AdminOrSelf, Owner, Service};
+use Access::{Admin, AdminOrSelf, Operator, Owner, Service};
 
 const SESSION: &str = "victim-session";
 const CANARY: &str = "victim-canary-7f3a";
@@ -180,8 +183,8 @@ const TABLE: &[Row] = &[
     row("GET", "/v1/admin/retention", Admin, 403, 200),
     row("PUT", "/v1/admin/retention", Admin, 403, 200)
         .body(r#"{"conversation_retention_days":null}"#),
-    // A backup holds every tenant: only the default tenant's admins (the operator) take one.
-    row("POST", "/v1/admin/backup", Admin, 403, 403),
+    // A backup holds every tenant: only the operator's key takes one, no tenant's.
+    row("POST", "/v1/admin/backup", Operator, 403, 403),
     row("GET", "/v1/settings", Service, 403, 200),
     row("PUT", "/v1/settings", Admin, 403, 200).body("{}"),
     row("DELETE", "/v1/settings", Admin, 403, 200),
@@ -218,9 +221,15 @@ enum Case {
     OtherUser,
     /// The tenant's service key.
     Service,
+    /// A `tenant_admin` key of the victim's tenant, `default`.
+    TenantAdmin,
+    /// The configured admin key (`admin_key`), a `tenant_admin` key of `default`.
+    ConfiguredAdmin,
+    /// The operator's key (`memlayer keys create --role operator`), of no tenant.
+    Operator,
 }
 
-const CASES: [Case; 10] = [
+const CASES: [Case; 13] = [
     Case::NoKey,
     Case::NotBearer,
     Case::NotAKey,
@@ -231,14 +240,24 @@ const CASES: [Case; 10] = [
     Case::OtherTenant,
     Case::OtherUser,
     Case::Service,
+    Case::TenantAdmin,
+    Case::ConfiguredAdmin,
+    Case::Operator,
 ];
 
 /// The exact answer `row` gets in `case` (status and, for the authorisation answers, the
 /// error code); `None` where the key may do what the row does (it is not sent: it would act
-/// on the victim's objects).
+/// on the victim's objects). The operator's backup is sent: it changes nothing.
 fn expected(row: &Row, case: Case) -> Option<(u16, Option<&'static str>)> {
     if row.access == Access::Public {
         return Some((200, None));
+    }
+    if case == Case::Operator {
+        return Some(if row.access == Operator {
+            (200, None)
+        } else {
+            (403, Some("forbidden"))
+        });
     }
     let forbidden = Some((403, Some("forbidden")));
     match case {
@@ -251,14 +270,19 @@ fn expected(row: &Row, case: Case) -> Option<(u16, Option<&'static str>)> {
         Case::OtherTenantNamed => Some((404, Some("tenant_not_found"))),
         Case::OtherTenant => Some((row.other_tenant, None)),
         Case::OtherUser => match row.access {
-            Admin | Service => forbidden,
+            Admin | Service | Operator => forbidden,
             Owner | AdminOrSelf => Some((row.other_user, None)),
             Access::Public => unreachable!(),
         },
         Case::Service => match row.access {
-            Admin | AdminOrSelf => forbidden,
+            Admin | AdminOrSelf | Operator => forbidden,
             _ => None,
         },
+        Case::TenantAdmin | Case::ConfiguredAdmin => match row.access {
+            Operator => forbidden,
+            _ => None,
+        },
+        Case::Operator => unreachable!("answered above"),
     }
 }
 
@@ -274,6 +298,8 @@ struct World {
 
 struct Keys {
     service: String,
+    tenant_admin: String,
+    operator: String,
     alice: String,
     mallory: String,
     other_tenant: String,
@@ -312,6 +338,12 @@ impl World {
         .await;
         let keys = Keys {
             service: create(new_key("default", KeyRole::Service, None))
+                .await
+                .secret,
+            tenant_admin: create(new_key("default", KeyRole::TenantAdmin, None))
+                .await
+                .secret,
+            operator: create(new_key(OPERATOR_TENANT, KeyRole::Operator, None))
                 .await
                 .secret,
             alice: create(new_key("default", KeyRole::User, Some("alice")))
@@ -423,6 +455,9 @@ impl World {
             Case::OtherTenantNamed | Case::OtherTenant => Some(bearer(&self.keys.other_tenant)),
             Case::OtherUser => Some(bearer(&self.keys.mallory)),
             Case::Service => Some(bearer(&self.keys.service)),
+            Case::TenantAdmin => Some(bearer(&self.keys.tenant_admin)),
+            Case::ConfiguredAdmin => Some(bearer(ADMIN_KEY)),
+            Case::Operator => Some(bearer(&self.keys.operator)),
         };
         if let Some(value) = authorization {
             builder = builder.header(header::AUTHORIZATION, value);
@@ -586,7 +621,9 @@ async fn every_route_answers_every_kind_of_key_exactly() {
                     failures.push(format!("{at}: WWW-Authenticate is {challenge:?}"));
                 }
             }
-            if row.access != Access::Public && answer.text().contains(CANARY) {
+            // The operator's backup holds every tenant's data: that is what it is for.
+            let whole_store = row.access == Operator && case == Case::Operator;
+            if row.access != Access::Public && !whole_store && answer.text().contains(CANARY) {
                 failures.push(format!("{at}: the answer shows the victim's data"));
             }
         }
@@ -764,6 +801,8 @@ async fn keys_are_created_listed_and_revoked_over_http() {
             "invalid_value",
         ),
         (json!({ "role": "root" }), 400, "invalid_body"),
+        // An operator key is made on the data directory only, never by a tenant's key.
+        (json!({ "role": "operator" }), 403, "forbidden"),
     ] {
         fixture
             .send(json_request(

@@ -200,7 +200,7 @@ impl SingleRetrievers {
         ks: &[usize],
     ) -> anyhow::Result<Vec<String>> {
         let query = embedder
-            .embed(vec![question.to_owned()])
+            .embed(TENANT, vec![question.to_owned()])
             .await?
             .pop()
             .context("the embedder returned no vector")?;
