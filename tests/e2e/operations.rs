@@ -589,3 +589,50 @@ fn request_ids_come_back() {
     assert_eq!(generated.status(), 404);
     assert_eq!(generated.headers()["x-request-id"].len(), 36);
 }
+
+/// The metric labels come from fixed sets: HTTP allows any token as a method, and an
+/// anonymous client inventing one per request must not add a series each time (the registry
+/// keeps every series for the life of the process).
+#[test]
+fn invented_methods_share_one_metric_label() {
+    let server = TestServer::start();
+    let series = || {
+        let text = server
+            .anonymous(Method::GET, "/metrics")
+            .send()
+            .unwrap()
+            .text()
+            .unwrap();
+        let requests = text
+            .lines()
+            .filter(|line| line.starts_with("memlayer_http_requests_total{"))
+            .count();
+        (requests, text)
+    };
+    let (before, _) = series();
+    for n in 0..40 {
+        let method = Method::from_bytes(format!("PROBE{n}X").as_bytes()).unwrap();
+        let path = if n % 2 == 0 {
+            "/v1/sessions"
+        } else {
+            "/no/such/route"
+        };
+        let status = server.anonymous(method, path).send().unwrap().status();
+        assert!(status.is_client_error(), "{status}");
+    }
+    let (after, text) = series();
+    assert!(
+        !text.contains("PROBE"),
+        "invented methods became labels:\n{text}"
+    );
+    assert!(
+        text.contains("method=\"other\""),
+        "they count under `other`:\n{text}"
+    );
+    // At most one series per route template and status class for all of them together (and
+    // the scrape's own).
+    assert!(
+        after <= before + 4,
+        "{before} series before, {after} after:\n{text}"
+    );
+}
