@@ -636,3 +636,43 @@ fn invented_methods_share_one_metric_label() {
         "{before} series before, {after} after:\n{text}"
     );
 }
+
+/// The pages cannot be framed by another site (clickjacking the admin page into purging),
+/// send no referrer, and no answer may be sniffed into another content type.
+#[test]
+fn pages_refuse_framing_and_every_answer_forbids_sniffing() {
+    let server = TestServer::start();
+    for page in ["/admin", "/docs"] {
+        let answer = server.anonymous(Method::GET, page).send().unwrap();
+        assert_eq!(answer.status(), 200);
+        let headers = answer.headers();
+        let policy = headers["content-security-policy"].to_str().unwrap();
+        assert!(
+            policy.contains("frame-ancestors 'none'"),
+            "{page}: {policy}"
+        );
+        assert_eq!(headers["x-frame-options"], "DENY", "{page}");
+        assert_eq!(headers["referrer-policy"], "no-referrer", "{page}");
+        assert_eq!(headers["x-content-type-options"], "nosniff", "{page}");
+    }
+    for (method, path) in [
+        (Method::GET, "/healthz"),
+        (Method::GET, "/metrics"),
+        (Method::GET, "/openapi.json"),
+        (Method::GET, "/v1/sessions"),
+        (Method::GET, "/v1/sessions/none"),
+        (Method::GET, "/no/such/route"),
+        (Method::DELETE, "/healthz"),
+    ] {
+        let answer = server.request(method.clone(), path).send().unwrap();
+        assert_eq!(
+            answer
+                .headers()
+                .get("x-content-type-options")
+                .map(|v| v.to_str().unwrap()),
+            Some("nosniff"),
+            "{method} {path} answered {}",
+            answer.status()
+        );
+    }
+}
