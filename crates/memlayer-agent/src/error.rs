@@ -55,6 +55,25 @@ pub enum AgentError {
 }
 
 impl AgentError {
+    /// The error for a log line: its message without the values clients chose or stored or
+    /// the model said (see [`memlayer_store::StoreError::for_log`] and
+    /// [`LlmError::for_log`]).
+    pub fn for_log(&self) -> String {
+        match self {
+            Self::Invalid { code, .. } => format!("invalid request: {code}"),
+            Self::Upstream { run_id, source, .. } => {
+                format!("the run {run_id} failed: {}", source.for_log())
+            }
+            Self::Store(store) => store.for_log(),
+            Self::Memory(memory) => memory.for_log(),
+            Self::Erasure(erasure) => erasure.for_log(),
+            // Memory ids are the store's numbers, not chosen by clients.
+            Self::MemoryNotFound { .. } | Self::ModelNotConfigured | Self::Task(_) => {
+                self.to_string()
+            }
+        }
+    }
+
     pub(crate) fn invalid(code: &'static str, message: impl Into<String>) -> Self {
         Self::Invalid {
             code,

@@ -298,13 +298,17 @@ impl Agent {
             .store
             .record_run(&turn.tenant, &session_id, run)
             .await?;
+        // Logged here, where every run ends, rather than where its error is answered: a
+        // client that went away gets no answer. Ids chosen by clients (the session's) stay
+        // out of the log; the run's id is the server's.
+        let failure = answered.as_ref().err().map(Failure::for_log);
         tracing::info!(
-            session = %session_id,
             run = %run.run_id,
             status = ?run.status,
             latency_ms,
             model_calls = record.model_calls,
             tool_calls = record.tool_calls.len(),
+            error = failure.as_deref(),
             "agent run finished"
         );
         match answered {
@@ -458,6 +462,15 @@ enum Failure {
     Upstream(LlmError),
     #[error(transparent)]
     Agent(AgentError),
+}
+
+impl Failure {
+    fn for_log(&self) -> String {
+        match self {
+            Self::Upstream(err) => err.for_log(),
+            Self::Agent(err) => err.for_log(),
+        }
+    }
 }
 
 /// What a run did so far, for its record.

@@ -57,7 +57,10 @@ impl LlmSummarizer {
             .client
             .complete(&chat)
             .await
-            .map_err(|err| MemoryError::Summarizer(err.to_string()))?;
+            .map_err(|err| {
+                tracing::warn!(error = %err.for_log(), "the summarising model failed");
+                MemoryError::Summarizer(err.to_string())
+            })?;
         let body = completion.content.unwrap_or_default();
         let body = body.trim();
         if body.is_empty() {

@@ -70,7 +70,14 @@ pub(crate) fn around(router: Router<AppState>, state: &AppState) -> Router<AppSt
     )
 }
 
-/// The trace span of a request, with its id so that every log line of the request carries it.
+/// The trace span of a request, with its id so that every log line of the request carries it
+/// (tower-http's own lines about the request and its answer or failure say no more than
+/// this span and the status).
+///
+/// The route template and the method from the metrics' fixed sets, never the URI: its path
+/// holds ids clients chose (a user erased by `DELETE /v1/users/{user_id}` would be named in
+/// the log that records the erasure) and its query search text. The layers run inside the
+/// router, after it matched, so the template is known here.
 fn span(request: &Request) -> tracing::Span {
     let id = request
         .headers()
@@ -79,8 +86,8 @@ fn span(request: &Request) -> tracing::Span {
         .unwrap_or_default();
     tracing::info_span!(
         "request",
-        method = %request.method(),
-        uri = %request.uri(),
+        method = crate::metrics::method_label(request.method()),
+        route = crate::metrics::route_label(request),
         request_id = %id,
         // The API key's prefix, once `auth` has checked it.
         key = tracing::field::Empty,

@@ -73,7 +73,7 @@ pub async fn serve(
     // acknowledged as erased is ever served again; a failure is retried by the maintenance
     // task.
     if let Err(err) = state.erasure().resume().await {
-        tracing::error!(error = %err, "could not finish the pending erasures; retrying in the background");
+        tracing::error!(error = %err.for_log(), "could not finish the pending erasures; retrying in the background");
     }
     let (stop_maintenance, maintenance_stopped) = tokio::sync::oneshot::channel::<()>();
     let maintenance = tokio::spawn(state.erasure().clone().run_maintenance(async {

@@ -29,7 +29,7 @@ use crate::AppState;
 const PREFIX: &str = "memlayer";
 /// Route label of requests no route matched: their raw paths would make one series per
 /// probe of a scanner, so they share one.
-const UNMATCHED: &str = "unmatched";
+pub(crate) const UNMATCHED: &str = "unmatched";
 /// Method label of requests with a method the API does not use: HTTP allows any token as a
 /// method, and an anonymous client sending a new one per request would otherwise add series
 /// (and memory) for as long as the process lives.
@@ -132,8 +132,9 @@ pub(crate) async fn track(
     response
 }
 
-/// The route template a request matched, or [`UNMATCHED`].
-fn route_label(request: &Request) -> &str {
+/// The route template a request matched, or [`UNMATCHED`]: a label from a fixed set, for the
+/// metrics and the request's log lines (which must not carry the ids of a raw path either).
+pub(crate) fn route_label(request: &Request) -> &str {
     request
         .extensions()
         .get::<MatchedPath>()
@@ -142,7 +143,7 @@ fn route_label(request: &Request) -> &str {
 
 /// The request's method if the API knows it, else [`OTHER_METHOD`]: labels come from a fixed
 /// set whatever a client sends.
-fn method_label(method: &Method) -> &'static str {
+pub(crate) fn method_label(method: &Method) -> &'static str {
     match *method {
         Method::GET => "GET",
         Method::HEAD => "HEAD",
@@ -232,7 +233,7 @@ pub(crate) fn render(state: &AppState) -> Result<String, String> {
                 help,
                 ConstGauge::new(i64::try_from(count).unwrap_or(i64::MAX)),
             ),
-            Err(err) => tracing::warn!(%err, "metrics: cannot read {name}"),
+            Err(err) => tracing::warn!(error = %err.for_log(), "metrics: cannot read {name}"),
         }
     }
     let mut text = String::new();

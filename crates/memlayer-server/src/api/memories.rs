@@ -402,7 +402,7 @@ pub(crate) async fn end_session(
     let id = session_id.clone();
     tokio::spawn(async move {
         if let Err(err) = contexts.end_session(&tenant, &id).await {
-            tracing::warn!(error = %err, session = %id, "could not merge the session into session memory");
+            tracing::warn!(error = %err.for_log(), "could not merge the session into session memory");
         }
     });
     Ok((
