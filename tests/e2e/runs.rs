@@ -493,7 +493,7 @@ fn an_upstream_error_keeps_the_message_and_records_a_failed_run_then_the_next_ru
     ));
     let again = json!({ "user_id": "hana", "session_id": ids.1, "message": "Hello?" });
     let ids = assert_failed(&run(&server, "support", &again), 502, "upstream_failed");
-    assert_recorded_failure(&server, &ids, "Hello?", "malformed");
+    assert_recorded_failure(&server, &ids, "Hello?", "malformed or incomplete");
 
     // The next run works, and the unanswered questions are still in its context.
     upstream.push(Reply::text("Yes, the refund went out today."));
@@ -531,7 +531,7 @@ fn an_unreachable_or_slow_upstream_fails_the_run_with_its_own_status() {
     ));
     let body = json!({ "user_id": "ivo", "message": "Hello?" });
     let ids = assert_failed(&run(&down, "support", &body), 502, "upstream_failed");
-    assert_recorded_failure(&down, &ids, "Hello?", "could not connect");
+    assert_recorded_failure(&down, &ids, "Hello?", "could not be reached");
 
     let (_runtime, upstream) = memlayer_tests::fake_upstream();
     let slow = server_with(LlmConfig {
@@ -540,7 +540,7 @@ fn an_unreachable_or_slow_upstream_fails_the_run_with_its_own_status() {
     });
     upstream.push(Reply::text("Too late.").after(Duration::from_secs(2)));
     let ids = assert_failed(&run(&slow, "support", &body), 504, "upstream_timeout");
-    assert_recorded_failure(&slow, &ids, "Hello?", "did not answer within");
+    assert_recorded_failure(&slow, &ids, "Hello?", "did not answer in time");
     upstream.push(Reply::text("On time."));
     let next = json!({ "user_id": "ivo", "session_id": ids.1, "message": "Still there?" });
     let (status, answer) = run(&slow, "support", &next);
@@ -666,4 +666,78 @@ fn a_run_the_client_stops_waiting_for_still_finishes_and_is_recorded() {
         roles_and_contents(&server, &session).last().unwrap(),
         &pair("assistant", "one two three four five six seven eight")
     );
+}
+
+/// A failed run's reason is read by whoever may read the session, a user's own key
+/// included: it says what failed in general words, never the operator's upstream (its
+/// address, or what it answered), which goes to the server's log instead.
+#[test]
+fn a_failed_runs_reason_names_no_upstream_detail() {
+    let (_runtime, upstream) = memlayer_tests::fake_upstream();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let absent = format!("http://127.0.0.1:{port}/v1");
+    let cases = [
+        (
+            LlmConfig::new(absent.clone(), "absent-model"),
+            None,
+            "the model upstream could not be reached",
+        ),
+        (
+            upstream.config(),
+            Some(Reply::error(
+                500,
+                "internal-upstream-detail-e41f",
+                "server_error",
+                None,
+            )),
+            "the model upstream answered 500",
+        ),
+        (
+            LlmConfig {
+                timeout: Duration::from_millis(200),
+                ..upstream.config()
+            },
+            Some(Reply::text("Too late.").after(Duration::from_secs(2))),
+            "the model did not answer in time",
+        ),
+    ];
+    for (config, reply, expected) in cases {
+        let server = server_with(config);
+        let alice = server.create_key("default", KeyRole::User, Some("alice"));
+        if let Some(reply) = reply {
+            upstream.push(reply);
+        }
+        let answer = memlayer_tests::send(
+            server
+                .request_with_key(&alice, Method::POST, "/v1/agents/support/runs")
+                .json(&json!({ "user_id": "alice", "message": "Where is my parcel?" })),
+        );
+        assert!(matches!(answer.0, 502 | 504), "{answer:?}");
+        let session = answer.1["error"]["session_id"].as_str().unwrap().to_owned();
+        let (status, runs) = memlayer_tests::send(server.request_with_key(
+            &alice,
+            Method::GET,
+            &format!("/v1/sessions/{session}/runs"),
+        ));
+        assert_eq!(status, 200, "{runs}");
+        assert_eq!(runs[0]["status"], "FAILED", "{runs}");
+        assert_eq!(runs[0]["error"], expected, "{runs}");
+        for shown in [runs.to_string(), answer.1.to_string()] {
+            for detail in [
+                "127.0.0.1",
+                "http",
+                "internal-upstream-detail",
+                "chat/completions",
+            ] {
+                assert!(
+                    !shown.contains(detail),
+                    "{detail:?} shown to the user: {shown}"
+                );
+            }
+        }
+    }
 }

@@ -278,11 +278,15 @@ impl Agent {
                 .await?;
             metadata.insert("answer_index".into(), json!(appended.first_index));
         }
+        // Whoever reads the session's runs, a user's own key included, sees what failed in
+        // general words; the upstream's address and answers are the operator's, for the log.
         let (status, error) = match &answered {
             Ok(_) => (RunStatus::Completed, None),
-            // `LlmError` never carries the upstream's key (see memlayer-llm), so the reason
-            // can be shown to whoever reads the session's runs.
-            Err(failure) => (RunStatus::Failed, Some(failure.to_string())),
+            Err(Failure::Upstream(err)) => (RunStatus::Failed, Some(err.public_reason())),
+            Err(Failure::Agent(_)) => (
+                RunStatus::Failed,
+                Some("memlayer could not complete the run; the details are in its log".to_owned()),
+            ),
         };
         let latency_ms = u64::try_from(turn.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         metadata.insert("latency_ms".into(), json!(latency_ms));
@@ -456,11 +460,9 @@ impl Agent {
 }
 
 /// Why a run failed: the model, or memlayer itself.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug)]
 enum Failure {
-    #[error(transparent)]
     Upstream(LlmError),
-    #[error(transparent)]
     Agent(AgentError),
 }
 

@@ -68,6 +68,24 @@ pub enum LlmError {
 }
 
 impl LlmError {
+    /// What went wrong, in words for whoever reads the failed run or the context it was for
+    /// (a user's own key included): what failed, never where the upstream is, what it answered
+    /// or what it was sent. Those belong to the operator and go to the log ([`Self::for_log`]).
+    pub fn public_reason(&self) -> String {
+        match self {
+            Self::InvalidConfig(_) => "the model is not configured correctly".to_owned(),
+            Self::Timeout { .. } => "the model did not answer in time".to_owned(),
+            Self::Connect { .. } | Self::Transport(_) => {
+                "the model upstream could not be reached".to_owned()
+            }
+            Self::Status { status, .. } => format!("the model upstream answered {status}"),
+            Self::StreamError(_) => "the model upstream failed during its answer".to_owned(),
+            Self::Malformed(_) | Self::EmptyChoices | Self::StreamTruncated => {
+                "the model upstream's answer was malformed or incomplete".to_owned()
+            }
+        }
+    }
+
     /// The error for the operator's log: its message without what the upstream said in its
     /// error messages or its malformed bodies, which may quote the conversation it was sent;
     /// the upstream's address and the error's type and code stay.

@@ -64,9 +64,10 @@ impl MemoryError {
             Self::UnknownMemoryType { .. } => "unknown memory type".to_owned(),
             Self::Store(store) => store.for_log(),
             Self::Index(index) => index.for_log(),
-            // The reason may quote the model (the summariser logs what it may).
-            Self::Summarizer(_) => "the summariser failed".to_owned(),
-            Self::NothingToSummarize | Self::Embedding(_) | Self::Task(_) => self.to_string(),
+            // A summariser's reason is written for clients, without the model's own words.
+            Self::NothingToSummarize | Self::Summarizer(_) | Self::Embedding(_) | Self::Task(_) => {
+                self.to_string()
+            }
         }
     }
 }
