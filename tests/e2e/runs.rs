@@ -741,3 +741,104 @@ fn a_failed_runs_reason_names_no_upstream_detail() {
         }
     }
 }
+
+/// A server whose agent runs are answered by `upstream`, with at most `runs` of them at once
+/// and the given request timeout.
+fn limited(upstream: &FakeUpstream, runs: usize, request_timeout: Duration) -> TestServer {
+    TestServer::with_config(ServerConfig {
+        agent_model: Some(ChatClient::new(upstream.config()).unwrap()),
+        max_agent_runs: runs,
+        request_timeout,
+        ..ServerConfig::default()
+    })
+}
+
+/// Waits until the upstream has received `count` requests (runs reached the model).
+fn wait_for_upstream(upstream: &FakeUpstream, count: usize) {
+    for _ in 0..400 {
+        if upstream.requests().len() >= count {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    panic!(
+        "the upstream got {} requests, not {count}",
+        upstream.requests().len()
+    );
+}
+
+/// The overloaded answer to a run over the limit: `503 overloaded` with `Retry-After`, and
+/// nothing of it stored (the user has no session).
+#[track_caller]
+fn assert_run_refused(server: &TestServer, user: &str, stream: bool) {
+    let response = server
+        .request(Method::POST, "/v1/agents/support/runs")
+        .json(&json!({ "user_id": user, "message": "One more?", "stream": stream }))
+        .send()
+        .unwrap();
+    assert_eq!(
+        response
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_owned()),
+        Some("1".to_owned())
+    );
+    let answer = (
+        response.status().as_u16(),
+        response.json::<Value>().unwrap(),
+    );
+    assert_error(&answer, 503, "overloaded");
+    let (_, sessions) = server.get(&format!("/v1/sessions?user_id={user}"));
+    assert_eq!(sessions["total_elements"], 0, "{sessions}");
+}
+
+/// Streamed runs answer their headers at once and go on in the background, and runs go on
+/// after the request timeout: neither is bounded by the in-flight limit, so agent runs have
+/// a limit of their own, held until each run's record is written.
+#[test]
+fn agent_runs_beyond_their_limit_are_refused_while_others_run_in_the_background() {
+    let (_runtime, upstream) = memlayer_tests::fake_upstream();
+    // Runs outlive their requests here: the request timeout is shorter than the model.
+    let server = limited(&upstream, 2, Duration::from_millis(500));
+    let slow = Duration::from_secs(3);
+    upstream.push(Reply::text("First answer.").after(slow));
+    upstream.push(Reply::text("Second answer.").after(slow));
+    // A streamed run: the client reads the headers and leaves; the run goes on.
+    let streamed = server
+        .request(Method::POST, "/v1/agents/support/runs")
+        .json(&json!({ "user_id": "sam", "message": "Stream it.", "stream": true }))
+        .send()
+        .unwrap();
+    assert_eq!(streamed.status(), 200);
+    drop(streamed);
+    // A plain run whose request times out: the run goes on.
+    let timed_out = run(
+        &server,
+        "support",
+        &json!({ "user_id": "tia", "message": "Take your time." }),
+    );
+    assert_error(&timed_out, 503, "timeout");
+    wait_for_upstream(&upstream, 2);
+
+    assert_run_refused(&server, "uma", false);
+    assert_run_refused(&server, "uma", true);
+    // Other requests are not held up by the runs.
+    assert_eq!(server.get("/v1/sessions").0, 200);
+
+    // Once both runs have written their records, runs are admitted again.
+    for user in ["sam", "tia"] {
+        let (_, run) = wait_for_run(&server, user);
+        assert_eq!(run["status"], "COMPLETED", "{run}");
+    }
+    upstream.push(Reply::text("Now there is room."));
+    let (status, answer) = run(
+        &server,
+        "support",
+        &json!({ "user_id": "uma", "message": "Now?" }),
+    );
+    assert_eq!(
+        (status, &answer["content"]),
+        (200, &json!("Now there is room.")),
+        "{answer}"
+    );
+}

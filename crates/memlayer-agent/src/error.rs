@@ -29,6 +29,12 @@ pub enum AgentError {
     /// Runs need a chat model and none is configured. Checked before anything is stored.
     #[error("no chat model is configured for agent runs")]
     ModelNotConfigured,
+    /// As many runs as the agent admits are going on. Checked before anything is stored.
+    #[error("{limit} agent runs are going on, as many as the server admits")]
+    Overloaded {
+        /// The most runs at once.
+        limit: usize,
+    },
     /// The model could not be reached or gave no usable answer. The user's message is stored
     /// and the run is recorded as failed with `source` as its reason.
     #[error("the run {run_id} failed: {source}")]
@@ -68,9 +74,10 @@ impl AgentError {
             Self::Memory(memory) => memory.for_log(),
             Self::Erasure(erasure) => erasure.for_log(),
             // Memory ids are the store's numbers, not chosen by clients.
-            Self::MemoryNotFound { .. } | Self::ModelNotConfigured | Self::Task(_) => {
-                self.to_string()
-            }
+            Self::MemoryNotFound { .. }
+            | Self::ModelNotConfigured
+            | Self::Overloaded { .. }
+            | Self::Task(_) => self.to_string(),
         }
     }
 

@@ -6,8 +6,12 @@
 //! and a good one with a stream: [`Agent::start`] checks the request and durably stores the
 //! user's message; [`Agent::run`] or [`Agent::stream`] does the rest on a spawned task, so a
 //! client that goes away (or the server's request timeout) never cuts a run off between
-//! the model's answer and its record.
+//! the model's answer and its record. Since a run outlives its request, the server's limit on
+//! requests in flight does not bound runs: [`Agent`] has a limit of its own, a permit taken
+//! in [`Agent::start`] before anything is stored and held by the [`Turn`] until the run's
+//! record is written.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use memlayer_llm::{
@@ -20,7 +24,7 @@ use memlayer_store::{
     validate_id,
 };
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use crate::error::AgentError;
 use crate::tools::{SESSION_SEARCH_INSTRUCTION, ToolOutcome, Tools, chat_tools, parse_call};
@@ -83,6 +87,9 @@ pub struct Turn {
     message: String,
     model: ChatClient,
     started: Instant,
+    /// One of the agent's run slots, released when the turn is dropped: after its record is
+    /// written.
+    _slot: OwnedSemaphorePermit,
 }
 
 impl Turn {
@@ -137,18 +144,23 @@ pub struct Agent {
     model: Option<ChatClient>,
     encoding: TokenEncoding,
     render: RenderTool,
+    /// A permit per run that may be going on at once.
+    slots: Arc<Semaphore>,
+    max_runs: usize,
 }
 
 impl Agent {
     /// Runs answered by `model` (`None`: every run is refused with
     /// [`AgentError::ModelNotConfigured`]), with the context `contexts` builds, the memory
-    /// `tools`, and messages counted with `encoding`.
+    /// `tools`, and messages counted with `encoding`; at most `max_runs` at once (one more is
+    /// refused with [`AgentError::Overloaded`]).
     pub fn new(
         contexts: ContextBuilder,
         tools: Tools,
         model: Option<ChatClient>,
         encoding: TokenEncoding,
         render: RenderTool,
+        max_runs: usize,
     ) -> Self {
         Self {
             store: tools.store().clone(),
@@ -157,6 +169,8 @@ impl Agent {
             model,
             encoding,
             render,
+            slots: Arc::new(Semaphore::new(max_runs)),
+            max_runs,
         }
     }
 
@@ -167,7 +181,8 @@ impl Agent {
 
     /// Checks the request and durably stores the user's message, creating the session when
     /// none is named. Nothing is stored when it fails: an invalid request, a session that is
-    /// not this user's with this agent (`SessionNotFound`), or no model configured.
+    /// not this user's with this agent (`SessionNotFound`), no model configured, or as many
+    /// runs going on as the agent admits (`Overloaded`; never queued).
     pub async fn start(&self, request: RunRequest) -> Result<Turn, AgentError> {
         request.validate()?;
         let RunRequest {
@@ -189,6 +204,12 @@ impl Agent {
             }
         }
         let model = self.model.clone().ok_or(AgentError::ModelNotConfigured)?;
+        let slot =
+            Arc::clone(&self.slots)
+                .try_acquire_owned()
+                .map_err(|_| AgentError::Overloaded {
+                    limit: self.max_runs,
+                })?;
         let (session_id, create) = match session_id {
             Some(id) => (id, None),
             None => (
@@ -226,6 +247,7 @@ impl Agent {
             message,
             model,
             started,
+            _slot: slot,
         })
     }
 

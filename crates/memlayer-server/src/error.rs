@@ -96,8 +96,8 @@ pub enum ApiError {
     /// `503`: the server is shutting down.
     #[error("{0}")]
     Unavailable(String),
-    /// `503` with `Retry-After`: as many requests as the server admits are in flight. The
-    /// request was refused at once, never queued.
+    /// `503` with `Retry-After`: as many requests as the server admits are in flight, or as
+    /// many agent runs are going on. The request was refused at once, never queued.
     #[error("the server is handling as many requests as it admits; retry in a moment")]
     Overloaded,
     /// `503`: the request took longer than the server's limit.
@@ -337,6 +337,7 @@ impl From<memlayer_agent::AgentError> for ApiError {
                 message: err.to_string(),
             },
             AgentError::ModelNotConfigured => Self::ModelNotConfigured,
+            AgentError::Overloaded { .. } => Self::Overloaded,
             // The run logged the failure when it recorded it.
             AgentError::Upstream {
                 run_id,

@@ -42,6 +42,12 @@ pub struct ServerConfig {
     /// How many requests each API key may make; `None` does not limit keys (load shedding
     /// still protects the server as a whole).
     pub rate_limit: Option<RateLimit>,
+    /// Most agent runs (`POST /v1/agents/{id}/runs`) going on at once. A run continues after
+    /// its request: a streamed one answers its headers at once, a plain one goes on past the
+    /// request timeout, so `max_in_flight` does not bound them. Each holds a model call of
+    /// seconds and a context in memory; one more is answered `503 overloaded` with
+    /// `Retry-After` before anything is stored. Must be positive.
+    pub max_agent_runs: usize,
 }
 
 impl Default for ServerConfig {
@@ -57,6 +63,9 @@ impl Default for ServerConfig {
             max_in_flight: 512,
             session_idle_timeout: Duration::from_secs(30 * 60),
             rate_limit: None,
+            // A small deployment's model server answers a few requests at a time; 32 runs
+            // waiting on it is already a queue, and bounds what runs whose clients left hold.
+            max_agent_runs: 32,
         }
     }
 }
@@ -98,6 +107,7 @@ impl AppState {
             config.agent_model.clone(),
             config.token_encoding,
             crate::api::tools::render,
+            config.max_agent_runs,
         );
         Ok(Self {
             erasure,

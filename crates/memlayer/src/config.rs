@@ -26,7 +26,7 @@ pub(crate) struct DataArgs {
     #[arg(long, env = "MEMLAYER_DATA_DIR")]
     data_dir: Option<PathBuf>,
     /// TOML file with any of: listen, data_dir, assets_dir, model_dir, onnxruntime,
-    /// max_body_bytes, token_encoding, request_timeout_secs, max_in_flight,
+    /// max_body_bytes, token_encoding, request_timeout_secs, max_in_flight, max_agent_runs,
     /// session_idle_timeout_secs, rate_limit_per_second, rate_limit_burst, admin_key, and
     /// [summarizer] and [agent_model] tables.
     #[arg(long, env = "MEMLAYER_CONFIG")]
@@ -83,6 +83,11 @@ pub(crate) struct ServeArgs {
     /// Retry-After, never queued [default: 512].
     #[arg(long, env = "MEMLAYER_MAX_IN_FLIGHT")]
     max_in_flight: Option<usize>,
+    /// Most agent runs going on at once (streamed runs and runs past the request timeout
+    /// included); one more is answered 503 `overloaded` with Retry-After, nothing stored
+    /// [default: 32].
+    #[arg(long, env = "MEMLAYER_MAX_AGENT_RUNS")]
+    max_agent_runs: Option<usize>,
     /// A session with no activity for this many seconds is ended (merged into session
     /// memory in the background); 0 never ends one [default: 1800].
     #[arg(long, env = "MEMLAYER_SESSION_IDLE_TIMEOUT_SECS")]
@@ -170,6 +175,7 @@ struct FileSettings {
     token_encoding: Option<String>,
     request_timeout_secs: Option<u64>,
     max_in_flight: Option<usize>,
+    max_agent_runs: Option<usize>,
     session_idle_timeout_secs: Option<u64>,
     rate_limit_per_second: Option<u32>,
     rate_limit_burst: Option<u32>,
@@ -246,6 +252,11 @@ impl Settings {
             .or(file.max_in_flight)
             .unwrap_or(defaults.max_in_flight);
         anyhow::ensure!(max_in_flight > 0, "max_in_flight must be positive");
+        let max_agent_runs = args
+            .max_agent_runs
+            .or(file.max_agent_runs)
+            .unwrap_or(defaults.max_agent_runs);
+        anyhow::ensure!(max_agent_runs > 0, "max_agent_runs must be positive");
         let session_idle_timeout = args
             .session_idle_timeout_secs
             .or(file.session_idle_timeout_secs)
@@ -278,6 +289,7 @@ impl Settings {
                 agent_model,
                 request_timeout,
                 max_in_flight,
+                max_agent_runs,
                 session_idle_timeout,
                 rate_limit,
             },
@@ -377,6 +389,7 @@ mod tests {
         assert_eq!(settings.server.max_body_bytes, 1 << 20);
         assert_eq!(settings.server.request_timeout, Duration::from_secs(30));
         assert_eq!(settings.server.max_in_flight, 512);
+        assert_eq!(settings.server.max_agent_runs, 32);
         assert_eq!(
             settings.server.session_idle_timeout,
             Duration::from_secs(30 * 60)
@@ -403,14 +416,22 @@ mod tests {
     fn the_timeout_and_the_in_flight_limit_come_from_flags_or_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("memlayer.toml");
-        std::fs::write(&file, "request_timeout_secs = 5\nmax_in_flight = 64\n").unwrap();
+        std::fs::write(
+            &file,
+            "request_timeout_secs = 5\nmax_in_flight = 64\nmax_agent_runs = 4\n",
+        )
+        .unwrap();
         let config = file.to_str().unwrap();
         let settings = resolve(&["--config", config]).unwrap();
         assert_eq!(settings.server.request_timeout, Duration::from_secs(5));
         assert_eq!(settings.server.max_in_flight, 64);
+        assert_eq!(settings.server.max_agent_runs, 4);
         let flagged = resolve(&["--config", config, "--max-in-flight", "8"]).unwrap();
         assert_eq!(flagged.server.max_in_flight, 8);
+        let flagged = resolve(&["--config", config, "--max-agent-runs", "2"]).unwrap();
+        assert_eq!(flagged.server.max_agent_runs, 2);
         assert!(resolve(&["--max-in-flight", "0"]).is_err());
+        assert!(resolve(&["--max-agent-runs", "0"]).is_err());
         assert!(resolve(&["--request-timeout-secs", "0"]).is_err());
         let idle = resolve(&["--session-idle-timeout-secs", "0"]).unwrap();
         assert!(idle.server.session_idle_timeout.is_zero(), "0 disables it");
