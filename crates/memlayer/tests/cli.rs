@@ -1106,6 +1106,68 @@ fn export_then_import_moves_a_tenant_and_a_second_import_changes_nothing() {
     target.wait_for_exit();
 }
 
+/// An export file is untrusted input: ids in it go into URLs percent-encoded, one path
+/// segment or query value each, so a crafted id reaches the route it names an id of — where
+/// the server refuses it — and never another route. The server's metrics show which routes
+/// were asked.
+#[test]
+fn an_import_keeps_crafted_ids_inside_their_path_segment() {
+    let temp = tempfile::tempdir().unwrap();
+    let (mut server, url) = Process::serve(&temp.path().join("data"));
+    let import = |name: &str, record: Value| {
+        let file = temp.path().join(name);
+        std::fs::write(&file, format!("{record}\n")).unwrap();
+        let (ok, _, stderr) = remote(&url, ADMIN_KEY, &["import", "--in", file.to_str().unwrap()]);
+        assert!(!ok, "the import of {record} succeeded");
+        stderr
+    };
+    let session = |id: &str| {
+        json!({ "kind": "session",
+            "session": { "session_id": id, "user_id": "u", "agent_id": "a", "metadata": {} },
+            "messages": [{ "role": "user", "content": "hi", "token_count": 1,
+                "timestamp": "2026-01-02T03:04:05Z", "metadata": {} }], "runs": [] })
+    };
+    let stderr = import("up.jsonl", session("../../v1/keys"));
+    assert!(
+        stderr.contains("422") && stderr.contains("invalid_id"),
+        "{stderr}"
+    );
+    let memories = json!({ "kind": "memories", "user_id": "eve?page=0#x%2F/../..",
+        "memories": [{ "text": "t", "type": "fact", "tags": [], "agent_id": null }] });
+    let stderr = import("query.jsonl", memories);
+    assert!(
+        stderr.contains("422") && stderr.contains("invalid_id"),
+        "{stderr}"
+    );
+    // `.` and `..` cannot be a path segment at all (URL parsers remove them): refused here.
+    let stderr = import("dots.jsonl", session(".."));
+    assert!(stderr.contains("\"..\""), "{stderr}");
+
+    let metrics = client()
+        .get(format!("{url}/metrics"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    let mut requests: Vec<&str> = metrics
+        .lines()
+        .filter(|line| {
+            line.starts_with("memlayer_http_requests_total{") && !line.contains("/metrics")
+        })
+        .collect();
+    requests.sort_unstable();
+    assert_eq!(
+        requests,
+        [
+            "memlayer_http_requests_total{route=\"/v1/sessions/{session_id}/messages\",method=\"POST\",status=\"4xx\"} 1",
+            "memlayer_http_requests_total{route=\"/v1/users/{user_id}/memories\",method=\"POST\",status=\"4xx\"} 1",
+        ],
+        "{metrics}"
+    );
+    server.terminate();
+    server.wait_for_exit();
+}
+
 /// `memlayer mcp` as an MCP host runs it: a child process speaking MCP on stdin and stdout,
 /// driven by the official SDK's client, bridging to a running `memlayer serve`. Every tool
 /// runs and its effect shows in the server's REST API.
