@@ -268,7 +268,7 @@ fn a_configured_model_summarises_and_a_failing_one_falls_back_to_extractive() {
     let (_runtime, upstream) = memlayer_tests::fake_upstream();
     let server = TestServer::with_config(ServerConfig {
         summarizer_model: Some(ChatClient::new(upstream.config()).unwrap()),
-        ..ServerConfig::default()
+        ..memlayer_tests::config()
     });
     long_chat(&server);
     upstream.push(Reply::text(

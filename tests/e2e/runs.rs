@@ -15,7 +15,7 @@ use serde_json::Value;
 fn server_with(model: LlmConfig) -> TestServer {
     TestServer::with_config(ServerConfig {
         agent_model: Some(ChatClient::new(model).unwrap()),
-        ..ServerConfig::default()
+        ..memlayer_tests::config()
     })
 }
 
@@ -630,7 +630,7 @@ fn a_run_the_client_stops_waiting_for_still_finishes_and_is_recorded() {
     let server = TestServer::with_config(ServerConfig {
         agent_model: Some(ChatClient::new(upstream.config()).unwrap()),
         request_timeout: Duration::from_millis(300),
-        ..ServerConfig::default()
+        ..memlayer_tests::config()
     });
     // Over the request timeout: the client gets 503, the run goes on.
     upstream.push(Reply::text("Worth the wait.").after(Duration::from_secs(1)));
@@ -749,7 +749,7 @@ fn limited(upstream: &FakeUpstream, runs: usize, request_timeout: Duration) -> T
         agent_model: Some(ChatClient::new(upstream.config()).unwrap()),
         max_agent_runs: runs,
         request_timeout,
-        ..ServerConfig::default()
+        ..memlayer_tests::config()
     })
 }
 

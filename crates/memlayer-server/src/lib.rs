@@ -37,7 +37,7 @@ use axum::extract::DefaultBodyLimit;
 pub use error::ApiError;
 pub use openapi::openapi;
 pub use rate_limit::RateLimit;
-pub use state::{AppState, ServerConfig};
+pub use state::{AppState, DEFAULT_RATE_LIMIT, ServerConfig};
 
 /// The whole API as one router, ready to serve: the routes of the route table (`api::ROUTES`,
 /// which also makes the OpenAPI document), the API's own answers for unknown paths and

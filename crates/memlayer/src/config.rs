@@ -11,7 +11,7 @@ use clap::Args;
 use memlayer_embed::Assets;
 use memlayer_llm::{ChatClient, LlmConfig};
 use memlayer_memory::TokenEncoding;
-use memlayer_server::{RateLimit, ServerConfig};
+use memlayer_server::{DEFAULT_RATE_LIMIT, RateLimit, ServerConfig};
 use serde::Deserialize;
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:7700";
@@ -93,10 +93,10 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "MEMLAYER_SESSION_IDLE_TIMEOUT_SECS")]
     session_idle_timeout_secs: Option<u64>,
     /// Requests per second each API key may make on average; one more is answered 429
-    /// `rate_limited` with Retry-After. 0 does not limit keys [default: 0].
+    /// `rate_limited` with Retry-After. 0 does not limit keys [default: 100].
     #[arg(long, env = "MEMLAYER_RATE_LIMIT_PER_SECOND")]
     rate_limit_per_second: Option<u32>,
-    /// Requests a key may make at once after being idle [default: twice the rate].
+    /// Requests a key may make at once after being idle [default: twice the rate, 200].
     #[arg(long, env = "MEMLAYER_RATE_LIMIT_BURST")]
     rate_limit_burst: Option<u32>,
 }
@@ -315,10 +315,12 @@ fn chat_client(
         .transpose()
 }
 
-/// The per-key rate limit: none unless a positive rate is set; the burst defaults to twice
-/// the rate, so a client may catch up after a pause without being refused.
+/// The per-key rate limit: the default rate unless one is set, none for a rate of 0; the
+/// burst defaults to twice the rate, so a client may catch up after a pause without being
+/// refused.
 fn rate_limit(per_second: Option<u32>, burst: Option<u32>) -> anyhow::Result<Option<RateLimit>> {
-    let Some(per_second) = per_second.and_then(NonZeroU32::new) else {
+    let per_second = per_second.unwrap_or(DEFAULT_RATE_LIMIT.per_second.get());
+    let Some(per_second) = NonZeroU32::new(per_second) else {
         anyhow::ensure!(
             burst.is_none(),
             "rate_limit_burst needs a positive rate_limit_per_second"
@@ -394,7 +396,11 @@ mod tests {
             settings.server.session_idle_timeout,
             Duration::from_secs(30 * 60)
         );
-        assert_eq!(settings.server.rate_limit, None);
+        let limit = settings
+            .server
+            .rate_limit
+            .expect("keys are limited by default");
+        assert_eq!((limit.per_second.get(), limit.burst.get()), (100, 200));
     }
 
     #[test]
@@ -404,12 +410,27 @@ mod tests {
         assert_eq!((doubled.per_second.get(), doubled.burst.get()), (50, 100));
         let given = limit(&["--rate-limit-per-second", "5", "--rate-limit-burst", "7"]).unwrap();
         assert_eq!((given.per_second.get(), given.burst.get()), (5, 7));
-        assert_eq!(limit(&["--rate-limit-per-second", "0"]), None);
+        let burst_only = limit(&["--rate-limit-burst", "7"]).unwrap();
+        assert_eq!(
+            (burst_only.per_second.get(), burst_only.burst.get()),
+            (100, 7)
+        );
+        assert_eq!(
+            limit(&["--rate-limit-per-second", "0"]),
+            None,
+            "0 switches it off"
+        );
         assert!(
-            resolve(&["--rate-limit-burst", "7"]).is_err(),
+            resolve(&["--rate-limit-per-second", "0", "--rate-limit-burst", "7"]).is_err(),
             "a burst without a rate"
         );
         assert!(resolve(&["--rate-limit-per-second", "5", "--rate-limit-burst", "0"]).is_err());
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("memlayer.toml");
+        std::fs::write(&file, "rate_limit_per_second = 0\n").unwrap();
+        let off = resolve(&["--config", file.to_str().unwrap()]).unwrap();
+        assert_eq!(off.server.rate_limit, None, "switched off in the file");
     }
 
     #[test]

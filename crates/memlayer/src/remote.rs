@@ -99,10 +99,32 @@ impl ServerArgs {
     }
 
     /// Sends `request`; an answer other than 2xx becomes an [`ApiFailure`].
+    ///
+    /// A `429` is waited out for as long as its `Retry-After` says and sent again: the key's
+    /// rate limit refuses before anything is done, so any request may be repeated, and an
+    /// export or import of a large tenant makes more requests a second than a key's default
+    /// limit allows.
     fn send(&self, request: RequestBuilder) -> anyhow::Result<Response> {
-        let response = request
-            .send()
-            .with_context(|| format!("cannot reach the server at {}", self.url))?;
+        let mut request = request;
+        let mut refusals = 0;
+        let response = loop {
+            // Every request here has a body that can be cloned (JSON or none).
+            let again = request.try_clone();
+            let response = request
+                .send()
+                .with_context(|| format!("cannot reach the server at {}", self.url))?;
+            match again {
+                Some(again)
+                    if response.status() == reqwest::StatusCode::TOO_MANY_REQUESTS
+                        && refusals < MAX_RATE_LIMIT_WAITS =>
+                {
+                    refusals += 1;
+                    std::thread::sleep(retry_after(&response));
+                    request = again;
+                }
+                _ => break response,
+            }
+        };
         let status = response.status();
         if status.is_success() {
             return Ok(response);
@@ -137,6 +159,20 @@ impl ServerArgs {
         let response = self.send(self.request(method, endpoint)?.json(body))?;
         response.json().context("the server's answer is not JSON")
     }
+}
+
+/// How many `429`s in a row a request waits out before the command gives up: a limit that
+/// admits nothing for this long is not a rate limit.
+const MAX_RATE_LIMIT_WAITS: u32 = 60;
+
+/// How long a `429` asks to wait: its `Retry-After` in seconds (at most a minute), else one.
+fn retry_after(response: &Response) -> std::time::Duration {
+    let seconds = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|value| value.to_str().ok()?.parse::<u64>().ok())
+        .unwrap_or(1);
+    std::time::Duration::from_secs(seconds.clamp(1, 60))
 }
 
 /// A request the server refused, with its status and the API's error code and message.

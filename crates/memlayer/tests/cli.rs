@@ -1168,6 +1168,38 @@ fn an_import_keeps_crafted_ids_inside_their_path_segment() {
     server.wait_for_exit();
 }
 
+/// The operator's commands wait out a key's rate limit (`429` with `Retry-After`) instead of
+/// failing: against a server that lets a key make three requests a second, an import and an
+/// export of three sessions (a dozen requests) complete.
+#[test]
+fn import_and_export_wait_out_the_rate_limit() {
+    let temp = tempfile::tempdir().unwrap();
+    let (mut server, url) = Process::serve_with(&temp.path().join("data"), |command| {
+        command.args(["--rate-limit-per-second", "3", "--rate-limit-burst", "3"]);
+    });
+    let lines: Vec<String> = (1..=3)
+        .map(|n| {
+            json!({ "kind": "session",
+                "session": { "session_id": format!("limited-{n}"), "user_id": "ann",
+                    "agent_id": "a", "metadata": {} },
+                "messages": [{ "role": "user", "content": "hi", "token_count": 1,
+                    "timestamp": "2026-01-02T03:04:05Z", "metadata": {} }],
+                "runs": [] })
+            .to_string()
+        })
+        .collect();
+    let file = temp.path().join("in.jsonl");
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let (ok, _, stderr) = remote(&url, ADMIN_KEY, &["import", "--in", file.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    let out = temp.path().join("out.jsonl");
+    let (ok, _, stderr) = remote(&url, ADMIN_KEY, &["export", "--out", out.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("exported 3 session(s)"), "{stderr}");
+    server.terminate();
+    server.wait_for_exit();
+}
+
 /// `memlayer mcp` as an MCP host runs it: a child process speaking MCP on stdin and stdout,
 /// driven by the official SDK's client, bridging to a running `memlayer serve`. Every tool
 /// runs and its effect shows in the server's REST API.
