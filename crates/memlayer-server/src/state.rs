@@ -43,6 +43,16 @@ pub struct ServerConfig {
     /// How many requests each API key may make; `None` does not limit keys (load shedding
     /// still protects the server as a whole). On by default (see [`DEFAULT_RATE_LIMIT`]).
     pub rate_limit: Option<RateLimit>,
+    /// Longest a client may take to send a request's head (request line and headers), and
+    /// longest a kept-alive connection may wait for its next request; then the connection is
+    /// closed. Without it a client sending a byte now and then (slowloris) holds a
+    /// connection for ever. Must be positive.
+    pub header_read_timeout: Duration,
+    /// Most connections open at once; at the cap the server accepts no more until one closes
+    /// (new ones wait in the listen backlog), probes included. Each costs a task, buffers and
+    /// a file descriptor: keep the process's open-file limit (`ulimit -n`, often 1,024 by
+    /// default) above it, or lower this. Must be positive.
+    pub max_connections: usize,
     /// Most agent runs (`POST /v1/agents/{id}/runs`) going on at once. A run continues after
     /// its request: a streamed one answers its headers at once, a plain one goes on past the
     /// request timeout, so `max_in_flight` does not bound them. Each holds a model call of
@@ -76,6 +86,14 @@ impl Default for ServerConfig {
             max_in_flight: 512,
             session_idle_timeout: Duration::from_secs(30 * 60),
             rate_limit: Some(DEFAULT_RATE_LIMIT),
+            // A head is a few hundred bytes: even a congested mobile link sends it in well under
+            // a second, and clients' pools reconnect an idle connection closed after 10 s. A
+            // slowloris client gets 10 s per connection, not for ever.
+            header_read_timeout: Duration::from_secs(10),
+            // Twice `max_in_flight`: every admitted request's connection and as many idle
+            // kept-alive ones, far more than a small deployment's clients open; each one's
+            // task and buffers take tens of KiB.
+            max_connections: 1024,
             // A small deployment's model server answers a few requests at a time; 32 runs
             // waiting on it is already a queue, and bounds what runs whose clients left hold.
             max_agent_runs: 32,

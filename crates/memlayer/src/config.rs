@@ -27,7 +27,7 @@ pub(crate) struct DataArgs {
     data_dir: Option<PathBuf>,
     /// TOML file with any of: listen, data_dir, assets_dir, model_dir, onnxruntime,
     /// max_body_bytes, token_encoding, request_timeout_secs, max_in_flight, max_agent_runs,
-    /// session_idle_timeout_secs, rate_limit_per_second, rate_limit_burst, admin_key, and
+    /// header_read_timeout_secs, max_connections, session_idle_timeout_secs, rate_limit_per_second, rate_limit_burst, admin_key, and
     /// [summarizer] and [agent_model] tables.
     #[arg(long, env = "MEMLAYER_CONFIG")]
     config: Option<PathBuf>,
@@ -88,6 +88,14 @@ pub(crate) struct ServeArgs {
     /// [default: 32].
     #[arg(long, env = "MEMLAYER_MAX_AGENT_RUNS")]
     max_agent_runs: Option<usize>,
+    /// Longest a client may take to send a request's head, and a kept-alive connection may
+    /// wait for its next request, in seconds; then the connection is closed [default: 10].
+    #[arg(long, env = "MEMLAYER_HEADER_READ_TIMEOUT_SECS")]
+    header_read_timeout_secs: Option<u64>,
+    /// Most connections open at once; at the cap no more are accepted until one closes
+    /// [default: 1024].
+    #[arg(long, env = "MEMLAYER_MAX_CONNECTIONS")]
+    max_connections: Option<usize>,
     /// A session with no activity for this many seconds is ended (merged into session
     /// memory in the background); 0 never ends one [default: 1800].
     #[arg(long, env = "MEMLAYER_SESSION_IDLE_TIMEOUT_SECS")]
@@ -176,6 +184,8 @@ struct FileSettings {
     request_timeout_secs: Option<u64>,
     max_in_flight: Option<usize>,
     max_agent_runs: Option<usize>,
+    header_read_timeout_secs: Option<u64>,
+    max_connections: Option<usize>,
     session_idle_timeout_secs: Option<u64>,
     rate_limit_per_second: Option<u32>,
     rate_limit_burst: Option<u32>,
@@ -257,6 +267,19 @@ impl Settings {
             .or(file.max_agent_runs)
             .unwrap_or(defaults.max_agent_runs);
         anyhow::ensure!(max_agent_runs > 0, "max_agent_runs must be positive");
+        let header_read_timeout = args
+            .header_read_timeout_secs
+            .or(file.header_read_timeout_secs)
+            .map_or(defaults.header_read_timeout, Duration::from_secs);
+        anyhow::ensure!(
+            !header_read_timeout.is_zero(),
+            "header_read_timeout_secs must be positive"
+        );
+        let max_connections = args
+            .max_connections
+            .or(file.max_connections)
+            .unwrap_or(defaults.max_connections);
+        anyhow::ensure!(max_connections > 0, "max_connections must be positive");
         let session_idle_timeout = args
             .session_idle_timeout_secs
             .or(file.session_idle_timeout_secs)
@@ -292,6 +315,8 @@ impl Settings {
                 max_agent_runs,
                 session_idle_timeout,
                 rate_limit,
+                header_read_timeout,
+                max_connections,
             },
             admin_key: admin_key.map(Secret),
         })
@@ -392,6 +417,8 @@ mod tests {
         assert_eq!(settings.server.request_timeout, Duration::from_secs(30));
         assert_eq!(settings.server.max_in_flight, 512);
         assert_eq!(settings.server.max_agent_runs, 32);
+        assert_eq!(settings.server.header_read_timeout, Duration::from_secs(10));
+        assert_eq!(settings.server.max_connections, 1024);
         assert_eq!(
             settings.server.session_idle_timeout,
             Duration::from_secs(30 * 60)
@@ -453,6 +480,16 @@ mod tests {
         assert_eq!(flagged.server.max_agent_runs, 2);
         assert!(resolve(&["--max-in-flight", "0"]).is_err());
         assert!(resolve(&["--max-agent-runs", "0"]).is_err());
+        std::fs::write(
+            &file,
+            "header_read_timeout_secs = 3\nmax_connections = 100\n",
+        )
+        .unwrap();
+        let settings = resolve(&["--config", config, "--max-connections", "50"]).unwrap();
+        assert_eq!(settings.server.header_read_timeout, Duration::from_secs(3));
+        assert_eq!(settings.server.max_connections, 50);
+        assert!(resolve(&["--max-connections", "0"]).is_err());
+        assert!(resolve(&["--header-read-timeout-secs", "0"]).is_err());
         assert!(resolve(&["--request-timeout-secs", "0"]).is_err());
         let idle = resolve(&["--session-idle-timeout-secs", "0"]).unwrap();
         assert!(idle.server.session_idle_timeout.is_zero(), "0 disables it");
