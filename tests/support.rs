@@ -89,10 +89,20 @@ struct Running {
     store: Store,
 }
 
+/// The configuration of [`TestServer::start`]: the defaults without the per-key rate limit,
+/// since tests send thousands of requests with one key as fast as they can. Tests of the
+/// limit, and of anything else on the very defaults, use `ServerConfig::default()`.
+pub fn config() -> ServerConfig {
+    ServerConfig {
+        rate_limit: None,
+        ..ServerConfig::default()
+    }
+}
+
 impl TestServer {
-    /// Starts a server with the default configuration on a new, empty store.
+    /// Starts a server with [`config`] on a new, empty store.
     pub fn start() -> Self {
-        Self::with_config(ServerConfig::default())
+        Self::with_config(config())
     }
 
     /// Starts a server with `config` on a new, empty store.

@@ -379,6 +379,60 @@ fn a_key_over_its_rate_limit_is_refused_and_other_keys_are_not() {
     assert_eq!(probe.status().as_u16(), 200);
 }
 
+/// Keys are limited out of the box: a server on its defaults lets a key make its burst of
+/// quick requests and answers the ones after with `429`, `Retry-After` and the error shape.
+#[test]
+fn keys_are_rate_limited_by_default() {
+    let defaults = memlayer_server::ServerConfig::default();
+    let limit = defaults.rate_limit.expect("a default rate limit");
+    let server = TestServer::with_config(defaults);
+    let key = server.create_key("default", memlayer_store::KeyRole::Service, None);
+    // Four clients at once, so the requests come faster than the sustained rate refills.
+    let admitted = std::sync::atomic::AtomicU32::new(0);
+    let refusal = std::sync::Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                for _ in 0..(limit.burst.get() * 4) {
+                    if refusal.lock().unwrap().is_some() {
+                        return;
+                    }
+                    let response = server
+                        .request_with_key(&key, Method::GET, "/v1/tools")
+                        .send()
+                        .unwrap();
+                    match response.status().as_u16() {
+                        200 => {
+                            admitted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        429 => {
+                            let retry_after = response.headers()["retry-after"]
+                                .to_str()
+                                .unwrap()
+                                .to_owned();
+                            let body: Value = response.json().unwrap();
+                            *refusal.lock().unwrap() = Some((retry_after, body));
+                        }
+                        other => panic!("unexpected {other}"),
+                    }
+                }
+            });
+        }
+    });
+    let (retry_after, body) = refusal
+        .into_inner()
+        .unwrap()
+        .expect("a key past its burst is refused");
+    assert_error(&(429, body), 429, "rate_limited");
+    assert!(retry_after.parse::<u64>().unwrap() >= 1, "{retry_after}");
+    let admitted = admitted.into_inner();
+    assert!(
+        admitted >= limit.burst.get(),
+        "only {admitted} requests admitted before the first refusal, the burst is {}",
+        limit.burst
+    );
+}
+
 /// A user key reaches its own user's memories — remember, list, search, get, forget, session
 /// memory, and the tool calls of its own sessions — and nothing of another user's, though both
 /// users remembered the very same text: another user's memory or session is `404`, as one that

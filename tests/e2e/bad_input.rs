@@ -26,7 +26,7 @@ struct Fixture {
 
 impl Fixture {
     fn new() -> Self {
-        Self::with_config(ServerConfig::default())
+        Self::with_config(memlayer_tests::config())
     }
 
     fn with_config(config: ServerConfig) -> Self {
@@ -240,7 +240,7 @@ fn body_of_len(len: usize) -> String {
 fn bodies_over_the_limit_are_413() {
     let fixture = Fixture::with_config(ServerConfig {
         max_body_bytes: SMALL_LIMIT,
-        ..ServerConfig::default()
+        ..memlayer_tests::config()
     });
     // Each oversized request goes over a connection of its own: see
     // `a_413_does_not_break_the_next_request_on_the_connection` for why.
@@ -292,7 +292,7 @@ fn bodies_over_the_limit_are_413() {
 fn a_413_does_not_break_the_next_request_on_the_connection() {
     let server = TestServer::with_config(ServerConfig {
         max_body_bytes: SMALL_LIMIT,
-        ..ServerConfig::default()
+        ..memlayer_tests::config()
     });
     let body = body_of_len(64 * SMALL_LIMIT);
     let mut stream = TcpStream::connect(server.addr()).unwrap();

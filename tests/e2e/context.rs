@@ -268,7 +268,7 @@ fn a_configured_model_summarises_and_a_failing_one_falls_back_to_extractive() {
     let (_runtime, upstream) = memlayer_tests::fake_upstream();
     let server = TestServer::with_config(ServerConfig {
         summarizer_model: Some(ChatClient::new(upstream.config()).unwrap()),
-        ..ServerConfig::default()
+        ..memlayer_tests::config()
     });
     long_chat(&server);
     upstream.push(Reply::text(
@@ -302,11 +302,9 @@ fn a_configured_model_summarises_and_a_failing_one_falls_back_to_extractive() {
     let fallback = summarized(&server);
     let note = &fallback["summary_written"];
     assert_eq!(note["summarizer"], "extractive", "{fallback}");
-    assert!(
-        note["fallback_reason"]
-            .as_str()
-            .unwrap()
-            .contains("model overloaded"),
+    // What failed, in general words: the model's own message is the operator's business.
+    assert_eq!(
+        note["fallback_reason"], "the summariser failed: the model upstream answered 503",
         "{note}"
     );
     assert!(text(&fallback).contains("55-0192"), "{}", text(&fallback));

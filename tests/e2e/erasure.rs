@@ -306,7 +306,7 @@ fn purge_stats_and_retention_for_tenant_admins() {
 fn a_purge_that_outlasts_half_the_request_timeout_answers_202_and_finishes() {
     let server = TestServer::with_config(memlayer_server::ServerConfig {
         request_timeout: std::time::Duration::from_millis(1_500),
-        ..memlayer_server::ServerConfig::default()
+        ..memlayer_tests::config()
     });
     const SESSIONS: u64 = 400;
     for session in 0..SESSIONS {

@@ -56,3 +56,6 @@ mod isolation;
 // messages and runs stored, context and memories sent upstream, the memory tool loop,
 // streamed answers, and failures that keep the user's message and record a failed run.
 mod runs;
+// Connections: the header read timeout (slow heads, idle kept-alive connections), the
+// connection cap, and a graceful stop with idle and stalled clients connected.
+mod connections;

@@ -455,7 +455,7 @@ fn preferences_of_the_last_conversation_are_preloaded_for_paraphrased_questions(
 fn an_idle_conversation_is_ended_and_merged_by_the_server() {
     let server = TestServer::with_config(ServerConfig {
         session_idle_timeout: Duration::from_millis(300),
-        ..ServerConfig::default()
+        ..memlayer_tests::config()
     });
     let body = json!({ "user_id": "hana", "agent_id": "tutor", "messages": [
         { "role": "user", "content": "I am preparing for the Goethe C1 exam in March." },

@@ -589,3 +589,90 @@ fn request_ids_come_back() {
     assert_eq!(generated.status(), 404);
     assert_eq!(generated.headers()["x-request-id"].len(), 36);
 }
+
+/// The metric labels come from fixed sets: HTTP allows any token as a method, and an
+/// anonymous client inventing one per request must not add a series each time (the registry
+/// keeps every series for the life of the process).
+#[test]
+fn invented_methods_share_one_metric_label() {
+    let server = TestServer::start();
+    let series = || {
+        let text = server
+            .anonymous(Method::GET, "/metrics")
+            .send()
+            .unwrap()
+            .text()
+            .unwrap();
+        let requests = text
+            .lines()
+            .filter(|line| line.starts_with("memlayer_http_requests_total{"))
+            .count();
+        (requests, text)
+    };
+    let (before, _) = series();
+    for n in 0..40 {
+        let method = Method::from_bytes(format!("PROBE{n}X").as_bytes()).unwrap();
+        let path = if n % 2 == 0 {
+            "/v1/sessions"
+        } else {
+            "/no/such/route"
+        };
+        let status = server.anonymous(method, path).send().unwrap().status();
+        assert!(status.is_client_error(), "{status}");
+    }
+    let (after, text) = series();
+    assert!(
+        !text.contains("PROBE"),
+        "invented methods became labels:\n{text}"
+    );
+    assert!(
+        text.contains("method=\"other\""),
+        "they count under `other`:\n{text}"
+    );
+    // At most one series per route template and status class for all of them together (and
+    // the scrape's own).
+    assert!(
+        after <= before + 4,
+        "{before} series before, {after} after:\n{text}"
+    );
+}
+
+/// The pages cannot be framed by another site (clickjacking the admin page into purging),
+/// send no referrer, and no answer may be sniffed into another content type.
+#[test]
+fn pages_refuse_framing_and_every_answer_forbids_sniffing() {
+    let server = TestServer::start();
+    for page in ["/admin", "/docs"] {
+        let answer = server.anonymous(Method::GET, page).send().unwrap();
+        assert_eq!(answer.status(), 200);
+        let headers = answer.headers();
+        let policy = headers["content-security-policy"].to_str().unwrap();
+        assert!(
+            policy.contains("frame-ancestors 'none'"),
+            "{page}: {policy}"
+        );
+        assert_eq!(headers["x-frame-options"], "DENY", "{page}");
+        assert_eq!(headers["referrer-policy"], "no-referrer", "{page}");
+        assert_eq!(headers["x-content-type-options"], "nosniff", "{page}");
+    }
+    for (method, path) in [
+        (Method::GET, "/healthz"),
+        (Method::GET, "/metrics"),
+        (Method::GET, "/openapi.json"),
+        (Method::GET, "/v1/sessions"),
+        (Method::GET, "/v1/sessions/none"),
+        (Method::GET, "/no/such/route"),
+        (Method::DELETE, "/healthz"),
+    ] {
+        let answer = server.request(method.clone(), path).send().unwrap();
+        assert_eq!(
+            answer
+                .headers()
+                .get("x-content-type-options")
+                .map(|v| v.to_str().unwrap()),
+            Some("nosniff"),
+            "{method} {path} answered {}",
+            answer.status()
+        );
+    }
+}

@@ -15,7 +15,7 @@ use serde_json::Value;
 fn server_with(model: LlmConfig) -> TestServer {
     TestServer::with_config(ServerConfig {
         agent_model: Some(ChatClient::new(model).unwrap()),
-        ..ServerConfig::default()
+        ..memlayer_tests::config()
     })
 }
 
@@ -493,7 +493,7 @@ fn an_upstream_error_keeps_the_message_and_records_a_failed_run_then_the_next_ru
     ));
     let again = json!({ "user_id": "hana", "session_id": ids.1, "message": "Hello?" });
     let ids = assert_failed(&run(&server, "support", &again), 502, "upstream_failed");
-    assert_recorded_failure(&server, &ids, "Hello?", "malformed");
+    assert_recorded_failure(&server, &ids, "Hello?", "malformed or incomplete");
 
     // The next run works, and the unanswered questions are still in its context.
     upstream.push(Reply::text("Yes, the refund went out today."));
@@ -531,7 +531,7 @@ fn an_unreachable_or_slow_upstream_fails_the_run_with_its_own_status() {
     ));
     let body = json!({ "user_id": "ivo", "message": "Hello?" });
     let ids = assert_failed(&run(&down, "support", &body), 502, "upstream_failed");
-    assert_recorded_failure(&down, &ids, "Hello?", "could not connect");
+    assert_recorded_failure(&down, &ids, "Hello?", "could not be reached");
 
     let (_runtime, upstream) = memlayer_tests::fake_upstream();
     let slow = server_with(LlmConfig {
@@ -540,7 +540,7 @@ fn an_unreachable_or_slow_upstream_fails_the_run_with_its_own_status() {
     });
     upstream.push(Reply::text("Too late.").after(Duration::from_secs(2)));
     let ids = assert_failed(&run(&slow, "support", &body), 504, "upstream_timeout");
-    assert_recorded_failure(&slow, &ids, "Hello?", "did not answer within");
+    assert_recorded_failure(&slow, &ids, "Hello?", "did not answer in time");
     upstream.push(Reply::text("On time."));
     let next = json!({ "user_id": "ivo", "session_id": ids.1, "message": "Still there?" });
     let (status, answer) = run(&slow, "support", &next);
@@ -630,7 +630,7 @@ fn a_run_the_client_stops_waiting_for_still_finishes_and_is_recorded() {
     let server = TestServer::with_config(ServerConfig {
         agent_model: Some(ChatClient::new(upstream.config()).unwrap()),
         request_timeout: Duration::from_millis(300),
-        ..ServerConfig::default()
+        ..memlayer_tests::config()
     });
     // Over the request timeout: the client gets 503, the run goes on.
     upstream.push(Reply::text("Worth the wait.").after(Duration::from_secs(1)));
@@ -665,5 +665,180 @@ fn a_run_the_client_stops_waiting_for_still_finishes_and_is_recorded() {
     assert_eq!(
         roles_and_contents(&server, &session).last().unwrap(),
         &pair("assistant", "one two three four five six seven eight")
+    );
+}
+
+/// A failed run's reason is read by whoever may read the session, a user's own key
+/// included: it says what failed in general words, never the operator's upstream (its
+/// address, or what it answered), which goes to the server's log instead.
+#[test]
+fn a_failed_runs_reason_names_no_upstream_detail() {
+    let (_runtime, upstream) = memlayer_tests::fake_upstream();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let absent = format!("http://127.0.0.1:{port}/v1");
+    let cases = [
+        (
+            LlmConfig::new(absent.clone(), "absent-model"),
+            None,
+            "the model upstream could not be reached",
+        ),
+        (
+            upstream.config(),
+            Some(Reply::error(
+                500,
+                "internal-upstream-detail-e41f",
+                "server_error",
+                None,
+            )),
+            "the model upstream answered 500",
+        ),
+        (
+            LlmConfig {
+                timeout: Duration::from_millis(200),
+                ..upstream.config()
+            },
+            Some(Reply::text("Too late.").after(Duration::from_secs(2))),
+            "the model did not answer in time",
+        ),
+    ];
+    for (config, reply, expected) in cases {
+        let server = server_with(config);
+        let alice = server.create_key("default", KeyRole::User, Some("alice"));
+        if let Some(reply) = reply {
+            upstream.push(reply);
+        }
+        let answer = memlayer_tests::send(
+            server
+                .request_with_key(&alice, Method::POST, "/v1/agents/support/runs")
+                .json(&json!({ "user_id": "alice", "message": "Where is my parcel?" })),
+        );
+        assert!(matches!(answer.0, 502 | 504), "{answer:?}");
+        let session = answer.1["error"]["session_id"].as_str().unwrap().to_owned();
+        let (status, runs) = memlayer_tests::send(server.request_with_key(
+            &alice,
+            Method::GET,
+            &format!("/v1/sessions/{session}/runs"),
+        ));
+        assert_eq!(status, 200, "{runs}");
+        assert_eq!(runs[0]["status"], "FAILED", "{runs}");
+        assert_eq!(runs[0]["error"], expected, "{runs}");
+        for shown in [runs.to_string(), answer.1.to_string()] {
+            for detail in [
+                "127.0.0.1",
+                "http",
+                "internal-upstream-detail",
+                "chat/completions",
+            ] {
+                assert!(
+                    !shown.contains(detail),
+                    "{detail:?} shown to the user: {shown}"
+                );
+            }
+        }
+    }
+}
+
+/// A server whose agent runs are answered by `upstream`, with at most `runs` of them at once
+/// and the given request timeout.
+fn limited(upstream: &FakeUpstream, runs: usize, request_timeout: Duration) -> TestServer {
+    TestServer::with_config(ServerConfig {
+        agent_model: Some(ChatClient::new(upstream.config()).unwrap()),
+        max_agent_runs: runs,
+        request_timeout,
+        ..memlayer_tests::config()
+    })
+}
+
+/// Waits until the upstream has received `count` requests (runs reached the model).
+fn wait_for_upstream(upstream: &FakeUpstream, count: usize) {
+    for _ in 0..400 {
+        if upstream.requests().len() >= count {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    panic!(
+        "the upstream got {} requests, not {count}",
+        upstream.requests().len()
+    );
+}
+
+/// The overloaded answer to a run over the limit: `503 overloaded` with `Retry-After`, and
+/// nothing of it stored (the user has no session).
+#[track_caller]
+fn assert_run_refused(server: &TestServer, user: &str, stream: bool) {
+    let response = server
+        .request(Method::POST, "/v1/agents/support/runs")
+        .json(&json!({ "user_id": user, "message": "One more?", "stream": stream }))
+        .send()
+        .unwrap();
+    assert_eq!(
+        response
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_owned()),
+        Some("1".to_owned())
+    );
+    let answer = (
+        response.status().as_u16(),
+        response.json::<Value>().unwrap(),
+    );
+    assert_error(&answer, 503, "overloaded");
+    let (_, sessions) = server.get(&format!("/v1/sessions?user_id={user}"));
+    assert_eq!(sessions["total_elements"], 0, "{sessions}");
+}
+
+/// Streamed runs answer their headers at once and go on in the background, and runs go on
+/// after the request timeout: neither is bounded by the in-flight limit, so agent runs have
+/// a limit of their own, held until each run's record is written.
+#[test]
+fn agent_runs_beyond_their_limit_are_refused_while_others_run_in_the_background() {
+    let (_runtime, upstream) = memlayer_tests::fake_upstream();
+    // Runs outlive their requests here: the request timeout is shorter than the model.
+    let server = limited(&upstream, 2, Duration::from_millis(500));
+    let slow = Duration::from_secs(3);
+    upstream.push(Reply::text("First answer.").after(slow));
+    upstream.push(Reply::text("Second answer.").after(slow));
+    // A streamed run: the client reads the headers and leaves; the run goes on.
+    let streamed = server
+        .request(Method::POST, "/v1/agents/support/runs")
+        .json(&json!({ "user_id": "sam", "message": "Stream it.", "stream": true }))
+        .send()
+        .unwrap();
+    assert_eq!(streamed.status(), 200);
+    drop(streamed);
+    // A plain run whose request times out: the run goes on.
+    let timed_out = run(
+        &server,
+        "support",
+        &json!({ "user_id": "tia", "message": "Take your time." }),
+    );
+    assert_error(&timed_out, 503, "timeout");
+    wait_for_upstream(&upstream, 2);
+
+    assert_run_refused(&server, "uma", false);
+    assert_run_refused(&server, "uma", true);
+    // Other requests are not held up by the runs.
+    assert_eq!(server.get("/v1/sessions").0, 200);
+
+    // Once both runs have written their records, runs are admitted again.
+    for user in ["sam", "tia"] {
+        let (_, run) = wait_for_run(&server, user);
+        assert_eq!(run["status"], "COMPLETED", "{run}");
+    }
+    upstream.push(Reply::text("Now there is room."));
+    let (status, answer) = run(
+        &server,
+        "support",
+        &json!({ "user_id": "uma", "message": "Now?" }),
+    );
+    assert_eq!(
+        (status, &answer["content"]),
+        (200, &json!("Now there is room.")),
+        "{answer}"
     );
 }

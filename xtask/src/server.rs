@@ -163,7 +163,9 @@ pub(crate) fn client_with_key(key: &str, timeout: Duration) -> anyhow::Result<re
         .build()?)
 }
 
-/// Starts `memlayer serve` on an ephemeral port of 127.0.0.1 with its stderr in `log`.
+/// Starts `memlayer serve` on an ephemeral port of 127.0.0.1 with its stderr in `log`, with
+/// keys not rate-limited: the load, crash and benchmark clients send thousands of requests a
+/// second with one key, and measure the server, not its limit (`env` may set one again).
 fn spawn(
     binary: &Path,
     data_dir: &Path,
@@ -176,6 +178,7 @@ fn spawn(
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data_dir)
         .env("MEMLAYER_ADMIN_KEY", ADMIN_KEY)
+        .env("MEMLAYER_RATE_LIMIT_PER_SECOND", "0")
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -29,6 +29,12 @@ pub enum AgentError {
     /// Runs need a chat model and none is configured. Checked before anything is stored.
     #[error("no chat model is configured for agent runs")]
     ModelNotConfigured,
+    /// As many runs as the agent admits are going on. Checked before anything is stored.
+    #[error("{limit} agent runs are going on, as many as the server admits")]
+    Overloaded {
+        /// The most runs at once.
+        limit: usize,
+    },
     /// The model could not be reached or gave no usable answer. The user's message is stored
     /// and the run is recorded as failed with `source` as its reason.
     #[error("the run {run_id} failed: {source}")]
@@ -55,6 +61,26 @@ pub enum AgentError {
 }
 
 impl AgentError {
+    /// The error for a log line: its message without the values clients chose or stored or
+    /// the model said (see [`memlayer_store::StoreError::for_log`] and
+    /// [`LlmError::for_log`]).
+    pub fn for_log(&self) -> String {
+        match self {
+            Self::Invalid { code, .. } => format!("invalid request: {code}"),
+            Self::Upstream { run_id, source, .. } => {
+                format!("the run {run_id} failed: {}", source.for_log())
+            }
+            Self::Store(store) => store.for_log(),
+            Self::Memory(memory) => memory.for_log(),
+            Self::Erasure(erasure) => erasure.for_log(),
+            // Memory ids are the store's numbers, not chosen by clients.
+            Self::MemoryNotFound { .. }
+            | Self::ModelNotConfigured
+            | Self::Overloaded { .. }
+            | Self::Task(_) => self.to_string(),
+        }
+    }
+
     pub(crate) fn invalid(code: &'static str, message: impl Into<String>) -> Self {
         Self::Invalid {
             code,

@@ -6,8 +6,12 @@
 //! and a good one with a stream: [`Agent::start`] checks the request and durably stores the
 //! user's message; [`Agent::run`] or [`Agent::stream`] does the rest on a spawned task, so a
 //! client that goes away (or the server's request timeout) never cuts a run off between
-//! the model's answer and its record.
+//! the model's answer and its record. Since a run outlives its request, the server's limit on
+//! requests in flight does not bound runs: [`Agent`] has a limit of its own, a permit taken
+//! in [`Agent::start`] before anything is stored and held by the [`Turn`] until the run's
+//! record is written.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use memlayer_llm::{
@@ -20,7 +24,7 @@ use memlayer_store::{
     StoreError, validate_id,
 };
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use crate::error::AgentError;
 use crate::tools::{SESSION_SEARCH_INSTRUCTION, ToolOutcome, Tools, chat_tools, parse_call};
@@ -85,6 +89,9 @@ pub struct Turn {
     message: String,
     model: ChatClient,
     started: Instant,
+    /// One of the agent's run slots, released when the turn is dropped: after its record is
+    /// written.
+    _slot: OwnedSemaphorePermit,
 }
 
 impl Turn {
@@ -139,18 +146,23 @@ pub struct Agent {
     model: Option<ChatClient>,
     encoding: TokenEncoding,
     render: RenderTool,
+    /// A permit per run that may be going on at once.
+    slots: Arc<Semaphore>,
+    max_runs: usize,
 }
 
 impl Agent {
     /// Runs answered by `model` (`None`: every run is refused with
     /// [`AgentError::ModelNotConfigured`]), with the context `contexts` builds, the memory
-    /// `tools`, and messages counted with `encoding`.
+    /// `tools`, and messages counted with `encoding`; at most `max_runs` at once (one more is
+    /// refused with [`AgentError::Overloaded`]).
     pub fn new(
         contexts: ContextBuilder,
         tools: Tools,
         model: Option<ChatClient>,
         encoding: TokenEncoding,
         render: RenderTool,
+        max_runs: usize,
     ) -> Self {
         Self {
             store: tools.store().clone(),
@@ -159,6 +171,8 @@ impl Agent {
             model,
             encoding,
             render,
+            slots: Arc::new(Semaphore::new(max_runs)),
+            max_runs,
         }
     }
 
@@ -169,7 +183,8 @@ impl Agent {
 
     /// Checks the request and durably stores the user's message, creating the session when
     /// none is named. Nothing is stored when it fails: an invalid request, a session that is
-    /// not this user's with this agent (`SessionNotFound`), or no model configured.
+    /// not this user's with this agent (`SessionNotFound`), no model configured, or as many
+    /// runs going on as the agent admits (`Overloaded`; never queued).
     pub async fn start(&self, request: RunRequest) -> Result<Turn, AgentError> {
         request.validate()?;
         let RunRequest {
@@ -194,6 +209,12 @@ impl Agent {
             }
         }
         let model = self.model.clone().ok_or(AgentError::ModelNotConfigured)?;
+        let slot =
+            Arc::clone(&self.slots)
+                .try_acquire_owned()
+                .map_err(|_| AgentError::Overloaded {
+                    limit: self.max_runs,
+                })?;
         let (session_id, create) = match session_id {
             Some(id) => (id, None),
             None => (
@@ -231,6 +252,7 @@ impl Agent {
             message,
             model,
             started,
+            _slot: slot,
         })
     }
 
@@ -283,11 +305,15 @@ impl Agent {
                 .await?;
             metadata.insert("answer_index".into(), json!(appended.first_index));
         }
+        // Whoever reads the session's runs, a user's own key included, sees what failed in
+        // general words; the upstream's address and answers are the operator's, for the log.
         let (status, error) = match &answered {
             Ok(_) => (RunStatus::Completed, None),
-            // `LlmError` never carries the upstream's key (see memlayer-llm), so the reason
-            // can be shown to whoever reads the session's runs.
-            Err(failure) => (RunStatus::Failed, Some(failure.to_string())),
+            Err(Failure::Upstream(err)) => (RunStatus::Failed, Some(err.public_reason())),
+            Err(Failure::Agent(_)) => (
+                RunStatus::Failed,
+                Some("memlayer could not complete the run; the details are in its log".to_owned()),
+            ),
         };
         let latency_ms = u64::try_from(turn.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         metadata.insert("latency_ms".into(), json!(latency_ms));
@@ -303,13 +329,17 @@ impl Agent {
             .store
             .record_run(&turn.access, &session_id, run)
             .await?;
+        // Logged here, where every run ends, rather than where its error is answered: a
+        // client that went away gets no answer. Ids chosen by clients (the session's) stay
+        // out of the log; the run's id is the server's.
+        let failure = answered.as_ref().err().map(Failure::for_log);
         tracing::info!(
-            session = %session_id,
             run = %run.run_id,
             status = ?run.status,
             latency_ms,
             model_calls = record.model_calls,
             tool_calls = record.tool_calls.len(),
+            error = failure.as_deref(),
             "agent run finished"
         );
         match answered {
@@ -460,12 +490,19 @@ impl Agent {
 }
 
 /// Why a run failed: the model, or memlayer itself.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug)]
 enum Failure {
-    #[error(transparent)]
     Upstream(LlmError),
-    #[error(transparent)]
     Agent(AgentError),
+}
+
+impl Failure {
+    fn for_log(&self) -> String {
+        match self {
+            Self::Upstream(err) => err.for_log(),
+            Self::Agent(err) => err.for_log(),
+        }
+    }
 }
 
 /// What a run did so far, for its record.

@@ -36,3 +36,19 @@ pub enum ErasureError {
     #[error("a background task failed: {0}")]
     Task(String),
 }
+
+impl ErasureError {
+    /// The error for a log line: its message without the values clients chose or stored (see
+    /// [`memlayer_store::StoreError::for_log`]); an unreadable job's reason may quote the ids
+    /// the job names.
+    pub fn for_log(&self) -> String {
+        match self {
+            Self::Invalid { field, .. } => format!("invalid {field}"),
+            Self::Store(store) => store.for_log(),
+            Self::Index(index) => index.for_log(),
+            Self::Memory(memory) => memory.for_log(),
+            Self::UnreadableJob { id, .. } => format!("unreadable erasure job {id}"),
+            Self::Task(_) => self.to_string(),
+        }
+    }
+}

@@ -113,10 +113,10 @@ impl Coordinator {
         tokio::pin!(shutdown);
         loop {
             if let Err(err) = self.resume().await {
-                tracing::error!(error = %err, "resuming pending erasures failed; it is retried");
+                tracing::error!(error = %err.for_log(), "resuming pending erasures failed; it is retried");
             }
             if let Err(err) = self.apply_due_retention(Timestamp::now()).await {
-                tracing::error!(error = %err, "retention pass failed; it is retried");
+                tracing::error!(error = %err.for_log(), "retention pass failed; it is retried");
             }
             tokio::select! {
                 () = &mut shutdown => return,

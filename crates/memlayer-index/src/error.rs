@@ -59,5 +59,23 @@ pub enum IndexError {
     Pipeline(String),
 }
 
+impl IndexError {
+    /// The error for a log line: its message without the values clients chose or stored
+    /// (see [`memlayer_store::StoreError::for_log`]).
+    pub fn for_log(&self) -> String {
+        match self {
+            Self::Store(store) => store.for_log(),
+            Self::DimensionMismatch { .. }
+            | Self::InvalidVector(_)
+            | Self::InvalidConfig { .. }
+            | Self::Corrupted(_)
+            | Self::Io(_)
+            | Self::ModelMismatch { .. }
+            | Self::Embed(_)
+            | Self::Pipeline(_) => self.to_string(),
+        }
+    }
+}
+
 /// The result type of this crate.
 pub type Result<T, E = IndexError> = std::result::Result<T, E>;

@@ -336,7 +336,7 @@ impl Recall {
                     }
                 }
                 Err(err) => {
-                    tracing::warn!(error = %err, "indexing step failed; retrying");
+                    tracing::warn!(error = %err.for_log(), "indexing step failed; retrying");
                     tokio::select! {
                         () = &mut shutdown => break,
                         () = tokio::time::sleep(Duration::from_millis(500)) => {}
@@ -399,7 +399,7 @@ impl Recall {
                 Ok(false) => return,
                 Err(err) => {
                     tracing::error!(
-                        error = %err,
+                        error = %err.for_log(),
                         "the keyword index could not be backfilled; retrying in 30 s \
                          (keyword recall misses messages stored before this start meanwhile)"
                     );
@@ -887,7 +887,7 @@ impl Recall {
         })
         .await;
         if let Err(err) = saved {
-            tracing::warn!(error = %err, "could not save the vector index snapshot");
+            tracing::warn!(error = %err.for_log(), "could not save the vector index snapshot");
         }
     }
 
@@ -960,7 +960,9 @@ fn load_vectors(
         match VectorIndex::load(path, config.clone()) {
             Ok((index, covered)) if covered == version => return Ok(index),
             Ok(_) => tracing::info!("vector snapshot is stale; rebuilding from the store"),
-            Err(err) => tracing::warn!(error = %err, "vector snapshot unusable; rebuilding"),
+            Err(err) => {
+                tracing::warn!(error = %err.for_log(), "vector snapshot unusable; rebuilding")
+            }
         }
     }
     let mut index = VectorIndex::new(config)?;

@@ -67,6 +67,47 @@ pub enum LlmError {
     StreamTruncated,
 }
 
+impl LlmError {
+    /// What went wrong, in words for whoever reads the failed run or the context it was for
+    /// (a user's own key included): what failed, never where the upstream is, what it answered
+    /// or what it was sent. Those belong to the operator and go to the log ([`Self::for_log`]).
+    pub fn public_reason(&self) -> String {
+        match self {
+            Self::InvalidConfig(_) => "the model is not configured correctly".to_owned(),
+            Self::Timeout { .. } => "the model did not answer in time".to_owned(),
+            Self::Connect { .. } | Self::Transport(_) => {
+                "the model upstream could not be reached".to_owned()
+            }
+            Self::Status { status, .. } => format!("the model upstream answered {status}"),
+            Self::StreamError(_) => "the model upstream failed during its answer".to_owned(),
+            Self::Malformed(_) | Self::EmptyChoices | Self::StreamTruncated => {
+                "the model upstream's answer was malformed or incomplete".to_owned()
+            }
+        }
+    }
+
+    /// The error for the operator's log: its message without what the upstream said in its
+    /// error messages or its malformed bodies, which may quote the conversation it was sent;
+    /// the upstream's address and the error's type and code stay.
+    pub fn for_log(&self) -> String {
+        match self {
+            Self::Status { status, error } => {
+                format!("the LLM upstream answered HTTP {status}{}", error.codes())
+            }
+            Self::StreamError(error) => {
+                format!("the LLM upstream failed during the stream{}", error.codes())
+            }
+            Self::Malformed(_) => "malformed response from the LLM upstream".to_owned(),
+            Self::InvalidConfig(_)
+            | Self::Timeout { .. }
+            | Self::Connect { .. }
+            | Self::Transport(_)
+            | Self::EmptyChoices
+            | Self::StreamTruncated => self.to_string(),
+        }
+    }
+}
+
 /// The error object of the OpenAI format, `{"error": {"message", "type", "code"}}`.
 ///
 /// `code` is a string at OpenAI (`"invalid_api_key"`) and a number at llama.cpp (`400`);
@@ -84,15 +125,20 @@ pub struct UpstreamError {
 impl fmt::Display for UpstreamError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)?;
-        match (&self.kind, &self.code) {
-            (Some(kind), Some(code)) => write!(f, " ({kind}, {code})"),
-            (Some(one), None) | (None, Some(one)) => write!(f, " ({one})"),
-            (None, None) => Ok(()),
-        }
+        f.write_str(&self.codes())
     }
 }
 
 impl UpstreamError {
+    /// ` (type, code)`, ` (one of them)` or nothing.
+    fn codes(&self) -> String {
+        match (&self.kind, &self.code) {
+            (Some(kind), Some(code)) => format!(" ({kind}, {code})"),
+            (Some(one), None) | (None, Some(one)) => format!(" ({one})"),
+            (None, None) => String::new(),
+        }
+    }
+
     /// Reads an error body: the OpenAI error object when there is one, otherwise an excerpt
     /// of the body as text. `api_key` is removed from everything kept.
     pub(crate) fn from_body(body: &[u8], api_key: Option<&str>) -> Self {

@@ -324,6 +324,39 @@ async fn llama_cpp_error_body_with_a_numeric_code_on_5xx() {
         .assert_eq(&error.to_string());
 }
 
+/// The log keeps the status, type and code but not the upstream's words, which may quote the
+/// conversation; users get the status alone.
+#[tokio::test]
+async fn the_log_and_the_users_get_less_than_the_whole_error() {
+    let body = r#"{"error":{"code":500,"message":"cannot continue 'my card is 4111'","type":"server_error"}}"#;
+    let (_upstream, result) = complete_with(Reply::raw(500, "application/json", body)).await;
+    let error = result.expect_err("HTTP 500");
+    expect![[r#"the LLM upstream answered HTTP 500 (server_error, 500)"#]]
+        .assert_eq(&error.for_log());
+    expect![[r#"the model upstream answered 500"#]].assert_eq(&error.public_reason());
+
+    let (upstream, result) = complete_with(Reply::raw(
+        200,
+        "application/json",
+        r#"{"choices": "my card is 4111"}"#,
+    ))
+    .await;
+    let error = result.expect_err("malformed");
+    assert!(!error.for_log().contains("4111"), "{}", error.for_log());
+    let refused = LlmError::Connect {
+        endpoint: upstream.base_url(),
+        reason: "Connection refused".into(),
+    };
+    assert!(
+        refused.for_log().contains(&upstream.base_url()),
+        "the operator's own address"
+    );
+    assert_eq!(
+        refused.public_reason(),
+        "the model upstream could not be reached"
+    );
+}
+
 #[tokio::test]
 async fn error_status_without_an_error_object_keeps_the_body_start() {
     let page = format!("<html>{}</html>", "Bad Gateway ".repeat(100));

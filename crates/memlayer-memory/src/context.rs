@@ -450,7 +450,7 @@ impl ContextBuilder {
             Some(configured) => match configured.summarize(request).await {
                 Ok(summary) => (summary, (configured.name(), None)),
                 Err(err) => {
-                    tracing::warn!(error = %err, "summariser failed; using the extractive one");
+                    tracing::warn!(error = %err.for_log(), "summariser failed; using the extractive one");
                     let summary = extractive.summarize(request).await?;
                     (summary, (extractive.name(), Some(err.to_string())))
                 }

@@ -52,3 +52,22 @@ pub enum MemoryError {
     #[error("a background task failed: {0}")]
     Task(String),
 }
+
+impl MemoryError {
+    /// The error for a log line: its message without the values clients chose or stored (a
+    /// setting's value, a document's keys, ids; see [`memlayer_store::StoreError::for_log`]).
+    pub fn for_log(&self) -> String {
+        match self {
+            Self::UnknownEncoding(_) => "unknown token encoding".to_owned(),
+            Self::InvalidSetting { field, .. } => format!("invalid {field}"),
+            Self::InvalidMemoryConfig { .. } => "invalid memory configuration".to_owned(),
+            Self::UnknownMemoryType { .. } => "unknown memory type".to_owned(),
+            Self::Store(store) => store.for_log(),
+            Self::Index(index) => index.for_log(),
+            // A summariser's reason is written for clients, without the model's own words.
+            Self::NothingToSummarize | Self::Summarizer(_) | Self::Embedding(_) | Self::Task(_) => {
+                self.to_string()
+            }
+        }
+    }
+}

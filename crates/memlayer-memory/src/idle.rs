@@ -44,7 +44,7 @@ pub async fn end_idle_sessions(
                 // A session created and never written to has nothing to merge.
                 Err(MemoryError::NothingToSummarize) => {}
                 Err(err) => {
-                    tracing::warn!(error = %err, session = %session_id, "could not merge an idle session into session memory");
+                    tracing::warn!(error = %err.for_log(), "could not merge an idle session into session memory");
                 }
             }
         }
@@ -62,7 +62,7 @@ pub async fn run_idle_sessions(
     loop {
         let now = Timestamp::now();
         if let Err(err) = end_idle_sessions(&contexts, &store, timeout, now).await {
-            tracing::error!(error = %err, "ending idle sessions failed; it is retried");
+            tracing::error!(error = %err.for_log(), "ending idle sessions failed; it is retried");
         }
         let reader = store.clone();
         let oldest = tokio::task::spawn_blocking(move || reader.oldest_open_activity())

@@ -53,11 +53,11 @@ impl LlmSummarizer {
             ChatMessage::user(prompt(&request)),
         ]);
         chat.max_tokens = Some(budget);
-        let completion = self
-            .client
-            .complete(&chat)
-            .await
-            .map_err(|err| MemoryError::Summarizer(err.to_string()))?;
+        let completion = self.client.complete(&chat).await.map_err(|err| {
+            // The details are the operator's; the reason goes back to the client.
+            tracing::warn!(error = %err.for_log(), "the summarising model failed");
+            MemoryError::Summarizer(err.public_reason())
+        })?;
         let body = completion.content.unwrap_or_default();
         let body = body.trim();
         if body.is_empty() {
@@ -195,11 +195,12 @@ mod tests {
         upstream.push(Reply::text("   "));
         upstream.push(Reply::text(&"word ".repeat(400)));
         upstream.push(Reply::text("late").after(Duration::from_secs(2)));
+        // The reasons reach clients (`fallback_reason`): what failed, not what the model said.
         for expected in [
-            "overloaded",
+            "the model upstream answered 503",
             "empty summary",
             "over the limit",
-            "did not answer within",
+            "the model did not answer in time",
         ] {
             let err = summarize(&upstream, 200).await.unwrap_err().to_string();
             assert!(err.contains(expected), "{err} should mention {expected}");

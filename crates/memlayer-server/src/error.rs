@@ -96,8 +96,8 @@ pub enum ApiError {
     /// `503`: the server is shutting down.
     #[error("{0}")]
     Unavailable(String),
-    /// `503` with `Retry-After`: as many requests as the server admits are in flight. The
-    /// request was refused at once, never queued.
+    /// `503` with `Retry-After`: as many requests as the server admits are in flight, or as
+    /// many agent runs are going on. The request was refused at once, never queued.
     #[error("the server is handling as many requests as it admits; retry in a moment")]
     Overloaded,
     /// `503`: the request took longer than the server's limit.
@@ -126,7 +126,8 @@ pub enum ApiError {
         /// Its session.
         session_id: String,
     },
-    /// `500`: a failure the client cannot fix. The details are logged, never sent.
+    /// `500`: a failure the client cannot fix. The details are logged, never sent, so they
+    /// must hold no value a client chose or stored (the library errors' `for_log`).
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -242,8 +243,12 @@ impl From<StoreError> for ApiError {
                 message: err.to_string(),
             },
             StoreError::Conflict(message) => Self::Conflict(message),
+            // Messages kept being erased while a context or a merge was computed from them.
+            StoreError::SessionChanged { .. } => {
+                Self::Conflict(format!("{err}; retry the request"))
+            }
             StoreError::Closed => Self::Unavailable("the server is shutting down".into()),
-            other => Self::Internal(other.to_string()),
+            other => Self::Internal(other.for_log()),
         }
     }
 }
@@ -255,7 +260,7 @@ impl From<IndexError> for ApiError {
             IndexError::DimensionMismatch { .. } | IndexError::InvalidVector(_) => {
                 Self::invalid("invalid_value", err.to_string())
             }
-            other => Self::Internal(other.to_string()),
+            other => Self::Internal(other.for_log()),
         }
     }
 }
@@ -308,7 +313,7 @@ impl From<MemoryError> for ApiError {
             MemoryError::UnknownMemoryType { .. } => {
                 Self::invalid("unknown_memory_type", err.to_string())
             }
-            other => Self::Internal(other.to_string()),
+            other => Self::Internal(other.for_log()),
         }
     }
 }
@@ -321,7 +326,7 @@ impl From<memlayer_erasure::ErasureError> for ApiError {
             ErasureError::Index(index) => index.into(),
             ErasureError::Memory(memory) => memory.into(),
             ErasureError::Invalid { .. } => Self::invalid("invalid_value", err.to_string()),
-            other => Self::Internal(other.to_string()),
+            other => Self::Internal(other.for_log()),
         }
     }
 }
@@ -336,22 +341,21 @@ impl From<memlayer_agent::AgentError> for ApiError {
                 message: err.to_string(),
             },
             AgentError::ModelNotConfigured => Self::ModelNotConfigured,
+            AgentError::Overloaded { .. } => Self::Overloaded,
+            // The run logged the failure when it recorded it.
             AgentError::Upstream {
                 run_id,
                 session_id,
                 source,
-            } => {
-                tracing::warn!(run = %run_id, session = %session_id, error = %source, "agent run failed upstream");
-                Self::Upstream {
-                    timeout: matches!(*source, memlayer_llm::LlmError::Timeout { .. }),
-                    run_id,
-                    session_id,
-                }
-            }
+            } => Self::Upstream {
+                timeout: matches!(*source, memlayer_llm::LlmError::Timeout { .. }),
+                run_id,
+                session_id,
+            },
             AgentError::Store(store) => store.into(),
             AgentError::Memory(memory) => memory.into(),
             AgentError::Erasure(erasure) => erasure.into(),
-            other => Self::Internal(other.to_string()),
+            other => Self::Internal(other.for_log()),
         }
     }
 }

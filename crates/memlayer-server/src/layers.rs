@@ -1,8 +1,10 @@
 //! The tower layers around the routes, and how their refusals answer in the API's error shape.
 //!
-//! Outermost first, every route gets: a request id (`x-request-id`, generated when the client
-//! sent none, echoed in the response and recorded in the request's trace span), the trace
-//! span, gzip compression for clients that accept it, the metrics, and the request timeout.
+//! Outermost first, every route gets: `X-Content-Type-Options: nosniff` on its answer (a
+//! browser must never guess that a JSON body or an error is HTML), a request id
+//! (`x-request-id`, generated when the client sent none, echoed in the response and recorded
+//! in the request's trace span), the trace span, gzip compression for clients that accept it,
+//! the metrics, and the request timeout.
 //! The API's routes also get load shedding: at most `max_in_flight` of them run at once and
 //! one more is refused at once with `503` and `Retry-After`, never queued.
 
@@ -11,7 +13,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::error_handling::HandleErrorLayer;
 use axum::extract::Request;
-use axum::http::HeaderName;
+use axum::http::{HeaderName, HeaderValue, header};
 use tower::ServiceBuilder;
 use tower::limit::GlobalConcurrencyLimitLayer;
 use tower::load_shed::LoadShedLayer;
@@ -19,6 +21,7 @@ use tower::load_shed::error::Overloaded;
 use tower::timeout::error::Elapsed;
 use tower_http::compression::CompressionLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::{ApiError, AppState, ServerConfig};
@@ -48,6 +51,10 @@ pub(crate) fn around(router: Router<AppState>, state: &AppState) -> Router<AppSt
     let timeout = state.config().request_timeout;
     router.layer(
         ServiceBuilder::new()
+            .layer(SetResponseHeaderLayer::overriding(
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            ))
             .layer(SetRequestIdLayer::new(REQUEST_ID_HEADER, MakeRequestUuid))
             .layer(TraceLayer::new_for_http().make_span_with(span))
             .layer(PropagateRequestIdLayer::new(REQUEST_ID_HEADER))
@@ -63,7 +70,14 @@ pub(crate) fn around(router: Router<AppState>, state: &AppState) -> Router<AppSt
     )
 }
 
-/// The trace span of a request, with its id so that every log line of the request carries it.
+/// The trace span of a request, with its id so that every log line of the request carries it
+/// (tower-http's own lines about the request and its answer or failure say no more than
+/// this span and the status).
+///
+/// The route template and the method from the metrics' fixed sets, never the URI: its path
+/// holds ids clients chose (a user erased by `DELETE /v1/users/{user_id}` would be named in
+/// the log that records the erasure) and its query search text. The layers run inside the
+/// router, after it matched, so the template is known here.
 fn span(request: &Request) -> tracing::Span {
     let id = request
         .headers()
@@ -72,8 +86,8 @@ fn span(request: &Request) -> tracing::Span {
         .unwrap_or_default();
     tracing::info_span!(
         "request",
-        method = %request.method(),
-        uri = %request.uri(),
+        method = crate::metrics::method_label(request.method()),
+        route = crate::metrics::route_label(request),
         request_id = %id,
         // The API key's prefix, once `auth` has checked it.
         key = tracing::field::Empty,

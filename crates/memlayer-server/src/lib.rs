@@ -30,14 +30,22 @@ mod tests;
 mod wire;
 
 use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
 pub use error::ApiError;
 pub use openapi::openapi;
 pub use rate_limit::RateLimit;
-pub use state::{AppState, ServerConfig};
+pub use state::{AppState, DEFAULT_RATE_LIMIT, ServerConfig};
 
 /// The whole API as one router, ready to serve: the routes of the route table (`api::ROUTES`,
 /// which also makes the OpenAPI document), the API's own answers for unknown paths and
@@ -59,8 +67,12 @@ pub fn router(state: AppState) -> Router {
 /// idle sessions running beside it, until
 /// `shutdown` resolves; then stops accepting connections, lets in-flight requests finish,
 /// stops the pipeline (which saves its snapshot) and commits every queued write.
+///
+/// Connections are HTTP/1.1, at most `max_connections` open at once, each cut off when its
+/// client takes longer than `header_read_timeout` to send a request's head — also while a
+/// kept-alive connection waits for its next request (see `accept`).
 pub async fn serve(
-    listener: tokio::net::TcpListener,
+    listener: TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
@@ -73,7 +85,7 @@ pub async fn serve(
     // acknowledged as erased is ever served again; a failure is retried by the maintenance
     // task.
     if let Err(err) = state.erasure().resume().await {
-        tracing::error!(error = %err, "could not finish the pending erasures; retrying in the background");
+        tracing::error!(error = %err.for_log(), "could not finish the pending erasures; retrying in the background");
     }
     let (stop_maintenance, maintenance_stopped) = tokio::sync::oneshot::channel::<()>();
     let maintenance = tokio::spawn(state.erasure().clone().run_maintenance(async {
@@ -95,9 +107,8 @@ pub async fn serve(
             },
         ))
     });
-    let served = axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let config = state.config().clone();
+    let served = accept(listener, router(state), &config, shutdown).await;
     let _ = stop_maintenance.send(());
     let _ = maintenance.await;
     let _ = stop_graphs.send(());
@@ -114,4 +125,75 @@ pub async fn serve(
         .map_err(std::io::Error::other)?;
     served?;
     stopped.map_err(std::io::Error::other)
+}
+
+/// Serves `router` on the connections of `listener` until `shutdown` resolves, then stops
+/// accepting and waits until every connection has finished its request in flight (idle ones
+/// are closed at once).
+///
+/// Written out rather than `axum::serve`, which has neither a header read timeout nor a limit
+/// on connections: a client that opens connections and sends a byte now and then (slowloris)
+/// held each one, and a task and its buffers, for ever. hyper's header read timeout runs
+/// whenever a connection waits for a request's head — the first one, and the next one on a
+/// kept-alive connection — so it is the idle timeout too. At the cap the loop stops accepting
+/// (connections wait in the listen backlog) until one closes. Only HTTP/1.1 is spoken, as
+/// before: hyper-util's protocol-detecting builder would wait for the first bytes with no
+/// timeout at all.
+async fn accept(
+    listener: TcpListener,
+    router: Router,
+    config: &ServerConfig,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(config.header_read_timeout);
+    let slots = Arc::new(Semaphore::new(config.max_connections));
+    let connections = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let slot = tokio::select! {
+            slot = Arc::clone(&slots).acquire_owned() => slot.map_err(std::io::Error::other)?,
+            () = &mut shutdown => break,
+        };
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(err) => {
+                    accept_failed(err).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let service = TowerToHyperService::new(router.clone());
+        let connection = connections.watch(http.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            // Clients that leave or are cut off by the header timeout end here too; hyper's
+            // errors name no request content.
+            if let Err(err) = connection.await {
+                tracing::debug!(error = %err, "connection closed with an error");
+            }
+            drop(slot);
+        });
+    }
+    // New connections are refused from here on.
+    drop(listener);
+    connections.shutdown().await;
+    Ok(())
+}
+
+/// After a failed `accept`: a connection that failed before it was accepted is only skipped;
+/// anything else (out of file descriptors, most likely) is logged and waited out for a
+/// second, since retrying at once would spin.
+async fn accept_failed(err: std::io::Error) {
+    use std::io::ErrorKind;
+    if matches!(
+        err.kind(),
+        ErrorKind::ConnectionRefused | ErrorKind::ConnectionAborted | ErrorKind::ConnectionReset
+    ) {
+        return;
+    }
+    tracing::error!(error = %err, "accepting a connection failed; retrying in a second");
+    tokio::time::sleep(Duration::from_secs(1)).await;
 }

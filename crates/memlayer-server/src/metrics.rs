@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
+use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::Response;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -28,7 +29,11 @@ use crate::AppState;
 const PREFIX: &str = "memlayer";
 /// Route label of requests no route matched: their raw paths would make one series per
 /// probe of a scanner, so they share one.
-const UNMATCHED: &str = "unmatched";
+pub(crate) const UNMATCHED: &str = "unmatched";
+/// Method label of requests with a method the API does not use: HTTP allows any token as a
+/// method, and an anonymous client sending a new one per request would otherwise add series
+/// (and memory) for as long as the process lives.
+const OTHER_METHOD: &str = "other";
 /// Latency buckets in seconds: Prometheus' defaults, which span a cached read (milliseconds)
 /// to a summarised context with a model behind it (seconds).
 const LATENCY_BUCKETS: [f64; 11] = [
@@ -41,7 +46,8 @@ pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0
 struct RequestLabels {
     /// The route template, such as `/v1/sessions/{session_id}`, never the raw path.
     route: String,
-    method: String,
+    /// One of [`method_label`]'s fixed set.
+    method: &'static str,
     /// `2xx`, `4xx`, `5xx`…
     status: String,
 }
@@ -49,7 +55,7 @@ struct RequestLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LatencyLabels {
     route: String,
-    method: String,
+    method: &'static str,
 }
 
 type LatencyFamily = Family<LatencyLabels, Histogram, fn() -> Histogram>;
@@ -102,12 +108,8 @@ pub(crate) async fn track(
     request: Request,
     next: Next,
 ) -> Response {
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or(UNMATCHED, MatchedPath::as_str)
-        .to_owned();
-    let method = request.method().as_str().to_owned();
+    let route = route_label(&request).to_owned();
+    let method = method_label(request.method());
     let started = Instant::now();
     // Decrements on drop, so a request whose client went away is not left in flight.
     let _in_flight = InFlight::enter(&metrics.in_flight);
@@ -116,7 +118,7 @@ pub(crate) async fn track(
         .latency
         .get_or_create(&LatencyLabels {
             route: route.clone(),
-            method: method.clone(),
+            method,
         })
         .observe(started.elapsed().as_secs_f64());
     metrics
@@ -128,6 +130,30 @@ pub(crate) async fn track(
         })
         .inc();
     response
+}
+
+/// The route template a request matched, or [`UNMATCHED`]: a label from a fixed set, for the
+/// metrics and the request's log lines (which must not carry the ids of a raw path either).
+pub(crate) fn route_label(request: &Request) -> &str {
+    request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or(UNMATCHED, MatchedPath::as_str)
+}
+
+/// The request's method if the API knows it, else [`OTHER_METHOD`]: labels come from a fixed
+/// set whatever a client sends.
+pub(crate) fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::OPTIONS => "OPTIONS",
+        _ => OTHER_METHOD,
+    }
 }
 
 /// One request counted in the in-flight gauge while this lives.
@@ -207,7 +233,7 @@ pub(crate) fn render(state: &AppState) -> Result<String, String> {
                 help,
                 ConstGauge::new(i64::try_from(count).unwrap_or(i64::MAX)),
             ),
-            Err(err) => tracing::warn!(%err, "metrics: cannot read {name}"),
+            Err(err) => tracing::warn!(error = %err.for_log(), "metrics: cannot read {name}"),
         }
     }
     let mut text = String::new();

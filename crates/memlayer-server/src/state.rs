@@ -1,5 +1,6 @@
 //! What every handler shares: the store, the server's settings and its metrics.
 
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,9 +41,37 @@ pub struct ServerConfig {
     /// (merged into session memory, in the background); zero never ends one.
     pub session_idle_timeout: Duration,
     /// How many requests each API key may make; `None` does not limit keys (load shedding
-    /// still protects the server as a whole).
+    /// still protects the server as a whole). On by default (see [`DEFAULT_RATE_LIMIT`]).
     pub rate_limit: Option<RateLimit>,
+    /// Longest a client may take to send a request's head (request line and headers), and
+    /// longest a kept-alive connection may wait for its next request; then the connection is
+    /// closed. Without it a client sending a byte now and then (slowloris) holds a
+    /// connection for ever. Must be positive.
+    pub header_read_timeout: Duration,
+    /// Most connections open at once; at the cap the server accepts no more until one closes
+    /// (new ones wait in the listen backlog), probes included. Each costs a task, buffers and
+    /// a file descriptor: keep the process's open-file limit (`ulimit -n`, often 1,024 by
+    /// default) above it, or lower this. Must be positive.
+    pub max_connections: usize,
+    /// Most agent runs (`POST /v1/agents/{id}/runs`) going on at once. A run continues after
+    /// its request: a streamed one answers its headers at once, a plain one goes on past the
+    /// request timeout, so `max_in_flight` does not bound them. Each holds a model call of
+    /// seconds and a context in memory; one more is answered `503 overloaded` with
+    /// `Retry-After` before anything is stored. Must be positive.
+    pub max_agent_runs: usize,
 }
+
+/// The per-key rate limit of a server on its defaults: 100 requests a second, in bursts of
+/// up to 200. A conversation turn costs an agent backend three or four requests (append,
+/// context, append, perhaps a recall), so one key may serve about 25 turns every second, far
+/// more than a small deployment's model produces; an operator's export or import of a large
+/// tenant is slowed, not stopped (the CLI waits out `Retry-After`). A client stuck in a loop,
+/// which one connection drives at over a thousand requests a second, is held to a tenth of
+/// that, leaving the server to the other keys.
+pub const DEFAULT_RATE_LIMIT: RateLimit = RateLimit {
+    per_second: NonZeroU32::new(100).unwrap(),
+    burst: NonZeroU32::new(200).unwrap(),
+};
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -56,7 +85,18 @@ impl Default for ServerConfig {
             // reads would only queue there.
             max_in_flight: 512,
             session_idle_timeout: Duration::from_secs(30 * 60),
-            rate_limit: None,
+            rate_limit: Some(DEFAULT_RATE_LIMIT),
+            // A head is a few hundred bytes: even a congested mobile link sends it in well under
+            // a second, and clients' pools reconnect an idle connection closed after 10 s. A
+            // slowloris client gets 10 s per connection, not for ever.
+            header_read_timeout: Duration::from_secs(10),
+            // Twice `max_in_flight`: every admitted request's connection and as many idle
+            // kept-alive ones, far more than a small deployment's clients open; each one's
+            // task and buffers take tens of KiB.
+            max_connections: 1024,
+            // A small deployment's model server answers a few requests at a time; 32 runs
+            // waiting on it is already a queue, and bounds what runs whose clients left hold.
+            max_agent_runs: 32,
         }
     }
 }
@@ -98,6 +138,7 @@ impl AppState {
             config.agent_model.clone(),
             config.token_encoding,
             crate::api::tools::render,
+            config.max_agent_runs,
         );
         Ok(Self {
             erasure,

@@ -93,6 +93,27 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// The error for a log line: its message without the values clients chose or stored — the
+    /// ids and field values caller mistakes quote, the content of a record that does not
+    /// decode — which logs must never carry.
+    pub fn for_log(&self) -> String {
+        match self {
+            Self::InvalidId { kind, .. } => format!("invalid {kind}"),
+            Self::InvalidInput { field, .. } => format!("invalid {field}"),
+            Self::SessionNotFound { .. } => "session not found".to_owned(),
+            Self::SessionChanged { .. } => "the session changed while it was read".to_owned(),
+            Self::Conflict(_) => "conflict with the stored state".to_owned(),
+            Self::Corrupted { what, .. } => format!("corrupted {what}"),
+            Self::NewerFormat { .. }
+            | Self::DamagedFile { .. }
+            | Self::Backup(_)
+            | Self::Storage(_)
+            | Self::Closed
+            | Self::Busy(_)
+            | Self::Random(_) => self.to_string(),
+        }
+    }
+
     /// True for errors that leave the current write transaction unusable.
     ///
     /// Caller mistakes are detected before a job writes anything, so they can share a

@@ -11,7 +11,7 @@ use clap::Args;
 use memlayer_embed::Assets;
 use memlayer_llm::{ChatClient, LlmConfig};
 use memlayer_memory::TokenEncoding;
-use memlayer_server::{RateLimit, ServerConfig};
+use memlayer_server::{DEFAULT_RATE_LIMIT, RateLimit, ServerConfig};
 use serde::Deserialize;
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:7700";
@@ -26,8 +26,8 @@ pub(crate) struct DataArgs {
     #[arg(long, env = "MEMLAYER_DATA_DIR")]
     data_dir: Option<PathBuf>,
     /// TOML file with any of: listen, data_dir, assets_dir, model_dir, onnxruntime,
-    /// max_body_bytes, token_encoding, request_timeout_secs, max_in_flight,
-    /// session_idle_timeout_secs, rate_limit_per_second, rate_limit_burst, admin_key, and
+    /// max_body_bytes, token_encoding, request_timeout_secs, max_in_flight, max_agent_runs,
+    /// header_read_timeout_secs, max_connections, session_idle_timeout_secs, rate_limit_per_second, rate_limit_burst, admin_key, and
     /// [summarizer] and [agent_model] tables.
     #[arg(long, env = "MEMLAYER_CONFIG")]
     config: Option<PathBuf>,
@@ -83,15 +83,28 @@ pub(crate) struct ServeArgs {
     /// Retry-After, never queued [default: 512].
     #[arg(long, env = "MEMLAYER_MAX_IN_FLIGHT")]
     max_in_flight: Option<usize>,
+    /// Most agent runs going on at once (streamed runs and runs past the request timeout
+    /// included); one more is answered 503 `overloaded` with Retry-After, nothing stored
+    /// [default: 32].
+    #[arg(long, env = "MEMLAYER_MAX_AGENT_RUNS")]
+    max_agent_runs: Option<usize>,
+    /// Longest a client may take to send a request's head, and a kept-alive connection may
+    /// wait for its next request, in seconds; then the connection is closed [default: 10].
+    #[arg(long, env = "MEMLAYER_HEADER_READ_TIMEOUT_SECS")]
+    header_read_timeout_secs: Option<u64>,
+    /// Most connections open at once; at the cap no more are accepted until one closes
+    /// [default: 1024].
+    #[arg(long, env = "MEMLAYER_MAX_CONNECTIONS")]
+    max_connections: Option<usize>,
     /// A session with no activity for this many seconds is ended (merged into session
     /// memory in the background); 0 never ends one [default: 1800].
     #[arg(long, env = "MEMLAYER_SESSION_IDLE_TIMEOUT_SECS")]
     session_idle_timeout_secs: Option<u64>,
     /// Requests per second each API key may make on average; one more is answered 429
-    /// `rate_limited` with Retry-After. 0 does not limit keys [default: 0].
+    /// `rate_limited` with Retry-After. 0 does not limit keys [default: 100].
     #[arg(long, env = "MEMLAYER_RATE_LIMIT_PER_SECOND")]
     rate_limit_per_second: Option<u32>,
-    /// Requests a key may make at once after being idle [default: twice the rate].
+    /// Requests a key may make at once after being idle [default: twice the rate, 200].
     #[arg(long, env = "MEMLAYER_RATE_LIMIT_BURST")]
     rate_limit_burst: Option<u32>,
 }
@@ -170,6 +183,9 @@ struct FileSettings {
     token_encoding: Option<String>,
     request_timeout_secs: Option<u64>,
     max_in_flight: Option<usize>,
+    max_agent_runs: Option<usize>,
+    header_read_timeout_secs: Option<u64>,
+    max_connections: Option<usize>,
     session_idle_timeout_secs: Option<u64>,
     rate_limit_per_second: Option<u32>,
     rate_limit_burst: Option<u32>,
@@ -246,6 +262,24 @@ impl Settings {
             .or(file.max_in_flight)
             .unwrap_or(defaults.max_in_flight);
         anyhow::ensure!(max_in_flight > 0, "max_in_flight must be positive");
+        let max_agent_runs = args
+            .max_agent_runs
+            .or(file.max_agent_runs)
+            .unwrap_or(defaults.max_agent_runs);
+        anyhow::ensure!(max_agent_runs > 0, "max_agent_runs must be positive");
+        let header_read_timeout = args
+            .header_read_timeout_secs
+            .or(file.header_read_timeout_secs)
+            .map_or(defaults.header_read_timeout, Duration::from_secs);
+        anyhow::ensure!(
+            !header_read_timeout.is_zero(),
+            "header_read_timeout_secs must be positive"
+        );
+        let max_connections = args
+            .max_connections
+            .or(file.max_connections)
+            .unwrap_or(defaults.max_connections);
+        anyhow::ensure!(max_connections > 0, "max_connections must be positive");
         let session_idle_timeout = args
             .session_idle_timeout_secs
             .or(file.session_idle_timeout_secs)
@@ -278,8 +312,11 @@ impl Settings {
                 agent_model,
                 request_timeout,
                 max_in_flight,
+                max_agent_runs,
                 session_idle_timeout,
                 rate_limit,
+                header_read_timeout,
+                max_connections,
             },
             admin_key: admin_key.map(Secret),
         })
@@ -303,10 +340,12 @@ fn chat_client(
         .transpose()
 }
 
-/// The per-key rate limit: none unless a positive rate is set; the burst defaults to twice
-/// the rate, so a client may catch up after a pause without being refused.
+/// The per-key rate limit: the default rate unless one is set, none for a rate of 0; the
+/// burst defaults to twice the rate, so a client may catch up after a pause without being
+/// refused.
 fn rate_limit(per_second: Option<u32>, burst: Option<u32>) -> anyhow::Result<Option<RateLimit>> {
-    let Some(per_second) = per_second.and_then(NonZeroU32::new) else {
+    let per_second = per_second.unwrap_or(DEFAULT_RATE_LIMIT.per_second.get());
+    let Some(per_second) = NonZeroU32::new(per_second) else {
         anyhow::ensure!(
             burst.is_none(),
             "rate_limit_burst needs a positive rate_limit_per_second"
@@ -377,11 +416,18 @@ mod tests {
         assert_eq!(settings.server.max_body_bytes, 1 << 20);
         assert_eq!(settings.server.request_timeout, Duration::from_secs(30));
         assert_eq!(settings.server.max_in_flight, 512);
+        assert_eq!(settings.server.max_agent_runs, 32);
+        assert_eq!(settings.server.header_read_timeout, Duration::from_secs(10));
+        assert_eq!(settings.server.max_connections, 1024);
         assert_eq!(
             settings.server.session_idle_timeout,
             Duration::from_secs(30 * 60)
         );
-        assert_eq!(settings.server.rate_limit, None);
+        let limit = settings
+            .server
+            .rate_limit
+            .expect("keys are limited by default");
+        assert_eq!((limit.per_second.get(), limit.burst.get()), (100, 200));
     }
 
     #[test]
@@ -391,26 +437,59 @@ mod tests {
         assert_eq!((doubled.per_second.get(), doubled.burst.get()), (50, 100));
         let given = limit(&["--rate-limit-per-second", "5", "--rate-limit-burst", "7"]).unwrap();
         assert_eq!((given.per_second.get(), given.burst.get()), (5, 7));
-        assert_eq!(limit(&["--rate-limit-per-second", "0"]), None);
+        let burst_only = limit(&["--rate-limit-burst", "7"]).unwrap();
+        assert_eq!(
+            (burst_only.per_second.get(), burst_only.burst.get()),
+            (100, 7)
+        );
+        assert_eq!(
+            limit(&["--rate-limit-per-second", "0"]),
+            None,
+            "0 switches it off"
+        );
         assert!(
-            resolve(&["--rate-limit-burst", "7"]).is_err(),
+            resolve(&["--rate-limit-per-second", "0", "--rate-limit-burst", "7"]).is_err(),
             "a burst without a rate"
         );
         assert!(resolve(&["--rate-limit-per-second", "5", "--rate-limit-burst", "0"]).is_err());
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("memlayer.toml");
+        std::fs::write(&file, "rate_limit_per_second = 0\n").unwrap();
+        let off = resolve(&["--config", file.to_str().unwrap()]).unwrap();
+        assert_eq!(off.server.rate_limit, None, "switched off in the file");
     }
 
     #[test]
     fn the_timeout_and_the_in_flight_limit_come_from_flags_or_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("memlayer.toml");
-        std::fs::write(&file, "request_timeout_secs = 5\nmax_in_flight = 64\n").unwrap();
+        std::fs::write(
+            &file,
+            "request_timeout_secs = 5\nmax_in_flight = 64\nmax_agent_runs = 4\n",
+        )
+        .unwrap();
         let config = file.to_str().unwrap();
         let settings = resolve(&["--config", config]).unwrap();
         assert_eq!(settings.server.request_timeout, Duration::from_secs(5));
         assert_eq!(settings.server.max_in_flight, 64);
+        assert_eq!(settings.server.max_agent_runs, 4);
         let flagged = resolve(&["--config", config, "--max-in-flight", "8"]).unwrap();
         assert_eq!(flagged.server.max_in_flight, 8);
+        let flagged = resolve(&["--config", config, "--max-agent-runs", "2"]).unwrap();
+        assert_eq!(flagged.server.max_agent_runs, 2);
         assert!(resolve(&["--max-in-flight", "0"]).is_err());
+        assert!(resolve(&["--max-agent-runs", "0"]).is_err());
+        std::fs::write(
+            &file,
+            "header_read_timeout_secs = 3\nmax_connections = 100\n",
+        )
+        .unwrap();
+        let settings = resolve(&["--config", config, "--max-connections", "50"]).unwrap();
+        assert_eq!(settings.server.header_read_timeout, Duration::from_secs(3));
+        assert_eq!(settings.server.max_connections, 50);
+        assert!(resolve(&["--max-connections", "0"]).is_err());
+        assert!(resolve(&["--header-read-timeout-secs", "0"]).is_err());
         assert!(resolve(&["--request-timeout-secs", "0"]).is_err());
         let idle = resolve(&["--session-idle-timeout-secs", "0"]).unwrap();
         assert!(idle.server.session_idle_timeout.is_zero(), "0 disables it");

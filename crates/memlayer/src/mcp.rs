@@ -108,7 +108,8 @@ pub(crate) fn run(args: McpArgs) -> anyhow::Result<()> {
         if let Some(instructions) = instructions {
             info = info.with_instructions(instructions);
         }
-        tracing::info!(%endpoint, "serving the agent tools on stdio");
+        // The server only: the session in the endpoint is an id the host chose.
+        tracing::info!(server = %args.url, "serving the agent tools on stdio");
         let bridge = Bridge { upstream, info };
         let served = bridge
             .serve(rmcp::transport::stdio())

@@ -27,7 +27,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::remote::{ApiFailure, ServerArgs};
+use crate::remote::{ApiFailure, Endpoint, ServerArgs};
 
 /// Sessions listed per request (the API's largest page).
 const PAGE_SIZE: u64 = 100;
@@ -77,15 +77,16 @@ pub(crate) fn export(args: &ExportArgs) -> anyhow::Result<()> {
         )),
         None => Box::new(BufWriter::new(std::io::stdout().lock())),
     };
-    let filter = args
-        .user
-        .as_ref()
-        .map(|user| format!("&user_id={user}"))
-        .unwrap_or_default();
-    let first = server.json(
-        Method::GET,
-        &format!("/v1/sessions?page=0&page_size={PAGE_SIZE}{filter}"),
-    )?;
+    let listing = |page: u64| {
+        let endpoint = Endpoint::new(&["v1", "sessions"])
+            .query("page", page)
+            .query("page_size", PAGE_SIZE);
+        match &args.user {
+            Some(user) => endpoint.query("user_id", user),
+            None => endpoint,
+        }
+    };
+    let first = server.json(Method::GET, &listing(0))?;
     let bar = progress(first["total_elements"].as_u64().unwrap_or(0), "sessions");
     let mut users: BTreeSet<String> = args.user.iter().cloned().collect();
     let mut page = first;
@@ -98,9 +99,9 @@ pub(crate) fn export(args: &ExportArgs) -> anyhow::Result<()> {
             let id = listed["session_id"]
                 .as_str()
                 .context("a session without id")?;
-            let mut session = server.json(Method::GET, &format!("/v1/sessions/{id}"))?;
+            let mut session = server.json(Method::GET, &Endpoint::new(&["v1", "sessions", id]))?;
             let messages = session["messages"].take();
-            let runs = server.json(Method::GET, &format!("/v1/sessions/{id}/runs"))?;
+            let runs = server.json(Method::GET, &Endpoint::new(&["v1", "sessions", id, "runs"]))?;
             if let Some(user) = session["user_id"].as_str() {
                 users.insert(user.to_owned());
             }
@@ -113,20 +114,23 @@ pub(crate) fn export(args: &ExportArgs) -> anyhow::Result<()> {
         if number >= page["total_pages"].as_u64().unwrap_or(0) {
             break;
         }
-        page = server.json(
-            Method::GET,
-            &format!("/v1/sessions?page={number}&page_size={PAGE_SIZE}{filter}"),
-        )?;
+        page = server.json(Method::GET, &listing(number))?;
     }
     bar.finish_and_clear();
     for user in &users {
-        let memories = server.json(Method::GET, &format!("/v1/users/{user}/memories"))?;
+        let memories = server.json(
+            Method::GET,
+            &Endpoint::new(&["v1", "users", user, "memories"]),
+        )?;
         writeln!(
             out,
             "{}",
             json!({ "kind": "memories", "user_id": user, "memories": memories["memories"] })
         )?;
-        let episodes = server.json(Method::GET, &format!("/v1/users/{user}/episodes"))?;
+        let episodes = server.json(
+            Method::GET,
+            &Endpoint::new(&["v1", "users", user, "episodes"]),
+        )?;
         writeln!(
             out,
             "{}",
@@ -172,14 +176,18 @@ fn import_record(server: &ServerArgs, record: &Value) -> anyhow::Result<()> {
                 let body = json!({ "text": memory["text"], "type": memory["type"],
                     "tags": memory["tags"], "agent_id": memory["agent_id"],
                     "source": memory.get("source") });
-                server.send_json(Method::POST, &format!("/v1/users/{user}/memories"), &body)?;
+                server.send_json(
+                    Method::POST,
+                    &Endpoint::new(&["v1", "users", user, "memories"]),
+                    &body,
+                )?;
             }
             Ok(())
         }
         Some("episodes") => {
             let user = record["user_id"].as_str().context("no user_id")?;
-            let path = format!("/v1/users/{user}/episodes");
-            let existing = server.json(Method::GET, &path)?;
+            let endpoint = Endpoint::new(&["v1", "users", user, "episodes"]);
+            let existing = server.json(Method::GET, &endpoint)?;
             let same = |a: &Value, b: &Value| {
                 ["task_type", "description", "lesson", "agent_id"]
                     .iter()
@@ -197,7 +205,7 @@ fn import_record(server: &ServerArgs, record: &Value) -> anyhow::Result<()> {
                     "reflection": episode["reflection"], "lesson": episode["lesson"],
                     "standing": episode["standing"], "agent_id": episode["agent_id"],
                     "source_session_id": episode.get("source_session_id") });
-                server.send_json(Method::POST, &path, &body)?;
+                server.send_json(Method::POST, &endpoint, &body)?;
             }
             Ok(())
         }
@@ -210,7 +218,7 @@ fn import_session(server: &ServerArgs, record: &Value) -> anyhow::Result<()> {
     let id = session["session_id"].as_str().context("no session_id")?;
     let messages = record["messages"].as_array().context("no messages")?;
     let cleared_at = session["load_from"].as_u64().unwrap_or(0) as usize;
-    let path = format!("/v1/sessions/{id}/messages");
+    let messages_endpoint = Endpoint::new(&["v1", "sessions", id, "messages"]);
     let owner = json!({ "user_id": session["user_id"], "agent_id": session["agent_id"],
         "flow_id": session.get("flow_id"), "session_metadata": session["metadata"] });
     // Split at the clear, so the clear happens again at the same message.
@@ -229,14 +237,14 @@ fn import_session(server: &ServerArgs, record: &Value) -> anyhow::Result<()> {
             let mut body = owner.clone();
             body["messages"] = json!(batch);
             body["idempotency_key"] = json!(format!("import-{first}"));
-            server.send_json(Method::POST, &path, &body)?;
+            server.send_json(Method::POST, &messages_endpoint, &body)?;
         }
         if offset == 0 && cleared_at > 0 {
-            let current = server.json(Method::GET, &format!("/v1/sessions/{id}"))?;
+            let current = server.json(Method::GET, &Endpoint::new(&["v1", "sessions", id]))?;
             if current["load_from"].as_u64() != Some(cleared_at as u64) {
                 server.send_json(
                     Method::POST,
-                    &format!("/v1/sessions/{id}/clear"),
+                    &Endpoint::new(&["v1", "sessions", id, "clear"]),
                     &json!({}),
                 )?;
             }
@@ -246,7 +254,11 @@ fn import_session(server: &ServerArgs, record: &Value) -> anyhow::Result<()> {
         let body = json!({ "run_id": run["run_id"], "status": run["status"],
             "content": run.get("content"), "tool_calls": run["tool_calls"],
             "error": run.get("error"), "metadata": run["metadata"] });
-        let recorded = server.send_json(Method::POST, &format!("/v1/sessions/{id}/runs"), &body);
+        let recorded = server.send_json(
+            Method::POST,
+            &Endpoint::new(&["v1", "sessions", id, "runs"]),
+            &body,
+        );
         match recorded {
             // A run with this id exists: an earlier import recorded it.
             Err(err)

@@ -781,6 +781,144 @@ fn json_logs_are_one_object_per_line_without_message_content() {
     assert!(!stderr.contains("log-canary-7d41c2"), "{stderr}");
 }
 
+/// Every value a client chose or wrote in this test starts with this: ids, search queries,
+/// message and memory texts. None may reach the log.
+const CANARY: &str = "cnry";
+
+/// Logs carry route templates and opaque ids, never what a client chose or wrote: the binary
+/// runs with JSON logs at trace level through appends, a search, memories, a tool call over
+/// MCP, answers of 4xx and
+/// 5xx (a failed model whose error echoes the message, an overloaded search), the end of a
+/// conversation and the erasure of the user; no canary value is anywhere on its stderr.
+#[test]
+fn logs_carry_no_ids_queries_or_texts_of_clients() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let upstream = runtime.block_on(memlayer_llm::FakeUpstream::start());
+    let temp = tempfile::tempdir().unwrap();
+    let config = temp.path().join("memlayer.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "max_in_flight = 1\n[agent_model]\nbase_url = {:?}\nmodel = \"fake-model\"\n",
+            upstream.base_url()
+        ),
+    )
+    .unwrap();
+    let (mut server, url) = Process::serve_with(&temp.path().join("data"), |command| {
+        command
+            .args(["--config", config.to_str().unwrap()])
+            .env("MEMLAYER_LOG_FORMAT", "json")
+            .env("RUST_LOG", "trace");
+    });
+    let (user, session, agent) = ("cnry-user-51", "cnry-sess-72", "cnry-agent-33");
+    let say = json!({ "user_id": user, "agent_id": agent, "role": "user",
+        "content": "cnry message: my card is 4111 1111 1111 1111" });
+    assert_eq!(
+        post(&format!("{url}/v1/sessions/{session}/messages"), &say).0,
+        201
+    );
+    assert_eq!(
+        get(&format!("{url}/v1/sessions/{session}/search?q=cnryquery94")).0,
+        200
+    );
+    let memory = json!({ "text": "cnry memory: allergic to peanuts", "type": "fact" });
+    assert_eq!(
+        post(&format!("{url}/v1/users/{user}/memories"), &memory).0,
+        201
+    );
+    // The memory tools over MCP: the SDK behind the route logs the messages at debug level.
+    let recall = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": { "name": "memory_recall", "arguments": { "query": "cnry tool query" } } });
+    let mcp = client()
+        .post(format!("{url}/v1/sessions/{session}/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .json(&recall)
+        .send()
+        .unwrap();
+    assert_eq!(mcp.status().as_u16(), 200);
+    // 4xx: an unknown session, an invalid memory, another tenant named in the header.
+    assert_eq!(get(&format!("{url}/v1/sessions/cnry-missing-8")).0, 404);
+    let invalid = json!({ "text": "cnry memory two", "type": "cnry-kind" });
+    assert!(post(&format!("{url}/v1/users/{user}/memories"), &invalid).0 >= 400);
+    let other_tenant = client()
+        .get(format!("{url}/v1/sessions"))
+        .header("x-memlayer-tenant", "cnry-tenant")
+        .send()
+        .unwrap();
+    assert_eq!(other_tenant.status().as_u16(), 404);
+    // 5xx: the model fails, and its error echoes what it was sent.
+    upstream.push(memlayer_llm::Reply::error(
+        500,
+        "cannot answer 'cnry question for the model'",
+        "server_error",
+        None,
+    ));
+    let question = json!({ "user_id": user, "session_id": session,
+        "message": "cnry question for the model" });
+    assert_eq!(
+        post(&format!("{url}/v1/agents/{agent}/runs"), &question).0,
+        502
+    );
+    // 5xx: a search over the in-flight limit of one, while a run waits for the model.
+    upstream.push(memlayer_llm::Reply::text("cnry answer").after(Duration::from_secs(2)));
+    let waiting = std::thread::spawn({
+        let url = url.clone();
+        move || post(&format!("{url}/v1/agents/{agent}/runs"), &question).0
+    });
+    let deadline = Instant::now() + TIMEOUT;
+    while upstream.requests().len() < 2 {
+        assert!(Instant::now() < deadline, "the run did not reach the model");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let overloaded = client()
+        .get(format!("{url}/v1/sessions/{session}/search?q=cnryquery95"))
+        .send()
+        .unwrap();
+    assert_eq!(overloaded.status().as_u16(), 503);
+    assert_eq!(waiting.join().unwrap(), 200);
+    assert_eq!(
+        post(&format!("{url}/v1/sessions/{session}/end"), &json!({})).0,
+        202
+    );
+    let erased = client()
+        .delete(format!("{url}/v1/users/{user}"))
+        .send()
+        .unwrap();
+    assert!(erased.status().is_success(), "{erased:?}");
+    server.terminate();
+    let (status, stderr) = server.wait_for_failure();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+
+    let lines: Vec<Value> = stderr
+        .lines()
+        .map(|line| {
+            serde_json::from_str(line).unwrap_or_else(|err| panic!("not JSON ({err}): {line:?}"))
+        })
+        .collect();
+    let leaks: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.contains(CANARY))
+        .collect();
+    assert!(
+        leaks.is_empty(),
+        "client values in the log:\n{}",
+        leaks.join("\n")
+    );
+    assert!(
+        !server.stdout_seen.iter().any(|line| line.contains(CANARY)),
+        "{:?}",
+        server.stdout_seen
+    );
+    // What the log does say: the route template and the method of each request.
+    assert!(
+        lines
+            .iter()
+            .any(|line| line["span"]["route"] == "/v1/users/{user_id}"
+                && line["span"]["method"] == "DELETE"),
+        "no line names the erasure's route:\n{stderr}"
+    );
+}
+
 /// `memlayer` with `args` against the server at `url`, with `key` in `MEMLAYER_KEY`; answers
 /// whether it succeeded, its stdout and its stderr.
 fn remote(url: &str, key: &str, args: &[&str]) -> (bool, String, String) {
@@ -1006,6 +1144,100 @@ fn export_then_import_moves_a_tenant_and_a_second_import_changes_nothing() {
     }
     target.terminate();
     target.wait_for_exit();
+}
+
+/// An export file is untrusted input: ids in it go into URLs percent-encoded, one path
+/// segment or query value each, so a crafted id reaches the route it names an id of — where
+/// the server refuses it — and never another route. The server's metrics show which routes
+/// were asked.
+#[test]
+fn an_import_keeps_crafted_ids_inside_their_path_segment() {
+    let temp = tempfile::tempdir().unwrap();
+    let (mut server, url) = Process::serve(&temp.path().join("data"));
+    let import = |name: &str, record: Value| {
+        let file = temp.path().join(name);
+        std::fs::write(&file, format!("{record}\n")).unwrap();
+        let (ok, _, stderr) = remote(&url, ADMIN_KEY, &["import", "--in", file.to_str().unwrap()]);
+        assert!(!ok, "the import of {record} succeeded");
+        stderr
+    };
+    let session = |id: &str| {
+        json!({ "kind": "session",
+            "session": { "session_id": id, "user_id": "u", "agent_id": "a", "metadata": {} },
+            "messages": [{ "role": "user", "content": "hi", "token_count": 1,
+                "timestamp": "2026-01-02T03:04:05Z", "metadata": {} }], "runs": [] })
+    };
+    let stderr = import("up.jsonl", session("../../v1/keys"));
+    assert!(
+        stderr.contains("422") && stderr.contains("invalid_id"),
+        "{stderr}"
+    );
+    let memories = json!({ "kind": "memories", "user_id": "eve?page=0#x%2F/../..",
+        "memories": [{ "text": "t", "type": "fact", "tags": [], "agent_id": null }] });
+    let stderr = import("query.jsonl", memories);
+    assert!(
+        stderr.contains("422") && stderr.contains("invalid_id"),
+        "{stderr}"
+    );
+    // `.` and `..` cannot be a path segment at all (URL parsers remove them): refused here.
+    let stderr = import("dots.jsonl", session(".."));
+    assert!(stderr.contains("\"..\""), "{stderr}");
+
+    let metrics = client()
+        .get(format!("{url}/metrics"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    let mut requests: Vec<&str> = metrics
+        .lines()
+        .filter(|line| {
+            line.starts_with("memlayer_http_requests_total{") && !line.contains("/metrics")
+        })
+        .collect();
+    requests.sort_unstable();
+    assert_eq!(
+        requests,
+        [
+            "memlayer_http_requests_total{route=\"/v1/sessions/{session_id}/messages\",method=\"POST\",status=\"4xx\"} 1",
+            "memlayer_http_requests_total{route=\"/v1/users/{user_id}/memories\",method=\"POST\",status=\"4xx\"} 1",
+        ],
+        "{metrics}"
+    );
+    server.terminate();
+    server.wait_for_exit();
+}
+
+/// The operator's commands wait out a key's rate limit (`429` with `Retry-After`) instead of
+/// failing: against a server that lets a key make three requests a second, an import and an
+/// export of three sessions (a dozen requests) complete.
+#[test]
+fn import_and_export_wait_out_the_rate_limit() {
+    let temp = tempfile::tempdir().unwrap();
+    let (mut server, url) = Process::serve_with(&temp.path().join("data"), |command| {
+        command.args(["--rate-limit-per-second", "3", "--rate-limit-burst", "3"]);
+    });
+    let lines: Vec<String> = (1..=3)
+        .map(|n| {
+            json!({ "kind": "session",
+                "session": { "session_id": format!("limited-{n}"), "user_id": "ann",
+                    "agent_id": "a", "metadata": {} },
+                "messages": [{ "role": "user", "content": "hi", "token_count": 1,
+                    "timestamp": "2026-01-02T03:04:05Z", "metadata": {} }],
+                "runs": [] })
+            .to_string()
+        })
+        .collect();
+    let file = temp.path().join("in.jsonl");
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let (ok, _, stderr) = remote(&url, ADMIN_KEY, &["import", "--in", file.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    let out = temp.path().join("out.jsonl");
+    let (ok, _, stderr) = remote(&url, ADMIN_KEY, &["export", "--out", out.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("exported 3 session(s)"), "{stderr}");
+    server.terminate();
+    server.wait_for_exit();
 }
 
 /// `memlayer mcp` as an MCP host runs it: a child process speaking MCP on stdin and stdout,

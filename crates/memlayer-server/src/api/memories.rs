@@ -400,7 +400,7 @@ pub(crate) async fn end_session(
     let (access, id) = (caller.access(), session_id.clone());
     tokio::spawn(async move {
         if let Err(err) = contexts.end_session(&access, &id).await {
-            tracing::warn!(error = %err, session = %id, "could not merge the session into session memory");
+            tracing::warn!(error = %err.for_log(), "could not merge the session into session memory");
         }
     });
     Ok((

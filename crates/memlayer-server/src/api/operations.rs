@@ -16,9 +16,11 @@ const DOCS_PAGE: &str = include_str!("docs.html");
 /// types in, checked by the `/v1` routes as any other client's.
 const ADMIN_PAGE: &str = include_str!("admin.html");
 /// Only inline script and style, and requests back to this server: neither page can load
-/// anything from elsewhere, even if edited to.
+/// anything from elsewhere, even if edited to. And no page may frame them: a site that framed
+/// the admin page could trick an operator into clicking its purge buttons.
 const PAGE_POLICY: &str = "default-src 'none'; script-src 'unsafe-inline'; \
-    style-src 'unsafe-inline'; connect-src 'self'; base-uri 'none'; form-action 'none'";
+    style-src 'unsafe-inline'; connect-src 'self'; base-uri 'none'; form-action 'none'; \
+    frame-ancestors 'none'";
 
 /// Prometheus metrics
 ///
@@ -103,7 +105,16 @@ pub(crate) async fn admin() -> impl IntoResponse {
     self_contained(ADMIN_PAGE)
 }
 
-/// One of the compiled-in pages, under the policy that keeps it from loading anything.
+/// One of the compiled-in pages, under the policy that keeps it from loading anything or
+/// being framed (`X-Frame-Options` says the latter to browsers that predate
+/// `frame-ancestors`), and sending no referrer: the page's URL is nobody else's business.
 fn self_contained(page: &'static str) -> impl IntoResponse {
-    ([(header::CONTENT_SECURITY_POLICY, PAGE_POLICY)], Html(page))
+    (
+        [
+            (header::CONTENT_SECURITY_POLICY, PAGE_POLICY),
+            (header::X_FRAME_OPTIONS, "DENY"),
+            (header::REFERRER_POLICY, "no-referrer"),
+        ],
+        Html(page),
+    )
 }

@@ -122,7 +122,7 @@ impl From<RunOutcome> for RunAnswer {
         (status = 404, description = "No such session of this user with this agent", body = crate::error::ErrorBody),
         (status = 422, description = "An empty message or an invalid id", body = crate::error::ErrorBody),
         (status = 502, description = "The model failed (`upstream_failed`); the failed run is named", body = crate::error::ErrorBody),
-        (status = 503, description = "No model is configured (`model_not_configured`)", body = crate::error::ErrorBody),
+        (status = 503, description = "No model is configured (`model_not_configured`), or as many runs as the server admits are going on (`overloaded`, with `Retry-After`; nothing stored)", body = crate::error::ErrorBody),
         (status = 504, description = "The model did not answer in time (`upstream_timeout`); the failed run is named", body = crate::error::ErrorBody),
     ),
 )]
