@@ -194,6 +194,82 @@ fn copies_of_an_erased_message_in_runs_and_idempotency_records_go_with_it() {
     );
 }
 
+/// Long-term memories keep where each of their texts came from: erasing a conversation
+/// takes the texts remembered from it out of every memory, the replaced texts in a
+/// memory's history and the memories about another user that quoted it included.
+#[test]
+fn memory_texts_go_with_the_conversation_they_came_from_whoever_they_are_about() {
+    let server = TestServer::start();
+    append(
+        &server,
+        "first",
+        "carol",
+        json!([{ "role": "user", "content": "I prefer to be contacted by phone, ask for ext 4471" }]),
+    );
+    append(
+        &server,
+        "second",
+        "carol",
+        json!([{ "role": "user", "content": "Actually email is better for me now" }]),
+    );
+    let remember = |user: &str, body: Value| {
+        let (status, answer) = server.post(&format!("/v1/users/{user}/memories"), &body);
+        assert!(status == 201 || status == 200, "{answer}");
+        answer
+    };
+    // The canary is a phrase of the first conversation: after the erasure no copy of it (the
+    // message, the memory's replaced text) may be left in any file.
+    let old = "Prefers to be contacted by phone";
+    remember(
+        "carol",
+        json!({ "text": old, "type": "preference", "source": { "session_id": "first", "index": 0 } }),
+    );
+    let corrected = remember(
+        "carol",
+        json!({ "text": "Prefers to be contacted by email", "type": "preference",
+                "source": { "session_id": "second", "index": 0 } }),
+    );
+    assert_eq!(corrected["action"], "updated", "{corrected}");
+    assert_eq!(corrected["memory"]["history"][0]["text"], old);
+    assert_eq!(
+        corrected["memory"]["history"][0]["source"]["session_id"],
+        "first"
+    );
+    // A memory about dave, remembered by the agent backend from carol's conversation.
+    let quoted = "Dave is carol's manager, reachable at xdave77canary";
+    let about_dave = remember(
+        "dave",
+        json!({ "text": quoted, "type": "relationship", "source": { "session_id": "first", "index": 0 } }),
+    );
+    let dave_memory = about_dave["memory"]["memory_id"].clone();
+    assert!(in_files(&server, "contacted by phone") > 0);
+    assert!(in_files(&server, "xdave77canary") > 0);
+
+    let (status, receipt) = server.delete("/v1/sessions/first");
+    assert_eq!(status, 204, "{receipt}");
+    // Carol's memory stays (its text came from the second conversation), without the text
+    // the first one gave it.
+    let (_, carol) = server.get("/v1/users/carol/memories");
+    assert_eq!(
+        carol["memories"].as_array().map(Vec::len),
+        Some(1),
+        "{carol}"
+    );
+    assert_eq!(carol["memories"][0]["history"], json!([]), "{carol}");
+    let (status, _) = server.get(&format!("/v1/memories/{dave_memory}"));
+    assert_eq!(status, 404);
+    let (_, dave) = server.get("/v1/users/dave/memories");
+    assert_eq!(dave["memories"], json!([]), "{dave}");
+    assert_eq!(in_files(&server, "contacted by phone"), 0);
+    assert_eq!(in_files(&server, "xdave77canary"), 0);
+    // A source that no longer exists is refused: nothing can cite the erased conversation.
+    let (status, answer) = server.post(
+        "/v1/users/carol/memories",
+        &json!({ "text": "Ext 4471", "type": "fact", "source": { "session_id": "first", "index": 0 } }),
+    );
+    assert_eq!(status, 404, "{answer}");
+}
+
 #[test]
 fn erasing_a_user_removes_all_their_sessions_and_nobody_elses() {
     let server = TestServer::start();

@@ -312,6 +312,7 @@ fn memory(
     let at = Timestamp::from_micros(start_time + i as u64 * 60_000_000);
     Memory {
         id: 0,
+        revision: 0,
         tenant: TENANT.into(),
         user_id: user_id(i % users),
         // Half belong to the agent, half to every agent of the user.

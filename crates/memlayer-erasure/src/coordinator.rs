@@ -256,12 +256,7 @@ impl Coordinator {
                     let (access, session_id) = (access.clone(), session_id.clone());
                     blocking(move || Ok(store.session(&access, &session_id)?)).await?
                 };
-                if let Some(session) = owner {
-                    receipt.counts.memories += self
-                        .inner
-                        .memories
-                        .forget_derived_from(tenant, &session.user_id, session_id, Some(*index))
-                        .await?;
+                if owner.is_some() {
                     // The session memories it was merged into, the runs' text and the
                     // idempotency digest go in the transaction that erases the message.
                     let erased = self
@@ -274,6 +269,12 @@ impl Coordinator {
                     receipt.counts.summaries += u64::from(erased.summary);
                     receipt.counts.session_memories += erased.session_memories;
                     receipt.counts.runs_redacted += erased.runs_redacted;
+                    // After the message left the store, so no memory can cite it any more.
+                    receipt.counts.memories += self
+                        .inner
+                        .memories
+                        .forget_derived_from(tenant, session_id, Some(*index))
+                        .await?;
                     let key = MessageKey::new(erased.sid, *index);
                     self.inner.recall.forget_message(tenant, key).await?;
                     erased_message = Some(key);
@@ -324,6 +325,11 @@ impl Coordinator {
                         .await?;
                 erased_sessions.extend(self.erase_sessions(&access, ids, &mut receipt).await?);
             }
+        }
+        if resumed {
+            // A crash between deleting a session (or a message) and the memories citing it
+            // left citations of something no longer stored; this run no longer knows which.
+            receipt.counts.memories += self.inner.memories.forget_orphaned().await?;
         }
 
         match &document.request.target {
@@ -433,10 +439,10 @@ impl Coordinator {
         let before = blocking(move || {
             let session = store.session(&reach, &id)?;
             let summary = store.summary(&reach, &id).ok().flatten();
-            Ok(session.map(|s| (s.message_count, summary.is_some(), s.user_id)))
+            Ok(session.map(|s| (s.message_count, summary.is_some())))
         })
         .await?;
-        let Some((messages, summary, user_id)) = before else {
+        let Some((messages, summary)) = before else {
             return Ok(None);
         };
         let mut counts = Counts {
@@ -445,11 +451,6 @@ impl Coordinator {
             summaries: u64::from(summary),
             ..Counts::default()
         };
-        counts.memories = self
-            .inner
-            .memories
-            .forget_derived_from(tenant, &user_id, session_id, None)
-            .await?;
         // The episodes drawn from the session and the session memories it was merged into go
         // in the commit that deletes it, so none recorded meanwhile survives.
         let deleted = match self.inner.store.delete_session(access, session_id).await {
@@ -468,6 +469,13 @@ impl Coordinator {
             }
             Err(err) => return Err(err.into()),
         };
+        // The memories citing it, whoever they are about, once it left the store: from then
+        // on no memory can cite it (a remember checks its source in the saving transaction).
+        counts.memories = self
+            .inner
+            .memories
+            .forget_derived_from(tenant, session_id, None)
+            .await?;
         Ok(Some(ErasedSession {
             deleted,
             session_id: session_id.to_owned(),

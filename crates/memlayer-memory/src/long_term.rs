@@ -22,7 +22,10 @@ use memlayer_index::{
     GraphBuilt, KeywordIndex, RRF_K, Retriever, VectorConfig, VectorIndex, build_graph_unlocked,
     reciprocal_rank_fusion, run_graph_builder,
 };
-use memlayer_store::{Access, Memory, MemoryKind, Store, Timestamp};
+use memlayer_store::{
+    Access, Citation, Memory, MemoryKind, ReplacedText, Store, StoreError, Timestamp,
+    UNKNOWN_SOURCE,
+};
 use serde::Serialize;
 
 use crate::MemoryError;
@@ -40,6 +43,8 @@ const MAX_TAGS: usize = 8;
 const MAX_TAG_LEN: usize = 32;
 /// Memories read per page when the indexes are rebuilt.
 const REBUILD_PAGE: usize = 1_000;
+/// How often a remember is made again when an erasure changed the memory it updates meanwhile.
+const REMEMBER_ATTEMPTS: usize = 3;
 
 /// What to remember.
 #[derive(Debug, Clone)]
@@ -190,23 +195,52 @@ impl LongTermMemory {
             .pop()
             .ok_or_else(|| MemoryError::Embedding("no vector returned".into()))?;
         let _one_at_a_time = self.inner.remembering.lock().await;
-        let existing = self.closest_in_scope(&request, &text, &vector)?;
+        // An erasure may forget or rewrite the memory this restates between the read and the
+        // save; the store refuses the stale update, and it is made again from a new read.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match self.remember_once(&request, &text, &tags, &vector).await {
+                Err(MemoryError::Store(StoreError::MemoryChanged { .. }))
+                    if attempts < REMEMBER_ATTEMPTS => {}
+                remembered => return remembered,
+            }
+        }
+    }
+
+    async fn remember_once(
+        &self,
+        request: &RememberRequest,
+        text: &str,
+        tags: &[String],
+        vector: &[f32],
+    ) -> Result<(Memory, RememberAction), MemoryError> {
+        let existing = self.closest_in_scope(request, text, vector)?;
         let now = Timestamp::now();
         let (memory, action) = match existing {
             Some(mut memory) => {
-                let same_text = memory.text.eq_ignore_ascii_case(&text);
+                let same_text = memory.text.eq_ignore_ascii_case(text);
                 for tag in tags {
-                    if !memory.tags.contains(&tag) {
-                        memory.tags.push(tag);
+                    if !memory.tags.contains(tag) {
+                        memory.tags.push(tag.clone());
                     }
                 }
                 let action = if same_text {
                     RememberAction::Unchanged
                 } else {
-                    let old = std::mem::replace(&mut memory.text, text);
-                    memory.history.push((old, now));
-                    memory.vector = vector;
-                    memory.source = request.source.or(memory.source);
+                    let old = std::mem::replace(&mut memory.text, text.to_owned());
+                    // The replaced text keeps its source, so erasing that message takes it
+                    // out of the history too.
+                    memory.history.push(ReplacedText {
+                        text: old,
+                        replaced_at: now,
+                        source: memory.source.take(),
+                    });
+                    memory.vector = vector.to_vec();
+                    memory.source = request.source.clone().or(memory
+                        .history
+                        .last()
+                        .and_then(|replaced| replaced.source.clone()));
                     RememberAction::Updated
                 };
                 memory.updated_at = now;
@@ -215,17 +249,18 @@ impl LongTermMemory {
             None => (
                 Memory {
                     id: 0,
+                    revision: 0,
                     tenant: request.access.tenant().to_owned(),
-                    user_id: request.user_id,
-                    agent_id: request.agent_id,
-                    text,
+                    user_id: request.user_id.clone(),
+                    agent_id: request.agent_id.clone(),
+                    text: text.to_owned(),
                     kind: request.kind,
-                    tags,
-                    source: request.source,
+                    tags: tags.to_vec(),
+                    source: request.source.clone(),
                     created_at: now,
                     updated_at: now,
                     history: Vec::new(),
-                    vector,
+                    vector: vector.to_vec(),
                 },
                 RememberAction::Created,
             ),
@@ -235,7 +270,11 @@ impl LongTermMemory {
             .store
             .put_memory(memory.clone(), &request.access)
             .await?;
-        let memory = Memory { id, ..memory };
+        let memory = Memory {
+            id,
+            revision: memory.revision + 1,
+            ..memory
+        };
         self.write().add(std::slice::from_ref(&memory))?;
         Ok((memory, action))
     }
@@ -379,21 +418,68 @@ impl LongTermMemory {
         self.forget_all(tenant, ids).await
     }
 
-    /// Removes the memories of a user remembered from a session (`index` `None`) or from one
-    /// of its messages: what is derived from erased data goes with it. Returns how many.
+    /// Takes what any memory of `tenant` holds of a session (`index` `None`) or of one of its
+    /// messages out of it, whoever the memory is about: the memories remembered from there
+    /// are deleted, replaced texts from there leave the others' histories. Also drops the
+    /// replaced texts of unknown source a file from before sources were recorded holds (any
+    /// erasure might concern them). Call it after the session or message left the store:
+    /// from then on no memory can cite it any more (`Store::put_memory` checks the source in
+    /// its transaction), so nothing remembered meanwhile escapes. Returns how many memories
+    /// were deleted.
     pub async fn forget_derived_from(
         &self,
         tenant: &str,
-        user_id: &str,
         session_id: &str,
         index: Option<u64>,
     ) -> Result<u64, MemoryError> {
-        let ids = self.user_memory_ids(tenant, user_id, |memory| {
-            memory.source.as_ref().is_some_and(|(session, at)| {
-                session == session_id && index.is_none_or(|index| index == *at)
-            })
-        })?;
-        self.forget_all(tenant, ids).await
+        let mut deleted = Vec::new();
+        for (session, index) in [(session_id, index), (UNKNOWN_SOURCE, None)] {
+            let store = self.inner.store.clone();
+            let (owner, cited) = (tenant.to_owned(), session.to_owned());
+            let ids = tokio::task::spawn_blocking(move || store.memories_citing(&owner, &cited))
+                .await
+                .map_err(|err| MemoryError::Task(err.to_string()))??;
+            for id in ids {
+                let citation = self
+                    .inner
+                    .store
+                    .forget_citation(tenant, id, session, index)
+                    .await?;
+                if let Citation::Deleted { .. } = citation {
+                    deleted.push(id);
+                }
+            }
+        }
+        self.drop_from_indexes(tenant, &deleted);
+        Ok(deleted.len() as u64)
+    }
+
+    /// [`LongTermMemory::forget_derived_from`] for every citation of a session or message no
+    /// longer stored: what an erasure interrupted between deleting it and its memories left.
+    /// Reads every citation; the erasure coordinator runs it when it resumes a job.
+    pub async fn forget_orphaned(&self) -> Result<u64, MemoryError> {
+        let store = self.inner.store.clone();
+        let orphans = tokio::task::spawn_blocking(move || store.orphaned_citations())
+            .await
+            .map_err(|err| MemoryError::Task(err.to_string()))??;
+        let mut deleted = 0;
+        for orphan in orphans {
+            let citation = self
+                .inner
+                .store
+                .forget_citation(
+                    &orphan.tenant,
+                    orphan.memory_id,
+                    &orphan.session_id,
+                    orphan.index,
+                )
+                .await?;
+            if let Citation::Deleted { .. } = citation {
+                self.drop_from_indexes(&orphan.tenant, &[orphan.memory_id]);
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
     }
 
     fn user_memory_ids(
@@ -424,10 +510,18 @@ impl LongTermMemory {
         for &id in &ids {
             existed += u64::from(self.inner.store.delete_memory(tenant, id).await?);
         }
-        self.write().remove(&ids);
-        // The embedder caches vectors by the hash of their text, under their tenant.
-        self.inner.embedder.clear_cache(tenant);
+        self.drop_from_indexes(tenant, &ids);
         Ok(existed)
+    }
+
+    /// Takes memories the store deleted out of the indexes, and empties the tenant's part of
+    /// the embedder's cache (it keeps vectors by the hash of their text).
+    fn drop_from_indexes(&self, tenant: &str, ids: &[u64]) {
+        if ids.is_empty() {
+            return;
+        }
+        self.write().remove(ids);
+        self.inner.embedder.clear_cache(tenant);
     }
 
     /// Builds the HNSW graph of every partition that needs one, one partition at a time and

@@ -243,8 +243,9 @@ impl From<StoreError> for ApiError {
                 message: err.to_string(),
             },
             StoreError::Conflict(message) => Self::Conflict(message),
-            // Messages kept being erased while a context or a merge was computed from them.
-            StoreError::SessionChanged { .. } => {
+            // Messages kept being erased while a context or a merge was computed from them, or
+            // a memory kept changing while a remember updated it.
+            StoreError::SessionChanged { .. } | StoreError::MemoryChanged { .. } => {
                 Self::Conflict(format!("{err}; retry the request"))
             }
             StoreError::Closed => Self::Unavailable("the server is shutting down".into()),

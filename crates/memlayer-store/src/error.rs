@@ -40,6 +40,13 @@ pub enum StoreError {
         /// The session's id.
         session_id: String,
     },
+    /// The memory changed since it was read (forgotten, or rewritten by an erasure): the
+    /// update is not saved. Reading it again and redoing the update succeeds.
+    #[error("memory {memory_id} changed while it was being updated")]
+    MemoryChanged {
+        /// The memory's id.
+        memory_id: u64,
+    },
     /// The request contradicts what is stored (existing id, other owner, reused key).
     #[error("{0}")]
     Conflict(String),
@@ -102,6 +109,7 @@ impl StoreError {
             Self::InvalidInput { field, .. } => format!("invalid {field}"),
             Self::SessionNotFound { .. } => "session not found".to_owned(),
             Self::SessionChanged { .. } => "the session changed while it was read".to_owned(),
+            Self::MemoryChanged { .. } => "the memory changed while it was updated".to_owned(),
             Self::Conflict(_) => "conflict with the stored state".to_owned(),
             Self::Corrupted { what, .. } => format!("corrupted {what}"),
             Self::NewerFormat { .. }

@@ -222,6 +222,7 @@ pub async fn execute(store: &Store, op: &Op) -> Result<Outcome> {
             let now = Timestamp::now();
             let memory = Memory {
                 id: 0,
+                revision: 0,
                 tenant: TENANT.into(),
                 user_id: user_id(*user).into(),
                 agent_id: None,

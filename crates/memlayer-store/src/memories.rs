@@ -5,14 +5,17 @@
 //! The store keeps them and lists them by owner; deciding what is a duplicate, ranking and
 //! pre-loading belong to the strategies crate.
 
-use redb::ReadableTable;
+use redb::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{next_seq, random_id, unused_id};
 use crate::model::{Access, Timestamp, validate_id, validate_text};
 use crate::record::Record;
 use crate::store::{not_found, read_session_record};
-use crate::tables::{MEMORIES, MEMORY_OWNERS, MESSAGES, NEXT_MEMORY_SEQ_KEY, SESSIONS};
+use crate::tables::{
+    MEMORIES, MEMORY_OWNERS, MEMORY_SOURCES, MESSAGES, NEXT_MEMORY_SEQ_KEY, SESSIONS,
+    UNKNOWN_SOURCE,
+};
 use crate::{Result, Store, StoreError};
 
 /// What kind of thing a memory records.
@@ -35,6 +38,10 @@ pub struct Memory {
     /// Its id: unique in the store, random (it says nothing about other memories), below
     /// 2^53; 0 before it is stored.
     pub id: u64,
+    /// Counts the writes of the stored memory: an update must carry the revision it read
+    /// ([`StoreError::MemoryChanged`] otherwise), so a memory an erasure rewrote meanwhile
+    /// cannot get the erased text back from a stale copy. 0 before it is stored.
+    pub revision: u64,
     /// The tenant.
     pub tenant: String,
     /// The user it is about.
@@ -53,15 +60,121 @@ pub struct Memory {
     pub created_at: Timestamp,
     /// When it last changed.
     pub updated_at: Timestamp,
-    /// Texts it replaced (a correction or an update), oldest first, with when they were
-    /// replaced. Kept until the memory is erased.
-    pub history: Vec<(String, Timestamp)>,
+    /// Texts it replaced (a correction or an update), oldest first. Kept until the memory is
+    /// erased, or until the message a text came from is.
+    pub history: Vec<ReplacedText>,
     /// Its embedding, so indexes can be rebuilt without embedding again.
     pub vector: Vec<f32>,
 }
 
+/// A text a memory said before it was corrected or updated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplacedText {
+    /// What the memory said.
+    pub text: String,
+    /// When it was replaced.
+    pub replaced_at: Timestamp,
+    /// The message it came from, if known: `(session_id, index)`. Erasing that message (or
+    /// its session) takes the text out of the history.
+    pub source: Option<(String, u64)>,
+}
+
+/// A citation of text that is no longer stored (see [`Store::orphaned_citations`]).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct OrphanedCitation {
+    /// The memory's tenant.
+    pub tenant: String,
+    /// The memory citing the text.
+    pub memory_id: u64,
+    /// The session cited.
+    pub session_id: String,
+    /// The message cited, or `None` when the whole session is gone.
+    pub index: Option<u64>,
+}
+
+/// What erasing a session's or a message's text did to one memory citing it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Citation {
+    /// The memory came from the erased text: it was deleted (it was about `user_id`).
+    Deleted {
+        /// The user the memory was about, whose index partition held it.
+        user_id: String,
+    },
+    /// Texts it had replaced came from the erased text: they left its history.
+    Rewritten,
+    /// Nothing of it came from the erased text (any more).
+    Untouched,
+}
+
+/// Where a replaced text came from, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+enum Cited {
+    /// No message.
+    Nothing,
+    /// Message `index` of session `session_id`.
+    Message(String, u64),
+    /// Not recorded: the text was replaced before format 3. Any erasure in the tenant drops
+    /// it (see [`UNKNOWN_SOURCE`]).
+    Unknown,
+}
+
+impl Cited {
+    fn of(source: &Option<(String, u64)>) -> Self {
+        match source {
+            Some((session, index)) => Self::Message(session.clone(), *index),
+            None => Self::Nothing,
+        }
+    }
+
+    fn session(&self) -> Option<&str> {
+        match self {
+            Self::Message(session, _) => Some(session),
+            Self::Unknown => Some(UNKNOWN_SOURCE),
+            Self::Nothing => None,
+        }
+    }
+
+    /// Whether erasing session `session_id` (message `index`, or all with `None`) erases it.
+    fn erased_by(&self, session_id: &str, index: Option<u64>) -> bool {
+        match self {
+            Self::Message(session, at) => {
+                session == session_id && index.is_none_or(|index| index == *at)
+            }
+            Self::Unknown => session_id == UNKNOWN_SOURCE,
+            Self::Nothing => false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct HistoryRecord {
+    text: String,
+    replaced_at: u64,
+    source: Cited,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct MemoryRecord {
+    tenant: String,
+    user_id: String,
+    agent_id: Option<String>,
+    text: String,
+    kind: MemoryKind,
+    tags: Vec<String>,
+    source: Option<(String, u64)>,
+    created_at: u64,
+    updated_at: u64,
+    /// Version 2: each replaced text with its source (version 1 kept none).
+    history: Vec<HistoryRecord>,
+    vector: Vec<f32>,
+    /// Version 2: counts the record's writes.
+    revision: u64,
+}
+
+/// Version 1 of [`MemoryRecord`]: replaced texts without their source, no revision.
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+pub(crate) struct MemoryRecordV1 {
     tenant: String,
     user_id: String,
     agent_id: Option<String>,
@@ -76,14 +189,69 @@ pub(crate) struct MemoryRecord {
 }
 
 impl Record for MemoryRecord {
-    const VERSION: u8 = 1;
+    const VERSION: u8 = 2;
     const NAME: &'static str = "memory record";
+
+    fn upgrade(version: u8, body: &[u8]) -> Result<Self> {
+        if version != 1 {
+            return Err(StoreError::Corrupted {
+                what: Self::NAME,
+                detail: format!("unknown record version {version}"),
+            });
+        }
+        let v1: MemoryRecordV1 = crate::record::decode_body(Self::NAME, body)?;
+        Ok(Self {
+            tenant: v1.tenant,
+            user_id: v1.user_id,
+            agent_id: v1.agent_id,
+            text: v1.text,
+            kind: v1.kind,
+            tags: v1.tags,
+            source: v1.source,
+            created_at: v1.created_at,
+            updated_at: v1.updated_at,
+            history: v1
+                .history
+                .into_iter()
+                .map(|(text, replaced_at)| HistoryRecord {
+                    text,
+                    replaced_at,
+                    source: Cited::Unknown,
+                })
+                .collect(),
+            vector: v1.vector,
+            revision: 0,
+        })
+    }
 }
 
 impl MemoryRecord {
+    /// The record as version 1 wrote it, for tests of files written before version 2.
+    #[cfg(test)]
+    pub(crate) fn as_version_1(&self) -> MemoryRecordV1 {
+        MemoryRecordV1 {
+            tenant: self.tenant.clone(),
+            user_id: self.user_id.clone(),
+            agent_id: self.agent_id.clone(),
+            text: self.text.clone(),
+            kind: self.kind,
+            tags: self.tags.clone(),
+            source: self.source.clone(),
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            history: self
+                .history
+                .iter()
+                .map(|entry| (entry.text.clone(), entry.replaced_at))
+                .collect(),
+            vector: self.vector.clone(),
+        }
+    }
+
     fn into_memory(self, id: u64) -> Memory {
         Memory {
             id,
+            revision: self.revision,
             tenant: self.tenant,
             user_id: self.user_id,
             agent_id: self.agent_id,
@@ -96,14 +264,47 @@ impl MemoryRecord {
             history: self
                 .history
                 .into_iter()
-                .map(|(text, at)| (text, Timestamp::from_micros(at)))
+                .map(|entry| ReplacedText {
+                    text: entry.text,
+                    replaced_at: Timestamp::from_micros(entry.replaced_at),
+                    source: match entry.source {
+                        Cited::Message(session, index) => Some((session, index)),
+                        Cited::Nothing | Cited::Unknown => None,
+                    },
+                })
                 .collect(),
             vector: self.vector,
         }
     }
 
-    fn from_memory(memory: &Memory) -> Self {
-        Self {
+    /// The record of `memory`, replacing `stored` (if any). History is append-only: the
+    /// sources of the texts `stored` already had are kept as stored (a text of unknown
+    /// source stays unknown rather than becoming sourceless).
+    fn from_memory(memory: &Memory, stored: Option<&MemoryRecord>) -> Result<Self> {
+        let kept = stored.map_or(&[][..], |stored| &stored.history[..]);
+        let prefix = kept.len() <= memory.history.len()
+            && kept
+                .iter()
+                .zip(&memory.history)
+                .all(|(kept, new)| kept.text == new.text);
+        if !prefix {
+            return Err(StoreError::MemoryChanged {
+                memory_id: memory.id,
+            });
+        }
+        let history = memory
+            .history
+            .iter()
+            .enumerate()
+            .map(|(position, entry)| HistoryRecord {
+                text: entry.text.clone(),
+                replaced_at: entry.replaced_at.as_micros(),
+                source: kept
+                    .get(position)
+                    .map_or_else(|| Cited::of(&entry.source), |kept| kept.source.clone()),
+            })
+            .collect();
+        Ok(Self {
             tenant: memory.tenant.clone(),
             user_id: memory.user_id.clone(),
             agent_id: memory.agent_id.clone(),
@@ -113,14 +314,67 @@ impl MemoryRecord {
             source: memory.source.clone(),
             created_at: memory.created_at.as_micros(),
             updated_at: memory.updated_at.as_micros(),
-            history: memory
-                .history
-                .iter()
-                .map(|(text, at)| (text.clone(), at.as_micros()))
-                .collect(),
+            history,
             vector: memory.vector.clone(),
+            revision: stored.map_or(1, |stored| stored.revision + 1),
+        })
+    }
+
+    /// The sessions the record cites (its source and its replaced texts' sources).
+    fn cited_sessions(&self) -> std::collections::BTreeSet<&str> {
+        let source = self.source.as_ref().map(|(session, _)| session.as_str());
+        self.history
+            .iter()
+            .filter_map(|entry| entry.source.session())
+            .chain(source)
+            .collect()
+    }
+}
+
+/// Lists every session `record` (memory `id`) cites in [`MEMORY_SOURCES`], replacing what
+/// `old` (the record it replaces) listed.
+fn index_citations(
+    txn: &WriteTransaction,
+    id: u64,
+    old: Option<&MemoryRecord>,
+    record: Option<&MemoryRecord>,
+) -> Result<()> {
+    let mut table = txn.open_table(MEMORY_SOURCES)?;
+    let new = record.map(MemoryRecord::cited_sessions).unwrap_or_default();
+    if let Some(old) = old {
+        for session in old.cited_sessions().difference(&new) {
+            table.remove((old.tenant.as_str(), *session, id))?;
         }
     }
+    if let Some(record) = record {
+        for session in &new {
+            table.insert((record.tenant.as_str(), *session, id), ())?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes memory `id` (stored as `record`) from its owner's list and the citations.
+fn remove_owner_and_citations(
+    txn: &WriteTransaction,
+    id: u64,
+    record: &MemoryRecord,
+) -> Result<()> {
+    txn.open_table(MEMORY_OWNERS)?
+        .remove((record.tenant.as_str(), record.user_id.as_str(), id))?;
+    index_citations(txn, id, Some(record), None)
+}
+
+/// Builds [`MEMORY_SOURCES`] for a file written before it existed (format 2): every stored
+/// memory's citations, its replaced texts under [`UNKNOWN_SOURCE`].
+pub(crate) fn index_sources(txn: &WriteTransaction) -> Result<()> {
+    let memories = txn.open_table(MEMORIES)?;
+    for entry in memories.iter()? {
+        let (id, value) = entry?;
+        let record = MemoryRecord::decode(value.value())?;
+        index_citations(txn, id.value(), None, Some(&record))?;
+    }
+    Ok(())
 }
 
 /// Checks that message `index` of session `session_id` is stored and within `sources`.
@@ -149,8 +403,10 @@ impl Store {
     /// Saves a memory: a new one (id 0) gets a fresh random id; a stored one (its id) is
     /// replaced and keeps its place in its user's list. Returns the id.
     ///
-    /// Fails with [`StoreError::Conflict`] when the id names no memory of the same tenant
-    /// and user: one forgotten since it was read must not come back by being updated.
+    /// Fails with [`StoreError::MemoryChanged`] when the id names no memory of the same tenant
+    /// and user, or one at another revision: a memory forgotten since it was read must not
+    /// come back by being updated, nor one whose history an erasure rewrote get the erased
+    /// text back.
     ///
     /// A source must be a stored message, and a source the memory did not cite before must be
     /// in a session `sources` reaches (for a user-scoped caller, one of its own): checked in
@@ -183,12 +439,29 @@ impl Store {
         }
         validate_text("memory", &memory.text)?;
         self.write(move |txn| {
-            if let Some((session_id, index)) = &memory.source {
-                let cited_before = txn
+            let changed = || StoreError::MemoryChanged {
+                memory_id: memory.id,
+            };
+            let stored = if memory.id == 0 {
+                None
+            } else {
+                let stored = txn
                     .open_table(MEMORIES)?
                     .get(memory.id)?
                     .map(|value| MemoryRecord::decode(value.value()))
                     .transpose()?
+                    .filter(|stored| {
+                        stored.tenant == memory.tenant && stored.user_id == memory.user_id
+                    })
+                    .ok_or_else(changed)?;
+                if stored.revision != memory.revision {
+                    return Err(changed());
+                }
+                Some(stored)
+            };
+            if let Some((session_id, index)) = &memory.source {
+                let cited_before = stored
+                    .as_ref()
                     .is_some_and(|stored| stored.source == memory.source);
                 let reach = if cited_before {
                     Access::tenant_wide(&*memory.tenant)
@@ -200,27 +473,142 @@ impl Store {
             let mut memories = txn.open_table(MEMORIES)?;
             let mut owners = txn.open_table(MEMORY_OWNERS)?;
             let owner = (memory.tenant.as_str(), memory.user_id.as_str());
-            let (id, seq) = if memory.id == 0 {
-                let id = unused_id(draw, |id| Ok(memories.get(id)?.is_some()))?;
-                (id, next_seq(txn, NEXT_MEMORY_SEQ_KEY)?)
-            } else {
-                let seq = owners
-                    .get((owner.0, owner.1, memory.id))?
-                    .map(|v| v.value());
-                let Some(seq) = seq else {
-                    return Err(StoreError::Conflict(format!(
-                        "memory {} is not one of this user's memories (any more)",
-                        memory.id
-                    )));
-                };
-                (memory.id, seq)
+            let (id, seq) = match &stored {
+                None => {
+                    let id = unused_id(draw, |id| Ok(memories.get(id)?.is_some()))?;
+                    (id, next_seq(txn, NEXT_MEMORY_SEQ_KEY)?)
+                }
+                Some(_) => {
+                    let seq = owners
+                        .get((owner.0, owner.1, memory.id))?
+                        .map(|v| v.value())
+                        .ok_or_else(changed)?;
+                    (memory.id, seq)
+                }
             };
-            let record = MemoryRecord::from_memory(&memory);
+            let record = MemoryRecord::from_memory(&memory, stored.as_ref())?;
             memories.insert(id, record.encode().as_slice())?;
             owners.insert((owner.0, owner.1, id), seq)?;
+            index_citations(txn, id, stored.as_ref(), Some(&record))?;
             Ok(id)
         })
         .await
+    }
+
+    /// The memories of `tenant` that cite session `session_id` (as their source or as the
+    /// source of a replaced text), whoever they are about; with `*`, those
+    /// holding replaced texts of unknown source.
+    pub fn memories_citing(&self, tenant: &str, session_id: &str) -> Result<Vec<u64>> {
+        let txn = self.begin_read()?;
+        let table = txn.open_table(MEMORY_SOURCES)?;
+        table
+            .range((tenant, session_id, 0)..=(tenant, session_id, u64::MAX))?
+            .map(|entry| Ok(entry?.0.value().2))
+            .collect()
+    }
+
+    /// Takes what memory `id` holds of session `session_id` (of its message `index` with
+    /// `Some`) out of it: the whole memory when it came from there, else the replaced texts
+    /// that did. With `*` as the session, every replaced text of unknown
+    /// source. Commits alone (it removes text).
+    pub async fn forget_citation(
+        &self,
+        tenant: &str,
+        id: u64,
+        session_id: &str,
+        index: Option<u64>,
+    ) -> Result<Citation> {
+        let (tenant, session_id) = (tenant.to_owned(), session_id.to_owned());
+        self.write_alone(move |txn| {
+            let mut memories = txn.open_table(MEMORIES)?;
+            let Some(mut record) = memories
+                .get(id)?
+                .map(|value| MemoryRecord::decode(value.value()))
+                .transpose()?
+                .filter(|record| record.tenant == tenant)
+            else {
+                return Ok(Citation::Untouched);
+            };
+            let from_source = record.source.as_ref().is_some_and(|(session, at)| {
+                *session == session_id && index.is_none_or(|index| index == *at)
+            });
+            if from_source {
+                memories.remove(id)?;
+                drop(memories);
+                remove_owner_and_citations(txn, id, &record)?;
+                return Ok(Citation::Deleted {
+                    user_id: record.user_id,
+                });
+            }
+            let old = record.clone();
+            record
+                .history
+                .retain(|entry| !entry.source.erased_by(&session_id, index));
+            if record.history.len() == old.history.len() {
+                return Ok(Citation::Untouched);
+            }
+            record.revision += 1;
+            memories.insert(id, record.encode().as_slice())?;
+            drop(memories);
+            index_citations(txn, id, Some(&old), Some(&record))?;
+            Ok(Citation::Rewritten)
+        })
+        .await
+    }
+
+    /// Citations of sessions or messages that are no longer stored: what an erasure that
+    /// stopped between deleting a session (or a message) and its memories left behind. Reads
+    /// every citation: run it when resuming an interrupted erasure.
+    pub fn orphaned_citations(&self) -> Result<Vec<OrphanedCitation>> {
+        let txn = self.begin_read()?;
+        let citations = txn.open_table(MEMORY_SOURCES)?;
+        let sessions = txn.open_table(SESSIONS)?;
+        let messages = txn.open_table(MESSAGES)?;
+        let memories = txn.open_table(MEMORIES)?;
+        let mut orphans = Vec::new();
+        for entry in citations.iter()? {
+            let (key, ()) = entry.map(|(key, _)| (key, ()))?;
+            let (tenant, session_id, id) = key.value();
+            if session_id == UNKNOWN_SOURCE {
+                continue;
+            }
+            let all = Access::tenant_wide(tenant);
+            let Some(session) = read_session_record(&sessions, &all, session_id)? else {
+                orphans.push(OrphanedCitation {
+                    tenant: tenant.to_owned(),
+                    memory_id: id,
+                    session_id: session_id.to_owned(),
+                    index: None,
+                });
+                continue;
+            };
+            let Some(value) = memories.get(id)? else {
+                continue;
+            };
+            let record = MemoryRecord::decode(value.value())?;
+            let sources = record
+                .history
+                .iter()
+                .filter_map(|entry| match &entry.source {
+                    Cited::Message(session, index) => Some((session.as_str(), *index)),
+                    Cited::Nothing | Cited::Unknown => None,
+                });
+            let current = record
+                .source
+                .as_ref()
+                .map(|(session, index)| (session.as_str(), *index));
+            for (_, index) in sources.chain(current).filter(|(s, _)| *s == session_id) {
+                if messages.get((session.sid, index))?.is_none() {
+                    orphans.push(OrphanedCitation {
+                        tenant: tenant.to_owned(),
+                        memory_id: id,
+                        session_id: session_id.to_owned(),
+                        index: Some(index),
+                    });
+                }
+            }
+        }
+        Ok(orphans)
     }
 
     /// The memory with this id if it belongs to `tenant`.
@@ -295,11 +683,8 @@ impl Store {
                 return Ok(false);
             }
             table.remove(id)?;
-            txn.open_table(MEMORY_OWNERS)?.remove((
-                record.tenant.as_str(),
-                record.user_id.as_str(),
-                id,
-            ))?;
+            drop(table);
+            remove_owner_and_citations(txn, id, &record)?;
             Ok(true)
         })
         .await

@@ -35,6 +35,9 @@ pub(crate) fn migrate(txn: &WriteTransaction, found: u64) -> Result<()> {
     if found < 2 {
         counted_ids_to_sequences(txn)?;
     }
+    if found < 3 {
+        crate::memories::index_sources(txn)?;
+    }
     txn.open_table(META)?
         .insert(FORMAT_VERSION_KEY, FORMAT_VERSION)?;
     Ok(())

@@ -64,7 +64,7 @@ pub(crate) trait Record: Serialize + DeserializeOwned {
 }
 
 /// Decodes one whole bincode body; trailing bytes are corruption.
-fn decode_body<T: DeserializeOwned>(what: &'static str, body: &[u8]) -> Result<T> {
+pub(crate) fn decode_body<T: DeserializeOwned>(what: &'static str, body: &[u8]) -> Result<T> {
     let corrupted = |detail: String| StoreError::Corrupted { what, detail };
     let (record, used) = bincode::serde::decode_from_slice(body, bincode_config())
         .map_err(|err| corrupted(err.to_string()))?;

@@ -35,7 +35,7 @@ pub(crate) const NEXT_SID_KEY: &str = "next_sid";
 
 /// The storage format this build writes. Opening a file with a larger value fails; a file
 /// with a smaller one is migrated at open (`migrate.rs`).
-pub(crate) const FORMAT_VERSION: u64 = 2;
+pub(crate) const FORMAT_VERSION: u64 = 3;
 
 /// The listing scope that matches a filter.
 pub(crate) fn scope(user_id: Option<&str>, agent_id: Option<&str>) -> String {
@@ -137,6 +137,18 @@ pub(crate) const MEMORY_OWNERS: TableDefinition<(&str, &str, u64), u64> =
 
 pub(crate) const NEXT_MEMORY_SEQ_KEY: &str = "next_memory_seq";
 
+/// `(tenant, session_id, memory_id)` → `()`: every session a memory cites, as its source or
+/// as the source of a text it replaced, so erasing a session or a message finds every memory
+/// holding text from it, whoever the memory is about. Session [`UNKNOWN_SOURCE`] lists the
+/// memories holding replaced texts whose source a format-2 file did not record.
+pub(crate) const MEMORY_SOURCES: TableDefinition<(&str, &str, u64), ()> =
+    TableDefinition::new("memory_sources");
+
+/// The session id under which the store lists the memories holding replaced texts of unknown
+/// source (see [`crate::Store::memories_citing`]). `*` is not a valid id, so no real session
+/// has it.
+pub const UNKNOWN_SOURCE: &str = "*";
+
 /// `prefix` → `KeyRecord`: API keys (see `keys.rs`). A record holds the SHA-256 of its key,
 /// never the key.
 pub(crate) const API_KEYS: TableDefinition<&str, &[u8]> = TableDefinition::new("api_keys");
@@ -204,6 +216,7 @@ pub(crate) fn for_each_table(visitor: &mut impl TableVisitor) -> crate::Result<(
     visitor.visit(RETENTION)?;
     visitor.visit(MEMORIES)?;
     visitor.visit(MEMORY_OWNERS)?;
+    visitor.visit(MEMORY_SOURCES)?;
     visitor.visit(SESSION_MEMORIES)?;
     visitor.visit(API_KEYS)?;
     visitor.visit(API_KEY_TENANTS)?;

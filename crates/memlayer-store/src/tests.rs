@@ -415,10 +415,9 @@ async fn data_survives_reopening_and_newer_formats_are_refused() {
     }
     assert!(matches!(
         Store::open(&path),
-        Err(StoreError::NewerFormat {
-            found: 3,
-            supported: 2
-        })
+        Err(StoreError::NewerFormat { found, supported })
+            if u64::from(found) == crate::tables::FORMAT_VERSION + 1
+                && u64::from(supported) == crate::tables::FORMAT_VERSION
     ));
 }
 
@@ -1514,6 +1513,7 @@ async fn an_erased_message_takes_its_sessions_run_texts_out_of_every_page() {
 fn memory(user: &str, text: &str, at: crate::Timestamp) -> crate::Memory {
     crate::Memory {
         id: 0,
+        revision: 0,
         tenant: TENANT.into(),
         user_id: user.into(),
         agent_id: None,
@@ -1829,7 +1829,7 @@ async fn a_format_1_file_opens_with_its_order_and_new_records_come_after() {
         let txn = redb::ReadableDatabase::begin_read(&db).unwrap();
         let meta = txn.open_table(crate::tables::META).unwrap();
         let value = |key: &str| meta.get(key).unwrap().map(|v| v.value());
-        assert_eq!(value("format_version"), Some(2));
+        assert_eq!(value("format_version"), Some(crate::tables::FORMAT_VERSION));
         assert_eq!(value("next_memory_id"), None);
         assert_eq!(value("next_memory_seq"), Some(6));
         assert_eq!(value("next_episode_seq"), Some(6));
@@ -1863,5 +1863,179 @@ async fn a_format_1_file_opens_with_its_order_and_new_records_come_after() {
     assert_eq!(
         store.receipts(TENANT, 10).unwrap(),
         [4, 2, 1].map(|n| serde_json::json!({ "receipt": n }))
+    );
+}
+
+/// A stored memory `ann` learnt from message 0 of session "s", later corrected by message
+/// 1 of session "t" (both sessions ann's), then by message 0 of session "u": its history
+/// holds the first two texts, each with its source.
+async fn corrected_memory(store: &Store) -> crate::Memory {
+    let all = Access::tenant_wide(TENANT);
+    for session in ["s", "t", "u"] {
+        let lines = vec![message(Role::User, "one"), message(Role::User, "two")];
+        store
+            .append(&all, session, append_of(lines, Some(owner("ann", "a"))))
+            .await
+            .unwrap();
+    }
+    let at = crate::Timestamp::from_micros(1_700_000_000_000_000);
+    let mut learnt = memory("ann", "ann lives in Oslo", at);
+    learnt.source = Some(("s".into(), 0));
+    learnt.id = store.put_memory(learnt.clone(), &all).await.unwrap();
+    for (text, source) in [
+        ("ann lives in Rome", ("t", 1)),
+        ("ann lives in Lyon", ("u", 0)),
+    ] {
+        let stored = store.memory(TENANT, learnt.id).unwrap().unwrap();
+        let mut corrected = stored.clone();
+        corrected.history.push(crate::ReplacedText {
+            text: stored.text.clone(),
+            replaced_at: at,
+            source: stored.source.clone(),
+        });
+        corrected.text = text.into();
+        corrected.source = Some((source.0.into(), source.1));
+        store.put_memory(corrected, &all).await.unwrap();
+    }
+    store.memory(TENANT, learnt.id).unwrap().unwrap()
+}
+
+/// Each replaced text keeps its source, every cited session lists the memory, and erasing a
+/// source takes exactly what came from it: a replaced text leaves the history, the current
+/// source deletes the memory.
+#[tokio::test]
+async fn a_memorys_replaced_texts_go_with_the_messages_they_came_from() {
+    let (_dir, store) = open();
+    let memory = corrected_memory(&store).await;
+    let texts = |memory: &crate::Memory| -> Vec<(String, Option<(String, u64)>)> {
+        let history = memory.history.iter();
+        history
+            .map(|h| (h.text.clone(), h.source.clone()))
+            .collect()
+    };
+    assert_eq!(
+        texts(&memory),
+        [
+            ("ann lives in Oslo".into(), Some(("s".into(), 0))),
+            ("ann lives in Rome".into(), Some(("t".into(), 1))),
+        ]
+    );
+    for session in ["s", "t", "u"] {
+        assert_eq!(store.memories_citing(TENANT, session).unwrap(), [memory.id]);
+    }
+    assert!(store.memories_citing("other", "s").unwrap().is_empty());
+
+    // Another message of a cited session cites nothing.
+    let other_message = store.forget_citation(TENANT, memory.id, "t", Some(0));
+    assert_eq!(other_message.await.unwrap(), crate::Citation::Untouched);
+    let of_t = store.forget_citation(TENANT, memory.id, "t", Some(1)).await;
+    assert_eq!(of_t.unwrap(), crate::Citation::Rewritten);
+    let rewritten = store.memory(TENANT, memory.id).unwrap().unwrap();
+    assert_eq!(
+        texts(&rewritten),
+        [("ann lives in Oslo".into(), Some(("s".into(), 0)))]
+    );
+    assert_eq!(rewritten.revision, memory.revision + 1);
+    assert!(store.memories_citing(TENANT, "t").unwrap().is_empty());
+
+    // A copy read before the erasure cannot put the erased text back.
+    let all = Access::tenant_wide(TENANT);
+    let stale = store.put_memory(memory.clone(), &all);
+    assert!(
+        matches!(stale.await, Err(StoreError::MemoryChanged { .. })),
+        "a stale revision was saved"
+    );
+    assert_eq!(store.memory(TENANT, memory.id).unwrap().unwrap(), rewritten);
+
+    let of_u = store.forget_citation(TENANT, memory.id, "u", None).await;
+    assert_eq!(
+        of_u.unwrap(),
+        crate::Citation::Deleted {
+            user_id: "ann".into()
+        }
+    );
+    assert_eq!(store.memory(TENANT, memory.id).unwrap(), None);
+    for session in ["s", "t", "u"] {
+        assert!(store.memories_citing(TENANT, session).unwrap().is_empty());
+    }
+}
+
+/// What an erasure that stopped between deleting text and its memories leaves is found
+/// again: a cited message or session that is no longer stored.
+#[tokio::test]
+async fn citations_of_erased_text_are_found_after_an_interrupted_erasure() {
+    let (_dir, store) = open();
+    let memory = corrected_memory(&store).await;
+    let all = Access::tenant_wide(TENANT);
+    assert!(store.orphaned_citations().unwrap().is_empty());
+    store.erase_message(&all, "t", 0).await.unwrap();
+    assert!(store.orphaned_citations().unwrap().is_empty(), "uncited");
+    store.erase_message(&all, "t", 1).await.unwrap();
+    store.delete_session(&all, "s").await.unwrap();
+    let mut orphans = store.orphaned_citations().unwrap();
+    orphans.sort();
+    let orphan = |session_id: &str, index| crate::OrphanedCitation {
+        tenant: TENANT.into(),
+        memory_id: memory.id,
+        session_id: session_id.into(),
+        index,
+    };
+    assert_eq!(orphans, [orphan("s", None), orphan("t", Some(1))]);
+}
+
+/// A memory record written before sources were kept (record version 1, file format 2): its
+/// replaced texts have no known source, so opening the file lists them under the unknown
+/// source, and an erasure's sweep of it takes them out; the memory itself stays.
+#[tokio::test]
+async fn replaced_texts_of_unknown_source_go_with_any_erasure() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memlayer.redb");
+    let id = {
+        let store = Store::open(&path).unwrap();
+        let id = corrected_memory(&store).await.id;
+        store.shutdown();
+        id
+    };
+    {
+        use crate::record::Record as _;
+        use redb::ReadableTable as _;
+        let db = redb::Database::open(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut memories = txn.open_table(crate::tables::MEMORIES).unwrap();
+            let stored = memories.get(id).unwrap().unwrap().value().to_vec();
+            let stored = crate::memories::MemoryRecord::decode(&stored).unwrap();
+            let v1 = stored.as_version_1();
+            let mut bytes = vec![1u8];
+            bincode::serde::encode_into_std_write(&v1, &mut bytes, bincode::config::standard())
+                .unwrap();
+            memories.insert(id, bytes.as_slice()).unwrap();
+            let mut meta = txn.open_table(crate::tables::META).unwrap();
+            meta.insert(crate::tables::FORMAT_VERSION_KEY, 2).unwrap();
+        }
+        txn.delete_table(crate::tables::MEMORY_SOURCES).unwrap();
+        txn.commit().unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    let memory = store.memory(TENANT, id).unwrap().unwrap();
+    assert_eq!(memory.history.len(), 2);
+    assert!(memory.history.iter().all(|h| h.source.is_none()));
+    assert_eq!(store.memories_citing(TENANT, "u").unwrap(), [id]);
+    assert_eq!(
+        store
+            .memories_citing(TENANT, crate::UNKNOWN_SOURCE)
+            .unwrap(),
+        [id]
+    );
+    let swept = store.forget_citation(TENANT, id, crate::UNKNOWN_SOURCE, None);
+    assert_eq!(swept.await.unwrap(), crate::Citation::Rewritten);
+    let memory = store.memory(TENANT, id).unwrap().unwrap();
+    assert!(memory.history.is_empty());
+    assert_eq!(memory.text, "ann lives in Lyon");
+    assert!(
+        store
+            .memories_citing(TENANT, crate::UNKNOWN_SOURCE)
+            .unwrap()
+            .is_empty()
     );
 }

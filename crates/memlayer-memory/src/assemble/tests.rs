@@ -144,6 +144,7 @@ fn combined_adds_facts_summary_and_recalled_messages() {
         ],
         memories: vec![Memory {
             id: 7,
+            revision: 1,
             tenant: "t".into(),
             user_id: "dana".into(),
             agent_id: None,

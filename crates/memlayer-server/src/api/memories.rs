@@ -51,6 +51,10 @@ pub(crate) struct SourceBody {
 pub(crate) struct ReplacedText {
     text: String,
     replaced_at: Rfc3339,
+    /// The message the text came from, when known; erasing it takes the text out of the
+    /// history.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source: Option<SourceBody>,
 }
 
 impl From<Memory> for MemoryBody {
@@ -70,9 +74,12 @@ impl From<Memory> for MemoryBody {
             history: memory
                 .history
                 .into_iter()
-                .map(|(text, at)| ReplacedText {
-                    text,
-                    replaced_at: Rfc3339(at),
+                .map(|replaced| ReplacedText {
+                    text: replaced.text,
+                    replaced_at: Rfc3339(replaced.replaced_at),
+                    source: replaced
+                        .source
+                        .map(|(session_id, index)| SourceBody { session_id, index }),
                 })
                 .collect(),
         }
