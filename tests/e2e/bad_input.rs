@@ -823,7 +823,9 @@ fn store_contents(path: &std::path::Path) -> String {
             writeln!(
                 out,
                 "{:?}",
-                store.runs(&Access::tenant_wide(tenant), &id).unwrap()
+                store
+                    .runs(&Access::tenant_wide(tenant), &id, 0, usize::MAX)
+                    .unwrap()
             )
             .unwrap();
             writeln!(

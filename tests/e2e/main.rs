@@ -34,6 +34,9 @@ mod episodes;
 // Ids of memories, episodes and erasures: random, exact in JavaScript, and every listing in
 // its documented order all the same.
 mod ids;
+// Bounded reads: long sessions, run logs and memory listings in pages, contexts reading the
+// newest messages, memory histories and tags capped, searches with a bounded number of words.
+mod bounds;
 // Erasure by message, session and user: canaries gone from every API and every file byte;
 // purge, stats, receipts and retention.
 mod erasure;

@@ -32,6 +32,12 @@ pub const SESSION_MEMORY_MARKER: &str = "[Earlier conversations with this user]"
 /// Longest a session memory may grow; the oldest lines go first.
 const SESSION_MEMORY_TOKENS: u32 = 600;
 
+/// Most message indices a context reads back from the newest: a session appended to for
+/// long without a summary or a clear would otherwise cost every turn a read of its whole
+/// history. Ten thousand messages are far more than any budget shows; older ones stay
+/// stored and are reached by recall and search.
+const MAX_CONTEXT_MESSAGES: u64 = 10_000;
+
 /// How often a context is built again when a message was erased while it was being built.
 const BUILD_ATTEMPTS: usize = 3;
 
@@ -299,7 +305,7 @@ impl ContextBuilder {
         let (access, session_id) = (access.clone(), session_id.to_owned());
         blocking(move || {
             let snapshot = open_snapshot(&store, &access, &session_id)?;
-            let messages = snapshot.messages(snapshot.session().load_from, usize::MAX)?;
+            let messages = snapshot.messages(context_start(snapshot.session()), usize::MAX)?;
             Loaded::read(&store, access.tenant(), &snapshot, messages)
         })
         .await
@@ -618,6 +624,8 @@ struct Loaded {
     agent_settings: Option<SettingsOverrides>,
     user_id: String,
     agent_id: String,
+    /// Where the context reads from: the session's load checkpoint, or later
+    /// ([`context_start`]).
     load_from: u64,
     /// The session's version in the read: derived data is saved only while it holds.
     version: SessionVersion,
@@ -647,7 +655,7 @@ impl Loaded {
             agent_settings: store.settings(tenant, Some(&session.agent_id))?,
             user_id: session.user_id.clone(),
             agent_id: session.agent_id.clone(),
-            load_from: session.load_from,
+            load_from: context_start(session),
             version: snapshot.version(),
             messages,
             summary,
@@ -673,6 +681,14 @@ struct Planned {
     /// The facts and outlines kept from earlier turns, for the combined strategy, with the
     /// snapshot they were checked against.
     facts: Option<(SessionKey, Cached)>,
+}
+
+/// The first message index a context of `session` reads: its load checkpoint (a clear or a
+/// summary), but no more than [`MAX_CONTEXT_MESSAGES`] indices back from the newest.
+fn context_start(session: &memlayer_store::Session) -> u64 {
+    session
+        .load_from
+        .max(session.message_count.saturating_sub(MAX_CONTEXT_MESSAGES))
 }
 
 fn open_snapshot(

@@ -220,8 +220,9 @@ impl LongTermMemory {
         let (memory, action) = match existing {
             Some(mut memory) => {
                 let same_text = memory.text.eq_ignore_ascii_case(text);
+                // New tags join the stored ones up to the same bound as a new memory's.
                 for tag in tags {
-                    if !memory.tags.contains(tag) {
+                    if !memory.tags.contains(tag) && memory.tags.len() < MAX_TAGS {
                         memory.tags.push(tag.clone());
                     }
                 }
@@ -384,21 +385,22 @@ impl LongTermMemory {
         Ok(hits)
     }
 
-    /// Every memory of a user the asker may see (all of them with `agent_id` `None`),
-    /// oldest first.
+    /// Up to `limit` memories of a user the asker may see (all of them with `agent_id`
+    /// `None`), oldest first, from the one after memory `after`.
     pub fn list(
         &self,
         tenant: &str,
         user_id: &str,
         agent_id: Option<&str>,
+        after: Option<u64>,
+        limit: usize,
     ) -> Result<Vec<Memory>, MemoryError> {
         Ok(self
             .inner
             .store
-            .user_memories(tenant, user_id)?
-            .into_iter()
-            .filter(|m| visible_to(agent_id, m.agent_id.as_deref()))
-            .collect())
+            .user_memories_page(tenant, user_id, after, limit, |m| {
+                visible_to(agent_id, m.agent_id.as_deref())
+            })?)
     }
 
     /// The memory with this id in `tenant`.

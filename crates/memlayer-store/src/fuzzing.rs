@@ -484,7 +484,7 @@ impl Model {
                 return Err(format!("messages of {id}: {stored:?}, expected {wanted:?}"));
             }
             let runs: Vec<String> = store
-                .runs(&Access::tenant_wide(TENANT), id)
+                .runs(&Access::tenant_wide(TENANT), id, 0, usize::MAX)
                 .map_err(|err| err.to_string())?
                 .into_iter()
                 .map(|run| run.run_id)

@@ -40,7 +40,9 @@ pub use keys::{
     KeyRejection, KeyRole, MIN_CONFIGURED_KEY_LEN, NewKey, OPERATOR_TENANT,
     validate_configured_key,
 };
-pub use memories::{Citation, Memory, MemoryKind, OrphanedCitation, ReplacedText};
+pub use memories::{
+    Citation, MAX_MEMORY_HISTORY, Memory, MemoryKind, OrphanedCitation, ReplacedText,
+};
 pub use model::{
     Access, Append, Appended, EmbeddingModel, MAX_ID_LEN, MAX_MESSAGES_PER_APPEND,
     MAX_MESSAGES_PER_SESSION, Message, MessageKey, Metadata, NewMessage, NewRun, NewSession, Page,
@@ -49,7 +51,10 @@ pub use model::{
 };
 pub use session_memory::SessionMemory;
 pub use snapshot::{MessageOutline, SessionSnapshot, SessionVersion};
-pub use store::{CommitMode, MAX_PAGE_SIZE, SessionDeleted, Store, StoreOptions};
+pub use store::{
+    CommitMode, MAX_PAGE_SIZE, MAX_SEARCH_QUERY, MAX_SEARCH_WORDS, SessionDeleted, Store,
+    StoreOptions,
+};
 pub use tables::UNKNOWN_SOURCE;
 
 #[cfg(test)]

@@ -60,12 +60,17 @@ pub struct Memory {
     pub created_at: Timestamp,
     /// When it last changed.
     pub updated_at: Timestamp,
-    /// Texts it replaced (a correction or an update), oldest first. Kept until the memory is
-    /// erased, or until the message a text came from is.
+    /// Texts it replaced (a correction or an update), oldest first: the newest
+    /// [`MAX_MEMORY_HISTORY`], each kept until the memory is erased, or until the message it
+    /// came from is.
     pub history: Vec<ReplacedText>,
     /// Its embedding, so indexes can be rebuilt without embedding again.
     pub vector: Vec<f32>,
 }
+
+/// Most replaced texts a memory keeps: saving one with more drops the oldest, so a memory
+/// corrected again and again stays one bounded record (and its listing a bounded answer).
+pub const MAX_MEMORY_HISTORY: usize = 20;
 
 /// A text a memory said before it was corrected or updated.
 #[derive(Debug, Clone, PartialEq)]
@@ -292,7 +297,7 @@ impl MemoryRecord {
                 memory_id: memory.id,
             });
         }
-        let history = memory
+        let mut history: Vec<HistoryRecord> = memory
             .history
             .iter()
             .enumerate()
@@ -304,6 +309,7 @@ impl MemoryRecord {
                     .map_or_else(|| Cited::of(&entry.source), |kept| kept.source.clone()),
             })
             .collect();
+        history.drain(..history.len().saturating_sub(MAX_MEMORY_HISTORY));
         Ok(Self {
             tenant: memory.tenant.clone(),
             user_id: memory.user_id.clone(),
@@ -625,29 +631,61 @@ impl Store {
 
     /// Every memory of a user, oldest (first remembered) first.
     pub fn user_memories(&self, tenant: &str, user_id: &str) -> Result<Vec<Memory>> {
+        self.user_memories_page(tenant, user_id, None, usize::MAX, |_| true)
+    }
+
+    /// Up to `limit` memories of a user that `keep` accepts, oldest first, from the one after
+    /// memory `after` (from the first with `None`). Decodes only the memories it offers to
+    /// `keep`. Fails with [`StoreError::InvalidInput`] when `after` is not one of the user's
+    /// memories (any more).
+    pub fn user_memories_page(
+        &self,
+        tenant: &str,
+        user_id: &str,
+        after: Option<u64>,
+        limit: usize,
+        keep: impl Fn(&Memory) -> bool,
+    ) -> Result<Vec<Memory>> {
         validate_id("tenant", tenant)?;
         validate_id("user_id", user_id)?;
         let txn = self.begin_read()?;
         let owners = txn.open_table(MEMORY_OWNERS)?;
         let table = txn.open_table(MEMORIES)?;
+        let start = match after {
+            None => 0,
+            Some(id) => owners
+                .get((tenant, user_id, id))?
+                .map(|seq| seq.value() + 1)
+                .ok_or_else(|| StoreError::InvalidInput {
+                    field: "after",
+                    reason: format!("{id} is not one of the user's memories (any more)"),
+                })?,
+        };
+        // The listing is keyed by id, which is random: the user's sequence numbers are read
+        // (keys only) and sorted to find the page.
         let mut listed = owners
             .range((tenant, user_id, 0)..=(tenant, user_id, u64::MAX))?
-            .map(|entry| {
-                let (key, seq) = entry?;
-                Ok((seq.value(), key.value().2))
+            .filter_map(|entry| match entry {
+                Ok((key, seq)) => (seq.value() >= start).then(|| Ok((seq.value(), key.value().2))),
+                Err(err) => Some(Err(err.into())),
             })
             .collect::<Result<Vec<_>>>()?;
         listed.sort_unstable();
-        listed
-            .into_iter()
-            .map(|(_, id)| {
-                let value = table.get(id)?.ok_or_else(|| StoreError::Corrupted {
-                    what: "memory owners",
-                    detail: format!("memory {id} is listed but not stored"),
-                })?;
-                Ok(MemoryRecord::decode(value.value())?.into_memory(id))
-            })
-            .collect()
+        let mut page = Vec::new();
+        for (_, id) in listed {
+            if page.len() >= limit {
+                break;
+            }
+            let value = table.get(id)?.ok_or_else(|| StoreError::Corrupted {
+                what: "memory owners",
+                detail: format!("memory {id} is listed but not stored"),
+            })?;
+            let memory = MemoryRecord::decode(value.value())?.into_memory(id);
+            if keep(&memory) {
+                page.push(memory);
+            }
+        }
+        Ok(page)
     }
 
     /// Up to `limit` memories of every tenant in id order after `after`: the pages an index

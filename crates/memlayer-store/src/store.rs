@@ -65,6 +65,12 @@ impl StoreOptions {
 /// Largest page a listing returns.
 pub const MAX_PAGE_SIZE: usize = 100;
 
+/// Most distinct words a session search may look for: each is one substring scan of every
+/// message the search reads, so the words multiply its cost.
+pub const MAX_SEARCH_WORDS: usize = 16;
+/// Longest session search query, in bytes.
+pub const MAX_SEARCH_QUERY: usize = 1_000;
+
 /// Longest a compaction waits for reads that were open when it started.
 const COMPACTION_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// Bound on redb's compaction rounds (each usually moves everything it can).
@@ -373,6 +379,8 @@ impl Store {
 
     /// Up to `limit` messages of a session, newest first, whose content contains every word
     /// of `query` ignoring case: the whole history, cleared and summarised parts included.
+    /// A query holds 1 to [`MAX_SEARCH_WORDS`] distinct words in at most
+    /// [`MAX_SEARCH_QUERY`] bytes.
     pub fn search_messages(
         &self,
         access: &Access,
@@ -380,12 +388,23 @@ impl Store {
         query: &str,
         limit: usize,
     ) -> Result<Vec<Message>> {
-        let words: Vec<String> = query.split_whitespace().map(str::to_lowercase).collect();
+        let invalid = |reason: String| StoreError::InvalidInput {
+            field: "query",
+            reason,
+        };
+        if query.len() > MAX_SEARCH_QUERY {
+            return Err(invalid(format!("must be at most {MAX_SEARCH_QUERY} bytes")));
+        }
+        let mut words: Vec<String> = query.split_whitespace().map(str::to_lowercase).collect();
+        words.sort_unstable();
+        words.dedup();
         if words.is_empty() {
-            return Err(StoreError::InvalidInput {
-                field: "query",
-                reason: "must contain a word".into(),
-            });
+            return Err(invalid("must contain a word".into()));
+        }
+        if words.len() > MAX_SEARCH_WORDS {
+            return Err(invalid(format!(
+                "must contain at most {MAX_SEARCH_WORDS} distinct words"
+            )));
         }
         let (txn, record) = self.read_existing_session(access, session_id)?;
         let messages = txn.open_table(MESSAGES)?;
@@ -536,11 +555,21 @@ impl Store {
             .messages(from, limit)
     }
 
-    /// The runs of a session in the order they were recorded.
-    pub fn runs(&self, access: &Access, session_id: &str) -> Result<Vec<Run>> {
+    /// Up to `limit` runs of a session in the order they were recorded, from the `from`th
+    /// (0-based) on. Runs are only ever removed with their session, so a run's position never
+    /// changes: the next page starts `from` plus the runs returned.
+    pub fn runs(
+        &self,
+        access: &Access,
+        session_id: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<Run>> {
         let (txn, record) = self.read_existing_session(access, session_id)?;
         let runs = txn.open_table(RUNS)?;
-        runs.range((record.sid, 0)..(record.sid, record.next_run))?
+        let from = from.min(record.next_run);
+        runs.range((record.sid, from)..(record.sid, record.next_run))?
+            .take(limit)
             .map(|entry| run_from_record(RunRecord::decode(entry?.1.value())?))
             .collect()
     }

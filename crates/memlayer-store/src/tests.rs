@@ -372,7 +372,7 @@ async fn deleting_a_session_removes_everything_it_owned() {
     assert_eq!(contents(&store, "s"), ["new"]);
     assert!(
         store
-            .runs(&Access::tenant_wide(TENANT), "s")
+            .runs(&Access::tenant_wide(TENANT), "s", 0, 10)
             .unwrap()
             .is_empty()
     );
@@ -886,6 +886,24 @@ async fn clearing_starts_later_loads_and_search_still_sees_everything() {
         store.search_messages(&Access::tenant_wide(TENANT), "s", "  ", 10),
         Err(StoreError::InvalidInput { field: "query", .. })
     ));
+    // Each word is a scan of every message read: their number is bounded, repeats count once.
+    let words = |count: usize| (0..count).map(|n| format!("w{n} ")).collect::<String>();
+    let repeated = format!("{} order", "order ".repeat(100));
+    for (query, allowed) in [
+        (words(crate::MAX_SEARCH_WORDS), true),
+        (words(crate::MAX_SEARCH_WORDS + 1), false),
+        (repeated, true),
+        ("o".repeat(crate::MAX_SEARCH_QUERY + 1), false),
+    ] {
+        let searched = store.search_messages(&Access::tenant_wide(TENANT), "s", &query, 10);
+        match searched {
+            Ok(_) => assert!(allowed, "{query} was searched"),
+            Err(StoreError::InvalidInput { field: "query", .. }) => {
+                assert!(!allowed, "{query} was refused")
+            }
+            Err(other) => panic!("{other}"),
+        }
+    }
     assert!(matches!(
         store
             .clear_session(&Access::tenant_wide(TENANT), "nope")
@@ -1488,7 +1506,8 @@ async fn an_erased_message_takes_its_sessions_run_texts_out_of_every_page() {
     }
     let erased = store.erase_message(&all, "s", 0).await.unwrap();
     assert_eq!(erased.runs_redacted, 40);
-    let runs = store.runs(&all, "s").unwrap();
+    let runs = store.runs(&all, "s", 0, usize::MAX).unwrap();
+    assert_eq!(runs.len(), 40);
     assert!(runs.iter().all(|run| run.redacted && run.content.is_none()));
     // Erasing another message finds nothing left to redact.
     let append = append_of(vec![message(Role::User, "again")], None);

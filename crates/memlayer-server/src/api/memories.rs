@@ -176,11 +176,26 @@ async fn remember_for(
 pub(crate) struct ListQuery {
     /// The agent asking: the user's memories without an agent and its own. Absent: all.
     agent_id: Option<String>,
+    /// The page starts after this memory (the previous page's `next_after`).
+    after: Option<u64>,
+    #[serde(default = "default_list_limit")]
+    #[param(default = 100, minimum = 1, maximum = 1000)]
+    limit: usize,
 }
+
+fn default_list_limit() -> usize {
+    100
+}
+
+/// Largest page of memories one request returns.
+const MAX_LIST_LIMIT: usize = 1_000;
 
 #[derive(Serialize, ToSchema)]
 pub(crate) struct MemoryList {
     memories: Vec<MemoryBody>,
+    /// Pass as `after` for the next page, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_after: Option<u64>,
 }
 
 /// A user's memories
@@ -189,7 +204,10 @@ pub(crate) struct MemoryList {
     path = "/v1/users/{user_id}/memories",
     tag = "memories",
     params(("user_id" = String, Path, description = "The user"), ListQuery),
-    responses((status = 200, description = "Oldest first", body = MemoryList)),
+    responses(
+        (status = 200, description = "A page of memories, oldest first", body = MemoryList),
+        (status = 422, description = "`after` is not one of the user's memories (any more), or `limit` is out of range", body = crate::error::ErrorBody),
+    ),
 )]
 pub(crate) async fn list(
     State(state): State<AppState>,
@@ -197,15 +215,30 @@ pub(crate) async fn list(
     ApiPath(user_id): ApiPath<String>,
     ApiQuery(query): ApiQuery<ListQuery>,
 ) -> Result<Json<MemoryList>, ApiError> {
+    let limit = query.limit;
+    if !(1..=MAX_LIST_LIMIT).contains(&limit) {
+        return Err(ApiError::invalid(
+            "invalid_value",
+            format!("limit must be between 1 and {MAX_LIST_LIMIT}"),
+        ));
+    }
     let memories = state.memories().clone();
     let tenant = caller.tenant().to_owned();
-    let listed = tokio::task::spawn_blocking(move || {
-        memories.list(&tenant, &user_id, query.agent_id.as_deref())
+    // One more than asked, to learn whether another page follows.
+    let mut listed = tokio::task::spawn_blocking(move || {
+        let agent = query.agent_id.as_deref();
+        memories.list(&tenant, &user_id, agent, query.after, limit + 1)
     })
     .await
     .map_err(|err| ApiError::Internal(err.to_string()))??;
+    let more = listed.len() > limit;
+    listed.truncate(limit);
+    let next_after = more
+        .then(|| listed.last().map(|memory| memory.id))
+        .flatten();
     Ok(Json(MemoryList {
         memories: listed.into_iter().map(MemoryBody::from).collect(),
+        next_after,
     }))
 }
 

@@ -18,8 +18,8 @@ use crate::{ApiError, AppState};
 use memlayer_erasure::Target;
 use memlayer_memory::TokenEncoding;
 
-/// Largest page of messages one request returns.
-const MAX_MESSAGES_PER_PAGE: usize = 1_000;
+/// Largest page of messages or runs one request returns.
+const MAX_PER_PAGE: usize = 1_000;
 /// Header carrying an append's idempotency key (the body field `idempotency_key` also works).
 const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 
@@ -149,12 +149,16 @@ pub(crate) async fn list_sessions(
     }))
 }
 
-/// A session with all its messages.
+/// A session with its first messages.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct SessionWithMessages {
     #[serde(flatten)]
     session: SessionBody,
+    /// The first 1,000 messages (`GET /v1/sessions/{session_id}/messages` pages on).
     messages: Vec<MessageBody>,
+    /// Where the next page of messages starts, when the session has more.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_from: Option<u64>,
 }
 
 /// Get a session with its messages
@@ -164,7 +168,7 @@ pub(crate) struct SessionWithMessages {
     tag = "sessions",
     params(("session_id" = String, Path, description = "The session's id")),
     responses(
-        (status = 200, description = "The session and all its messages", body = SessionWithMessages),
+        (status = 200, description = "The session and its first 1,000 messages", body = SessionWithMessages),
         (status = 404, description = "No such session", body = crate::error::ErrorBody),
     ),
 )]
@@ -173,20 +177,20 @@ pub(crate) async fn get_session(
     Caller(caller): Caller,
     ApiPath(session_id): ApiPath<String>,
 ) -> Result<Json<SessionWithMessages>, ApiError> {
-    let access = caller.access();
+    let (access, id) = (caller.access(), session_id.clone());
     let (session, messages) = read(&state, move |store| {
-        let snapshot = store.snapshot(&access, &session_id)?.ok_or(
-            memlayer_store::StoreError::SessionNotFound {
-                session_id: session_id.clone(),
-            },
-        )?;
-        let messages = snapshot.messages(0, usize::MAX)?;
+        let snapshot = store
+            .snapshot(&access, &id)?
+            .ok_or(memlayer_store::StoreError::SessionNotFound { session_id: id })?;
+        let messages = snapshot.messages(0, MAX_PER_PAGE + 1)?;
         Ok((snapshot.session().clone(), messages))
     })
     .await?;
+    let page = MessagesPage::new(session_id, messages, MAX_PER_PAGE);
     Ok(Json(SessionWithMessages {
         session: session.into(),
-        messages: messages.into_iter().map(MessageBody::from).collect(),
+        messages: page.messages,
+        next_from: page.next_from,
     }))
 }
 
@@ -454,18 +458,32 @@ fn idempotency_key(
 #[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-pub(crate) struct MessagesQuery {
-    /// Index of the first message.
+pub(crate) struct PageQuery {
+    /// Where the page starts: a message's index, or a run's 0-based position.
     #[serde(default)]
     #[param(default = 0)]
     from: u64,
-    #[serde(default = "default_message_limit")]
+    #[serde(default = "default_page_limit")]
     #[param(default = 100, minimum = 1, maximum = 1000)]
     limit: usize,
 }
 
-fn default_message_limit() -> usize {
+fn default_page_limit() -> usize {
     100
+}
+
+impl PageQuery {
+    /// The page size, refused outside 1 to [`MAX_PER_PAGE`].
+    fn limit(&self) -> Result<usize, ApiError> {
+        if (1..=MAX_PER_PAGE).contains(&self.limit) {
+            Ok(self.limit)
+        } else {
+            Err(ApiError::invalid(
+                "invalid_value",
+                format!("limit must be between 1 and {MAX_PER_PAGE}"),
+            ))
+        }
+    }
 }
 
 /// A page of a session's messages.
@@ -483,7 +501,7 @@ pub(crate) struct MessagesPage {
     get,
     path = "/v1/sessions/{session_id}/messages",
     tag = "messages",
-    params(("session_id" = String, Path, description = "The session's id"), MessagesQuery),
+    params(("session_id" = String, Path, description = "The session's id"), PageQuery),
     responses(
         (status = 200, description = "A page of messages, oldest first", body = MessagesPage),
         (status = 404, description = "No such session", body = crate::error::ErrorBody),
@@ -493,34 +511,34 @@ pub(crate) async fn list_messages(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath(session_id): ApiPath<String>,
-    ApiQuery(query): ApiQuery<MessagesQuery>,
+    ApiQuery(query): ApiQuery<PageQuery>,
 ) -> Result<Json<MessagesPage>, ApiError> {
-    let access = caller.access();
-    if !(1..=MAX_MESSAGES_PER_PAGE).contains(&query.limit) {
-        return Err(ApiError::invalid(
-            "invalid_value",
-            format!("limit must be between 1 and {MAX_MESSAGES_PER_PAGE}"),
-        ));
-    }
-    let id = session_id.clone();
-    let (messages, total) = read(&state, move |store| {
-        // Fetch one more than asked to learn whether another page follows.
-        let mut messages = store.messages(&access, &id, query.from, query.limit + 1)?;
-        let more = messages.len() > query.limit;
-        messages.truncate(query.limit);
-        Ok((messages, more))
+    let (access, limit, id) = (caller.access(), query.limit()?, session_id.clone());
+    let messages = read(&state, move |store| {
+        // One more than asked, to learn whether another page follows.
+        store.messages(&access, &id, query.from, limit + 1)
     })
     .await?;
-    // After the last message returned, not `from + limit`: erased messages leave gaps, so a
-    // page of `limit` messages may span more indices than that.
-    let next_from = total
-        .then(|| messages.last().map(|message| message.index + 1))
-        .flatten();
-    Ok(Json(MessagesPage {
-        session_id,
-        messages: messages.into_iter().map(MessageBody::from).collect(),
-        next_from,
-    }))
+    Ok(Json(MessagesPage::new(session_id, messages, limit)))
+}
+
+impl MessagesPage {
+    /// The page of the first `limit` of `messages`, which were read with one more to tell
+    /// whether another page follows.
+    fn new(session_id: String, mut messages: Vec<memlayer_store::Message>, limit: usize) -> Self {
+        let more = messages.len() > limit;
+        messages.truncate(limit);
+        // After the last message returned, not `from + limit`: erased messages leave gaps, so
+        // a page of `limit` messages may span more indices than that.
+        let next_from = more
+            .then(|| messages.last().map(|message| message.index + 1))
+            .flatten();
+        Self {
+            session_id,
+            messages: messages.into_iter().map(MessageBody::from).collect(),
+            next_from,
+        }
+    }
 }
 
 /// An agent run to record.
@@ -589,9 +607,9 @@ pub(crate) async fn record_run(
     get,
     path = "/v1/sessions/{session_id}/runs",
     tag = "runs",
-    params(("session_id" = String, Path, description = "The session's id")),
+    params(("session_id" = String, Path, description = "The session's id"), PageQuery),
     responses(
-        (status = 200, description = "The session's runs in order", body = Vec<RunBody>),
+        (status = 200, description = "A page of the session's runs in order; the next page starts at `from` plus the runs returned", body = Vec<RunBody>),
         (status = 404, description = "No such session", body = crate::error::ErrorBody),
     ),
 )]
@@ -599,9 +617,13 @@ pub(crate) async fn list_runs(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath(session_id): ApiPath<String>,
+    ApiQuery(query): ApiQuery<PageQuery>,
 ) -> Result<Json<Vec<RunBody>>, ApiError> {
-    let (access, id) = (caller.access(), session_id.clone());
-    let runs = read(&state, move |store| store.runs(&access, &id)).await?;
+    let (access, limit, id) = (caller.access(), query.limit()?, session_id.clone());
+    let runs = read(&state, move |store| {
+        store.runs(&access, &id, query.from, limit)
+    })
+    .await?;
     Ok(Json(
         runs.into_iter()
             .map(|run| RunBody::new(session_id.clone(), run))
