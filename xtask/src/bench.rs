@@ -1,12 +1,16 @@
-//! `cargo xtask bench`: the HTTP append benchmark. It builds the release server, starts it on
-//! a fresh data directory on 127.0.0.1, drives appends from one client and then from many,
-//! and prints a markdown report with enough context (command, date, machine) to compare runs.
+//! `cargo xtask bench`: the HTTP benchmark of a turn's two writes and reads. It builds the
+//! release server, starts it on a fresh data directory on 127.0.0.1, drives appends from one
+//! client and then from many, then asks one client's long session for its next context, and
+//! prints a markdown report with enough context (command, date, machine) to compare runs.
 //! Every append is a durable commit on the server, so the numbers are durable appends.
+//! `--baseline` runs the same scenarios against another build of the server (an older
+//! commit's) first, each on its own fresh data directory, for a side-by-side comparison in
+//! one run on the same machine.
 
 mod commit;
 mod load;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -14,46 +18,101 @@ use anyhow::{Context, bail};
 
 use crate::server::Server;
 use crate::{cmd, metadata};
-use load::{Scenario, ScenarioResult};
+use load::{Scenario, ScenarioResult, Workload};
 pub(crate) use load::{percentile, sentence};
 
 /// Run one after the other against the same server: the single client shows the latency of
-/// one durable commit, the concurrent clients show how far group commit amortises the fsync.
-const SCENARIOS: [Scenario; 2] = [Scenario { clients: 1 }, Scenario { clients: 64 }];
+/// one durable commit, the concurrent clients show how far group commit amortises the fsync,
+/// and the context client the latency of assembling a turn of a 100-exchange session.
+const SCENARIOS: [Scenario; 3] = [
+    Scenario {
+        workload: Workload::Append,
+        clients: 1,
+    },
+    Scenario {
+        workload: Workload::Append,
+        clients: 64,
+    },
+    Scenario {
+        workload: Workload::Context,
+        clients: 1,
+    },
+];
 
 /// Lets connections open and the server's caches settle before anything is measured.
 const WARM_UP: Duration = Duration::from_secs(1);
 
-pub(crate) fn run(root: &Path, seconds: u64) -> anyhow::Result<()> {
+/// One server build's results.
+struct BuildResults {
+    label: String,
+    results: Vec<ScenarioResult>,
+}
+
+pub(crate) fn run(root: &Path, seconds: u64, baseline: Option<&Path>) -> anyhow::Result<()> {
     let measured = Duration::from_secs(seconds);
     cmd::cargo(root, &["build", "--release", "-p", "memlayer"])?;
     let target_dir = metadata::read(root)?.target_directory;
-    let binary = target_dir.join("release").join("memlayer");
-    // The server's log goes to a file: at 64 clients a per-request log line would drown the
-    // report, yet a failed start must stay explainable.
-    let log = target_dir.join("bench-server.log");
-
-    let data_dir = tempfile::Builder::new()
-        .prefix("memlayer-bench-")
-        .tempdir()
-        .context("could not create the benchmark's data directory")?;
-    let server = Server::start(&binary, data_dir.path(), &log)?;
-    eprintln!(
-        "xtask: server listening on {} (log: {})",
-        server.addr(),
-        log.display()
-    );
+    let current = target_dir.join("release").join("memlayer");
+    let mut builds: Vec<(String, PathBuf)> = Vec::new();
+    if let Some(baseline) = baseline {
+        let label = format!("baseline (`{}`)", baseline.display());
+        builds.push((label, baseline.to_owned()));
+    }
+    builds.push(("this build".to_owned(), current));
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("could not start the client runtime")?;
+    let mut measured_builds = Vec::new();
+    for (label, binary) in builds {
+        eprintln!("xtask: {label}");
+        let results = measure(&runtime, &target_dir, &binary, measured)?;
+        measured_builds.push(BuildResults { label, results });
+    }
+    eprintln!("xtask: commit modes of the store, in process");
+    let commit_modes = commit::run(&runtime)?;
+
+    print_report(seconds, &measured_builds, &commit_modes)?;
+    let errors: u64 = measured_builds
+        .iter()
+        .flat_map(|build| &build.results)
+        .map(ScenarioResult::error_count)
+        .sum();
+    if errors > 0 {
+        bail!("{errors} request(s) failed; the numbers above do not measure a healthy server");
+    }
+    Ok(())
+}
+
+/// Runs every scenario against `binary` serving a fresh data directory.
+fn measure(
+    runtime: &tokio::runtime::Runtime,
+    target_dir: &Path,
+    binary: &Path,
+    measured: Duration,
+) -> anyhow::Result<Vec<ScenarioResult>> {
+    // The server's log goes to a file: at 64 clients a per-request log line would drown the
+    // report, yet a failed start must stay explainable.
+    let log = target_dir.join("bench-server.log");
+    let data_dir = tempfile::Builder::new()
+        .prefix("memlayer-bench-")
+        .tempdir()
+        .context("could not create the benchmark's data directory")?;
+    let server = Server::start(binary, data_dir.path(), &log)?;
+    eprintln!(
+        "xtask: server listening on {} (log: {})",
+        server.addr(),
+        log.display()
+    );
     let mut results = Vec::new();
     for scenario in SCENARIOS {
         eprintln!(
-            "xtask: {} client(s), {} s warm-up then {seconds} s measured",
+            "xtask: {} by {} client(s), {} s warm-up then {} s measured",
+            scenario.workload.name(),
             scenario.clients,
-            WARM_UP.as_secs()
+            WARM_UP.as_secs(),
+            measured.as_secs()
         );
         let result = runtime.block_on(load::run(server.addr(), scenario, WARM_UP, measured))?;
         results.push(result);
@@ -62,29 +121,17 @@ pub(crate) fn run(root: &Path, seconds: u64) -> anyhow::Result<()> {
     data_dir
         .close()
         .context("could not remove the benchmark's data directory")?;
-    eprintln!("xtask: commit modes of the store, in process");
-    let commit_modes = commit::run(&runtime)?;
-
-    print_report(seconds, &results, &commit_modes)?;
-    let errors: u64 = results.iter().map(ScenarioResult::error_count).sum();
-    if errors > 0 {
-        bail!("{errors} request(s) failed; the numbers above do not measure a healthy server");
-    }
-    Ok(())
+    Ok(results)
 }
 
-fn print_report(
-    seconds: u64,
-    results: &[ScenarioResult],
-    commit_modes: &str,
-) -> anyhow::Result<()> {
+fn print_report(seconds: u64, builds: &[BuildResults], commit_modes: &str) -> anyhow::Result<()> {
     let command_line: Vec<String> = std::env::args().skip(1).collect();
     let mut date = Command::new("date");
     date.args(["-u", "+%Y-%m-%d %H:%M:%S UTC"]);
     let date = cmd::output(date)?;
     let cpus = std::thread::available_parallelism().map_or(0, usize::from);
 
-    println!("## memlayer HTTP append benchmark");
+    println!("## memlayer HTTP append and context benchmark");
     println!();
     println!("- command: `cargo xtask {}`", command_line.join(" "));
     println!("- date: {}", date.trim());
@@ -94,23 +141,32 @@ fn print_report(
         std::env::consts::ARCH
     );
     println!(
-        "- load: `POST /v1/sessions/{{id}}/messages`, one session per client, {} s warm-up \
-         then {seconds} s measured per scenario; server (release build) and client share the machine",
+        "- load: `append`: `POST /v1/sessions/{{id}}/messages`, one session per client; \
+         `context`: `POST /v1/sessions/{{id}}/context` (combined strategy, a query) of a \
+         session of {} exchanges per client; {} s warm-up then {seconds} s measured per \
+         scenario; server (release build) and client share the machine",
+        load::CONTEXT_TURNS,
         WARM_UP.as_secs()
     );
     println!(
         "- every append is a durable (fsync'd) commit; latency counts successful requests only"
     );
-    println!();
-    println!("| clients | requests | errors | appends/s | p50 ms | p90 ms | p99 ms | max ms |");
-    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
-    for result in results {
-        println!("{}", result.table_row());
-    }
-    for result in results {
-        for line in result.error_lines() {
-            println!();
-            println!("{line}");
+    for build in builds {
+        println!();
+        println!("### {}", build.label);
+        println!();
+        println!(
+            "| workload | clients | requests | errors | requests/s | p50 ms | p90 ms | p99 ms | max ms |"
+        );
+        println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+        for result in &build.results {
+            println!("{}", result.table_row());
+        }
+        for result in &build.results {
+            for line in result.error_lines() {
+                println!();
+                println!("{line}");
+            }
         }
     }
     println!();

@@ -27,7 +27,7 @@ struct Benchmark {
 
 const BENCHMARKS: [Benchmark; 7] = [
     Benchmark {
-        name: "HTTP appends and commit modes",
+        name: "HTTP appends, context and commit modes",
         full: &["bench", "--seconds", "10"],
         quick: &["bench", "--seconds", "3"],
     },

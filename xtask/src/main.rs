@@ -67,6 +67,10 @@ enum Task {
         /// With `--all`: smaller sizes and fewer iterations, for a run of minutes.
         #[arg(long, requires = "all")]
         quick: bool,
+        /// Another build of the server (an older commit's `memlayer` binary) measured first,
+        /// for a side-by-side comparison in one run.
+        #[arg(long, conflicts_with = "all")]
+        baseline: Option<PathBuf>,
     },
     /// Measure embedding throughput, Rust against Python onnxruntime on the same model.
     BenchEmbed,
@@ -209,7 +213,9 @@ fn main() -> anyhow::Result<ExitCode> {
         Task::Bench {
             all: true, quick, ..
         } => bench_all::run(&root, quick)?,
-        Task::Bench { seconds, .. } => bench::run(&root, seconds)?,
+        Task::Bench {
+            seconds, baseline, ..
+        } => bench::run(&root, seconds, baseline.as_deref())?,
         Task::BenchEmbed => bench_embed::run(&root)?,
         Task::BenchIndex { sizes, queries } => bench_index::run(&root, &sizes, queries)?,
         Task::BenchContext { turns, iterations } => bench_context::run(&root, turns, iterations)?,

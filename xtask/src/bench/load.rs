@@ -1,5 +1,6 @@
-//! The load generator: concurrent clients appending messages over HTTP, each timing its own
-//! requests, and the latency summary computed from what they measured.
+//! The load generator: concurrent clients appending messages (or asking for a turn's
+//! context) over HTTP, each timing its own requests, and the latency summary computed from
+//! what they measured.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -7,11 +8,35 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-/// How many clients append at once. Each client is one task with one request in flight.
+/// What each client does, and how many do it at once. Each client is one task with one
+/// request in flight.
 #[derive(Clone, Copy)]
 pub(crate) struct Scenario {
+    pub(crate) workload: Workload,
     pub(crate) clients: usize,
 }
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Workload {
+    /// Each client appends one message at a time to a session of its own.
+    Append,
+    /// Each client asks for the next turn's context (combined strategy, with a query) of a
+    /// session of its own holding [`CONTEXT_TURNS`] exchanges.
+    Context,
+}
+
+impl Workload {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Append => "append",
+            Self::Context => "context",
+        }
+    }
+}
+
+/// Exchanges in each session a context is asked of: a long conversation, whose window and
+/// recalled turns are a small part.
+pub(crate) const CONTEXT_TURNS: usize = 100;
 
 /// A stuck request fails instead of hanging the run, so the benchmark always ends by itself.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -22,6 +47,25 @@ struct Append<'a> {
     agent_id: &'a str,
     role: &'a str,
     content: String,
+}
+
+#[derive(Serialize)]
+struct Batch<'a> {
+    user_id: &'a str,
+    agent_id: &'a str,
+    messages: Vec<Line>,
+}
+
+#[derive(Serialize)]
+struct Line {
+    role: &'static str,
+    content: String,
+}
+
+#[derive(Serialize)]
+struct ContextRequest {
+    query: String,
+    settings: serde_json::Value,
 }
 
 /// What went wrong with failed requests, by kind, with one example of each.
@@ -47,6 +91,7 @@ struct ClientResult {
 }
 
 pub(crate) struct ScenarioResult {
+    workload: Workload,
     clients: usize,
     /// Sorted, for the percentiles.
     latencies: Vec<Duration>,
@@ -55,8 +100,9 @@ pub(crate) struct ScenarioResult {
     elapsed: Duration,
 }
 
-/// Runs one scenario: every client appends until the deadline, and only requests started
-/// after the warm-up are counted.
+/// Runs one scenario: every client sends requests until the deadline, and only requests
+/// started after the warm-up are counted. The sessions a context is asked of are filled
+/// first, outside the clock.
 pub(crate) async fn run(
     addr: SocketAddr,
     scenario: Scenario,
@@ -65,17 +111,35 @@ pub(crate) async fn run(
 ) -> anyhow::Result<ScenarioResult> {
     // `no_proxy` keeps a proxy from the environment from intercepting 127.0.0.1 traffic.
     let http = crate::server::admin_client(REQUEST_TIMEOUT)?;
+    let session = |client: usize| {
+        format!(
+            "http://{addr}/v1/sessions/bench-{}-c{}-{client}",
+            scenario.workload.name(),
+            scenario.clients
+        )
+    };
+    if scenario.workload == Workload::Context {
+        for client in 0..scenario.clients {
+            fill(&http, &format!("{}/messages", session(client)), client).await?;
+        }
+    }
     let start = Instant::now();
     let measure_from = start + warm_up;
     let end = measure_from + measured;
 
     let tasks: Vec<_> = (0..scenario.clients)
         .map(|client| {
-            let url = format!(
-                "http://{addr}/v1/sessions/bench-c{}-{client}/messages",
-                scenario.clients
-            );
-            tokio::spawn(run_client(http.clone(), url, client, measure_from, end))
+            let url = match scenario.workload {
+                Workload::Append => format!("{}/messages", session(client)),
+                Workload::Context => format!("{}/context", session(client)),
+            };
+            let run = Client {
+                http: http.clone(),
+                url,
+                workload: scenario.workload,
+                number: client,
+            };
+            tokio::spawn(run.requests(measure_from, end))
         })
         .collect();
     let mut latencies = Vec::new();
@@ -88,6 +152,7 @@ pub(crate) async fn run(
     let elapsed = measure_from.elapsed();
     latencies.sort_unstable();
     Ok(ScenarioResult {
+        workload: scenario.workload,
         clients: scenario.clients,
         latencies,
         errors,
@@ -95,49 +160,93 @@ pub(crate) async fn run(
     })
 }
 
-async fn run_client(
+/// Appends [`CONTEXT_TURNS`] exchanges to the session at `url` in one batch.
+async fn fill(http: &reqwest::Client, url: &str, client: usize) -> anyhow::Result<()> {
+    let messages = (0..CONTEXT_TURNS)
+        .flat_map(|turn| {
+            [
+                Line {
+                    role: "user",
+                    content: sentence(client, turn),
+                },
+                Line {
+                    role: "assistant",
+                    content: format!("Noted, answer {turn}: {}", sentence(client + 1, turn)),
+                },
+            ]
+        })
+        .collect();
+    let body = Batch {
+        user_id: "bench",
+        agent_id: "bench",
+        messages,
+    };
+    let response = http.post(url).json(&body).send().await?;
+    anyhow::ensure!(
+        response.status().is_success(),
+        "filling {url} answered {}",
+        response.status()
+    );
+    Ok(())
+}
+
+/// One client of a scenario.
+struct Client {
     http: reqwest::Client,
     url: String,
-    client: usize,
-    measure_from: Instant,
-    end: Instant,
-) -> ClientResult {
-    let mut result = ClientResult::default();
-    let mut sequence = 0;
-    while Instant::now() < end {
-        let body = Append {
-            user_id: "bench",
-            agent_id: "bench",
-            role: "user",
-            content: sentence(client, sequence),
-        };
-        sequence += 1;
-        let started = Instant::now();
-        // The body is read before the clock stops: the request is complete only when the
-        // whole answer has arrived, and reading it lets the connection be reused.
-        let outcome = match http.post(&url).json(&body).send().await {
-            Ok(response) if response.status().is_success() => response
-                .bytes()
-                .await
-                .map(drop)
-                .map_err(|error| ("transport error".to_owned(), error.to_string())),
-            Ok(response) => {
-                let kind = format!("HTTP {}", response.status());
-                let body = response.text().await.unwrap_or_default();
-                Err((kind, body))
+    workload: Workload,
+    number: usize,
+}
+
+impl Client {
+    /// Sends requests one after the other until `end`, timing those started after
+    /// `measure_from`.
+    async fn requests(self, measure_from: Instant, end: Instant) -> ClientResult {
+        let mut result = ClientResult::default();
+        let mut sequence = 0;
+        while Instant::now() < end {
+            let text = sentence(self.number, sequence);
+            sequence += 1;
+            let request = self.http.post(&self.url);
+            let request = match self.workload {
+                Workload::Append => request.json(&Append {
+                    user_id: "bench",
+                    agent_id: "bench",
+                    role: "user",
+                    content: text,
+                }),
+                Workload::Context => request.json(&ContextRequest {
+                    query: text,
+                    settings: serde_json::json!({ "strategy": "combined" }),
+                }),
+            };
+            let started = Instant::now();
+            // The body is read before the clock stops: the request is complete only when the
+            // whole answer has arrived, and reading it lets the connection be reused.
+            let outcome = match request.send().await {
+                Ok(response) if response.status().is_success() => response
+                    .bytes()
+                    .await
+                    .map(drop)
+                    .map_err(|error| ("transport error".to_owned(), error.to_string())),
+                Ok(response) => {
+                    let kind = format!("HTTP {}", response.status());
+                    let body = response.text().await.unwrap_or_default();
+                    Err((kind, body))
+                }
+                Err(error) => Err(("transport error".to_owned(), error.to_string())),
+            };
+            let latency = started.elapsed();
+            if started < measure_from {
+                continue;
             }
-            Err(error) => Err(("transport error".to_owned(), error.to_string())),
-        };
-        let latency = started.elapsed();
-        if started < measure_from {
-            continue;
+            match outcome {
+                Ok(()) => result.latencies.push(latency),
+                Err((kind, example)) => result.errors.record(kind, || example),
+            }
         }
-        match outcome {
-            Ok(()) => result.latencies.push(latency),
-            Err((kind, example)) => result.errors.record(kind, || example),
-        }
+        result
     }
-    result
 }
 
 /// A chat-like sentence of about twenty words that differs from request to request, so the
@@ -194,7 +303,8 @@ impl ScenarioResult {
         let requests = self.latencies.len() as u64 + errors;
         let throughput = self.latencies.len() as f64 / self.elapsed.as_secs_f64();
         format!(
-            "| {} | {requests} | {errors} | {throughput:.0} | {} | {} | {} | {} |",
+            "| {} | {} | {requests} | {errors} | {throughput:.0} | {} | {} | {} | {} |",
+            self.workload.name(),
             self.clients,
             ms(50.0),
             ms(90.0),
@@ -210,7 +320,8 @@ impl ScenarioResult {
             .iter()
             .map(|(kind, (count, example))| {
                 format!(
-                    "{} client(s): {count} × {kind}, e.g. `{}`",
+                    "{} by {} client(s): {count} × {kind}, e.g. `{}`",
+                    self.workload.name(),
                     self.clients,
                     example.chars().take(200).collect::<String>()
                 )
@@ -276,6 +387,7 @@ mod tests {
         right.record("transport error".to_owned(), || "reset".to_owned());
         left.merge(right);
         let result = ScenarioResult {
+            workload: Workload::Append,
             clients: 2,
             latencies: ms(&[1, 3]),
             errors: left,
@@ -285,13 +397,13 @@ mod tests {
         assert_eq!(
             result.error_lines(),
             [
-                "2 client(s): 2 × HTTP 500, e.g. `first`",
-                "2 client(s): 1 × transport error, e.g. `reset`"
+                "append by 2 client(s): 2 × HTTP 500, e.g. `first`",
+                "append by 2 client(s): 1 × transport error, e.g. `reset`"
             ]
         );
         assert_eq!(
             result.table_row(),
-            "| 2 | 5 | 3 | 2 | 1.00 | 3.00 | 3.00 | 3.00 |"
+            "| append | 2 | 5 | 3 | 2 | 1.00 | 3.00 | 3.00 | 3.00 |"
         );
     }
 }
