@@ -1,7 +1,9 @@
 //! The keyword index: BM25 over analysed documents, with postings that are really deleted
-//! when a document is removed.
+//! when a document is removed, alone ([`KeywordIndex`]) or in partitions that share the
+//! analyzer but nothing a score depends on ([`KeywordPartitions`]).
 
 use std::collections::HashMap;
+use std::hash::Hash;
 
 use crate::analyzer::Analyzer;
 use crate::topk::{IdFilter, TopK};
@@ -37,25 +39,23 @@ struct Document {
     terms: Box<[u32]>,
 }
 
-/// BM25 ranking (k1 = 1.2, b = 0.75) of documents `(u64 id, text)`.
-///
-/// Removing a document deletes its postings, and a term left without postings is dropped
-/// from the vocabulary, so an erased text leaves no word behind in the index.
+/// A document's terms as the analyzer made them: what an index adds.
+struct Analysed {
+    /// Each distinct term with its number of occurrences.
+    frequencies: HashMap<String, u32>,
+    /// Number of terms, repetitions included.
+    length: u32,
+}
+
+/// The analyzer, and its memo of the stem of each word it has stemmed.
 #[derive(Debug)]
-pub struct KeywordIndex {
+struct Analysis {
     analyzer: Analyzer,
-    vocabulary: HashMap<String, u32>,
-    /// Indexed by term id.
-    terms: Vec<Term>,
-    /// Term ids whose term was dropped, for reuse.
-    free_terms: Vec<u32>,
-    documents: HashMap<u64, Document>,
-    /// Sum of the lengths of all documents, for the average document length.
-    total_length: u64,
     /// The analyzer's stem of each word seen. Indexing at start analyses every stored
     /// message, and stemming was most of that: a throw-away timing on 114 MB of generated
     /// 5 KB messages (2026-11-24, release) analysed them in 5.8 s with stemming and 2.0 s
     /// without; adding them to an index took 7.2 s before this memo and 3.5 s with it.
+    /// Searches do not use it, so it changes neither what nor how fast a search answers.
     stems: HashMap<String, String>,
 }
 
@@ -73,68 +73,62 @@ fn remembered_stem(
     stem
 }
 
-impl Default for KeywordIndex {
-    fn default() -> Self {
-        Self::new(Analyzer::default())
-    }
-}
-
-impl KeywordIndex {
-    /// An empty index whose documents and queries go through `analyzer`.
-    pub fn new(analyzer: Analyzer) -> Self {
+impl Analysis {
+    fn new(analyzer: Analyzer) -> Self {
         Self {
             analyzer,
-            vocabulary: HashMap::new(),
-            terms: Vec::new(),
-            free_terms: Vec::new(),
-            documents: HashMap::new(),
-            total_length: 0,
             stems: HashMap::new(),
         }
     }
 
-    /// The analyzer documents and queries go through.
-    pub fn analyzer(&self) -> &Analyzer {
-        &self.analyzer
-    }
-
-    /// How many documents the index holds.
-    pub fn len(&self) -> usize {
-        self.documents.len()
-    }
-
-    /// Whether the index holds no document.
-    pub fn is_empty(&self) -> bool {
-        self.documents.is_empty()
-    }
-
-    /// Whether a document `id` is indexed.
-    pub fn contains(&self, id: u64) -> bool {
-        self.documents.contains_key(&id)
-    }
-
-    /// How many distinct terms the indexed documents contain.
-    pub fn vocabulary_len(&self) -> usize {
-        self.vocabulary.len()
-    }
-
-    /// Indexes `text` as document `id`, replacing the text it had.
-    pub fn add(&mut self, id: u64, text: &str) {
-        self.remove_document(id);
-        let mut frequencies: HashMap<String, u32> = HashMap::new();
-        let mut length = 0u32;
+    /// The terms of a document's `text`, stemmed through the memo.
+    fn document(&mut self, text: &str) -> Analysed {
         if self.stems.len() > MAX_REMEMBERED_STEMS {
             self.stems.clear();
         }
         let (analyzer, stems) = (&self.analyzer, &mut self.stems);
         let tokens =
             analyzer.tokens_stemmed_by(text, |word| remembered_stem(analyzer, stems, word));
+        let mut frequencies: HashMap<String, u32> = HashMap::new();
+        let mut length = 0u32;
         for token in tokens {
             *frequencies.entry(token).or_default() += 1;
             length = length.saturating_add(1);
         }
-        let mut terms = Vec::with_capacity(frequencies.len());
-        for (text, frequency) in frequencies {
+        Analysed {
+            frequencies,
+            length,
+        }
+    }
+
+    /// Forgets every remembered stem: they are words of the indexed texts, and a removal may
+    /// be an erasure, after which no word of the text may stay behind. The memo does not
+    /// know which text a word came from, so it forgets them all.
+    fn forget_stems(&mut self) {
+        self.stems.clear();
+    }
+}
+
+/// Documents with their postings and BM25 statistics (document count, document frequencies,
+/// average length): the documents a search ranks, and the only ones its scores depend on.
+#[derive(Debug, Default)]
+struct Postings {
+    vocabulary: HashMap<String, u32>,
+    /// Indexed by term id.
+    terms: Vec<Term>,
+    /// Term ids whose term was dropped, for reuse.
+    free_terms: Vec<u32>,
+    documents: HashMap<u64, Document>,
+    /// Sum of the lengths of all documents, for the average document length.
+    total_length: u64,
+}
+
+impl Postings {
+    /// Adds document `id` with its `analysed` terms, replacing the terms it had.
+    fn add(&mut self, id: u64, analysed: Analysed) {
+        self.remove(id);
+        let mut terms = Vec::with_capacity(analysed.frequencies.len());
+        for (text, frequency) in analysed.frequencies {
             let term = self.term_id(text);
             let postings = &mut self.terms[term as usize].postings;
             // Ids usually grow (messages are appended), so this is mostly a push.
@@ -148,30 +142,19 @@ impl KeywordIndex {
             );
             terms.push(term);
         }
-        self.total_length += u64::from(length);
+        self.total_length += u64::from(analysed.length);
         self.documents.insert(
             id,
             Document {
-                length,
+                length: analysed.length,
                 terms: terms.into_boxed_slice(),
             },
         );
     }
 
-    /// Removes document `id` and its postings; returns whether it was indexed. It also
-    /// forgets every remembered stem: they are words of the indexed texts, and a removal may
-    /// be an erasure, after which no word of the text may stay behind.
-    pub fn remove(&mut self, id: u64) -> bool {
-        let removed = self.remove_document(id);
-        if removed {
-            self.stems.clear();
-        }
-        removed
-    }
-
-    /// Takes document `id` and its postings out, leaving the remembered stems: for
-    /// replacing a document.
-    fn remove_document(&mut self, id: u64) -> bool {
+    /// Takes document `id` and its postings out, and every term left without postings;
+    /// returns whether it was there.
+    fn remove(&mut self, id: u64) -> bool {
         let Some(document) = self.documents.remove(&id) else {
             return false;
         };
@@ -190,17 +173,13 @@ impl KeywordIndex {
         true
     }
 
-    /// The (at most) `k` documents that best match `query` by BM25 among those whose id
-    /// passes `filter`, as `(id, score)`, best first; equal scores in id order. Documents
-    /// that share no term with the query are not returned. A term repeated in the query
-    /// counts once.
-    pub fn search(&self, query: &str, k: usize, filter: Option<IdFilter<'_>>) -> Vec<(u64, f32)> {
+    /// See [`KeywordIndex::search`]; `query` is the analysed query. Visits the postings of
+    /// the query's terms in these documents only, and offers `filter` each document scored.
+    fn search(&self, query: &[String], k: usize, filter: Option<IdFilter<'_>>) -> Vec<(u64, f32)> {
         if self.documents.is_empty() || k == 0 {
             return Vec::new();
         }
-        let mut query_terms: Vec<u32> = self
-            .analyzer
-            .tokens(query)
+        let mut query_terms: Vec<u32> = query
             .iter()
             .filter_map(|token| self.vocabulary.get(token).copied())
             .collect();
@@ -246,6 +225,180 @@ impl KeywordIndex {
         self.terms[id as usize].text = text.clone();
         self.vocabulary.insert(text, id);
         id
+    }
+}
+
+/// BM25 ranking (k1 = 1.2, b = 0.75) of documents `(u64 id, text)`.
+///
+/// Removing a document deletes its postings, and a term left without postings is dropped
+/// from the vocabulary, so an erased text leaves no word behind in the index.
+#[derive(Debug)]
+pub struct KeywordIndex {
+    analysis: Analysis,
+    postings: Postings,
+}
+
+impl Default for KeywordIndex {
+    fn default() -> Self {
+        Self::new(Analyzer::default())
+    }
+}
+
+impl KeywordIndex {
+    /// An empty index whose documents and queries go through `analyzer`.
+    pub fn new(analyzer: Analyzer) -> Self {
+        Self {
+            analysis: Analysis::new(analyzer),
+            postings: Postings::default(),
+        }
+    }
+
+    /// The analyzer documents and queries go through.
+    pub fn analyzer(&self) -> &Analyzer {
+        &self.analysis.analyzer
+    }
+
+    /// How many documents the index holds.
+    pub fn len(&self) -> usize {
+        self.postings.documents.len()
+    }
+
+    /// Whether the index holds no document.
+    pub fn is_empty(&self) -> bool {
+        self.postings.documents.is_empty()
+    }
+
+    /// Whether a document `id` is indexed.
+    pub fn contains(&self, id: u64) -> bool {
+        self.postings.documents.contains_key(&id)
+    }
+
+    /// How many distinct terms the indexed documents contain.
+    pub fn vocabulary_len(&self) -> usize {
+        self.postings.vocabulary.len()
+    }
+
+    /// Indexes `text` as document `id`, replacing the text it had.
+    pub fn add(&mut self, id: u64, text: &str) {
+        let analysed = self.analysis.document(text);
+        self.postings.add(id, analysed);
+    }
+
+    /// Removes document `id` and its postings; returns whether it was indexed. It also
+    /// forgets every remembered stem: they are words of the indexed texts, and a removal may
+    /// be an erasure, after which no word of the text may stay behind.
+    pub fn remove(&mut self, id: u64) -> bool {
+        let removed = self.postings.remove(id);
+        if removed {
+            self.analysis.forget_stems();
+        }
+        removed
+    }
+
+    /// The (at most) `k` documents that best match `query` by BM25 among those whose id
+    /// passes `filter`, as `(id, score)`, best first; equal scores in id order. Documents
+    /// that share no term with the query are not returned. A term repeated in the query
+    /// counts once.
+    pub fn search(&self, query: &str, k: usize, filter: Option<IdFilter<'_>>) -> Vec<(u64, f32)> {
+        self.postings
+            .search(&self.analysis.analyzer.tokens(query), k, filter)
+    }
+}
+
+/// Keyword indexes of many partitions (say, one per user of each tenant) that share one
+/// analyzer and its memo of stems.
+///
+/// Each partition is a [`KeywordIndex`] of its own as far as ranking goes: a search reads
+/// one partition, visits only its postings, and scores with its statistics alone (its
+/// document count, document frequencies and average length). In one index for everyone,
+/// another partition's documents changed a partition's scores, so one tenant could tell
+/// from its own scores how common a word was in another's texts, and every query paid for
+/// everyone's postings of its words.
+///
+/// The memo of stems is shared rather than kept per partition: a word's stem is the same in
+/// every partition, and thousands of partitions would each hold (and warm up) a copy of the
+/// same words. It keeps [`KeywordIndex`]'s rule: any removal, in any partition, forgets
+/// every remembered stem, since a removal may be an erasure and the memo cannot tell which
+/// text a word came from. Searches do not consult the memo, so no partition's words change
+/// another's answers or their speed.
+///
+/// A document id belongs to one partition: the caller names it on every call, and must
+/// name the same one to add, find and remove a document.
+#[derive(Debug)]
+pub(crate) struct KeywordPartitions<P> {
+    analysis: Analysis,
+    /// No partition is empty: removing a partition's last document drops the partition, so
+    /// neither a partition nor its key outlives the last text it held.
+    partitions: HashMap<P, Postings>,
+}
+
+impl<P> Default for KeywordPartitions<P> {
+    fn default() -> Self {
+        Self::new(Analyzer::default())
+    }
+}
+
+impl<P> KeywordPartitions<P> {
+    /// No partition yet; documents and queries go through `analyzer`.
+    pub(crate) fn new(analyzer: Analyzer) -> Self {
+        Self {
+            analysis: Analysis::new(analyzer),
+            partitions: HashMap::new(),
+        }
+    }
+}
+
+impl<P: Eq + Hash + Clone> KeywordPartitions<P> {
+    /// Whether document `id` is indexed in `partition`.
+    pub(crate) fn contains(&self, partition: &P, id: u64) -> bool {
+        self.partitions
+            .get(partition)
+            .is_some_and(|postings| postings.documents.contains_key(&id))
+    }
+
+    /// Indexes `text` as document `id` of `partition`, replacing the text it had there.
+    pub(crate) fn add(&mut self, partition: &P, id: u64, text: &str) {
+        let analysed = self.analysis.document(text);
+        match self.partitions.get_mut(partition) {
+            Some(postings) => postings.add(id, analysed),
+            None => {
+                let mut postings = Postings::default();
+                postings.add(id, analysed);
+                self.partitions.insert(partition.clone(), postings);
+            }
+        }
+    }
+
+    /// Removes document `id` from `partition`, and the partition with its last document;
+    /// returns whether it was indexed there. Like [`KeywordIndex::remove`] it forgets every
+    /// remembered stem, of every partition.
+    pub(crate) fn remove(&mut self, partition: &P, id: u64) -> bool {
+        let Some(postings) = self.partitions.get_mut(partition) else {
+            return false;
+        };
+        if !postings.remove(id) {
+            return false;
+        }
+        if postings.documents.is_empty() {
+            self.partitions.remove(partition);
+        }
+        self.analysis.forget_stems();
+        true
+    }
+
+    /// [`KeywordIndex::search`] over the documents of `partition`, scored with its
+    /// statistics; `filter` is asked about the documents of `partition` only.
+    pub(crate) fn search(
+        &self,
+        partition: &P,
+        query: &str,
+        k: usize,
+        filter: Option<IdFilter<'_>>,
+    ) -> Vec<(u64, f32)> {
+        let Some(postings) = self.partitions.get(partition) else {
+            return Vec::new();
+        };
+        postings.search(&self.analysis.analyzer.tokens(query), k, filter)
     }
 }
 

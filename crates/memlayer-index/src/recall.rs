@@ -8,6 +8,11 @@
 //! indexed (read-your-writes); if embedding is behind it answers from keywords for the newest
 //! messages and says so.
 //!
+//! The keyword index is partitioned by the tenant and user owning each message's session, and
+//! a query searches its scope's partition only (a scope is always one user's): its scores
+//! come from that user's messages alone, so one tenant cannot tell from them how common a
+//! word is in another's, and a query visits no one else's postings.
+//!
 //! The vector index is snapshotted to a file while the store's `vectors_version` is known:
 //! on start the snapshot is used when the version still matches and the index is rebuilt
 //! from the stored vectors otherwise. The keyword index is rebuilt from the messages: at
@@ -36,8 +41,9 @@ mod check;
 pub use check::IndexCheck;
 
 use crate::background::pause;
+use crate::keyword::KeywordPartitions;
 use crate::{
-    GraphBuilt, IndexError, KeywordIndex, RRF_K, Result, Retriever, VectorConfig, VectorIndex,
+    GraphBuilt, IdFilter, IndexError, RRF_K, Result, Retriever, VectorConfig, VectorIndex,
     build_graph_unlocked, reciprocal_rank_fusion, run_graph_builder,
 };
 
@@ -180,6 +186,9 @@ struct Progress {
 struct Filter {
     /// The sessions its scope covers.
     allowed: HashSet<u64>,
+    /// The keyword partition holding them: a scope is one user's. `None` when the scope
+    /// covers nothing indexed.
+    keywords: Option<TenantUser>,
     /// The session key and message indices it excludes.
     excluded: Option<(u64, HashSet<u64>)>,
 }
@@ -191,17 +200,31 @@ struct Doc {
     timestamp: Timestamp,
 }
 
-/// Who a session belongs to, for scope filters and for naming hits.
+/// A user of a tenant: whose messages one keyword partition holds. Every scope lies within
+/// one user's sessions, so a search reads one partition, and its scores depend on that
+/// user's messages alone: not on other tenants' texts, nor on how many there are.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct TenantUser {
+    tenant: String,
+    user_id: String,
+}
+
+/// Who a session belongs to, for scope filters, keyword partitions and naming hits.
 #[derive(Debug, Clone)]
 struct Owner {
     at: SessionRef,
-    user_id: String,
+    /// The keyword partition of the session's messages. Its tenant repeats `at`'s: kept
+    /// whole, indexing a message names its partition without building a key.
+    user: TenantUser,
     agent_id: String,
 }
 
 struct Indexes {
     vectors: VectorIndex,
-    keywords: KeywordIndex,
+    /// Partitioned by the owner of each message's session. A session's owner stays in
+    /// `owners` as long as any of its messages is in here, so a removal can name the
+    /// partition.
+    keywords: KeywordPartitions<TenantUser>,
     docs: BTreeMap<u64, Doc>,
     owners: HashMap<u64, Owner>,
     /// The vector index changed since the last snapshot.
@@ -248,7 +271,7 @@ impl Recall {
         let vectors = load_vectors(&store, &options, config)?;
         let mut indexes = Indexes {
             vectors,
-            keywords: KeywordIndex::default(),
+            keywords: KeywordPartitions::default(),
             docs: BTreeMap::new(),
             owners: HashMap::new(),
             dirty: false,
@@ -413,10 +436,15 @@ impl Recall {
     /// still has and has not indexed by keywords yet.
     fn backfill_page(&self, page: &[(MessageKey, Message)]) {
         let mut indexes = self.write();
+        let indexes = &mut *indexes;
         for (key, message) in page {
             let id = key.as_u64();
-            if indexes.docs.contains_key(&id) && !indexes.keywords.contains(id) {
-                indexes.keywords.add(id, &message.content);
+            // A message in `docs` has its session's owner.
+            let Some(owner) = indexes.owners.get(&key.session()) else {
+                continue;
+            };
+            if indexes.docs.contains_key(&id) && !indexes.keywords.contains(&owner.user, id) {
+                indexes.keywords.add(&owner.user, id, &message.content);
             }
         }
     }
@@ -559,18 +587,11 @@ impl Recall {
     /// called this once per session rewrote the whole snapshot (and rebuilt the graph) per
     /// session.
     pub async fn forget_sessions(&self, tenant: &str, sids: Vec<u64>) -> Result<()> {
-        self.forget(tenant, move |indexes| {
-            let mut keys = Vec::new();
-            for sid in sids {
-                keys.extend(
-                    indexes
-                        .docs
-                        .range(MessageKey::session_range(sid))
-                        .map(|(key, _)| *key),
-                );
-                indexes.owners.remove(&sid);
-            }
-            keys
+        self.forget(tenant, sids.clone(), move |indexes| {
+            sids.iter()
+                .flat_map(|&sid| indexes.docs.range(MessageKey::session_range(sid)))
+                .map(|(key, _)| *key)
+                .collect()
         })
         .await
     }
@@ -599,10 +620,7 @@ impl Recall {
             Ok(this.inner.store.deleted_sessions(&indexed)?)
         })
         .await?;
-        self.forget(tenant, move |indexes| {
-            for sid in &deleted {
-                indexes.owners.remove(sid);
-            }
+        self.forget(tenant, deleted.iter().copied().collect(), move |indexes| {
             let keys: BTreeSet<u64> = indexes
                 .vectors
                 .ids()
@@ -617,28 +635,32 @@ impl Recall {
     /// Removes one message of `tenant` from the indexes and rewrites the snapshot without it.
     /// Call it after the store erased the message.
     pub async fn forget_message(&self, tenant: &str, key: MessageKey) -> Result<()> {
-        self.forget(tenant, move |_| vec![key.as_u64()]).await
+        self.forget(tenant, Vec::new(), move |_| vec![key.as_u64()])
+            .await
     }
 
-    /// Removes the keys `select` picks from both indexes, compacts the vector index so that
-    /// not even its graph keeps a copy of an erased vector, empties `tenant`'s part of the
-    /// embedder's cache (which holds vectors by the hash of their text; the erased texts
-    /// were embedded under their tenant, and only there), and saves the snapshot. Erasure
-    /// calls it again after the pipeline caught up, so a batch in flight cannot put a key
-    /// back: removal is idempotent.
+    /// Removes the keys `select` picks from both indexes, then the owners of `sessions`,
+    /// compacts the vector index so that not even its graph keeps a copy of an erased
+    /// vector, empties `tenant`'s part of the embedder's cache (which holds vectors by the
+    /// hash of their text; the erased texts were embedded under their tenant, and only
+    /// there), and saves the snapshot. Erasure calls it again after the pipeline caught up,
+    /// so a batch in flight cannot put a key back: removal is idempotent.
     async fn forget(
         &self,
         tenant: &str,
-        select: impl FnOnce(&mut Indexes) -> Vec<u64> + Send + 'static,
+        sessions: Vec<u64>,
+        select: impl FnOnce(&Indexes) -> Vec<u64> + Send + 'static,
     ) -> Result<()> {
         let this = self.clone();
         blocking(move || {
             let mut indexes = this.write();
-            let keys = select(&mut indexes);
-            for key in &keys {
-                indexes.docs.remove(key);
-                indexes.keywords.remove(*key);
-                indexes.vectors.remove(*key);
+            let keys = select(&indexes);
+            for key in keys {
+                indexes.remove_message(key);
+            }
+            // Only now: a message's keyword partition is its session owner's.
+            for sid in &sessions {
+                indexes.owners.remove(sid);
             }
             indexes.vectors.compact();
             indexes.dirty = true;
@@ -707,10 +729,13 @@ impl Recall {
         .await
     }
 
-    /// The sessions a query's scope covers, and the messages it excludes.
+    /// The sessions a query's scope covers, their keyword partition, and the messages it
+    /// excludes.
     fn filter(&self, query: &RecallQuery) -> Result<Filter> {
+        let (allowed, keywords) = self.scope_sessions(query)?;
         Ok(Filter {
-            allowed: self.scope_sessions(query)?,
+            allowed,
+            keywords,
             excluded: self.excluded_keys(&query.access, query.exclude.as_ref())?,
         })
     }
@@ -774,8 +799,9 @@ impl Recall {
         )))
     }
 
-    /// The sessions a scope covers: none of a user the query's access does not reach.
-    fn scope_sessions(&self, query: &RecallQuery) -> Result<HashSet<u64>> {
+    /// The sessions a scope covers, and the keyword partition they are in: none of a user
+    /// the query's access does not reach.
+    fn scope_sessions(&self, query: &RecallQuery) -> Result<(HashSet<u64>, Option<TenantUser>)> {
         let access = &query.access;
         match &query.scope {
             Scope::Session { session_id } => {
@@ -788,22 +814,30 @@ impl Recall {
                             session_id: session_id.clone(),
                         })
                     })?;
-                Ok(HashSet::from([sid]))
+                // Unknown until the index has seen a message of the session, and it has none.
+                let partition = self.read().owners.get(&sid).map(|owner| owner.user.clone());
+                Ok((HashSet::from([sid]), partition))
             }
-            Scope::User { user_id, .. } if !access.sees(user_id) => Ok(HashSet::new()),
-            Scope::User { user_id, agent_id } => Ok(self
-                .read()
-                .owners
-                .iter()
-                .filter(|(_, owner)| {
-                    owner.at.tenant == access.tenant()
-                        && &owner.user_id == user_id
-                        && agent_id
-                            .as_ref()
-                            .is_none_or(|agent| &owner.agent_id == agent)
-                })
-                .map(|(sid, _)| *sid)
-                .collect()),
+            Scope::User { user_id, .. } if !access.sees(user_id) => Ok((HashSet::new(), None)),
+            Scope::User { user_id, agent_id } => {
+                let user = TenantUser {
+                    tenant: access.tenant().to_owned(),
+                    user_id: user_id.clone(),
+                };
+                let sessions = self
+                    .read()
+                    .owners
+                    .iter()
+                    .filter(|(_, owner)| {
+                        owner.user == user
+                            && agent_id
+                                .as_ref()
+                                .is_none_or(|agent| &owner.agent_id == agent)
+                    })
+                    .map(|(sid, _)| *sid)
+                    .collect();
+                Ok((sessions, Some(user)))
+            }
         }
     }
 
@@ -817,6 +851,7 @@ impl Recall {
         let Filter {
             allowed: sessions,
             excluded,
+            ..
         } = filter;
         let indexes = self.read();
         let admits = |raw: u64| {
@@ -837,9 +872,7 @@ impl Recall {
         // Each retriever proposes more than k so fusion can promote what both agree on.
         let candidates = query.k.saturating_mul(3).max(10);
         let ids = |hits: Vec<(u64, f32)>| hits.into_iter().map(|(id, _)| id).collect::<Vec<_>>();
-        let by_keyword = ids(indexes
-            .keywords
-            .search(&query.query, candidates, Some(&admits)));
+        let by_keyword = ids(indexes.keyword_hits(filter, &query.query, candidates, &admits));
         let by_vector = match embedded {
             Some(vector) => ids(indexes.vectors.search(vector, candidates, Some(&admits))?),
             None => Vec::new(),
@@ -907,6 +940,32 @@ impl Recall {
 }
 
 impl Indexes {
+    /// The (at most) `k` best keyword matches of `query` that `admits` lets through, from
+    /// the partition of `filter`'s scope only: other users' messages are neither scored nor
+    /// part of the statistics the scores come from.
+    fn keyword_hits(
+        &self,
+        filter: &Filter,
+        query: &str,
+        k: usize,
+        admits: IdFilter<'_>,
+    ) -> Vec<(u64, f32)> {
+        match &filter.keywords {
+            Some(partition) => self.keywords.search(partition, query, k, Some(admits)),
+            None => Vec::new(),
+        }
+    }
+
+    /// Takes message `key` out of every index.
+    fn remove_message(&mut self, key: u64) {
+        self.docs.remove(&key);
+        // A message without its session's owner was never keyword-indexed.
+        if let Some(owner) = self.owners.get(&MessageKey::from_u64(key).session()) {
+            self.keywords.remove(&owner.user, key);
+        }
+        self.vectors.remove(key);
+    }
+
     /// Adds a message's text and filter fields, learning its session's owner on first sight.
     fn add_text(&mut self, store: &Store, key: MessageKey, message: &Message) -> Result<()> {
         self.add_message(store, key, message, true)
@@ -921,19 +980,27 @@ impl Indexes {
         message: &Message,
         with_keywords: bool,
     ) -> Result<()> {
-        if let std::collections::hash_map::Entry::Vacant(entry) = self.owners.entry(key.session()) {
-            // A message whose session is already gone (deleted meanwhile) is not indexed.
-            let Some((at, session)) = store.session_by_key(key.session())? else {
-                return Ok(());
-            };
-            entry.insert(Owner {
-                at,
-                user_id: session.user_id,
-                agent_id: session.agent_id,
-            });
-        }
+        let owner = match self.owners.entry(key.session()) {
+            std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
+            std::collections::hash_map::Entry::Vacant(entry) => {
+                // A message whose session is already gone (deleted meanwhile) is not indexed.
+                let Some((at, session)) = store.session_by_key(key.session())? else {
+                    return Ok(());
+                };
+                let user = TenantUser {
+                    tenant: at.tenant.clone(),
+                    user_id: session.user_id,
+                };
+                entry.insert(Owner {
+                    at,
+                    user,
+                    agent_id: session.agent_id,
+                })
+            }
+        };
         if with_keywords {
-            self.keywords.add(key.as_u64(), &message.content);
+            self.keywords
+                .add(&owner.user, key.as_u64(), &message.content);
         }
         self.docs.insert(
             key.as_u64(),

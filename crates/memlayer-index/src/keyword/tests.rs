@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use expect_test::{Expect, expect};
 use proptest::prelude::*;
 
-use super::remembered_stem;
+use super::{KeywordPartitions, remembered_stem};
 use crate::{Analyzer, KeywordIndex};
 
 const CORPUS: &[(u64, &str)] = &[
@@ -131,10 +131,10 @@ fn filter_and_k_limit_the_result() {
 fn removal_deletes_postings_and_vocabulary() {
     let mut index = corpus();
     let vocabulary = index.vocabulary_len();
-    assert!(index.stems.contains_key("plants"));
+    assert!(index.analysis.stems.contains_key("plants"));
     assert!(index.remove(4));
     assert!(
-        index.stems.is_empty(),
+        index.analysis.stems.is_empty(),
         "no word of a removed text stays remembered"
     );
     assert!(!index.remove(4));
@@ -183,6 +183,90 @@ fn empty_index_and_unknown_terms_find_nothing() {
     );
     assert!(corpus().search("zeppelin", 10, None).is_empty());
     assert!(corpus().search("", 10, None).is_empty());
+}
+
+/// The corpus in partition "a", and `others` documents in partition "b" full of the
+/// corpus's words.
+fn partitioned(others: u64) -> KeywordPartitions<&'static str> {
+    let mut partitions = KeywordPartitions::default();
+    for (id, text) in CORPUS {
+        partitions.add(&"a", *id, text);
+    }
+    for id in 100..100 + others {
+        partitions.add(
+            &"b",
+            id,
+            "The booked flight to Lisbon: restaurant booking ORD-2291.",
+        );
+    }
+    partitions
+}
+
+#[test]
+fn a_partition_ranks_as_an_index_of_its_own() {
+    let alone = corpus();
+    let beside_others = partitioned(50);
+    let offered = std::cell::RefCell::new(Vec::new());
+    let offer = |id: u64| {
+        offered.borrow_mut().push(id);
+        true
+    };
+    for query in [
+        "flight to Lisbon",
+        "restaurant booking",
+        "ORD-2291",
+        "plants",
+    ] {
+        assert_eq!(
+            beside_others.search(&"a", query, 10, Some(&offer)),
+            alone.search(query, 10, None),
+            "{query}"
+        );
+    }
+    assert!(
+        offered.borrow().iter().all(|id| *id < 100),
+        "another partition's documents were scored: {:?}",
+        offered.borrow()
+    );
+    assert_eq!(beside_others.search(&"b", "plants", 10, None), []);
+    assert_eq!(beside_others.search(&"c", "flight", 10, None), []);
+}
+
+#[test]
+fn a_partition_goes_with_its_last_document() {
+    let mut partitions = partitioned(2);
+    assert!(partitions.contains(&"b", 100));
+    assert!(
+        !partitions.contains(&"a", 100),
+        "an id is found in its partition only"
+    );
+    assert!(!partitions.remove(&"a", 100));
+    assert!(partitions.remove(&"b", 100));
+    assert!(!partitions.remove(&"b", 100));
+    assert!(partitions.partitions.contains_key("b"));
+    assert!(partitions.remove(&"b", 101));
+    assert!(!partitions.partitions.contains_key("b"));
+    assert!(partitions.search(&"b", "flight", 10, None).is_empty());
+    // The other partition is as it was.
+    assert_eq!(
+        partitions.search(&"a", "flight to Lisbon", 10, None),
+        corpus().search("flight to Lisbon", 10, None)
+    );
+}
+
+#[test]
+fn removal_in_any_partition_forgets_every_stem() {
+    let mut partitions = partitioned(1);
+    assert!(partitions.analysis.stems.contains_key("plants"));
+    assert!(partitions.remove(&"b", 100));
+    assert!(
+        partitions.analysis.stems.is_empty(),
+        "the memo cannot tell which text a word came from"
+    );
+    // Stems are remembered again, and still match the query's.
+    partitions.add(&"b", 100, "booking");
+    assert!(!partitions.analysis.stems.is_empty());
+    assert_eq!(partitions.search(&"b", "booked", 10, None).len(), 1);
 }
 
 proptest! {

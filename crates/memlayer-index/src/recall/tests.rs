@@ -23,6 +23,11 @@ fn embedder() -> Embedder {
 
 /// Appends `lines` to `session` of tenant `t`, created for `user` on first use.
 async fn append(store: &Store, session: &str, user: &str, lines: &[(Role, &str)]) {
+    append_in(store, "t", session, user, lines).await;
+}
+
+/// Appends `lines` to `session` of `tenant`, created for `user` on first use.
+async fn append_in(store: &Store, tenant: &str, session: &str, user: &str, lines: &[(Role, &str)]) {
     let messages = lines
         .iter()
         .map(|(role, content)| NewMessage {
@@ -43,7 +48,7 @@ async fn append(store: &Store, session: &str, user: &str, lines: &[(Role, &str)]
         idempotency_key: None,
     };
     store
-        .append(&Access::tenant_wide("t"), session, append)
+        .append(&Access::tenant_wide(tenant), session, append)
         .await
         .unwrap();
 }
@@ -251,6 +256,56 @@ async fn forgotten_sessions_leave_the_index_and_restarts_keep_the_rest() {
     let again = reopened.ask(user("alice"), "alarm code").await;
     assert_eq!(contents(&again), ["The wifi password is sunflower42."]);
     reopened.stop().await;
+}
+
+/// The keyword partition of Alice's messages in tenant `t`.
+fn alices_keywords() -> TenantUser {
+    TenantUser {
+        tenant: "t".into(),
+        user_id: "alice".into(),
+    }
+}
+
+/// Sessions erased either way, by their keys or found deleted by what the indexes hold,
+/// leave no text in the keyword index. Their owners name the messages' keyword partition,
+/// so they may leave only after the messages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forgotten_sessions_leave_no_keyword_behind() {
+    let fixture = Fixture::open(tempfile::tempdir().unwrap(), embedder());
+    let tenant = Access::tenant_wide("t");
+    for (session, text) in [
+        ("keep", "The wifi code is sunflower42."),
+        ("by-key", "The alarm code is 9911."),
+        ("found-deleted", "The safe code is 5522."),
+    ] {
+        fixture.say(session, "alice", &[(Role::User, text)]).await;
+    }
+    fixture.settle().await;
+    // Deletes the session in the store, then forgets it by its key.
+    fixture
+        .recall
+        .delete_session(&tenant, "by-key")
+        .await
+        .unwrap();
+    fixture
+        .store
+        .delete_session(&tenant, "found-deleted")
+        .await
+        .unwrap();
+    fixture.recall.forget_deleted_sessions("t").await.unwrap();
+
+    let hits = fixture
+        .recall
+        .read()
+        .keywords
+        .search(&alices_keywords(), "code", 10, None);
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    let kept = MessageKey::from_u64(hits[0].0).session();
+    assert_eq!(
+        fixture.store.session_key(&tenant, "keep").unwrap(),
+        Some(kept)
+    );
+    fixture.stop().await;
 }
 
 /// The embedder's cache is kept per tenant: a text one tenant's messages or queries had
@@ -509,11 +564,12 @@ async fn keywords_backfilled_after_the_start_never_bring_back_an_erased_text() {
         .await
         .unwrap();
     recall.backfill_page(&page_read_before);
+    let alices = alices_keywords();
     assert!(
         recall
             .read()
             .keywords
-            .search("zanzibarish", 10, None)
+            .search(&alices, "zanzibarish", 10, None)
             .is_empty()
     );
     let (stop, stopped) = oneshot::channel::<()>();
@@ -535,11 +591,175 @@ async fn keywords_backfilled_after_the_start_never_bring_back_an_erased_text() {
     assert_eq!(after.hits[0].keyword_rank, Some(1));
     {
         let indexes = recall.read();
-        assert_eq!(indexes.keywords.len(), 1);
-        assert!(indexes.keywords.search("zanzibarish", 10, None).is_empty());
+        for (key, message) in &page_read_before {
+            let kept = message.content.starts_with("My parcel");
+            assert_eq!(indexes.keywords.contains(&alices, key.as_u64()), kept);
+        }
+        assert!(
+            indexes
+                .keywords
+                .search(&alices, "zanzibarish", 10, None)
+                .is_empty()
+        );
     }
     let _ = stop.send(());
     pipeline.await.unwrap();
     drop(recall);
     store.shutdown();
+}
+
+/// The keyword hits of `text` in tenant `t`'s `scope`, as a recall's search makes them (its
+/// filter reduced to the scope's sessions), and every message the keyword index offered to
+/// that filter: each one it scored.
+fn keyword_hits(recall: &Recall, scope: Scope, text: &str) -> (Vec<(u64, f32)>, Vec<u64>) {
+    let query = query(scope, text);
+    let filter = recall.filter(&query).unwrap();
+    let scored = std::cell::RefCell::new(Vec::new());
+    let admits = |id: u64| {
+        scored.borrow_mut().push(id);
+        filter.allowed.contains(&MessageKey::from_u64(id).session())
+    };
+    let hits = recall
+        .read()
+        .keyword_hits(&filter, &query.query, 100, &admits);
+    (hits, scored.into_inner())
+}
+
+/// Alice's messages in tenant `t`: one about her boat, two about an invoice.
+async fn alice_says(fixture: &Fixture) {
+    fixture
+        .say(
+            "a1",
+            "alice",
+            &[
+                (
+                    Role::User,
+                    "The boat needs a new sail before the boat race; the boat is old.",
+                ),
+                (
+                    Role::User,
+                    "The invoice for the harbour berth is due on Monday.",
+                ),
+            ],
+        )
+        .await;
+    fixture
+        .say(
+            "a2",
+            "alice",
+            &[(Role::Assistant, "I noted the berth invoice.")],
+        )
+        .await;
+}
+
+/// `count` messages about boats, as appended by someone else.
+fn boat_lines(count: usize) -> Vec<String> {
+    (0..count)
+        .map(|n| format!("My boat number {n} is moored in the harbour."))
+        .collect()
+}
+
+fn as_user_lines(texts: &[String]) -> Vec<(Role, &str)> {
+    texts
+        .iter()
+        .map(|text| (Role::User, text.as_str()))
+        .collect()
+}
+
+/// BM25's statistics are the user's own: messages of another tenant (of a user with the
+/// same id there) and of another user of the tenant, full of the query's words, change
+/// neither a user's keyword scores nor their order, and the user's query scores none of
+/// them. With one index for every tenant they did (the idf was global): a tenant could tell
+/// from its own scores how common a word was in other tenants' messages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyword_scores_are_the_users_own() {
+    let fixture = Fixture::open(tempfile::tempdir().unwrap(), embedder());
+    alice_says(&fixture).await;
+    fixture.settle().await;
+    let sid = |session: &str| {
+        fixture
+            .store
+            .session_key(&Access::tenant_wide("t"), session)
+            .unwrap()
+            .unwrap()
+    };
+    let alices = [sid("a1"), sid("a2")];
+    let only_alices = |scored: &[u64]| {
+        !scored.is_empty()
+            && scored
+                .iter()
+                .all(|&id| alices.contains(&MessageKey::from_u64(id).session()))
+    };
+    let ask = |scope| keyword_hits(&fixture.recall, scope, "boat invoice");
+    let (by_user, _) = ask(user("alice"));
+    let (in_session, _) = ask(session("a1"));
+    assert_eq!(by_user.len(), 3, "{by_user:?}");
+    assert_eq!(in_session.len(), 2, "{in_session:?}");
+
+    let boats = boat_lines(40);
+    for (tenant, session_id, whose) in [("u", "u1", "alice"), ("t", "b1", "bob")] {
+        append_in(
+            &fixture.store,
+            tenant,
+            session_id,
+            whose,
+            &as_user_lines(&boats),
+        )
+        .await;
+        fixture.settle().await;
+        for (scope, alone) in [(user("alice"), &by_user), (session("a1"), &in_session)] {
+            let (hits, scored) = ask(scope.clone());
+            assert_eq!(&hits, alone, "{scope:?} beside {whose} of {tenant}");
+            assert!(
+                only_alices(&scored),
+                "{scope:?} beside {whose} of {tenant} scored {scored:?}"
+            );
+        }
+    }
+    fixture.stop().await;
+}
+
+/// A user's recall ranks their messages the same, by keywords and fused, whether or not the
+/// store holds many messages of other users and tenants with the query's words: two stores
+/// with the same messages of Alice, one with 80 messages about boats beside them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_users_ranking_ignores_other_users_messages() {
+    let ranked = |recalled: Recalled| -> Vec<(String, u64, Option<u32>, Option<u32>)> {
+        recalled
+            .hits
+            .into_iter()
+            .map(|hit| {
+                (
+                    hit.session.session_id,
+                    hit.message.index,
+                    hit.keyword_rank,
+                    hit.vector_rank,
+                )
+            })
+            .collect()
+    };
+    let ask = RecallQuery {
+        k: 10,
+        ..query(user("alice"), "boat invoice")
+    };
+    let embedder = embedder();
+
+    let alone = Fixture::open(tempfile::tempdir().unwrap(), embedder.clone());
+    alice_says(&alone).await;
+    alone.settle().await;
+    let by_alice_alone = ranked(alone.recall.recall(ask.clone()).await.unwrap());
+    alone.stop().await;
+    assert_eq!(by_alice_alone.len(), 3, "{by_alice_alone:?}");
+
+    let shared = Fixture::open(tempfile::tempdir().unwrap(), embedder);
+    alice_says(&shared).await;
+    // Alice's messages are embedded on their own, as in the first store.
+    shared.settle().await;
+    let boats = boat_lines(40);
+    shared.say("b1", "bob", &as_user_lines(&boats)).await;
+    append_in(&shared.store, "u", "c1", "carol", &as_user_lines(&boats)).await;
+    shared.settle().await;
+    let by_alice_among_others = ranked(shared.recall.recall(ask).await.unwrap());
+    shared.stop().await;
+    assert_eq!(by_alice_among_others, by_alice_alone);
 }
