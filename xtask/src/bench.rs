@@ -21,10 +21,15 @@ use crate::{cmd, metadata};
 use load::{Scenario, ScenarioResult, Workload};
 pub(crate) use load::{percentile, sentence};
 
-/// Run one after the other against the same server: the single client shows the latency of
-/// one durable commit, the concurrent clients show how far group commit amortises the fsync,
-/// and the context client the latency of assembling a turn of a 100-exchange session.
+/// Run one after the other against the same server: the context client shows the latency of
+/// assembling a turn of a 100-exchange session (first, before the appends leave the embedder
+/// a backlog), the single appending client the latency of one durable commit, the concurrent
+/// ones how far group commit amortises the fsync.
 const SCENARIOS: [Scenario; 3] = [
+    Scenario {
+        workload: Workload::Context,
+        clients: 1,
+    },
     Scenario {
         workload: Workload::Append,
         clients: 1,
@@ -32,10 +37,6 @@ const SCENARIOS: [Scenario; 3] = [
     Scenario {
         workload: Workload::Append,
         clients: 64,
-    },
-    Scenario {
-        workload: Workload::Context,
-        clients: 1,
     },
 ];
 

@@ -217,7 +217,7 @@ async fn append_all(
 
 /// The server's embedding backlog (`memlayer_embeddings_pending` in `/metrics`); `None` if
 /// the figure is missing, which only leaves it out of the report.
-async fn pending_embeddings(http: &reqwest::Client, addr: SocketAddr) -> Option<u64> {
+pub(crate) async fn pending_embeddings(http: &reqwest::Client, addr: SocketAddr) -> Option<u64> {
     let text = http
         .get(format!("http://{addr}/metrics"))
         .send()

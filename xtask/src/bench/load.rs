@@ -38,6 +38,9 @@ impl Workload {
 /// recalled turns are a small part.
 pub(crate) const CONTEXT_TURNS: usize = 100;
 
+/// Longest the context scenario waits for its sessions to be embedded.
+const EMBEDDING_WAIT: Duration = Duration::from_secs(300);
+
 /// A stuck request fails instead of hanging the run, so the benchmark always ends by itself.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -122,6 +125,9 @@ pub(crate) async fn run(
         for client in 0..scenario.clients {
             fill(&http, &format!("{}/messages", session(client)), client).await?;
         }
+        // A context's recall waits (up to a bound) for the session's messages to be
+        // embedded: measured while the embedder is behind, it would time that wait.
+        wait_for_embeddings(&http, addr).await?;
     }
     let start = Instant::now();
     let measure_from = start + warm_up;
@@ -188,6 +194,20 @@ async fn fill(http: &reqwest::Client, url: &str, client: usize) -> anyhow::Resul
         response.status()
     );
     Ok(())
+}
+
+/// Waits until the server has embedded every appended message.
+async fn wait_for_embeddings(http: &reqwest::Client, addr: SocketAddr) -> anyhow::Result<()> {
+    let deadline = Instant::now() + EMBEDDING_WAIT;
+    loop {
+        match crate::bench_purge::pending_embeddings(http, addr).await {
+            Some(0) => return Ok(()),
+            pending if Instant::now() > deadline => {
+                anyhow::bail!("the server still had {pending:?} messages to embed")
+            }
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
 }
 
 /// One client of a scenario.
