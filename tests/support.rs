@@ -150,7 +150,7 @@ impl TestServer {
             .expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("the listener has an address");
         runtime
-            .block_on(store.bootstrap_keys(Some(ADMIN_KEY)))
+            .block_on(store.keys().bootstrap_keys(Some(ADMIN_KEY)))
             .expect("configure the admin key");
         let (shutdown, signal) = oneshot::channel::<()>();
         let state = AppState::new(store.clone(), recall, self.config.clone())
@@ -201,7 +201,7 @@ impl TestServer {
         };
         running
             .runtime
-            .block_on(running.store.create_key(new))
+            .block_on(running.store.keys().create_key(new))
             .expect("create a key")
             .secret
     }

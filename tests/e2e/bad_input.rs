@@ -798,9 +798,13 @@ fn unknown_routes_are_404_and_wrong_methods_405() {
 fn store_contents(path: &std::path::Path) -> String {
     use std::fmt::Write as _;
     let store = Store::open(path).expect("open the stopped server's store");
+    let eraser = store
+        .take_eraser()
+        .expect("nothing else erases from this store");
     let mut out = String::new();
     for tenant in ["default", "acme"] {
         let listing = store
+            .sessions()
             .list_sessions(
                 &Access::tenant_wide(tenant),
                 &SessionFilter::default(),
@@ -816,6 +820,7 @@ fn store_contents(path: &std::path::Path) -> String {
                 out,
                 "{:?}",
                 store
+                    .sessions()
                     .messages(&Access::tenant_wide(tenant), &id, 0, usize::MAX)
                     .unwrap()
             )
@@ -824,6 +829,7 @@ fn store_contents(path: &std::path::Path) -> String {
                 out,
                 "{:?}",
                 store
+                    .sessions()
                     .runs(&Access::tenant_wide(tenant), &id, 0, usize::MAX)
                     .unwrap()
             )
@@ -831,26 +837,44 @@ fn store_contents(path: &std::path::Path) -> String {
             writeln!(
                 out,
                 "{:?}",
-                store.summary(&Access::tenant_wide(tenant), &id).unwrap()
+                store
+                    .sessions()
+                    .summary(&Access::tenant_wide(tenant), &id)
+                    .unwrap()
             )
             .unwrap();
         }
         for agent in [None, Some("helper")] {
-            writeln!(out, "{:?}", store.settings(tenant, agent).unwrap()).unwrap();
+            writeln!(
+                out,
+                "{:?}",
+                store.tenants().settings(tenant, agent).unwrap()
+            )
+            .unwrap();
         }
-        writeln!(out, "{:?}", store.receipts(tenant, 1_000).unwrap()).unwrap();
+        writeln!(out, "{:?}", eraser.receipts(tenant, 1_000).unwrap()).unwrap();
     }
-    writeln!(out, "{:?}", store.all_messages(None, usize::MAX).unwrap()).unwrap();
-    writeln!(out, "{:?}", store.vectors(None, usize::MAX).unwrap()).unwrap();
-    writeln!(out, "{:?}", store.memories_after(0, usize::MAX).unwrap()).unwrap();
-    writeln!(out, "{:?}", store.list_keys(None).unwrap()).unwrap();
-    writeln!(out, "{:?}", store.pending_jobs().unwrap()).unwrap();
-    writeln!(out, "{:?}", store.retention_rules().unwrap()).unwrap();
+    writeln!(
+        out,
+        "{:?}",
+        store.feed().all_messages(None, usize::MAX).unwrap()
+    )
+    .unwrap();
+    writeln!(out, "{:?}", store.feed().vectors(None, usize::MAX).unwrap()).unwrap();
+    writeln!(
+        out,
+        "{:?}",
+        store.memories().memories_after(0, usize::MAX).unwrap()
+    )
+    .unwrap();
+    writeln!(out, "{:?}", store.keys().list_keys(None).unwrap()).unwrap();
+    writeln!(out, "{:?}", eraser.pending_jobs().unwrap()).unwrap();
+    writeln!(out, "{:?}", store.tenants().retention_rules().unwrap()).unwrap();
     writeln!(
         out,
         "outbox {} vectors_version {}",
-        store.outbox_head().unwrap(),
-        store.vectors_version().unwrap()
+        store.feed().outbox_head().unwrap(),
+        store.feed().vectors_version().unwrap()
     )
     .unwrap();
     store.shutdown();

@@ -266,6 +266,7 @@ async fn fill_store(
                 idempotency_key: None,
             };
             store
+                .sessions()
                 .append(&Access::tenant_wide(TENANT), session, append)
                 .await?;
         }
@@ -350,7 +351,10 @@ async fn measure_builds(
 
     // The breakdown's inputs, read once: the session as `build` reads it, its facts, and
     // the recalled messages of one question.
-    let messages = store.messages(&Access::tenant_wide(TENANT), MAIN_SESSION, 0, usize::MAX)?;
+    let messages =
+        store
+            .sessions()
+            .messages(&Access::tenant_wide(TENANT), MAIN_SESSION, 0, usize::MAX)?;
     ensure!(
         messages.len() == corpus.main_messages,
         "the session is short"
@@ -466,13 +470,20 @@ async fn measure_builds(
 
         let read = parts[0].time(|| -> anyhow::Result<Vec<Message>> {
             store
+                .sessions()
                 .session(&Access::tenant_wide(TENANT), MAIN_SESSION)?
                 .context("the session is gone")?;
-            Ok(store.messages(&Access::tenant_wide(TENANT), MAIN_SESSION, 0, usize::MAX)?)
+            Ok(store.sessions().messages(
+                &Access::tenant_wide(TENANT),
+                MAIN_SESSION,
+                0,
+                usize::MAX,
+            )?)
         })?;
         ensure!(read.len() == n, "the store read {} messages", read.len());
         let (outlines, window) = parts[1].time(|| -> anyhow::Result<_> {
             let snapshot = store
+                .sessions()
                 .snapshot(&Access::tenant_wide(TENANT), MAIN_SESSION)?
                 .context("the session is gone")?;
             let outlines = snapshot.outline(0)?;

@@ -267,7 +267,7 @@ async fn load(
             let memory = memory(&mut rng, centres, i, users, start_time);
             let store = store.clone();
             let sources = Access::tenant_wide(&*memory.tenant);
-            batch.spawn(async move { store.put_memory(memory, &sources).await });
+            batch.spawn(async move { store.memories().put_memory(memory, &sources).await });
         }
         while let Some(result) = batch.join_next().await {
             result.context("a write task panicked")??;

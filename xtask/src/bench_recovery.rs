@@ -238,6 +238,7 @@ async fn fill(
                 let store = store.clone();
                 appends.spawn(async move {
                     store
+                        .sessions()
                         .append(
                             &Access::tenant_wide(TENANT),
                             &format!("recovery-{session}"),
@@ -250,7 +251,7 @@ async fn fill(
                 appended.context("an append task panicked")??;
             }
             loop {
-                let pending = store.pending_embeddings(EMBED_BATCH)?;
+                let pending = store.feed().pending_embeddings(EMBED_BATCH)?;
                 if pending.is_empty() {
                     break;
                 }
@@ -263,7 +264,10 @@ async fn fill(
                         (*key, near(&mut filler.rng, &centres[topic]))
                     })
                     .collect();
-                store.store_embeddings(model.clone(), done, vectors).await?;
+                store
+                    .feed()
+                    .store_embeddings(model.clone(), done, vectors)
+                    .await?;
             }
         }
         anyhow::Ok(())

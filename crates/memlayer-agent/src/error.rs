@@ -55,9 +55,9 @@ pub enum AgentError {
     /// A forget could not be erased.
     #[error(transparent)]
     Erasure(#[from] ErasureError),
-    /// A blocking task of the run panicked or was cancelled.
+    /// The task finishing the run panicked or was cancelled.
     #[error("a background task failed: {0}")]
-    Task(String),
+    Task(#[source] tokio::task::JoinError),
 }
 
 impl AgentError {

@@ -21,7 +21,7 @@ use memlayer_llm::{
 use memlayer_memory::{ContextBuilder, ContextMessage, ContextRequest, TokenEncoding};
 use memlayer_store::{
     Access, Append, Metadata, NewMessage, NewRun, NewSession, Role, RunStatus, Session, Store,
-    StoreError, validate_id,
+    StoreError, blocking, validate_id,
 };
 use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
@@ -233,6 +233,7 @@ impl Agent {
         // the user's message is not lost, and the session shows an incomplete turn.
         let appended = self
             .store
+            .sessions()
             .append(
                 &access,
                 &session_id,
@@ -262,7 +263,7 @@ impl Agent {
         let agent = self.clone();
         tokio::spawn(async move { agent.finish(turn, None).await })
             .await
-            .map_err(|err| AgentError::Task(err.to_string()))?
+            .map_err(AgentError::Task)?
     }
 
     /// Finishes the run with the model's answer streamed: deltas as they arrive, then
@@ -293,6 +294,7 @@ impl Agent {
             let answer = self.new_message(Role::Assistant, content.clone()).await?;
             let appended = self
                 .store
+                .sessions()
                 .append(
                     &turn.access,
                     &session_id,
@@ -327,6 +329,7 @@ impl Agent {
         };
         let run = self
             .store
+            .sessions()
             .record_run(&turn.access, &session_id, run)
             .await?;
         // Logged here, where every run ends, rather than where its error is answered: a
@@ -462,30 +465,32 @@ impl Agent {
     }
 
     async fn session(&self, access: &Access, session_id: &str) -> Result<Session, AgentError> {
-        let (store, access, id) = (self.store.clone(), access.clone(), session_id.to_owned());
-        tokio::task::spawn_blocking(move || {
-            store
-                .session(&access, &id)?
-                .ok_or(StoreError::SessionNotFound { session_id: id })
-        })
-        .await
-        .map_err(|err| AgentError::Task(err.to_string()))?
-        .map_err(AgentError::from)
+        let (access, id) = (access.clone(), session_id.to_owned());
+        Ok(self
+            .store
+            .read(move |store| {
+                store
+                    .sessions()
+                    .session(&access, &id)?
+                    .ok_or(StoreError::SessionNotFound { session_id: id })
+            })
+            .await?)
     }
 
     /// A message to store, its tokens counted on the blocking pool (a long message takes
     /// milliseconds).
     async fn new_message(&self, role: Role, content: String) -> Result<NewMessage, AgentError> {
         let encoding = self.encoding;
-        tokio::task::spawn_blocking(move || NewMessage {
-            role,
-            token_count: encoding.count(&content),
-            content,
-            timestamp: None,
-            metadata: Metadata::new(),
+        blocking(move || {
+            Ok::<_, AgentError>(NewMessage {
+                role,
+                token_count: encoding.count(&content),
+                content,
+                timestamp: None,
+                metadata: Metadata::new(),
+            })
         })
         .await
-        .map_err(|err| AgentError::Task(err.to_string()))
     }
 }
 

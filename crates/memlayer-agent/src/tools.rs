@@ -298,7 +298,11 @@ impl Tools {
                 session_id: session.id.clone(),
             },
             Parsed::Clear => ToolOutcome::Cleared {
-                load_from: self.store.clear_session(&access, &session.id).await?,
+                load_from: self
+                    .store
+                    .sessions()
+                    .clear_session(&access, &session.id)
+                    .await?,
                 session_id: session.id.clone(),
             },
         })
@@ -343,14 +347,15 @@ impl Tools {
         limit: usize,
     ) -> Result<Vec<Message>, AgentError> {
         check_count("limit", limit, MAX_SEARCH_HITS)?;
-        let store = self.store.clone();
         // A scan of the session's messages: keep it off the async workers.
-        tokio::task::spawn_blocking(move || {
-            store.search_messages(&access, &session_id, &query, limit)
-        })
-        .await
-        .map_err(|err| AgentError::Task(err.to_string()))?
-        .map_err(AgentError::from)
+        Ok(self
+            .store
+            .read(move |store| {
+                store
+                    .sessions()
+                    .search_messages(&access, &session_id, &query, limit)
+            })
+            .await?)
     }
 }
 

@@ -7,7 +7,9 @@ use std::sync::{Arc, PoisonError};
 
 use memlayer_index::Recall;
 use memlayer_memory::{FactCache, LongTermMemory};
-use memlayer_store::{Access, MessageKey, Store, StoreError, Timestamp, validate_id};
+use memlayer_store::{
+    Access, Eraser, MessageKey, Store, StoreError, Timestamp, blocking, validate_id,
+};
 
 use crate::ErasureError;
 use crate::job::{Counts, ErasureRequest, JobDocument, Receipt, Target};
@@ -48,11 +50,7 @@ impl RunningErasure {
         limit: std::time::Duration,
     ) -> Option<Result<Receipt, ErasureError>> {
         let joined = tokio::time::timeout(limit, &mut self.done).await.ok()?;
-        Some(
-            joined
-                .map_err(|err| ErasureError::Task(err.to_string()))
-                .and_then(|r| r),
-        )
+        Some(joined.map_err(ErasureError::Task).and_then(|r| r))
     }
 }
 
@@ -73,7 +71,8 @@ pub struct Coordinator {
 }
 
 struct Inner {
-    store: Store,
+    /// The store's one eraser: every removal of text in this process goes through it.
+    eraser: Eraser,
     recall: Recall,
     memories: LongTermMemory,
     /// Entity facts kept per session between turns, dropped with what they came from.
@@ -113,12 +112,12 @@ impl Drop for Running<'_> {
 }
 
 impl Coordinator {
-    /// A coordinator erasing from `store`, from the indexes of `recall`, from the long-term
-    /// `memories` (both over that store) and from the context builder's `facts`.
-    pub fn new(store: Store, recall: Recall, memories: LongTermMemory, facts: FactCache) -> Self {
+    /// A coordinator erasing with the store's `eraser`, from the indexes of `recall`, from the
+    /// long-term `memories` (both over that store) and from the context builder's `facts`.
+    pub fn new(eraser: Eraser, recall: Recall, memories: LongTermMemory, facts: FactCache) -> Self {
         Self {
             inner: Arc::new(Inner {
-                store,
+                eraser,
                 recall,
                 memories,
                 facts,
@@ -132,7 +131,7 @@ impl Coordinator {
 
     /// The store erasures run against.
     pub fn store(&self) -> &Store {
-        &self.inner.store
+        self.inner.eraser.store()
     }
 
     /// Runs one erasure to its end and returns its receipt. The job is recorded first: if
@@ -151,6 +150,12 @@ impl Coordinator {
         self.inner.finished.load(Ordering::Relaxed)
     }
 
+    /// How many erasure jobs are recorded and not finished (a store read): running, or
+    /// waiting for a retry.
+    pub fn pending(&self) -> Result<u64, ErasureError> {
+        Ok(self.inner.eraser.pending_job_count()?)
+    }
+
     /// Records an erasure and runs it in the background: unlike [`Coordinator::erase`], it
     /// goes on when the caller stops waiting (a purge of many conversations can outlast an
     /// HTTP request). Its receipt is then found with [`Coordinator::status`].
@@ -166,16 +171,16 @@ impl Coordinator {
 
     /// Where erasure `id` of `tenant` stands; `None` if the tenant has no such erasure.
     pub async fn status(&self, tenant: &str, id: u64) -> Result<Option<Status>, ErasureError> {
-        let store = self.inner.store.clone();
+        let eraser = self.inner.eraser.clone();
         let owner = tenant.to_owned();
-        let (receipt, pending) = blocking(move || {
+        let (receipt, pending) = blocking(move || -> Result<_, StoreError> {
             // The pending job first: a job leaves the pending ones in the commit that writes
             // its receipt and never comes back, so one not pending at the first lookup has
             // its receipt by the second, or never existed.
-            let pending = store.pending_job(id)?;
+            let pending = eraser.pending_job(id)?;
             let receipt = match pending {
                 Some(_) => None,
-                None => store.receipt(&owner, id)?,
+                None => eraser.receipt(&owner, id)?,
             };
             Ok((receipt, pending))
         })
@@ -201,17 +206,16 @@ impl Coordinator {
             request,
             requested_at: Timestamp::now().as_micros(),
         };
-        let value =
-            serde_json::to_value(&document).map_err(|err| ErasureError::Task(err.to_string()))?;
-        let id = self.inner.store.record_job(value).await?;
+        let value = serde_json::to_value(&document).map_err(ErasureError::Encode)?;
+        let id = self.inner.eraser.record_job(value).await?;
         Ok((id, document))
     }
 
     /// Finishes every job a crash left pending, oldest first. Run it at start, before
     /// serving.
     pub async fn resume(&self) -> Result<Vec<Receipt>, ErasureError> {
-        let store = self.inner.store.clone();
-        let pending = blocking(move || Ok(store.pending_jobs()?)).await?;
+        let eraser = self.inner.eraser.clone();
+        let pending = blocking(move || eraser.pending_jobs()).await?;
         let mut receipts = Vec::new();
         for job in pending {
             let Some(_running) = Running::claim(&self.inner.running, job.id) else {
@@ -231,9 +235,9 @@ impl Coordinator {
 
     /// A tenant's receipts, newest first.
     pub async fn receipts(&self, tenant: &str, limit: usize) -> Result<Vec<Receipt>, ErasureError> {
-        let store = self.inner.store.clone();
+        let eraser = self.inner.eraser.clone();
         let tenant = tenant.to_owned();
-        let values = blocking(move || Ok(store.receipts(&tenant, limit)?)).await?;
+        let values = blocking(move || eraser.receipts(&tenant, limit)).await?;
         values.into_iter().map(decode_receipt).collect()
     }
 
@@ -251,17 +255,18 @@ impl Coordinator {
         let mut erased_sessions = Vec::new();
         match &document.request.target {
             Target::Message { session_id, index } => {
-                let store = self.inner.store.clone();
+                let eraser = self.inner.eraser.clone();
                 let owner = {
                     let (access, session_id) = (access.clone(), session_id.clone());
-                    blocking(move || Ok(store.session(&access, &session_id)?)).await?
+                    blocking(move || eraser.store().sessions().session(&access, &session_id))
+                        .await?
                 };
                 if owner.is_some() {
                     // The session memories it was merged into, the runs' text and the
                     // idempotency digest go in the transaction that erases the message.
                     let erased = self
                         .inner
-                        .store
+                        .eraser
                         .erase_message(&access, session_id, *index)
                         .await?;
                     receipt.counts.messages += u64::from(erased.message);
@@ -273,7 +278,7 @@ impl Coordinator {
                     receipt.counts.memories += self
                         .inner
                         .memories
-                        .forget_derived_from(tenant, session_id, Some(*index))
+                        .forget_derived_from(&self.inner.eraser, tenant, session_id, Some(*index))
                         .await?;
                     let key = MessageKey::new(erased.sid, *index);
                     self.inner.recall.forget_message(tenant, key).await?;
@@ -287,28 +292,39 @@ impl Coordinator {
                 );
             }
             Target::Memory { memory_id } => {
-                let forgotten = self.inner.memories.forget(tenant, *memory_id).await?;
+                let forgotten = self
+                    .inner
+                    .memories
+                    .forget(&self.inner.eraser, tenant, *memory_id)
+                    .await?;
                 receipt.counts.memories += u64::from(forgotten);
             }
             Target::Episode { episode_id } => {
-                let deleted = self.inner.store.delete_episode(tenant, *episode_id).await?;
+                let deleted = self
+                    .inner
+                    .eraser
+                    .delete_episode(tenant, *episode_id)
+                    .await?;
                 receipt.counts.episodes += u64::from(deleted);
             }
             Target::User { user_id } => loop {
                 // Sessions the user starts while the erasure runs are erased too.
-                let store = self.inner.store.clone();
+                let eraser = self.inner.eraser.clone();
                 let (owner_tenant, user) = (tenant.to_owned(), user_id.clone());
-                let ids =
-                    blocking(move || Ok(store.user_session_ids(&owner_tenant, &user)?)).await?;
-                receipt.counts.memories += self.inner.memories.forget_user(tenant, user_id).await?;
+                let ids = blocking(move || eraser.user_session_ids(&owner_tenant, &user)).await?;
+                receipt.counts.memories += self
+                    .inner
+                    .memories
+                    .forget_user(&self.inner.eraser, tenant, user_id)
+                    .await?;
                 receipt.counts.session_memories += self
                     .inner
-                    .store
+                    .eraser
                     .drop_session_memories(tenant, user_id, None)
                     .await?;
                 receipt.counts.episodes += self
                     .inner
-                    .store
+                    .eraser
                     .delete_user_episodes(tenant, user_id, None)
                     .await?;
                 if ids.is_empty() {
@@ -317,19 +333,22 @@ impl Coordinator {
                 erased_sessions.extend(self.erase_sessions(&access, ids, &mut receipt).await?);
             },
             Target::InactiveSince { cutoff, .. } => {
-                let store = self.inner.store.clone();
+                let eraser = self.inner.eraser.clone();
                 let owner_tenant = tenant.to_owned();
                 let cutoff = Timestamp::from_micros(*cutoff);
-                let ids =
-                    blocking(move || Ok(store.sessions_inactive_before(&owner_tenant, cutoff)?))
-                        .await?;
+                let ids = blocking(move || eraser.sessions_inactive_before(&owner_tenant, cutoff))
+                    .await?;
                 erased_sessions.extend(self.erase_sessions(&access, ids, &mut receipt).await?);
             }
         }
         if resumed {
             // A crash between deleting a session (or a message) and the memories citing it
             // left citations of something no longer stored; this run no longer knows which.
-            receipt.counts.memories += self.inner.memories.forget_orphaned().await?;
+            receipt.counts.memories += self
+                .inner
+                .memories
+                .forget_orphaned(&self.inner.eraser)
+                .await?;
         }
 
         match &document.request.target {
@@ -369,9 +388,8 @@ impl Coordinator {
         self.compact().await?;
 
         receipt.completed_at = Timestamp::now().as_micros();
-        let value =
-            serde_json::to_value(&receipt).map_err(|err| ErasureError::Task(err.to_string()))?;
-        self.inner.store.finish_job(id, tenant, value).await?;
+        let value = serde_json::to_value(&receipt).map_err(ErasureError::Encode)?;
+        self.inner.eraser.finish_job(id, tenant, value).await?;
         self.inner.finished.fetch_add(1, Ordering::Relaxed);
         tracing::info!(
             job = id,
@@ -407,8 +425,7 @@ impl Coordinator {
             // An error drops the set, which cancels the rest; the job stays pending and is
             // finished by `resume`, as after a crash.
             while let Some(joined) = batch.join_next().await {
-                let (position, session) =
-                    joined.map_err(|err| ErasureError::Task(err.to_string()))?;
+                let (position, session) = joined.map_err(ErasureError::Task)?;
                 if let Some(session) = session? {
                     done.push((position, session));
                 }
@@ -434,14 +451,18 @@ impl Coordinator {
         session_id: &str,
     ) -> Result<Option<ErasedSession>, ErasureError> {
         let tenant = access.tenant();
-        let store = self.inner.store.clone();
         let (reach, id) = (access.clone(), session_id.to_owned());
-        let before = blocking(move || {
-            let session = store.session(&reach, &id)?;
-            let summary = store.summary(&reach, &id).ok().flatten();
-            Ok(session.map(|s| (s.message_count, summary.is_some())))
-        })
-        .await?;
+        let before = self
+            .inner
+            .eraser
+            .store()
+            .read(move |store| -> Result<_, StoreError> {
+                let sessions = store.sessions();
+                let session = sessions.session(&reach, &id)?;
+                let summary = sessions.summary(&reach, &id).ok().flatten();
+                Ok(session.map(|s| (s.message_count, summary.is_some())))
+            })
+            .await?;
         let Some((messages, summary)) = before else {
             return Ok(None);
         };
@@ -453,7 +474,7 @@ impl Coordinator {
         };
         // The episodes drawn from the session and the session memories it was merged into go
         // in the commit that deletes it, so none recorded meanwhile survives.
-        let deleted = match self.inner.store.delete_session(access, session_id).await {
+        let deleted = match self.inner.eraser.delete_session(access, session_id).await {
             Ok(deleted) => {
                 counts.episodes = deleted.episodes;
                 counts.session_memories = deleted.session_memories;
@@ -474,7 +495,7 @@ impl Coordinator {
         counts.memories = self
             .inner
             .memories
-            .forget_derived_from(tenant, session_id, None)
+            .forget_derived_from(&self.inner.eraser, tenant, session_id, None)
             .await?;
         Ok(Some(ErasedSession {
             deleted,
@@ -497,15 +518,13 @@ impl Coordinator {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let store = self.inner.store.clone();
-            match blocking(move || Ok(store.compact()?)).await {
+            let eraser = self.inner.eraser.clone();
+            match blocking(move || eraser.compact()).await {
                 Ok(_) => break,
-                Err(ErasureError::Store(StoreError::Busy(reason)))
-                    if attempt < COMPACTION_ATTEMPTS =>
-                {
+                Err(StoreError::Busy(reason)) if attempt < COMPACTION_ATTEMPTS => {
                     tracing::warn!(%reason, attempt, "compaction postponed");
                 }
-                Err(err) => return Err(err),
+                Err(err) => return Err(err.into()),
             }
         }
         *compacted = covers;
@@ -532,12 +551,4 @@ fn validate(request: &ErasureRequest) -> Result<(), ErasureError> {
         Target::Memory { .. } | Target::Episode { .. } | Target::InactiveSince { .. } => {}
     }
     Ok(())
-}
-
-pub(crate) async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, ErasureError> + Send + 'static,
-) -> Result<T, ErasureError> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|err| ErasureError::Task(err.to_string()))?
 }

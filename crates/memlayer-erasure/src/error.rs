@@ -32,9 +32,12 @@ pub enum ErasureError {
         /// Why.
         reason: String,
     },
-    /// A background task died.
+    /// A task erasing part of the job panicked or was cancelled.
     #[error("a background task failed: {0}")]
-    Task(String),
+    Task(#[source] tokio::task::JoinError),
+    /// A job or its receipt could not be encoded for the store.
+    #[error("could not encode an erasure record: {0}")]
+    Encode(#[source] serde_json::Error),
 }
 
 impl ErasureError {
@@ -48,7 +51,7 @@ impl ErasureError {
             Self::Index(index) => index.for_log(),
             Self::Memory(memory) => memory.for_log(),
             Self::UnreadableJob { id, .. } => format!("unreadable erasure job {id}"),
-            Self::Task(_) => self.to_string(),
+            Self::Task(_) | Self::Encode(_) => self.to_string(),
         }
     }
 }

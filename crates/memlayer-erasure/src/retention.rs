@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use memlayer_store::Timestamp;
 
-use crate::coordinator::blocking;
 use crate::job::{ErasureRequest, Receipt, Target};
 use crate::{Coordinator, ErasureError, RunningErasure};
 
@@ -50,8 +49,10 @@ pub struct RetentionRule {
 impl Coordinator {
     /// Every tenant's rule.
     pub async fn retention_rules(&self) -> Result<Vec<RetentionRule>, ErasureError> {
-        let store = self.store().clone();
-        let rules = blocking(move || Ok(store.retention_rules()?)).await?;
+        let rules = self
+            .store()
+            .read(|store| store.tenants().retention_rules())
+            .await?;
         Ok(rules
             .into_iter()
             .map(|(tenant, days, last_run)| RetentionRule {
@@ -76,7 +77,10 @@ impl Coordinator {
                 self.purge(&rule.tenant, rule.days, "retention", now)
                     .await?,
             );
-            self.store().retention_ran(&rule.tenant, now).await?;
+            self.store()
+                .tenants()
+                .retention_ran(&rule.tenant, now)
+                .await?;
         }
         Ok(receipts)
     }

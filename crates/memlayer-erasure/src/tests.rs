@@ -53,7 +53,7 @@ impl Fixture {
         }));
         Self {
             coordinator: Coordinator::new(
-                store.clone(),
+                store.take_eraser().unwrap(),
                 recall.clone(),
                 memories.clone(),
                 memlayer_memory::FactCache::default(),
@@ -109,6 +109,7 @@ impl Fixture {
             idempotency_key: None,
         };
         self.store
+            .sessions()
             .append(&Access::tenant_wide(TENANT), session, append)
             .await
             .unwrap();
@@ -261,11 +262,13 @@ async fn canaries_leave_every_api_and_every_file_byte() {
     // A summary that carries the canary, as a summarised context would have persisted it.
     fixture
         .store
+        .sessions()
         .save_summary(
             &Access::tenant_wide(TENANT),
             "alice-1",
             fixture
                 .store
+                .sessions()
                 .snapshot(&Access::tenant_wide(TENANT), "alice-1")
                 .unwrap()
                 .unwrap()
@@ -341,12 +344,14 @@ async fn canaries_leave_every_api_and_every_file_byte() {
     assert_eq!(
         fixture
             .store
+            .sessions()
             .summary(&Access::tenant_wide(TENANT), "alice-1")
             .unwrap(),
         None
     );
     let rest: Vec<String> = fixture
         .store
+        .sessions()
         .messages(&Access::tenant_wide(TENANT), "alice-1", 0, 100)
         .unwrap()
         .into_iter()
@@ -443,7 +448,7 @@ async fn episode_canaries_leave_every_file_byte_with_their_episode_session_or_us
             created_at: Timestamp::now(),
         };
         let store = fixture.store.clone();
-        async move { store.put_episode(episode).await.unwrap() }
+        async move { store.memories().put_episode(episode).await.unwrap() }
     };
     let one = record("alice", "canary-ep-one-41c2 ask twice", None).await;
     record(
@@ -488,6 +493,7 @@ async fn episode_canaries_leave_every_file_byte_with_their_episode_session_or_us
     assert!(
         fixture
             .store
+            .memories()
             .user_episodes(TENANT, "alice")
             .unwrap()
             .is_empty()
@@ -523,8 +529,13 @@ async fn an_interrupted_erasure_finishes_when_resumed_and_twice_is_harmless() {
         },
         "requested_at": Timestamp::now().as_micros(),
     });
-    fixture.store.record_job(document).await.unwrap();
     let dir = fixture.close().await;
+    {
+        let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
+        let eraser = store.take_eraser().unwrap();
+        eraser.record_job(document).await.unwrap();
+        store.shutdown();
+    }
 
     let fixture = Fixture::open(dir, embedder);
     assert!(fixture.in_files("canary-resume-77aa") > 0);
@@ -532,7 +543,7 @@ async fn an_interrupted_erasure_finishes_when_resumed_and_twice_is_harmless() {
     assert_eq!(finished.len(), 1);
     assert!(finished[0].resumed);
     assert_eq!(finished[0].session_ids, ["doomed"]);
-    assert!(fixture.store.pending_jobs().unwrap().is_empty());
+    assert_eq!(fixture.coordinator.pending().unwrap(), 0);
     assert_eq!(fixture.in_files("canary-resume-77aa"), 0);
     assert!(fixture.coordinator.resume().await.unwrap().is_empty());
     // Erasing what is already gone is harmless and says it removed nothing.
@@ -555,7 +566,12 @@ async fn retention_erases_only_conversations_older_than_the_rule() {
             &lines(&[(Role::User, "A recent question.")]),
         )
         .await;
-    fixture.store.set_retention(TENANT, Some(30)).await.unwrap();
+    fixture
+        .store
+        .tenants()
+        .set_retention(TENANT, Some(30))
+        .await
+        .unwrap();
     let day = 24 * 60 * 60 * 1_000_000u64;
     // A day later nothing is 30 days old; the rule ran and is not due again until tomorrow.
     let tomorrow = Timestamp::from_micros(Timestamp::now().as_micros() + day);
@@ -586,6 +602,7 @@ async fn retention_erases_only_conversations_older_than_the_rule() {
     assert!(
         !fixture
             .store
+            .sessions()
             .session_exists(&Access::tenant_wide(TENANT), "recent")
             .unwrap()
     );
@@ -623,6 +640,7 @@ async fn a_purge_of_more_sessions_than_are_erased_at_once_erases_all_in_order() 
         assert!(
             !fixture
                 .store
+                .sessions()
                 .session_exists(&Access::tenant_wide(TENANT), id)
                 .unwrap()
         );
@@ -742,11 +760,13 @@ async fn check_random_erasures(lengths: Vec<usize>, ops: Vec<Op>) {
         let id = format!("s{session}");
         let stored: BTreeMap<(usize, u64), String> = if fixture
             .store
+            .sessions()
             .session_exists(&Access::tenant_wide(TENANT), &id)
             .unwrap()
         {
             fixture
                 .store
+                .sessions()
                 .messages(&Access::tenant_wide(TENANT), &id, 0, 100)
                 .unwrap()
                 .into_iter()

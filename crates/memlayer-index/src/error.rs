@@ -54,9 +54,9 @@ pub enum IndexError {
     /// Embedding failed.
     #[error(transparent)]
     Embed(#[from] memlayer_embed::EmbedError),
-    /// A background task of the indexing pipeline died.
-    #[error("indexing pipeline: {0}")]
-    Pipeline(String),
+    /// An embedding task of the indexing pipeline panicked or was cancelled.
+    #[error("indexing pipeline: an embedding task failed: {0}")]
+    Pipeline(#[source] tokio::task::JoinError),
 }
 
 impl IndexError {

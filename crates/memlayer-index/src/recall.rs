@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use memlayer_embed::Embedder;
 use memlayer_store::{
     Access, EmbeddingModel, Message, MessageKey, PendingEmbedding, Role, SessionRef, Store,
-    StoreError, Timestamp,
+    StoreError, Timestamp, blocking,
 };
 use tokio::sync::watch;
 
@@ -259,7 +259,7 @@ impl Recall {
             sha256: identity.sha256.clone(),
             dimension: u32::try_from(identity.dimension).unwrap_or(u32::MAX),
         };
-        if let Some(stored) = store.vector_model()?
+        if let Some(stored) = store.feed().vector_model()?
             && stored != model
         {
             return Err(IndexError::ModelMismatch {
@@ -279,7 +279,7 @@ impl Recall {
         let with_keywords = !options.keywords_in_background;
         let mut after = None;
         loop {
-            let page = store.all_messages(after, 4_096)?;
+            let page = store.feed().all_messages(after, 4_096)?;
             let Some((last, _)) = page.last() else { break };
             after = Some(*last);
             for (key, message) in &page {
@@ -288,8 +288,8 @@ impl Recall {
         }
         // Every committed append is now keyword-indexed; vectors exist for all but the
         // appends still in the outbox.
-        let head = store.outbox_head()?;
-        let first_pending = store.pending_embeddings(1)?.first().map(|p| p.seq);
+        let head = store.feed().outbox_head()?;
+        let first_pending = store.feed().pending_embeddings(1)?.first().map(|p| p.seq);
         let progress = Progress {
             keywords: head,
             vectors: first_pending.map_or(head, |seq| seq - 1),
@@ -390,7 +390,7 @@ impl Recall {
             let this = self.clone();
             let stopping = stop.clone();
             // From the first message on every attempt: pages already added are skipped.
-            let done = blocking(move || {
+            let done = blocking(move || -> Result<_> {
                 let mut after = None;
                 loop {
                     if *stopping.borrow() {
@@ -399,6 +399,7 @@ impl Recall {
                     let page = this
                         .inner
                         .store
+                        .feed()
                         .all_messages(after, KEYWORD_BACKFILL_PAGE)?;
                     let Some((last, _)) = page.last() else {
                         return Ok(true);
@@ -489,10 +490,11 @@ impl Recall {
     /// Indexes one batch from the outbox. Returns false when the outbox was empty.
     async fn step(&self) -> Result<bool> {
         let this = self.clone();
-        let batch = blocking(move || {
+        let batch = blocking(move || -> Result<_> {
             let batch = this
                 .inner
                 .store
+                .feed()
                 .pending_embeddings(this.inner.options.batch_messages)?;
             // Keywords first: they cost microseconds, and a query that cannot wait for the
             // embeddings still finds the newest messages by their words.
@@ -516,10 +518,11 @@ impl Recall {
         let done = batch.iter().map(|pending| pending.seq).collect();
         self.inner
             .store
+            .feed()
             .store_embeddings(self.inner.model.clone(), done, keyed.clone())
             .await?;
         let this = self.clone();
-        blocking(move || {
+        blocking(move || -> Result<_> {
             let mut indexes = this.write();
             // A session deleted while its messages were being embedded is gone from the
             // store; its vectors were dropped there and must not enter the index either.
@@ -567,18 +570,10 @@ impl Recall {
         }
         let mut keyed = Vec::new();
         while let Some(embedded) = requests.join_next().await {
-            let embedded = embedded
-                .map_err(|err| IndexError::Pipeline(format!("an embedding task failed: {err}")))?;
+            let embedded = embedded.map_err(IndexError::Pipeline)?;
             keyed.extend(embedded?);
         }
         Ok(keyed)
-    }
-
-    /// Deletes a session from the store and its messages from the indexes.
-    pub async fn delete_session(&self, access: &Access, session_id: &str) -> Result<()> {
-        let deleted = self.inner.store.delete_session(access, session_id).await?;
-        self.forget_sessions(access.tenant(), vec![deleted.sid])
-            .await
     }
 
     /// Removes every message of the sessions with surrogate keys `sids` (of `tenant`) from
@@ -605,7 +600,7 @@ impl Recall {
     /// vectors go (see [`Recall::forget_message`]).
     pub async fn forget_deleted_sessions(&self, tenant: &str) -> Result<()> {
         let this = self.clone();
-        let deleted = blocking(move || {
+        let deleted = blocking(move || -> Result<_> {
             let indexed: BTreeSet<u64> = {
                 let indexes = this.read();
                 indexes
@@ -617,7 +612,7 @@ impl Recall {
             };
             // One read transaction for every session, not one each. A deleted session's key
             // is never reused, so the answer stays true until the removal below.
-            Ok(this.inner.store.deleted_sessions(&indexed)?)
+            Ok(this.inner.store.feed().deleted_sessions(&indexed)?)
         })
         .await?;
         self.forget(tenant, deleted.iter().copied().collect(), move |indexes| {
@@ -652,7 +647,7 @@ impl Recall {
         select: impl FnOnce(&Indexes) -> Vec<u64> + Send + 'static,
     ) -> Result<()> {
         let this = self.clone();
-        blocking(move || {
+        blocking(move || -> Result<_> {
             let mut indexes = this.write();
             let keys = select(&indexes);
             for key in keys {
@@ -699,8 +694,8 @@ impl Recall {
         // When the index has caught up with the store, as it almost always has, one trip
         // to the blocking pool answers: under load every trip waits for a thread.
         let this = self.clone();
-        let flow = blocking(move || {
-            let head = this.inner.store.outbox_head()?;
+        let flow = blocking(move || -> Result<_> {
+            let head = this.inner.store.feed().outbox_head()?;
             if this.indexed_up_to(head) {
                 let filter = this.filter(&query)?;
                 let recalled =
@@ -722,7 +717,7 @@ impl Recall {
         let degraded = embedding_failed.or(self.wait_for_head(head).await?);
         let this = self.clone();
         // The filter is made after the wait: a scope covers the sessions the index has seen.
-        blocking(move || {
+        blocking(move || -> Result<_> {
             let filter = this.filter(&query)?;
             this.search(&query, &filter, embedded.as_deref(), degraded)
         })
@@ -750,7 +745,11 @@ impl Recall {
         let Some(exclude) = exclude else {
             return Ok(None);
         };
-        let sid = self.inner.store.session_key(access, &exclude.session_id)?;
+        let sid = self
+            .inner
+            .store
+            .feed()
+            .session_key(access, &exclude.session_id)?;
         Ok(sid.map(|sid| (sid, exclude.indices.iter().copied().collect())))
     }
 
@@ -758,7 +757,7 @@ impl Recall {
     /// time passes; says what is missing if it does.
     pub async fn wait_for_index(&self) -> Result<Option<String>> {
         let store = self.inner.store.clone();
-        let head = blocking(move || Ok(store.outbox_head()?)).await?;
+        let head = blocking(move || store.feed().outbox_head()).await?;
         self.wait_for_head(head).await
     }
 
@@ -793,7 +792,7 @@ impl Recall {
             ));
         }
         let store = self.inner.store.clone();
-        let pending = blocking(move || Ok(store.pending_embedding_count()?)).await?;
+        let pending = blocking(move || store.feed().pending_embedding_count()).await?;
         Ok(Some(format!(
             "{pending} recent append(s) are not embedded yet; they were searched by keywords only"
         )))
@@ -808,6 +807,7 @@ impl Recall {
                 let sid = self
                     .inner
                     .store
+                    .feed()
                     .session_key(access, session_id)?
                     .ok_or_else(|| {
                         IndexError::Store(StoreError::SessionNotFound {
@@ -886,7 +886,7 @@ impl Recall {
         );
         let fused: Vec<_> = fused.into_iter().take(query.k).collect();
         let keys: Vec<MessageKey> = fused.iter().map(|f| MessageKey::from_u64(f.id)).collect();
-        let messages = self.inner.store.messages_by_key(&keys)?;
+        let messages = self.inner.store.feed().messages_by_key(&keys)?;
         let hits = fused
             .iter()
             .zip(keys)
@@ -909,10 +909,10 @@ impl Recall {
             return;
         };
         let this = self.clone();
-        let saved = blocking(move || {
+        let saved = blocking(move || -> Result<_> {
             // The version is read before the index: a change racing the save makes the
             // snapshot look older than it is, which only costs a rebuild, never a wrong load.
-            let version = this.inner.store.vectors_version()?;
+            let version = this.inner.store.feed().vectors_version()?;
             let mut indexes = this.write();
             indexes.vectors.save(&path, version)?;
             indexes.dirty = false;
@@ -984,7 +984,7 @@ impl Indexes {
             std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
             std::collections::hash_map::Entry::Vacant(entry) => {
                 // A message whose session is already gone (deleted meanwhile) is not indexed.
-                let Some((at, session)) = store.session_by_key(key.session())? else {
+                let Some((at, session)) = store.feed().session_by_key(key.session())? else {
                     return Ok(());
                 };
                 let user = TenantUser {
@@ -1020,7 +1020,7 @@ fn load_vectors(
     options: &RecallOptions,
     config: VectorConfig,
 ) -> Result<VectorIndex> {
-    let version = store.vectors_version()?;
+    let version = store.feed().vectors_version()?;
     if let Some(path) = &options.snapshot_path
         && path.exists()
     {
@@ -1035,7 +1035,7 @@ fn load_vectors(
     let mut index = VectorIndex::new(config)?;
     let mut after = None;
     loop {
-        let page = store.vectors(after, 4_096)?;
+        let page = store.feed().vectors(after, 4_096)?;
         let Some(last) = page.last() else { break };
         after = Some(last.key);
         index.insert_batch(
@@ -1044,15 +1044,6 @@ fn load_vectors(
         )?;
     }
     Ok(index)
-}
-
-/// Runs blocking work (store reads, index updates) off the async workers.
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T> + Send + 'static,
-) -> Result<T> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|err| IndexError::Pipeline(format!("a blocking task failed: {err}")))?
 }
 
 #[cfg(test)]

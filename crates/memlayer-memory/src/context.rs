@@ -9,7 +9,7 @@ use std::sync::Arc;
 use memlayer_index::{Excluded, Recall, RecallQuery, Scope};
 use memlayer_store::{
     Access, Message, MessageOutline, Role, SessionMemory, SessionSnapshot, SessionVersion, Store,
-    StoreError, Timestamp,
+    StoreError, Timestamp, blocking,
 };
 use serde::Serialize;
 
@@ -408,6 +408,7 @@ impl ContextBuilder {
             .condense(previous, older, facts, max_tokens, settings.redact_pii)
             .await?;
         self.store
+            .sessions()
             .save_summary(
                 access,
                 session_id,
@@ -512,7 +513,10 @@ impl ContextBuilder {
         session_id: &str,
     ) -> Result<SessionMemory, MemoryError> {
         let tenant = access.tenant();
-        self.store.end_session_activity(access, session_id).await?;
+        self.store
+            .sessions()
+            .end_session_activity(access, session_id)
+            .await?;
         let loaded = self.load(access, session_id).await?;
         let store = self.store.clone();
         let (owner_tenant, user, agent) = (
@@ -520,8 +524,12 @@ impl ContextBuilder {
             loaded.user_id.clone(),
             loaded.agent_id.clone(),
         );
-        let current =
-            blocking(move || Ok(store.session_memory(&owner_tenant, &user, &agent)?)).await?;
+        let current = blocking(move || {
+            store
+                .memories()
+                .session_memory(&owner_tenant, &user, &agent)
+        })
+        .await?;
         if let Some(current) = &current
             && current.sessions.iter().any(|s| s == session_id)
         {
@@ -556,6 +564,7 @@ impl ContextBuilder {
             updated_at: Timestamp::now(),
         };
         self.store
+            .memories()
             .put_session_memory(
                 tenant,
                 &loaded.user_id,
@@ -650,9 +659,13 @@ impl Loaded {
             last_index: s.last_index,
         });
         Ok(Self {
-            session_memory: store.session_memory(tenant, &session.user_id, &session.agent_id)?,
-            tenant_settings: store.settings(tenant, None)?,
-            agent_settings: store.settings(tenant, Some(&session.agent_id))?,
+            session_memory: store.memories().session_memory(
+                tenant,
+                &session.user_id,
+                &session.agent_id,
+            )?,
+            tenant_settings: store.tenants().settings(tenant, None)?,
+            agent_settings: store.tenants().settings(tenant, Some(&session.agent_id))?,
             user_id: session.user_id.clone(),
             agent_id: session.agent_id.clone(),
             load_from: context_start(session),
@@ -696,12 +709,15 @@ fn open_snapshot(
     access: &Access,
     session_id: &str,
 ) -> Result<SessionSnapshot, MemoryError> {
-    store.snapshot(access, session_id)?.ok_or_else(|| {
-        StoreError::SessionNotFound {
-            session_id: session_id.to_owned(),
-        }
-        .into()
-    })
+    store
+        .sessions()
+        .snapshot(access, session_id)?
+        .ok_or_else(|| {
+            StoreError::SessionNotFound {
+                session_id: session_id.to_owned(),
+            }
+            .into()
+        })
 }
 
 /// A message standing for its outline: no content, no metadata.
@@ -809,14 +825,6 @@ fn after_summary(messages: &[Message], summary: &Summary) -> Vec<Message> {
         .filter(|m| m.role == Role::System || m.index > summary.last_index)
         .cloned()
         .collect()
-}
-
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, MemoryError> + Send + 'static,
-) -> Result<T, MemoryError> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|err| MemoryError::Task(err.to_string()))?
 }
 
 #[cfg(test)]

@@ -37,8 +37,14 @@ pub enum MemoryError {
     #[error("nothing to summarise")]
     NothingToSummarize,
     /// A summariser behind a model failed; the caller falls back to the extractive one.
-    #[error("the summariser failed: {0}")]
-    Summarizer(String),
+    #[error("the summariser failed: {reason}")]
+    Summarizer {
+        /// Why, in general words a client may read (the model's own are the operator's).
+        reason: String,
+        /// The model client's error, when the call itself failed.
+        #[source]
+        source: Option<memlayer_llm::LlmError>,
+    },
     /// Reading or writing the store failed.
     #[error(transparent)]
     Store(#[from] memlayer_store::StoreError),
@@ -47,10 +53,10 @@ pub enum MemoryError {
     Index(#[from] memlayer_index::IndexError),
     /// The embedding model failed.
     #[error("embedding failed: {0}")]
-    Embedding(String),
-    /// A background task died (it panicked or the runtime is shutting down).
-    #[error("a background task failed: {0}")]
-    Task(String),
+    Embedding(#[source] memlayer_embed::EmbedError),
+    /// The embedding model answered a text with no vector.
+    #[error("embedding failed: the model returned no vector")]
+    NoVector,
 }
 
 impl MemoryError {
@@ -65,9 +71,10 @@ impl MemoryError {
             Self::Store(store) => store.for_log(),
             Self::Index(index) => index.for_log(),
             // A summariser's reason is written for clients, without the model's own words.
-            Self::NothingToSummarize | Self::Summarizer(_) | Self::Embedding(_) | Self::Task(_) => {
-                self.to_string()
-            }
+            Self::NothingToSummarize
+            | Self::Summarizer { .. }
+            | Self::Embedding(_)
+            | Self::NoVector => self.to_string(),
         }
     }
 }

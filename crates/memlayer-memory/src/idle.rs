@@ -31,7 +31,7 @@ pub async fn end_idle_sessions(
     let cutoff = Timestamp::from_micros(now.as_micros().saturating_sub(micros(timeout)));
     let mut ended = 0;
     loop {
-        let due = store.take_idle_sessions(cutoff, BATCH).await?;
+        let due = store.sessions().take_idle_sessions(cutoff, BATCH).await?;
         if due.is_empty() {
             return Ok(ended);
         }
@@ -64,11 +64,10 @@ pub async fn run_idle_sessions(
         if let Err(err) = end_idle_sessions(&contexts, &store, timeout, now).await {
             tracing::error!(error = %err.for_log(), "ending idle sessions failed; it is retried");
         }
-        let reader = store.clone();
-        let oldest = tokio::task::spawn_blocking(move || reader.oldest_open_activity())
+        let oldest = store
+            .read(|store| store.sessions().oldest_open_activity())
             .await
             .ok()
-            .and_then(Result::ok)
             .flatten();
         let wait = match oldest {
             Some(at) => {

@@ -52,12 +52,13 @@ pub fn build_lessons(
 ) -> Result<Option<Lessons>, MemoryError> {
     let visible = |episode: &Episode| visible_to(query.agent_id, episode.agent_id.as_deref());
     let standing: Vec<Episode> = store
+        .memories()
         .user_episodes(query.tenant, query.user_id)?
         .into_iter()
         .filter(|episode| episode.standing && visible(episode))
         .collect();
     let recent = match query.task_type {
-        Some(task_type) if query.max_lessons > 0 => store.recent_episodes(
+        Some(task_type) if query.max_lessons > 0 => store.memories().recent_episodes(
             query.tenant,
             query.user_id,
             task_type,
@@ -90,6 +91,7 @@ pub fn list_episodes(
     task_type: Option<&str>,
 ) -> Result<Vec<Episode>, MemoryError> {
     Ok(store
+        .memories()
         .user_episodes(tenant, user_id)?
         .into_iter()
         .filter(|episode| {
@@ -160,7 +162,7 @@ mod tests {
             episode("refund", "Never promise a date.", false, None),
             episode("upgrade", "Be brief.", true, None),
         ] {
-            store.put_episode(episode).await.unwrap();
+            store.memories().put_episode(episode).await.unwrap();
         }
         let encoding = TokenEncoding::default();
         let text = |q: LessonQuery<'_>| {

@@ -56,22 +56,29 @@ impl LlmSummarizer {
         let completion = self.client.complete(&chat).await.map_err(|err| {
             // The details are the operator's; the reason goes back to the client.
             tracing::warn!(error = %err.for_log(), "the summarising model failed");
-            MemoryError::Summarizer(err.public_reason())
+            MemoryError::Summarizer {
+                reason: err.public_reason(),
+                source: Some(err),
+            }
         })?;
         let body = completion.content.unwrap_or_default();
         let body = body.trim();
         if body.is_empty() {
-            return Err(MemoryError::Summarizer(
-                "the model answered with an empty summary".into(),
-            ));
+            return Err(MemoryError::Summarizer {
+                reason: "the model answered with an empty summary".into(),
+                source: None,
+            });
         }
         let text = format!("{header}\n{body}");
         let tokens = request.encoding.count(&text);
         if tokens > request.max_tokens {
-            return Err(MemoryError::Summarizer(format!(
-                "the model's summary has {tokens} tokens, over the limit of {}",
-                request.max_tokens
-            )));
+            return Err(MemoryError::Summarizer {
+                reason: format!(
+                    "the model's summary has {tokens} tokens, over the limit of {}",
+                    request.max_tokens
+                ),
+                source: None,
+            });
         }
         Ok(Summary {
             text,

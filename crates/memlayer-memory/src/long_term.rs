@@ -23,8 +23,8 @@ use memlayer_index::{
     reciprocal_rank_fusion, run_graph_builder,
 };
 use memlayer_store::{
-    Access, Citation, Memory, MemoryKind, ReplacedText, Store, StoreError, Timestamp,
-    UNKNOWN_SOURCE,
+    Access, Citation, Eraser, Memory, MemoryKind, ReplacedText, Store, StoreError, Timestamp,
+    UNKNOWN_SOURCE, blocking,
 };
 use serde::Serialize;
 
@@ -157,7 +157,7 @@ impl LongTermMemory {
         };
         let mut after = 0;
         loop {
-            let page = store.memories_after(after, REBUILD_PAGE)?;
+            let page = store.memories().memories_after(after, REBUILD_PAGE)?;
             let Some(last) = page.last() else { break };
             after = last.id;
             indexes.add(&page)?;
@@ -191,9 +191,9 @@ impl LongTermMemory {
             .embedder
             .embed(request.access.tenant(), vec![text.clone()])
             .await
-            .map_err(|err| MemoryError::Embedding(err.to_string()))?
+            .map_err(MemoryError::Embedding)?
             .pop()
-            .ok_or_else(|| MemoryError::Embedding("no vector returned".into()))?;
+            .ok_or(MemoryError::NoVector)?;
         let _one_at_a_time = self.inner.remembering.lock().await;
         // An erasure may forget or rewrite the memory this restates between the read and the
         // save; the store refuses the stale update, and it is made again from a new read.
@@ -269,6 +269,7 @@ impl LongTermMemory {
         let id = self
             .inner
             .store
+            .memories()
             .put_memory(memory.clone(), &request.access)
             .await?;
         let memory = Memory {
@@ -304,7 +305,7 @@ impl LongTermMemory {
             if similarity < SAME_TOPIC {
                 break;
             }
-            let Some(memory) = self.inner.store.memory(tenant, id)? else {
+            let Some(memory) = self.inner.store.memories().memory(tenant, id)? else {
                 continue;
             };
             if similarity >= SAME_STATEMENT || shares_key_terms(&memory.text, text) {
@@ -324,12 +325,10 @@ impl LongTermMemory {
             .embedder
             .embed(&query.tenant, vec![query.query.clone()])
             .await
-            .map_err(|err| MemoryError::Embedding(err.to_string()))?
+            .map_err(MemoryError::Embedding)?
             .pop();
         let this = self.clone();
-        tokio::task::spawn_blocking(move || this.search(&query, vector.as_deref()))
-            .await
-            .map_err(|err| MemoryError::Task(err.to_string()))?
+        blocking(move || this.search(&query, vector.as_deref())).await
     }
 
     fn search(
@@ -375,7 +374,7 @@ impl LongTermMemory {
         drop(indexes);
         let mut hits = Vec::new();
         for hit in fused.into_iter().take(query.k) {
-            if let Some(memory) = self.inner.store.memory(&query.tenant, hit.id)? {
+            if let Some(memory) = self.inner.store.memories().memory(&query.tenant, hit.id)? {
                 hits.push(MemoryHit {
                     memory,
                     score: hit.score,
@@ -398,6 +397,7 @@ impl LongTermMemory {
         Ok(self
             .inner
             .store
+            .memories()
             .user_memories_page(tenant, user_id, after, limit, |m| {
                 visible_to(agent_id, m.agent_id.as_deref())
             })?)
@@ -405,19 +405,29 @@ impl LongTermMemory {
 
     /// The memory with this id in `tenant`.
     pub fn get(&self, tenant: &str, id: u64) -> Result<Option<Memory>, MemoryError> {
-        Ok(self.inner.store.memory(tenant, id)?)
+        Ok(self.inner.store.memories().memory(tenant, id)?)
     }
 
-    /// Removes a memory from the store and the indexes; returns whether it existed. The
-    /// erasure coordinator calls it and then compacts the store file.
-    pub async fn forget(&self, tenant: &str, id: u64) -> Result<bool, MemoryError> {
-        Ok(self.forget_all(tenant, vec![id]).await? == 1)
+    /// Removes a memory from the store (with `eraser`, the store's) and the indexes; returns
+    /// whether it existed. The erasure coordinator calls it and then compacts the store file.
+    pub async fn forget(
+        &self,
+        eraser: &Eraser,
+        tenant: &str,
+        id: u64,
+    ) -> Result<bool, MemoryError> {
+        Ok(self.forget_all(eraser, tenant, vec![id]).await? == 1)
     }
 
     /// Removes every memory of a user; returns how many there were.
-    pub async fn forget_user(&self, tenant: &str, user_id: &str) -> Result<u64, MemoryError> {
+    pub async fn forget_user(
+        &self,
+        eraser: &Eraser,
+        tenant: &str,
+        user_id: &str,
+    ) -> Result<u64, MemoryError> {
         let ids = self.user_memory_ids(tenant, user_id, |_| true)?;
-        self.forget_all(tenant, ids).await
+        self.forget_all(eraser, tenant, ids).await
     }
 
     /// Takes what any memory of `tenant` holds of a session (`index` `None`) or of one of its
@@ -430,23 +440,21 @@ impl LongTermMemory {
     /// were deleted.
     pub async fn forget_derived_from(
         &self,
+        eraser: &Eraser,
         tenant: &str,
         session_id: &str,
         index: Option<u64>,
     ) -> Result<u64, MemoryError> {
         let mut deleted = Vec::new();
         for (session, index) in [(session_id, index), (UNKNOWN_SOURCE, None)] {
-            let store = self.inner.store.clone();
             let (owner, cited) = (tenant.to_owned(), session.to_owned());
-            let ids = tokio::task::spawn_blocking(move || store.memories_citing(&owner, &cited))
-                .await
-                .map_err(|err| MemoryError::Task(err.to_string()))??;
+            let ids = self
+                .inner
+                .store
+                .read(move |store| store.memories().memories_citing(&owner, &cited))
+                .await?;
             for id in ids {
-                let citation = self
-                    .inner
-                    .store
-                    .forget_citation(tenant, id, session, index)
-                    .await?;
+                let citation = eraser.forget_citation(tenant, id, session, index).await?;
                 if let Citation::Deleted { .. } = citation {
                     deleted.push(id);
                 }
@@ -459,16 +467,15 @@ impl LongTermMemory {
     /// [`LongTermMemory::forget_derived_from`] for every citation of a session or message no
     /// longer stored: what an erasure interrupted between deleting it and its memories left.
     /// Reads every citation; the erasure coordinator runs it when it resumes a job.
-    pub async fn forget_orphaned(&self) -> Result<u64, MemoryError> {
-        let store = self.inner.store.clone();
-        let orphans = tokio::task::spawn_blocking(move || store.orphaned_citations())
-            .await
-            .map_err(|err| MemoryError::Task(err.to_string()))??;
+    pub async fn forget_orphaned(&self, eraser: &Eraser) -> Result<u64, MemoryError> {
+        let orphans = self
+            .inner
+            .store
+            .read(|store| store.memories().orphaned_citations())
+            .await?;
         let mut deleted = 0;
         for orphan in orphans {
-            let citation = self
-                .inner
-                .store
+            let citation = eraser
                 .forget_citation(
                     &orphan.tenant,
                     orphan.memory_id,
@@ -493,6 +500,7 @@ impl LongTermMemory {
         Ok(self
             .inner
             .store
+            .memories()
             .user_memories(tenant, user_id)?
             .iter()
             .filter(|memory| keep(memory))
@@ -504,13 +512,18 @@ impl LongTermMemory {
     /// partition's vector index is compacted once (dropping its graph, which
     /// [`LongTermMemory::keep_graphs_built`] builds again), not once per memory. Returns how
     /// many existed.
-    async fn forget_all(&self, tenant: &str, ids: Vec<u64>) -> Result<u64, MemoryError> {
+    async fn forget_all(
+        &self,
+        eraser: &Eraser,
+        tenant: &str,
+        ids: Vec<u64>,
+    ) -> Result<u64, MemoryError> {
         if ids.is_empty() {
             return Ok(0);
         }
         let mut existed = 0;
         for &id in &ids {
-            existed += u64::from(self.inner.store.delete_memory(tenant, id).await?);
+            existed += u64::from(eraser.delete_memory(tenant, id).await?);
         }
         self.drop_from_indexes(tenant, &ids);
         Ok(existed)

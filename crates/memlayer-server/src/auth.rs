@@ -117,11 +117,10 @@ async fn principal(parts: &mut Parts, state: &AppState) -> Result<Principal, Api
         return Ok(principal.clone());
     }
     let presented = bearer(&parts.headers)?;
-    let store = state.store().clone();
-    let checked =
-        tokio::task::spawn_blocking(move || store.authenticate_key(&presented, Timestamp::now()))
-            .await
-            .map_err(|err| ApiError::Internal(format!("key check failed: {err}")))??;
+    let checked = state
+        .store()
+        .read(move |store| store.keys().authenticate_key(&presented, Timestamp::now()))
+        .await?;
     let key = checked.map_err(|rejection| {
         ApiError::Unauthorized(
             match rejection {

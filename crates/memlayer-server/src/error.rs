@@ -302,7 +302,7 @@ impl From<MemoryError> for ApiError {
         match err {
             MemoryError::Store(store) => store.into(),
             MemoryError::Index(index) => index.into(),
-            MemoryError::Embedding(_) => {
+            MemoryError::Embedding(_) | MemoryError::NoVector => {
                 Self::Unavailable(format!("the embedding model is not available: {err}"))
             }
             MemoryError::InvalidSetting { .. } | MemoryError::UnknownEncoding(_) => {

@@ -219,12 +219,16 @@ pub(crate) fn render(state: &AppState) -> Result<String, String> {
         (
             "embeddings_pending",
             "Appended messages the indexing pipeline has not embedded yet",
-            state.store().pending_embedding_count(),
+            state
+                .store()
+                .feed()
+                .pending_embedding_count()
+                .map_err(|err| err.for_log()),
         ),
         (
             "erasure_jobs_pending",
             "Erasure jobs recorded and not finished: running, or waiting for a retry",
-            state.store().pending_job_count(),
+            state.erasure().pending().map_err(|err| err.for_log()),
         ),
     ] {
         match count {
@@ -233,7 +237,7 @@ pub(crate) fn render(state: &AppState) -> Result<String, String> {
                 help,
                 ConstGauge::new(i64::try_from(count).unwrap_or(i64::MAX)),
             ),
-            Err(err) => tracing::warn!(error = %err.for_log(), "metrics: cannot read {name}"),
+            Err(err) => tracing::warn!(error = %err, "metrics: cannot read {name}"),
         }
     }
     let mut text = String::new();

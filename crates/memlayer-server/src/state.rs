@@ -127,7 +127,7 @@ impl AppState {
             contexts = contexts.with_summarizer(Arc::new(LlmSummarizer::new(model.clone())));
         }
         let erasure = Coordinator::new(
-            store.clone(),
+            store.take_eraser()?,
             recall.clone(),
             memories.clone(),
             contexts.fact_cache().clone(),

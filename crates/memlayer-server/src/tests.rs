@@ -78,7 +78,7 @@ impl Fixture {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
         let recall = Recall::open(store.clone(), embedder(), RecallOptions::default()).unwrap();
-        block_on(store.bootstrap_keys(Some(ADMIN_KEY))).unwrap();
+        block_on(store.keys().bootstrap_keys(Some(ADMIN_KEY))).unwrap();
         Self {
             router: router(AppState::new(store.clone(), recall, config).unwrap()),
             store,

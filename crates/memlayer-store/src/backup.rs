@@ -114,6 +114,7 @@ mod tests {
             idempotency_key: None,
         };
         store
+            .sessions()
             .append(&Access::tenant_wide("t"), "s-1", append)
             .await
             .unwrap();
@@ -141,6 +142,7 @@ mod tests {
         // And it opens as a store with the session.
         let restored = Store::open(&path).unwrap();
         let messages = restored
+            .sessions()
             .messages(&Access::tenant_wide("t"), "s-1", 0, 10)
             .unwrap();
         let texts: Vec<&str> = messages.iter().map(|m| m.content.as_str()).collect();

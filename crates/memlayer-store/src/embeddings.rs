@@ -16,18 +16,21 @@ use crate::model::{
 use crate::record::{
     MessageRecord, ModelRecord, OutboxRecord, Record, SessionRecord, VectorRecord,
 };
-use crate::store::{enqueue_for_embedding, message_from_record, read_session_record, remove_range};
+use crate::sessions::{
+    enqueue_for_embedding, message_from_record, read_session_record, remove_range,
+};
+use crate::store::EmbeddingFeed;
 use crate::tables::{
     MESSAGES, META, MODELS, NEXT_OUTBOX_SEQ_KEY, OUTBOX, OUTBOX_BY_SESSION, SESSION_KEYS, SESSIONS,
     VECTORS, VECTORS_VERSION_KEY,
 };
-use crate::{Result, Store, StoreError};
+use crate::{Result, StoreError};
 
-impl Store {
+impl EmbeddingFeed<'_> {
     /// The oldest appends waiting to be embedded: whole outbox entries, oldest first, until
     /// at least `max_messages` messages are collected (always at least one entry if any).
-    pub fn pending_embeddings(&self, max_messages: usize) -> Result<Vec<PendingEmbedding>> {
-        let txn = self.begin_read()?;
+    pub fn pending_embeddings(self, max_messages: usize) -> Result<Vec<PendingEmbedding>> {
+        let txn = self.store.begin_read()?;
         let outbox = txn.open_table(OUTBOX)?;
         let keys = txn.open_table(SESSION_KEYS)?;
         let messages = txn.open_table(MESSAGES)?;
@@ -65,8 +68,8 @@ impl Store {
     }
 
     /// How many appends wait in the outbox (a gauge for metrics and back-pressure).
-    pub fn pending_embedding_count(&self) -> Result<u64> {
-        Ok(self.begin_read()?.open_table(OUTBOX)?.len()?)
+    pub fn pending_embedding_count(self) -> Result<u64> {
+        Ok(self.store.begin_read()?.open_table(OUTBOX)?.len()?)
     }
 
     /// Stores the vectors `model` made for outbox entries `done`, and removes those entries,
@@ -75,7 +78,7 @@ impl Store {
     /// Fails with [`StoreError::Conflict`] if the store holds vectors of another model: they
     /// are not comparable, and `memlayer reindex` must replace them first.
     pub async fn store_embeddings(
-        &self,
+        self,
         model: EmbeddingModel,
         done: Vec<u64>,
         vectors: Vec<(MessageKey, Vec<f32>)>,
@@ -92,39 +95,40 @@ impl Store {
                 });
             }
         }
-        self.write(move |txn| {
-            let model_id = register_model(txn, &model)?;
-            let messages = txn.open_table(MESSAGES)?;
-            let mut table = txn.open_table(VECTORS)?;
-            for (key, components) in vectors {
-                let Some(message) = messages.get((key.session(), key.index()))? else {
-                    continue;
-                };
-                let message = MessageRecord::decode(message.value())?;
-                let record = VectorRecord {
-                    model: model_id,
-                    role: message.role,
-                    timestamp: message.timestamp,
-                    components,
-                };
-                table.insert((key.session(), key.index()), record.encode().as_slice())?;
-            }
-            let mut outbox = txn.open_table(OUTBOX)?;
-            let mut by_session = txn.open_table(OUTBOX_BY_SESSION)?;
-            for seq in done {
-                if let Some(entry) = outbox.remove(seq)? {
-                    let record = OutboxRecord::decode(entry.value())?;
-                    by_session.remove((record.sid, seq))?;
+        self.store
+            .write(move |txn| {
+                let model_id = register_model(txn, &model)?;
+                let messages = txn.open_table(MESSAGES)?;
+                let mut table = txn.open_table(VECTORS)?;
+                for (key, components) in vectors {
+                    let Some(message) = messages.get((key.session(), key.index()))? else {
+                        continue;
+                    };
+                    let message = MessageRecord::decode(message.value())?;
+                    let record = VectorRecord {
+                        model: model_id,
+                        role: message.role,
+                        timestamp: message.timestamp,
+                        components,
+                    };
+                    table.insert((key.session(), key.index()), record.encode().as_slice())?;
                 }
-            }
-            bump_vectors_version(txn)
-        })
-        .await
+                let mut outbox = txn.open_table(OUTBOX)?;
+                let mut by_session = txn.open_table(OUTBOX_BY_SESSION)?;
+                for seq in done {
+                    if let Some(entry) = outbox.remove(seq)? {
+                        let record = OutboxRecord::decode(entry.value())?;
+                        by_session.remove((record.sid, seq))?;
+                    }
+                }
+                bump_vectors_version(txn)
+            })
+            .await
     }
 
     /// The model the stored vectors were made with, if any vector is stored.
-    pub fn vector_model(&self) -> Result<Option<EmbeddingModel>> {
-        let txn = self.begin_read()?;
+    pub fn vector_model(self) -> Result<Option<EmbeddingModel>> {
+        let txn = self.store.begin_read()?;
         let models = txn.open_table(MODELS)?;
         let Some(entry) = models.iter()?.next() else {
             return Ok(None);
@@ -139,8 +143,8 @@ impl Store {
 
     /// Up to `limit` stored vectors in key order, starting after `after`: the pages an index
     /// rebuild reads.
-    pub fn vectors(&self, after: Option<MessageKey>, limit: usize) -> Result<Vec<StoredVector>> {
-        let txn = self.begin_read()?;
+    pub fn vectors(self, after: Option<MessageKey>, limit: usize) -> Result<Vec<StoredVector>> {
+        let txn = self.store.begin_read()?;
         let table = txn.open_table(VECTORS)?;
         keys_after(&table, after)?
             .take(limit)
@@ -159,8 +163,8 @@ impl Store {
     }
 
     /// The session a key's message belongs to, or `None` if it was deleted.
-    pub fn session_ref(&self, sid: u64) -> Result<Option<SessionRef>> {
-        let txn = self.begin_read()?;
+    pub fn session_ref(self, sid: u64) -> Result<Option<SessionRef>> {
+        let txn = self.store.begin_read()?;
         let keys = txn.open_table(SESSION_KEYS)?;
         Ok(keys.get(sid)?.map(|names| {
             let (tenant, session_id) = names.value();
@@ -174,10 +178,10 @@ impl Store {
     /// Which of the surrogate keys `sids` belong to no session any more, read in one
     /// transaction.
     pub fn deleted_sessions(
-        &self,
+        self,
         sids: &std::collections::BTreeSet<u64>,
     ) -> Result<std::collections::BTreeSet<u64>> {
-        let txn = self.begin_read()?;
+        let txn = self.store.begin_read()?;
         let keys = txn.open_table(SESSION_KEYS)?;
         let mut deleted = std::collections::BTreeSet::new();
         for &sid in sids {
@@ -189,27 +193,29 @@ impl Store {
     }
 
     /// The session with surrogate key `sid` and where it lives, or `None` if it was deleted.
-    pub fn session_by_key(&self, sid: u64) -> Result<Option<(SessionRef, crate::Session)>> {
+    pub fn session_by_key(self, sid: u64) -> Result<Option<(SessionRef, crate::Session)>> {
         let Some(at) = self.session_ref(sid)? else {
             return Ok(None);
         };
         Ok(self
+            .store
+            .sessions()
             .session(&Access::tenant_wide(&*at.tenant), &at.session_id)?
             .map(|session| (at, session)))
     }
 
     /// The surrogate key of a session `access` reaches (the session part of its messages'
     /// keys).
-    pub fn session_key(&self, access: &Access, session_id: &str) -> Result<Option<u64>> {
-        let txn = self.begin_read()?;
+    pub fn session_key(self, access: &Access, session_id: &str) -> Result<Option<u64>> {
+        let txn = self.store.begin_read()?;
         let sessions = txn.open_table(SESSIONS)?;
         Ok(read_session_record(&sessions, access, session_id)?.map(|record| record.sid))
     }
 
     /// The sequence number of the newest outbox entry ever written (0 before the first).
     /// An index that has applied every entry up to it has seen every committed append.
-    pub fn outbox_head(&self) -> Result<u64> {
-        let txn = self.begin_read()?;
+    pub fn outbox_head(self) -> Result<u64> {
+        let txn = self.store.begin_read()?;
         let next = txn
             .open_table(META)?
             .get(NEXT_OUTBOX_SEQ_KEY)?
@@ -219,8 +225,8 @@ impl Store {
 
     /// A counter that changes whenever the set of stored vectors does. An index snapshot
     /// taken at one value is exact while the store still has it.
-    pub fn vectors_version(&self) -> Result<u64> {
-        let txn = self.begin_read()?;
+    pub fn vectors_version(self) -> Result<u64> {
+        let txn = self.store.begin_read()?;
         Ok(txn
             .open_table(META)?
             .get(VECTORS_VERSION_KEY)?
@@ -230,11 +236,11 @@ impl Store {
     /// Up to `limit` messages of every session in key order, starting after `after`: the
     /// pages a keyword index rebuild reads.
     pub fn all_messages(
-        &self,
+        self,
         after: Option<MessageKey>,
         limit: usize,
     ) -> Result<Vec<(MessageKey, crate::Message)>> {
-        let txn = self.begin_read()?;
+        let txn = self.store.begin_read()?;
         let table = txn.open_table(MESSAGES)?;
         keys_after(&table, after)?
             .take(limit)
@@ -249,8 +255,8 @@ impl Store {
 
     /// The messages behind index hits, in the order given; `None` for a message that no
     /// longer exists.
-    pub fn messages_by_key(&self, keys: &[MessageKey]) -> Result<Vec<Option<crate::Message>>> {
-        let txn = self.begin_read()?;
+    pub fn messages_by_key(self, keys: &[MessageKey]) -> Result<Vec<Option<crate::Message>>> {
+        let txn = self.store.begin_read()?;
         let messages = txn.open_table(MESSAGES)?;
         keys.iter()
             .map(|key| {
@@ -266,31 +272,32 @@ impl Store {
 
     /// Deletes every vector and queues every message for embedding again: `memlayer reindex`,
     /// after the embedding model changed. Returns how many messages were queued.
-    pub async fn reset_embeddings(&self) -> Result<u64> {
-        self.write(|txn| {
-            remove_range(&mut txn.open_table(VECTORS)?, (0, 0)..(u64::MAX, 0))?;
-            bump_vectors_version(txn)?;
-            txn.open_table(MODELS)?.retain(|_, _| false)?;
-            txn.open_table(OUTBOX)?.retain(|_, _| false)?;
-            txn.open_table(OUTBOX_BY_SESSION)?.retain(|_, ()| false)?;
-            let sessions: Vec<(u64, u64)> = txn
-                .open_table(SESSIONS)?
-                .iter()?
-                .map(|entry| {
-                    let record = SessionRecord::decode(entry?.1.value())?;
-                    Ok((record.sid, record.next_index))
-                })
-                .collect::<Result<_>>()?;
-            let mut queued = 0;
-            for (sid, count) in sessions {
-                if count > 0 {
-                    enqueue_for_embedding(txn, sid, 0, count)?;
-                    queued += count;
+    pub async fn reset_embeddings(self) -> Result<u64> {
+        self.store
+            .write(|txn| {
+                remove_range(&mut txn.open_table(VECTORS)?, (0, 0)..(u64::MAX, 0))?;
+                bump_vectors_version(txn)?;
+                txn.open_table(MODELS)?.retain(|_, _| false)?;
+                txn.open_table(OUTBOX)?.retain(|_, _| false)?;
+                txn.open_table(OUTBOX_BY_SESSION)?.retain(|_, ()| false)?;
+                let sessions: Vec<(u64, u64)> = txn
+                    .open_table(SESSIONS)?
+                    .iter()?
+                    .map(|entry| {
+                        let record = SessionRecord::decode(entry?.1.value())?;
+                        Ok((record.sid, record.next_index))
+                    })
+                    .collect::<Result<_>>()?;
+                let mut queued = 0;
+                for (sid, count) in sessions {
+                    if count > 0 {
+                        enqueue_for_embedding(txn, sid, 0, count)?;
+                        queued += count;
+                    }
                 }
-            }
-            Ok(queued)
-        })
-        .await
+                Ok(queued)
+            })
+            .await
     }
 }
 

@@ -12,7 +12,8 @@ use crate::ids::{next_seq, random_id, unused_id};
 use crate::model::Access;
 use crate::model::{Timestamp, validate_id, validate_text};
 use crate::record::Record;
-use crate::store::read_session_record;
+use crate::sessions::read_session_record;
+use crate::store::{Eraser, Memories};
 use crate::tables::{EPISODE_OWNERS, EPISODE_TASKS, EPISODES, NEXT_EPISODE_SEQ_KEY, SESSIONS};
 use crate::{Result, Store, StoreError};
 
@@ -132,12 +133,6 @@ fn bounded(field: &'static str, text: &str, max: usize, may_be_empty: bool) -> R
 }
 
 impl Store {
-    /// Records a new episode and returns its id. A source session must be one of the same
-    /// user's sessions (checked in the same transaction, so it cannot be erased in between).
-    pub async fn put_episode(&self, episode: Episode) -> Result<u64> {
-        self.put_episode_drawing(episode, random_id).await
-    }
-
     /// [`Store::put_episode`] with ids from `draw` (tests force collisions with it).
     pub(crate) async fn put_episode_drawing(
         &self,
@@ -182,11 +177,19 @@ impl Store {
         })
         .await
     }
+}
+
+impl Memories<'_> {
+    /// Records a new episode and returns its id. A source session must be one of the same
+    /// user's sessions (checked in the same transaction, so it cannot be erased in between).
+    pub async fn put_episode(self, episode: Episode) -> Result<u64> {
+        self.store.put_episode_drawing(episode, random_id).await
+    }
 
     /// The episode with this id if it belongs to `tenant`.
-    pub fn episode(&self, tenant: &str, id: u64) -> Result<Option<Episode>> {
+    pub fn episode(self, tenant: &str, id: u64) -> Result<Option<Episode>> {
         validate_id("tenant", tenant)?;
-        let txn = self.begin_read()?;
+        let txn = self.store.begin_read()?;
         let table = txn.open_table(EPISODES)?;
         let Some(value) = table.get(id)? else {
             return Ok(None);
@@ -196,10 +199,10 @@ impl Store {
     }
 
     /// Every episode of a user, oldest first.
-    pub fn user_episodes(&self, tenant: &str, user_id: &str) -> Result<Vec<Episode>> {
+    pub fn user_episodes(self, tenant: &str, user_id: &str) -> Result<Vec<Episode>> {
         validate_id("tenant", tenant)?;
         validate_id("user_id", user_id)?;
-        let txn = self.begin_read()?;
+        let txn = self.store.begin_read()?;
         let owners = txn.open_table(EPISODE_OWNERS)?;
         let table = txn.open_table(EPISODES)?;
         let mut listed = owners
@@ -219,7 +222,7 @@ impl Store {
     /// A user's episodes of one task type that `keep` accepts, newest first, at most
     /// `limit`: one reverse range of the task index, reading only the episodes it returns.
     pub fn recent_episodes(
-        &self,
+        self,
         tenant: &str,
         user_id: &str,
         task_type: &str,
@@ -229,7 +232,7 @@ impl Store {
         validate_id("tenant", tenant)?;
         validate_id("user_id", user_id)?;
         validate_id("task_type", task_type)?;
-        let txn = self.begin_read()?;
+        let txn = self.store.begin_read()?;
         let tasks = txn.open_table(EPISODE_TASKS)?;
         let table = txn.open_table(EPISODES)?;
         let mut found = Vec::new();
@@ -247,27 +250,30 @@ impl Store {
         }
         Ok(found)
     }
+}
 
+impl Eraser {
     /// Deletes an episode of `tenant`; returns whether it existed.
     pub async fn delete_episode(&self, tenant: &str, id: u64) -> Result<bool> {
         validate_id("tenant", tenant)?;
         let tenant = tenant.to_owned();
-        self.write_alone(move |txn| {
-            let record = txn
-                .open_table(EPISODES)?
-                .get(id)?
-                .map(|value| EpisodeRecord::decode(value.value()))
-                .transpose()?;
-            match record {
-                Some(record) if record.tenant == tenant => {
-                    txn.open_table(EPISODES)?.remove(id)?;
-                    remove_episode_keys(txn, id, &record)?;
-                    Ok(true)
+        self.store
+            .write_alone(move |txn| {
+                let record = txn
+                    .open_table(EPISODES)?
+                    .get(id)?
+                    .map(|value| EpisodeRecord::decode(value.value()))
+                    .transpose()?;
+                match record {
+                    Some(record) if record.tenant == tenant => {
+                        txn.open_table(EPISODES)?.remove(id)?;
+                        remove_episode_keys(txn, id, &record)?;
+                        Ok(true)
+                    }
+                    _ => Ok(false),
                 }
-                _ => Ok(false),
-            }
-        })
-        .await
+            })
+            .await
     }
 
     /// Deletes a user's episodes: all of them, or (with `session_id`) those drawn from that
@@ -278,7 +284,8 @@ impl Store {
         user_id: &str,
         session_id: Option<&str>,
     ) -> Result<u64> {
-        self.remove_user_rows(tenant, user_id, session_id, remove_user_episodes)
+        self.store
+            .remove_user_rows(tenant, user_id, session_id, remove_user_episodes)
             .await
     }
 }

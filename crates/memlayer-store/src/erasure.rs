@@ -14,7 +14,8 @@ use serde_json::Value;
 use crate::ids::{next_seq, random_id, unused_id};
 use crate::model::{Access, MAX_MESSAGES_PER_SESSION, Timestamp, validate_id};
 use crate::record::{ERASED_DIGEST, IdempotencyRecord, Record, RunRecord, SummaryRecord};
-use crate::store::{not_found, read_session_record};
+use crate::sessions::{not_found, read_session_record};
+use crate::store::{Eraser, Sessions, Tenants};
 use crate::tables::{
     ERASURE_IDS, ERASURE_JOBS, ERASURE_RECEIPT_SEQS, ERASURE_RECEIPTS, IDEMPOTENCY, MESSAGES,
     NEXT_JOB_SEQ_KEY, RETENTION, RUNS, SESSION_ACTIVITY, SESSION_COUNTS, SESSIONS, SUMMARIES,
@@ -106,6 +107,42 @@ fn forget_digests(txn: &WriteTransaction, sid: u64, index: u64) -> Result<()> {
 }
 
 impl Store {
+    fn sessions_in_scope(&self, tenant: &str, scope: &str, before: u64) -> Result<Vec<String>> {
+        let txn = self.begin_read()?;
+        let activity = txn.open_table(SESSION_ACTIVITY)?;
+        activity
+            .range((tenant, scope, 0, "")..(tenant, scope, before, ""))?
+            .map(|entry| {
+                let (key, _) = entry?;
+                Ok(key.value().3.to_owned())
+            })
+            .collect()
+    }
+
+    /// [`Store::record_job`] with ids from `draw` (tests force collisions with it).
+    pub(crate) async fn record_job_drawing(
+        &self,
+        document: Value,
+        draw: impl FnMut() -> Result<u64> + Send + 'static,
+    ) -> Result<u64> {
+        let bytes = serde_json::to_vec(&document).map_err(|err| StoreError::InvalidInput {
+            field: "job",
+            reason: err.to_string(),
+        })?;
+        self.write(move |txn| {
+            // Against every id ever issued, not only the pending ones: a finished job's id
+            // names its receipt for good.
+            let mut ids = txn.open_table(ERASURE_IDS)?;
+            let id = unused_id(draw, |id| Ok(ids.get(id)?.is_some()))?;
+            ids.insert(id, next_seq(txn, NEXT_JOB_SEQ_KEY)?)?;
+            txn.open_table(ERASURE_JOBS)?.insert(id, bytes.as_slice())?;
+            Ok(id)
+        })
+        .await
+    }
+}
+
+impl Eraser {
     /// Erases message `index` of a session, in one transaction with everything stored beside
     /// it or made from it: its vector; the session's summary if that covers it (regenerated
     /// from what remains the next time a context overflows); the user's session memories the
@@ -131,145 +168,84 @@ impl Store {
             });
         }
         let (access, session_id) = (access.clone(), session_id.to_owned());
-        self.write_alone(move |txn| {
-            let mut sessions = txn.open_table(SESSIONS)?;
-            let mut record = read_session_record(&sessions, &access, &session_id)?
-                .ok_or_else(|| not_found(&session_id))?;
-            let sid = record.sid;
-            let message = txn.open_table(MESSAGES)?.remove((sid, index))?.is_some();
-            if message {
-                // Whoever read the session before must not trust that read any more.
-                record.erased += 1;
-                sessions.insert(
-                    (access.tenant(), session_id.as_str()),
-                    record.encode().as_slice(),
+        self.store
+            .write_alone(move |txn| {
+                let mut sessions = txn.open_table(SESSIONS)?;
+                let mut record = read_session_record(&sessions, &access, &session_id)?
+                    .ok_or_else(|| not_found(&session_id))?;
+                let sid = record.sid;
+                let message = txn.open_table(MESSAGES)?.remove((sid, index))?.is_some();
+                if message {
+                    // Whoever read the session before must not trust that read any more.
+                    record.erased += 1;
+                    sessions.insert(
+                        (access.tenant(), session_id.as_str()),
+                        record.encode().as_slice(),
+                    )?;
+                }
+                let vector = txn.open_table(VECTORS)?.remove((sid, index))?.is_some();
+                if vector {
+                    crate::embeddings::bump_vectors_version(txn)?;
+                }
+                let session_memories = crate::session_memory::remove_session_memories(
+                    txn,
+                    access.tenant(),
+                    &record.user_id,
+                    Some(&session_id),
                 )?;
-            }
-            let vector = txn.open_table(VECTORS)?.remove((sid, index))?.is_some();
-            if vector {
-                crate::embeddings::bump_vectors_version(txn)?;
-            }
-            let session_memories = crate::session_memory::remove_session_memories(
-                txn,
-                access.tenant(),
-                &record.user_id,
-                Some(&session_id),
-            )?;
-            let runs_redacted = redact_runs(txn, sid)?;
-            forget_digests(txn, sid, index)?;
-            let mut summaries = txn.open_table(SUMMARIES)?;
-            let covers = summaries
-                .get(sid)?
-                .map(|value| SummaryRecord::decode(value.value()))
-                .transpose()?
-                .is_some_and(|s| (s.first_index..=s.last_index).contains(&index));
-            if covers {
-                summaries.remove(sid)?;
-            }
-            Ok(MessageErased {
-                sid,
-                message,
-                vector,
-                summary: covers,
-                session_memories,
-                runs_redacted,
+                let runs_redacted = redact_runs(txn, sid)?;
+                forget_digests(txn, sid, index)?;
+                let mut summaries = txn.open_table(SUMMARIES)?;
+                let covers = summaries
+                    .get(sid)?
+                    .map(|value| SummaryRecord::decode(value.value()))
+                    .transpose()?
+                    .is_some_and(|s| (s.first_index..=s.last_index).contains(&index));
+                if covers {
+                    summaries.remove(sid)?;
+                }
+                Ok(MessageErased {
+                    sid,
+                    message,
+                    vector,
+                    summary: covers,
+                    session_memories,
+                    runs_redacted,
+                })
             })
-        })
-        .await
+            .await
     }
 
     /// Ids of every session of a user in a tenant.
     pub fn user_session_ids(&self, tenant: &str, user_id: &str) -> Result<Vec<String>> {
         validate_id("tenant", tenant)?;
         validate_id("user_id", user_id)?;
-        self.sessions_in_scope(tenant, &scope(Some(user_id), None), u64::MAX)
+        self.store
+            .sessions_in_scope(tenant, &scope(Some(user_id), None), u64::MAX)
     }
 
     /// Ids of every session of a tenant whose last activity is before `cutoff`, oldest
     /// first.
     pub fn sessions_inactive_before(&self, tenant: &str, cutoff: Timestamp) -> Result<Vec<String>> {
         validate_id("tenant", tenant)?;
-        self.sessions_in_scope(tenant, &scope(None, None), cutoff.as_micros())
-    }
-
-    fn sessions_in_scope(&self, tenant: &str, scope: &str, before: u64) -> Result<Vec<String>> {
-        let txn = self.begin_read()?;
-        let activity = txn.open_table(SESSION_ACTIVITY)?;
-        activity
-            .range((tenant, scope, 0, "")..(tenant, scope, before, ""))?
-            .map(|entry| {
-                let (key, _) = entry?;
-                Ok(key.value().3.to_owned())
-            })
-            .collect()
-    }
-
-    /// How many sessions a tenant has and which was active least recently.
-    pub fn conversation_stats(&self, tenant: &str) -> Result<ConversationStats> {
-        validate_id("tenant", tenant)?;
-        let all = scope(None, None);
-        let txn = self.begin_read()?;
-        let total = txn
-            .open_table(SESSION_COUNTS)?
-            .get((tenant, all.as_str()))?
-            .map_or(0, |count| count.value());
-        let activity = txn.open_table(SESSION_ACTIVITY)?;
-        let oldest = activity
-            .range((tenant, all.as_str(), 0, "")..(tenant, all.as_str(), u64::MAX, ""))?
-            .next()
-            .transpose()?
-            .map(|(key, _)| {
-                let (_, _, at, session_id) = key.value();
-                (session_id.to_owned(), Timestamp::from_micros(at))
-            });
-        Ok(ConversationStats { total, oldest })
-    }
-
-    /// Whether `access` reaches the session (an erasure may run after it was deleted).
-    pub fn session_exists(&self, access: &Access, session_id: &str) -> Result<bool> {
-        access.validate()?;
-        validate_id("session_id", session_id)?;
-        let txn = self.begin_read()?;
-        let sessions = txn.open_table(SESSIONS)?;
-        Ok(read_session_record(&sessions, access, session_id)?.is_some())
+        self.store
+            .sessions_in_scope(tenant, &scope(None, None), cutoff.as_micros())
     }
 
     /// Records a job durably and returns its id. Record it before the first step runs, so a
     /// crash in the middle leaves it pending.
     pub async fn record_job(&self, document: Value) -> Result<u64> {
-        self.record_job_drawing(document, random_id).await
-    }
-
-    /// [`Store::record_job`] with ids from `draw` (tests force collisions with it).
-    pub(crate) async fn record_job_drawing(
-        &self,
-        document: Value,
-        draw: impl FnMut() -> Result<u64> + Send + 'static,
-    ) -> Result<u64> {
-        let bytes = serde_json::to_vec(&document).map_err(|err| StoreError::InvalidInput {
-            field: "job",
-            reason: err.to_string(),
-        })?;
-        self.write(move |txn| {
-            // Against every id ever issued, not only the pending ones: a finished job's id
-            // names its receipt for good.
-            let mut ids = txn.open_table(ERASURE_IDS)?;
-            let id = unused_id(draw, |id| Ok(ids.get(id)?.is_some()))?;
-            ids.insert(id, next_seq(txn, NEXT_JOB_SEQ_KEY)?)?;
-            txn.open_table(ERASURE_JOBS)?.insert(id, bytes.as_slice())?;
-            Ok(id)
-        })
-        .await
+        self.store.record_job_drawing(document, random_id).await
     }
 
     /// How many jobs are recorded and not finished (a gauge for metrics).
     pub fn pending_job_count(&self) -> Result<u64> {
-        Ok(self.begin_read()?.open_table(ERASURE_JOBS)?.len()?)
+        Ok(self.store.begin_read()?.open_table(ERASURE_JOBS)?.len()?)
     }
 
     /// Jobs recorded and not finished, oldest (first recorded) first.
     pub fn pending_jobs(&self) -> Result<Vec<StoredJob>> {
-        let txn = self.begin_read()?;
+        let txn = self.store.begin_read()?;
         let jobs = txn.open_table(ERASURE_JOBS)?;
         let ids = txn.open_table(ERASURE_IDS)?;
         let mut pending = jobs
@@ -301,27 +277,28 @@ impl Store {
             reason: err.to_string(),
         })?;
         let tenant = tenant.to_owned();
-        self.write(move |txn| {
-            let seq = job_seq(&txn.open_table(ERASURE_IDS)?, id)?.ok_or_else(|| {
-                StoreError::InvalidInput {
-                    field: "job",
-                    reason: format!("erasure {id} was never recorded"),
-                }
-            })?;
-            txn.open_table(ERASURE_JOBS)?.remove(id)?;
-            txn.open_table(ERASURE_RECEIPTS)?
-                .insert((tenant.as_str(), id), bytes.as_slice())?;
-            txn.open_table(ERASURE_RECEIPT_SEQS)?
-                .insert((tenant.as_str(), seq), id)?;
-            Ok(())
-        })
-        .await
+        self.store
+            .write(move |txn| {
+                let seq = job_seq(&txn.open_table(ERASURE_IDS)?, id)?.ok_or_else(|| {
+                    StoreError::InvalidInput {
+                        field: "job",
+                        reason: format!("erasure {id} was never recorded"),
+                    }
+                })?;
+                txn.open_table(ERASURE_JOBS)?.remove(id)?;
+                txn.open_table(ERASURE_RECEIPTS)?
+                    .insert((tenant.as_str(), id), bytes.as_slice())?;
+                txn.open_table(ERASURE_RECEIPT_SEQS)?
+                    .insert((tenant.as_str(), seq), id)?;
+                Ok(())
+            })
+            .await
     }
 
     /// A tenant's erasure receipts, newest (last recorded) first, at most `limit`.
     pub fn receipts(&self, tenant: &str, limit: usize) -> Result<Vec<Value>> {
         validate_id("tenant", tenant)?;
-        let txn = self.begin_read()?;
+        let txn = self.store.begin_read()?;
         let order = txn.open_table(ERASURE_RECEIPT_SEQS)?;
         let receipts = txn.open_table(ERASURE_RECEIPTS)?;
         order
@@ -343,7 +320,7 @@ impl Store {
 
     /// Job `id` while it is pending: its document, whatever its tenant.
     pub fn pending_job(&self, id: u64) -> Result<Option<Value>> {
-        let txn = self.begin_read()?;
+        let txn = self.store.begin_read()?;
         let jobs = txn.open_table(ERASURE_JOBS)?;
         jobs.get(id)?
             .map(|value| decode_json("erasure job", value.value()))
@@ -353,37 +330,61 @@ impl Store {
     /// The receipt of job `id` of `tenant`, once it finished.
     pub fn receipt(&self, tenant: &str, id: u64) -> Result<Option<Value>> {
         validate_id("tenant", tenant)?;
-        let txn = self.begin_read()?;
+        let txn = self.store.begin_read()?;
         let receipts = txn.open_table(ERASURE_RECEIPTS)?;
         receipts
             .get((tenant, id))?
             .map(|value| decode_json("erasure receipt", value.value()))
             .transpose()
     }
+}
+
+impl Tenants<'_> {
+    /// How many sessions a tenant has and which was active least recently.
+    pub fn conversation_stats(self, tenant: &str) -> Result<ConversationStats> {
+        validate_id("tenant", tenant)?;
+        let all = scope(None, None);
+        let txn = self.store.begin_read()?;
+        let total = txn
+            .open_table(SESSION_COUNTS)?
+            .get((tenant, all.as_str()))?
+            .map_or(0, |count| count.value());
+        let activity = txn.open_table(SESSION_ACTIVITY)?;
+        let oldest = activity
+            .range((tenant, all.as_str(), 0, "")..(tenant, all.as_str(), u64::MAX, ""))?
+            .next()
+            .transpose()?
+            .map(|(key, _)| {
+                let (_, _, at, session_id) = key.value();
+                (session_id.to_owned(), Timestamp::from_micros(at))
+            });
+        Ok(ConversationStats { total, oldest })
+    }
 
     /// Sets (or with `None` removes) a tenant's conversation retention in days.
-    pub async fn set_retention(&self, tenant: &str, days: Option<u32>) -> Result<()> {
+    pub async fn set_retention(self, tenant: &str, days: Option<u32>) -> Result<()> {
         validate_id("tenant", tenant)?;
         let tenant = tenant.to_owned();
-        self.write(move |txn| {
-            let mut table = txn.open_table(RETENTION)?;
-            match days {
-                Some(days) => {
-                    let last_run = table.get(tenant.as_str())?.map_or(0, |v| v.value().1);
-                    table.insert(tenant.as_str(), (days, last_run))?;
+        self.store
+            .write(move |txn| {
+                let mut table = txn.open_table(RETENTION)?;
+                match days {
+                    Some(days) => {
+                        let last_run = table.get(tenant.as_str())?.map_or(0, |v| v.value().1);
+                        table.insert(tenant.as_str(), (days, last_run))?;
+                    }
+                    None => {
+                        table.remove(tenant.as_str())?;
+                    }
                 }
-                None => {
-                    table.remove(tenant.as_str())?;
-                }
-            }
-            Ok(())
-        })
-        .await
+                Ok(())
+            })
+            .await
     }
 
     /// Every tenant's retention: `(tenant, days, last run)`.
-    pub fn retention_rules(&self) -> Result<Vec<(String, u32, Timestamp)>> {
-        let txn = self.begin_read()?;
+    pub fn retention_rules(self) -> Result<Vec<(String, u32, Timestamp)>> {
+        let txn = self.store.begin_read()?;
         let table = txn.open_table(RETENTION)?;
         table
             .iter()?
@@ -400,18 +401,30 @@ impl Store {
     }
 
     /// Records that a tenant's retention rule ran at `at`.
-    pub async fn retention_ran(&self, tenant: &str, at: Timestamp) -> Result<()> {
+    pub async fn retention_ran(self, tenant: &str, at: Timestamp) -> Result<()> {
         validate_id("tenant", tenant)?;
         let tenant = tenant.to_owned();
-        self.write(move |txn| {
-            let mut table = txn.open_table(RETENTION)?;
-            let days = table.get(tenant.as_str())?.map(|v| v.value().0);
-            if let Some(days) = days {
-                table.insert(tenant.as_str(), (days, at.as_micros()))?;
-            }
-            Ok(())
-        })
-        .await
+        self.store
+            .write(move |txn| {
+                let mut table = txn.open_table(RETENTION)?;
+                let days = table.get(tenant.as_str())?.map(|v| v.value().0);
+                if let Some(days) = days {
+                    table.insert(tenant.as_str(), (days, at.as_micros()))?;
+                }
+                Ok(())
+            })
+            .await
+    }
+}
+
+impl Sessions<'_> {
+    /// Whether `access` reaches the session (an erasure may run after it was deleted).
+    pub fn session_exists(self, access: &Access, session_id: &str) -> Result<bool> {
+        access.validate()?;
+        validate_id("session_id", session_id)?;
+        let txn = self.store.begin_read()?;
+        let sessions = txn.open_table(SESSIONS)?;
+        Ok(read_session_record(&sessions, access, session_id)?.is_some())
     }
 }
 

@@ -97,6 +97,14 @@ pub enum StoreError {
     /// The operating system's random number generator failed (creating an API key).
     #[error("the operating system's random number generator failed: {0}")]
     Random(String),
+    /// Work run on the blocking pool did not finish: it panicked, or the runtime is shutting
+    /// down ([`crate::blocking`]).
+    #[error("a blocking task did not finish: {source}")]
+    Task {
+        /// Why.
+        #[source]
+        source: Arc<tokio::task::JoinError>,
+    },
 }
 
 impl StoreError {
@@ -118,7 +126,8 @@ impl StoreError {
             | Self::Storage(_)
             | Self::Closed
             | Self::Busy(_)
-            | Self::Random(_) => self.to_string(),
+            | Self::Random(_)
+            | Self::Task { .. } => self.to_string(),
         }
     }
 

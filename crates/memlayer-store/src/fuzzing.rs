@@ -180,6 +180,7 @@ pub async fn execute(store: &Store, op: &Op) -> Result<Outcome> {
                 idempotency_key: key.map(|key| format!("k{key}")),
             };
             store
+                .sessions()
                 .append(&Access::tenant_wide(TENANT), session_id(*session), append)
                 .await
                 .map(|appended| Outcome::Appended {
@@ -189,14 +190,17 @@ pub async fn execute(store: &Store, op: &Op) -> Result<Outcome> {
                 })
         }
         Op::Clear { session } => store
+            .sessions()
             .clear_session(&Access::tenant_wide(TENANT), session_id(*session))
             .await
             .map(Outcome::Cleared),
         Op::Delete { session } => store
+            .eraser()
             .delete_session(&Access::tenant_wide(TENANT), session_id(*session))
             .await
             .map(|_| Outcome::Deleted),
         Op::Erase { session, index } => store
+            .eraser()
             .erase_message(
                 &Access::tenant_wide(TENANT),
                 session_id(*session),
@@ -214,6 +218,7 @@ pub async fn execute(store: &Store, op: &Op) -> Result<Outcome> {
                 metadata: Metadata::new(),
             };
             store
+                .sessions()
                 .record_run(&Access::tenant_wide(TENANT), session_id(*session), run)
                 .await
                 .map(|_| Outcome::Recorded)
@@ -236,6 +241,7 @@ pub async fn execute(store: &Store, op: &Op) -> Result<Outcome> {
                 vector: vec![0.5; 4],
             };
             store
+                .memories()
                 .put_memory(memory, &Access::tenant_wide(TENANT))
                 .await
                 .map(|_| Outcome::Remembered)
@@ -243,12 +249,17 @@ pub async fn execute(store: &Store, op: &Op) -> Result<Outcome> {
         Op::Forget { user, memory } => {
             // 0 is never an id.
             let id = store
+                .memories()
                 .user_memories(TENANT, user_id(*user))?
                 .get(usize::from(*memory))
                 .map_or(0, |memory| memory.id);
-            store.delete_memory(TENANT, id).await.map(Outcome::Forgot)
+            store
+                .eraser()
+                .delete_memory(TENANT, id)
+                .await
+                .map(Outcome::Forgot)
         }
-        Op::Compact => store.compact().map(|_| Outcome::Compacted),
+        Op::Compact => store.eraser().compact().map(|_| Outcome::Compacted),
     };
     match outcome {
         Err(StoreError::InvalidInput { .. } | StoreError::InvalidId { .. }) => Ok(Outcome::Invalid),
@@ -449,6 +460,7 @@ impl Model {
     pub fn check(&self, store: &Store) -> std::result::Result<(), String> {
         for (id, expected) in SESSIONS.iter().zip(&self.sessions) {
             let session = store
+                .sessions()
                 .session(&Access::tenant_wide(TENANT), id)
                 .map_err(|err| err.to_string())?;
             let (session, expected) = match (session, expected) {
@@ -466,6 +478,7 @@ impl Model {
                 ));
             }
             let stored: Vec<(u64, Role, String)> = store
+                .sessions()
                 .messages(&Access::tenant_wide(TENANT), id, 0, usize::MAX)
                 .map_err(|err| err.to_string())?
                 .into_iter()
@@ -484,6 +497,7 @@ impl Model {
                 return Err(format!("messages of {id}: {stored:?}, expected {wanted:?}"));
             }
             let runs: Vec<String> = store
+                .sessions()
                 .runs(&Access::tenant_wide(TENANT), id, 0, usize::MAX)
                 .map_err(|err| err.to_string())?
                 .into_iter()
@@ -497,6 +511,7 @@ impl Model {
             }
         }
         let listed = store
+            .sessions()
             .list_sessions(
                 &Access::tenant_wide(TENANT),
                 &SessionFilter::default(),
@@ -515,6 +530,7 @@ impl Model {
         let mut ids = std::collections::BTreeSet::new();
         for user in USERS {
             let stored = store
+                .memories()
                 .user_memories(TENANT, user)
                 .map_err(|err| err.to_string())?;
             for memory in &stored {

@@ -5,12 +5,13 @@
 
 use redb::{ReadableTable, WriteTransaction};
 
+use crate::Result;
 use crate::model::Access;
 use crate::model::{Timestamp, validate_id};
 use crate::record::SessionRecord;
-use crate::store::read_session_record;
+use crate::sessions::read_session_record;
+use crate::store::Sessions;
 use crate::tables::{OPEN_SESSIONS, SESSIONS};
-use crate::{Result, Store};
 
 /// Lists a new session as open.
 pub(crate) fn open(txn: &WriteTransaction, tenant: &str, session_id: &str, at: u64) -> Result<()> {
@@ -46,53 +47,55 @@ pub(crate) fn close(
     Ok(())
 }
 
-impl Store {
+impl Sessions<'_> {
     /// Takes up to `limit` open sessions last active before `cutoff` out of the open ones,
     /// oldest first, and returns them as `(tenant, session_id)`: the caller ends them. Taken
     /// in one commit, so two callers never end the same session.
     pub async fn take_idle_sessions(
-        &self,
+        self,
         cutoff: Timestamp,
         limit: usize,
     ) -> Result<Vec<(String, String)>> {
-        self.write(move |txn| {
-            let mut open = txn.open_table(OPEN_SESSIONS)?;
-            let mut taken = Vec::new();
-            for entry in open.range(..(cutoff.as_micros(), "", ""))?.take(limit) {
-                let (key, _) = entry?;
-                let (at, tenant, session_id) = key.value();
-                taken.push((at, tenant.to_owned(), session_id.to_owned()));
-            }
-            for (at, tenant, session_id) in &taken {
-                open.remove((*at, tenant.as_str(), session_id.as_str()))?;
-            }
-            Ok(taken
-                .into_iter()
-                .map(|(_, tenant, session_id)| (tenant, session_id))
-                .collect())
-        })
-        .await
+        self.store
+            .write(move |txn| {
+                let mut open = txn.open_table(OPEN_SESSIONS)?;
+                let mut taken = Vec::new();
+                for entry in open.range(..(cutoff.as_micros(), "", ""))?.take(limit) {
+                    let (key, _) = entry?;
+                    let (at, tenant, session_id) = key.value();
+                    taken.push((at, tenant.to_owned(), session_id.to_owned()));
+                }
+                for (at, tenant, session_id) in &taken {
+                    open.remove((*at, tenant.as_str(), session_id.as_str()))?;
+                }
+                Ok(taken
+                    .into_iter()
+                    .map(|(_, tenant, session_id)| (tenant, session_id))
+                    .collect())
+            })
+            .await
     }
 
     /// Marks a session ended: it leaves the open ones. Harmless for an unknown or ended one.
-    pub async fn end_session_activity(&self, access: &Access, session_id: &str) -> Result<()> {
+    pub async fn end_session_activity(self, access: &Access, session_id: &str) -> Result<()> {
         access.validate()?;
         validate_id("session_id", session_id)?;
         let (access, session_id) = (access.clone(), session_id.to_owned());
-        self.write(move |txn| {
-            let sessions = txn.open_table(SESSIONS)?;
-            let record = read_session_record(&sessions, &access, &session_id)?;
-            match record {
-                Some(record) => close(txn, access.tenant(), &session_id, &record),
-                None => Ok(()),
-            }
-        })
-        .await
+        self.store
+            .write(move |txn| {
+                let sessions = txn.open_table(SESSIONS)?;
+                let record = read_session_record(&sessions, &access, &session_id)?;
+                match record {
+                    Some(record) => close(txn, access.tenant(), &session_id, &record),
+                    None => Ok(()),
+                }
+            })
+            .await
     }
 
     /// The last activity of the open session that has been idle longest.
-    pub fn oldest_open_activity(&self) -> Result<Option<Timestamp>> {
-        let txn = self.begin_read()?;
+    pub fn oldest_open_activity(self) -> Result<Option<Timestamp>> {
+        let txn = self.store.begin_read()?;
         let open = txn.open_table(OPEN_SESSIONS)?;
         Ok(open
             .first()?

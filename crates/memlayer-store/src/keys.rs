@@ -30,8 +30,9 @@ use subtle::ConstantTimeEq;
 
 use crate::model::{Timestamp, validate_id};
 use crate::record::Record;
+use crate::store::Keys;
 use crate::tables::{API_KEY_TENANTS, API_KEYS};
-use crate::{Result, Store, StoreError};
+use crate::{Result, StoreError};
 
 /// What every generated key starts with, so that a leaked one is recognisable (secret
 /// scanners, logs) and a client sending something else is told at once.
@@ -396,12 +397,13 @@ fn fresh_material() -> Result<(Vec<String>, String)> {
     Ok((prefixes, random_hex::<SECRET_BYTES>()?))
 }
 
-impl Store {
+impl Keys<'_> {
     /// Creates a key and returns it with its secret, which nothing keeps: show it once.
-    pub async fn create_key(&self, new: NewKey) -> Result<IssuedKey> {
+    pub async fn create_key(self, new: NewKey) -> Result<IssuedKey> {
         new.validate()?;
         let (prefixes, secret) = fresh_material()?;
-        self.write(move |txn| create_in(txn, new, prefixes, &secret, Timestamp::now()))
+        self.store
+            .write(move |txn| create_in(txn, new, prefixes, &secret, Timestamp::now()))
             .await
     }
 
@@ -409,7 +411,7 @@ impl Store {
     /// secrets are indistinguishable to the caller, and both take a hash and a constant-time
     /// comparison, so timing tells little either.
     pub fn authenticate_key(
-        &self,
+        self,
         presented: &str,
         now: Timestamp,
     ) -> Result<std::result::Result<ApiKey, KeyRejection>> {
@@ -417,7 +419,7 @@ impl Store {
             return Ok(Err(KeyRejection::Malformed));
         }
         let digest = hash(presented);
-        let txn = self.begin_read()?;
+        let txn = self.store.begin_read()?;
         let keys = txn.open_table(API_KEYS)?;
         // A generated key names its record; anything else can only be the configured key,
         // which may also have the generated shape (an operator reusing a generated key).
@@ -451,8 +453,8 @@ impl Store {
     }
 
     /// The key stored under `prefix`, of any tenant.
-    pub fn key(&self, prefix: &str) -> Result<Option<ApiKey>> {
-        let txn = self.begin_read()?;
+    pub fn key(self, prefix: &str) -> Result<Option<ApiKey>> {
+        let txn = self.store.begin_read()?;
         let keys = txn.open_table(API_KEYS)?;
         keys.get(prefix)?
             .map(|value| Ok(KeyRecord::decode(value.value())?.into_key(prefix.to_owned())))
@@ -461,8 +463,8 @@ impl Store {
 
     /// The keys of `tenant` (of every tenant when `None`), revoked and expired ones included,
     /// oldest first.
-    pub fn list_keys(&self, tenant: Option<&str>) -> Result<Vec<ApiKey>> {
-        let txn = self.begin_read()?;
+    pub fn list_keys(self, tenant: Option<&str>) -> Result<Vec<ApiKey>> {
+        let txn = self.store.begin_read()?;
         let keys = txn.open_table(API_KEYS)?;
         let mut listed = match tenant {
             Some(tenant) => {
@@ -499,28 +501,29 @@ impl Store {
     /// Returns it, revoked; `None` if there is no such key (or it is another tenant's).
     /// Revoking a revoked key changes nothing. A revoked key is kept, so that listings show
     /// it and its prefix is never handed out again.
-    pub async fn revoke_key(&self, tenant: Option<&str>, prefix: &str) -> Result<Option<ApiKey>> {
+    pub async fn revoke_key(self, tenant: Option<&str>, prefix: &str) -> Result<Option<ApiKey>> {
         let (tenant, prefix) = (tenant.map(str::to_owned), prefix.to_owned());
-        self.write(move |txn| {
-            let mut keys = txn.open_table(API_KEYS)?;
-            let record = keys
-                .get(prefix.as_str())?
-                .map(|value| KeyRecord::decode(value.value()))
-                .transpose()?;
-            let Some(mut record) = record.filter(|record| {
-                tenant
-                    .as_deref()
-                    .is_none_or(|tenant| tenant == record.tenant)
-            }) else {
-                return Ok(None);
-            };
-            if record.revoked_at.is_none() {
-                record.revoked_at = Some(Timestamp::now().as_micros());
-                keys.insert(prefix.as_str(), record.encode().as_slice())?;
-            }
-            Ok(Some(record.into_key(prefix)))
-        })
-        .await
+        self.store
+            .write(move |txn| {
+                let mut keys = txn.open_table(API_KEYS)?;
+                let record = keys
+                    .get(prefix.as_str())?
+                    .map(|value| KeyRecord::decode(value.value()))
+                    .transpose()?;
+                let Some(mut record) = record.filter(|record| {
+                    tenant
+                        .as_deref()
+                        .is_none_or(|tenant| tenant == record.tenant)
+                }) else {
+                    return Ok(None);
+                };
+                if record.revoked_at.is_none() {
+                    record.revoked_at = Some(Timestamp::now().as_micros());
+                    keys.insert(prefix.as_str(), record.encode().as_slice())?;
+                }
+                Ok(Some(record.into_key(prefix)))
+            })
+            .await
     }
 
     /// Makes sure the server can be administered, once per start:
@@ -532,70 +535,72 @@ impl Store {
     /// - without, removes a previously configured key (it is no longer the operator's), and
     ///   if no tenant has a key (operator keys administer no tenant), generates one, which
     ///   the caller shows once.
-    pub async fn bootstrap_keys(&self, configured: Option<&str>) -> Result<Bootstrap> {
+    pub async fn bootstrap_keys(self, configured: Option<&str>) -> Result<Bootstrap> {
         if let Some(key) = configured {
             validate_configured_key(key)?;
         }
         let digest = configured.map(hash);
         let (prefixes, secret) = fresh_material()?;
-        self.write(move |txn| {
-            let now = Timestamp::now();
-            let mut keys = txn.open_table(API_KEYS)?;
-            let current = keys
-                .get(CONFIGURED_KEY_PREFIX)?
-                .map(|value| KeyRecord::decode(value.value()))
-                .transpose()?;
-            match (digest, current) {
-                (Some(digest), Some(current)) if current.hash == digest => {
-                    Ok(if current.revoked_at.is_some() {
-                        Bootstrap::ConfiguredRevoked
-                    } else {
-                        Bootstrap::Configured
-                    })
-                }
-                (Some(digest), _) => {
-                    drop(keys);
-                    let record = KeyRecord {
-                        tenant: BOOTSTRAP_TENANT.to_owned(),
-                        role: KeyRole::TenantAdmin,
-                        user_id: None,
-                        name: Some("configured admin key (admin_key)".to_owned()),
-                        hash: digest,
-                        created_at: now.as_micros(),
-                        expires_at: None,
-                        revoked_at: None,
-                    };
-                    insert(txn, CONFIGURED_KEY_PREFIX, &record)?;
-                    Ok(Bootstrap::Configured)
-                }
-                (None, current) => {
-                    if let Some(current) = current {
-                        keys.remove(CONFIGURED_KEY_PREFIX)?;
-                        txn.open_table(API_KEY_TENANTS)?
-                            .remove((current.tenant.as_str(), CONFIGURED_KEY_PREFIX))?;
+        self.store
+            .write(move |txn| {
+                let now = Timestamp::now();
+                let mut keys = txn.open_table(API_KEYS)?;
+                let current = keys
+                    .get(CONFIGURED_KEY_PREFIX)?
+                    .map(|value| KeyRecord::decode(value.value()))
+                    .transpose()?;
+                match (digest, current) {
+                    (Some(digest), Some(current)) if current.hash == digest => {
+                        Ok(if current.revoked_at.is_some() {
+                            Bootstrap::ConfiguredRevoked
+                        } else {
+                            Bootstrap::Configured
+                        })
                     }
-                    drop(keys);
-                    if any_tenant_key(txn)? {
-                        return Ok(Bootstrap::Existing);
+                    (Some(digest), _) => {
+                        drop(keys);
+                        let record = KeyRecord {
+                            tenant: BOOTSTRAP_TENANT.to_owned(),
+                            role: KeyRole::TenantAdmin,
+                            user_id: None,
+                            name: Some("configured admin key (admin_key)".to_owned()),
+                            hash: digest,
+                            created_at: now.as_micros(),
+                            expires_at: None,
+                            revoked_at: None,
+                        };
+                        insert(txn, CONFIGURED_KEY_PREFIX, &record)?;
+                        Ok(Bootstrap::Configured)
                     }
-                    let new = NewKey {
-                        tenant: BOOTSTRAP_TENANT.to_owned(),
-                        role: KeyRole::TenantAdmin,
-                        user_id: None,
-                        name: Some("bootstrap admin key".to_owned()),
-                        expires_at: None,
-                    };
-                    create_in(txn, new, prefixes, &secret, now).map(Bootstrap::Generated)
+                    (None, current) => {
+                        if let Some(current) = current {
+                            keys.remove(CONFIGURED_KEY_PREFIX)?;
+                            txn.open_table(API_KEY_TENANTS)?
+                                .remove((current.tenant.as_str(), CONFIGURED_KEY_PREFIX))?;
+                        }
+                        drop(keys);
+                        if any_tenant_key(txn)? {
+                            return Ok(Bootstrap::Existing);
+                        }
+                        let new = NewKey {
+                            tenant: BOOTSTRAP_TENANT.to_owned(),
+                            role: KeyRole::TenantAdmin,
+                            user_id: None,
+                            name: Some("bootstrap admin key".to_owned()),
+                            expires_at: None,
+                        };
+                        create_in(txn, new, prefixes, &secret, now).map(Bootstrap::Generated)
+                    }
                 }
-            }
-        })
-        .await
+            })
+            .await
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Store;
 
     fn store() -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().unwrap();
@@ -616,13 +621,13 @@ mod tests {
     #[tokio::test]
     async fn a_created_key_authenticates_and_its_secret_is_not_stored() {
         let (dir, store) = store();
-        let issued = store.create_key(service("acme")).await.unwrap();
+        let issued = store.keys().create_key(service("acme")).await.unwrap();
         let prefix = issued.key.prefix.clone();
         assert_eq!(generated_prefix(&issued.secret), Some(prefix.as_str()));
         assert_eq!(issued.secret.len(), 4 + 16 + 1 + 64);
         let now = Timestamp::now();
         assert_eq!(
-            store.authenticate_key(&issued.secret, now).unwrap(),
+            store.keys().authenticate_key(&issued.secret, now).unwrap(),
             Ok(issued.key.clone())
         );
         // One character off, or the right prefix with another secret: unknown.
@@ -630,12 +635,12 @@ mod tests {
         let last = if wrong.ends_with('0') { "1" } else { "0" };
         wrong.replace_range(wrong.len() - 1.., last);
         assert_eq!(
-            store.authenticate_key(&wrong, now).unwrap(),
+            store.keys().authenticate_key(&wrong, now).unwrap(),
             Err(KeyRejection::Unknown)
         );
         for malformed in ["", "mlk_ x", &"a".repeat(300), "clé"] {
             assert_eq!(
-                store.authenticate_key(malformed, now).unwrap(),
+                store.keys().authenticate_key(malformed, now).unwrap(),
                 Err(KeyRejection::Malformed),
                 "{malformed:?}"
             );
@@ -654,9 +659,10 @@ mod tests {
     #[tokio::test]
     async fn revoked_and_expired_keys_are_refused() {
         let (_dir, store) = store();
-        let issued = store.create_key(service("acme")).await.unwrap();
+        let issued = store.keys().create_key(service("acme")).await.unwrap();
         let soon = Timestamp::from_micros(Timestamp::now().as_micros() + 60_000_000);
         let expiring = store
+            .keys()
             .create_key(NewKey {
                 expires_at: Some(soon),
                 ..service("acme")
@@ -666,45 +672,56 @@ mod tests {
         let now = Timestamp::now();
         assert!(
             store
+                .keys()
                 .authenticate_key(&expiring.secret, now)
                 .unwrap()
                 .is_ok()
         );
         let later = Timestamp::from_micros(soon.as_micros() + 1);
         assert_eq!(
-            store.authenticate_key(&expiring.secret, later).unwrap(),
+            store
+                .keys()
+                .authenticate_key(&expiring.secret, later)
+                .unwrap(),
             Err(KeyRejection::Expired)
         );
 
         // Another tenant cannot revoke it; its own can, once.
         assert_eq!(
             store
+                .keys()
                 .revoke_key(Some("globex"), &issued.key.prefix)
                 .await
                 .unwrap(),
             None
         );
         let revoked = store
+            .keys()
             .revoke_key(Some("acme"), &issued.key.prefix)
             .await
             .unwrap()
             .unwrap();
         let at = revoked.revoked_at.expect("revoked");
-        let again = store.revoke_key(None, &issued.key.prefix).await.unwrap();
+        let again = store
+            .keys()
+            .revoke_key(None, &issued.key.prefix)
+            .await
+            .unwrap();
         assert_eq!(again.unwrap().revoked_at, Some(at), "revocation is kept");
         assert_eq!(
-            store.authenticate_key(&issued.secret, now).unwrap(),
+            store.keys().authenticate_key(&issued.secret, now).unwrap(),
             Err(KeyRejection::Revoked)
         );
-        assert_eq!(store.revoke_key(None, "0000").await.unwrap(), None);
+        assert_eq!(store.keys().revoke_key(None, "0000").await.unwrap(), None);
     }
 
     #[tokio::test]
     async fn keys_are_listed_by_tenant_and_roles_are_checked() {
         let (_dir, store) = store();
-        let a = store.create_key(service("acme")).await.unwrap();
-        let g = store.create_key(service("globex")).await.unwrap();
+        let a = store.keys().create_key(service("acme")).await.unwrap();
+        let g = store.keys().create_key(service("globex")).await.unwrap();
         let u = store
+            .keys()
             .create_key(NewKey {
                 role: KeyRole::User,
                 user_id: Some("alice".into()),
@@ -713,17 +730,17 @@ mod tests {
             .await
             .unwrap();
         let prefixes = |keys: Vec<ApiKey>| keys.into_iter().map(|k| k.prefix).collect::<Vec<_>>();
-        let mut acme = prefixes(store.list_keys(Some("acme")).unwrap());
+        let mut acme = prefixes(store.keys().list_keys(Some("acme")).unwrap());
         acme.sort();
         let mut expected = vec![a.key.prefix.clone(), u.key.prefix.clone()];
         expected.sort();
         assert_eq!(acme, expected);
         assert_eq!(
-            prefixes(store.list_keys(Some("globex")).unwrap()),
+            prefixes(store.keys().list_keys(Some("globex")).unwrap()),
             [g.key.prefix]
         );
-        assert_eq!(store.list_keys(None).unwrap().len(), 3);
-        assert!(store.list_keys(Some("acm")).unwrap().is_empty());
+        assert_eq!(store.keys().list_keys(None).unwrap().len(), 3);
+        assert!(store.keys().list_keys(Some("acm")).unwrap().is_empty());
 
         for bad in [
             NewKey {
@@ -740,7 +757,10 @@ mod tests {
             },
             service("a/b"),
         ] {
-            assert!(store.create_key(bad.clone()).await.is_err(), "{bad:?}");
+            assert!(
+                store.keys().create_key(bad.clone()).await.is_err(),
+                "{bad:?}"
+            );
         }
         assert_eq!(
             "tenant_admin".parse::<KeyRole>().unwrap(),
@@ -759,9 +779,10 @@ mod tests {
             role: KeyRole::Operator,
             ..service(OPERATOR_TENANT)
         };
-        let issued = store.create_key(operator.clone()).await.unwrap();
+        let issued = store.keys().create_key(operator.clone()).await.unwrap();
         let now = Timestamp::now();
         let key = store
+            .keys()
             .authenticate_key(&issued.secret, now)
             .unwrap()
             .unwrap();
@@ -777,25 +798,32 @@ mod tests {
             },
             service(OPERATOR_TENANT),
         ] {
-            assert!(store.create_key(bad.clone()).await.is_err(), "{bad:?}");
+            assert!(
+                store.keys().create_key(bad.clone()).await.is_err(),
+                "{bad:?}"
+            );
         }
-        assert!(store.list_keys(Some(OPERATOR_TENANT)).is_err());
+        assert!(store.keys().list_keys(Some(OPERATOR_TENANT)).is_err());
         assert_eq!(
-            store.list_keys(None).unwrap(),
+            store.keys().list_keys(None).unwrap(),
             std::slice::from_ref(&issued.key)
         );
         let prefix = &issued.key.prefix;
         assert_eq!(
-            store.revoke_key(Some("default"), prefix).await.unwrap(),
+            store
+                .keys()
+                .revoke_key(Some("default"), prefix)
+                .await
+                .unwrap(),
             None
         );
 
-        let Bootstrap::Generated(admin) = store.bootstrap_keys(None).await.unwrap() else {
+        let Bootstrap::Generated(admin) = store.keys().bootstrap_keys(None).await.unwrap() else {
             panic!("an operator key administers no tenant: the first admin key is generated");
         };
         assert_eq!(admin.key.tenant, BOOTSTRAP_TENANT);
         assert!(matches!(
-            store.bootstrap_keys(None).await.unwrap(),
+            store.keys().bootstrap_keys(None).await.unwrap(),
             Bootstrap::Existing
         ));
         assert_eq!("operator".parse::<KeyRole>().unwrap(), KeyRole::Operator);
@@ -819,23 +847,27 @@ mod tests {
     #[tokio::test]
     async fn bootstrap_generates_once_or_stores_the_configured_key() {
         let (_dir, store) = store();
-        let Bootstrap::Generated(first) = store.bootstrap_keys(None).await.unwrap() else {
+        let Bootstrap::Generated(first) = store.keys().bootstrap_keys(None).await.unwrap() else {
             panic!("an empty store gets a bootstrap key");
         };
         assert_eq!(first.key.role, KeyRole::TenantAdmin);
         assert_eq!(first.key.tenant, BOOTSTRAP_TENANT);
         assert!(matches!(
-            store.bootstrap_keys(None).await.unwrap(),
+            store.keys().bootstrap_keys(None).await.unwrap(),
             Bootstrap::Existing
         ));
 
         let configured = "0123456789abcdef0123456789abcdef-operator";
         assert!(matches!(
-            store.bootstrap_keys(Some(configured)).await.unwrap(),
+            store.keys().bootstrap_keys(Some(configured)).await.unwrap(),
             Bootstrap::Configured
         ));
         let now = Timestamp::now();
-        let key = store.authenticate_key(configured, now).unwrap().unwrap();
+        let key = store
+            .keys()
+            .authenticate_key(configured, now)
+            .unwrap()
+            .unwrap();
         assert_eq!(
             (key.prefix.as_str(), key.role, key.tenant.as_str()),
             (
@@ -846,43 +878,54 @@ mod tests {
         );
         // Revoked, it stays revoked across starts with the same configuration.
         store
+            .keys()
             .revoke_key(None, CONFIGURED_KEY_PREFIX)
             .await
             .unwrap()
             .unwrap();
         assert!(matches!(
-            store.bootstrap_keys(Some(configured)).await.unwrap(),
+            store.keys().bootstrap_keys(Some(configured)).await.unwrap(),
             Bootstrap::ConfiguredRevoked
         ));
         assert_eq!(
-            store.authenticate_key(configured, now).unwrap(),
+            store.keys().authenticate_key(configured, now).unwrap(),
             Err(KeyRejection::Revoked)
         );
         // A new configured key replaces it; unconfigured, it is gone.
         let rotated = "fedcba9876543210fedcba9876543210";
-        store.bootstrap_keys(Some(rotated)).await.unwrap();
-        assert!(store.authenticate_key(rotated, now).unwrap().is_ok());
+        store.keys().bootstrap_keys(Some(rotated)).await.unwrap();
+        assert!(store.keys().authenticate_key(rotated, now).unwrap().is_ok());
         assert_eq!(
-            store.authenticate_key(configured, now).unwrap(),
+            store.keys().authenticate_key(configured, now).unwrap(),
             Err(KeyRejection::Unknown)
         );
         assert!(matches!(
-            store.bootstrap_keys(None).await.unwrap(),
+            store.keys().bootstrap_keys(None).await.unwrap(),
             Bootstrap::Existing
         ));
         assert_eq!(
-            store.authenticate_key(rotated, now).unwrap(),
+            store.keys().authenticate_key(rotated, now).unwrap(),
             Err(KeyRejection::Unknown)
         );
-        assert!(store.key(CONFIGURED_KEY_PREFIX).unwrap().is_none());
-        assert!(store.authenticate_key(&first.secret, now).unwrap().is_ok());
+        assert!(store.keys().key(CONFIGURED_KEY_PREFIX).unwrap().is_none());
+        assert!(
+            store
+                .keys()
+                .authenticate_key(&first.secret, now)
+                .unwrap()
+                .is_ok()
+        );
 
-        assert!(store.bootstrap_keys(Some("short")).await.is_err());
+        assert!(store.keys().bootstrap_keys(Some("short")).await.is_err());
 
         // A configured key of the generated shape (a generated key reused) works too.
         let shaped = format!("{KEY_SCHEME}0123456789abcdef_{}", "ab".repeat(32));
-        store.bootstrap_keys(Some(&shaped)).await.unwrap();
-        let key = store.authenticate_key(&shaped, now).unwrap().unwrap();
+        store.keys().bootstrap_keys(Some(&shaped)).await.unwrap();
+        let key = store
+            .keys()
+            .authenticate_key(&shaped, now)
+            .unwrap()
+            .unwrap();
         assert_eq!(key.prefix, CONFIGURED_KEY_PREFIX);
     }
 }

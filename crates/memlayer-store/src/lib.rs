@@ -1,12 +1,16 @@
 //! Durable storage of memlayer's domain records — tenants' sessions (conversations), their
-//! messages (turns) and runs (agent executions) — in a single redb file.
+//! messages (turns) and runs (agent executions), summaries, settings, API keys, long-term
+//! memories, session memories, episodes, the embedding outbox and vectors, and the erasure
+//! journal — in a single redb file.
 //!
 //! This crate owns the on-disk format (tables, key layout, versioned record encoding, see
 //! docs/storage-format.md), the write path (a group-committing writer thread: a write is
 //! acknowledged only after its transaction is durably committed) and consistent reads
-//! (MVCC snapshots that never block writes). It must not depend on anything about HTTP,
-//! embeddings, vector indexes or context strategies, nor on any other memlayer crate:
-//! every other crate builds on it.
+//! (MVCC snapshots that never block writes). Its API is grouped into handles by concern
+//! ([`Store::sessions`], [`Store::tenants`], [`Store::keys`], [`Store::memories`],
+//! [`Store::feed`]); everything that removes text is behind the one [`Eraser`] of a store. It
+//! must not depend on HTTP, embeddings, vector indexes or context strategies, nor on any other
+//! memlayer crate.
 
 #![deny(missing_docs)]
 
@@ -26,9 +30,11 @@ mod migrate;
 mod model;
 mod record;
 mod session_memory;
+mod sessions;
 mod snapshot;
 mod store;
 mod tables;
+mod tenants;
 mod writer;
 
 pub use backup::Backup;
@@ -50,10 +56,11 @@ pub use model::{
     StoredSummary, StoredVector, Timestamp, validate_id,
 };
 pub use session_memory::SessionMemory;
+pub use sessions::SessionDeleted;
 pub use snapshot::{MessageOutline, SessionSnapshot, SessionVersion};
 pub use store::{
-    CommitMode, MAX_PAGE_SIZE, MAX_SEARCH_QUERY, MAX_SEARCH_WORDS, SessionDeleted, Store,
-    StoreOptions,
+    CommitMode, EmbeddingFeed, Eraser, Keys, MAX_PAGE_SIZE, MAX_SEARCH_QUERY, MAX_SEARCH_WORDS,
+    Memories, Sessions, Store, StoreOptions, Tenants, blocking,
 };
 pub use tables::UNKNOWN_SOURCE;
 

@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 use crate::ids::{next_seq, random_id, unused_id};
 use crate::model::{Access, Timestamp, validate_id, validate_text};
 use crate::record::Record;
-use crate::store::{not_found, read_session_record};
+use crate::sessions::{not_found, read_session_record};
+use crate::store::{Eraser, Memories};
 use crate::tables::{
     MEMORIES, MEMORY_OWNERS, MEMORY_SOURCES, MESSAGES, NEXT_MEMORY_SEQ_KEY, SESSIONS,
     UNKNOWN_SOURCE,
@@ -406,24 +407,6 @@ fn check_source(
 }
 
 impl Store {
-    /// Saves a memory: a new one (id 0) gets a fresh random id; a stored one (its id) is
-    /// replaced and keeps its place in its user's list. Returns the id.
-    ///
-    /// Fails with [`StoreError::MemoryChanged`] when the id names no memory of the same tenant
-    /// and user, or one at another revision: a memory forgotten since it was read must not
-    /// come back by being updated, nor one whose history an erasure rewrote get the erased
-    /// text back.
-    ///
-    /// A source must be a stored message, and a source the memory did not cite before must be
-    /// in a session `sources` reaches (for a user-scoped caller, one of its own): checked in
-    /// the saving transaction, so a memory cannot cite a message erased before it was saved
-    /// (its erasure would have missed it) or a session another user created meanwhile.
-    /// [`StoreError::SessionNotFound`] for an unknown session, [`StoreError::InvalidInput`]
-    /// for an unknown message.
-    pub async fn put_memory(&self, memory: Memory, sources: &Access) -> Result<u64> {
-        self.put_memory_drawing(memory, sources, random_id).await
-    }
-
     /// [`Store::put_memory`] with ids from `draw` (tests force collisions with it).
     pub(crate) async fn put_memory_drawing(
         &self,
@@ -500,12 +483,34 @@ impl Store {
         })
         .await
     }
+}
+
+impl Memories<'_> {
+    /// Saves a memory: a new one (id 0) gets a fresh random id; a stored one (its id) is
+    /// replaced and keeps its place in its user's list. Returns the id.
+    ///
+    /// Fails with [`StoreError::MemoryChanged`] when the id names no memory of the same tenant
+    /// and user, or one at another revision: a memory forgotten since it was read must not
+    /// come back by being updated, nor one whose history an erasure rewrote get the erased
+    /// text back.
+    ///
+    /// A source must be a stored message, and a source the memory did not cite before must be
+    /// in a session `sources` reaches (for a user-scoped caller, one of its own): checked in
+    /// the saving transaction, so a memory cannot cite a message erased before it was saved
+    /// (its erasure would have missed it) or a session another user created meanwhile.
+    /// [`StoreError::SessionNotFound`] for an unknown session, [`StoreError::InvalidInput`]
+    /// for an unknown message.
+    pub async fn put_memory(self, memory: Memory, sources: &Access) -> Result<u64> {
+        self.store
+            .put_memory_drawing(memory, sources, random_id)
+            .await
+    }
 
     /// The memories of `tenant` that cite session `session_id` (as their source or as the
     /// source of a replaced text), whoever they are about; with `*`, those
     /// holding replaced texts of unknown source.
-    pub fn memories_citing(&self, tenant: &str, session_id: &str) -> Result<Vec<u64>> {
-        let txn = self.begin_read()?;
+    pub fn memories_citing(self, tenant: &str, session_id: &str) -> Result<Vec<u64>> {
+        let txn = self.store.begin_read()?;
         let table = txn.open_table(MEMORY_SOURCES)?;
         table
             .range((tenant, session_id, 0)..=(tenant, session_id, u64::MAX))?
@@ -513,60 +518,11 @@ impl Store {
             .collect()
     }
 
-    /// Takes what memory `id` holds of session `session_id` (of its message `index` with
-    /// `Some`) out of it: the whole memory when it came from there, else the replaced texts
-    /// that did. With `*` as the session, every replaced text of unknown
-    /// source. Commits alone (it removes text).
-    pub async fn forget_citation(
-        &self,
-        tenant: &str,
-        id: u64,
-        session_id: &str,
-        index: Option<u64>,
-    ) -> Result<Citation> {
-        let (tenant, session_id) = (tenant.to_owned(), session_id.to_owned());
-        self.write_alone(move |txn| {
-            let mut memories = txn.open_table(MEMORIES)?;
-            let Some(mut record) = memories
-                .get(id)?
-                .map(|value| MemoryRecord::decode(value.value()))
-                .transpose()?
-                .filter(|record| record.tenant == tenant)
-            else {
-                return Ok(Citation::Untouched);
-            };
-            let from_source = record.source.as_ref().is_some_and(|(session, at)| {
-                *session == session_id && index.is_none_or(|index| index == *at)
-            });
-            if from_source {
-                memories.remove(id)?;
-                drop(memories);
-                remove_owner_and_citations(txn, id, &record)?;
-                return Ok(Citation::Deleted {
-                    user_id: record.user_id,
-                });
-            }
-            let old = record.clone();
-            record
-                .history
-                .retain(|entry| !entry.source.erased_by(&session_id, index));
-            if record.history.len() == old.history.len() {
-                return Ok(Citation::Untouched);
-            }
-            record.revision += 1;
-            memories.insert(id, record.encode().as_slice())?;
-            drop(memories);
-            index_citations(txn, id, Some(&old), Some(&record))?;
-            Ok(Citation::Rewritten)
-        })
-        .await
-    }
-
     /// Citations of sessions or messages that are no longer stored: what an erasure that
     /// stopped between deleting a session (or a message) and its memories left behind. Reads
     /// every citation: run it when resuming an interrupted erasure.
-    pub fn orphaned_citations(&self) -> Result<Vec<OrphanedCitation>> {
-        let txn = self.begin_read()?;
+    pub fn orphaned_citations(self) -> Result<Vec<OrphanedCitation>> {
+        let txn = self.store.begin_read()?;
         let citations = txn.open_table(MEMORY_SOURCES)?;
         let sessions = txn.open_table(SESSIONS)?;
         let messages = txn.open_table(MESSAGES)?;
@@ -618,9 +574,9 @@ impl Store {
     }
 
     /// The memory with this id if it belongs to `tenant`.
-    pub fn memory(&self, tenant: &str, id: u64) -> Result<Option<Memory>> {
+    pub fn memory(self, tenant: &str, id: u64) -> Result<Option<Memory>> {
         validate_id("tenant", tenant)?;
-        let txn = self.begin_read()?;
+        let txn = self.store.begin_read()?;
         let table = txn.open_table(MEMORIES)?;
         let Some(value) = table.get(id)? else {
             return Ok(None);
@@ -630,7 +586,7 @@ impl Store {
     }
 
     /// Every memory of a user, oldest (first remembered) first.
-    pub fn user_memories(&self, tenant: &str, user_id: &str) -> Result<Vec<Memory>> {
+    pub fn user_memories(self, tenant: &str, user_id: &str) -> Result<Vec<Memory>> {
         self.user_memories_page(tenant, user_id, None, usize::MAX, |_| true)
     }
 
@@ -639,7 +595,7 @@ impl Store {
     /// `keep`. Fails with [`StoreError::InvalidInput`] when `after` is not one of the user's
     /// memories (any more).
     pub fn user_memories_page(
-        &self,
+        self,
         tenant: &str,
         user_id: &str,
         after: Option<u64>,
@@ -648,7 +604,7 @@ impl Store {
     ) -> Result<Vec<Memory>> {
         validate_id("tenant", tenant)?;
         validate_id("user_id", user_id)?;
-        let txn = self.begin_read()?;
+        let txn = self.store.begin_read()?;
         let owners = txn.open_table(MEMORY_OWNERS)?;
         let table = txn.open_table(MEMORIES)?;
         let start = match after {
@@ -691,8 +647,8 @@ impl Store {
     /// Up to `limit` memories of every tenant in id order after `after`: the pages an index
     /// rebuild reads. Ids are random, so id order is not creation order; the pages cover
     /// every memory stored before the first page was read and not deleted since.
-    pub fn memories_after(&self, after: u64, limit: usize) -> Result<Vec<Memory>> {
-        let txn = self.begin_read()?;
+    pub fn memories_after(self, after: u64, limit: usize) -> Result<Vec<Memory>> {
+        let txn = self.store.begin_read()?;
         let table = txn.open_table(MEMORIES)?;
         table
             .range(after.saturating_add(1)..)?
@@ -703,28 +659,81 @@ impl Store {
             })
             .collect()
     }
+}
+
+impl Eraser {
+    /// Takes what memory `id` holds of session `session_id` (of its message `index` with
+    /// `Some`) out of it: the whole memory when it came from there, else the replaced texts
+    /// that did. With `*` as the session, every replaced text of unknown
+    /// source. Commits alone (it removes text).
+    pub async fn forget_citation(
+        &self,
+        tenant: &str,
+        id: u64,
+        session_id: &str,
+        index: Option<u64>,
+    ) -> Result<Citation> {
+        let (tenant, session_id) = (tenant.to_owned(), session_id.to_owned());
+        self.store
+            .write_alone(move |txn| {
+                let mut memories = txn.open_table(MEMORIES)?;
+                let Some(mut record) = memories
+                    .get(id)?
+                    .map(|value| MemoryRecord::decode(value.value()))
+                    .transpose()?
+                    .filter(|record| record.tenant == tenant)
+                else {
+                    return Ok(Citation::Untouched);
+                };
+                let from_source = record.source.as_ref().is_some_and(|(session, at)| {
+                    *session == session_id && index.is_none_or(|index| index == *at)
+                });
+                if from_source {
+                    memories.remove(id)?;
+                    drop(memories);
+                    remove_owner_and_citations(txn, id, &record)?;
+                    return Ok(Citation::Deleted {
+                        user_id: record.user_id,
+                    });
+                }
+                let old = record.clone();
+                record
+                    .history
+                    .retain(|entry| !entry.source.erased_by(&session_id, index));
+                if record.history.len() == old.history.len() {
+                    return Ok(Citation::Untouched);
+                }
+                record.revision += 1;
+                memories.insert(id, record.encode().as_slice())?;
+                drop(memories);
+                index_citations(txn, id, Some(&old), Some(&record))?;
+                Ok(Citation::Rewritten)
+            })
+            .await
+    }
 
     /// Deletes a memory of `tenant`; returns whether it existed.
     pub async fn delete_memory(&self, tenant: &str, id: u64) -> Result<bool> {
         validate_id("tenant", tenant)?;
         let tenant = tenant.to_owned();
-        self.write_alone(move |txn| {
-            let mut table = txn.open_table(MEMORIES)?;
-            let Some(record) = table
-                .get(id)?
-                .map(|value| MemoryRecord::decode(value.value()))
-                .transpose()?
-            else {
-                return Ok(false);
-            };
-            if record.tenant != tenant {
-                return Ok(false);
-            }
-            table.remove(id)?;
-            drop(table);
-            remove_owner_and_citations(txn, id, &record)?;
-            Ok(true)
-        })
-        .await
+        self.store
+            .write_alone(move |txn| {
+                let mut table = txn.open_table(MEMORIES)?;
+                let Some(record) = table
+                    .get(id)?
+                    .map(|value| MemoryRecord::decode(value.value()))
+                    .transpose()?
+                else {
+                    return Ok(false);
+                };
+                if record.tenant != tenant {
+                    return Ok(false);
+                }
+                table.remove(id)?;
+                drop(table);
+                remove_owner_and_citations(txn, id, &record)?;
+                Ok(true)
+            })
+            .await
     }
 }

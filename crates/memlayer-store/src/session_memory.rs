@@ -5,13 +5,14 @@
 use redb::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 
+use crate::Result;
 use crate::model::Access;
 use crate::model::{Timestamp, validate_id, validate_text};
 use crate::record::Record;
+use crate::sessions::{check_version, not_found, read_session_record};
 use crate::snapshot::SessionVersion;
-use crate::store::{check_version, not_found, read_session_record};
+use crate::store::{Eraser, Memories};
 use crate::tables::{SESSION_MEMORIES, SESSIONS};
-use crate::{Result, Store};
 
 /// The rolling summary of a user's conversations with one agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,10 +37,10 @@ impl Record for SessionMemoryRecord {
     const NAME: &'static str = "session memory record";
 }
 
-impl Store {
+impl Memories<'_> {
     /// The session memory of a user with an agent.
     pub fn session_memory(
-        &self,
+        self,
         tenant: &str,
         user_id: &str,
         agent_id: &str,
@@ -47,7 +48,7 @@ impl Store {
         validate_id("tenant", tenant)?;
         validate_id("user_id", user_id)?;
         validate_id("agent_id", agent_id)?;
-        let txn = self.begin_read()?;
+        let txn = self.store.begin_read()?;
         let table = txn.open_table(SESSION_MEMORIES)?;
         table
             .get((tenant, user_id, agent_id))?
@@ -72,7 +73,7 @@ impl Store {
     /// [`StoreError::SessionNotFound`]: crate::StoreError::SessionNotFound
     /// [`StoreError::SessionChanged`]: crate::StoreError::SessionChanged
     pub async fn put_session_memory(
-        &self,
+        self,
         tenant: &str,
         user_id: &str,
         agent_id: &str,
@@ -90,25 +91,28 @@ impl Store {
             sessions: memory.sessions,
             updated_at: memory.updated_at.as_micros(),
         };
-        self.write(move |txn| {
-            let sessions = txn.open_table(SESSIONS)?;
-            let owner = Access::one_user(&*key.0, &*key.1);
-            for session_id in &record.sessions {
-                let session = read_session_record(&sessions, &owner, session_id)?
-                    .ok_or_else(|| not_found(session_id))?;
-                if *session_id == merged_id {
-                    check_version(&session, merged_version, session_id)?;
+        self.store
+            .write(move |txn| {
+                let sessions = txn.open_table(SESSIONS)?;
+                let owner = Access::one_user(&*key.0, &*key.1);
+                for session_id in &record.sessions {
+                    let session = read_session_record(&sessions, &owner, session_id)?
+                        .ok_or_else(|| not_found(session_id))?;
+                    if *session_id == merged_id {
+                        check_version(&session, merged_version, session_id)?;
+                    }
                 }
-            }
-            txn.open_table(SESSION_MEMORIES)?.insert(
-                (key.0.as_str(), key.1.as_str(), key.2.as_str()),
-                record.encode().as_slice(),
-            )?;
-            Ok(())
-        })
-        .await
+                txn.open_table(SESSION_MEMORIES)?.insert(
+                    (key.0.as_str(), key.1.as_str(), key.2.as_str()),
+                    record.encode().as_slice(),
+                )?;
+                Ok(())
+            })
+            .await
     }
+}
 
+impl Eraser {
     /// Drops a user's session memories: all of them, or (with `session_id`) those a session
     /// was merged into. Returns how many were dropped.
     pub async fn drop_session_memories(
@@ -117,7 +121,8 @@ impl Store {
         user_id: &str,
         session_id: Option<&str>,
     ) -> Result<u64> {
-        self.remove_user_rows(tenant, user_id, session_id, remove_session_memories)
+        self.store
+            .remove_user_rows(tenant, user_id, session_id, remove_session_memories)
             .await
     }
 }

@@ -5,11 +5,12 @@
 
 use redb::{ReadOnlyTable, ReadTransaction};
 
+use crate::Result;
 use crate::model::{Access, Message, Role, Session, StoredSummary, Timestamp, validate_id};
 use crate::record::{MessageRecord, Record, SessionRecord, SummaryRecord};
-use crate::store::{message_from_record, read_session_record, session_from_record};
+use crate::sessions::{message_from_record, read_session_record, session_from_record};
+use crate::store::Sessions;
 use crate::tables::{MESSAGES, SESSIONS, SUMMARIES};
-use crate::{Result, Store};
 
 /// A message without its content and metadata: what windowing and token budgets need.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,12 +59,12 @@ pub struct SessionSnapshot {
     txn: ReadTransaction,
 }
 
-impl Store {
+impl Sessions<'_> {
     /// A snapshot of the session, or `None` if `access` reaches no session with that id.
-    pub fn snapshot(&self, access: &Access, session_id: &str) -> Result<Option<SessionSnapshot>> {
+    pub fn snapshot(self, access: &Access, session_id: &str) -> Result<Option<SessionSnapshot>> {
         access.validate()?;
         validate_id("session_id", session_id)?;
-        let txn = self.begin_read()?;
+        let txn = self.store.begin_read()?;
         let record: Option<SessionRecord> =
             read_session_record(&txn.open_table(SESSIONS)?, access, session_id)?;
         record
@@ -178,7 +179,7 @@ impl SessionSnapshot {
 mod tests {
     use super::*;
     use crate::tests::version;
-    use crate::{Append, NewMessage, NewSession};
+    use crate::{Append, NewMessage, NewSession, Store};
 
     fn message(role: Role, content: &str, token_count: u32) -> NewMessage {
         NewMessage {
@@ -196,6 +197,7 @@ mod tests {
         let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
         assert!(
             store
+                .sessions()
                 .snapshot(&Access::tenant_wide("t"), "s")
                 .unwrap()
                 .is_none()
@@ -215,10 +217,12 @@ mod tests {
             idempotency_key: None,
         };
         store
+            .sessions()
             .append(&Access::tenant_wide("t"), "s", append)
             .await
             .unwrap();
         store
+            .sessions()
             .save_summary(
                 &Access::tenant_wide("t"),
                 "s",
@@ -230,12 +234,14 @@ mod tests {
             .await
             .unwrap();
         let snapshot = store
+            .sessions()
             .snapshot(&Access::tenant_wide("t"), "s")
             .unwrap()
             .unwrap();
 
         // Writes after the snapshot are not seen by it.
         store
+            .eraser()
             .erase_message(&Access::tenant_wide("t"), "s", 2)
             .await
             .unwrap();
@@ -245,6 +251,7 @@ mod tests {
             idempotency_key: None,
         };
         store
+            .sessions()
             .append(&Access::tenant_wide("t"), "s", more)
             .await
             .unwrap();
@@ -253,7 +260,10 @@ mod tests {
         assert_eq!(snapshot.erasures(), 0);
         assert_eq!(
             Some(snapshot.sid()),
-            store.session_key(&Access::tenant_wide("t"), "s").unwrap()
+            store
+                .feed()
+                .session_key(&Access::tenant_wide("t"), "s")
+                .unwrap()
         );
         let outline = snapshot.outline(1).unwrap();
         assert_eq!(
@@ -285,6 +295,7 @@ mod tests {
         // A new snapshot sees the erasure (the message and the summary covering it) and the
         // append.
         let now = store
+            .sessions()
             .snapshot(&Access::tenant_wide("t"), "s")
             .unwrap()
             .unwrap();
@@ -301,11 +312,13 @@ mod tests {
         drop(now);
         // Erasing an erased message erases nothing and counts nothing.
         store
+            .eraser()
             .erase_message(&Access::tenant_wide("t"), "s", 2)
             .await
             .unwrap();
         assert_eq!(
             store
+                .sessions()
                 .snapshot(&Access::tenant_wide("t"), "s")
                 .unwrap()
                 .unwrap()

@@ -2,32 +2,21 @@
 //! reads (run on the caller's thread in a redb read transaction, never blocking writes).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use redb::{
     Database, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata, Table,
     WriteTransaction,
 };
-use sha2::{Digest, Sha256};
 
-use crate::model::{
-    Access, Append, Appended, Message, NewMessage, NewRun, NewSession, Page, Role, Run, Session,
-    SessionFilter, SessionState, StoredSummary, Timestamp, validate_id,
-};
-use crate::model::{MAX_MESSAGES_PER_SESSION, MAX_SESSIONS, validate_text};
-use crate::record::{
-    ERASED_DIGEST, IdempotencyRecord, MessageRecord, OutboxRecord, Record, RunRecord,
-    SessionRecord, SummaryRecord, metadata_from_text, metadata_to_text,
-};
-use crate::snapshot::{SessionSnapshot, SessionVersion};
+use crate::record::{OutboxRecord, Record};
 use crate::tables::{
-    FORMAT_VERSION, FORMAT_VERSION_KEY, IDEMPOTENCY, MESSAGES, META, NEXT_OUTBOX_SEQ_KEY,
-    NEXT_SID_KEY, OUTBOX, OUTBOX_BY_SESSION, RUN_IDS, RUNS, SESSION_ACTIVITY, SESSION_COUNTS,
-    SESSION_KEYS, SESSIONS, SETTINGS, SUMMARIES, VECTORS, scope, scopes, settings_key,
+    FORMAT_VERSION, FORMAT_VERSION_KEY, META, NEXT_OUTBOX_SEQ_KEY, NEXT_SID_KEY, OUTBOX,
+    OUTBOX_BY_SESSION,
 };
 use crate::writer::Writer;
-use crate::{Metadata, Result, StoreError};
+use crate::{Result, StoreError};
 
 /// How each commit reaches the disk. Every mode is durable (`fsync`) before a write is
 /// acknowledged; they differ in what a crash costs. docs/storage-format.md explains the
@@ -80,19 +69,71 @@ const MAX_COMPACTION_ROUNDS: usize = 64;
 ///
 /// Cheap to clone: clones share the database and the writer thread. Writes are `async` and
 /// resolve once committed to disk; reads are synchronous and short (callers on an async
-/// runtime run them on a blocking thread).
+/// runtime run them on a blocking thread, see [`Store::read`]).
+///
+/// `Store` itself opens, probes, backs up and shuts down the file; the records are reached
+/// through handles grouped by concern: [`Store::sessions`] (sessions, messages, runs,
+/// summaries), [`Store::tenants`] (settings, retention, stats), [`Store::keys`],
+/// [`Store::memories`] (long-term memories, session memories, episodes) and
+/// [`Store::feed`] (the embedding pipeline's outbox and vectors). Whatever removes text is
+/// behind the [`Eraser`], which one owner takes ([`Store::take_eraser`]): the erasure
+/// coordinator.
 #[derive(Clone)]
 pub struct Store {
     inner: Arc<Inner>,
 }
 
 struct Inner {
-    /// Shared by readers and the writer thread; taken exclusively only by [`Store::compact`].
+    /// Shared by readers and the writer thread; taken exclusively only by [`Eraser::compact`].
     db: Arc<RwLock<Database>>,
     path: PathBuf,
     writer: Writer,
     /// Messages newly stored by `append` since the store was opened (replays not counted).
     appended_messages: AtomicU64,
+    /// Whether the [`Eraser`] was taken: there is one, so every removal of text goes through
+    /// its owner.
+    eraser_taken: AtomicBool,
+}
+
+/// Sessions, their messages, runs and summaries: [`Store::sessions`].
+#[derive(Clone, Copy)]
+pub struct Sessions<'a> {
+    pub(crate) store: &'a Store,
+}
+
+/// Tenant-wide documents: saved settings, retention rules and conversation stats:
+/// [`Store::tenants`].
+#[derive(Clone, Copy)]
+pub struct Tenants<'a> {
+    pub(crate) store: &'a Store,
+}
+
+/// API keys: [`Store::keys`].
+#[derive(Clone, Copy)]
+pub struct Keys<'a> {
+    pub(crate) store: &'a Store,
+}
+
+/// Long-term memories, session memories and episodes: [`Store::memories`].
+#[derive(Clone, Copy)]
+pub struct Memories<'a> {
+    pub(crate) store: &'a Store,
+}
+
+/// What the embedding pipeline and the indexes read and write: the outbox of messages to
+/// embed, their vectors, and messages and sessions by surrogate key: [`Store::feed`].
+#[derive(Clone, Copy)]
+pub struct EmbeddingFeed<'a> {
+    pub(crate) store: &'a Store,
+}
+
+/// Every operation that removes text (erasing messages, sessions, memories, episodes,
+/// session memories, compacting the file) and the erasure jobs' journal. There is one per
+/// opened store, taken by its owner with [`Store::take_eraser`]: "only the erasure
+/// coordinator removes text" is a fact of the types, not a convention.
+#[derive(Clone)]
+pub struct Eraser {
+    pub(crate) store: Store,
 }
 
 impl Store {
@@ -149,53 +190,74 @@ impl Store {
                 path,
                 writer,
                 appended_messages: AtomicU64::new(0),
+                eraser_taken: AtomicBool::new(false),
             }),
         })
+    }
+
+    /// Sessions, messages, runs and summaries.
+    pub fn sessions(&self) -> Sessions<'_> {
+        Sessions { store: self }
+    }
+
+    /// Tenant-wide settings, retention rules and stats.
+    pub fn tenants(&self) -> Tenants<'_> {
+        Tenants { store: self }
+    }
+
+    /// API keys.
+    pub fn keys(&self) -> Keys<'_> {
+        Keys { store: self }
+    }
+
+    /// Long-term memories, session memories and episodes.
+    pub fn memories(&self) -> Memories<'_> {
+        Memories { store: self }
+    }
+
+    /// The embedding pipeline's outbox and vectors.
+    pub fn feed(&self) -> EmbeddingFeed<'_> {
+        EmbeddingFeed { store: self }
+    }
+
+    /// The store's one [`Eraser`], for whoever takes it first (the erasure coordinator).
+    /// Fails with [`StoreError::Conflict`] once taken, also through clones of this store.
+    pub fn take_eraser(&self) -> Result<Eraser> {
+        if self.inner.eraser_taken.swap(true, Ordering::AcqRel) {
+            return Err(StoreError::Conflict(
+                "the store's eraser is taken: one erasure coordinator erases from a store".into(),
+            ));
+        }
+        Ok(Eraser {
+            store: self.clone(),
+        })
+    }
+
+    /// The eraser without taking it, for this crate's tests and fuzz model, which erase from
+    /// stores they opened themselves.
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn eraser(&self) -> Eraser {
+        Eraser {
+            store: self.clone(),
+        }
+    }
+
+    /// Runs `read` on the blocking pool: store reads are short but may touch the disk, and an
+    /// async runtime's workers must stay free.
+    pub async fn read<T, E, F>(&self, read: F) -> std::result::Result<T, E>
+    where
+        F: FnOnce(&Store) -> std::result::Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+    {
+        let store = self.clone();
+        blocking(move || read(&store)).await
     }
 
     /// A read transaction: a consistent snapshot, for the read paths of every module.
     pub(crate) fn begin_read(&self) -> Result<ReadTransaction> {
         let db = self.inner.db.read().unwrap_or_else(PoisonError::into_inner);
         Ok(db.begin_read()?)
-    }
-
-    /// Rewrites the file so that the pages deletions freed are overwritten or cut off: redb
-    /// does not zero a freed page, so until compaction an erased message's bytes stay in the
-    /// file. New reads and writes wait while it runs; reads already open are waited for (at
-    /// most `COMPACTION_WAIT`), after which it fails with [`StoreError::Busy`] and can be
-    /// retried. Returns whether anything was moved.
-    pub fn compact(&self) -> Result<bool> {
-        let mut db = self
-            .inner
-            .db
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        let deadline = std::time::Instant::now() + COMPACTION_WAIT;
-        let mut moved = false;
-        // redb compacts in rounds; each round may free more room for the next.
-        for _ in 0..MAX_COMPACTION_ROUNDS {
-            match db.compact() {
-                Ok(true) => moved = true,
-                Ok(false) => break,
-                Err(redb::CompactionError::TransactionInProgress)
-                    if std::time::Instant::now() < deadline =>
-                {
-                    // No new transaction can begin while the lock is held, so the open ones
-                    // drain; reads are short.
-                    std::thread::sleep(std::time::Duration::from_millis(2));
-                }
-                Err(redb::CompactionError::TransactionInProgress) => {
-                    return Err(StoreError::Busy(
-                        "reads stayed open during compaction".into(),
-                    ));
-                }
-                Err(err) => {
-                    self.inner.writer.note_failure(&db);
-                    return Err(err.into());
-                }
-            }
-        }
-        Ok(moved)
     }
 
     /// Runs `work` on the writer thread and waits until it is durably committed.
@@ -223,6 +285,13 @@ impl Store {
     /// wait on it instead of polling.
     pub fn commits(&self) -> tokio::sync::watch::Receiver<u64> {
         self.inner.writer.commits()
+    }
+
+    /// Adds `count` newly stored messages to [`Store::appended_messages`].
+    pub(crate) fn count_appended(&self, count: u64) {
+        self.inner
+            .appended_messages
+            .fetch_add(count, Ordering::Relaxed);
     }
 
     /// Messages appended (durably, replays of an idempotency key not counted) since this
@@ -255,451 +324,52 @@ impl Store {
         self.begin_read()?.open_table(META)?;
         Ok(())
     }
-
-    /// Creates a session under `session_id`, or under a new UUIDv4 (122 random bits, so
-    /// nobody can guess it) when `None`. Session ids are unique in their tenant: an id in use
-    /// is a [`StoreError::Conflict`] whoever's session holds it, and that is all it tells.
-    pub async fn create_session(
-        &self,
-        access: &Access,
-        session_id: Option<&str>,
-        new: NewSession,
-    ) -> Result<Session> {
-        access.validate()?;
-        check_owner(access, &new)?;
-        let session_id = match session_id {
-            Some(id) => {
-                validate_id("session_id", id)?;
-                id.to_owned()
-            }
-            None => uuid::Uuid::new_v4().to_string(),
-        };
-        new.validate()?;
-        let tenant = access.tenant().to_owned();
-        self.write(move |txn| {
-            let mut sessions = txn.open_table(SESSIONS)?;
-            if sessions
-                .get((tenant.as_str(), session_id.as_str()))?
-                .is_some()
-            {
-                return Err(id_taken(&session_id));
-            }
-            let record = new_session_record(txn, &tenant, &session_id, &new, Timestamp::now())?;
-            sessions.insert(
-                (tenant.as_str(), session_id.as_str()),
-                record.encode().as_slice(),
-            )?;
-            add_to_listing(txn, &tenant, &session_id, &record)?;
-            session_from_record(session_id, &record)
-        })
-        .await
-    }
-
-    /// Appends messages to a session, creating it first when `append.create` says who owns it.
-    ///
-    /// The messages get consecutive indices after the session's last message. The call returns
-    /// once they are durably stored. With a user-scoped `access`, the session must be that
-    /// user's (checked in the transaction that appends) and a session it creates too.
-    pub async fn append(
-        &self,
-        access: &Access,
-        session_id: &str,
-        append: Append,
-    ) -> Result<Appended> {
-        access.validate()?;
-        validate_id("session_id", session_id)?;
-        append.validate()?;
-        if let Some(owner) = &append.create {
-            check_owner(access, owner)?;
-        }
-        let access = access.clone();
-        let session_id = session_id.to_owned();
-        let appended = self
-            .write(move |txn| apply_append(txn, &access, &session_id, append))
-            .await?;
-        if !appended.replayed {
-            self.inner
-                .appended_messages
-                .fetch_add(appended.count, Ordering::Relaxed);
-        }
-        Ok(appended)
-    }
-
-    /// Records an agent execution in a session.
-    pub async fn record_run(&self, access: &Access, session_id: &str, run: NewRun) -> Result<Run> {
-        access.validate()?;
-        validate_id("session_id", session_id)?;
-        run.validate()?;
-        let access = access.clone();
-        let session_id = session_id.to_owned();
-        self.write(move |txn| apply_record_run(txn, &access, &session_id, run))
-            .await
-    }
-
-    /// Deletes a session with everything it owns, the episodes drawn from it included; returns
-    /// its surrogate key, so derived indexes can drop the session's entries, and how many
-    /// episodes went with it.
-    ///
-    /// The episodes go in the same transaction as the session record: `put_episode` checks
-    /// its source session in its own transaction, so an episode is either recorded before
-    /// this commit (and deleted by it) or refused after it. Deleting them in a commit of their
-    /// own before this one let an episode recorded in between survive the erasure.
-    pub async fn delete_session(
-        &self,
-        access: &Access,
-        session_id: &str,
-    ) -> Result<SessionDeleted> {
-        access.validate()?;
-        validate_id("session_id", session_id)?;
-        let access = access.clone();
-        let session_id = session_id.to_owned();
-        self.write_alone(move |txn| apply_delete_session(txn, &access, &session_id))
-            .await
-    }
-
-    /// Starts later context loads after the session's current last message; the messages
-    /// stay stored for audit and search. Returns the index loads now start from.
-    pub async fn clear_session(&self, access: &Access, session_id: &str) -> Result<u64> {
-        access.validate()?;
-        validate_id("session_id", session_id)?;
-        let access = access.clone();
-        let session_id = session_id.to_owned();
-        self.write(move |txn| {
-            let mut sessions = txn.open_table(SESSIONS)?;
-            let mut record = read_session_record(&sessions, &access, &session_id)?
-                .ok_or_else(|| not_found(&session_id))?;
-            let tenant = access.tenant();
-            record.load_from = record.next_index;
-            touch(txn, tenant, &session_id, &mut record, Timestamp::now())?;
-            sessions.insert((tenant, session_id.as_str()), record.encode().as_slice())?;
-            Ok(record.load_from)
-        })
-        .await
-    }
-
-    /// Up to `limit` messages of a session, newest first, whose content contains every word
-    /// of `query` ignoring case: the whole history, cleared and summarised parts included.
-    /// A query holds 1 to [`MAX_SEARCH_WORDS`] distinct words in at most
-    /// [`MAX_SEARCH_QUERY`] bytes.
-    pub fn search_messages(
-        &self,
-        access: &Access,
-        session_id: &str,
-        query: &str,
-        limit: usize,
-    ) -> Result<Vec<Message>> {
-        let invalid = |reason: String| StoreError::InvalidInput {
-            field: "query",
-            reason,
-        };
-        if query.len() > MAX_SEARCH_QUERY {
-            return Err(invalid(format!("must be at most {MAX_SEARCH_QUERY} bytes")));
-        }
-        let mut words: Vec<String> = query.split_whitespace().map(str::to_lowercase).collect();
-        words.sort_unstable();
-        words.dedup();
-        if words.is_empty() {
-            return Err(invalid("must contain a word".into()));
-        }
-        if words.len() > MAX_SEARCH_WORDS {
-            return Err(invalid(format!(
-                "must contain at most {MAX_SEARCH_WORDS} distinct words"
-            )));
-        }
-        let (txn, record) = self.read_existing_session(access, session_id)?;
-        let messages = txn.open_table(MESSAGES)?;
-        let mut hits = Vec::new();
-        for entry in messages
-            .range((record.sid, 0)..(record.sid, record.next_index))?
-            .rev()
-        {
-            if hits.len() >= limit {
-                break;
-            }
-            let (key, value) = entry?;
-            let stored = MessageRecord::decode(value.value())?;
-            let content = stored.content.to_lowercase();
-            if words.iter().all(|word| content.contains(word.as_str())) {
-                hits.push(message_from_record(key.value().1, stored)?);
-            }
-        }
-        Ok(hits)
-    }
-
-    /// The session's rolling summary, if one was saved.
-    pub fn summary(&self, access: &Access, session_id: &str) -> Result<Option<StoredSummary>> {
-        self.existing_snapshot(access, session_id)?.summary()
-    }
-
-    /// Replaces the session's rolling summary with one covering `first_index..=last_index`,
-    /// unless the current one (since the last clear) already reaches further. The covered
-    /// messages stay stored; later context loads resume after `last_index`. `read` is the
-    /// version the summary was computed from; if the session changed since,
-    /// [`StoreError::SessionChanged`] and nothing is saved.
-    pub async fn save_summary(
-        &self,
-        access: &Access,
-        session_id: &str,
-        read: SessionVersion,
-        text: String,
-        first_index: u64,
-        last_index: u64,
-    ) -> Result<()> {
-        access.validate()?;
-        validate_id("session_id", session_id)?;
-        validate_text("summary", &text)?;
-        let access = access.clone();
-        let session_id = session_id.to_owned();
-        self.write(move |txn| {
-            let sessions = txn.open_table(SESSIONS)?;
-            let record = read_session_record(&sessions, &access, &session_id)?
-                .ok_or_else(|| not_found(&session_id))?;
-            check_version(&record, read, &session_id)?;
-            if first_index > last_index || last_index >= record.next_index {
-                return Err(StoreError::InvalidInput {
-                    field: "summary range",
-                    reason: format!(
-                        "{first_index}..={last_index} is not within the session's {} messages",
-                        record.next_index
-                    ),
-                });
-            }
-            let mut summaries = txn.open_table(SUMMARIES)?;
-            // Two context requests may summarise the same turns at once; a summary never
-            // moves the checkpoint back.
-            let current = summaries
-                .get(record.sid)?
-                .map(|value| SummaryRecord::decode(value.value()))
-                .transpose()?;
-            if current
-                .is_some_and(|c| c.last_index > last_index && c.first_index >= record.load_from)
-            {
-                return Ok(());
-            }
-            let stored = SummaryRecord {
-                text,
-                first_index,
-                last_index,
-                created_at: Timestamp::now().as_micros(),
-            };
-            summaries.insert(record.sid, stored.encode().as_slice())?;
-            Ok(())
-        })
-        .await
-    }
-
-    /// The settings document of a tenant (`agent_id` `None`) or of one of its agents: a JSON
-    /// object the caller interprets, or `None` when none was saved.
-    pub fn settings(&self, tenant: &str, agent_id: Option<&str>) -> Result<Option<Metadata>> {
-        let key = settings_key(tenant, agent_id)?;
-        let txn = self.begin_read()?;
-        txn.open_table(SETTINGS)?
-            .get((tenant, key.as_str()))?
-            .map(|value| {
-                serde_json::from_slice(value.value()).map_err(|err| StoreError::Corrupted {
-                    what: "settings",
-                    detail: err.to_string(),
-                })
-            })
-            .transpose()
-    }
-
-    /// Saves (or, with `None`, removes) the settings document of a tenant or of one of its
-    /// agents.
-    pub async fn put_settings(
-        &self,
-        tenant: &str,
-        agent_id: Option<&str>,
-        settings: Option<Metadata>,
-    ) -> Result<()> {
-        let key = settings_key(tenant, agent_id)?;
-        let tenant = tenant.to_owned();
-        let encoded = settings
-            .map(|document| serde_json::to_vec(&document))
-            .transpose()
-            .map_err(|err| StoreError::InvalidInput {
-                field: "settings",
-                reason: err.to_string(),
-            })?;
-        self.write(move |txn| {
-            let mut table = txn.open_table(SETTINGS)?;
-            match encoded {
-                Some(bytes) => table.insert((tenant.as_str(), key.as_str()), bytes.as_slice())?,
-                None => table.remove((tenant.as_str(), key.as_str()))?,
-            };
-            Ok(())
-        })
-        .await
-    }
-
-    /// The session, or `None` if `access` reaches no session with that id.
-    pub fn session(&self, access: &Access, session_id: &str) -> Result<Option<Session>> {
-        access.validate()?;
-        validate_id("session_id", session_id)?;
-        let txn = self.begin_read()?;
-        let sessions = txn.open_table(SESSIONS)?;
-        read_session_record(&sessions, access, session_id)?
-            .map(|record| session_from_record(session_id.to_owned(), &record))
-            .transpose()
-    }
-
-    /// Up to `limit` messages of a session from index `from` on, in index order.
-    pub fn messages(
-        &self,
-        access: &Access,
-        session_id: &str,
-        from: u64,
-        limit: usize,
-    ) -> Result<Vec<Message>> {
-        self.existing_snapshot(access, session_id)?
-            .messages(from, limit)
-    }
-
-    /// Up to `limit` runs of a session in the order they were recorded, from the `from`th
-    /// (0-based) on. Runs are only ever removed with their session, so a run's position never
-    /// changes: the next page starts `from` plus the runs returned.
-    pub fn runs(
-        &self,
-        access: &Access,
-        session_id: &str,
-        from: u64,
-        limit: usize,
-    ) -> Result<Vec<Run>> {
-        let (txn, record) = self.read_existing_session(access, session_id)?;
-        let runs = txn.open_table(RUNS)?;
-        let from = from.min(record.next_run);
-        runs.range((record.sid, from)..(record.sid, record.next_run))?
-            .take(limit)
-            .map(|entry| run_from_record(RunRecord::decode(entry?.1.value())?))
-            .collect()
-    }
-
-    /// One page of the sessions matching `filter` that `access` reaches, most recently
-    /// active first. Pages are numbered from 0. Reads the listing index only, never the
-    /// messages. A user-scoped access that names another user finds nothing, whether or not
-    /// that user has sessions.
-    pub fn list_sessions(
-        &self,
-        access: &Access,
-        filter: &SessionFilter,
-        page: u64,
-        page_size: usize,
-    ) -> Result<Page<Session>> {
-        access.validate()?;
-        let tenant = access.tenant();
-        for (kind, id) in [("user_id", &filter.user_id), ("agent_id", &filter.agent_id)] {
-            if let Some(id) = id {
-                validate_id(kind, id)?;
-            }
-        }
-        if !(1..=MAX_PAGE_SIZE).contains(&page_size) {
-            return Err(StoreError::InvalidInput {
-                field: "page_size",
-                reason: format!("must be between 1 and {MAX_PAGE_SIZE}"),
-            });
-        }
-        let skip = usize::try_from(page)
-            .ok()
-            .and_then(|page| page.checked_mul(page_size))
-            .ok_or_else(|| StoreError::InvalidInput {
-                field: "page",
-                reason: "is too large".into(),
-            })?;
-        let user_id = match (access.user(), filter.user_id.as_deref()) {
-            (Some(own), Some(named)) if own != named => {
-                return Ok(Page {
-                    items: Vec::new(),
-                    total: 0,
-                });
-            }
-            (own, named) => own.or(named),
-        };
-        let scope = scope(user_id, filter.agent_id.as_deref());
-        let txn = self.begin_read()?;
-        let total = txn
-            .open_table(SESSION_COUNTS)?
-            .get((tenant, scope.as_str()))?
-            .map_or(0, |count| count.value());
-        let activity = txn.open_table(SESSION_ACTIVITY)?;
-        let sessions = txn.open_table(SESSIONS)?;
-        let items = activity
-            .range((tenant, scope.as_str(), 0, "")..(tenant, scope.as_str(), u64::MAX, ""))?
-            .rev()
-            .skip(skip)
-            .take(page_size)
-            .map(|entry| {
-                let (key, ()) = entry.map(|(key, _)| (key, ()))?;
-                let (_, _, _, session_id) = key.value();
-                let record =
-                    read_session_record(&sessions, access, session_id)?.ok_or_else(|| {
-                        StoreError::Corrupted {
-                            what: "session listing",
-                            detail: format!("lists missing session {session_id:?}"),
-                        }
-                    })?;
-                session_from_record(session_id.to_owned(), &record)
-            })
-            .collect::<Result<_>>()?;
-        Ok(Page { items, total })
-    }
-
-    fn existing_snapshot(&self, access: &Access, session_id: &str) -> Result<SessionSnapshot> {
-        self.snapshot(access, session_id)?
-            .ok_or_else(|| not_found(session_id))
-    }
-
-    fn read_existing_session(
-        &self,
-        access: &Access,
-        session_id: &str,
-    ) -> Result<(ReadTransaction, SessionRecord)> {
-        access.validate()?;
-        validate_id("session_id", session_id)?;
-        let txn = self.begin_read()?;
-        let record = read_session_record(&txn.open_table(SESSIONS)?, access, session_id)?
-            .ok_or_else(|| not_found(session_id))?;
-        Ok((txn, record))
-    }
 }
 
-pub(crate) fn not_found(session_id: &str) -> StoreError {
-    StoreError::SessionNotFound {
-        session_id: session_id.to_owned(),
+impl Eraser {
+    /// The store this eraser erases from.
+    pub fn store(&self) -> &Store {
+        &self.store
     }
-}
 
-/// The answer for a session id in use, whoever's session holds it: a user-scoped caller
-/// learns that the id is taken and nothing else about the session.
-fn id_taken(session_id: &str) -> StoreError {
-    StoreError::Conflict(format!(
-        "session id {session_id:?} is taken; choose another, or let memlayer generate one"
-    ))
-}
-
-/// [`StoreError::SessionChanged`] unless `record` is the session at version `read`.
-pub(crate) fn check_version(
-    record: &SessionRecord,
-    read: SessionVersion,
-    session_id: &str,
-) -> Result<()> {
-    if SessionVersion::of(record) == read {
-        Ok(())
-    } else {
-        Err(StoreError::SessionChanged {
-            session_id: session_id.to_owned(),
-        })
-    }
-}
-
-/// A user-scoped access creates sessions for its own user only.
-fn check_owner(access: &Access, owner: &NewSession) -> Result<()> {
-    if access.sees(&owner.user_id) {
-        Ok(())
-    } else {
-        Err(StoreError::InvalidInput {
-            field: "user_id",
-            reason: "a user-scoped caller creates sessions for its own user only".into(),
-        })
+    /// Rewrites the file so that the pages deletions freed are overwritten or cut off: redb
+    /// does not zero a freed page, so until compaction an erased message's bytes stay in the
+    /// file. New reads and writes wait while it runs; reads already open are waited for (at
+    /// most `COMPACTION_WAIT`), after which it fails with [`StoreError::Busy`] and can be
+    /// retried. Returns whether anything was moved.
+    pub fn compact(&self) -> Result<bool> {
+        let mut db = self
+            .store
+            .inner
+            .db
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let deadline = std::time::Instant::now() + COMPACTION_WAIT;
+        let mut moved = false;
+        // redb compacts in rounds; each round may free more room for the next.
+        for _ in 0..MAX_COMPACTION_ROUNDS {
+            match db.compact() {
+                Ok(true) => moved = true,
+                Ok(false) => break,
+                Err(redb::CompactionError::TransactionInProgress)
+                    if std::time::Instant::now() < deadline =>
+                {
+                    // No new transaction can begin while the lock is held, so the open ones
+                    // drain; reads are short.
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+                Err(redb::CompactionError::TransactionInProgress) => {
+                    return Err(StoreError::Busy(
+                        "reads stayed open during compaction".into(),
+                    ));
+                }
+                Err(err) => {
+                    self.store.inner.writer.note_failure(&db);
+                    return Err(err.into());
+                }
+            }
+        }
+        Ok(moved)
     }
 }
 
@@ -855,447 +525,19 @@ fn index_outbox(
     Ok(())
 }
 
-/// The record of a session `access` reaches: `None` when the tenant has no such session or
-/// it is another user's. Every read or write that names a session looks it up here, in its
-/// own transaction, so the ownership check and the access are one atomic step.
-pub(crate) fn read_session_record(
-    sessions: &impl ReadableTable<(&'static str, &'static str), &'static [u8]>,
-    access: &Access,
-    session_id: &str,
-) -> Result<Option<SessionRecord>> {
-    Ok(sessions
-        .get((access.tenant(), session_id))?
-        .map(|value| SessionRecord::decode(value.value()))
-        .transpose()?
-        .filter(|record| access.sees(&record.user_id)))
-}
-
-fn new_session_record(
-    txn: &WriteTransaction,
-    tenant: &str,
-    session_id: &str,
-    new: &NewSession,
-    now: Timestamp,
-) -> Result<SessionRecord> {
-    let mut meta = txn.open_table(META)?;
-    let sid = meta.get(NEXT_SID_KEY)?.map_or(1, |v| v.value());
-    if sid >= MAX_SESSIONS {
-        return Err(StoreError::InvalidInput {
-            field: "session",
-            reason: format!("this store has created all {MAX_SESSIONS} sessions it can hold"),
-        });
-    }
-    meta.insert(NEXT_SID_KEY, sid + 1)?;
-    txn.open_table(SESSION_KEYS)?
-        .insert(sid, (tenant, session_id))?;
-    Ok(SessionRecord {
-        sid,
-        user_id: new.user_id.clone(),
-        agent_id: new.agent_id.clone(),
-        flow_id: new.flow_id.clone(),
-        created_at: now.as_micros(),
-        updated_at: now.as_micros(),
-        metadata: metadata_to_text(&new.metadata),
-        next_index: 0,
-        next_run: 0,
-        last_role: None,
-        load_from: 0,
-        erased: 0,
-    })
-}
-
-fn add_to_listing(
-    txn: &WriteTransaction,
-    tenant: &str,
-    session_id: &str,
-    record: &SessionRecord,
-) -> Result<()> {
-    let mut activity = txn.open_table(SESSION_ACTIVITY)?;
-    let mut counts = txn.open_table(SESSION_COUNTS)?;
-    for scope in scopes(&record.user_id, &record.agent_id) {
-        activity.insert((tenant, scope.as_str(), record.updated_at, session_id), ())?;
-        let count = counts
-            .get((tenant, scope.as_str()))?
-            .map_or(0, |c| c.value());
-        counts.insert((tenant, scope.as_str()), count + 1)?;
-    }
-    crate::idle::open(txn, tenant, session_id, record.updated_at)
-}
-
-fn remove_from_listing(
-    txn: &WriteTransaction,
-    tenant: &str,
-    session_id: &str,
-    record: &SessionRecord,
-) -> Result<()> {
-    let mut activity = txn.open_table(SESSION_ACTIVITY)?;
-    let mut counts = txn.open_table(SESSION_COUNTS)?;
-    for scope in scopes(&record.user_id, &record.agent_id) {
-        activity.remove((tenant, scope.as_str(), record.updated_at, session_id))?;
-        let count = counts
-            .get((tenant, scope.as_str()))?
-            .map_or(0, |c| c.value());
-        if count <= 1 {
-            counts.remove((tenant, scope.as_str()))?;
-        } else {
-            counts.insert((tenant, scope.as_str()), count - 1)?;
-        }
-    }
-    crate::idle::close(txn, tenant, session_id, record)
-}
-
-/// Moves the session's listing entries to its new last-activity time.
-fn touch(
-    txn: &WriteTransaction,
-    tenant: &str,
-    session_id: &str,
-    record: &mut SessionRecord,
-    now: Timestamp,
-) -> Result<()> {
-    // Keep last activity monotonic even if the wall clock steps back.
-    let updated_at = record.updated_at.max(now.as_micros());
-    if updated_at != record.updated_at {
-        let mut activity = txn.open_table(SESSION_ACTIVITY)?;
-        for scope in scopes(&record.user_id, &record.agent_id) {
-            activity.remove((tenant, scope.as_str(), record.updated_at, session_id))?;
-            activity.insert((tenant, scope.as_str(), updated_at, session_id), ())?;
-        }
-        crate::idle::touch(txn, tenant, session_id, record.updated_at, updated_at)?;
-        record.updated_at = updated_at;
-    }
-    Ok(())
-}
-
-fn apply_append(
-    txn: &WriteTransaction,
-    access: &Access,
-    session_id: &str,
-    append: Append,
-) -> Result<Appended> {
-    // Every check comes before the first write: a rejected append shares the transaction with
-    // other requests and must leave no trace in it.
-    let tenant = access.tenant();
-    let mut sessions = txn.open_table(SESSIONS)?;
-    let existing = read_session_record(&sessions, access, session_id)?;
-    let digest = append
-        .idempotency_key
-        .as_ref()
-        .map(|_| request_digest(&append.messages));
-    if let Some(record) = &existing {
-        if let Some(owner) = &append.create
-            && (owner.user_id != record.user_id || owner.agent_id != record.agent_id)
-        {
-            return Err(id_taken(session_id));
-        }
-        if let (Some(key), Some(digest)) = (&append.idempotency_key, &digest)
-            && let Some(previous) = txn
-                .open_table(IDEMPOTENCY)?
-                .get((record.sid, key.as_str()))?
-        {
-            let previous = IdempotencyRecord::decode(previous.value())?;
-            if &previous.request_digest != digest && previous.request_digest != ERASED_DIGEST {
-                return Err(StoreError::Conflict(format!(
-                    "idempotency key {key:?} was used for a different request"
-                )));
-            }
-            return Ok(Appended {
-                first_index: previous.first_index,
-                count: previous.count,
-                created_session: previous.created_session,
-                replayed: true,
-            });
-        }
-        if record.next_index + append.messages.len() as u64 > MAX_MESSAGES_PER_SESSION {
-            return Err(StoreError::InvalidInput {
-                field: "messages",
-                reason: format!(
-                    "session {session_id:?} would exceed {MAX_MESSAGES_PER_SESSION} messages"
-                ),
-            });
-        }
-    }
-    let now = Timestamp::now();
-    let (mut record, created_session) = match existing {
-        Some(record) => (record, false),
-        // Another user's session under this id: taken, as for any other owner.
-        None if sessions.get((tenant, session_id))?.is_some() => {
-            return Err(match append.create {
-                Some(_) => id_taken(session_id),
-                None => not_found(session_id),
-            });
-        }
-        None => match &append.create {
-            Some(owner) => {
-                let record = new_session_record(txn, tenant, session_id, owner, now)?;
-                add_to_listing(txn, tenant, session_id, &record)?;
-                (record, true)
-            }
-            None => return Err(not_found(session_id)),
-        },
-    };
-
-    let first_index = record.next_index;
-    let count = append.messages.len() as u64;
-    {
-        let mut messages = txn.open_table(MESSAGES)?;
-        for (offset, message) in append.messages.into_iter().enumerate() {
-            let index = first_index + offset as u64;
-            record.last_role = Some(message.role);
-            messages.insert(
-                (record.sid, index),
-                message_record(message, now).encode().as_slice(),
-            )?;
-        }
-    }
-    record.next_index += count;
-    enqueue_for_embedding(txn, record.sid, first_index, count)?;
-    touch(txn, tenant, session_id, &mut record, now)?;
-    if let (Some(key), Some(request_digest)) = (&append.idempotency_key, digest) {
-        let outcome = IdempotencyRecord {
-            request_digest,
-            first_index,
-            count,
-            created_session,
-        };
-        txn.open_table(IDEMPOTENCY)?
-            .insert((record.sid, key.as_str()), outcome.encode().as_slice())?;
-    }
-    sessions.insert((tenant, session_id), record.encode().as_slice())?;
-    Ok(Appended {
-        first_index,
-        count,
-        created_session,
-        replayed: false,
-    })
-}
-
-/// Queues messages for the embedding worker, in the transaction that stores them, so no
-/// committed message can miss its embedding (a crash between the two is impossible).
-pub(crate) fn enqueue_for_embedding(
-    txn: &WriteTransaction,
-    sid: u64,
-    first_index: u64,
-    count: u64,
-) -> Result<()> {
-    let mut meta = txn.open_table(META)?;
-    let seq = meta.get(NEXT_OUTBOX_SEQ_KEY)?.map_or(1, |v| v.value());
-    meta.insert(NEXT_OUTBOX_SEQ_KEY, seq + 1)?;
-    let entry = OutboxRecord {
-        sid,
-        first_index,
-        count,
-    };
-    txn.open_table(OUTBOX)?
-        .insert(seq, entry.encode().as_slice())?;
-    txn.open_table(OUTBOX_BY_SESSION)?.insert((sid, seq), ())?;
-    Ok(())
-}
-
-fn apply_record_run(
-    txn: &WriteTransaction,
-    access: &Access,
-    session_id: &str,
-    run: NewRun,
-) -> Result<Run> {
-    let tenant = access.tenant();
-    let mut sessions = txn.open_table(SESSIONS)?;
-    let mut record =
-        read_session_record(&sessions, access, session_id)?.ok_or_else(|| not_found(session_id))?;
-    let run_id = run
-        .run_id
-        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-    let mut run_ids = txn.open_table(RUN_IDS)?;
-    if run_ids.get((record.sid, run_id.as_str()))?.is_some() {
-        return Err(StoreError::Conflict(format!(
-            "run {run_id:?} already exists in session {session_id:?}"
-        )));
-    }
-    let now = Timestamp::now();
-    let seq = record.next_run;
-    let stored = RunRecord {
-        run_id,
-        status: run.status,
-        content: run.content,
-        tool_calls: serde_json::to_string(&run.tool_calls).expect("JSON values serialise"),
-        error: run.error,
-        metadata: metadata_to_text(&run.metadata),
-        created_at: now.as_micros(),
-        redacted: false,
-    };
-    run_ids.insert((record.sid, stored.run_id.as_str()), seq)?;
-    txn.open_table(RUNS)?
-        .insert((record.sid, seq), stored.encode().as_slice())?;
-    record.next_run += 1;
-    touch(txn, tenant, session_id, &mut record, now)?;
-    sessions.insert((tenant, session_id), record.encode().as_slice())?;
-    run_from_record(stored)
-}
-
-fn apply_delete_session(
-    txn: &WriteTransaction,
-    access: &Access,
-    session_id: &str,
-) -> Result<SessionDeleted> {
-    let tenant = access.tenant();
-    let mut sessions = txn.open_table(SESSIONS)?;
-    let record =
-        read_session_record(&sessions, access, session_id)?.ok_or_else(|| not_found(session_id))?;
-    sessions.remove((tenant, session_id))?;
-    remove_from_listing(txn, tenant, session_id, &record)?;
-    let sid = record.sid;
-    remove_range(&mut txn.open_table(MESSAGES)?, (sid, 0)..(sid + 1, 0))?;
-    remove_range(&mut txn.open_table(RUNS)?, (sid, 0)..(sid + 1, 0))?;
-    remove_str_range(&mut txn.open_table(RUN_IDS)?, sid)?;
-    remove_str_range(&mut txn.open_table(IDEMPOTENCY)?, sid)?;
-    remove_range(&mut txn.open_table(VECTORS)?, (sid, 0)..(sid + 1, 0))?;
-    crate::embeddings::bump_vectors_version(txn)?;
-    txn.open_table(SESSION_KEYS)?.remove(sid)?;
-    txn.open_table(SUMMARIES)?.remove(sid)?;
-    let mut by_session = txn.open_table(OUTBOX_BY_SESSION)?;
-    let mut outbox = txn.open_table(OUTBOX)?;
-    for entry in by_session.extract_from_if((sid, 0)..(sid + 1, 0), |_, ()| true)? {
-        let (key, _) = entry?;
-        outbox.remove(key.value().1)?;
-    }
-    let episodes =
-        crate::episodes::remove_user_episodes(txn, tenant, &record.user_id, Some(session_id))?;
-    let session_memories = crate::session_memory::remove_session_memories(
-        txn,
-        tenant,
-        &record.user_id,
-        Some(session_id),
-    )?;
-    Ok(SessionDeleted {
-        sid,
-        episodes,
-        session_memories,
-    })
-}
-
-/// What deleting a session removed besides the session itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SessionDeleted {
-    /// The session's surrogate key, for removing its messages from indexes.
-    pub sid: u64,
-    /// How many episodes drawn from the session were deleted with it.
-    pub episodes: u64,
-    /// How many of the user's session memories the session was merged into were dropped
-    /// with it (a memory summarising several conversations goes whole, and is merged again
-    /// from those that remain).
-    pub session_memories: u64,
-}
-
-impl Store {
-    /// Runs `remove` on a user's rows of one kind in one commit: all of them, or (with
-    /// `session_id`) those drawn from that session. Returns how many were removed.
-    pub(crate) async fn remove_user_rows(
-        &self,
-        tenant: &str,
-        user_id: &str,
-        session_id: Option<&str>,
-        remove: fn(&WriteTransaction, &str, &str, Option<&str>) -> Result<u64>,
-    ) -> Result<u64> {
-        validate_id("tenant", tenant)?;
-        validate_id("user_id", user_id)?;
-        let (tenant, user_id) = (tenant.to_owned(), user_id.to_owned());
-        let session_id = session_id.map(str::to_owned);
-        self.write_alone(move |txn| remove(txn, &tenant, &user_id, session_id.as_deref()))
-            .await
-    }
-}
-
-pub(crate) fn remove_range(
-    table: &mut Table<'_, (u64, u64), &'static [u8]>,
-    range: std::ops::Range<(u64, u64)>,
-) -> Result<()> {
-    table.retain_in(range, |_, _| false)?;
-    Ok(())
-}
-
-/// Removes every `(sid, _)` key of a table keyed by `(sid, string)`.
-fn remove_str_range<V: redb::Value + 'static>(
-    table: &mut Table<'_, (u64, &'static str), V>,
-    sid: u64,
-) -> Result<()> {
-    table.retain_in((sid, "")..(sid + 1, ""), |_, _| false)?;
-    Ok(())
-}
-
-fn request_digest(messages: &[NewMessage]) -> [u8; 16] {
-    let mut hasher = Sha256::new();
-    for message in messages {
-        // Length prefixes keep field boundaries unambiguous.
-        let metadata = metadata_to_text(&message.metadata);
-        let timestamp = message.timestamp.map_or(0, Timestamp::as_micros);
-        hasher.update([message.role as u8]);
-        hasher.update((message.content.len() as u64).to_le_bytes());
-        hasher.update(message.content.as_bytes());
-        hasher.update(message.token_count.to_le_bytes());
-        hasher.update(timestamp.to_le_bytes());
-        hasher.update((metadata.len() as u64).to_le_bytes());
-        hasher.update(metadata.as_bytes());
-    }
-    let digest = hasher.finalize();
-    let mut out = [0; 16];
-    out.copy_from_slice(&digest[..16]);
-    out
-}
-
-fn message_record(message: NewMessage, now: Timestamp) -> MessageRecord {
-    MessageRecord {
-        role: message.role,
-        content: message.content,
-        timestamp: message.timestamp.unwrap_or(now).as_micros(),
-        token_count: message.token_count,
-        metadata: metadata_to_text(&message.metadata),
-    }
-}
-
-pub(crate) fn session_from_record(id: String, record: &SessionRecord) -> Result<Session> {
-    Ok(Session {
-        id,
-        user_id: record.user_id.clone(),
-        agent_id: record.agent_id.clone(),
-        flow_id: record.flow_id.clone(),
-        created_at: Timestamp::from_micros(record.created_at),
-        updated_at: Timestamp::from_micros(record.updated_at),
-        metadata: metadata_from_text(SessionRecord::NAME, &record.metadata)?,
-        message_count: record.next_index,
-        run_count: record.next_run,
-        load_from: record.load_from,
-        state: if record.last_role == Some(Role::User) {
-            SessionState::IncompleteTurn
-        } else {
-            SessionState::Active
-        },
-    })
-}
-
-pub(crate) fn message_from_record(index: u64, record: MessageRecord) -> Result<Message> {
-    Ok(Message {
-        index,
-        role: record.role,
-        metadata: metadata_from_text(MessageRecord::NAME, &record.metadata)?,
-        content: record.content,
-        timestamp: Timestamp::from_micros(record.timestamp),
-        token_count: record.token_count,
-    })
-}
-
-fn run_from_record(record: RunRecord) -> Result<Run> {
-    let tool_calls =
-        serde_json::from_str(&record.tool_calls).map_err(|err| StoreError::Corrupted {
-            what: RunRecord::NAME,
-            detail: format!("tool calls: {err}"),
-        })?;
-    Ok(Run {
-        metadata: metadata_from_text(RunRecord::NAME, &record.metadata)?,
-        run_id: record.run_id,
-        status: record.status,
-        content: record.content,
-        tool_calls,
-        error: record.error,
-        created_at: Timestamp::from_micros(record.created_at),
-        redacted: record.redacted,
-    })
+/// Runs blocking `work` (store reads, index updates, model inference) on the blocking pool and
+/// waits for it. A task that could not finish (it panicked, or the runtime is shutting down)
+/// is [`StoreError::Task`].
+pub async fn blocking<T, E>(
+    work: impl FnOnce() -> std::result::Result<T, E> + Send + 'static,
+) -> std::result::Result<T, E>
+where
+    T: Send + 'static,
+    E: From<StoreError> + Send + 'static,
+{
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|source| StoreError::Task {
+            source: Arc::new(source),
+        })?
 }

@@ -15,6 +15,7 @@ const TENANT: &str = "default";
 /// The session's version now, as a read before saving a summary sees it.
 pub(crate) fn version(store: &Store, tenant: &str, session_id: &str) -> crate::SessionVersion {
     store
+        .sessions()
         .snapshot(&Access::tenant_wide(tenant), session_id)
         .unwrap()
         .unwrap()
@@ -55,6 +56,7 @@ fn append_of(messages: Vec<NewMessage>, create: Option<NewSession>) -> Append {
 
 fn contents(store: &Store, session: &str) -> Vec<String> {
     store
+        .sessions()
         .messages(&Access::tenant_wide(TENANT), session, 0, usize::MAX)
         .unwrap()
         .into_iter()
@@ -66,6 +68,7 @@ fn contents(store: &Store, session: &str) -> Vec<String> {
 async fn appends_get_gapless_indices_and_track_the_open_turn() {
     let (_dir, store) = open();
     let first = store
+        .sessions()
         .append(
             &Access::tenant_wide(TENANT),
             "s1",
@@ -79,6 +82,7 @@ async fn appends_get_gapless_indices_and_track_the_open_turn() {
     );
     assert_eq!(
         store
+            .sessions()
             .session(&Access::tenant_wide(TENANT), "s1")
             .unwrap()
             .unwrap()
@@ -87,6 +91,7 @@ async fn appends_get_gapless_indices_and_track_the_open_turn() {
     );
 
     let second = store
+        .sessions()
         .append(
             &Access::tenant_wide(TENANT),
             "s1",
@@ -102,6 +107,7 @@ async fn appends_get_gapless_indices_and_track_the_open_turn() {
         .unwrap();
     assert_eq!(second.indices(), 1..3);
     let messages = store
+        .sessions()
         .messages(&Access::tenant_wide(TENANT), "s1", 1, 10)
         .unwrap();
     assert_eq!(
@@ -112,6 +118,7 @@ async fn appends_get_gapless_indices_and_track_the_open_turn() {
         [(1, "hello"), (2, "bye")]
     );
     let session = store
+        .sessions()
         .session(&Access::tenant_wide(TENANT), "s1")
         .unwrap()
         .unwrap();
@@ -123,6 +130,7 @@ async fn appends_get_gapless_indices_and_track_the_open_turn() {
 async fn rejected_appends_change_nothing() {
     let (_dir, store) = open();
     let unknown = store
+        .sessions()
         .append(
             &Access::tenant_wide(TENANT),
             "nobody",
@@ -132,12 +140,14 @@ async fn rejected_appends_change_nothing() {
     assert!(matches!(unknown, Err(StoreError::SessionNotFound { .. })));
     assert!(
         store
+            .sessions()
             .session(&Access::tenant_wide(TENANT), "nobody")
             .unwrap()
             .is_none()
     );
 
     store
+        .sessions()
         .append(
             &Access::tenant_wide(TENANT),
             "s",
@@ -146,6 +156,7 @@ async fn rejected_appends_change_nothing() {
         .await
         .unwrap();
     let foreign = store
+        .sessions()
         .append(
             &Access::tenant_wide(TENANT),
             "s",
@@ -154,6 +165,7 @@ async fn rejected_appends_change_nothing() {
         .await;
     assert!(matches!(foreign, Err(StoreError::Conflict(_))));
     let nul = store
+        .sessions()
         .append(
             &Access::tenant_wide(TENANT),
             "s",
@@ -168,6 +180,7 @@ async fn rejected_appends_change_nothing() {
         })
     ));
     let empty = store
+        .sessions()
         .append(&Access::tenant_wide(TENANT), "s", append_of(vec![], None))
         .await;
     assert!(matches!(
@@ -189,10 +202,12 @@ async fn a_retried_append_is_answered_from_its_idempotency_record() {
         idempotency_key: Some("k1".into()),
     };
     let first = store
+        .sessions()
         .append(&Access::tenant_wide(TENANT), "s", request.clone())
         .await
         .unwrap();
     let retry = store
+        .sessions()
         .append(&Access::tenant_wide(TENANT), "s", request.clone())
         .await
         .unwrap();
@@ -206,6 +221,7 @@ async fn a_retried_append_is_answered_from_its_idempotency_record() {
     let mut different = request;
     different.messages[0].content = "something else".into();
     let reused = store
+        .sessions()
         .append(&Access::tenant_wide(TENANT), "s", different)
         .await;
     assert!(matches!(reused, Err(StoreError::Conflict(_))));
@@ -221,6 +237,7 @@ async fn listings_filter_by_owner_and_order_by_last_activity() {
         ("s3", "alice", "helper"),
     ] {
         store
+            .sessions()
             .create_session(
                 &Access::tenant_wide(TENANT),
                 Some(session),
@@ -231,6 +248,7 @@ async fn listings_filter_by_owner_and_order_by_last_activity() {
     }
     // Activity moves s1 to the front.
     store
+        .sessions()
         .append(
             &Access::tenant_wide(TENANT),
             "s1",
@@ -240,6 +258,7 @@ async fn listings_filter_by_owner_and_order_by_last_activity() {
         .unwrap();
     let ids = |filter: SessionFilter, page: u64, size: usize| {
         let page = store
+            .sessions()
             .list_sessions(&Access::tenant_wide(TENANT), &filter, page, size)
             .unwrap();
         (
@@ -270,6 +289,7 @@ async fn listings_filter_by_owner_and_order_by_last_activity() {
     // Tenants are separate.
     assert_eq!(
         store
+            .sessions()
             .list_sessions(
                 &Access::tenant_wide("other"),
                 &SessionFilter::default(),
@@ -281,7 +301,7 @@ async fn listings_filter_by_owner_and_order_by_last_activity() {
         0
     );
     assert!(matches!(
-        store.list_sessions(
+        store.sessions().list_sessions(
             &Access::tenant_wide(TENANT),
             &SessionFilter::default(),
             0,
@@ -293,7 +313,7 @@ async fn listings_filter_by_owner_and_order_by_last_activity() {
         })
     ));
     assert!(matches!(
-        store.list_sessions(
+        store.sessions().list_sessions(
             &Access::tenant_wide(TENANT),
             &SessionFilter::default(),
             u64::MAX,
@@ -307,6 +327,7 @@ async fn listings_filter_by_owner_and_order_by_last_activity() {
 async fn deleting_a_session_removes_everything_it_owned() {
     let (_dir, store) = open();
     store
+        .sessions()
         .append(
             &Access::tenant_wide(TENANT),
             "s",
@@ -323,27 +344,32 @@ async fn deleting_a_session_removes_everything_it_owned() {
         metadata: Default::default(),
     };
     store
+        .sessions()
         .record_run(&Access::tenant_wide(TENANT), "s", run.clone())
         .await
         .unwrap();
     assert!(matches!(
         store
+            .sessions()
             .record_run(&Access::tenant_wide(TENANT), "s", run.clone())
             .await,
         Err(StoreError::Conflict(_))
     ));
     store
+        .eraser()
         .delete_session(&Access::tenant_wide(TENANT), "s")
         .await
         .unwrap();
     assert!(
         store
+            .sessions()
             .session(&Access::tenant_wide(TENANT), "s")
             .unwrap()
             .is_none()
     );
     assert_eq!(
         store
+            .sessions()
             .list_sessions(
                 &Access::tenant_wide(TENANT),
                 &SessionFilter::default(),
@@ -356,12 +382,14 @@ async fn deleting_a_session_removes_everything_it_owned() {
     );
     assert!(matches!(
         store
+            .eraser()
             .delete_session(&Access::tenant_wide(TENANT), "s")
             .await,
         Err(StoreError::SessionNotFound { .. })
     ));
     // The same id starts empty: no message, run or run id survives.
     store
+        .sessions()
         .append(
             &Access::tenant_wide(TENANT),
             "s",
@@ -372,11 +400,13 @@ async fn deleting_a_session_removes_everything_it_owned() {
     assert_eq!(contents(&store, "s"), ["new"]);
     assert!(
         store
+            .sessions()
             .runs(&Access::tenant_wide(TENANT), "s", 0, 10)
             .unwrap()
             .is_empty()
     );
     store
+        .sessions()
         .record_run(&Access::tenant_wide(TENANT), "s", run)
         .await
         .unwrap();
@@ -389,6 +419,7 @@ async fn data_survives_reopening_and_newer_formats_are_refused() {
     {
         let store = Store::open(&path).unwrap();
         store
+            .sessions()
             .append(
                 &Access::tenant_wide(TENANT),
                 "s",
@@ -427,6 +458,7 @@ async fn closed_store_with(dir: &TempDir, content: &str) -> std::path::PathBuf {
     let store = Store::open(&path).unwrap();
     for turn in 0..20 {
         store
+            .sessions()
             .append(
                 &Access::tenant_wide(TENANT),
                 "s",
@@ -511,11 +543,13 @@ fn garbage_files_are_refused() {
 async fn writes_after_shutdown_are_refused_and_reads_still_work() {
     let (_dir, store) = open();
     store
+        .sessions()
         .create_session(&Access::tenant_wide(TENANT), Some("s"), owner("u", "a"))
         .await
         .unwrap();
     store.shutdown();
     let late = store
+        .sessions()
         .append(
             &Access::tenant_wide(TENANT),
             "s",
@@ -525,6 +559,7 @@ async fn writes_after_shutdown_are_refused_and_reads_still_work() {
     assert!(matches!(late, Err(StoreError::Closed)));
     assert!(
         store
+            .sessions()
             .session(&Access::tenant_wide(TENANT), "s")
             .unwrap()
             .is_some()
@@ -567,7 +602,7 @@ proptest! {
                             .map(|i| message(Role::User, &format!("c{client}-op{op}-m{i}")))
                             .collect();
                         let appended = store
-                            .append(&Access::tenant_wide(TENANT), &format!("s{session}"), append_of(messages, Some(owner("u", "a"))))
+                            .sessions().append(&Access::tenant_wide(TENANT), &format!("s{session}"), append_of(messages, Some(owner("u", "a"))))
                             .await
                             .unwrap();
                         for (i, index) in appended.indices().enumerate() {
@@ -588,7 +623,7 @@ proptest! {
 
         let store = Store::open(&path).unwrap();
         for session in 0..3 {
-            let stored = store.messages(&Access::tenant_wide(TENANT), &format!("s{session}"), 0, usize::MAX).unwrap_or_default();
+            let stored = store.sessions().messages(&Access::tenant_wide(TENANT), &format!("s{session}"), 0, usize::MAX).unwrap_or_default();
             let expected: Vec<_> = acknowledged.range((session, 0)..(session + 1, 0)).collect();
             prop_assert_eq!(stored.len(), expected.len());
             for (message, ((_, index), content)) in stored.iter().zip(expected) {
@@ -624,6 +659,7 @@ async fn appends_queue_embeddings_that_the_worker_stores_once() {
     {
         let store = Store::open(&path).unwrap();
         store
+            .sessions()
             .append(
                 &Access::tenant_wide(TENANT),
                 "s",
@@ -637,7 +673,7 @@ async fn appends_queue_embeddings_that_the_worker_stores_once() {
     }
     // The outbox entry was committed with the messages and survives a restart.
     let store = Store::open(&path).unwrap();
-    let pending = store.pending_embeddings(100).unwrap();
+    let pending = store.feed().pending_embeddings(100).unwrap();
     assert_eq!(pending.len(), 1);
     let session = pending[0].session.clone().unwrap();
     assert_eq!(
@@ -650,13 +686,14 @@ async fn appends_queue_embeddings_that_the_worker_stores_once() {
 
     let vectors = vec![(keys[0], vec![1.0, 0.0]), (keys[1], vec![0.0, 1.0])];
     store
+        .feed()
         .store_embeddings(model("abc"), vec![pending[0].seq], vectors)
         .await
         .unwrap();
-    assert!(store.pending_embeddings(100).unwrap().is_empty());
-    assert_eq!(store.pending_embedding_count().unwrap(), 0);
-    assert_eq!(store.vector_model().unwrap(), Some(model("abc")));
-    let stored = store.vectors(None, 10).unwrap();
+    assert!(store.feed().pending_embeddings(100).unwrap().is_empty());
+    assert_eq!(store.feed().pending_embedding_count().unwrap(), 0);
+    assert_eq!(store.feed().vector_model().unwrap(), Some(model("abc")));
+    let stored = store.feed().vectors(None, 10).unwrap();
     assert_eq!(
         stored
             .iter()
@@ -667,12 +704,13 @@ async fn appends_queue_embeddings_that_the_worker_stores_once() {
             (keys[1], Role::Assistant, vec![0.0, 1.0])
         ]
     );
-    assert_eq!(store.vectors(Some(keys[0]), 10).unwrap().len(), 1);
-    let resolved = store.messages_by_key(&keys).unwrap();
+    assert_eq!(store.feed().vectors(Some(keys[0]), 10).unwrap().len(), 1);
+    let resolved = store.feed().messages_by_key(&keys).unwrap();
     assert_eq!(resolved[1].as_ref().unwrap().content, "b");
 
     // Vectors of another model are refused rather than mixed.
     store
+        .sessions()
         .append(
             &Access::tenant_wide(TENANT),
             "s",
@@ -680,9 +718,10 @@ async fn appends_queue_embeddings_that_the_worker_stores_once() {
         )
         .await
         .unwrap();
-    let next = store.pending_embeddings(100).unwrap();
+    let next = store.feed().pending_embeddings(100).unwrap();
     let key = next[0].messages[0].0;
     let mixed = store
+        .feed()
         .store_embeddings(
             model("other"),
             vec![next[0].seq],
@@ -690,8 +729,9 @@ async fn appends_queue_embeddings_that_the_worker_stores_once() {
         )
         .await;
     assert!(matches!(mixed, Err(StoreError::Conflict(_))));
-    assert_eq!(store.pending_embedding_count().unwrap(), 1);
+    assert_eq!(store.feed().pending_embedding_count().unwrap(), 1);
     let wrong_width = store
+        .feed()
         .store_embeddings(model("abc"), vec![next[0].seq], vec![(key, vec![1.0])])
         .await;
     assert!(matches!(
@@ -703,10 +743,10 @@ async fn appends_queue_embeddings_that_the_worker_stores_once() {
     ));
 
     // Reindexing drops every vector and queues every message again.
-    assert_eq!(store.reset_embeddings().await.unwrap(), 3);
-    assert!(store.vectors(None, 10).unwrap().is_empty());
-    assert_eq!(store.vector_model().unwrap(), None);
-    let requeued = store.pending_embeddings(100).unwrap();
+    assert_eq!(store.feed().reset_embeddings().await.unwrap(), 3);
+    assert!(store.feed().vectors(None, 10).unwrap().is_empty());
+    assert_eq!(store.feed().vector_model().unwrap(), None);
+    let requeued = store.feed().pending_embeddings(100).unwrap();
     assert_eq!(requeued.iter().map(|p| p.messages.len()).sum::<usize>(), 3);
 }
 
@@ -715,6 +755,7 @@ async fn deleting_a_session_drops_its_vectors_and_queued_embeddings() {
     let (_dir, store) = open();
     for session in ["keep", "drop"] {
         store
+            .sessions()
             .append(
                 &Access::tenant_wide(TENANT),
                 session,
@@ -723,9 +764,10 @@ async fn deleting_a_session_drops_its_vectors_and_queued_embeddings() {
             .await
             .unwrap();
     }
-    let pending = store.pending_embeddings(100).unwrap();
+    let pending = store.feed().pending_embeddings(100).unwrap();
     let first = &pending[0];
     store
+        .feed()
         .store_embeddings(
             model("abc"),
             vec![first.seq],
@@ -735,18 +777,21 @@ async fn deleting_a_session_drops_its_vectors_and_queued_embeddings() {
         .unwrap();
     let dropped_sid = pending[1].messages[0].0.session();
     store
+        .eraser()
         .delete_session(&Access::tenant_wide(TENANT), "keep")
         .await
         .unwrap();
     store
+        .eraser()
         .delete_session(&Access::tenant_wide(TENANT), "drop")
         .await
         .unwrap();
-    assert!(store.vectors(None, 10).unwrap().is_empty());
-    assert_eq!(store.pending_embedding_count().unwrap(), 0);
-    assert_eq!(store.session_ref(dropped_sid).unwrap(), None);
+    assert!(store.feed().vectors(None, 10).unwrap().is_empty());
+    assert_eq!(store.feed().pending_embedding_count().unwrap(), 0);
+    assert_eq!(store.feed().session_ref(dropped_sid).unwrap(), None);
     // A vector arriving for a message deleted meanwhile is dropped, not stored.
     store
+        .feed()
         .store_embeddings(
             model("abc"),
             vec![pending[1].seq],
@@ -754,7 +799,7 @@ async fn deleting_a_session_drops_its_vectors_and_queued_embeddings() {
         )
         .await
         .unwrap();
-    assert!(store.vectors(None, 10).unwrap().is_empty());
+    assert!(store.feed().vectors(None, 10).unwrap().is_empty());
 }
 
 #[test]
@@ -768,9 +813,10 @@ fn message_keys_split_into_session_and_index() {
 #[tokio::test]
 async fn index_bookkeeping_tracks_the_outbox_and_vector_changes() {
     let (_dir, store) = open();
-    assert_eq!(store.outbox_head().unwrap(), 0);
-    assert_eq!(store.vectors_version().unwrap(), 0);
+    assert_eq!(store.feed().outbox_head().unwrap(), 0);
+    assert_eq!(store.feed().vectors_version().unwrap(), 0);
     store
+        .sessions()
         .append(
             &Access::tenant_wide(TENANT),
             "s",
@@ -782,6 +828,7 @@ async fn index_bookkeeping_tracks_the_outbox_and_vector_changes() {
         .await
         .unwrap();
     store
+        .sessions()
         .append(
             &Access::tenant_wide(TENANT),
             "t",
@@ -789,35 +836,38 @@ async fn index_bookkeeping_tracks_the_outbox_and_vector_changes() {
         )
         .await
         .unwrap();
-    assert_eq!(store.outbox_head().unwrap(), 2);
+    assert_eq!(store.feed().outbox_head().unwrap(), 2);
     let sid = store
+        .feed()
         .session_key(&Access::tenant_wide(TENANT), "s")
         .unwrap()
         .unwrap();
-    let (at, session) = store.session_by_key(sid).unwrap().unwrap();
+    let (at, session) = store.feed().session_by_key(sid).unwrap().unwrap();
     assert_eq!(
         (at.session_id.as_str(), session.user_id.as_str()),
         ("s", "u")
     );
     assert_eq!(
         store
+            .feed()
             .session_key(&Access::tenant_wide(TENANT), "nope")
             .unwrap(),
         None
     );
 
-    let all = store.all_messages(None, 10).unwrap();
+    let all = store.feed().all_messages(None, 10).unwrap();
     assert_eq!(
         all.iter()
             .map(|(_, m)| m.content.as_str())
             .collect::<Vec<_>>(),
         ["one", "two", "three"]
     );
-    let rest = store.all_messages(Some(all[0].0), 10).unwrap();
+    let rest = store.feed().all_messages(Some(all[0].0), 10).unwrap();
     assert_eq!(rest.len(), 2);
 
-    let pending = store.pending_embeddings(100).unwrap();
+    let pending = store.feed().pending_embeddings(100).unwrap();
     store
+        .feed()
         .store_embeddings(
             model("abc"),
             vec![pending[0].seq],
@@ -825,19 +875,21 @@ async fn index_bookkeeping_tracks_the_outbox_and_vector_changes() {
         )
         .await
         .unwrap();
-    assert_eq!(store.vectors_version().unwrap(), 1);
+    assert_eq!(store.feed().vectors_version().unwrap(), 1);
     store
+        .eraser()
         .delete_session(&Access::tenant_wide(TENANT), "s")
         .await
         .unwrap();
-    assert_eq!(store.vectors_version().unwrap(), 2);
-    assert_eq!(store.session_by_key(sid).unwrap(), None);
+    assert_eq!(store.feed().vectors_version().unwrap(), 2);
+    assert_eq!(store.feed().session_by_key(sid).unwrap(), None);
 }
 
 #[tokio::test]
 async fn clearing_starts_later_loads_and_search_still_sees_everything() {
     let (_dir, store) = open();
     store
+        .sessions()
         .append(
             &Access::tenant_wide(TENANT),
             "s",
@@ -853,12 +905,14 @@ async fn clearing_starts_later_loads_and_search_still_sees_everything() {
         .unwrap();
     assert_eq!(
         store
+            .sessions()
             .clear_session(&Access::tenant_wide(TENANT), "s")
             .await
             .unwrap(),
         2
     );
     store
+        .sessions()
         .append(
             &Access::tenant_wide(TENANT),
             "s",
@@ -868,6 +922,7 @@ async fn clearing_starts_later_loads_and_search_still_sees_everything() {
         .unwrap();
     assert_eq!(
         store
+            .sessions()
             .session(&Access::tenant_wide(TENANT), "s")
             .unwrap()
             .unwrap()
@@ -875,15 +930,19 @@ async fn clearing_starts_later_loads_and_search_still_sees_everything() {
         2
     );
     let hits = store
+        .sessions()
         .search_messages(&Access::tenant_wide(TENANT), "s", "ORDER", 10)
         .unwrap();
     assert_eq!(hits.iter().map(|m| m.index).collect::<Vec<_>>(), [2, 1, 0]);
     let both_words = store
+        .sessions()
         .search_messages(&Access::tenant_wide(TENANT), "s", "order 4711", 1)
         .unwrap();
     assert_eq!(both_words.iter().map(|m| m.index).collect::<Vec<_>>(), [1]);
     assert!(matches!(
-        store.search_messages(&Access::tenant_wide(TENANT), "s", "  ", 10),
+        store
+            .sessions()
+            .search_messages(&Access::tenant_wide(TENANT), "s", "  ", 10),
         Err(StoreError::InvalidInput { field: "query", .. })
     ));
     // Each word is a scan of every message read: their number is bounded, repeats count once.
@@ -895,7 +954,10 @@ async fn clearing_starts_later_loads_and_search_still_sees_everything() {
         (repeated, true),
         ("o".repeat(crate::MAX_SEARCH_QUERY + 1), false),
     ] {
-        let searched = store.search_messages(&Access::tenant_wide(TENANT), "s", &query, 10);
+        let searched =
+            store
+                .sessions()
+                .search_messages(&Access::tenant_wide(TENANT), "s", &query, 10);
         match searched {
             Ok(_) => assert!(allowed, "{query} was searched"),
             Err(StoreError::InvalidInput { field: "query", .. }) => {
@@ -906,6 +968,7 @@ async fn clearing_starts_later_loads_and_search_still_sees_everything() {
     }
     assert!(matches!(
         store
+            .sessions()
             .clear_session(&Access::tenant_wide(TENANT), "nope")
             .await,
         Err(StoreError::SessionNotFound { .. })
@@ -919,6 +982,7 @@ async fn a_saved_summary_replaces_the_previous_one_and_goes_with_its_session() {
         .map(|i| message(Role::User, &format!("m{i}")))
         .collect();
     store
+        .sessions()
         .append(
             &Access::tenant_wide(TENANT),
             "s",
@@ -927,10 +991,14 @@ async fn a_saved_summary_replaces_the_previous_one_and_goes_with_its_session() {
         .await
         .unwrap();
     assert_eq!(
-        store.summary(&Access::tenant_wide(TENANT), "s").unwrap(),
+        store
+            .sessions()
+            .summary(&Access::tenant_wide(TENANT), "s")
+            .unwrap(),
         None
     );
     store
+        .sessions()
         .save_summary(
             &Access::tenant_wide(TENANT),
             "s",
@@ -942,6 +1010,7 @@ async fn a_saved_summary_replaces_the_previous_one_and_goes_with_its_session() {
         .await
         .unwrap();
     store
+        .sessions()
         .save_summary(
             &Access::tenant_wide(TENANT),
             "s",
@@ -953,6 +1022,7 @@ async fn a_saved_summary_replaces_the_previous_one_and_goes_with_its_session() {
         .await
         .unwrap();
     let summary = store
+        .sessions()
         .summary(&Access::tenant_wide(TENANT), "s")
         .unwrap()
         .unwrap();
@@ -966,6 +1036,7 @@ async fn a_saved_summary_replaces_the_previous_one_and_goes_with_its_session() {
     );
     // A slower request that summarised fewer turns does not move the checkpoint back.
     store
+        .sessions()
         .save_summary(
             &Access::tenant_wide(TENANT),
             "s",
@@ -978,6 +1049,7 @@ async fn a_saved_summary_replaces_the_previous_one_and_goes_with_its_session() {
         .unwrap();
     assert_eq!(
         store
+            .sessions()
             .summary(&Access::tenant_wide(TENANT), "s")
             .unwrap()
             .unwrap()
@@ -987,6 +1059,7 @@ async fn a_saved_summary_replaces_the_previous_one_and_goes_with_its_session() {
     for (first, last) in [(2, 1), (0, 4)] {
         assert!(matches!(
             store
+                .sessions()
                 .save_summary(
                     &Access::tenant_wide(TENANT),
                     "s",
@@ -1003,10 +1076,12 @@ async fn a_saved_summary_replaces_the_previous_one_and_goes_with_its_session() {
         ));
     }
     store
+        .eraser()
         .delete_session(&Access::tenant_wide(TENANT), "s")
         .await
         .unwrap();
     store
+        .sessions()
         .append(
             &Access::tenant_wide(TENANT),
             "s",
@@ -1015,7 +1090,10 @@ async fn a_saved_summary_replaces_the_previous_one_and_goes_with_its_session() {
         .await
         .unwrap();
     assert_eq!(
-        store.summary(&Access::tenant_wide(TENANT), "s").unwrap(),
+        store
+            .sessions()
+            .summary(&Access::tenant_wide(TENANT), "s")
+            .unwrap(),
         None
     );
 }
@@ -1024,8 +1102,9 @@ async fn a_saved_summary_replaces_the_previous_one_and_goes_with_its_session() {
 async fn settings_documents_per_tenant_and_agent_are_saved_replaced_and_removed() {
     let (_dir, store) = open();
     let document = |json: serde_json::Value| json.as_object().cloned().unwrap();
-    assert_eq!(store.settings(TENANT, None).unwrap(), None);
+    assert_eq!(store.tenants().settings(TENANT, None).unwrap(), None);
     store
+        .tenants()
         .put_settings(
             TENANT,
             None,
@@ -1034,6 +1113,7 @@ async fn settings_documents_per_tenant_and_agent_are_saved_replaced_and_removed(
         .await
         .unwrap();
     store
+        .tenants()
         .put_settings(
             TENANT,
             Some("bot"),
@@ -1042,19 +1122,26 @@ async fn settings_documents_per_tenant_and_agent_are_saved_replaced_and_removed(
         .await
         .unwrap();
     assert_eq!(
-        store.settings(TENANT, None).unwrap(),
+        store.tenants().settings(TENANT, None).unwrap(),
         Some(document(serde_json::json!({"max_turns": 4})))
     );
     assert_eq!(
-        store.settings(TENANT, Some("bot")).unwrap(),
+        store.tenants().settings(TENANT, Some("bot")).unwrap(),
         Some(document(serde_json::json!({"recall_k": 2})))
     );
-    assert_eq!(store.settings("other", None).unwrap(), None);
-    assert_eq!(store.settings(TENANT, Some("other-bot")).unwrap(), None);
-    store.put_settings(TENANT, Some("bot"), None).await.unwrap();
-    assert_eq!(store.settings(TENANT, Some("bot")).unwrap(), None);
+    assert_eq!(store.tenants().settings("other", None).unwrap(), None);
+    assert_eq!(
+        store.tenants().settings(TENANT, Some("other-bot")).unwrap(),
+        None
+    );
+    store
+        .tenants()
+        .put_settings(TENANT, Some("bot"), None)
+        .await
+        .unwrap();
+    assert_eq!(store.tenants().settings(TENANT, Some("bot")).unwrap(), None);
     assert!(matches!(
-        store.settings(TENANT, Some("a/b")),
+        store.tenants().settings(TENANT, Some("a/b")),
         Err(StoreError::InvalidId { .. })
     ));
 }
@@ -1080,6 +1167,7 @@ fn episode(user: &str, task_type: &str, lesson: &str) -> crate::Episode {
 async fn episodes_are_listed_by_owner_and_task_type_and_deleted_by_source() {
     let (_dir, store) = open();
     store
+        .sessions()
         .append(
             &Access::tenant_wide(TENANT),
             "s1",
@@ -1091,6 +1179,7 @@ async fn episodes_are_listed_by_owner_and_task_type_and_deleted_by_source() {
     for (task, lesson) in [("refund", "one"), ("refund", "two"), ("upgrade", "three")] {
         ids.push(
             store
+                .memories()
                 .put_episode(episode("ann", task, lesson))
                 .await
                 .unwrap(),
@@ -1100,8 +1189,9 @@ async fn episodes_are_listed_by_owner_and_task_type_and_deleted_by_source() {
         source_session: Some("s1".into()),
         ..episode("ann", "refund", "four")
     };
-    ids.push(store.put_episode(from_session).await.unwrap());
+    ids.push(store.memories().put_episode(from_session).await.unwrap());
     store
+        .memories()
         .put_episode(episode("bob", "refund", "bob's"))
         .await
         .unwrap();
@@ -1112,6 +1202,7 @@ async fn episodes_are_listed_by_owner_and_task_type_and_deleted_by_source() {
     assert_eq!(
         lessons(
             store
+                .memories()
                 .recent_episodes(TENANT, "ann", "refund", 2, |_| true)
                 .unwrap()
         ),
@@ -1120,18 +1211,24 @@ async fn episodes_are_listed_by_owner_and_task_type_and_deleted_by_source() {
     assert_eq!(
         lessons(
             store
+                .memories()
                 .recent_episodes(TENANT, "ann", "refund", 9, |e| e.lesson != "two")
                 .unwrap()
         ),
         ["four", "one"]
     );
     assert_eq!(
-        lessons(store.user_episodes(TENANT, "ann").unwrap()),
+        lessons(store.memories().user_episodes(TENANT, "ann").unwrap()),
         ["one", "two", "three", "four"]
     );
-    assert!(store.episode("other", ids[0]).unwrap().is_none());
+    assert!(store.memories().episode("other", ids[0]).unwrap().is_none());
     assert_eq!(
-        store.episode(TENANT, ids[0]).unwrap().unwrap().lesson,
+        store
+            .memories()
+            .episode(TENANT, ids[0])
+            .unwrap()
+            .unwrap()
+            .lesson,
         "one"
     );
 
@@ -1141,7 +1238,7 @@ async fn episodes_are_listed_by_owner_and_task_type_and_deleted_by_source() {
         ..episode("bob", "refund", "stolen")
     };
     assert!(matches!(
-        store.put_episode(foreign).await,
+        store.memories().put_episode(foreign).await,
         Err(StoreError::InvalidInput {
             field: "source_session_id",
             ..
@@ -1152,33 +1249,51 @@ async fn episodes_are_listed_by_owner_and_task_type_and_deleted_by_source() {
         episode("ann", "no spaces", "x"),
         episode("ann", "refund", &"x".repeat(crate::MAX_LESSON_TEXT + 1)),
     ] {
-        assert!(store.put_episode(bad).await.is_err());
+        assert!(store.memories().put_episode(bad).await.is_err());
     }
 
     assert_eq!(
         store
+            .eraser()
             .delete_user_episodes(TENANT, "ann", Some("s1"))
             .await
             .unwrap(),
         1
     );
-    assert!(!store.delete_episode("other", ids[0]).await.unwrap());
-    assert!(store.delete_episode(TENANT, ids[0]).await.unwrap());
+    assert!(
+        !store
+            .eraser()
+            .delete_episode("other", ids[0])
+            .await
+            .unwrap()
+    );
+    assert!(store.eraser().delete_episode(TENANT, ids[0]).await.unwrap());
     assert_eq!(
         store
+            .eraser()
             .delete_user_episodes(TENANT, "ann", None)
             .await
             .unwrap(),
         2
     );
-    assert!(store.user_episodes(TENANT, "ann").unwrap().is_empty());
     assert!(
         store
+            .memories()
+            .user_episodes(TENANT, "ann")
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .memories()
             .recent_episodes(TENANT, "ann", "refund", 9, |_| true)
             .unwrap()
             .is_empty()
     );
-    assert_eq!(store.user_episodes(TENANT, "bob").unwrap().len(), 1);
+    assert_eq!(
+        store.memories().user_episodes(TENANT, "bob").unwrap().len(),
+        1
+    );
 }
 
 /// An episode drawn from a session goes in the commit that deletes the session, and none can
@@ -1190,6 +1305,7 @@ async fn deleting_a_session_deletes_its_episodes_in_the_same_commit() {
     let (_dir, store) = open();
     for session in ["doomed", "kept"] {
         store
+            .sessions()
             .append(
                 &Access::tenant_wide(TENANT),
                 session,
@@ -1202,19 +1318,30 @@ async fn deleting_a_session_deletes_its_episodes_in_the_same_commit() {
         source_session: Some(session.into()),
         ..episode("ann", "refund", lesson)
     };
-    store.put_episode(from("doomed", "erased")).await.unwrap();
-    store.put_episode(from("kept", "kept")).await.unwrap();
     store
+        .memories()
+        .put_episode(from("doomed", "erased"))
+        .await
+        .unwrap();
+    store
+        .memories()
+        .put_episode(from("kept", "kept"))
+        .await
+        .unwrap();
+    store
+        .memories()
         .put_episode(episode("ann", "refund", "standalone"))
         .await
         .unwrap();
 
     let deleted = store
+        .eraser()
         .delete_session(&Access::tenant_wide(TENANT), "doomed")
         .await
         .unwrap();
     assert_eq!(deleted.episodes, 1);
     let lessons: Vec<String> = store
+        .memories()
         .user_episodes(TENANT, "ann")
         .unwrap()
         .into_iter()
@@ -1222,7 +1349,7 @@ async fn deleting_a_session_deletes_its_episodes_in_the_same_commit() {
         .collect();
     assert_eq!(lessons, ["kept", "standalone"]);
     assert!(matches!(
-        store.put_episode(from("doomed", "late")).await,
+        store.memories().put_episode(from("doomed", "late")).await,
         Err(StoreError::InvalidInput {
             field: "source_session_id",
             ..
@@ -1237,6 +1364,7 @@ async fn idle_sessions_are_taken_once_oldest_first_and_ended_ones_stay_ended() {
         let store = store.clone();
         async move {
             store
+                .sessions()
                 .append(
                     &Access::tenant_wide(TENANT),
                     session,
@@ -1251,37 +1379,50 @@ async fn idle_sessions_are_taken_once_oldest_first_and_ended_ones_stay_ended() {
     say("third").await;
     say("first").await; // Activity moves it to the back.
     store
+        .sessions()
         .create_session(&Access::tenant_wide(TENANT), Some("empty"), owner("u", "a"))
         .await
         .unwrap();
     store
+        .sessions()
         .end_session_activity(&Access::tenant_wide(TENANT), "second")
         .await
         .unwrap();
     store
+        .eraser()
         .delete_session(&Access::tenant_wide(TENANT), "empty")
         .await
         .unwrap();
-    let oldest = store.oldest_open_activity().unwrap().unwrap();
+    let oldest = store.sessions().oldest_open_activity().unwrap().unwrap();
     let cutoff = crate::Timestamp::now();
     assert!(oldest.as_micros() <= cutoff.as_micros());
 
-    let taken = store.take_idle_sessions(cutoff, 1).await.unwrap();
+    let taken = store
+        .sessions()
+        .take_idle_sessions(cutoff, 1)
+        .await
+        .unwrap();
     assert_eq!(taken, [(TENANT.to_owned(), "third".to_owned())]);
-    let taken = store.take_idle_sessions(cutoff, 10).await.unwrap();
+    let taken = store
+        .sessions()
+        .take_idle_sessions(cutoff, 10)
+        .await
+        .unwrap();
     assert_eq!(taken, [(TENANT.to_owned(), "first".to_owned())]);
     assert!(
         store
+            .sessions()
             .take_idle_sessions(cutoff, 10)
             .await
             .unwrap()
             .is_empty()
     );
-    assert_eq!(store.oldest_open_activity().unwrap(), None);
+    assert_eq!(store.sessions().oldest_open_activity().unwrap(), None);
     // New activity does not reopen an ended session.
     say("second").await;
     assert!(
         store
+            .sessions()
             .take_idle_sessions(crate::Timestamp::now(), 10)
             .await
             .unwrap()
@@ -1292,6 +1433,7 @@ async fn idle_sessions_are_taken_once_oldest_first_and_ended_ones_stay_ended() {
 /// The session ids whose appends wait in the outbox, oldest first.
 fn pending_sessions(store: &Store) -> Vec<String> {
     store
+        .feed()
         .pending_embeddings(100)
         .unwrap()
         .into_iter()
@@ -1307,6 +1449,7 @@ async fn deleting_a_session_keeps_the_queued_embeddings_of_the_others() {
         let store = Store::open(&path).unwrap();
         for session in ["a", "b", "c", "b"] {
             store
+                .sessions()
                 .append(
                     &Access::tenant_wide(TENANT),
                     session,
@@ -1316,6 +1459,7 @@ async fn deleting_a_session_keeps_the_queued_embeddings_of_the_others() {
                 .unwrap();
         }
         store
+            .eraser()
             .delete_session(&Access::tenant_wide(TENANT), "b")
             .await
             .unwrap();
@@ -1331,11 +1475,12 @@ async fn deleting_a_session_keeps_the_queued_embeddings_of_the_others() {
     }
     let store = Store::open(&path).unwrap();
     store
+        .eraser()
         .delete_session(&Access::tenant_wide(TENANT), "c")
         .await
         .unwrap();
     assert_eq!(pending_sessions(&store), ["a"]);
-    assert_eq!(store.pending_embedding_count().unwrap(), 1);
+    assert_eq!(store.feed().pending_embedding_count().unwrap(), 1);
 }
 
 /// Erasures that race appends share the writer thread with them. redb edits a page its
@@ -1364,6 +1509,7 @@ async fn erasures_racing_appends_leave_no_byte_of_erased_text() {
                         let append =
                             append_of(vec![message(Role::User, &text)], Some(owner("u", "a")));
                         let appended = store
+                            .sessions()
                             .append(&Access::tenant_wide(TENANT), &session, append)
                             .await
                             .unwrap();
@@ -1376,6 +1522,7 @@ async fn erasures_racing_appends_leave_no_byte_of_erased_text() {
                     racing.spawn(async move {
                         // A deletion drawn earlier in this round may have gone first.
                         match store
+                            .eraser()
                             .erase_message(&Access::tenant_wide(TENANT), &key.0, key.1)
                             .await
                         {
@@ -1393,6 +1540,7 @@ async fn erasures_racing_appends_leave_no_byte_of_erased_text() {
                     racing.spawn(async move {
                         // The session may not exist yet: its first append may still be queued.
                         let _ = store
+                            .eraser()
                             .delete_session(&Access::tenant_wide(TENANT), &session)
                             .await;
                         None
@@ -1408,6 +1556,7 @@ async fn erasures_racing_appends_leave_no_byte_of_erased_text() {
         let stored: std::collections::HashSet<String> = (0..SESSIONS)
             .filter_map(|s| {
                 store
+                    .sessions()
                     .messages(
                         &Access::tenant_wide(TENANT),
                         &format!("s{s}"),
@@ -1419,7 +1568,7 @@ async fn erasures_racing_appends_leave_no_byte_of_erased_text() {
             .flatten()
             .filter_map(|m| m.content.rsplit(' ').next().map(str::to_owned))
             .collect();
-        store.compact().unwrap();
+        store.eraser().compact().unwrap();
         let bytes = std::fs::read(dir.path().join("memlayer.redb")).unwrap();
         let left: Vec<&String> = erased
             .iter()
@@ -1439,6 +1588,7 @@ async fn deleting_a_session_drops_the_session_memories_it_was_merged_into() {
     for session in ["first", "second"] {
         let append = append_of(vec![message(Role::User, "hi")], Some(owner("u", "a")));
         store
+            .sessions()
             .append(&Access::tenant_wide(TENANT), session, append)
             .await
             .unwrap();
@@ -1454,31 +1604,44 @@ async fn deleting_a_session_drops_the_session_memories_it_was_merged_into() {
         version(&store, TENANT, "second"),
     );
     store
+        .memories()
         .put_session_memory(TENANT, "u", "a", merged, ("second", second))
         .await
         .unwrap();
     let other = memory("summary of the second only", &["second"]);
     store
+        .memories()
         .put_session_memory(TENANT, "u", "b", other.clone(), ("second", second))
         .await
         .unwrap();
 
     let deleted = store
+        .eraser()
         .delete_session(&Access::tenant_wide(TENANT), "first")
         .await
         .unwrap();
     assert_eq!(deleted.session_memories, 1);
-    assert_eq!(store.session_memory(TENANT, "u", "a").unwrap(), None);
-    assert_eq!(store.session_memory(TENANT, "u", "b").unwrap(), Some(other));
+    assert_eq!(
+        store.memories().session_memory(TENANT, "u", "a").unwrap(),
+        None
+    );
+    assert_eq!(
+        store.memories().session_memory(TENANT, "u", "b").unwrap(),
+        Some(other)
+    );
     // A merge that read "first" before its deletion cannot save what it made of it.
     let late = memory("summary made before the deletion", &["first", "second"]);
     assert!(matches!(
         store
+            .memories()
             .put_session_memory(TENANT, "u", "a", late, ("first", first))
             .await,
         Err(StoreError::SessionNotFound { .. })
     ));
-    assert_eq!(store.session_memory(TENANT, "u", "a").unwrap(), None);
+    assert_eq!(
+        store.memories().session_memory(TENANT, "u", "a").unwrap(),
+        None
+    );
 }
 
 /// Erasing a message drops the text of every run of its session, and no byte of it stays in
@@ -1489,7 +1652,7 @@ async fn an_erased_message_takes_its_sessions_run_texts_out_of_every_page() {
     let (dir, store) = open();
     let all = Access::tenant_wide(TENANT);
     let append = append_of(vec![message(Role::User, "hello")], Some(owner("u", "a")));
-    store.append(&all, "s", append).await.unwrap();
+    store.sessions().append(&all, "s", append).await.unwrap();
     let canary = |run: usize| format!("runcanary{run:03}x");
     for run in 0..40 {
         let recorded = NewRun {
@@ -1502,25 +1665,30 @@ async fn an_erased_message_takes_its_sessions_run_texts_out_of_every_page() {
                 .into_iter()
                 .collect(),
         };
-        store.record_run(&all, "s", recorded).await.unwrap();
+        store
+            .sessions()
+            .record_run(&all, "s", recorded)
+            .await
+            .unwrap();
     }
-    let erased = store.erase_message(&all, "s", 0).await.unwrap();
+    let erased = store.eraser().erase_message(&all, "s", 0).await.unwrap();
     assert_eq!(erased.runs_redacted, 40);
-    let runs = store.runs(&all, "s", 0, usize::MAX).unwrap();
+    let runs = store.sessions().runs(&all, "s", 0, usize::MAX).unwrap();
     assert_eq!(runs.len(), 40);
     assert!(runs.iter().all(|run| run.redacted && run.content.is_none()));
     // Erasing another message finds nothing left to redact.
     let append = append_of(vec![message(Role::User, "again")], None);
-    store.append(&all, "s", append).await.unwrap();
+    store.sessions().append(&all, "s", append).await.unwrap();
     assert_eq!(
         store
+            .eraser()
             .erase_message(&all, "s", 1)
             .await
             .unwrap()
             .runs_redacted,
         0
     );
-    store.compact().unwrap();
+    store.eraser().compact().unwrap();
     let bytes = std::fs::read(dir.path().join("memlayer.redb")).unwrap();
     let left: Vec<String> = (0..40)
         .map(canary)
@@ -1584,6 +1752,7 @@ async fn ids_are_opaque_and_listings_keep_recording_order() {
     let mut memories = Vec::new();
     for n in 0..50 {
         let id = store
+            .memories()
             .put_memory(
                 memory("ann", &format!("fact {n}"), at),
                 &Access::tenant_wide(TENANT),
@@ -1594,6 +1763,7 @@ async fn ids_are_opaque_and_listings_keep_recording_order() {
     }
     assert_opaque("memories", &memories);
     let listed: Vec<u64> = store
+        .memories()
         .user_memories(TENANT, "ann")
         .unwrap()
         .iter()
@@ -1601,17 +1771,29 @@ async fn ids_are_opaque_and_listings_keep_recording_order() {
         .collect();
     assert_eq!(listed, memories, "a user's memories, oldest first");
     // An update keeps the memory's place.
-    let mut updated = store.memory(TENANT, memories[3]).unwrap().unwrap();
+    let mut updated = store
+        .memories()
+        .memory(TENANT, memories[3])
+        .unwrap()
+        .unwrap();
     updated.text = "fact 3, corrected".into();
     assert_eq!(
         store
+            .memories()
             .put_memory(updated, &Access::tenant_wide(TENANT))
             .await
             .unwrap(),
         memories[3]
     );
-    assert!(store.delete_memory(TENANT, memories[7]).await.unwrap());
+    assert!(
+        store
+            .eraser()
+            .delete_memory(TENANT, memories[7])
+            .await
+            .unwrap()
+    );
     let listed: Vec<u64> = store
+        .memories()
         .user_memories(TENANT, "ann")
         .unwrap()
         .iter()
@@ -1631,10 +1813,11 @@ async fn ids_are_opaque_and_listings_keep_recording_order() {
             created_at: at,
             ..episode("ann", task, &format!("lesson {n}"))
         };
-        episodes.push(store.put_episode(episode).await.unwrap());
+        episodes.push(store.memories().put_episode(episode).await.unwrap());
     }
     assert_opaque("episodes", &episodes);
     let listed: Vec<u64> = store
+        .memories()
         .user_episodes(TENANT, "ann")
         .unwrap()
         .iter()
@@ -1642,6 +1825,7 @@ async fn ids_are_opaque_and_listings_keep_recording_order() {
         .collect();
     assert_eq!(listed, episodes, "a user's episodes, oldest first");
     let recent: Vec<String> = store
+        .memories()
         .recent_episodes(TENANT, "ann", "refund", 3, |_| true)
         .unwrap()
         .into_iter()
@@ -1652,8 +1836,15 @@ async fn ids_are_opaque_and_listings_keep_recording_order() {
         ["lesson 48", "lesson 46", "lesson 44"],
         "newest first"
     );
-    assert!(store.delete_episode(TENANT, episodes[48]).await.unwrap());
+    assert!(
+        store
+            .eraser()
+            .delete_episode(TENANT, episodes[48])
+            .await
+            .unwrap()
+    );
     let recent: Vec<String> = store
+        .memories()
         .recent_episodes(TENANT, "ann", "refund", 2, |_| true)
         .unwrap()
         .into_iter()
@@ -1665,6 +1856,7 @@ async fn ids_are_opaque_and_listings_keep_recording_order() {
     for n in 0..50 {
         jobs.push(
             store
+                .eraser()
                 .record_job(serde_json::json!({ "n": n }))
                 .await
                 .unwrap(),
@@ -1672,6 +1864,7 @@ async fn ids_are_opaque_and_listings_keep_recording_order() {
     }
     assert_opaque("erasures", &jobs);
     let pending: Vec<u64> = store
+        .eraser()
         .pending_jobs()
         .unwrap()
         .iter()
@@ -1681,15 +1874,20 @@ async fn ids_are_opaque_and_listings_keep_recording_order() {
     // Finished in another order than recorded: receipts stay newest (recorded) first.
     for n in [3, 0, 4, 2, 1] {
         let receipt = serde_json::json!({ "n": n });
-        store.finish_job(jobs[n], TENANT, receipt).await.unwrap();
+        store
+            .eraser()
+            .finish_job(jobs[n], TENANT, receipt)
+            .await
+            .unwrap();
     }
-    let receipts: Vec<serde_json::Value> = store.receipts(TENANT, 3).unwrap();
+    let receipts: Vec<serde_json::Value> = store.eraser().receipts(TENANT, 3).unwrap();
     assert_eq!(
         receipts,
         [4, 3, 2].map(|n| serde_json::json!({ "n": n })),
         "receipts, newest first"
     );
     let pending: Vec<u64> = store
+        .eraser()
         .pending_jobs()
         .unwrap()
         .iter()
@@ -1718,7 +1916,10 @@ async fn a_taken_id_is_drawn_again() {
     let all = Access::tenant_wide(TENANT);
     let drawn = store.put_memory_drawing(second, &all, scripted([42, 0, 43]));
     assert_eq!(drawn.await.unwrap(), 43);
-    assert_eq!(store.memory(TENANT, 42).unwrap().unwrap().text, "first");
+    assert_eq!(
+        store.memories().memory(TENANT, 42).unwrap().unwrap().text,
+        "first"
+    );
 
     let first = episode("ann", "refund", "first");
     assert_eq!(
@@ -1731,7 +1932,15 @@ async fn a_taken_id_is_drawn_again() {
     let second = episode("ann", "refund", "second");
     let drawn = store.put_episode_drawing(second, scripted([42, 44]));
     assert_eq!(drawn.await.unwrap(), 44);
-    assert_eq!(store.episode(TENANT, 42).unwrap().unwrap().lesson, "first");
+    assert_eq!(
+        store
+            .memories()
+            .episode(TENANT, 42)
+            .unwrap()
+            .unwrap()
+            .lesson,
+        "first"
+    );
 
     let job = serde_json::json!({ "n": 1 });
     assert_eq!(
@@ -1739,12 +1948,17 @@ async fn a_taken_id_is_drawn_again() {
         42
     );
     let receipt = serde_json::json!({ "receipt": 1 });
-    store.finish_job(42, TENANT, receipt.clone()).await.unwrap();
+    store
+        .eraser()
+        .finish_job(42, TENANT, receipt.clone())
+        .await
+        .unwrap();
     let job = serde_json::json!({ "n": 2 });
     let drawn = store.record_job_drawing(job, scripted([42, 45]));
     assert_eq!(drawn.await.unwrap(), 45);
-    assert_eq!(store.receipt(TENANT, 42).unwrap(), Some(receipt));
+    assert_eq!(store.eraser().receipt(TENANT, 42).unwrap(), Some(receipt));
     let pending: Vec<u64> = store
+        .eraser()
         .pending_jobs()
         .unwrap()
         .iter()
@@ -1770,7 +1984,7 @@ async fn a_format_1_file_opens_with_its_order_and_new_records_come_after() {
     let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/format-1.redb");
     std::fs::copy(fixture, &path).unwrap();
     let memories = |store: &Store, user: &str| -> Vec<(u64, String)> {
-        let listed = store.user_memories(TENANT, user).unwrap();
+        let listed = store.memories().user_memories(TENANT, user).unwrap();
         listed.into_iter().map(|m| (m.id, m.text)).collect()
     };
     let lessons = |episodes: Vec<crate::Episode>| -> Vec<(u64, String)> {
@@ -1778,6 +1992,7 @@ async fn a_format_1_file_opens_with_its_order_and_new_records_come_after() {
     };
     let pending = |store: &Store| -> Vec<u64> {
         store
+            .eraser()
             .pending_jobs()
             .unwrap()
             .iter()
@@ -1803,36 +2018,44 @@ async fn a_format_1_file_opens_with_its_order_and_new_records_come_after() {
     );
     assert_eq!(memories(&store, "bob"), owned(&[(3, "bob likes coffee")]));
     assert_eq!(
-        lessons(store.user_episodes(TENANT, "ann").unwrap()),
+        lessons(store.memories().user_episodes(TENANT, "ann").unwrap()),
         owned(&[(1, "one"), (2, "two"), (3, "three"), (4, "four")])
     );
-    let recent = store.recent_episodes(TENANT, "ann", "refund", 2, |_| true);
+    let recent = store
+        .memories()
+        .recent_episodes(TENANT, "ann", "refund", 2, |_| true);
     assert_eq!(lessons(recent.unwrap()), owned(&[(4, "four"), (2, "two")]));
     assert_eq!(pending(&store), [3]);
     assert_eq!(
-        store.receipts(TENANT, 10).unwrap(),
+        store.eraser().receipts(TENANT, 10).unwrap(),
         [
             serde_json::json!({ "receipt": 2 }),
             serde_json::json!({ "receipt": 1 })
         ]
     );
-    let key = store.authenticate_key(FORMAT_1_KEY, crate::Timestamp::now());
+    let key = store
+        .keys()
+        .authenticate_key(FORMAT_1_KEY, crate::Timestamp::now());
     assert_eq!(key.unwrap().unwrap().role, crate::KeyRole::Service);
 
     let at = crate::Timestamp::from_micros(1_700_000_000_000_000);
     let all = Access::tenant_wide(TENANT);
-    let memory_id = store.put_memory(memory("ann", "ann moved to Lyon", at), &all);
+    let memory_id = store
+        .memories()
+        .put_memory(memory("ann", "ann moved to Lyon", at), &all);
     let memory_id = memory_id.await.unwrap();
     let episode = crate::Episode {
         created_at: at,
         ..episode("ann", "refund", "five")
     };
-    let episode_id = store.put_episode(episode).await.unwrap();
+    let episode_id = store.memories().put_episode(episode).await.unwrap();
     let job = store
+        .eraser()
         .record_job(serde_json::json!({ "job": 4 }))
         .await
         .unwrap();
     store
+        .eraser()
         .finish_job(job, TENANT, serde_json::json!({ "receipt": 4 }))
         .await
         .unwrap();
@@ -1873,14 +2096,16 @@ async fn a_format_1_file_opens_with_its_order_and_new_records_come_after() {
     ]);
     ann.push((memory_id, "ann moved to Lyon".to_owned()));
     assert_eq!(memories(&store, "ann"), ann);
-    let recent = store.recent_episodes(TENANT, "ann", "refund", 2, |_| true);
+    let recent = store
+        .memories()
+        .recent_episodes(TENANT, "ann", "refund", 2, |_| true);
     assert_eq!(
         lessons(recent.unwrap()),
         owned(&[(episode_id, "five"), (4, "four")])
     );
     assert_eq!(pending(&store), [3]);
     assert_eq!(
-        store.receipts(TENANT, 10).unwrap(),
+        store.eraser().receipts(TENANT, 10).unwrap(),
         [4, 2, 1].map(|n| serde_json::json!({ "receipt": n }))
     );
 }
@@ -1893,6 +2118,7 @@ async fn corrected_memory(store: &Store) -> crate::Memory {
     for session in ["s", "t", "u"] {
         let lines = vec![message(Role::User, "one"), message(Role::User, "two")];
         store
+            .sessions()
             .append(&all, session, append_of(lines, Some(owner("ann", "a"))))
             .await
             .unwrap();
@@ -1900,12 +2126,16 @@ async fn corrected_memory(store: &Store) -> crate::Memory {
     let at = crate::Timestamp::from_micros(1_700_000_000_000_000);
     let mut learnt = memory("ann", "ann lives in Oslo", at);
     learnt.source = Some(("s".into(), 0));
-    learnt.id = store.put_memory(learnt.clone(), &all).await.unwrap();
+    learnt.id = store
+        .memories()
+        .put_memory(learnt.clone(), &all)
+        .await
+        .unwrap();
     for (text, source) in [
         ("ann lives in Rome", ("t", 1)),
         ("ann lives in Lyon", ("u", 0)),
     ] {
-        let stored = store.memory(TENANT, learnt.id).unwrap().unwrap();
+        let stored = store.memories().memory(TENANT, learnt.id).unwrap().unwrap();
         let mut corrected = stored.clone();
         corrected.history.push(crate::ReplacedText {
             text: stored.text.clone(),
@@ -1914,9 +2144,9 @@ async fn corrected_memory(store: &Store) -> crate::Memory {
         });
         corrected.text = text.into();
         corrected.source = Some((source.0.into(), source.1));
-        store.put_memory(corrected, &all).await.unwrap();
+        store.memories().put_memory(corrected, &all).await.unwrap();
     }
-    store.memory(TENANT, learnt.id).unwrap().unwrap()
+    store.memories().memory(TENANT, learnt.id).unwrap().unwrap()
 }
 
 /// Each replaced text keeps its source, every cited session lists the memory, and erasing a
@@ -1940,42 +2170,73 @@ async fn a_memorys_replaced_texts_go_with_the_messages_they_came_from() {
         ]
     );
     for session in ["s", "t", "u"] {
-        assert_eq!(store.memories_citing(TENANT, session).unwrap(), [memory.id]);
+        assert_eq!(
+            store.memories().memories_citing(TENANT, session).unwrap(),
+            [memory.id]
+        );
     }
-    assert!(store.memories_citing("other", "s").unwrap().is_empty());
+    assert!(
+        store
+            .memories()
+            .memories_citing("other", "s")
+            .unwrap()
+            .is_empty()
+    );
 
     // Another message of a cited session cites nothing.
-    let other_message = store.forget_citation(TENANT, memory.id, "t", Some(0));
+    let eraser = store.eraser();
+    let other_message = eraser.forget_citation(TENANT, memory.id, "t", Some(0));
     assert_eq!(other_message.await.unwrap(), crate::Citation::Untouched);
-    let of_t = store.forget_citation(TENANT, memory.id, "t", Some(1)).await;
+    let of_t = store
+        .eraser()
+        .forget_citation(TENANT, memory.id, "t", Some(1))
+        .await;
     assert_eq!(of_t.unwrap(), crate::Citation::Rewritten);
-    let rewritten = store.memory(TENANT, memory.id).unwrap().unwrap();
+    let rewritten = store.memories().memory(TENANT, memory.id).unwrap().unwrap();
     assert_eq!(
         texts(&rewritten),
         [("ann lives in Oslo".into(), Some(("s".into(), 0)))]
     );
     assert_eq!(rewritten.revision, memory.revision + 1);
-    assert!(store.memories_citing(TENANT, "t").unwrap().is_empty());
+    assert!(
+        store
+            .memories()
+            .memories_citing(TENANT, "t")
+            .unwrap()
+            .is_empty()
+    );
 
     // A copy read before the erasure cannot put the erased text back.
     let all = Access::tenant_wide(TENANT);
-    let stale = store.put_memory(memory.clone(), &all);
+    let stale = store.memories().put_memory(memory.clone(), &all);
     assert!(
         matches!(stale.await, Err(StoreError::MemoryChanged { .. })),
         "a stale revision was saved"
     );
-    assert_eq!(store.memory(TENANT, memory.id).unwrap().unwrap(), rewritten);
+    assert_eq!(
+        store.memories().memory(TENANT, memory.id).unwrap().unwrap(),
+        rewritten
+    );
 
-    let of_u = store.forget_citation(TENANT, memory.id, "u", None).await;
+    let of_u = store
+        .eraser()
+        .forget_citation(TENANT, memory.id, "u", None)
+        .await;
     assert_eq!(
         of_u.unwrap(),
         crate::Citation::Deleted {
             user_id: "ann".into()
         }
     );
-    assert_eq!(store.memory(TENANT, memory.id).unwrap(), None);
+    assert_eq!(store.memories().memory(TENANT, memory.id).unwrap(), None);
     for session in ["s", "t", "u"] {
-        assert!(store.memories_citing(TENANT, session).unwrap().is_empty());
+        assert!(
+            store
+                .memories()
+                .memories_citing(TENANT, session)
+                .unwrap()
+                .is_empty()
+        );
     }
 }
 
@@ -1986,12 +2247,15 @@ async fn citations_of_erased_text_are_found_after_an_interrupted_erasure() {
     let (_dir, store) = open();
     let memory = corrected_memory(&store).await;
     let all = Access::tenant_wide(TENANT);
-    assert!(store.orphaned_citations().unwrap().is_empty());
-    store.erase_message(&all, "t", 0).await.unwrap();
-    assert!(store.orphaned_citations().unwrap().is_empty(), "uncited");
-    store.erase_message(&all, "t", 1).await.unwrap();
-    store.delete_session(&all, "s").await.unwrap();
-    let mut orphans = store.orphaned_citations().unwrap();
+    assert!(store.memories().orphaned_citations().unwrap().is_empty());
+    store.eraser().erase_message(&all, "t", 0).await.unwrap();
+    assert!(
+        store.memories().orphaned_citations().unwrap().is_empty(),
+        "uncited"
+    );
+    store.eraser().erase_message(&all, "t", 1).await.unwrap();
+    store.eraser().delete_session(&all, "s").await.unwrap();
+    let mut orphans = store.memories().orphaned_citations().unwrap();
     orphans.sort();
     let orphan = |session_id: &str, index| crate::OrphanedCitation {
         tenant: TENANT.into(),
@@ -2036,23 +2300,26 @@ async fn replaced_texts_of_unknown_source_go_with_any_erasure() {
         txn.commit().unwrap();
     }
     let store = Store::open(&path).unwrap();
-    let memory = store.memory(TENANT, id).unwrap().unwrap();
+    let memory = store.memories().memory(TENANT, id).unwrap().unwrap();
     assert_eq!(memory.history.len(), 2);
     assert!(memory.history.iter().all(|h| h.source.is_none()));
-    assert_eq!(store.memories_citing(TENANT, "u").unwrap(), [id]);
+    assert_eq!(store.memories().memories_citing(TENANT, "u").unwrap(), [id]);
     assert_eq!(
         store
+            .memories()
             .memories_citing(TENANT, crate::UNKNOWN_SOURCE)
             .unwrap(),
         [id]
     );
-    let swept = store.forget_citation(TENANT, id, crate::UNKNOWN_SOURCE, None);
+    let eraser = store.eraser();
+    let swept = eraser.forget_citation(TENANT, id, crate::UNKNOWN_SOURCE, None);
     assert_eq!(swept.await.unwrap(), crate::Citation::Rewritten);
-    let memory = store.memory(TENANT, id).unwrap().unwrap();
+    let memory = store.memories().memory(TENANT, id).unwrap().unwrap();
     assert!(memory.history.is_empty());
     assert_eq!(memory.text, "ann lives in Lyon");
     assert!(
         store
+            .memories()
             .memories_citing(TENANT, crate::UNKNOWN_SOURCE)
             .unwrap()
             .is_empty()

@@ -40,7 +40,7 @@ pub(crate) fn run(args: CheckArgs) -> anyhow::Result<()> {
         "store {}: opens, page checksums verified",
         store_path.display()
     );
-    let pending = store.pending_jobs()?;
+    let pending = store.take_eraser()?.pending_jobs()?;
     if !pending.is_empty() {
         println!(
             "erasures: {} interrupted (the next `memlayer serve` finishes them before serving)",

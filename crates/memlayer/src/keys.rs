@@ -149,7 +149,7 @@ fn create(args: CreateArgs) -> anyhow::Result<()> {
         name: args.name,
         expires_at,
     };
-    let issued = with_store(store.clone(), store.create_key(new))?;
+    let issued = with_store(store.clone(), store.keys().create_key(new))?;
     eprintln!(
         "created {} (shown only now: memlayer keeps only its hash)",
         describe(&issued.key)
@@ -160,7 +160,7 @@ fn create(args: CreateArgs) -> anyhow::Result<()> {
 
 fn list(args: &ListArgs) -> anyhow::Result<()> {
     let store = open(&args.data, false)?;
-    let keys = store.list_keys(args.tenant.as_deref());
+    let keys = store.keys().list_keys(args.tenant.as_deref());
     store.shutdown();
     let keys = keys?;
     let now = Timestamp::now();
@@ -202,7 +202,7 @@ fn list(args: &ListArgs) -> anyhow::Result<()> {
 
 fn revoke(args: &RevokeArgs) -> anyhow::Result<()> {
     let store = open(&args.data, false)?;
-    let revoked = with_store(store.clone(), store.revoke_key(None, &args.prefix))?;
+    let revoked = with_store(store.clone(), store.keys().revoke_key(None, &args.prefix))?;
     let key = revoked.with_context(|| format!("no key with prefix {:?}", args.prefix))?;
     println!("revoked {}", describe(&key));
     Ok(())
@@ -251,6 +251,7 @@ fn date(at: Timestamp) -> String {
 /// any key generates one and prints it, once, on stdout.
 pub(crate) async fn bootstrap(store: &Store, configured: Option<&str>) -> anyhow::Result<()> {
     let outcome = store
+        .keys()
         .bootstrap_keys(configured)
         .await
         .context("cannot set up the admin key")?;

@@ -339,7 +339,7 @@ fn reindex(data_dir: &std::path::Path) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .context("cannot start the async runtime")?;
-    let queued = runtime.block_on(store.reset_embeddings())?;
+    let queued = runtime.block_on(store.feed().reset_embeddings())?;
     store.shutdown();
     // The snapshot describes the dropped vectors; the next start rebuilds it.
     match std::fs::remove_file(data_dir.join(SNAPSHOT_FILE)) {

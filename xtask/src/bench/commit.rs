@@ -68,6 +68,7 @@ async fn measure(store: &Store, result: &mut ModeResult) -> anyhow::Result<()> {
     for sequence in 0..SEQUENTIAL_APPENDS {
         let begun = Instant::now();
         store
+            .sessions()
             .append(
                 &Access::tenant_wide("bench"),
                 "sequential",
@@ -85,6 +86,7 @@ async fn measure(store: &Store, result: &mut ModeResult) -> anyhow::Result<()> {
             tokio::spawn(async move {
                 for sequence in 0..APPENDS_PER_WRITER {
                     store
+                        .sessions()
                         .append(
                             &Access::tenant_wide("bench"),
                             &format!("writer-{client}"),

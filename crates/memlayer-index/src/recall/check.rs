@@ -60,7 +60,7 @@ impl Recall {
         let mut stored_ids = HashSet::new();
         let mut after = None;
         loop {
-            let page = self.inner.store.vectors(after, 4_096)?;
+            let page = self.inner.store.feed().vectors(after, 4_096)?;
             let Some(last) = page.last() else { break };
             after = Some(last.key);
             for stored in &page {

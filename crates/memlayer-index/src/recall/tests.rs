@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use memlayer_embed::{Assets, Embedder, EmbedderOptions};
-use memlayer_store::{Access, Append, EmbeddingModel, NewMessage, NewSession, Role, Store};
+use memlayer_store::{Access, Append, EmbeddingModel, Eraser, NewMessage, NewSession, Role, Store};
 use tokio::sync::oneshot;
 
 use super::*;
@@ -48,6 +48,7 @@ async fn append_in(store: &Store, tenant: &str, session: &str, user: &str, lines
         idempotency_key: None,
     };
     store
+        .sessions()
         .append(&Access::tenant_wide(tenant), session, append)
         .await
         .unwrap();
@@ -56,6 +57,8 @@ async fn append_in(store: &Store, tenant: &str, session: &str, user: &str, lines
 struct Fixture {
     _dir: tempfile::TempDir,
     store: Store,
+    /// The store's eraser, which the erasure coordinator holds in the server.
+    eraser: Eraser,
     recall: Recall,
     stop: Option<oneshot::Sender<()>>,
     pipeline: Option<tokio::task::JoinHandle<()>>,
@@ -72,6 +75,7 @@ impl Fixture {
         }));
         Self {
             _dir: dir,
+            eraser: store.take_eraser().unwrap(),
             store,
             recall,
             stop: Some(stop),
@@ -232,11 +236,12 @@ async fn forgotten_sessions_leave_the_index_and_restarts_keep_the_rest() {
 
     let sid = fixture
         .store
+        .feed()
         .session_key(&Access::tenant_wide("t"), "drop")
         .unwrap()
         .unwrap();
     fixture
-        .store
+        .eraser
         .delete_session(&Access::tenant_wide("t"), "drop")
         .await
         .unwrap();
@@ -282,13 +287,14 @@ async fn forgotten_sessions_leave_no_keyword_behind() {
     }
     fixture.settle().await;
     // Deletes the session in the store, then forgets it by its key.
+    let by_key = fixture.eraser.delete_session(&tenant, "by-key").await;
     fixture
         .recall
-        .delete_session(&tenant, "by-key")
+        .forget_sessions("t", vec![by_key.unwrap().sid])
         .await
         .unwrap();
     fixture
-        .store
+        .eraser
         .delete_session(&tenant, "found-deleted")
         .await
         .unwrap();
@@ -302,7 +308,7 @@ async fn forgotten_sessions_leave_no_keyword_behind() {
     assert_eq!(hits.len(), 1, "{hits:?}");
     let kept = MessageKey::from_u64(hits[0].0).session();
     assert_eq!(
-        fixture.store.session_key(&tenant, "keep").unwrap(),
+        fixture.store.feed().session_key(&tenant, "keep").unwrap(),
         Some(kept)
     );
     fixture.stop().await;
@@ -399,6 +405,7 @@ async fn vectors_of_another_model_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
     store
+        .sessions()
         .append(
             &Access::tenant_wide("t"),
             "s",
@@ -420,7 +427,7 @@ async fn vectors_of_another_model_are_refused() {
         )
         .await
         .unwrap();
-    let pending = store.pending_embeddings(10).unwrap();
+    let pending = store.feed().pending_embeddings(10).unwrap();
     let other = EmbeddingModel {
         name: "other".into(),
         sha256: "0".repeat(64),
@@ -429,6 +436,7 @@ async fn vectors_of_another_model_are_refused() {
     let mut vector = vec![0.0; 384];
     vector[0] = 1.0;
     store
+        .feed()
         .store_embeddings(
             other,
             vec![pending[0].seq],
@@ -463,11 +471,18 @@ async fn the_index_check_finds_missing_and_orphaned_vectors() {
 
     let sid = fixture
         .store
+        .feed()
         .session_key(&Access::tenant_wide("t"), "s")
         .unwrap()
         .unwrap();
     let (dropped, foreign) = (MessageKey::new(sid, 1), MessageKey::new(sid + 1, 0));
-    let vector = fixture.store.vectors(None, 1).unwrap().remove(0).components;
+    let vector = fixture
+        .store
+        .feed()
+        .vectors(None, 1)
+        .unwrap()
+        .remove(0)
+        .components;
     {
         let mut indexes = fixture.recall.write();
         indexes.vectors.remove(dropped.as_u64());
@@ -502,11 +517,11 @@ async fn a_shutdown_does_not_wait_for_the_backlog() {
             .collect();
         append(&store, "s", "u", &lines).await;
     }
-    let backlog = store.pending_embedding_count().unwrap();
+    let backlog = store.feed().pending_embedding_count().unwrap();
 
     // Asked to stop before it starts: it may index the batch in hand, never the backlog.
     recall.clone().run_pipeline(async {}).await;
-    let left = store.pending_embedding_count().unwrap();
+    let left = store.feed().pending_embedding_count().unwrap();
     assert!(
         backlog == 8 && left >= 7,
         "{left} of {backlog} appends left"
@@ -557,12 +572,12 @@ async fn keywords_backfilled_after_the_start_never_bring_back_an_erased_text() {
     assert_eq!(before.hits.len(), 2, "found by meaning meanwhile");
 
     // A backfill page read before an erasure and added after it adds nothing erased.
-    let page_read_before = store.all_messages(None, 10).unwrap();
+    let page_read_before = store.feed().all_messages(None, 10).unwrap();
     assert_eq!(page_read_before.len(), 2);
-    recall
-        .delete_session(&Access::tenant_wide("t"), "erased")
-        .await
-        .unwrap();
+    let eraser = store.take_eraser().unwrap();
+    let all = Access::tenant_wide("t");
+    let erased = eraser.delete_session(&all, "erased").await.unwrap();
+    recall.forget_sessions("t", vec![erased.sid]).await.unwrap();
     recall.backfill_page(&page_read_before);
     let alices = alices_keywords();
     assert!(
@@ -679,6 +694,7 @@ async fn keyword_scores_are_the_users_own() {
     let sid = |session: &str| {
         fixture
             .store
+            .feed()
             .session_key(&Access::tenant_wide("t"), session)
             .unwrap()
             .unwrap()

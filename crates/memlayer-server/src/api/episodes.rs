@@ -115,7 +115,11 @@ pub(crate) async fn record(
         source_session: body.source_session_id,
         created_at: Timestamp::now(),
     };
-    let id = state.store().put_episode(episode.clone()).await?;
+    let id = state
+        .store()
+        .memories()
+        .put_episode(episode.clone())
+        .await?;
     Ok((StatusCode::CREATED, Json(Episode { id, ..episode }.into())))
 }
 
@@ -148,18 +152,18 @@ pub(crate) async fn list(
     ApiPath(user_id): ApiPath<String>,
     ApiQuery(query): ApiQuery<ListQuery>,
 ) -> Result<Json<EpisodeList>, ApiError> {
-    let store = state.store().clone();
-    let listed = tokio::task::spawn_blocking(move || {
-        list_episodes(
-            &store,
-            &tenant,
-            &user_id,
-            query.agent_id.as_deref(),
-            query.task_type.as_deref(),
-        )
-    })
-    .await
-    .map_err(|err| ApiError::Internal(err.to_string()))??;
+    let listed = state
+        .store()
+        .read(move |store| {
+            list_episodes(
+                store,
+                &tenant,
+                &user_id,
+                query.agent_id.as_deref(),
+                query.task_type.as_deref(),
+            )
+        })
+        .await?;
     Ok(Json(EpisodeList {
         episodes: listed.into_iter().map(EpisodeBody::from).collect(),
     }))
@@ -181,7 +185,10 @@ pub(crate) async fn get(
     Tenant(tenant): Tenant,
     ApiPath(episode_id): ApiPath<u64>,
 ) -> Result<Json<EpisodeBody>, ApiError> {
-    let episode = crate::api::read(&state, move |store| store.episode(&tenant, episode_id)).await?;
+    let episode = crate::api::read(&state, move |store| {
+        store.memories().episode(&tenant, episode_id)
+    })
+    .await?;
     episode
         .map(|episode| Json(episode.into()))
         .ok_or_else(|| episode_not_found(episode_id))
@@ -213,7 +220,10 @@ pub(crate) async fn delete(
     ApiPath(episode_id): ApiPath<u64>,
 ) -> Result<Json<ReceiptBody>, ApiError> {
     let owner = tenant.clone();
-    let exists = crate::api::read(&state, move |store| store.episode(&owner, episode_id)).await?;
+    let exists = crate::api::read(&state, move |store| {
+        store.memories().episode(&owner, episode_id)
+    })
+    .await?;
     if exists.is_none() {
         return Err(episode_not_found(episode_id));
     }
@@ -269,28 +279,28 @@ pub(crate) async fn lessons(
     ApiQuery(query): ApiQuery<LessonsQuery>,
 ) -> Result<Json<LessonsBody>, ApiError> {
     let encoding = state.config().token_encoding;
-    let store = state.store().clone();
     let user = user_id.clone();
-    let (task_type, lessons) = tokio::task::spawn_blocking(move || {
-        let saved = levels(&store, &tenant, query.agent_id.as_deref())?;
-        let settings = ContextSettings::layered(saved.iter().flatten())?;
-        let task_type = query.task_type.or(settings.task_type);
-        let lessons = build_lessons(
-            &store,
-            &LessonQuery {
-                tenant: &tenant,
-                user_id: &user,
-                agent_id: query.agent_id.as_deref(),
-                task_type: task_type.as_deref(),
-                max_lessons: settings.max_lessons,
-                max_tokens: settings.lesson_tokens,
-            },
-            encoding,
-        )?;
-        Ok::<_, ApiError>((task_type, lessons))
-    })
-    .await
-    .map_err(|err| ApiError::Internal(err.to_string()))??;
+    let (task_type, lessons) = state
+        .store()
+        .read(move |store| {
+            let saved = levels(store, &tenant, query.agent_id.as_deref())?;
+            let settings = ContextSettings::layered(saved.iter().flatten())?;
+            let task_type = query.task_type.or(settings.task_type);
+            let lessons = build_lessons(
+                store,
+                &LessonQuery {
+                    tenant: &tenant,
+                    user_id: &user,
+                    agent_id: query.agent_id.as_deref(),
+                    task_type: task_type.as_deref(),
+                    max_lessons: settings.max_lessons,
+                    max_tokens: settings.lesson_tokens,
+                },
+                encoding,
+            )?;
+            Ok::<_, ApiError>((task_type, lessons))
+        })
+        .await?;
     let (text, episodes) = lessons.map_or((None, Vec::new()), |l| (Some(l.text), l.episodes));
     Ok(Json(LessonsBody {
         user_id,

@@ -115,7 +115,7 @@ pub(crate) async fn require_session(
 ) -> Result<(), ApiError> {
     let (access, id) = (caller.access(), session_id.to_owned());
     read(state, move |store| {
-        if store.session_exists(&access, &id)? {
+        if store.sessions().session_exists(&access, &id)? {
             Ok(())
         } else {
             Err(StoreError::SessionNotFound { session_id: id })
@@ -215,7 +215,10 @@ pub(crate) async fn stats(
 ) -> Result<Json<Stats>, ApiError> {
     let project_id = project(tenant, query.project_id)?;
     let owner = project_id.clone();
-    let stats = read(&state, move |store| store.conversation_stats(&owner)).await?;
+    let stats = read(&state, move |store| {
+        store.tenants().conversation_stats(&owner)
+    })
+    .await?;
     Ok(Json(Stats {
         project_id,
         total_conversations: stats.total,
@@ -443,6 +446,7 @@ pub(crate) async fn set_retention(
     body.validate()?;
     state
         .store()
+        .tenants()
         .set_retention(&tenant, body.conversation_retention_days)
         .await?;
     Ok(Json(body))

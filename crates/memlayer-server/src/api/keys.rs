@@ -184,6 +184,7 @@ pub(crate) async fn create_key(
     let expires_at = request.expires_at(now)?;
     let issued = state
         .store()
+        .keys()
         .create_key(NewKey {
             tenant,
             role: request.role.into(),
@@ -220,7 +221,7 @@ pub(crate) async fn list_keys(
     State(state): State<AppState>,
     Admin(tenant): Admin,
 ) -> Result<Json<KeyList>, ApiError> {
-    let keys = read(&state, move |store| store.list_keys(Some(&tenant))).await?;
+    let keys = read(&state, move |store| store.keys().list_keys(Some(&tenant))).await?;
     let now = Timestamp::now();
     Ok(Json(KeyList {
         keys: keys.into_iter().map(|key| KeyBody::new(key, now)).collect(),
@@ -246,7 +247,12 @@ pub(crate) async fn revoke_key(
     Admin(tenant): Admin,
     ApiPath(prefix): ApiPath<String>,
 ) -> Result<Json<KeyBody>, ApiError> {
-    match state.store().revoke_key(Some(&tenant), &prefix).await? {
+    match state
+        .store()
+        .keys()
+        .revoke_key(Some(&tenant), &prefix)
+        .await?
+    {
         Some(key) => {
             tracing::info!(key = %key.prefix, "API key revoked");
             Ok(Json(KeyBody::new(key, Timestamp::now())))

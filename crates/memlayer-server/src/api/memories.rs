@@ -10,7 +10,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use memlayer_memory::{MemoryHit, MemoryQuery, RememberAction, RememberRequest};
-use memlayer_store::{Access, Memory, MemoryKind};
+use memlayer_store::{Access, Memory, MemoryKind, blocking};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -225,12 +225,11 @@ pub(crate) async fn list(
     let memories = state.memories().clone();
     let tenant = caller.tenant().to_owned();
     // One more than asked, to learn whether another page follows.
-    let mut listed = tokio::task::spawn_blocking(move || {
+    let mut listed = blocking(move || {
         let agent = query.agent_id.as_deref();
         memories.list(&tenant, &user_id, agent, query.after, limit + 1)
     })
-    .await
-    .map_err(|err| ApiError::Internal(err.to_string()))??;
+    .await?;
     let more = listed.len() > limit;
     listed.truncate(limit);
     let next_after = more
@@ -490,7 +489,7 @@ pub(crate) async fn session_memory(
     let (user, agent) = (user_id.clone(), query.agent_id.clone());
     let tenant = caller.tenant().to_owned();
     let memory = crate::api::read(&state, move |store| {
-        store.session_memory(&tenant, &user, &agent)
+        store.memories().session_memory(&tenant, &user, &agent)
     })
     .await?
     .ok_or_else(|| ApiError::NotFound {

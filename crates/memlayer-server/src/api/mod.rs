@@ -144,9 +144,5 @@ where
     F: FnOnce(&Store) -> memlayer_store::Result<T> + Send + 'static,
     T: Send + 'static,
 {
-    let store = state.store().clone();
-    tokio::task::spawn_blocking(move || read(&store))
-        .await
-        .map_err(|err| ApiError::Internal(format!("read task failed: {err}")))?
-        .map_err(ApiError::from)
+    Ok(state.store().read(read).await?)
 }

@@ -5,7 +5,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use memlayer_store::{
     Access, Append, MAX_PAGE_SIZE, Metadata, NewMessage, NewRun, NewSession, Role, RunStatus,
-    SessionFilter,
+    SessionFilter, blocking,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -72,6 +72,7 @@ pub(crate) async fn create_session(
     let (session_id, owner) = request.into_parts();
     let session = state
         .store()
+        .sessions()
         .create_session(&caller.access(), session_id.as_deref(), owner)
         .await?;
     Ok((StatusCode::CREATED, Json(session.into())))
@@ -137,7 +138,9 @@ pub(crate) async fn list_sessions(
     // A user-scoped key lists its own user's sessions; naming another user finds nothing.
     let access = caller.access();
     let listing = read(&state, move |store| {
-        store.list_sessions(&access, &filter, page, page_size)
+        store
+            .sessions()
+            .list_sessions(&access, &filter, page, page_size)
     })
     .await?;
     Ok(Json(SessionPage {
@@ -180,6 +183,7 @@ pub(crate) async fn get_session(
     let (access, id) = (caller.access(), session_id.clone());
     let (session, messages) = read(&state, move |store| {
         let snapshot = store
+            .sessions()
             .snapshot(&access, &id)?
             .ok_or(memlayer_store::StoreError::SessionNotFound { session_id: id })?;
         let messages = snapshot.messages(0, MAX_PER_PAGE + 1)?;
@@ -377,9 +381,7 @@ pub(crate) async fn append_messages(
     }
     let encoding = state.config().token_encoding;
     // Counting tokens of a large body takes milliseconds: keep it off the async workers.
-    let messages = tokio::task::spawn_blocking(move || new_messages(inputs, encoding))
-        .await
-        .map_err(|err| ApiError::Internal(format!("token counting failed: {err}")))??;
+    let messages = blocking(move || new_messages(inputs, encoding)).await?;
     let append = Append {
         messages,
         create,
@@ -387,6 +389,7 @@ pub(crate) async fn append_messages(
     };
     let appended = state
         .store()
+        .sessions()
         .append(&caller.access(), &session_id, append)
         .await?;
     let status = if appended.replayed {
@@ -516,7 +519,9 @@ pub(crate) async fn list_messages(
     let (access, limit, id) = (caller.access(), query.limit()?, session_id.clone());
     let messages = read(&state, move |store| {
         // One more than asked, to learn whether another page follows.
-        store.messages(&access, &id, query.from, limit + 1)
+        store
+            .sessions()
+            .messages(&access, &id, query.from, limit + 1)
     })
     .await?;
     Ok(Json(MessagesPage::new(session_id, messages, limit)))
@@ -597,6 +602,7 @@ pub(crate) async fn record_run(
 ) -> Result<(StatusCode, Json<RunBody>), ApiError> {
     let run = state
         .store()
+        .sessions()
         .record_run(&Access::tenant_wide(tenant), &session_id, request.into())
         .await?;
     Ok((StatusCode::CREATED, Json(RunBody::new(session_id, run))))
@@ -621,7 +627,7 @@ pub(crate) async fn list_runs(
 ) -> Result<Json<Vec<RunBody>>, ApiError> {
     let (access, limit, id) = (caller.access(), query.limit()?, session_id.clone());
     let runs = read(&state, move |store| {
-        store.runs(&access, &id, query.from, limit)
+        store.sessions().runs(&access, &id, query.from, limit)
     })
     .await?;
     Ok(Json(
@@ -660,6 +666,7 @@ pub(crate) async fn clear_session(
 ) -> Result<Json<Cleared>, ApiError> {
     let load_from = state
         .store()
+        .sessions()
         .clear_session(&caller.access(), &session_id)
         .await?;
     Ok(Json(Cleared {

@@ -173,9 +173,11 @@ pub(crate) async fn put_memory_config(
 ) -> Result<Json<MemoryConfig>, ApiError> {
     let overrides = MemoryConfig::to_overrides(&document)?;
     let (owner, agent) = (tenant.clone(), agent_id.clone());
-    let mut saved = read(&state, move |store| store.settings(&owner, Some(&agent)))
-        .await?
-        .unwrap_or_default();
+    let mut saved = read(&state, move |store| {
+        store.tenants().settings(&owner, Some(&agent))
+    })
+    .await?
+    .unwrap_or_default();
     saved.extend(overrides);
     let described = save(&state, tenant, Some(agent_id), Some(saved)).await?;
     Ok(Json(MemoryConfig::from_settings(&described.effective)))
@@ -198,6 +200,7 @@ async fn save(
     }
     state
         .store()
+        .tenants()
         .put_settings(&tenant, agent_id.as_deref(), document)
         .await?;
     describe(state, tenant, agent_id).await
@@ -223,9 +226,9 @@ pub(crate) fn levels(
     tenant: &str,
     agent_id: Option<&str>,
 ) -> memlayer_store::Result<Vec<Option<SettingsOverrides>>> {
-    let mut levels = vec![store.settings(tenant, None)?];
+    let mut levels = vec![store.tenants().settings(tenant, None)?];
     if let Some(agent) = agent_id {
-        levels.push(store.settings(tenant, Some(agent))?);
+        levels.push(store.tenants().settings(tenant, Some(agent))?);
     }
     Ok(levels)
 }

@@ -117,6 +117,7 @@ pub(crate) async fn execute(
     let tenant = access.tenant().to_owned();
     let session = read(state, move |store| {
         store
+            .sessions()
             .session(&access, &session_id)?
             .ok_or(memlayer_store::StoreError::SessionNotFound { session_id })
     })

@@ -323,10 +323,11 @@ impl World {
         let store = fixture.store.clone();
         let create = |new: NewKey| {
             let store = store.clone();
-            async move { store.create_key(new).await.unwrap() }
+            async move { store.keys().create_key(new).await.unwrap() }
         };
         let revoked = create(new_key("default", KeyRole::Service, None)).await;
         store
+            .keys()
             .revoke_key(None, &revoked.key.prefix)
             .await
             .unwrap()

@@ -419,6 +419,7 @@ impl Run<'_> {
         };
         self.stack
             .store
+            .sessions()
             .append(&Access::tenant_wide(TENANT), &thread.session, append)
             .await
             .with_context(|| format!("cannot append to {}", thread.session))?;
@@ -433,7 +434,7 @@ impl Run<'_> {
 
     /// The session as the store holds it: what `/context` reads.
     fn messages(&self, thread: &Thread) -> anyhow::Result<Vec<Message>> {
-        Ok(self.stack.store.messages(
+        Ok(self.stack.store.sessions().messages(
             &Access::tenant_wide(TENANT),
             &thread.session,
             0,

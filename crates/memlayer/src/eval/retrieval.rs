@@ -124,6 +124,7 @@ async fn append_turns(store: &Store, sample: &Sample, turn_text: TurnText) -> an
                 idempotency_key: None,
             };
             store
+                .sessions()
                 .append(&Access::tenant_wide(TENANT), &session_id, append)
                 .await
                 .with_context(|| format!("cannot append session_{}", session.number))?;
@@ -162,7 +163,7 @@ impl SingleRetrievers {
         let mut dia_ids = HashMap::new();
         let mut after = None;
         loop {
-            let page = store.all_messages(after, PAGE)?;
+            let page = store.feed().all_messages(after, PAGE)?;
             let Some((last, _)) = page.last() else { break };
             after = Some(*last);
             for (key, message) in &page {
@@ -173,7 +174,7 @@ impl SingleRetrievers {
         let mut vectors = VectorIndex::new(VectorConfig::new(embedder.identity().dimension))?;
         let mut after = None;
         loop {
-            let page = store.vectors(after, PAGE)?;
+            let page = store.feed().vectors(after, PAGE)?;
             let Some(last) = page.last() else { break };
             after = Some(last.key);
             vectors.insert_batch(

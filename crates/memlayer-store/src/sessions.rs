@@ -1,0 +1,888 @@
+//! Sessions and what they hold: creating one, appending messages, recording runs, clearing,
+//! searching, summaries, reading and listing — and the session half of erasure (deleting one
+//! with everything it owns), which the [`crate::Eraser`] exposes.
+
+use redb::{ReadTransaction, ReadableTable, Table, WriteTransaction};
+use sha2::{Digest, Sha256};
+
+use crate::model::{
+    Access, Append, Appended, Message, NewMessage, NewRun, NewSession, Page, Role, Run, Session,
+    SessionFilter, SessionState, StoredSummary, Timestamp, validate_id,
+};
+use crate::model::{MAX_MESSAGES_PER_SESSION, MAX_SESSIONS, validate_text};
+use crate::record::{
+    ERASED_DIGEST, IdempotencyRecord, MessageRecord, OutboxRecord, Record, RunRecord,
+    SessionRecord, SummaryRecord, metadata_from_text, metadata_to_text,
+};
+use crate::snapshot::{SessionSnapshot, SessionVersion};
+use crate::tables::{
+    IDEMPOTENCY, MESSAGES, META, NEXT_OUTBOX_SEQ_KEY, NEXT_SID_KEY, OUTBOX, OUTBOX_BY_SESSION,
+    RUN_IDS, RUNS, SESSION_ACTIVITY, SESSION_COUNTS, SESSION_KEYS, SESSIONS, SUMMARIES, VECTORS,
+    scope, scopes,
+};
+use crate::{Result, StoreError};
+
+use crate::store::{Eraser, MAX_PAGE_SIZE, MAX_SEARCH_QUERY, MAX_SEARCH_WORDS, Sessions, Store};
+
+impl Sessions<'_> {
+    /// Creates a session under `session_id`, or under a new UUIDv4 (122 random bits, so
+    /// nobody can guess it) when `None`. Session ids are unique in their tenant: an id in use
+    /// is a [`StoreError::Conflict`] whoever's session holds it, and that is all it tells.
+    pub async fn create_session(
+        self,
+        access: &Access,
+        session_id: Option<&str>,
+        new: NewSession,
+    ) -> Result<Session> {
+        access.validate()?;
+        check_owner(access, &new)?;
+        let session_id = match session_id {
+            Some(id) => {
+                validate_id("session_id", id)?;
+                id.to_owned()
+            }
+            None => uuid::Uuid::new_v4().to_string(),
+        };
+        new.validate()?;
+        let tenant = access.tenant().to_owned();
+        self.store
+            .write(move |txn| {
+                let mut sessions = txn.open_table(SESSIONS)?;
+                if sessions
+                    .get((tenant.as_str(), session_id.as_str()))?
+                    .is_some()
+                {
+                    return Err(id_taken(&session_id));
+                }
+                let record = new_session_record(txn, &tenant, &session_id, &new, Timestamp::now())?;
+                sessions.insert(
+                    (tenant.as_str(), session_id.as_str()),
+                    record.encode().as_slice(),
+                )?;
+                add_to_listing(txn, &tenant, &session_id, &record)?;
+                session_from_record(session_id, &record)
+            })
+            .await
+    }
+
+    /// Appends messages to a session, creating it first when `append.create` says who owns it.
+    ///
+    /// The messages get consecutive indices after the session's last message. The call returns
+    /// once they are durably stored. With a user-scoped `access`, the session must be that
+    /// user's (checked in the transaction that appends) and a session it creates too.
+    pub async fn append(
+        self,
+        access: &Access,
+        session_id: &str,
+        append: Append,
+    ) -> Result<Appended> {
+        access.validate()?;
+        validate_id("session_id", session_id)?;
+        append.validate()?;
+        if let Some(owner) = &append.create {
+            check_owner(access, owner)?;
+        }
+        let access = access.clone();
+        let session_id = session_id.to_owned();
+        let appended = self
+            .store
+            .write(move |txn| apply_append(txn, &access, &session_id, append))
+            .await?;
+        if !appended.replayed {
+            self.store.count_appended(appended.count);
+        }
+        Ok(appended)
+    }
+
+    /// Records an agent execution in a session.
+    pub async fn record_run(self, access: &Access, session_id: &str, run: NewRun) -> Result<Run> {
+        access.validate()?;
+        validate_id("session_id", session_id)?;
+        run.validate()?;
+        let access = access.clone();
+        let session_id = session_id.to_owned();
+        self.store
+            .write(move |txn| apply_record_run(txn, &access, &session_id, run))
+            .await
+    }
+
+    /// Starts later context loads after the session's current last message; the messages
+    /// stay stored for audit and search. Returns the index loads now start from.
+    pub async fn clear_session(self, access: &Access, session_id: &str) -> Result<u64> {
+        access.validate()?;
+        validate_id("session_id", session_id)?;
+        let access = access.clone();
+        let session_id = session_id.to_owned();
+        self.store
+            .write(move |txn| {
+                let mut sessions = txn.open_table(SESSIONS)?;
+                let mut record = read_session_record(&sessions, &access, &session_id)?
+                    .ok_or_else(|| not_found(&session_id))?;
+                let tenant = access.tenant();
+                record.load_from = record.next_index;
+                touch(txn, tenant, &session_id, &mut record, Timestamp::now())?;
+                sessions.insert((tenant, session_id.as_str()), record.encode().as_slice())?;
+                Ok(record.load_from)
+            })
+            .await
+    }
+
+    /// Up to `limit` messages of a session, newest first, whose content contains every word
+    /// of `query` ignoring case: the whole history, cleared and summarised parts included.
+    /// A query holds 1 to [`MAX_SEARCH_WORDS`] distinct words in at most
+    /// [`MAX_SEARCH_QUERY`] bytes.
+    pub fn search_messages(
+        self,
+        access: &Access,
+        session_id: &str,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<Message>> {
+        let invalid = |reason: String| StoreError::InvalidInput {
+            field: "query",
+            reason,
+        };
+        if query.len() > MAX_SEARCH_QUERY {
+            return Err(invalid(format!("must be at most {MAX_SEARCH_QUERY} bytes")));
+        }
+        let mut words: Vec<String> = query.split_whitespace().map(str::to_lowercase).collect();
+        words.sort_unstable();
+        words.dedup();
+        if words.is_empty() {
+            return Err(invalid("must contain a word".into()));
+        }
+        if words.len() > MAX_SEARCH_WORDS {
+            return Err(invalid(format!(
+                "must contain at most {MAX_SEARCH_WORDS} distinct words"
+            )));
+        }
+        let (txn, record) = self.store.read_existing_session(access, session_id)?;
+        let messages = txn.open_table(MESSAGES)?;
+        let mut hits = Vec::new();
+        for entry in messages
+            .range((record.sid, 0)..(record.sid, record.next_index))?
+            .rev()
+        {
+            if hits.len() >= limit {
+                break;
+            }
+            let (key, value) = entry?;
+            let stored = MessageRecord::decode(value.value())?;
+            let content = stored.content.to_lowercase();
+            if words.iter().all(|word| content.contains(word.as_str())) {
+                hits.push(message_from_record(key.value().1, stored)?);
+            }
+        }
+        Ok(hits)
+    }
+
+    /// The session's rolling summary, if one was saved.
+    pub fn summary(self, access: &Access, session_id: &str) -> Result<Option<StoredSummary>> {
+        self.store.existing_snapshot(access, session_id)?.summary()
+    }
+
+    /// Replaces the session's rolling summary with one covering `first_index..=last_index`,
+    /// unless the current one (since the last clear) already reaches further. The covered
+    /// messages stay stored; later context loads resume after `last_index`. `read` is the
+    /// version the summary was computed from; if the session changed since,
+    /// [`StoreError::SessionChanged`] and nothing is saved.
+    pub async fn save_summary(
+        self,
+        access: &Access,
+        session_id: &str,
+        read: SessionVersion,
+        text: String,
+        first_index: u64,
+        last_index: u64,
+    ) -> Result<()> {
+        access.validate()?;
+        validate_id("session_id", session_id)?;
+        validate_text("summary", &text)?;
+        let access = access.clone();
+        let session_id = session_id.to_owned();
+        self.store
+            .write(move |txn| {
+                let sessions = txn.open_table(SESSIONS)?;
+                let record = read_session_record(&sessions, &access, &session_id)?
+                    .ok_or_else(|| not_found(&session_id))?;
+                check_version(&record, read, &session_id)?;
+                if first_index > last_index || last_index >= record.next_index {
+                    return Err(StoreError::InvalidInput {
+                        field: "summary range",
+                        reason: format!(
+                            "{first_index}..={last_index} is not within the session's {} messages",
+                            record.next_index
+                        ),
+                    });
+                }
+                let mut summaries = txn.open_table(SUMMARIES)?;
+                // Two context requests may summarise the same turns at once; a summary never
+                // moves the checkpoint back.
+                let current = summaries
+                    .get(record.sid)?
+                    .map(|value| SummaryRecord::decode(value.value()))
+                    .transpose()?;
+                if current
+                    .is_some_and(|c| c.last_index > last_index && c.first_index >= record.load_from)
+                {
+                    return Ok(());
+                }
+                let stored = SummaryRecord {
+                    text,
+                    first_index,
+                    last_index,
+                    created_at: Timestamp::now().as_micros(),
+                };
+                summaries.insert(record.sid, stored.encode().as_slice())?;
+                Ok(())
+            })
+            .await
+    }
+
+    /// The session, or `None` if `access` reaches no session with that id.
+    pub fn session(self, access: &Access, session_id: &str) -> Result<Option<Session>> {
+        access.validate()?;
+        validate_id("session_id", session_id)?;
+        let txn = self.store.begin_read()?;
+        let sessions = txn.open_table(SESSIONS)?;
+        read_session_record(&sessions, access, session_id)?
+            .map(|record| session_from_record(session_id.to_owned(), &record))
+            .transpose()
+    }
+
+    /// Up to `limit` messages of a session from index `from` on, in index order.
+    pub fn messages(
+        self,
+        access: &Access,
+        session_id: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<Message>> {
+        self.store
+            .existing_snapshot(access, session_id)?
+            .messages(from, limit)
+    }
+
+    /// Up to `limit` runs of a session in the order they were recorded, from the `from`th
+    /// (0-based) on. Runs are only ever removed with their session, so a run's position never
+    /// changes: the next page starts `from` plus the runs returned.
+    pub fn runs(
+        self,
+        access: &Access,
+        session_id: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<Run>> {
+        let (txn, record) = self.store.read_existing_session(access, session_id)?;
+        let runs = txn.open_table(RUNS)?;
+        let from = from.min(record.next_run);
+        runs.range((record.sid, from)..(record.sid, record.next_run))?
+            .take(limit)
+            .map(|entry| run_from_record(RunRecord::decode(entry?.1.value())?))
+            .collect()
+    }
+
+    /// One page of the sessions matching `filter` that `access` reaches, most recently
+    /// active first. Pages are numbered from 0. Reads the listing index only, never the
+    /// messages. A user-scoped access that names another user finds nothing, whether or not
+    /// that user has sessions.
+    pub fn list_sessions(
+        self,
+        access: &Access,
+        filter: &SessionFilter,
+        page: u64,
+        page_size: usize,
+    ) -> Result<Page<Session>> {
+        access.validate()?;
+        let tenant = access.tenant();
+        for (kind, id) in [("user_id", &filter.user_id), ("agent_id", &filter.agent_id)] {
+            if let Some(id) = id {
+                validate_id(kind, id)?;
+            }
+        }
+        if !(1..=MAX_PAGE_SIZE).contains(&page_size) {
+            return Err(StoreError::InvalidInput {
+                field: "page_size",
+                reason: format!("must be between 1 and {MAX_PAGE_SIZE}"),
+            });
+        }
+        let skip = usize::try_from(page)
+            .ok()
+            .and_then(|page| page.checked_mul(page_size))
+            .ok_or_else(|| StoreError::InvalidInput {
+                field: "page",
+                reason: "is too large".into(),
+            })?;
+        let user_id = match (access.user(), filter.user_id.as_deref()) {
+            (Some(own), Some(named)) if own != named => {
+                return Ok(Page {
+                    items: Vec::new(),
+                    total: 0,
+                });
+            }
+            (own, named) => own.or(named),
+        };
+        let scope = scope(user_id, filter.agent_id.as_deref());
+        let txn = self.store.begin_read()?;
+        let total = txn
+            .open_table(SESSION_COUNTS)?
+            .get((tenant, scope.as_str()))?
+            .map_or(0, |count| count.value());
+        let activity = txn.open_table(SESSION_ACTIVITY)?;
+        let sessions = txn.open_table(SESSIONS)?;
+        let items = activity
+            .range((tenant, scope.as_str(), 0, "")..(tenant, scope.as_str(), u64::MAX, ""))?
+            .rev()
+            .skip(skip)
+            .take(page_size)
+            .map(|entry| {
+                let (key, ()) = entry.map(|(key, _)| (key, ()))?;
+                let (_, _, _, session_id) = key.value();
+                let record =
+                    read_session_record(&sessions, access, session_id)?.ok_or_else(|| {
+                        StoreError::Corrupted {
+                            what: "session listing",
+                            detail: format!("lists missing session {session_id:?}"),
+                        }
+                    })?;
+                session_from_record(session_id.to_owned(), &record)
+            })
+            .collect::<Result<_>>()?;
+        Ok(Page { items, total })
+    }
+}
+
+pub(crate) fn not_found(session_id: &str) -> StoreError {
+    StoreError::SessionNotFound {
+        session_id: session_id.to_owned(),
+    }
+}
+
+/// The answer for a session id in use, whoever's session holds it: a user-scoped caller
+/// learns that the id is taken and nothing else about the session.
+fn id_taken(session_id: &str) -> StoreError {
+    StoreError::Conflict(format!(
+        "session id {session_id:?} is taken; choose another, or let memlayer generate one"
+    ))
+}
+
+/// [`StoreError::SessionChanged`] unless `record` is the session at version `read`.
+pub(crate) fn check_version(
+    record: &SessionRecord,
+    read: SessionVersion,
+    session_id: &str,
+) -> Result<()> {
+    if SessionVersion::of(record) == read {
+        Ok(())
+    } else {
+        Err(StoreError::SessionChanged {
+            session_id: session_id.to_owned(),
+        })
+    }
+}
+
+/// A user-scoped access creates sessions for its own user only.
+fn check_owner(access: &Access, owner: &NewSession) -> Result<()> {
+    if access.sees(&owner.user_id) {
+        Ok(())
+    } else {
+        Err(StoreError::InvalidInput {
+            field: "user_id",
+            reason: "a user-scoped caller creates sessions for its own user only".into(),
+        })
+    }
+}
+
+/// The record of a session `access` reaches: `None` when the tenant has no such session or
+/// it is another user's. Every read or write that names a session looks it up here, in its
+/// own transaction, so the ownership check and the access are one atomic step.
+pub(crate) fn read_session_record(
+    sessions: &impl ReadableTable<(&'static str, &'static str), &'static [u8]>,
+    access: &Access,
+    session_id: &str,
+) -> Result<Option<SessionRecord>> {
+    Ok(sessions
+        .get((access.tenant(), session_id))?
+        .map(|value| SessionRecord::decode(value.value()))
+        .transpose()?
+        .filter(|record| access.sees(&record.user_id)))
+}
+
+fn new_session_record(
+    txn: &WriteTransaction,
+    tenant: &str,
+    session_id: &str,
+    new: &NewSession,
+    now: Timestamp,
+) -> Result<SessionRecord> {
+    let mut meta = txn.open_table(META)?;
+    let sid = meta.get(NEXT_SID_KEY)?.map_or(1, |v| v.value());
+    if sid >= MAX_SESSIONS {
+        return Err(StoreError::InvalidInput {
+            field: "session",
+            reason: format!("this store has created all {MAX_SESSIONS} sessions it can hold"),
+        });
+    }
+    meta.insert(NEXT_SID_KEY, sid + 1)?;
+    txn.open_table(SESSION_KEYS)?
+        .insert(sid, (tenant, session_id))?;
+    Ok(SessionRecord {
+        sid,
+        user_id: new.user_id.clone(),
+        agent_id: new.agent_id.clone(),
+        flow_id: new.flow_id.clone(),
+        created_at: now.as_micros(),
+        updated_at: now.as_micros(),
+        metadata: metadata_to_text(&new.metadata),
+        next_index: 0,
+        next_run: 0,
+        last_role: None,
+        load_from: 0,
+        erased: 0,
+    })
+}
+
+fn add_to_listing(
+    txn: &WriteTransaction,
+    tenant: &str,
+    session_id: &str,
+    record: &SessionRecord,
+) -> Result<()> {
+    let mut activity = txn.open_table(SESSION_ACTIVITY)?;
+    let mut counts = txn.open_table(SESSION_COUNTS)?;
+    for scope in scopes(&record.user_id, &record.agent_id) {
+        activity.insert((tenant, scope.as_str(), record.updated_at, session_id), ())?;
+        let count = counts
+            .get((tenant, scope.as_str()))?
+            .map_or(0, |c| c.value());
+        counts.insert((tenant, scope.as_str()), count + 1)?;
+    }
+    crate::idle::open(txn, tenant, session_id, record.updated_at)
+}
+
+fn remove_from_listing(
+    txn: &WriteTransaction,
+    tenant: &str,
+    session_id: &str,
+    record: &SessionRecord,
+) -> Result<()> {
+    let mut activity = txn.open_table(SESSION_ACTIVITY)?;
+    let mut counts = txn.open_table(SESSION_COUNTS)?;
+    for scope in scopes(&record.user_id, &record.agent_id) {
+        activity.remove((tenant, scope.as_str(), record.updated_at, session_id))?;
+        let count = counts
+            .get((tenant, scope.as_str()))?
+            .map_or(0, |c| c.value());
+        if count <= 1 {
+            counts.remove((tenant, scope.as_str()))?;
+        } else {
+            counts.insert((tenant, scope.as_str()), count - 1)?;
+        }
+    }
+    crate::idle::close(txn, tenant, session_id, record)
+}
+
+/// Moves the session's listing entries to its new last-activity time.
+fn touch(
+    txn: &WriteTransaction,
+    tenant: &str,
+    session_id: &str,
+    record: &mut SessionRecord,
+    now: Timestamp,
+) -> Result<()> {
+    // Keep last activity monotonic even if the wall clock steps back.
+    let updated_at = record.updated_at.max(now.as_micros());
+    if updated_at != record.updated_at {
+        let mut activity = txn.open_table(SESSION_ACTIVITY)?;
+        for scope in scopes(&record.user_id, &record.agent_id) {
+            activity.remove((tenant, scope.as_str(), record.updated_at, session_id))?;
+            activity.insert((tenant, scope.as_str(), updated_at, session_id), ())?;
+        }
+        crate::idle::touch(txn, tenant, session_id, record.updated_at, updated_at)?;
+        record.updated_at = updated_at;
+    }
+    Ok(())
+}
+
+fn apply_append(
+    txn: &WriteTransaction,
+    access: &Access,
+    session_id: &str,
+    append: Append,
+) -> Result<Appended> {
+    // Every check comes before the first write: a rejected append shares the transaction with
+    // other requests and must leave no trace in it.
+    let tenant = access.tenant();
+    let mut sessions = txn.open_table(SESSIONS)?;
+    let existing = read_session_record(&sessions, access, session_id)?;
+    let digest = append
+        .idempotency_key
+        .as_ref()
+        .map(|_| request_digest(&append.messages));
+    if let Some(record) = &existing {
+        if let Some(owner) = &append.create
+            && (owner.user_id != record.user_id || owner.agent_id != record.agent_id)
+        {
+            return Err(id_taken(session_id));
+        }
+        if let (Some(key), Some(digest)) = (&append.idempotency_key, &digest)
+            && let Some(previous) = txn
+                .open_table(IDEMPOTENCY)?
+                .get((record.sid, key.as_str()))?
+        {
+            let previous = IdempotencyRecord::decode(previous.value())?;
+            if &previous.request_digest != digest && previous.request_digest != ERASED_DIGEST {
+                return Err(StoreError::Conflict(format!(
+                    "idempotency key {key:?} was used for a different request"
+                )));
+            }
+            return Ok(Appended {
+                first_index: previous.first_index,
+                count: previous.count,
+                created_session: previous.created_session,
+                replayed: true,
+            });
+        }
+        if record.next_index + append.messages.len() as u64 > MAX_MESSAGES_PER_SESSION {
+            return Err(StoreError::InvalidInput {
+                field: "messages",
+                reason: format!(
+                    "session {session_id:?} would exceed {MAX_MESSAGES_PER_SESSION} messages"
+                ),
+            });
+        }
+    }
+    let now = Timestamp::now();
+    let (mut record, created_session) = match existing {
+        Some(record) => (record, false),
+        // Another user's session under this id: taken, as for any other owner.
+        None if sessions.get((tenant, session_id))?.is_some() => {
+            return Err(match append.create {
+                Some(_) => id_taken(session_id),
+                None => not_found(session_id),
+            });
+        }
+        None => match &append.create {
+            Some(owner) => {
+                let record = new_session_record(txn, tenant, session_id, owner, now)?;
+                add_to_listing(txn, tenant, session_id, &record)?;
+                (record, true)
+            }
+            None => return Err(not_found(session_id)),
+        },
+    };
+
+    let first_index = record.next_index;
+    let count = append.messages.len() as u64;
+    {
+        let mut messages = txn.open_table(MESSAGES)?;
+        for (offset, message) in append.messages.into_iter().enumerate() {
+            let index = first_index + offset as u64;
+            record.last_role = Some(message.role);
+            messages.insert(
+                (record.sid, index),
+                message_record(message, now).encode().as_slice(),
+            )?;
+        }
+    }
+    record.next_index += count;
+    enqueue_for_embedding(txn, record.sid, first_index, count)?;
+    touch(txn, tenant, session_id, &mut record, now)?;
+    if let (Some(key), Some(request_digest)) = (&append.idempotency_key, digest) {
+        let outcome = IdempotencyRecord {
+            request_digest,
+            first_index,
+            count,
+            created_session,
+        };
+        txn.open_table(IDEMPOTENCY)?
+            .insert((record.sid, key.as_str()), outcome.encode().as_slice())?;
+    }
+    sessions.insert((tenant, session_id), record.encode().as_slice())?;
+    Ok(Appended {
+        first_index,
+        count,
+        created_session,
+        replayed: false,
+    })
+}
+
+/// Queues messages for the embedding worker, in the transaction that stores them, so no
+/// committed message can miss its embedding (a crash between the two is impossible).
+pub(crate) fn enqueue_for_embedding(
+    txn: &WriteTransaction,
+    sid: u64,
+    first_index: u64,
+    count: u64,
+) -> Result<()> {
+    let mut meta = txn.open_table(META)?;
+    let seq = meta.get(NEXT_OUTBOX_SEQ_KEY)?.map_or(1, |v| v.value());
+    meta.insert(NEXT_OUTBOX_SEQ_KEY, seq + 1)?;
+    let entry = OutboxRecord {
+        sid,
+        first_index,
+        count,
+    };
+    txn.open_table(OUTBOX)?
+        .insert(seq, entry.encode().as_slice())?;
+    txn.open_table(OUTBOX_BY_SESSION)?.insert((sid, seq), ())?;
+    Ok(())
+}
+
+fn apply_record_run(
+    txn: &WriteTransaction,
+    access: &Access,
+    session_id: &str,
+    run: NewRun,
+) -> Result<Run> {
+    let tenant = access.tenant();
+    let mut sessions = txn.open_table(SESSIONS)?;
+    let mut record =
+        read_session_record(&sessions, access, session_id)?.ok_or_else(|| not_found(session_id))?;
+    let run_id = run
+        .run_id
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let mut run_ids = txn.open_table(RUN_IDS)?;
+    if run_ids.get((record.sid, run_id.as_str()))?.is_some() {
+        return Err(StoreError::Conflict(format!(
+            "run {run_id:?} already exists in session {session_id:?}"
+        )));
+    }
+    let now = Timestamp::now();
+    let seq = record.next_run;
+    let stored = RunRecord {
+        run_id,
+        status: run.status,
+        content: run.content,
+        tool_calls: serde_json::to_string(&run.tool_calls).expect("JSON values serialise"),
+        error: run.error,
+        metadata: metadata_to_text(&run.metadata),
+        created_at: now.as_micros(),
+        redacted: false,
+    };
+    run_ids.insert((record.sid, stored.run_id.as_str()), seq)?;
+    txn.open_table(RUNS)?
+        .insert((record.sid, seq), stored.encode().as_slice())?;
+    record.next_run += 1;
+    touch(txn, tenant, session_id, &mut record, now)?;
+    sessions.insert((tenant, session_id), record.encode().as_slice())?;
+    run_from_record(stored)
+}
+
+fn apply_delete_session(
+    txn: &WriteTransaction,
+    access: &Access,
+    session_id: &str,
+) -> Result<SessionDeleted> {
+    let tenant = access.tenant();
+    let mut sessions = txn.open_table(SESSIONS)?;
+    let record =
+        read_session_record(&sessions, access, session_id)?.ok_or_else(|| not_found(session_id))?;
+    sessions.remove((tenant, session_id))?;
+    remove_from_listing(txn, tenant, session_id, &record)?;
+    let sid = record.sid;
+    remove_range(&mut txn.open_table(MESSAGES)?, (sid, 0)..(sid + 1, 0))?;
+    remove_range(&mut txn.open_table(RUNS)?, (sid, 0)..(sid + 1, 0))?;
+    remove_str_range(&mut txn.open_table(RUN_IDS)?, sid)?;
+    remove_str_range(&mut txn.open_table(IDEMPOTENCY)?, sid)?;
+    remove_range(&mut txn.open_table(VECTORS)?, (sid, 0)..(sid + 1, 0))?;
+    crate::embeddings::bump_vectors_version(txn)?;
+    txn.open_table(SESSION_KEYS)?.remove(sid)?;
+    txn.open_table(SUMMARIES)?.remove(sid)?;
+    let mut by_session = txn.open_table(OUTBOX_BY_SESSION)?;
+    let mut outbox = txn.open_table(OUTBOX)?;
+    for entry in by_session.extract_from_if((sid, 0)..(sid + 1, 0), |_, ()| true)? {
+        let (key, _) = entry?;
+        outbox.remove(key.value().1)?;
+    }
+    let episodes =
+        crate::episodes::remove_user_episodes(txn, tenant, &record.user_id, Some(session_id))?;
+    let session_memories = crate::session_memory::remove_session_memories(
+        txn,
+        tenant,
+        &record.user_id,
+        Some(session_id),
+    )?;
+    Ok(SessionDeleted {
+        sid,
+        episodes,
+        session_memories,
+    })
+}
+
+/// What deleting a session removed besides the session itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionDeleted {
+    /// The session's surrogate key, for removing its messages from indexes.
+    pub sid: u64,
+    /// How many episodes drawn from the session were deleted with it.
+    pub episodes: u64,
+    /// How many of the user's session memories the session was merged into were dropped
+    /// with it (a memory summarising several conversations goes whole, and is merged again
+    /// from those that remain).
+    pub session_memories: u64,
+}
+
+impl Store {
+    /// Runs `remove` on a user's rows of one kind in one commit: all of them, or (with
+    /// `session_id`) those drawn from that session. Returns how many were removed.
+    pub(crate) async fn remove_user_rows(
+        &self,
+        tenant: &str,
+        user_id: &str,
+        session_id: Option<&str>,
+        remove: fn(&WriteTransaction, &str, &str, Option<&str>) -> Result<u64>,
+    ) -> Result<u64> {
+        validate_id("tenant", tenant)?;
+        validate_id("user_id", user_id)?;
+        let (tenant, user_id) = (tenant.to_owned(), user_id.to_owned());
+        let session_id = session_id.map(str::to_owned);
+        self.write_alone(move |txn| remove(txn, &tenant, &user_id, session_id.as_deref()))
+            .await
+    }
+}
+
+pub(crate) fn remove_range(
+    table: &mut Table<'_, (u64, u64), &'static [u8]>,
+    range: std::ops::Range<(u64, u64)>,
+) -> Result<()> {
+    table.retain_in(range, |_, _| false)?;
+    Ok(())
+}
+
+/// Removes every `(sid, _)` key of a table keyed by `(sid, string)`.
+fn remove_str_range<V: redb::Value + 'static>(
+    table: &mut Table<'_, (u64, &'static str), V>,
+    sid: u64,
+) -> Result<()> {
+    table.retain_in((sid, "")..(sid + 1, ""), |_, _| false)?;
+    Ok(())
+}
+
+fn request_digest(messages: &[NewMessage]) -> [u8; 16] {
+    let mut hasher = Sha256::new();
+    for message in messages {
+        // Length prefixes keep field boundaries unambiguous.
+        let metadata = metadata_to_text(&message.metadata);
+        let timestamp = message.timestamp.map_or(0, Timestamp::as_micros);
+        hasher.update([message.role as u8]);
+        hasher.update((message.content.len() as u64).to_le_bytes());
+        hasher.update(message.content.as_bytes());
+        hasher.update(message.token_count.to_le_bytes());
+        hasher.update(timestamp.to_le_bytes());
+        hasher.update((metadata.len() as u64).to_le_bytes());
+        hasher.update(metadata.as_bytes());
+    }
+    let digest = hasher.finalize();
+    let mut out = [0; 16];
+    out.copy_from_slice(&digest[..16]);
+    out
+}
+
+fn message_record(message: NewMessage, now: Timestamp) -> MessageRecord {
+    MessageRecord {
+        role: message.role,
+        content: message.content,
+        timestamp: message.timestamp.unwrap_or(now).as_micros(),
+        token_count: message.token_count,
+        metadata: metadata_to_text(&message.metadata),
+    }
+}
+
+pub(crate) fn session_from_record(id: String, record: &SessionRecord) -> Result<Session> {
+    Ok(Session {
+        id,
+        user_id: record.user_id.clone(),
+        agent_id: record.agent_id.clone(),
+        flow_id: record.flow_id.clone(),
+        created_at: Timestamp::from_micros(record.created_at),
+        updated_at: Timestamp::from_micros(record.updated_at),
+        metadata: metadata_from_text(SessionRecord::NAME, &record.metadata)?,
+        message_count: record.next_index,
+        run_count: record.next_run,
+        load_from: record.load_from,
+        state: if record.last_role == Some(Role::User) {
+            SessionState::IncompleteTurn
+        } else {
+            SessionState::Active
+        },
+    })
+}
+
+pub(crate) fn message_from_record(index: u64, record: MessageRecord) -> Result<Message> {
+    Ok(Message {
+        index,
+        role: record.role,
+        metadata: metadata_from_text(MessageRecord::NAME, &record.metadata)?,
+        content: record.content,
+        timestamp: Timestamp::from_micros(record.timestamp),
+        token_count: record.token_count,
+    })
+}
+
+fn run_from_record(record: RunRecord) -> Result<Run> {
+    let tool_calls =
+        serde_json::from_str(&record.tool_calls).map_err(|err| StoreError::Corrupted {
+            what: RunRecord::NAME,
+            detail: format!("tool calls: {err}"),
+        })?;
+    Ok(Run {
+        metadata: metadata_from_text(RunRecord::NAME, &record.metadata)?,
+        run_id: record.run_id,
+        status: record.status,
+        content: record.content,
+        tool_calls,
+        error: record.error,
+        created_at: Timestamp::from_micros(record.created_at),
+        redacted: record.redacted,
+    })
+}
+
+impl Store {
+    pub(crate) fn existing_snapshot(
+        &self,
+        access: &Access,
+        session_id: &str,
+    ) -> Result<SessionSnapshot> {
+        self.sessions()
+            .snapshot(access, session_id)?
+            .ok_or_else(|| not_found(session_id))
+    }
+
+    pub(crate) fn read_existing_session(
+        &self,
+        access: &Access,
+        session_id: &str,
+    ) -> Result<(ReadTransaction, SessionRecord)> {
+        access.validate()?;
+        validate_id("session_id", session_id)?;
+        let txn = self.begin_read()?;
+        let record = read_session_record(&txn.open_table(SESSIONS)?, access, session_id)?
+            .ok_or_else(|| not_found(session_id))?;
+        Ok((txn, record))
+    }
+}
+
+impl Eraser {
+    /// Deletes a session with everything it owns, the episodes drawn from it included; returns
+    /// its surrogate key, so derived indexes can drop the session's entries, and how many
+    /// episodes went with it.
+    ///
+    /// The episodes go in the same transaction as the session record: `put_episode` checks
+    /// its source session in its own transaction, so an episode is either recorded before
+    /// this commit (and deleted by it) or refused after it. Deleting them in a commit of their
+    /// own before this one let an episode recorded in between survive the erasure.
+    pub async fn delete_session(
+        &self,
+        access: &Access,
+        session_id: &str,
+    ) -> Result<SessionDeleted> {
+        access.validate()?;
+        validate_id("session_id", session_id)?;
+        let access = access.clone();
+        let session_id = session_id.to_owned();
+        self.store
+            .write_alone(move |txn| apply_delete_session(txn, &access, &session_id))
+            .await
+    }
+}

@@ -1,0 +1,54 @@
+//! Tenant-wide documents: the saved context settings of a tenant and of its agents.
+
+use crate::store::Tenants;
+use crate::tables::{SETTINGS, settings_key};
+use crate::{Metadata, Result, StoreError};
+
+impl Tenants<'_> {
+    /// The settings document of a tenant (`agent_id` `None`) or of one of its agents: a JSON
+    /// object the caller interprets, or `None` when none was saved.
+    pub fn settings(self, tenant: &str, agent_id: Option<&str>) -> Result<Option<Metadata>> {
+        let key = settings_key(tenant, agent_id)?;
+        let txn = self.store.begin_read()?;
+        txn.open_table(SETTINGS)?
+            .get((tenant, key.as_str()))?
+            .map(|value| {
+                serde_json::from_slice(value.value()).map_err(|err| StoreError::Corrupted {
+                    what: "settings",
+                    detail: err.to_string(),
+                })
+            })
+            .transpose()
+    }
+
+    /// Saves (or, with `None`, removes) the settings document of a tenant or of one of its
+    /// agents.
+    pub async fn put_settings(
+        self,
+        tenant: &str,
+        agent_id: Option<&str>,
+        settings: Option<Metadata>,
+    ) -> Result<()> {
+        let key = settings_key(tenant, agent_id)?;
+        let tenant = tenant.to_owned();
+        let encoded = settings
+            .map(|document| serde_json::to_vec(&document))
+            .transpose()
+            .map_err(|err| StoreError::InvalidInput {
+                field: "settings",
+                reason: err.to_string(),
+            })?;
+        self.store
+            .write(move |txn| {
+                let mut table = txn.open_table(SETTINGS)?;
+                match encoded {
+                    Some(bytes) => {
+                        table.insert((tenant.as_str(), key.as_str()), bytes.as_slice())?
+                    }
+                    None => table.remove((tenant.as_str(), key.as_str()))?,
+                };
+                Ok(())
+            })
+            .await
+    }
+}
