@@ -17,10 +17,10 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use memlayer_embed::{Assets, Embedder, EmbedderOptions};
+use memlayer_embed::Embedder;
 use memlayer_index::{Recall, RecallOptions};
 use memlayer_server::{AppState, ServerConfig};
 use memlayer_store::{KeyRole, NewKey, Store};
@@ -50,18 +50,7 @@ pub fn bearer(key: &str) -> String {
 /// The real embedding model, loaded once per test binary and shared by every server (an
 /// `Embedder` is a handle to worker threads that outlive any one runtime).
 fn embedder() -> Embedder {
-    static EMBEDDER: OnceLock<Embedder> = OnceLock::new();
-    EMBEDDER
-        .get_or_init(|| {
-            let dir = std::env::var_os("MEMLAYER_ASSETS_DIR")
-                .expect("MEMLAYER_ASSETS_DIR is set by .cargo/config.toml");
-            let assets = Assets::in_dir(dir);
-            if let Err(err) = assets.check() {
-                panic!("the end-to-end tests need the real model: {err}");
-            }
-            Embedder::open(&assets, EmbedderOptions::default()).expect("load the embedding model")
-        })
-        .clone()
+    memlayer_embed::test_support::shared_embedder()
 }
 
 /// The real server on 127.0.0.1 over a redb file in its own temporary directory.

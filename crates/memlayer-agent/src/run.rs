@@ -482,13 +482,8 @@ impl Agent {
     async fn new_message(&self, role: Role, content: String) -> Result<NewMessage, AgentError> {
         let encoding = self.encoding;
         blocking(move || {
-            Ok::<_, AgentError>(NewMessage {
-                role,
-                token_count: encoding.count(&content),
-                content,
-                timestamp: None,
-                metadata: Metadata::new(),
-            })
+            let token_count = encoding.count(&content);
+            Ok::<_, AgentError>(NewMessage::new(role, content, token_count))
         })
         .await
     }

@@ -5,11 +5,12 @@
 //! The ONNX Runtime library and the model are files on disk ([`Assets`]), installed by
 //! `cargo xtask setup` or shipped in the release bundle. An [`Embedder`] runs the model on its
 //! own worker threads, so async callers never block, groups texts of similar length into
-//! batches, and caches vectors by the text's hash within the caller's namespace (its tenant). Every vector is tagged by the
-//! [`ModelIdentity`] that made it, so vectors of different models are never mixed.
+//! batches, and caches vectors by the text's hash within the caller's namespace (its
+//! tenant). Every vector is tagged by the [`ModelIdentity`] that made it, so vectors of
+//! different models are never mixed.
 //!
-//! It may depend on `memlayer-store` only, and must not depend on indexes, strategies,
-//! erasure or HTTP.
+//! It depends on no other memlayer crate: it knows texts and vectors, not where they are
+//! stored, indexed or erased.
 
 #![deny(missing_docs)]
 
@@ -26,6 +27,9 @@ pub use cache::CacheStats;
 pub use embedder::{Embedder, EmbedderOptions};
 pub use error::EmbedError;
 pub use model::ModelIdentity;
+
+#[cfg(any(test, feature = "test-support"))]
+pub mod test_support;
 
 #[cfg(test)]
 mod tests;

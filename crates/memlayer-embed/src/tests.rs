@@ -2,9 +2,9 @@
 //! `MEMLAYER_ASSETS_DIR` or else `<workspace>/memlayer-assets`. Missing assets fail the tests
 //! with the command that installs them: a skipped embedding test would hide a broken set-up.
 
-use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use crate::test_support::assets;
 use crate::{Assets, CacheStats, EmbedError, Embedder, EmbedderOptions};
 
 /// The namespace (tenant) the tests embed for.
@@ -12,21 +12,6 @@ const NS: &str = "tenant";
 
 /// The pinned sha256 of the model file that `cargo xtask setup` installs.
 const MODEL_SHA256: &str = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6";
-
-fn assets_dir() -> PathBuf {
-    std::env::var_os("MEMLAYER_ASSETS_DIR").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../memlayer-assets"),
-        PathBuf::from,
-    )
-}
-
-fn assets() -> Assets {
-    let assets = Assets::in_dir(assets_dir());
-    if let Err(err) = assets.check() {
-        panic!("the embedding tests need the real model: {err}");
-    }
-    assets
-}
 
 /// Without a cache, so every call really runs the model.
 fn uncached_options() -> EmbedderOptions {

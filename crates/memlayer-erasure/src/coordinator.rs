@@ -72,17 +72,27 @@ pub struct Coordinator {
 
 struct Inner {
     /// The store's one eraser: every removal of text in this process goes through it.
+    /// Invariant: a job is recorded (`record_job`) before its first removal and finished
+    /// (`finish_job`, with the receipt) only after the last one and the compaction, so a
+    /// crash in between leaves it pending for `resume`, whose steps are all idempotent.
     eraser: Eraser,
+    /// Invariant: keys leave the indexes only after the store deleted them and the pipeline
+    /// caught up (`wait_for_index`), so no batch read before the deletion puts one back.
     recall: Recall,
+    /// Invariant: memories citing an erased session or message are forgotten after the store
+    /// deleted it, when nothing can cite it any more.
     memories: LongTermMemory,
     /// Entity facts kept per session between turns, dropped with what they came from.
     facts: FactCache,
     /// Tickets handed to erasures waiting for a compaction, and (under the mutex) the last
     /// ticket a finished compaction covers: erasures that finish their deletions while a
-    /// compaction runs share the next one instead of each running their own.
+    /// compaction runs share the next one instead of each running their own. Invariant: an
+    /// erasure is acknowledged only once a compaction that started after its deletions
+    /// committed has finished (`compacted >= its ticket`).
     tickets: AtomicU64,
     compacted: tokio::sync::Mutex<u64>,
-    /// Jobs running in this process, which `resume` must leave to their runner.
+    /// Jobs running in this process, which `resume` must leave to their runner: one job
+    /// never runs twice at once.
     running: std::sync::Mutex<HashSet<u64>>,
     /// Erasures finished (receipt written) since this coordinator was made.
     finished: AtomicU64,

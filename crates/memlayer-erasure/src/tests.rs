@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use memlayer_embed::{Assets, Embedder, EmbedderOptions};
+use memlayer_embed::{Embedder, EmbedderOptions};
 use memlayer_index::{Recall, RecallOptions, RecallQuery, Scope};
 use memlayer_memory::{LongTermMemory, MemoryQuery, RememberRequest};
 use memlayer_store::{
@@ -19,15 +19,9 @@ use crate::{Coordinator, ErasureRequest, Status, Target, scan_files};
 
 const TENANT: &str = "t";
 
+/// An embedder of its own: the tests count its cache's hits and misses.
 fn embedder() -> Embedder {
-    let dir = std::env::var_os("MEMLAYER_ASSETS_DIR").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../memlayer-assets"),
-        PathBuf::from,
-    );
-    let assets = Assets::in_dir(dir);
-    if let Err(err) = assets.check() {
-        panic!("erasure tests need the real model: {err}");
-    }
+    let assets = memlayer_embed::test_support::assets();
     Embedder::open(&assets, EmbedderOptions::default()).unwrap()
 }
 
@@ -91,13 +85,7 @@ impl Fixture {
     async fn say(&self, session: &str, user: &str, lines: &[(Role, String)]) {
         let messages = lines
             .iter()
-            .map(|(role, content)| NewMessage {
-                role: *role,
-                content: content.clone(),
-                token_count: 1,
-                timestamp: None,
-                metadata: Default::default(),
-            })
+            .map(|(role, content)| NewMessage::new(*role, content.clone(), 1))
             .collect();
         let append = Append {
             messages,

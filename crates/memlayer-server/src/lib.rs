@@ -2,7 +2,8 @@
 //! response types, and the one mapping from library errors to HTTP statuses.
 //!
 //! The server is deliberately thin: a handler parses and validates the request, calls one
-//! library function (today `memlayer-store`, later strategies and erasure), and maps the result.
+//! library function (the store's handles, recall, the context builder, long-term memory,
+//! the erasure coordinator, the agent), and maps the result.
 //! Wire types live here and nowhere else; the on-disk format belongs to `memlayer-store`.
 //! Operating it: the OpenAPI document generated from the handlers (`/openapi.json`, rendered
 //! at `/docs`), the admin page (`/admin`, a client of the `/v1` API), Prometheus metrics

@@ -7,7 +7,6 @@ use std::collections::BTreeSet;
 use std::convert::Infallible;
 use std::io::Read;
 use std::pin::Pin;
-use std::sync::OnceLock;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -15,7 +14,7 @@ use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Method, Request, StatusCode, header};
 use http_body::Frame;
-use memlayer_embed::{Assets, Embedder, EmbedderOptions};
+use memlayer_embed::Embedder;
 use memlayer_index::{Recall, RecallOptions};
 use memlayer_store::Store;
 use serde_json::Value;
@@ -29,18 +28,7 @@ use crate::{AppState, ServerConfig, router};
 mod auth;
 
 fn embedder() -> Embedder {
-    static EMBEDDER: OnceLock<Embedder> = OnceLock::new();
-    EMBEDDER
-        .get_or_init(|| {
-            let dir = std::env::var_os("MEMLAYER_ASSETS_DIR")
-                .expect("MEMLAYER_ASSETS_DIR is set by .cargo/config.toml");
-            let options = EmbedderOptions {
-                workers: 1,
-                ..EmbedderOptions::default()
-            };
-            Embedder::open(&Assets::in_dir(dir), options).expect("load the embedding model")
-        })
-        .clone()
+    memlayer_embed::test_support::shared_embedder()
 }
 
 /// The configured admin key (tenant `default`) every fixture accepts and [`request`] sends.

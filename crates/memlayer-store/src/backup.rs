@@ -97,13 +97,7 @@ mod tests {
     async fn a_backup_is_a_store_with_every_table_and_what_was_committed() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path().join("live.redb")).unwrap();
-        let messages = ["kept one", "kept two"].map(|text| NewMessage {
-            role: Role::User,
-            content: text.into(),
-            token_count: 2,
-            timestamp: None,
-            metadata: Default::default(),
-        });
+        let messages = ["kept one", "kept two"].map(|text| NewMessage::new(Role::User, text, 2));
         let append = Append {
             messages: messages.into(),
             create: Some(NewSession {

@@ -163,12 +163,8 @@ pub async fn execute(store: &Store, op: &Op) -> Result<Outcome> {
             let append = Append {
                 messages: messages
                     .iter()
-                    .map(|(role_byte, content)| NewMessage {
-                        role: role(*role_byte),
-                        content: content.clone(),
-                        token_count: 1,
-                        timestamp: None,
-                        metadata: Metadata::new(),
+                    .map(|(role_byte, content)| {
+                        NewMessage::new(role(*role_byte), content.clone(), 1)
                     })
                     .collect(),
                 create: create.then(|| NewSession {

@@ -172,6 +172,20 @@ pub struct NewMessage {
     pub metadata: Metadata,
 }
 
+impl NewMessage {
+    /// A message of `role` saying `content`, counted `token_count` tokens, stamped with the
+    /// append time, without metadata.
+    pub fn new(role: Role, content: impl Into<String>, token_count: u32) -> Self {
+        Self {
+            role,
+            content: content.into(),
+            token_count,
+            timestamp: None,
+            metadata: Metadata::new(),
+        }
+    }
+}
+
 /// A stored message (turn).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Message {

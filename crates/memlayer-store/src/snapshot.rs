@@ -183,11 +183,8 @@ mod tests {
 
     fn message(role: Role, content: &str, token_count: u32) -> NewMessage {
         NewMessage {
-            role,
-            content: content.into(),
-            token_count,
             timestamp: Some(Timestamp::from_micros(u64::from(token_count))),
-            metadata: Default::default(),
+            ..NewMessage::new(role, content, token_count)
         }
     }
 

@@ -37,13 +37,7 @@ fn owner(user: &str, agent: &str) -> NewSession {
 }
 
 fn message(role: Role, content: &str) -> NewMessage {
-    NewMessage {
-        role,
-        content: content.into(),
-        token_count: 1,
-        timestamp: None,
-        metadata: Default::default(),
-    }
+    NewMessage::new(role, content, 1)
 }
 
 fn append_of(messages: Vec<NewMessage>, create: Option<NewSession>) -> Append {
