@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::hash::Hash;
 
 use crate::analyzer::Analyzer;
+use crate::hybrid::KeywordPostings;
 use crate::topk::{IdFilter, TopK};
 
 /// BM25 term-frequency saturation.
@@ -348,16 +349,18 @@ impl<P> KeywordPartitions<P> {
     }
 }
 
-impl<P: Eq + Hash + Clone> KeywordPartitions<P> {
+impl<P: Eq + Hash + Clone> KeywordPostings for KeywordPartitions<P> {
+    type Partition = P;
+
     /// Whether document `id` is indexed in `partition`.
-    pub(crate) fn contains(&self, partition: &P, id: u64) -> bool {
+    fn contains(&self, partition: &P, id: u64) -> bool {
         self.partitions
             .get(partition)
             .is_some_and(|postings| postings.documents.contains_key(&id))
     }
 
     /// Indexes `text` as document `id` of `partition`, replacing the text it had there.
-    pub(crate) fn add(&mut self, partition: &P, id: u64, text: &str) {
+    fn add(&mut self, partition: &P, id: u64, text: &str) {
         let analysed = self.analysis.document(text);
         match self.partitions.get_mut(partition) {
             Some(postings) => postings.add(id, analysed),
@@ -372,7 +375,7 @@ impl<P: Eq + Hash + Clone> KeywordPartitions<P> {
     /// Removes document `id` from `partition`, and the partition with its last document;
     /// returns whether it was indexed there. Like [`KeywordIndex::remove`] it forgets every
     /// remembered stem, of every partition.
-    pub(crate) fn remove(&mut self, partition: &P, id: u64) -> bool {
+    fn remove(&mut self, partition: &P, id: u64) -> bool {
         let Some(postings) = self.partitions.get_mut(partition) else {
             return false;
         };
@@ -388,7 +391,7 @@ impl<P: Eq + Hash + Clone> KeywordPartitions<P> {
 
     /// [`KeywordIndex::search`] over the documents of `partition`, scored with its
     /// statistics; `filter` is asked about the documents of `partition` only.
-    pub(crate) fn search(
+    fn search(
         &self,
         partition: &P,
         query: &str,

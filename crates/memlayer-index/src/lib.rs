@@ -2,9 +2,11 @@
 //! memories, and the reciprocal rank fusion that combines them for hybrid recall.
 //!
 //! The index structures are derived data keyed by `u64` ids that the caller maps to messages
-//! or memories; they can always be rebuilt from the store. [`Recall`] wires them to the store
-//! and the embedder: an indexing pipeline that drains the store's outbox, and hybrid queries
-//! over a session or a user's sessions. The crate may depend on `memlayer-store` and
+//! or memories; they can always be rebuilt from the store. A [`HybridIndex`] holds the two
+//! side by side and searches them together (3k candidates each, fused by reciprocal rank);
+//! message recall and long-term memory both search through one, behind an [`IndexLock`].
+//! [`Recall`] wires them to the store and the embedder: an indexing pipeline that drains the
+//! store's outbox, and hybrid queries over a session or a user's sessions. The crate may depend on `memlayer-store` and
 //! `memlayer-embed` only; strategies, erasure and HTTP build on it. Erasure reaches these
 //! indexes through [`VectorIndex::remove`] + [`VectorIndex::compact`] and
 //! [`KeywordIndex::remove`], after which the erased vector or text is held by neither
@@ -83,7 +85,9 @@ mod fusion;
 #[doc(hidden)]
 pub mod fuzzing;
 mod graph;
+mod hybrid;
 mod keyword;
+mod lock;
 mod recall;
 mod snapshot;
 mod topk;
@@ -93,7 +97,9 @@ pub use analyzer::Analyzer;
 pub use background::run_graph_builder;
 pub use error::{IndexError, Result};
 pub use fusion::{Fused, RRF_K, Retriever, reciprocal_rank_fusion};
+pub use hybrid::{HybridIndex, KeywordPostings};
 pub use keyword::KeywordIndex;
+pub use lock::IndexLock;
 pub use recall::{
     Excluded, IndexCheck, Recall, RecallHit, RecallOptions, RecallQuery, Recalled, Scope,
 };

@@ -12,11 +12,11 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{PoisonError, RwLock};
 
 use crate::dot::{check_unit, dot};
 use crate::error::{IndexError, Result};
 use crate::graph::{Graph, GraphParams};
+use crate::lock::IndexLock;
 use crate::snapshot;
 use crate::topk::{IdFilter, TopK, sort_hits};
 
@@ -121,7 +121,7 @@ impl VectorConfig {
 /// vectors, which drops the graph's copies of erased vectors.
 ///
 /// Methods that change the index take `&mut self`; searches take `&self`, so an
-/// `RwLock<VectorIndex>` serves concurrent searches.
+/// `RwLock<VectorIndex>` (or an [`IndexLock`]) serves concurrent searches.
 pub struct VectorIndex {
     config: VectorConfig,
     /// The id of each slot, dead slots included.
@@ -193,20 +193,19 @@ pub enum GraphBuilt {
 /// writers go on while the graph grows, and searches scan exactly until it is installed.
 /// `index_mut` must find the same index as `index`. `cancelled` is asked between chunks.
 pub fn build_graph_unlocked<T>(
-    lock: &RwLock<T>,
+    lock: &IndexLock<T>,
     index: impl Fn(&T) -> Option<&VectorIndex>,
     index_mut: impl FnOnce(&mut T) -> Option<&mut VectorIndex>,
     cancelled: impl Fn() -> bool,
 ) -> GraphBuilt {
-    let read = || lock.read().unwrap_or_else(PoisonError::into_inner);
-    let Some(mut build) = index(&read()).and_then(VectorIndex::start_graph) else {
+    let Some(mut build) = index(&lock.read()).and_then(VectorIndex::start_graph) else {
         return GraphBuilt::NotNeeded;
     };
     loop {
         if cancelled() {
             return GraphBuilt::Cancelled;
         }
-        let chunk = index(&read()).and_then(|index| index.graph_chunk(&build));
+        let chunk = index(&lock.read()).and_then(|index| index.graph_chunk(&build));
         let Some(chunk) = chunk else {
             return GraphBuilt::Superseded;
         };
@@ -216,7 +215,7 @@ pub fn build_graph_unlocked<T>(
             break;
         }
     }
-    let mut guard = lock.write().unwrap_or_else(PoisonError::into_inner);
+    let mut guard = lock.write();
     match index_mut(&mut guard) {
         None => GraphBuilt::NotNeeded,
         Some(index) => index.install_graph(build),

@@ -15,12 +15,11 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, RwLockReadGuard, RwLockWriteGuard};
 
 use memlayer_embed::Embedder;
 use memlayer_index::{
-    GraphBuilt, KeywordIndex, RRF_K, Retriever, VectorConfig, VectorIndex, build_graph_unlocked,
-    reciprocal_rank_fusion, run_graph_builder,
+    GraphBuilt, HybridIndex, IndexLock, VectorConfig, VectorIndex, run_graph_builder,
 };
 use memlayer_store::{
     Access, Citation, Eraser, Memory, MemoryKind, ReplacedText, Store, StoreError, Timestamp,
@@ -116,19 +115,18 @@ struct Owner {
     tags: Vec<String>,
 }
 
-/// One user's memories in one tenant. A recall searches only its user's partition: with
-/// every memory in one index, a user's recall ranked all users' memories and filtered them,
-/// and got slower with every user added (at 100,000 memories of 10 users, p95 31.5 ms against
-/// 3.1 ms with partitions; docs/benchmarks.md).
-struct Partition {
-    vectors: VectorIndex,
-    keywords: KeywordIndex,
-}
-
+/// Every memory's vector and text, under one lock; keys are memory ids.
 struct Indexes {
     dimension: usize,
-    /// By tenant, then user.
-    partitions: HashMap<String, HashMap<String, Partition>>,
+    /// One hybrid index per user of each tenant, by tenant, then user. A recall searches
+    /// only its user's partition: with every memory in one index, a user's recall ranked all
+    /// users' memories and filtered them, and got slower with every user added (at 100,000
+    /// memories of 10 users, p95 31.5 ms against 3.1 ms with partitions;
+    /// docs/benchmarks.md). A memory is in its owner's partition only; no partition is
+    /// empty (the last removal drops it, and its tenant's map with its last user).
+    partitions: HashMap<String, HashMap<String, HybridIndex>>,
+    /// Every indexed memory's owner and filter fields. A memory leaves `owners` and its
+    /// partition together: the entry names the partition a removal must look in.
     owners: HashMap<u64, Owner>,
 }
 
@@ -141,7 +139,7 @@ pub struct LongTermMemory {
 struct Inner {
     store: Store,
     embedder: Embedder,
-    indexes: RwLock<Indexes>,
+    indexes: IndexLock<Indexes>,
     /// Serialises remembering, so two concurrent remembers of the same thing see each other
     /// and the second updates the first instead of adding a duplicate.
     remembering: tokio::sync::Mutex<()>,
@@ -166,7 +164,7 @@ impl LongTermMemory {
             inner: Arc::new(Inner {
                 store,
                 embedder,
-                indexes: RwLock::new(indexes),
+                indexes: IndexLock::new(indexes),
                 remembering: tokio::sync::Mutex::new(()),
             }),
         })
@@ -299,7 +297,7 @@ impl LongTermMemory {
                 owner.agent_id == request.agent_id && owner.kind == request.kind
             })
         };
-        let candidates = partition.vectors.search(vector, 5, Some(&same_scope))?;
+        let candidates = partition.vectors().search(vector, 5, Some(&same_scope))?;
         drop(indexes);
         for (id, similarity) in candidates {
             if similarity < SAME_TOPIC {
@@ -353,27 +351,10 @@ impl LongTermMemory {
                         .is_none_or(|tags| tags.iter().any(|tag| owner.tags.contains(tag)))
             })
         };
-        let candidates = query.k.saturating_mul(3).max(10);
-        let ids = |hits: Vec<(u64, f32)>| hits.into_iter().map(|(id, _)| id).collect::<Vec<_>>();
-        let by_keyword = ids(partition
-            .keywords
-            .search(&query.query, candidates, Some(&visible)));
-        let by_vector = match vector {
-            Some(vector) => ids(partition
-                .vectors
-                .search(vector, candidates, Some(&visible))?),
-            None => Vec::new(),
-        };
-        let fused = reciprocal_rank_fusion(
-            &[
-                (Retriever::Keyword, &by_keyword),
-                (Retriever::Vector, &by_vector),
-            ],
-            RRF_K,
-        );
+        let fused = partition.search(&(), &query.query, vector, query.k, Some(&visible))?;
         drop(indexes);
         let mut hits = Vec::new();
-        for hit in fused.into_iter().take(query.k) {
+        for hit in fused {
             if let Some(memory) = self.inner.store.memories().memory(&query.tenant, hit.id)? {
                 hits.push(MemoryHit {
                     memory,
@@ -589,10 +570,10 @@ impl LongTermMemory {
     fn build_graphs_of(&self, wanted: &[(String, String)], cancelled: impl Fn() -> bool) -> usize {
         let mut installed = 0;
         for (tenant, user_id) in wanted {
-            let outcome = build_graph_unlocked(
+            let outcome = HybridIndex::build_graph_unlocked(
                 &self.inner.indexes,
-                |indexes| Some(&indexes.partition(tenant, user_id)?.vectors),
-                |indexes| Some(&mut indexes.partition_mut(tenant, user_id)?.vectors),
+                |indexes| indexes.partition(tenant, user_id),
+                |indexes| indexes.partition_mut(tenant, user_id),
                 &cancelled,
             );
             match outcome {
@@ -605,27 +586,21 @@ impl LongTermMemory {
         installed
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, Indexes> {
-        self.inner
-            .indexes
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
+    fn read(&self) -> RwLockReadGuard<'_, Indexes> {
+        self.inner.indexes.read()
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Indexes> {
-        self.inner
-            .indexes
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
+    fn write(&self) -> RwLockWriteGuard<'_, Indexes> {
+        self.inner.indexes.write()
     }
 }
 
 impl Indexes {
-    fn partition(&self, tenant: &str, user_id: &str) -> Option<&Partition> {
+    fn partition(&self, tenant: &str, user_id: &str) -> Option<&HybridIndex> {
         self.partitions.get(tenant)?.get(user_id)
     }
 
-    fn partition_mut(&mut self, tenant: &str, user_id: &str) -> Option<&mut Partition> {
+    fn partition_mut(&mut self, tenant: &str, user_id: &str) -> Option<&mut HybridIndex> {
         self.partitions.get_mut(tenant)?.get_mut(user_id)
     }
 
@@ -636,7 +611,7 @@ impl Indexes {
             .flat_map(|(tenant, users)| {
                 users
                     .iter()
-                    .filter(|(_, partition)| partition.vectors.needs_graph())
+                    .filter(|(_, partition)| partition.needs_graph())
                     .map(move |(user_id, _)| (tenant.clone(), user_id.clone()))
             })
             .collect()
@@ -657,19 +632,15 @@ impl Indexes {
             let users = self.partitions.entry(tenant.to_owned()).or_default();
             let partition = match users.entry(user_id.to_owned()) {
                 std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
-                std::collections::hash_map::Entry::Vacant(entry) => entry.insert(Partition {
-                    vectors: VectorIndex::new(VectorConfig::new(self.dimension))?,
-                    keywords: KeywordIndex::default(),
-                }),
+                std::collections::hash_map::Entry::Vacant(entry) => entry.insert(HybridIndex::new(
+                    VectorIndex::new(VectorConfig::new(self.dimension))?,
+                )),
             };
-            partition.vectors.insert_batch(
-                owned
-                    .iter()
-                    .map(|memory| (memory.id, memory.vector.as_slice())),
-            )?;
-            for memory in owned {
-                partition.keywords.add(memory.id, &memory.text);
-            }
+            let documents: Vec<_> = owned
+                .iter()
+                .map(|memory| (memory.id, memory.text.as_str(), memory.vector.as_slice()))
+                .collect();
+            partition.add(&(), &documents)?;
         }
         for memory in memories {
             self.owners.insert(
@@ -699,8 +670,7 @@ impl Indexes {
                 .get_mut(&owner.tenant)
                 .and_then(|users| users.get_mut(&owner.user_id))
             {
-                partition.vectors.remove(*id);
-                partition.keywords.remove(*id);
+                partition.remove(&(), *id);
                 touched.insert((owner.tenant, owner.user_id));
             }
         }
@@ -709,8 +679,8 @@ impl Indexes {
                 continue;
             };
             if let Some(partition) = users.get_mut(&user_id) {
-                partition.vectors.compact();
-                if partition.vectors.is_empty() {
+                partition.compact();
+                if partition.vectors().is_empty() {
                     users.remove(&user_id);
                 }
             }

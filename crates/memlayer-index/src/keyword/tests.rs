@@ -6,6 +6,7 @@ use expect_test::{Expect, expect};
 use proptest::prelude::*;
 
 use super::{KeywordPartitions, remembered_stem};
+use crate::KeywordPostings;
 use crate::{Analyzer, KeywordIndex};
 
 const CORPUS: &[(u64, &str)] = &[

@@ -54,7 +54,7 @@ impl Recall {
         self.build_graph(|| false);
         let indexes = self.read();
         let mut check = IndexCheck {
-            indexed: indexes.vectors.len(),
+            indexed: indexes.hybrid.vectors().len(),
             ..IndexCheck::default()
         };
         let mut stored_ids = HashSet::new();
@@ -66,12 +66,15 @@ impl Recall {
             for stored in &page {
                 let id = stored.key.as_u64();
                 stored_ids.insert(id);
-                if !indexes.vectors.contains(id) {
+                if !indexes.hybrid.vectors().contains(id) {
                     check.missing.push(stored.key);
                     continue;
                 }
                 let own_score = crate::dot::dot(&stored.components, &stored.components);
-                let nearest = indexes.vectors.search(&stored.components, WITHIN, None)?;
+                let nearest = indexes
+                    .hybrid
+                    .vectors()
+                    .search(&stored.components, WITHIN, None)?;
                 let found = nearest
                     .iter()
                     .any(|&(hit, score)| hit == id || (score - own_score).abs() <= TIE);
@@ -82,7 +85,8 @@ impl Recall {
         }
         check.stored = stored_ids.len();
         check.orphaned = indexes
-            .vectors
+            .hybrid
+            .vectors()
             .ids()
             .filter(|id| !stored_ids.contains(id))
             .map(MessageKey::from_u64)

@@ -4,7 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use memlayer_embed::{Assets, Embedder, EmbedderOptions};
-use memlayer_store::{Access, Append, EmbeddingModel, Eraser, NewMessage, NewSession, Role, Store};
+use memlayer_store::{
+    Access, Append, EmbeddingModel, Eraser, NewMessage, NewSession, Role, Store, StoreError,
+};
 use tokio::sync::oneshot;
 
 use super::*;
@@ -303,7 +305,8 @@ async fn forgotten_sessions_leave_no_keyword_behind() {
     let hits = fixture
         .recall
         .read()
-        .keywords
+        .hybrid
+        .keywords()
         .search(&alices_keywords(), "code", 10, None);
     assert_eq!(hits.len(), 1, "{hits:?}");
     let kept = MessageKey::from_u64(hits[0].0).session();
@@ -485,10 +488,14 @@ async fn the_index_check_finds_missing_and_orphaned_vectors() {
         .components;
     {
         let mut indexes = fixture.recall.write();
-        indexes.vectors.remove(dropped.as_u64());
+        indexes.hybrid.vectors_mut().remove(dropped.as_u64());
         let mut other = vector.clone();
         other.reverse();
-        indexes.vectors.insert(foreign.as_u64(), &other).unwrap();
+        indexes
+            .hybrid
+            .vectors_mut()
+            .insert(foreign.as_u64(), &other)
+            .unwrap();
     }
     let check = fixture.recall.check_index().unwrap();
     assert_eq!(check.missing, [dropped]);
@@ -583,7 +590,8 @@ async fn keywords_backfilled_after_the_start_never_bring_back_an_erased_text() {
     assert!(
         recall
             .read()
-            .keywords
+            .hybrid
+            .keywords()
             .search(&alices, "zanzibarish", 10, None)
             .is_empty()
     );
@@ -608,11 +616,15 @@ async fn keywords_backfilled_after_the_start_never_bring_back_an_erased_text() {
         let indexes = recall.read();
         for (key, message) in &page_read_before {
             let kept = message.content.starts_with("My parcel");
-            assert_eq!(indexes.keywords.contains(&alices, key.as_u64()), kept);
+            assert_eq!(
+                indexes.hybrid.keywords().contains(&alices, key.as_u64()),
+                kept
+            );
         }
         assert!(
             indexes
-                .keywords
+                .hybrid
+                .keywords()
                 .search(&alices, "zanzibarish", 10, None)
                 .is_empty()
         );
@@ -634,9 +646,16 @@ fn keyword_hits(recall: &Recall, scope: Scope, text: &str) -> (Vec<(u64, f32)>, 
         scored.borrow_mut().push(id);
         filter.allowed.contains(&MessageKey::from_u64(id).session())
     };
-    let hits = recall
-        .read()
-        .keyword_hits(&filter, &query.query, 100, &admits);
+    let hits = match &filter.keywords {
+        Some(partition) => {
+            recall
+                .read()
+                .hybrid
+                .keywords()
+                .search(partition, &query.query, 100, Some(&admits))
+        }
+        None => Vec::new(),
+    };
     (hits, scored.into_inner())
 }
 

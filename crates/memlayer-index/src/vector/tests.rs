@@ -9,10 +9,9 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use rand_distr::StandardNormal;
 
-use std::sync::RwLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::{GraphBuilt, IndexError, VectorConfig, VectorIndex, build_graph_unlocked};
+use crate::{GraphBuilt, IndexError, IndexLock, VectorConfig, VectorIndex, build_graph_unlocked};
 
 /// Gaussian clusters on the unit sphere: uniformly random vectors have no near neighbours
 /// to find, real embeddings do.
@@ -278,7 +277,7 @@ fn the_graph_follows_the_threshold() {
 }
 
 /// An index of `n` clustered 8-d vectors, needing a graph, behind a lock.
-fn shared_index(n: usize) -> (RwLock<VectorIndex>, Vec<Vec<f32>>) {
+fn shared_index(n: usize) -> (IndexLock<VectorIndex>, Vec<Vec<f32>>) {
     let mut config = config(8, 100);
     config.max_connections = 16;
     config.ef_construction = 64;
@@ -293,12 +292,12 @@ fn shared_index(n: usize) -> (RwLock<VectorIndex>, Vec<Vec<f32>>) {
         )
         .unwrap();
     assert!(index.needs_graph());
-    (RwLock::new(index), vectors)
+    (IndexLock::new(index), vectors)
 }
 
 /// Builds the graph of `lock`'s index beside it, running `between` (with the lock free)
 /// before each chunk with the number of chunks copied so far.
-fn build_beside(lock: &RwLock<VectorIndex>, between: impl Fn(usize)) -> GraphBuilt {
+fn build_beside(lock: &IndexLock<VectorIndex>, between: impl Fn(usize)) -> GraphBuilt {
     let chunks = AtomicUsize::new(0);
     build_graph_unlocked(
         lock,
@@ -318,7 +317,7 @@ fn a_graph_built_beside_the_lock_takes_in_what_was_added_meanwhile() {
     // inserts every slot).
     let (lock, vectors) = shared_index(4_500);
     let add = |range: std::ops::Range<usize>| {
-        let mut index = lock.write().unwrap();
+        let mut index = lock.write();
         for id in range {
             index.insert(id as u64, &vectors[id]).unwrap();
         }
@@ -329,7 +328,7 @@ fn a_graph_built_beside_the_lock_takes_in_what_was_added_meanwhile() {
         _ => {}
     });
     assert_eq!(outcome, GraphBuilt::Installed);
-    let index = lock.into_inner().unwrap();
+    let index = lock.into_inner();
     assert!(index.has_graph());
     assert_eq!(index.len(), 4_600);
     for id in (0..4_600).step_by(97).chain(4_590..4_600) {
@@ -348,14 +347,14 @@ fn a_removal_during_a_build_supersedes_it_and_the_next_build_installs() {
     let outcome = build_beside(&lock, |chunk| {
         if chunk == 1 {
             // An erasure: the graph under way already holds a copy of vector 7.
-            let mut index = lock.write().unwrap();
+            let mut index = lock.write();
             assert!(index.remove(7));
             index.compact();
         }
     });
     assert_eq!(outcome, GraphBuilt::Superseded);
     {
-        let index = lock.read().unwrap();
+        let index = lock.read();
         assert!(!index.has_graph() && index.needs_graph());
         // Meanwhile searches scan, exactly.
         assert_eq!(index.search(&vectors[8], 1, None).unwrap()[0].0, 8);
@@ -382,7 +381,7 @@ fn a_cancelled_build_leaves_the_index_as_it_was() {
     let (lock, _) = shared_index(300);
     let outcome = build_graph_unlocked(&lock, |i| Some(i), |i| Some(i), || true);
     assert_eq!(outcome, GraphBuilt::Cancelled);
-    assert!(lock.read().unwrap().needs_graph());
+    assert!(lock.read().needs_graph());
 }
 
 #[test]

@@ -1,0 +1,105 @@
+//! Forgetting: erasure takes messages and whole sessions out of the indexes, compacts the
+//! vector index, empties the tenant's part of the embedder's cache and rewrites the
+//! snapshot, after the store deleted them.
+
+use std::collections::BTreeSet;
+
+use memlayer_store::{MessageKey, blocking};
+
+use super::{Indexes, Recall};
+use crate::Result;
+
+impl Recall {
+    /// Removes every message of the sessions with surrogate keys `sids` (of `tenant`) from
+    /// the indexes, and rewrites the snapshot without them. Call it after the store deleted
+    /// the sessions. Many sessions at once cost one compaction and one snapshot: a purge that
+    /// called this once per session rewrote the whole snapshot (and rebuilt the graph) per
+    /// session.
+    pub async fn forget_sessions(&self, tenant: &str, sids: Vec<u64>) -> Result<()> {
+        self.forget(tenant, sids.clone(), move |indexes| {
+            sids.iter()
+                .flat_map(|&sid| indexes.docs.range(MessageKey::session_range(sid)))
+                .map(|(key, _)| *key)
+                .collect()
+        })
+        .await
+    }
+
+    /// Takes every session the store no longer has out of the indexes and rewrites the
+    /// snapshot. An erasure resumed after a crash finds its sessions already deleted from the
+    /// store and so no longer knows their keys, while a snapshot saved in between may still
+    /// hold their vectors: this finds them by what the indexes hold, not by what the job
+    /// remembers. It reads every indexed key, so erasures that know their sessions call
+    /// [`Recall::forget_sessions`] instead. `tenant` is the erasing tenant, whose cached
+    /// vectors go (see [`Recall::forget_message`]).
+    pub async fn forget_deleted_sessions(&self, tenant: &str) -> Result<()> {
+        let this = self.clone();
+        let deleted = blocking(move || -> Result<_> {
+            let indexed: BTreeSet<u64> = {
+                let indexes = this.read();
+                indexes
+                    .hybrid
+                    .vectors()
+                    .ids()
+                    .chain(indexes.docs.keys().copied())
+                    .map(|id| MessageKey::from_u64(id).session())
+                    .collect()
+            };
+            // One read transaction for every session, not one each. A deleted session's key
+            // is never reused, so the answer stays true until the removal below.
+            Ok(this.inner.store.feed().deleted_sessions(&indexed)?)
+        })
+        .await?;
+        self.forget(tenant, deleted.iter().copied().collect(), move |indexes| {
+            let keys: BTreeSet<u64> = indexes
+                .hybrid
+                .vectors()
+                .ids()
+                .chain(indexes.docs.keys().copied())
+                .filter(|&id| deleted.contains(&MessageKey::from_u64(id).session()))
+                .collect();
+            keys.into_iter().collect()
+        })
+        .await
+    }
+
+    /// Removes one message of `tenant` from the indexes and rewrites the snapshot without it.
+    /// Call it after the store erased the message.
+    pub async fn forget_message(&self, tenant: &str, key: MessageKey) -> Result<()> {
+        self.forget(tenant, Vec::new(), move |_| vec![key.as_u64()])
+            .await
+    }
+
+    /// Removes the keys `select` picks from both indexes, then the owners of `sessions`,
+    /// compacts the vector index so that not even its graph keeps a copy of an erased
+    /// vector, empties `tenant`'s part of the embedder's cache (which holds vectors by the
+    /// hash of their text; the erased texts were embedded under their tenant, and only
+    /// there), and saves the snapshot. Erasure calls it again after the pipeline caught up,
+    /// so a batch in flight cannot put a key back: removal is idempotent.
+    async fn forget(
+        &self,
+        tenant: &str,
+        sessions: Vec<u64>,
+        select: impl FnOnce(&Indexes) -> Vec<u64> + Send + 'static,
+    ) -> Result<()> {
+        let this = self.clone();
+        blocking(move || -> Result<_> {
+            let mut indexes = this.write();
+            let keys = select(&indexes);
+            for key in keys {
+                indexes.remove_message(key);
+            }
+            // Only now: a message's keyword partition is its session owner's.
+            for sid in &sessions {
+                indexes.owners.remove(sid);
+            }
+            indexes.hybrid.compact();
+            indexes.dirty = true;
+            Ok(())
+        })
+        .await?;
+        self.inner.embedder.clear_cache(tenant);
+        self.save_snapshot().await;
+        Ok(())
+    }
+}

@@ -1,0 +1,399 @@
+//! Hybrid recall over a store's messages: the indexing pipeline that keeps the keyword and
+//! vector indexes in step with the store, and the queries that search them.
+//!
+//! The pipeline drains the store's outbox: for each batch of appended messages it indexes the
+//! text for keywords at once, embeds it on the embedder's worker threads, stores the vectors
+//! (so a rebuild never embeds again) and adds them to the vector index. Appends never wait for
+//! any of this. A query waits, for a bounded time, until everything committed before it is
+//! indexed (read-your-writes); if embedding is behind it answers from keywords for the newest
+//! messages and says so.
+//!
+//! The keyword index is partitioned by the tenant and user owning each message's session, and
+//! a query searches its scope's partition only (a scope is always one user's): its scores
+//! come from that user's messages alone, so one tenant cannot tell from them how common a
+//! word is in another's, and a query visits no one else's postings.
+//!
+//! The vector index is snapshotted to a file while the store's `vectors_version` is known:
+//! on start the snapshot is used when the version still matches and the index is rebuilt
+//! from the stored vectors otherwise. The keyword index is rebuilt from the messages: at
+//! open, or with [`RecallOptions::keywords_in_background`] by a task beside the pipeline while
+//! queries are answered (they wait a bounded time for it and otherwise say what is missing).
+//! The HNSW graph is not part of the snapshot: beside the pipeline a builder grows it, without
+//! holding the index lock, whenever the index needs one (after a start, past the threshold,
+//! after an erasure compacted it); until then vector searches scan exactly.
+//!
+//! This module holds the types, the indexes with their invariants, and [`Recall::open`].
+//! The writer side is in `pipeline` (the outbox into the indexes, the keyword backfill, the
+//! graph builder, the snapshot) and `forget` (erasure); the reader side in `query` (a
+//! query's filter and the fused search); `check` compares the vector index with the store.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
+
+use memlayer_embed::Embedder;
+use memlayer_store::{
+    Access, EmbeddingModel, Message, MessageKey, Role, SessionRef, Store, Timestamp,
+};
+use tokio::sync::watch;
+
+mod check;
+mod forget;
+mod pipeline;
+mod query;
+
+pub use check::IndexCheck;
+
+use crate::hybrid::KeywordPostings;
+use crate::keyword::KeywordPartitions;
+use crate::{HybridIndex, IndexError, IndexLock, Result, VectorConfig};
+use pipeline::load_vectors;
+
+/// How a [`Recall`] runs.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RecallOptions {
+    /// Where the vector index snapshot lives; `None` keeps the index in memory only.
+    pub snapshot_path: Option<PathBuf>,
+    /// Most messages embedded per pipeline step.
+    pub batch_messages: usize,
+    /// Longest a query waits for earlier appends to be indexed before answering without them.
+    pub read_your_writes_wait: Duration,
+    /// Least time between two snapshots while the index keeps changing.
+    pub snapshot_interval: Duration,
+    /// Analyse the stored messages' text for the keyword index after [`Recall::open`], in
+    /// [`Recall::run_pipeline`]'s backfill, instead of inside it. The analysis of every
+    /// stored message was most of a large store's start (16 of 16.5 s at 570 MiB);
+    /// `open` still reads every message for its session and filter fields.
+    pub keywords_in_background: bool,
+}
+
+impl Default for RecallOptions {
+    fn default() -> Self {
+        Self {
+            snapshot_path: None,
+            batch_messages: 64,
+            read_your_writes_wait: Duration::from_secs(2),
+            snapshot_interval: Duration::from_secs(60),
+            keywords_in_background: false,
+        }
+    }
+}
+
+impl RecallOptions {
+    /// Options that snapshot the vector index to `path`.
+    pub fn with_snapshot(mut self, path: impl Into<PathBuf>) -> Self {
+        self.snapshot_path = Some(path.into());
+        self
+    }
+
+    /// Options that index the stored messages' keywords in the background (see
+    /// [`RecallOptions::keywords_in_background`]).
+    pub fn with_keywords_in_background(mut self) -> Self {
+        self.keywords_in_background = true;
+        self
+    }
+}
+
+/// Which messages a query searches, within what the query's [`Access`] reaches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// One session of the tenant.
+    Session {
+        /// The session id.
+        session_id: String,
+    },
+    /// Every session of a user, optionally only those with one agent.
+    User {
+        /// The user.
+        user_id: String,
+        /// Only this agent's sessions, when given.
+        agent_id: Option<String>,
+    },
+}
+
+/// A recall request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecallQuery {
+    /// Whose messages may be searched: a tenant's, or only one user's sessions in it. A
+    /// session (or user) outside it is not found, as if it did not exist.
+    pub access: Access,
+    /// Which of those messages.
+    pub scope: Scope,
+    /// What to look for.
+    pub query: String,
+    /// How many hits at most.
+    pub k: usize,
+    /// Only messages with one of these roles, when given.
+    pub roles: Option<Vec<Role>>,
+    /// Only messages at or after this time.
+    pub after: Option<Timestamp>,
+    /// Only messages before this time.
+    pub before: Option<Timestamp>,
+    /// Messages to leave out: typically the turns already in a context's window.
+    pub exclude: Option<Excluded>,
+}
+
+/// Messages of one session a recall leaves out. Naming the session matters in a user scope,
+/// where the same index exists in every session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Excluded {
+    /// The session the indices belong to.
+    pub session_id: String,
+    /// The indices of its messages to leave out.
+    pub indices: Vec<u64>,
+}
+
+/// One recalled message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecallHit {
+    /// The session it belongs to.
+    pub session: SessionRef,
+    /// The message.
+    pub message: Message,
+    /// Its fused score (reciprocal rank fusion; higher is better).
+    pub score: f32,
+    /// Its 1-based rank among keyword results, if the keyword index found it.
+    pub keyword_rank: Option<u32>,
+    /// Its 1-based rank among vector results, if the vector index found it.
+    pub vector_rank: Option<u32>,
+}
+
+/// The answer to a [`RecallQuery`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recalled {
+    /// Best first.
+    pub hits: Vec<RecallHit>,
+    /// Why the answer may be incomplete, when it may: embedding was behind, or the query
+    /// could not be embedded and only keywords were searched.
+    pub degraded: Option<String>,
+}
+
+/// How far the pipeline has got, as outbox sequence numbers: every append up to
+/// `keywords` is in the keyword index, up to `vectors` in the vector index; and whether the
+/// messages stored before the start are all in the keyword index (`backfilled`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Progress {
+    keywords: u64,
+    vectors: u64,
+    backfilled: bool,
+}
+
+/// What the indexes need to know about a message to filter it.
+#[derive(Debug, Clone, Copy)]
+struct Doc {
+    role: Role,
+    timestamp: Timestamp,
+}
+
+/// A user of a tenant: whose messages one keyword partition holds. Every scope lies within
+/// one user's sessions, so a search reads one partition, and its scores depend on that
+/// user's messages alone: not on other tenants' texts, nor on how many there are.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct TenantUser {
+    tenant: String,
+    user_id: String,
+}
+
+/// Who a session belongs to, for scope filters, keyword partitions and naming hits.
+#[derive(Debug, Clone)]
+struct Owner {
+    at: SessionRef,
+    /// The keyword partition of the session's messages. Its tenant repeats `at`'s: kept
+    /// whole, indexing a message names its partition without building a key.
+    user: TenantUser,
+    agent_id: String,
+}
+
+/// What recall searches, all under one lock. Every key is a message key
+/// ([`MessageKey::as_u64`]).
+struct Indexes {
+    /// One vector index for every message, keyword postings partitioned by the owner of each
+    /// message's session (`owners[session].user`).
+    ///
+    /// A vector enters only while `docs` has its key (a batch embedded while its session was
+    /// deleted stays out). A text is in its owner's partition only, and only while `docs`
+    /// has its key: the backfill adds only what `docs` still holds, so a page read before an
+    /// erasure cannot put a text back. A key leaves both sides and `docs` under the same hold
+    /// of the lock, and the vector side is compacted before it is released, so not even the
+    /// graph keeps an erased vector.
+    hybrid: HybridIndex<KeywordPartitions<TenantUser>>,
+    /// Every message the indexes have seen and not forgotten, with its filter fields: what
+    /// "the index still has" means to the pipeline and the backfill.
+    docs: BTreeMap<u64, Doc>,
+    /// By session key: learnt with a session's first message, and removed only after all of
+    /// its messages left `docs` and `hybrid`: the entry names their keyword partition, so a
+    /// removal without it could not find their texts. Every key in `docs` has its owner.
+    owners: HashMap<u64, Owner>,
+    /// The vector index changed since the last snapshot.
+    dirty: bool,
+}
+
+struct Inner {
+    store: Store,
+    embedder: Embedder,
+    model: EmbeddingModel,
+    options: RecallOptions,
+    indexes: IndexLock<Indexes>,
+    progress: watch::Sender<Progress>,
+}
+
+/// Hybrid recall over one store. Cheap to clone.
+#[derive(Clone)]
+pub struct Recall {
+    inner: Arc<Inner>,
+}
+
+impl Recall {
+    /// Builds the indexes from `store` (using the vector snapshot when it is still exact) and
+    /// returns a handle whose [`Recall::run_pipeline`] must be spawned to keep them current.
+    ///
+    /// Fails with [`IndexError::ModelMismatch`] when the store's vectors were made by another
+    /// model than `embedder`'s.
+    pub fn open(store: Store, embedder: Embedder, options: RecallOptions) -> Result<Self> {
+        let identity = embedder.identity();
+        let model = EmbeddingModel {
+            name: identity.name.clone(),
+            sha256: identity.sha256.clone(),
+            dimension: u32::try_from(identity.dimension).unwrap_or(u32::MAX),
+        };
+        if let Some(stored) = store.feed().vector_model()?
+            && stored != model
+        {
+            return Err(IndexError::ModelMismatch {
+                stored: format!("{} ({})", stored.name, stored.sha256),
+                configured: format!("{} ({})", model.name, model.sha256),
+            });
+        }
+        let config = VectorConfig::new(identity.dimension);
+        let vectors = load_vectors(&store, &options, config)?;
+        let mut indexes = Indexes {
+            hybrid: HybridIndex::new(vectors),
+            docs: BTreeMap::new(),
+            owners: HashMap::new(),
+            dirty: false,
+        };
+        let with_keywords = !options.keywords_in_background;
+        let mut after = None;
+        loop {
+            let page = store.feed().all_messages(after, 4_096)?;
+            let Some((last, _)) = page.last() else { break };
+            after = Some(*last);
+            for (key, message) in &page {
+                indexes.add_message(&store, *key, message, with_keywords)?;
+            }
+        }
+        // Every committed append is now keyword-indexed; vectors exist for all but the
+        // appends still in the outbox.
+        let head = store.feed().outbox_head()?;
+        let first_pending = store.feed().pending_embeddings(1)?.first().map(|p| p.seq);
+        let progress = Progress {
+            keywords: head,
+            vectors: first_pending.map_or(head, |seq| seq - 1),
+            backfilled: with_keywords,
+        };
+        Ok(Self {
+            inner: Arc::new(Inner {
+                store,
+                embedder,
+                model,
+                options,
+                indexes: IndexLock::new(indexes),
+                progress: watch::channel(progress).0,
+            }),
+        })
+    }
+
+    /// Number of messages with a vector in the index.
+    pub fn indexed_vectors(&self) -> usize {
+        self.read().hybrid.vectors().len()
+    }
+
+    /// Whether messages stored before the start still wait for the keyword backfill (see
+    /// [`RecallOptions::keywords_in_background`]).
+    pub fn keywords_pending(&self) -> bool {
+        !self.inner.progress.borrow().backfilled
+    }
+
+    /// Whether the vector index waits for its graph (see [`VectorIndex::needs_graph`]):
+    /// vector searches scan every vector until the pipeline's builder installs it.
+    pub fn graph_pending(&self) -> bool {
+        self.read().hybrid.needs_graph()
+    }
+
+    /// The embedder queries and the pipeline use, for other indexes over the same model.
+    pub fn embedder(&self) -> &Embedder {
+        &self.inner.embedder
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, Indexes> {
+        self.inner.indexes.read()
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Indexes> {
+        self.inner.indexes.write()
+    }
+}
+
+impl Indexes {
+    /// Takes message `key` out of every index.
+    fn remove_message(&mut self, key: u64) {
+        self.docs.remove(&key);
+        // A message without its session's owner was never keyword-indexed.
+        match self.owners.get(&MessageKey::from_u64(key).session()) {
+            Some(owner) => self.hybrid.remove(&owner.user, key),
+            None => self.hybrid.vectors_mut().remove(key),
+        };
+    }
+
+    /// Adds a message's text and filter fields, learning its session's owner on first sight.
+    fn add_text(&mut self, store: &Store, key: MessageKey, message: &Message) -> Result<()> {
+        self.add_message(store, key, message, true)
+    }
+
+    /// Adds a message's filter fields, and its text `with_keywords`, learning its session's
+    /// owner on first sight.
+    fn add_message(
+        &mut self,
+        store: &Store,
+        key: MessageKey,
+        message: &Message,
+        with_keywords: bool,
+    ) -> Result<()> {
+        let owner = match self.owners.entry(key.session()) {
+            std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
+            std::collections::hash_map::Entry::Vacant(entry) => {
+                // A message whose session is already gone (deleted meanwhile) is not indexed.
+                let Some((at, session)) = store.feed().session_by_key(key.session())? else {
+                    return Ok(());
+                };
+                let user = TenantUser {
+                    tenant: at.tenant.clone(),
+                    user_id: session.user_id,
+                };
+                entry.insert(Owner {
+                    at,
+                    user,
+                    agent_id: session.agent_id,
+                })
+            }
+        };
+        if with_keywords {
+            self.hybrid
+                .keywords_mut()
+                .add(&owner.user, key.as_u64(), &message.content);
+        }
+        self.docs.insert(
+            key.as_u64(),
+            Doc {
+                role: message.role,
+                timestamp: message.timestamp,
+            },
+        );
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;
