@@ -53,9 +53,8 @@ struct Analysed {
 struct Analysis {
     analyzer: Analyzer,
     /// The analyzer's stem of each word seen. Indexing at start analyses every stored
-    /// message, and stemming was most of that: a throw-away timing on 114 MB of generated
-    /// 5 KB messages (2026-11-24, release) analysed them in 5.8 s with stemming and 2.0 s
-    /// without; adding them to an index took 7.2 s before this memo and 3.5 s with it.
+    /// message, and stemming was most of that; the memo halved the time to index them
+    /// (docs/benchmarks.md, "Index design decisions").
     /// Searches do not use it, so it changes neither what nor how fast a search answers.
     stems: HashMap<String, String>,
 }

@@ -39,34 +39,21 @@
 //! # Ok::<(), memlayer_index::IndexError>(())
 //! ```
 //!
-//! Decisions, with the measurements behind them (release builds, 2 cores):
+//! Decisions (the measurements behind them are in docs/benchmarks.md, "Index design
+//! decisions"):
 //!
-//! - **Exact scan up to 5,000 vectors, HNSW above** ([`VectorConfig::hnsw_threshold`]).
-//!   With 384-d clustered *synthetic* vectors (`benches/`), k 10, ef_search 64, one query
-//!   thread, on a 2-core machine shared with other builds (so ±30%): the exact scan took
-//!   17 µs at 250 vectors, 130 µs at 2k, 250–290 µs at 4k, 530–720 µs at 8k and 640–920 µs
-//!   at 10k; HNSW took 50–65, 185–330, 290–430, 400–600 and 460–715 µs, at recall@10 ≥
-//!   0.99: a break-even between 4k and 8k. On *real* all-MiniLM-L6-v2 embeddings of chat
-//!   text (`cargo xtask bench-index`, two runs on 2026-11-23 on the shared machine, see
-//!   `docs/benchmarks.md`) HNSW wins earlier: the scan took 91, 172–200, 433–509 and
-//!   717–856 µs at 1k, 2k, 5k and 8k, HNSW 114–152, 139–173, 330–455 and 482–616 µs at
-//!   recall@10 ≥ 0.995, so the break-even lies between 1k and 2k. The threshold stays at
-//!   5k all the same: at 5k the scan is only 1.1–1.3× slower, it is exact, and an index
-//!   that never grows past it never pays for a graph (building one for 5k vectors took
-//!   1.4–3.4 s on 2 threads, and it doubles the memory: hnsw_rs keeps its own copy of every
-//!   vector). Queries far from every stored cluster are HNSW's weak spot (recall@10 fell to
-//!   0.66 at 10k synthetic vectors for queries drawn from other clusters).
+//! - **Exact scan up to 5,000 vectors, HNSW above** ([`VectorConfig::hnsw_threshold`]): at
+//!   5k the scan is only a little slower on real embeddings, it is exact, and an index that
+//!   never grows past it never pays for a graph (time to build it, and a second copy of
+//!   every vector inside hnsw_rs). Queries far from every stored cluster are HNSW's weak
+//!   spot.
 //! - **Own snapshot format, graph built after load, apart from the index.** hnsw_rs's
-//!   `file_dump` reloads a graph far faster than rebuilding it (10k vectors: 0.12 s against
-//!   7–11 s; planning measured 2.5 s against 150 s at 100k), but its files hold every point
-//!   ever inserted, erased ones included, until the graph is rebuilt; its loader trusts the
-//!   file (a damaged one can panic or allocate what it claims); and the loaded graph borrows
-//!   its `HnswIo`. The snapshot therefore holds only the live vectors with a checksum. The
-//!   graph is built after a load, and after every compaction (an erasure drops the graph,
-//!   which holds copies of the erased vectors), by [`build_graph_unlocked`] beside the locked
-//!   index while searches scan exactly: building it under the index lock, as before, held
-//!   every search for ~150 s after a start or an erasure at 112,000 vectors. Persisting a
-//!   graph dumped right after a compaction would shorten the unindexed time after a start.
+//!   `file_dump` reloads a graph fast, but its files hold every point ever inserted, erased
+//!   ones included; its loader trusts the file; and the loaded graph borrows its `HnswIo`.
+//!   The snapshot therefore holds only the live vectors with a checksum, and the graph is
+//!   built after a load and after every compaction (an erasure drops it: it holds copies of
+//!   erased vectors) by [`build_graph_unlocked`] beside the locked index while searches scan
+//!   exactly, never under the index lock, which held every search for minutes.
 //! - **Filters pick the path.** With a graph, a filter is first evaluated on a stride sample
 //!   of 256 slots; if it probably passes no more than `hnsw_threshold` vectors the scan
 //!   answers exactly. hnsw_rs's filtered search keeps expanding until `ef` points pass the
