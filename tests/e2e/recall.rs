@@ -101,6 +101,69 @@ fn a_user_scope_never_reaches_another_users_sessions() {
     assert_eq!((status, answer["hits"].clone()), (200, json!([])));
 }
 
+/// A caller reads the first hits of one ranking: asking for more must add hits at the end,
+/// never reorder the top (the fusion's candidate pools are fixed, not grown with `k`).
+#[test]
+fn asking_for_more_hits_never_reorders_the_first_ones() {
+    let server = TestServer::start();
+    // Sentences of words drawn from one vocabulary by a fixed linear congruential
+    // sequence: the keyword and vector rankings disagree on most of them, which is where a
+    // pool that grew with k would reorder the top.
+    let words = [
+        "garden", "river", "kayak", "ticket", "doctor", "piano", "Lisbon", "rent", "sister",
+        "laptop", "bakery", "train", "holiday", "invoice", "puppy", "concert", "recipe", "bicycle",
+        "meeting", "passport", "flowers", "umbrella", "museum", "coffee", "birthday", "mountain",
+        "library", "football", "dentist", "wedding",
+    ];
+    let mut seed = 42_u64;
+    let mut next_word = || {
+        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        words[(seed >> 33) as usize % words.len()]
+    };
+    let messages: Vec<Value> = (0..200)
+        .map(|_| {
+            let drawn: Vec<&str> = (0..6).map(|_| next_word()).collect();
+            let content = format!("I keep thinking about the {}.", drawn.join(" and the "));
+            json!({ "role": "user", "content": content })
+        })
+        .collect();
+    say(&server, "errands", "ana", Value::Array(messages));
+    // Recall waits only briefly for the embedding of earlier appends; 200 of them take
+    // longer in a debug build, and a degraded answer ranks by keywords alone.
+    let started = std::time::Instant::now();
+    while recall(&server, json!({ "user_id": "ana", "query": "river" }))
+        .get("degraded")
+        .is_some()
+    {
+        assert!(
+            started.elapsed().as_secs() < 120,
+            "the appends were never embedded"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    for query in [
+        "when is my sister's trip to Lisbon?",
+        "did we pay the rent for the bakery",
+        "kayak on the river in the mountains",
+        "a present for the wedding",
+    ] {
+        let hits = |k: usize| -> Vec<Value> {
+            let answer = recall(&server, json!({ "user_id": "ana", "query": query, "k": k }));
+            assert_eq!(answer.get("degraded"), None, "{answer}");
+            answer["hits"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|hit| hit["index"].clone())
+                .collect()
+        };
+        let (ten, fifty) = (hits(10), hits(50));
+        assert_eq!(ten.len(), 10);
+        assert_eq!(fifty.len(), 50);
+        assert_eq!(ten, fifty[..10], "{query}");
+    }
+}
+
 #[test]
 fn deleted_sessions_are_not_recalled_and_the_rest_survives_a_restart() {
     let mut server = TestServer::start();

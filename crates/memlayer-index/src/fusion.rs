@@ -60,10 +60,23 @@ impl Fused {
 /// rank. If two rankings come from the same retriever, both count and the better rank is
 /// reported.
 pub fn reciprocal_rank_fusion(rankings: &[(Retriever, &[u64])], k: u32) -> Vec<Fused> {
+    let weighted: Vec<(Retriever, f64, &[u64])> = rankings
+        .iter()
+        .map(|&(retriever, ranking)| (retriever, 1.0, ranking))
+        .collect();
+    weighted_reciprocal_rank_fusion(&weighted, k)
+}
+
+/// [`reciprocal_rank_fusion`] with a weight per ranking: an id scores
+/// `weight / (k + rank)` in each, so a stronger retriever's ranks count for more.
+pub fn weighted_reciprocal_rank_fusion(
+    rankings: &[(Retriever, f64, &[u64])],
+    k: u32,
+) -> Vec<Fused> {
     // Scores are summed in f64 and rounded once, so the order of the rankings cannot change
     // a tie into an inequality.
     let mut sums: HashMap<u64, (f64, [Option<u32>; 2])> = HashMap::new();
-    for &(retriever, ranking) in rankings {
+    for &(retriever, weight, ranking) in rankings {
         let mut seen = HashSet::with_capacity(ranking.len());
         for (position, &id) in ranking.iter().enumerate() {
             if !seen.insert(id) {
@@ -71,7 +84,7 @@ pub fn reciprocal_rank_fusion(rankings: &[(Retriever, &[u64])], k: u32) -> Vec<F
             }
             let rank = u32::try_from(position + 1).unwrap_or(u32::MAX);
             let (score, ranks) = sums.entry(id).or_default();
-            *score += 1.0 / (f64::from(k) + f64::from(rank));
+            *score += weight / (f64::from(k) + f64::from(rank));
             let best = &mut ranks[retriever.index()];
             *best = Some(best.map_or(rank, |r| r.min(rank)));
         }
@@ -136,6 +149,23 @@ mod tests {
         assert_eq!(fused.iter().map(|f| f.id).collect::<Vec<_>>(), vec![2, 8]);
         assert!(close(fused[0].score, 0.5 + 1.0 / 3.0));
         assert_eq!(fused[0].score, fused[1].score);
+    }
+
+    #[test]
+    fn weights_scale_each_rankings_share() {
+        let keyword: &[u64] = &[1, 2];
+        let vector: &[u64] = &[2, 1];
+        let fused = weighted_reciprocal_rank_fusion(
+            &[
+                (Retriever::Keyword, 1.0, keyword),
+                (Retriever::Vector, 0.5, vector),
+            ],
+            10,
+        );
+        // 1: 1/11 + 0.5/12 = 0.13258; 2: 1/12 + 0.5/11 = 0.12879.
+        assert_eq!(fused.iter().map(|f| f.id).collect::<Vec<_>>(), vec![1, 2]);
+        assert!(close(fused[0].score, 1.0 / 11.0 + 0.5 / 12.0));
+        assert!(close(fused[1].score, 1.0 / 12.0 + 0.5 / 11.0));
     }
 
     #[test]

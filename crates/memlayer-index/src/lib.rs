@@ -3,7 +3,7 @@
 //!
 //! The index structures are derived data keyed by `u64` ids that the caller maps to messages
 //! or memories; they can always be rebuilt from the store. A [`HybridIndex`] holds the two
-//! side by side and searches them together (3k candidates each, fused by reciprocal rank);
+//! side by side and searches them together (a fixed pool of candidates each, fused by reciprocal rank);
 //! message recall and long-term memory both search through one, behind an [`IndexLock`].
 //! [`Recall`] wires them to the store and the embedder: an indexing pipeline that drains the
 //! store's outbox, and hybrid queries over a session or a user's sessions. The crate may depend on `memlayer-store` and
@@ -83,12 +83,15 @@ mod vector;
 pub use analyzer::Analyzer;
 pub use background::run_graph_builder;
 pub use error::{IndexError, Result};
-pub use fusion::{Fused, RRF_K, Retriever, reciprocal_rank_fusion};
-pub use hybrid::{HybridIndex, KeywordPostings};
+pub use fusion::{
+    Fused, RRF_K, Retriever, reciprocal_rank_fusion, weighted_reciprocal_rank_fusion,
+};
+pub use hybrid::{CANDIDATES_PER_SIDE, HybridIndex, HybridQuery, KeywordPostings, Neighbours};
 pub use keyword::KeywordIndex;
 pub use lock::IndexLock;
 pub use recall::{
-    Excluded, IndexCheck, Recall, RecallHit, RecallOptions, RecallQuery, Recalled, Scope,
+    Excluded, IndexCheck, MAX_RECALL_HITS, Recall, RecallHit, RecallOptions, RecallQuery, Recalled,
+    Scope,
 };
 pub use topk::IdFilter;
 pub use vector::{GraphBuilt, VectorConfig, VectorIndex, build_graph_unlocked};

@@ -493,6 +493,14 @@ impl VectorIndex {
         Ok(self.scan(query, k, filter))
     }
 
+    /// The cosine similarity of `query` to document `id`'s vector, if the index holds one.
+    /// The query must have the index's dimension (as [`search`](Self::search) checks).
+    pub fn similarity(&self, id: u64, query: &[f32]) -> Option<f32> {
+        self.slot_of
+            .get(&id)
+            .map(|&slot| dot(query, self.vector(slot)))
+    }
+
     /// Writes the live vectors to a snapshot at `path`, atomically, recording that it covers
     /// the store up to `covered_sequence`. Removed vectors are never written, compacted or
     /// not.

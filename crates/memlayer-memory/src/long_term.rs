@@ -19,7 +19,7 @@ use std::sync::{Arc, RwLockReadGuard, RwLockWriteGuard};
 
 use memlayer_embed::Embedder;
 use memlayer_index::{
-    GraphBuilt, HybridIndex, IndexLock, VectorConfig, VectorIndex, run_graph_builder,
+    GraphBuilt, HybridIndex, HybridQuery, IndexLock, VectorConfig, VectorIndex, run_graph_builder,
 };
 use memlayer_store::{
     Access, Citation, Eraser, Memory, MemoryKind, ReplacedText, Store, StoreError, Timestamp,
@@ -351,7 +351,16 @@ impl LongTermMemory {
                         .is_none_or(|tags| tags.iter().any(|tag| owner.tags.contains(tag)))
             })
         };
-        let fused = partition.search(&(), &query.query, vector, query.k, Some(&visible))?;
+        let fused = partition.search(
+            &(),
+            HybridQuery {
+                text: &query.query,
+                vector,
+                k: query.k,
+                filter: Some(&visible),
+                neighbours: None,
+            },
+        )?;
         drop(indexes);
         let mut hits = Vec::new();
         for hit in fused {

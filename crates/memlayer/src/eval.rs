@@ -3,8 +3,8 @@
 //! than a model of them, so a change to any of them shows in the numbers.
 //!
 //! `memlayer eval recall --locomo FILE` scores evidence recall@k on a file in LoCoMo's
-//! format: each sample goes into its own temporary store, and each question is put to the
-//! keyword index alone, the vector index alone and hybrid recall (`retrieval`). The scores
+//! format: every sample goes into one temporary store as its own user, and each question is
+//! put to the keyword index alone, the vector index alone and hybrid recall (`retrieval`). The scores
 //! are printed as tables or JSON next to the paper's published reference (`report`).
 //!
 //! `memlayer eval planted` plants facts in generated conversations and checks, for each
@@ -18,11 +18,11 @@ mod retrieval;
 mod stack;
 
 use std::path::PathBuf;
-use std::time::Instant;
 
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use memlayer_embed::{Embedder, EmbedderOptions};
+use memlayer_index::MAX_RECALL_HITS;
 use serde::Serialize;
 
 use crate::config::EmbedArgs;
@@ -33,10 +33,11 @@ use report::Report;
 pub(crate) enum EvalCommand {
     /// Evidence recall@k of keyword, vector and hybrid retrieval on a LoCoMo file.
     ///
-    /// Each sample's turns are stored as one user's sessions in a fresh temporary store and
-    /// embedded with the real model; each question is then asked of the keyword index alone,
-    /// the vector index alone and hybrid recall. R@k is the share of the question's evidence
-    /// turns among the first k turns returned, averaged per category and overall, printed
+    /// Every sample's turns are stored in one fresh temporary store, each sample as its own
+    /// user's sessions, and embedded with the real model; each question is then asked of the
+    /// keyword index alone, the vector index alone and hybrid recall in its sample's user
+    /// scope, once, for the deepest k. R@k is the share of the question's evidence turns
+    /// among the first k turns of that ranking, averaged per category and overall, printed
     /// beside the LoCoMo paper's reference (DRAGON retriever, dialog level).
     // Given as after_long_help because clap reflows doc-comment paragraphs, which would run
     // the example lines together.
@@ -170,24 +171,14 @@ fn recall(args: RecallArgs) -> anyhow::Result<()> {
     );
     let embedder = open_embedder(args.embed)?;
     let runtime = runtime()?;
-    let mut questions = Vec::with_capacity(dataset.questions());
-    for (position, sample) in dataset.samples.iter().enumerate() {
-        let started = Instant::now();
-        let scores = runtime
-            .block_on(retrieval::evaluate(sample, &embedder, &ks, args.turn_text))
-            .with_context(|| format!("sample {} ({})", position + 1, sample.id))?;
-        tracing::info!(
-            sample = %sample.id,
-            turns = sample.turns(),
-            questions = scores.len(),
-            elapsed = ?started.elapsed(),
-            "sample {} of {} scored",
-            position + 1,
-            dataset.samples.len(),
-        );
-        questions.extend(scores);
-    }
+    let questions = runtime.block_on(retrieval::evaluate(
+        &dataset,
+        &embedder,
+        &ks,
+        args.turn_text,
+    ));
     embedder.shutdown();
+    let questions = questions?;
     let report = Report {
         dataset: args.locomo.display().to_string(),
         turn_text: args.turn_text,
@@ -206,12 +197,18 @@ fn recall(args: RecallArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The cut-offs ascending, each once; zero is refused (it would score nothing).
+/// The cut-offs ascending, each once; zero is refused (it would score nothing), and so is
+/// more than one recall answers with.
 fn cut_offs(mut ks: Vec<usize>) -> anyhow::Result<Vec<usize>> {
     ks.sort_unstable();
     ks.dedup();
     anyhow::ensure!(!ks.is_empty(), "--k needs at least one cut-off");
     anyhow::ensure!(ks[0] > 0, "--k cut-offs must be at least 1");
+    let deepest = ks[ks.len() - 1];
+    anyhow::ensure!(
+        deepest <= MAX_RECALL_HITS,
+        "--k cut-offs must be at most {MAX_RECALL_HITS}, the most hits recall answers with"
+    );
     Ok(ks)
 }
 
@@ -224,5 +221,6 @@ mod tests {
         assert_eq!(cut_offs(vec![25, 1, 5, 5]).unwrap(), [1, 5, 25]);
         assert!(cut_offs(vec![]).is_err());
         assert!(cut_offs(vec![0, 5]).is_err());
+        assert!(cut_offs(vec![10, MAX_RECALL_HITS + 1]).is_err());
     }
 }

@@ -113,6 +113,11 @@ pub enum Scope {
     },
 }
 
+/// The most hits one recall answers with: within the fusion's fixed candidate pools, so any
+/// `k` up to it gets the first `k` hits of the same ranking.
+pub const MAX_RECALL_HITS: usize = 50;
+const _: () = assert!(MAX_RECALL_HITS <= crate::CANDIDATES_PER_SIDE);
+
 /// A recall request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecallQuery {

@@ -5,10 +5,10 @@
 use std::collections::HashSet;
 use std::ops::ControlFlow;
 
-use memlayer_store::{Access, MessageKey, StoreError, blocking};
+use memlayer_store::{Access, MAX_MESSAGES_PER_SESSION, MessageKey, StoreError, blocking};
 
 use super::{Excluded, Recall, RecallHit, RecallQuery, Recalled, Scope, TenantUser};
-use crate::{IndexError, Result, Retriever};
+use crate::{HybridQuery, IndexError, Result, Retriever};
 
 /// Which messages a query may find, beyond what the indexes hold.
 pub(super) struct Filter {
@@ -226,10 +226,25 @@ impl Recall {
                         && query.before.is_none_or(|before| doc.timestamp < before)
                 })
         };
-        let fused =
-            indexes
-                .hybrid
-                .search(partition, &query.query, embedded, query.k, Some(&admits))?;
+        // A message's neighbours are the turns before and after it in its session.
+        let neighbours = |raw: u64| {
+            let key = MessageKey::from_u64(raw);
+            let at = |index: Option<u64>| {
+                index.map(|index| MessageKey::new(key.session(), index).as_u64())
+            };
+            let next = Some(key.index() + 1).filter(|&next| next < MAX_MESSAGES_PER_SESSION);
+            [at(key.index().checked_sub(1)), at(next)]
+        };
+        let fused = indexes.hybrid.search(
+            partition,
+            HybridQuery {
+                text: &query.query,
+                vector: embedded,
+                k: query.k,
+                filter: Some(&admits),
+                neighbours: Some(&neighbours),
+            },
+        )?;
         let keys: Vec<MessageKey> = fused.iter().map(|f| MessageKey::from_u64(f.id)).collect();
         let messages = self.inner.store.feed().messages_by_key(&keys)?;
         let hits = fused

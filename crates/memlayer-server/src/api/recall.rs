@@ -3,7 +3,7 @@
 
 use axum::Json;
 use axum::extract::State;
-use memlayer_index::{Excluded, RecallQuery, Scope};
+use memlayer_index::{Excluded, MAX_RECALL_HITS, RecallQuery, Scope};
 use memlayer_store::{Access, Role};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -11,9 +11,6 @@ use utoipa::ToSchema;
 use crate::extract::{ApiJson, Caller};
 use crate::wire::{MessageBody, parse_timestamp};
 use crate::{ApiError, AppState};
-
-/// Most hits one recall returns.
-const MAX_HITS: usize = 50;
 
 /// Exactly one scope: `session_id`, or `user_id` (with an optional `agent_id`).
 #[derive(Deserialize, ToSchema)]
@@ -53,10 +50,10 @@ impl RecallRequest {
     /// The query this request asks for in `tenant`, after every check that needs no state:
     /// `k`'s range, a non-empty query, exactly one valid scope, timestamps.
     pub(crate) fn into_query(self, access: Access) -> Result<RecallQuery, ApiError> {
-        if !(1..=MAX_HITS).contains(&self.k) {
+        if !(1..=MAX_RECALL_HITS).contains(&self.k) {
             return Err(ApiError::invalid(
                 "invalid_value",
-                format!("k must be between 1 and {MAX_HITS}"),
+                format!("k must be between 1 and {MAX_RECALL_HITS}"),
             ));
         }
         if self.query.trim().is_empty() {

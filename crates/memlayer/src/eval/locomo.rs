@@ -7,7 +7,9 @@
 //! strict where a silent fix would change the score. Evidence entries sometimes join
 //! several ids in one string (`"D8:6; D9:17"`, `"D9:1 D4:4"`, `"D2:4,D2:5"`); those are split.
 //! An evidence id that names no turn of its sample (`"D"`, a typo) is dropped and counted,
-//! and a question left with no evidence is skipped and counted: it cannot be scored.
+//! and a question left with no evidence is skipped and counted: it cannot be scored. Two
+//! samples with one id are refused: the evaluation stores each sample as the user its id
+//! names.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -126,6 +128,11 @@ fn parse(text: &str) -> anyhow::Result<Dataset> {
             .sample_id
             .clone()
             .unwrap_or_else(|| format!("sample-{}", position + 1));
+        anyhow::ensure!(
+            dataset.samples.iter().all(|sample| sample.id != id),
+            "sample {} repeats the sample_id {id}",
+            position + 1
+        );
         let sample = read_sample(id.clone(), raw, &mut dataset)
             .with_context(|| format!("sample {} ({id})", position + 1))?;
         dataset.samples.push(sample);

@@ -30,7 +30,7 @@ pub(crate) struct ByRetriever<T> {
 }
 
 impl<T> ByRetriever<T> {
-    fn map<U>(&self, f: impl Fn(&T) -> U) -> ByRetriever<U> {
+    pub(crate) fn map<U>(&self, f: impl Fn(&T) -> U) -> ByRetriever<U> {
         ByRetriever {
             keyword: f(&self.keyword),
             vector: f(&self.vector),
@@ -166,8 +166,9 @@ impl Report {
         let _ = writeln!(
             out,
             "\nR@k: the share of a question's evidence turns among the first k turns retrieved, \
-             averaged over questions, in percent.\nhybrid asks Recall for k hits; category 5 \
-             holds LoCoMo's adversarial questions."
+             averaged over questions, in percent.\nhybrid asks Recall once for the deepest k, in the \
+             asking sample's user scope of one store holding every sample, and scores the \
+             first k hits; category 5 holds LoCoMo's adversarial questions."
         );
         let reference = REFERENCE_RECALL
             .iter()

@@ -1,43 +1,49 @@
-//! One LoCoMo sample through memlayer: its turns appended to a fresh store (a real redb file
-//! in a temporary directory) as one user's sessions, indexed by the real recall pipeline and
-//! embedder, then each question put to three retrievers, keywords alone, vectors alone and
-//! hybrid `Recall::recall`, scored by evidence recall@k.
+//! A LoCoMo file through memlayer as a deployment holds it: every sample's turns appended to
+//! one fresh store (a real redb file in a temporary directory), each sample as its own user's
+//! sessions, indexed by the real recall pipeline and embedder; then each question put to
+//! three retrievers, keywords alone, vectors alone and hybrid `Recall::recall` in the asking
+//! sample's user scope, scored by evidence recall@k.
+//!
+//! Hybrid recall is asked once per question, for the deepest cut-off, and each R@k scores
+//! the first k hits of that one ranking: what a `/v1/recall` caller reads.
 //!
 //! `Recall` only answers with fused rankings, so the single-retriever rankings come from a
-//! `KeywordIndex` and a `VectorIndex` built here from the same store once the pipeline is
-//! done: the same message texts and the very vectors the pipeline stored (no second
-//! embedding pass). With one user per store and no filters, they search exactly the
-//! documents `Recall` searches, so the three columns differ by retriever and nothing else.
+//! `KeywordIndex` and a `VectorIndex` per sample, built here from the store once the pipeline
+//! is done: the same message texts and the very vectors the pipeline stored (no second
+//! embedding pass). Recall scores a user's keywords with that user's statistics alone and
+//! filters vectors to the user's sessions, so the three columns differ by retriever and
+//! nothing else.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::time::Instant;
 
 use anyhow::Context;
 use memlayer_embed::Embedder;
 use memlayer_index::{KeywordIndex, Recall, RecallQuery, Scope, VectorConfig, VectorIndex};
 use memlayer_memory::TokenEncoding;
 use memlayer_store::{
-    Access, Append, MAX_MESSAGES_PER_APPEND, Message, Metadata, NewMessage, NewSession, Role, Store,
+    Access, Append, MAX_MESSAGES_PER_APPEND, Message, MessageKey, Metadata, NewMessage, NewSession,
+    Role, Store,
 };
 use serde_json::Value;
 
 use super::TurnText;
-use super::locomo::{Sample, Turn};
+use super::locomo::{Dataset, Sample, Turn};
 use super::report::{ByRetriever, QuestionScore, evidence_recall};
 use super::stack::Stack;
 
 const TENANT: &str = "default";
-/// Every session of a sample belongs to this user, so a user scope searches the whole
-/// conversation, as an agent recalling a user's past would.
-const USER: &str = "locomo-user";
 const AGENT: &str = "locomo-agent";
 /// Keys read per page when the indexes are built from the store.
 const PAGE: usize = 4_096;
 
-/// Loads `sample` into a fresh store, waits until every turn is embedded, and scores every
-/// question at each cut-off in `ks` (ascending).
+/// Loads every sample of `dataset` into one fresh store, each as its own user (named by the
+/// sample's id), waits until every turn is embedded, and scores every question at each
+/// cut-off in `ks` (ascending, none above
+/// [`memlayer_index::MAX_RECALL_HITS`]).
 pub(crate) async fn evaluate(
-    sample: &Sample,
+    dataset: &Dataset,
     embedder: &Embedder,
     ks: &[usize],
     turn_text: TurnText,
@@ -45,33 +51,46 @@ pub(crate) async fn evaluate(
     let stack = Stack::open(embedder)?;
     let scored = async {
         let (store, recall) = (&stack.store, &stack.recall);
-        append_turns(store, sample, turn_text).await?;
-        stack.wait_until_embedded(sample.turns()).await?;
-        let retrievers = SingleRetrievers::build(store, embedder)?;
-        let mut scores = Vec::with_capacity(sample.questions.len());
-        for question in &sample.questions {
-            let recall = ByRetriever {
-                keyword: at_each_k(
-                    &question.evidence,
-                    &retrievers.by_keyword(&question.question, ks)?,
-                    ks,
-                ),
-                vector: at_each_k(
-                    &question.evidence,
-                    &retrievers
-                        .by_vector(embedder, &question.question, ks)
-                        .await?,
-                    ks,
-                ),
-                hybrid: hybrid(recall, &question.question, &question.evidence, ks).await?,
-            };
-            scores.push(QuestionScore {
-                sample_id: sample.id.clone(),
-                question: question.question.clone(),
-                category: question.category,
-                evidence: question.evidence.clone(),
-                recall,
-            });
+        let started = Instant::now();
+        for sample in &dataset.samples {
+            append_turns(store, sample, turn_text)
+                .await
+                .with_context(|| format!("sample {}", sample.id))?;
+        }
+        stack.wait_until_embedded(dataset.turns()).await?;
+        tracing::info!(
+            samples = dataset.samples.len(),
+            turns = dataset.turns(),
+            elapsed = ?started.elapsed(),
+            "every turn stored and embedded"
+        );
+        let retrievers = SingleRetrievers::build(store, embedder, dataset)?;
+        let mut scores = Vec::with_capacity(dataset.questions());
+        for sample in &dataset.samples {
+            let started = Instant::now();
+            let single = retrievers
+                .get(&sample.id)
+                .context("a sample has no stored turns")?;
+            for question in &sample.questions {
+                let ranked = ByRetriever {
+                    keyword: single.by_keyword(&question.question, ks)?,
+                    vector: single.by_vector(embedder, &question.question, ks).await?,
+                    hybrid: hybrid(recall, &sample.id, &question.question, ks).await?,
+                };
+                scores.push(QuestionScore {
+                    sample_id: sample.id.clone(),
+                    question: question.question.clone(),
+                    category: question.category,
+                    evidence: question.evidence.clone(),
+                    recall: ranked.map(|ranked| at_each_k(&question.evidence, ranked, ks)),
+                });
+            }
+            tracing::info!(
+                sample = %sample.id,
+                questions = sample.questions.len(),
+                elapsed = ?started.elapsed(),
+                "sample scored"
+            );
         }
         anyhow::Ok(scores)
     }
@@ -111,12 +130,12 @@ async fn append_turns(store: &Store, sample: &Sample, turn_text: TurnText) -> an
         if let Some(date_time) = &session.date_time {
             metadata.insert("date_time".into(), Value::from(date_time.as_str()));
         }
-        let session_id = format!("session-{}", session.number);
+        let session_id = session_id(sample, session.number);
         for chunk in messages.chunks(MAX_MESSAGES_PER_APPEND) {
             let append = Append {
                 messages: chunk.to_vec(),
                 create: Some(NewSession {
-                    user_id: USER.into(),
+                    user_id: sample.id.clone(),
                     agent_id: AGENT.into(),
                     flow_id: None,
                     metadata: metadata.clone(),
@@ -131,6 +150,11 @@ async fn append_turns(store: &Store, sample: &Sample, turn_text: TurnText) -> an
         }
     }
     Ok(())
+}
+
+/// Sessions are named per tenant, so each sample's carry its id.
+fn session_id(sample: &Sample, number: u32) -> String {
+    format!("{}-session-{number}", sample.id)
 }
 
 /// The text stored, keyword-indexed and embedded for a turn. An image's caption is appended
@@ -150,7 +174,7 @@ fn text_of(turn: &Turn, date_time: Option<&str>, format: TurnText) -> String {
     text
 }
 
-/// The keyword and vector indexes on their own, over the store's messages and vectors.
+/// The keyword and vector indexes on their own, over one sample's messages and vectors.
 struct SingleRetrievers {
     keywords: KeywordIndex,
     vectors: VectorIndex,
@@ -158,35 +182,71 @@ struct SingleRetrievers {
 }
 
 impl SingleRetrievers {
-    fn build(store: &Store, embedder: &Embedder) -> anyhow::Result<Self> {
-        let mut keywords = KeywordIndex::default();
-        let mut dia_ids = HashMap::new();
+    /// One per sample of `dataset`, by sample id, from everything `store` holds.
+    fn build(
+        store: &Store,
+        embedder: &Embedder,
+        dataset: &Dataset,
+    ) -> anyhow::Result<HashMap<String, Self>> {
+        let access = Access::tenant_wide(TENANT);
+        let mut sample_of = HashMap::new();
+        let mut by_sample = HashMap::new();
+        for sample in &dataset.samples {
+            for session in &sample.sessions {
+                let id = session_id(sample, session.number);
+                let key = store
+                    .feed()
+                    .session_key(&access, &id)?
+                    .with_context(|| format!("session {id} was not stored"))?;
+                sample_of.insert(key, sample.id.as_str());
+            }
+            by_sample.insert(
+                sample.id.clone(),
+                Self {
+                    keywords: KeywordIndex::default(),
+                    vectors: VectorIndex::new(VectorConfig::new(embedder.identity().dimension))?,
+                    dia_ids: HashMap::new(),
+                },
+            );
+        }
+        // The retrievers of the sample whose session holds message `raw`.
+        fn of_message<'a>(
+            sample_of: &HashMap<u64, &str>,
+            by_sample: &'a mut HashMap<String, SingleRetrievers>,
+            raw: u64,
+        ) -> anyhow::Result<&'a mut SingleRetrievers> {
+            let sample = sample_of
+                .get(&MessageKey::from_u64(raw).session())
+                .context("the store holds a session of no sample")?;
+            by_sample
+                .get_mut(*sample)
+                .context("a sample has no retrievers")
+        }
         let mut after = None;
         loop {
             let page = store.feed().all_messages(after, PAGE)?;
             let Some((last, _)) = page.last() else { break };
             after = Some(*last);
             for (key, message) in &page {
-                keywords.add(key.as_u64(), &message.content);
-                dia_ids.insert(key.as_u64(), dia_id(message)?.to_owned());
+                let single = of_message(&sample_of, &mut by_sample, key.as_u64())?;
+                single.keywords.add(key.as_u64(), &message.content);
+                single
+                    .dia_ids
+                    .insert(key.as_u64(), dia_id(message)?.to_owned());
             }
         }
-        let mut vectors = VectorIndex::new(VectorConfig::new(embedder.identity().dimension))?;
         let mut after = None;
         loop {
             let page = store.feed().vectors(after, PAGE)?;
             let Some(last) = page.last() else { break };
             after = Some(last.key);
-            vectors.insert_batch(
-                page.iter()
-                    .map(|stored| (stored.key.as_u64(), stored.components.as_slice())),
-            )?;
+            for stored in &page {
+                of_message(&sample_of, &mut by_sample, stored.key.as_u64())?
+                    .vectors
+                    .insert_batch([(stored.key.as_u64(), stored.components.as_slice())])?;
+            }
         }
-        Ok(Self {
-            keywords,
-            vectors,
-            dia_ids,
-        })
+        Ok(by_sample)
     }
 
     fn by_keyword(&self, question: &str, ks: &[usize]) -> anyhow::Result<Vec<String>> {
@@ -221,43 +281,37 @@ impl SingleRetrievers {
     }
 }
 
-/// Hybrid recall at each k, each from its own query for k hits: fusion draws 3k candidates
-/// from each retriever, so the first five of a k = 25 answer need not be the answer to
-/// k = 5, and what a caller gets is the answer to the k it asked for.
+/// Hybrid recall's ranking for `question` in `user`'s scope: one query for the deepest
+/// cut-off, whose prefixes are scored at every k, as a caller reads the first k hits.
 async fn hybrid(
     recall: &Recall,
+    user: &str,
     question: &str,
-    evidence: &[String],
     ks: &[usize],
-) -> anyhow::Result<Vec<f64>> {
-    let mut at_k = Vec::with_capacity(ks.len());
-    for &k in ks {
-        let recalled = recall
-            .recall(RecallQuery {
-                access: Access::tenant_wide(TENANT),
-                scope: Scope::User {
-                    user_id: USER.into(),
-                    agent_id: None,
-                },
-                query: question.to_owned(),
-                k,
-                roles: None,
-                after: None,
-                before: None,
-                exclude: None,
-            })
-            .await?;
-        if let Some(reason) = recalled.degraded {
-            anyhow::bail!("recall answered degraded although every turn was embedded: {reason}");
-        }
-        let ranked = recalled
-            .hits
-            .iter()
-            .map(|hit| dia_id(&hit.message).map(str::to_owned))
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        at_k.push(evidence_recall(evidence, &ranked, k));
+) -> anyhow::Result<Vec<String>> {
+    let recalled = recall
+        .recall(RecallQuery {
+            access: Access::tenant_wide(TENANT),
+            scope: Scope::User {
+                user_id: user.to_owned(),
+                agent_id: None,
+            },
+            query: question.to_owned(),
+            k: deepest(ks),
+            roles: None,
+            after: None,
+            before: None,
+            exclude: None,
+        })
+        .await?;
+    if let Some(reason) = recalled.degraded {
+        anyhow::bail!("recall answered degraded although every turn was embedded: {reason}");
     }
-    Ok(at_k)
+    recalled
+        .hits
+        .iter()
+        .map(|hit| dia_id(&hit.message).map(str::to_owned))
+        .collect()
 }
 
 fn at_each_k(evidence: &[String], ranked: &[String], ks: &[usize]) -> Vec<f64> {

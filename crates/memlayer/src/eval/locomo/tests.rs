@@ -158,3 +158,14 @@ fn wrong_shapes_name_the_sample_and_the_field() {
     let not_a_list = json!({ "conversations": [] }).to_string();
     assert!(parse(&not_a_list).is_err());
 }
+
+#[test]
+fn a_repeated_sample_id_is_refused() {
+    let one = json!({ "sample_id": "conv-1", "conversation": two_turns(), "qa": [] });
+    let text = json!([one.clone(), one]).to_string();
+    let err = parse(&text).unwrap_err();
+    assert!(
+        format!("{err:#}").contains("sample 2 repeats the sample_id conv-1"),
+        "{err:#}"
+    );
+}
