@@ -101,37 +101,35 @@ fn a_user_scope_never_reaches_another_users_sessions() {
     assert_eq!((status, answer["hits"].clone()), (200, json!([])));
 }
 
-/// A caller reads the first hits of one ranking: asking for more must add hits at the end,
-/// never reorder the top (the fusion's candidate pools are fixed, not grown with `k`).
-#[test]
-fn asking_for_more_hits_never_reorders_the_first_ones() {
-    let server = TestServer::start();
-    // Sentences of words drawn from one vocabulary by a fixed linear congruential
-    // sequence: the keyword and vector rankings disagree on most of them, which is where a
-    // pool that grew with k would reorder the top.
+/// `count` sentences of words drawn from one vocabulary by a linear congruential sequence
+/// from `seed`: the keyword and vector rankings disagree on most of them.
+fn drawn_sentences(seed: u64, count: usize) -> Value {
     let words = [
         "garden", "river", "kayak", "ticket", "doctor", "piano", "Lisbon", "rent", "sister",
         "laptop", "bakery", "train", "holiday", "invoice", "puppy", "concert", "recipe", "bicycle",
         "meeting", "passport", "flowers", "umbrella", "museum", "coffee", "birthday", "mountain",
         "library", "football", "dentist", "wedding",
     ];
-    let mut seed = 42_u64;
+    let mut seed = seed;
     let mut next_word = || {
         seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
         words[(seed >> 33) as usize % words.len()]
     };
-    let messages: Vec<Value> = (0..200)
+    (0..count)
         .map(|_| {
             let drawn: Vec<&str> = (0..6).map(|_| next_word()).collect();
             let content = format!("I keep thinking about the {}.", drawn.join(" and the "));
             json!({ "role": "user", "content": content })
         })
-        .collect();
-    say(&server, "errands", "ana", Value::Array(messages));
-    // Recall waits only briefly for the embedding of earlier appends; 200 of them take
-    // longer in a debug build, and a degraded answer ranks by keywords alone.
+        .collect()
+}
+
+/// Waits until `user`'s recall answers without `degraded`: recall waits only briefly for
+/// the embedding of earlier appends, hundreds take longer in a debug build, and a degraded
+/// answer ranks by keywords alone.
+fn wait_until_embedded(server: &TestServer, user: &str) {
     let started = std::time::Instant::now();
-    while recall(&server, json!({ "user_id": "ana", "query": "river" }))
+    while recall(server, json!({ "user_id": user, "query": "river" }))
         .get("degraded")
         .is_some()
     {
@@ -141,26 +139,65 @@ fn asking_for_more_hits_never_reorders_the_first_ones() {
         );
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    for query in [
-        "when is my sister's trip to Lisbon?",
-        "did we pay the rent for the bakery",
-        "kayak on the river in the mountains",
-        "a present for the wedding",
-    ] {
-        let hits = |k: usize| -> Vec<Value> {
-            let answer = recall(&server, json!({ "user_id": "ana", "query": query, "k": k }));
-            assert_eq!(answer.get("degraded"), None, "{answer}");
-            answer["hits"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|hit| hit["index"].clone())
-                .collect()
-        };
-        let (ten, fifty) = (hits(10), hits(50));
+}
+
+const QUERIES: [&str; 4] = [
+    "when is my sister's trip to Lisbon?",
+    "did we pay the rent for the bakery",
+    "kayak on the river in the mountains",
+    "a present for the wedding",
+];
+
+/// The message indices of `user`'s first `k` hits for `query`.
+fn ranking(server: &TestServer, user: &str, query: &str, k: usize) -> Vec<Value> {
+    let answer = recall(server, json!({ "user_id": user, "query": query, "k": k }));
+    assert_eq!(answer.get("degraded"), None, "{answer}");
+    answer["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|hit| hit["index"].clone())
+        .collect()
+}
+
+/// A caller reads the first hits of one ranking: asking for more must add hits at the end,
+/// never reorder the top (the fusion's candidate pools are fixed, not grown with `k`).
+#[test]
+fn asking_for_more_hits_never_reorders_the_first_ones() {
+    let server = TestServer::start();
+    say(&server, "errands", "ana", drawn_sentences(42, 200));
+    wait_until_embedded(&server, "ana");
+    for query in QUERIES {
+        let (ten, fifty) = (
+            ranking(&server, "ana", query, 10),
+            ranking(&server, "ana", query, 50),
+        );
         assert_eq!(ten.len(), 10);
         assert_eq!(fifty.len(), 50);
         assert_eq!(ten, fifty[..10], "{query}");
+    }
+}
+
+/// A user's ranking depends on that user's messages only: another user of the tenant and
+/// another tenant storing the same words change nothing of it (keyword statistics are kept
+/// per user, and the vector side is filtered to the user's sessions).
+#[test]
+fn other_users_messages_do_not_change_a_users_ranking() {
+    let server = TestServer::start();
+    say(&server, "errands", "ana", drawn_sentences(42, 200));
+    wait_until_embedded(&server, "ana");
+    let alone: Vec<Vec<Value>> = QUERIES
+        .iter()
+        .map(|query| ranking(&server, "ana", query, 25))
+        .collect();
+    say(&server, "chores", "bob", drawn_sentences(7, 600));
+    let other_tenant = server
+        .request_as("other", reqwest::Method::POST, "/v1/sessions/chores/messages")
+        .json(&json!({ "user_id": "ana", "agent_id": "assistant", "messages": drawn_sentences(9, 600) }));
+    assert_eq!(memlayer_tests::send(other_tenant).0, 201);
+    wait_until_embedded(&server, "bob");
+    for (query, alone) in QUERIES.iter().zip(alone) {
+        assert_eq!(ranking(&server, "ana", query, 25), alone, "{query}");
     }
 }
 
