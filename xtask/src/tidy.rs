@@ -23,6 +23,8 @@ const LAYERS: &[(&str, u8)] = &[
     ("memlayer-agent", 4),
     ("memlayer-server", 5),
     ("memlayer", 6),
+    // The benchmarks may use any product crate; the top layer keeps every crate off them.
+    ("memlayer-bench", 7),
 ];
 
 /// Edges allowed between crates of the same layer, as (from, to). The indexes need the

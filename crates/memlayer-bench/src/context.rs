@@ -1,4 +1,4 @@
-//! `cargo xtask bench-context`: the latency of one turn's context for a long session, through
+//! `context`: the latency of one turn's context for a long session, through
 //! `memlayer_memory::ContextBuilder` — the call the `/context` endpoint makes — over a real
 //! stack: a redb store in a temporary directory, `Recall` with the real embedder and its
 //! indexing pipeline running, wired as `memlayer serve` wires them with nothing listening.
@@ -18,11 +18,8 @@
 //! iteration then times the parts of a build on their own, so the report says where the
 //! time goes.
 
-mod conversation;
-
 use std::collections::HashSet;
 use std::fmt::Write as _;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
@@ -37,9 +34,8 @@ use memlayer_store::{
 };
 use tokio::sync::oneshot;
 
-use crate::bench::percentile;
-use crate::bench_embed::load_average;
-use crate::setup;
+use crate::corpus::support as conversation;
+use crate::report::{self, load_average, percentile};
 
 const TENANT: &str = "default";
 const AGENT: &str = "support-agent";
@@ -158,16 +154,15 @@ struct Measured {
     cache: (u64, u64),
 }
 
-pub(crate) fn run(root: &Path, turns: usize, iterations: usize) -> anyhow::Result<()> {
+pub(crate) fn run(assets: &Assets, turns: usize, iterations: usize) -> anyhow::Result<()> {
     ensure!(turns >= 20, "give at least 20 turns");
     ensure!(iterations > 0, "give at least one iteration");
-    let assets = Assets::in_dir(setup::run(root)?);
     let load_before = load_average()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("could not start the runtime")?;
-    let embedder = Embedder::open(&assets, EmbedderOptions::default())?;
+    let embedder = Embedder::open(assets, EmbedderOptions::default())?;
     let measured = runtime.block_on(measure(&embedder, turns, iterations));
     embedder.shutdown();
     let mut measured = measured?;
@@ -574,7 +569,7 @@ fn print_report(
     [load_before, load_after]: [String; 2],
 ) -> anyhow::Result<()> {
     let corpus = &measured.corpus;
-    crate::bench_embed::print_run_header(
+    report::print_run_header(
         "memlayer context assembly benchmark",
         &[load_before, load_after],
     )?;

@@ -1,4 +1,4 @@
-//! `cargo xtask bench-index`: the vector index on real all-MiniLM-L6-v2 embeddings of chat
+//! `index`: the vector index on real all-MiniLM-L6-v2 embeddings of chat
 //! text, HNSW side by side with the exact scan in the same run.
 //!
 //! For each corpus size it builds a [`VectorIndex`] with the default configuration through
@@ -12,7 +12,6 @@
 //! come from here. Embedding is the slow part, so vectors are cached under the target
 //! directory (see `vectors`).
 
-mod chat;
 mod measure;
 mod vectors;
 
@@ -25,8 +24,8 @@ use anyhow::{Context, ensure};
 use memlayer_embed::{Assets, Embedder, EmbedderOptions, ModelIdentity};
 use memlayer_index::{VectorConfig, VectorIndex};
 
-use crate::bench_embed::load_average;
-use crate::{metadata, setup};
+use crate::corpus::chat;
+use crate::report::{self, load_average};
 use measure::{Hits, ROUNDS, THREADS, Timing};
 
 /// Neighbours per query, as in the recall@10.
@@ -72,7 +71,13 @@ struct CrossoverRow {
     hnsw: Timing,
 }
 
-pub(crate) fn run(root: &Path, sizes: &[usize], queries: usize) -> anyhow::Result<()> {
+pub(crate) fn run(
+    root: &Path,
+    assets: &Assets,
+    target_dir: &Path,
+    sizes: &[usize],
+    queries: usize,
+) -> anyhow::Result<()> {
     let mut sizes = sizes.to_vec();
     sizes.sort_unstable();
     sizes.dedup();
@@ -81,15 +86,14 @@ pub(crate) fn run(root: &Path, sizes: &[usize], queries: usize) -> anyhow::Resul
         "give at least one size, each at least {K}"
     );
     ensure!(queries > 0, "give at least one query");
-    let assets = Assets::in_dir(setup::run(root)?);
-    let dir = metadata::read(root)?.target_directory.join("bench-index");
+    let dir = target_dir.join("bench-index");
     fs::create_dir_all(&dir).with_context(|| format!("could not create {}", dir.display()))?;
     let load_before = load_average()?;
 
     // Everything is embedded before anything is measured, so the model's threads are idle
     // (and shut down) while the index is timed.
     let embedder = Embedder::open(
-        &assets,
+        assets,
         EmbedderOptions {
             // Every text is embedded once; a cache would only hold memory.
             cache_capacity: 0,
@@ -266,7 +270,7 @@ fn print_header(
     [load_before, load_after]: [String; 2],
 ) -> anyhow::Result<()> {
     let distinct: HashSet<&String> = questions.iter().collect();
-    crate::bench_embed::print_run_header(
+    report::print_run_header(
         "memlayer vector index benchmark",
         &[load_before, load_after],
     )?;
