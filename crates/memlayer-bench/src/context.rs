@@ -229,7 +229,7 @@ async fn fill_store(
     let mut main_tokens = 0u64;
     let start = Instant::now();
     for (session, user, stream, turns) in &sessions {
-        eprintln!("xtask: appending {turns} turns to {session}");
+        eprintln!("memlayer-bench: appending {turns} turns to {session}");
         let messages: Vec<NewMessage> = conversation::conversation(*stream, *turns)
             .into_iter()
             .flat_map(|turn| [(Role::User, turn.user), (Role::Assistant, turn.assistant)])
@@ -284,7 +284,7 @@ async fn wait_until_embedded(recall: &Recall, messages: usize) -> anyhow::Result
     loop {
         let embedded = recall.indexed_vectors();
         if embedded >= messages {
-            eprintln!("xtask: all {messages} messages embedded");
+            eprintln!("memlayer-bench: all {messages} messages embedded");
             return Ok(());
         }
         if embedded > last.0 {
@@ -296,7 +296,7 @@ async fn wait_until_embedded(recall: &Recall, messages: usize) -> anyhow::Result
             );
         }
         if reported.elapsed() > Duration::from_secs(5) {
-            eprintln!("xtask: {embedded} of {messages} messages embedded");
+            eprintln!("memlayer-bench: {embedded} of {messages} messages embedded");
             reported = Instant::now();
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -326,7 +326,7 @@ async fn measure_builds(
         })
     };
 
-    eprintln!("xtask: {WARM_UP} warm-up builds");
+    eprintln!("memlayer-bench: {WARM_UP} warm-up builds");
     for query in &warm_up[..WARM_UP] {
         checked(build(query, false).await?, false)?;
     }
@@ -447,7 +447,7 @@ async fn measure_builds(
 
     let cache_before = embedder.cache_stats();
     let mut example = None;
-    eprintln!("xtask: {iterations} iterations over a {n}-message session");
+    eprintln!("memlayer-bench: {iterations} iterations over a {n}-message session");
     for (i, chunk) in timed.chunks_exact(4).enumerate() {
         let [drop_q, summary_q, recall_q, embed_q] = chunk else {
             unreachable!("chunks of four")

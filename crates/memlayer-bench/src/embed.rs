@@ -231,7 +231,10 @@ impl Bench {
         let mut python_versions = String::new();
         for round in 1..=ROUNDS {
             for row in &mut rows {
-                eprintln!("xtask: round {round}/{ROUNDS}, batch {}", row.batch);
+                eprintln!(
+                    "memlayer-bench: round {round}/{ROUNDS}, batch {}",
+                    row.batch
+                );
                 let (elapsed, rust_vectors) = time_blocking(&embedder, &text_refs, row.batch)?;
                 row.rust = row.rust.min(elapsed);
                 let settings = python::Settings {
@@ -281,7 +284,7 @@ impl Bench {
             for (layout, embedder) in &mut layouts {
                 for (load, best) in LOADS.iter().zip(layout.best.iter_mut()) {
                     eprintln!(
-                        "xtask: round {round}/{ROUNDS}, {} worker(s) × {} thread(s), {}",
+                        "memlayer-bench: round {round}/{ROUNDS}, {} worker(s) × {} thread(s), {}",
                         layout.workers,
                         layout.intra_threads,
                         load.describe()

@@ -164,7 +164,7 @@ fn measure_size(
     dir: &Path,
 ) -> anyhow::Result<SizeResult> {
     let size = corpus.size;
-    eprintln!("xtask: {size} vectors: insert_batch");
+    eprintln!("memlayer-bench: {size} vectors: insert_batch");
     let start = Instant::now();
     let mut index = VectorIndex::new(VectorConfig::new(dimension))?;
     index.insert_batch(corpus.vectors(dimension))?;
@@ -173,11 +173,11 @@ fn measure_size(
     let has_graph = index.has_graph();
     let default_ef = index.config().ef_search;
 
-    eprintln!("xtask: {size} vectors: search_exact");
+    eprintln!("memlayer-bench: {size} vectors: search_exact");
     let exact = measure::time(queries, |query| index.search_exact(query, K, None))?;
     let mut hnsw = Vec::new();
     if has_graph {
-        eprintln!("xtask: {size} vectors: search, ef_search {default_ef}");
+        eprintln!("memlayer-bench: {size} vectors: search, ef_search {default_ef}");
         let timing = measure::time(queries, |query| index.search(query, K, None))?;
         hnsw.push((default_ef, timing));
     }
@@ -200,7 +200,7 @@ fn measure_size(
     };
     let mut loads = Vec::new();
     for ef in load_efs {
-        eprintln!("xtask: {size} vectors: load with ef_search {ef}");
+        eprintln!("memlayer-bench: {size} vectors: load with ef_search {ef}");
         let mut config = VectorConfig::new(dimension);
         config.ef_search = ef;
         let start = Instant::now();
@@ -213,7 +213,7 @@ fn measure_size(
             "the loaded index differs: {loaded:?}"
         );
         if has_graph {
-            eprintln!("xtask: {size} vectors: search, ef_search {ef}");
+            eprintln!("memlayer-bench: {size} vectors: search, ef_search {ef}");
             let timing = measure::time(queries, |query| loaded.search(query, K, None))?;
             hnsw.push((ef, timing));
         }
@@ -240,7 +240,7 @@ fn crossover(
 ) -> anyhow::Result<Vec<CrossoverRow>> {
     let mut rows = Vec::new();
     for size in CROSSOVER.into_iter().filter(|&size| size < corpus.size) {
-        eprintln!("xtask: crossover at {size} vectors");
+        eprintln!("memlayer-bench: crossover at {size} vectors");
         let mut config = VectorConfig::new(dimension);
         // A threshold of zero gives every index a graph, so both searches run on the same
         // vectors at sizes where the default would only scan.

@@ -81,7 +81,7 @@ pub(crate) fn run(assets: &Assets, sizes: &[usize], queries: usize) -> anyhow::R
         let centres = embedder.embed_blocking(TENANT, &TOPICS)?;
         let mut results = Vec::new();
         for &size in sizes {
-            eprintln!("xtask: {size} memories");
+            eprintln!("memlayer-bench: {size} memories");
             // Every size asks the same questions: without this, the next size would find
             // the "new" questions' vectors in the embedder's cache.
             embedder.clear_cache(TENANT);
@@ -209,7 +209,7 @@ async fn load(
             written += 1;
         }
         if reported.elapsed() > Duration::from_secs(10) {
-            eprintln!("xtask: {written} of {size} memories stored");
+            eprintln!("memlayer-bench: {written} of {size} memories stored");
             reported = Instant::now();
         }
     }

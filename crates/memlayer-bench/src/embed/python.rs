@@ -59,7 +59,7 @@ impl Venv {
             return Ok(venv);
         }
         eprintln!(
-            "xtask: creating {} (pinned: {})",
+            "memlayer-bench: creating {} (pinned: {})",
             dir.display(),
             REQUIREMENTS.trim().replace('\n', " ")
         );
