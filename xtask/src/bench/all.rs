@@ -158,3 +158,24 @@ fn machine() -> anyhow::Result<String> {
         std::env::consts::ARCH
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::BENCHMARKS;
+
+    /// Every command `bench all` runs is a command of this xtask (the options of the
+    /// in-process benchmarks go on to memlayer-bench, which checks them itself).
+    #[test]
+    fn every_benchmark_command_parses() {
+        for benchmark in &BENCHMARKS {
+            for args in [benchmark.full, benchmark.quick] {
+                let argv = std::iter::once("xtask").chain(args.iter().copied());
+                if let Err(error) = crate::Cli::try_parse_from(argv) {
+                    panic!("`cargo xtask {}` does not parse: {error}", args.join(" "));
+                }
+            }
+        }
+    }
+}
