@@ -1,17 +1,13 @@
 //! `cargo xtask`: the one entry point for the memlayer workspace's developer tasks — installing
 //! the embedding assets (`setup`), the CI test run, starting the server, the structural checks
-//! (`tidy`), the benchmarks, the admin page's browser test and the release bundle (`dist`). Tasks are plain Rust rather than
+//! (`tidy`), the benchmarks (`bench`), the load and crash tests, the fuzz runs, the admin
+//! page's browser test and the release bundle (`dist`). Tasks are plain Rust rather than
 //! shell scripts so they run the same on every machine and are checked by the compiler like
-//! the rest of the workspace.
+//! the rest of the workspace. xtask orchestrates: it builds and runs the product (and
+//! memlayer-bench, the in-process benchmarks) as processes and links no memlayer crate, so
+//! `cargo xtask tidy` compiles none of them (checked by `tidy`).
 
 mod bench;
-mod bench_all;
-mod bench_context;
-mod bench_embed;
-mod bench_index;
-mod bench_memory;
-mod bench_purge;
-mod bench_recovery;
 mod browser;
 mod cmd;
 mod crash;
@@ -54,44 +50,11 @@ enum Task {
     },
     /// Check the workspace's structure: module docs, crate names, layering, lints.
     Tidy,
-    /// Measure durable HTTP appends against a fresh release-mode server; with `--all`, run
-    /// every benchmark and write docs/benchmarks.md from their output.
+    /// Run a benchmark and print its markdown report; `bench all` runs every one and writes
+    /// docs/benchmarks.md.
     Bench {
-        /// How long each scenario is measured, after a one-second warm-up.
-        #[arg(long, default_value_t = 10)]
-        seconds: u64,
-        /// Run every benchmark (appends, embed, index, context, memory, purge, recovery) and
-        /// write docs/benchmarks.md, keeping its hand-written part.
-        #[arg(long)]
-        all: bool,
-        /// With `--all`: smaller sizes and fewer iterations, for a run of minutes.
-        #[arg(long, requires = "all")]
-        quick: bool,
-        /// Another build of the server (an older commit's `memlayer` binary) measured first,
-        /// for a side-by-side comparison in one run.
-        #[arg(long, conflicts_with = "all")]
-        baseline: Option<PathBuf>,
-    },
-    /// Measure embedding throughput, Rust against Python onnxruntime on the same model.
-    BenchEmbed,
-    /// Measure the vector index (HNSW against the exact scan) on real embeddings of chat text.
-    BenchIndex {
-        /// Corpus sizes, each measured on its own index.
-        #[arg(long, value_delimiter = ',', default_values_t = [10_000, 100_000])]
-        sizes: Vec<usize>,
-        /// Questions asked of each index.
-        #[arg(long, default_value_t = 1000)]
-        queries: usize,
-    },
-    /// Measure one turn's context for a long session (combined strategy, every layer) on a
-    /// real store, recall pipeline and embedder, with a breakdown of where the time goes.
-    BenchContext {
-        /// Turns (a user message and an answer each) in the session the context is for.
-        #[arg(long, default_value_t = 1000)]
-        turns: usize,
-        /// Timed iterations; each builds four contexts and times each part once.
-        #[arg(long, default_value_t = 300)]
-        iterations: usize,
+        #[command(subcommand)]
+        benchmark: bench::Benchmark,
     },
     /// Load over HTTP with auth on: clients playing turns (append, context, append), then
     /// many more clients appending against a small in-flight limit; checks that overload is
@@ -109,36 +72,6 @@ enum Task {
         /// How long each phase runs.
         #[arg(long, default_value_t = 20)]
         seconds: u64,
-    },
-    /// Measure long-term memory recall with 10,000 memories per user, one user or many, on a
-    /// real store and the real indexes (memories stored with seeded vectors).
-    BenchMemory {
-        /// Memories in the store, each size measured on its own store; 10,000 per user.
-        #[arg(long, value_delimiter = ',', default_values_t = [10_000, 100_000])]
-        sizes: Vec<usize>,
-        /// Questions asked at each size.
-        #[arg(long, default_value_t = 500)]
-        queries: usize,
-    },
-    /// Measure a purge of many conversations through the real server: time and disk space
-    /// given back.
-    BenchPurge {
-        /// Conversations (two messages each) appended, then purged.
-        #[arg(long, default_value_t = 100_000)]
-        sessions: usize,
-        /// Another build of `memlayer` (an older commit's) to measure the same way first.
-        #[arg(long)]
-        baseline: Option<PathBuf>,
-    },
-    /// Measure how long a store of each size takes to open, to check and to serve again.
-    BenchRecovery {
-        /// Store file sizes in MiB, increasing; one data directory is grown through them.
-        #[arg(long, value_delimiter = ',', default_values_t = [250, 500, 1000])]
-        sizes_mib: Vec<u64>,
-        /// Another build of `memlayer` (an older commit's) whose starts are timed the same
-        /// way, before this build's, at each size.
-        #[arg(long)]
-        baseline: Option<PathBuf>,
     },
     /// Kill the real server with SIGKILL at random moments under a write, memory and erasure
     /// load, restart it, and check that nothing acknowledged is lost, duplicated or brought
@@ -197,36 +130,13 @@ fn main() -> anyhow::Result<ExitCode> {
             println!("tidy: ok");
         }
         // A debug-built load generator or benchmark would measure itself rather than the
-        // code under test: re-run the same task from a release build of xtask.
-        Task::Bench { .. }
-        | Task::BenchEmbed
-        | Task::BenchIndex { .. }
-        | Task::BenchContext { .. }
-        | Task::Load { .. }
-        | Task::BenchMemory { .. }
-        | Task::BenchPurge { .. }
-        | Task::BenchRecovery { .. }
-            if cfg!(debug_assertions) =>
-        {
+        // code under test: re-run the same task from a release build of xtask. (The
+        // in-process benchmarks run a release build of memlayer-bench whatever xtask is.)
+        Task::Load { .. } if cfg!(debug_assertions) => rerun_in_release(&root)?,
+        Task::Bench { benchmark } if cfg!(debug_assertions) && benchmark.measures_in_xtask() => {
             rerun_in_release(&root)?;
         }
-        Task::Bench {
-            all: true, quick, ..
-        } => bench_all::run(&root, quick)?,
-        Task::Bench {
-            seconds, baseline, ..
-        } => bench::run(&root, seconds, baseline.as_deref())?,
-        Task::BenchEmbed => bench_embed::run(&root)?,
-        Task::BenchIndex { sizes, queries } => bench_index::run(&root, &sizes, queries)?,
-        Task::BenchContext { turns, iterations } => bench_context::run(&root, turns, iterations)?,
-        Task::BenchMemory { sizes, queries } => bench_memory::run(&root, &sizes, queries)?,
-        Task::BenchPurge { sessions, baseline } => {
-            bench_purge::run(&root, sessions, baseline.as_deref())?;
-        }
-        Task::BenchRecovery {
-            sizes_mib,
-            baseline,
-        } => bench_recovery::run(&root, &sizes_mib, baseline.as_deref())?,
+        Task::Bench { benchmark } => bench::run(&root, benchmark)?,
         Task::Crash {
             kills,
             clients,

@@ -167,8 +167,9 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<PathBuf> {
         write_atomically(&manifest_path, manifest.as_bytes())?;
         eprintln!("xtask: wrote {ASSETS_DIR}/{MANIFEST}");
     }
-    // The embedder's own view of the layout must agree with what was installed.
-    memlayer_embed::Assets::in_dir(&dir).check()?;
+    // The embedder's own view of the layout (`memlayer_embed::Assets::in_dir`) must agree
+    // with what was installed: every test that runs the model checks it on this directory
+    // (`memlayer_embed::test_support::assets`), so `cargo xtask test` fails if they drift.
     eprintln!("xtask: assets installed and verified ({})", dir.display());
     Ok(dir)
 }
@@ -407,18 +408,6 @@ mod tests {
         assert_eq!(listed, paths);
         paths.dedup();
         assert_eq!(paths.len(), ASSETS.len());
-    }
-
-    /// Setup installs every file the embedder looks for, where it looks.
-    #[test]
-    fn layout_matches_the_embedder() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        for asset in &ASSETS {
-            write_atomically(&dir.path().join(asset.path), b"").expect("write");
-        }
-        memlayer_embed::Assets::in_dir(dir.path())
-            .check()
-            .expect("the embedder finds every file");
     }
 
     #[test]

@@ -23,7 +23,17 @@ const LAYERS: &[(&str, u8)] = &[
     ("memlayer-agent", 4),
     ("memlayer-server", 5),
     ("memlayer", 6),
+    // The benchmarks may use any product crate; the top layer keeps every crate off them,
+    // and `check_bench_is_a_leaf` keeps xtask and the tests off them too.
+    ("memlayer-bench", 7),
 ];
+
+/// The crate that holds the in-process benchmarks: a leaf nothing may depend on.
+const BENCH_CRATE: &str = "memlayer-bench";
+
+/// Product crates' names start with this; xtask runs them as processes instead of linking
+/// them, so that its own tasks (`tidy`, `dist`, ...) do not compile them.
+const PRODUCT_PREFIX: &str = "memlayer";
 
 /// Edges allowed between crates of the same layer, as (from, to). The indexes need the
 /// embedder to turn queries into vectors, while the embedder must never see the indexes.
@@ -55,12 +65,15 @@ pub(crate) fn check(root: &Path) -> anyhow::Result<Vec<Violation>> {
     violations.extend(check_module_docs(root, &crates)?);
     violations.extend(check_folder_names(root, &crates));
     violations.extend(check_layers(root, &metadata.packages));
+    violations.extend(check_xtask_links_no_product(root, &metadata.packages));
+    violations.extend(check_bench_is_a_leaf(root, &metadata.packages));
     violations.extend(check_workspace_lints(root, &crates)?);
     Ok(violations)
 }
 
 /// The packages that the layering applies to; the `tests` package and xtask sit outside
-/// `crates/` and may depend on anything.
+/// `crates/` and are not layered (the tests may depend on any product crate; xtask on none,
+/// and neither on memlayer-bench: see the checks below).
 fn is_under_crates(root: &Path, package: &Package) -> bool {
     package.manifest_path.parent().and_then(Path::parent) == Some(&root.join("crates"))
 }
@@ -176,6 +189,53 @@ fn check_layers(root: &Path, packages: &[Package]) -> Vec<Violation> {
         }
     }
     violations
+}
+
+/// xtask orchestrates: it builds and runs memlayer's crates (and memlayer-bench) as
+/// processes, and depends on none of them in any kind.
+fn check_xtask_links_no_product(root: &Path, packages: &[Package]) -> Vec<Violation> {
+    packages
+        .iter()
+        .filter(|package| package.name == "xtask")
+        .flat_map(|package| {
+            package
+                .dependencies
+                .iter()
+                .filter(|dependency| dependency.name.starts_with(PRODUCT_PREFIX))
+                .map(move |dependency| {
+                    let reason = format!(
+                        "xtask has a {} dependency on `{}`; xtask must run memlayer's crates as \
+                         processes (`cargo run -p ...`), not link them",
+                        dependency.kind_name(),
+                        dependency.name
+                    );
+                    violation(root, &package.manifest_path, reason)
+                })
+        })
+        .collect()
+}
+
+/// No package of the workspace (not even the tests or xtask) depends on memlayer-bench: the
+/// benchmarks stay out of everything that ships or runs in CI's build of the product.
+fn check_bench_is_a_leaf(root: &Path, packages: &[Package]) -> Vec<Violation> {
+    packages
+        .iter()
+        .flat_map(|package| {
+            package
+                .dependencies
+                .iter()
+                .filter(|dependency| dependency.name == BENCH_CRATE)
+                .map(move |dependency| {
+                    let reason = format!(
+                        "`{}` has a {} dependency on `{BENCH_CRATE}`; no crate may depend on \
+                         the benchmarks",
+                        package.name,
+                        dependency.kind_name()
+                    );
+                    violation(root, &package.manifest_path, reason)
+                })
+        })
+        .collect()
 }
 
 /// Every crate takes the workspace's lint levels, so a lint is configured in one place.
@@ -324,6 +384,60 @@ mod tests {
                  `memlayer-tests` (no layer); crates may only depend on lower layers"
             ]
         );
+    }
+
+    #[test]
+    fn xtask_must_not_link_product_crates() {
+        let packages = [
+            package(
+                "xtask",
+                "xtask",
+                &[
+                    ("serde", None),
+                    ("memlayer-store", None),
+                    ("memlayer-bench", Some("dev")),
+                ],
+            ),
+            layered("memlayer-store", &[]),
+        ];
+        let reasons: Vec<String> = check_xtask_links_no_product(&root(), &packages)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                "xtask/Cargo.toml: xtask has a normal dependency on `memlayer-store`; xtask must \
+                 run memlayer's crates as processes (`cargo run -p ...`), not link them",
+                "xtask/Cargo.toml: xtask has a dev dependency on `memlayer-bench`; xtask must \
+                 run memlayer's crates as processes (`cargo run -p ...`), not link them"
+            ]
+        );
+    }
+
+    #[test]
+    fn nothing_may_depend_on_the_benchmarks() {
+        let packages = [
+            layered("memlayer-bench", &[("memlayer-store", None)]),
+            layered("memlayer-store", &[]),
+            package(
+                "tests",
+                "memlayer-tests",
+                &[("memlayer-bench", Some("dev"))],
+            ),
+        ];
+        let reasons: Vec<String> = check_bench_is_a_leaf(&root(), &packages)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                "tests/Cargo.toml: `memlayer-tests` has a dev dependency on `memlayer-bench`; no \
+                 crate may depend on the benchmarks"
+            ]
+        );
+        assert_eq!(layer_reasons(&packages), Vec::<String>::new());
     }
 
     #[test]

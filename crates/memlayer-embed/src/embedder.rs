@@ -23,8 +23,8 @@ pub struct EmbedderOptions {
     /// batch is split among them.
     ///
     /// The default is one worker per core, at most 2, each with one ONNX Runtime thread.
-    /// Measured on 2 cores with 1,000 chat messages of 5–40 words (`cargo xtask
-    /// bench-embed`): single-text requests arriving concurrently, the server's usual load,
+    /// Measured on 2 cores with 1,000 chat messages of 5–40 words (`cargo xtask bench
+    /// embed`): single-text requests arriving concurrently, the server's usual load,
     /// ran at 255 texts/s on 2 workers × 1 thread against 197 on 1 worker × 2 threads (210
     /// against 143 on a busier machine), because two threads share one short forward pass
     /// poorly. A lone request of 32 texts, split between the two workers, ran at 191 against

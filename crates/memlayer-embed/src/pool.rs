@@ -5,7 +5,7 @@
 //! A worker runs each batch alone rather than merging queued batches of different requests,
 //! as the store's writer merges commits: a forward pass pads every text to the longest of its
 //! batch, and on chat messages of mixed length batch 1 is faster per text than batch 32
-//! (`cargo xtask bench-embed`), so merging would cost throughput and latency.
+//! (`cargo xtask bench embed`), so merging would cost throughput and latency.
 
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, PoisonError};

@@ -4,7 +4,7 @@
 
 use std::sync::OnceLock;
 
-use crate::test_support::assets;
+use crate::test_support::{assets, assets_dir};
 use crate::{Assets, CacheStats, EmbedError, Embedder, EmbedderOptions};
 
 /// The namespace (tenant) the tests embed for.
@@ -290,4 +290,24 @@ async fn concurrent_requests_from_many_tasks_all_succeed() {
     }
     let stats = embedder.cache_stats();
     assert_eq!(stats.hits + stats.misses, 96);
+}
+
+/// `cargo xtask setup` installs every file the embedder looks for, where it looks: the paths
+/// of the manifest it writes (`manifest.sha256`, `sha256sum` lines listing every installed
+/// file), as empty files in a fresh directory, are all the embedder needs. (This test lived
+/// in xtask, which no longer links this crate.)
+#[test]
+fn layout_matches_the_embedder() {
+    let manifest = std::fs::read_to_string(assets_dir().join("manifest.sha256"))
+        .expect("`cargo xtask setup` wrote the manifest");
+    let dir = tempfile::tempdir().expect("temp dir");
+    for line in manifest.lines() {
+        let (_, path) = line.split_once("  ").expect("hash, two spaces, path");
+        let path = dir.path().join(path);
+        std::fs::create_dir_all(path.parent().expect("a file in a folder")).expect("mkdir");
+        std::fs::write(&path, b"").expect("write");
+    }
+    Assets::in_dir(dir.path())
+        .check()
+        .expect("the embedder finds every file");
 }

@@ -200,7 +200,7 @@ async fn fill(http: &reqwest::Client, url: &str, client: usize) -> anyhow::Resul
 async fn wait_for_embeddings(http: &reqwest::Client, addr: SocketAddr) -> anyhow::Result<()> {
     let deadline = Instant::now() + EMBEDDING_WAIT;
     loop {
-        match crate::bench_purge::pending_embeddings(http, addr).await {
+        match super::purge::pending_embeddings(http, addr).await {
             Some(0) => return Ok(()),
             pending if Instant::now() > deadline => {
                 anyhow::bail!("the server still had {pending:?} messages to embed")

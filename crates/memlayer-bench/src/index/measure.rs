@@ -1,7 +1,7 @@
 //! Timing a search over every query, on one thread and split over two, and comparing its
 //! answers with the exact ones.
 //!
-//! Each pass runs `ROUNDS` times and the fastest counts, as in `bench-embed`: on a shared
+//! Each pass runs `ROUNDS` times and the fastest counts, as in `embed`: on a shared
 //! machine the fastest round is the one least disturbed by other work. Latency percentiles
 //! come from the single-thread pass of that round.
 
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 
-use crate::bench::percentile;
+use crate::report::percentile;
 
 pub(crate) const ROUNDS: usize = 3;
 /// Threads of the parallel pass: the machine's two cores, which a server's concurrent

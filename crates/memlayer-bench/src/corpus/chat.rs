@@ -1,25 +1,102 @@
-//! The index benchmark's texts: a corpus of chat messages and, separately, the questions a
-//! user would later ask about them, both generated from a fixed seed.
+//! Chat messages. Two streams share the message shape (5 to 40 words, an opener, clauses
+//! joined by connectors, cut at a target length; see `compose`):
 //!
-//! Messages are built like `bench-embed`'s (5 to 40 words, an opener, clauses joined by
-//! connectors, cut at a target length) but from sixteen topics with wider vocabularies, so
-//! that 100,000 of them spread over many neighbourhoods instead of piling up on a few
-//! templates that differ by a number: a graph over near-duplicates would measure the
-//! generator, not HNSW. Duplicates are not removed, as in real chat ("thanks!"), and the
-//! report counts them. Questions come from each topic's question templates, which no
-//! message uses, so a query is a paraphrase-like probe, never a copy of a stored text.
-//!
-//! The corpus for `n` messages is the first `n` of one stream, so smaller sizes are
-//! prefixes of larger ones.
+//! - `short_messages`: distinct messages from thirty everyday clauses over small word lists,
+//!   for the embedding benchmark, where only the mix of lengths matters.
+//! - `messages` and `questions`: clauses from sixteen topics with wider vocabularies, so that
+//!   100,000 messages spread over many neighbourhoods instead of piling up on a few templates
+//!   that differ by a number (a graph over near-duplicates would measure the generator, not
+//!   HNSW). Duplicates are not removed, as in real chat ("thanks!"), and the index report
+//!   counts them. Questions come from each topic's question templates, which no message uses,
+//!   so a query is a paraphrase-like probe, never a copy of a stored text. The stream for `n`
+//!   messages is the first `n` of one stream, so smaller sizes are prefixes of larger ones;
+//!   `Stream::numbered` gives independent streams of the same kind for the benchmarks that
+//!   fill a store.
 
-use crate::bench_embed::messages::{
-    CLOSERS, CONNECTORS, DAYS, MAX_WORDS, MIN_WORDS, OPENERS, SplitMix64,
+use std::collections::HashSet;
+
+use super::{
+    CITIES, COLOURS, Clauses, DAYS, FOODS, LANGUAGES, MONTHS, NAMES, PETS, PRODUCTS, PROJECTS,
+    SPORTS, Slot, SplitMix64, TIMES, capitalise, compose, fill, first, target_words,
 };
 
-/// Seeds of the two streams; any change to the texts changes the embedding cache's name, so
-/// these need no version of their own.
+/// Seeds of the streams; any change to the texts changes the index benchmark's embedding
+/// cache's name, so these need no version of their own.
+const SHORT_SEED: u64 = 0x6d65_6d6c_6179_6572;
 const MESSAGE_SEED: u64 = 0x6d6c_6978_2d63_6f72;
 const QUESTION_SEED: u64 = 0x6d6c_6978_2d71_7279;
+
+/// The short messages' clauses: every one has at least `MIN_WORDS` words, so a message of
+/// one clause is long enough.
+const CLAUSES: [&str; 30] = [
+    "can you check whether order {number} has shipped yet",
+    "my flight to {city} got moved to {day}",
+    "I still cannot log in to the dashboard",
+    "the invoice for {month} looks wrong to me",
+    "remind me to call {name} about the contract",
+    "we agreed to push the launch back by two weeks",
+    "the build on main has been failing since {day}",
+    "I prefer a window seat if there is one left",
+    "please summarise what {name} said in the meeting",
+    "my favourite colour is {colour}",
+    "the printer on the third floor is jammed again",
+    "could you book a table for {count} people at {time}",
+    "I am allergic to peanuts so keep that in mind",
+    "what did we decide about the {topic}",
+    "the client wants the report before {day}",
+    "I moved to {city} last {month}",
+    "my daughter has her birthday party on {day}",
+    "send the slides to {name} when they are ready",
+    "the wifi keeps dropping during video calls",
+    "let us revisit the budget for the {topic}",
+    "I ordered the {colour} one but got a grey one",
+    "the refund for ticket {number} never arrived",
+    "can we move the standup to {time} tomorrow",
+    "{name} is out sick so I am covering her shifts",
+    "the new pricing page confuses a lot of customers",
+    "I need the password reset link sent again",
+    "our hotel in {city} cancelled the booking without notice",
+    "the dentist appointment is on {day} at {time}",
+    "please add {name} to the {topic} channel",
+    "the delivery address should be the office not my flat",
+];
+
+/// Every other month, for the short messages.
+const EVERY_OTHER_MONTH: [&str; 6] = [
+    MONTHS[0], MONTHS[2], MONTHS[4], MONTHS[6], MONTHS[8], MONTHS[10],
+];
+
+/// The short messages' slots, in the order they are drawn.
+const SHORT_SLOTS: [Slot; 9] = [
+    Slot::Number,
+    Slot::Count,
+    Slot::Word("{city}", first(&CITIES, 6)),
+    Slot::Word("{day}", &DAYS),
+    Slot::Word("{month}", &EVERY_OTHER_MONTH),
+    Slot::Word("{name}", first(&NAMES, 8)),
+    Slot::Word("{colour}", first(&COLOURS, 6)),
+    Slot::Word("{topic}", first(&PROJECTS, 6)),
+    Slot::Word("{time}", first(&TIMES, 5)),
+];
+
+/// The topical messages' and questions' slots, in the order they are drawn.
+const SLOTS: [Slot; 15] = [
+    Slot::Number,
+    Slot::Count,
+    Slot::Amount,
+    Slot::Word("{name}", &NAMES),
+    Slot::Word("{city}", &CITIES),
+    Slot::Word("{day}", &DAYS),
+    Slot::Word("{month}", &MONTHS),
+    Slot::Word("{colour}", &COLOURS),
+    Slot::Word("{time}", &TIMES),
+    Slot::Word("{project}", &PROJECTS),
+    Slot::Word("{product}", &PRODUCTS),
+    Slot::Word("{food}", &FOODS),
+    Slot::Word("{pet}", &PETS),
+    Slot::Word("{language}", &LANGUAGES),
+    Slot::Word("{sport}", &SPORTS),
+];
 
 /// One subject of conversation: what people say about it, and what they later ask.
 struct Topic {
@@ -290,131 +367,56 @@ const QUESTION_OPENERS: [&str; 9] = [
     "hmm,",
     "ok so",
 ];
+/// `count` distinct short messages, the same on every call.
+pub(crate) fn short_messages(count: usize) -> Vec<String> {
+    let mut random = SplitMix64(SHORT_SEED);
+    let mut seen = HashSet::with_capacity(count);
+    let mut messages = Vec::with_capacity(count);
+    while messages.len() < count {
+        let target = target_words(&mut random);
+        let message = compose(&mut random, target, &mut ShortClauses);
+        if seen.insert(message.clone()) {
+            messages.push(message);
+        }
+    }
+    messages
+}
 
-const NAMES: [&str; 24] = [
-    "Alice", "Bob", "Priya", "Tomasz", "Mei", "Carlos", "Fatima", "Jonas", "Aisha", "Diego",
-    "Hannah", "Kenji", "Lena", "Marcus", "Nadia", "Oliver", "Rosa", "Samir", "Yuki", "Zoe",
-    "Grace", "Ivan", "Leila", "Pedro",
-];
-const CITIES: [&str; 20] = [
-    "Lisbon",
-    "Berlin",
-    "Osaka",
-    "Toronto",
-    "Nairobi",
-    "Lyon",
-    "Austin",
-    "Krakow",
-    "Seoul",
-    "Melbourne",
-    "Dublin",
-    "Mumbai",
-    "Oslo",
-    "Bogota",
-    "Cairo",
-    "Vancouver",
-    "Porto",
-    "Hanoi",
-    "Munich",
-    "Denver",
-];
-const MONTHS: [&str; 12] = [
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-];
-const COLOURS: [&str; 10] = [
-    "blue", "green", "red", "yellow", "black", "orange", "white", "purple", "navy", "pink",
-];
-const TIMES: [&str; 8] = [
-    "9am",
-    "noon",
-    "half past two",
-    "6pm",
-    "8 in the evening",
-    "7:30",
-    "quarter to eleven",
-    "lunchtime",
-];
-const PROJECTS: [&str; 14] = [
-    "marketing offsite",
-    "billing migration",
-    "office move",
-    "hiring plan",
-    "mobile release",
-    "security audit",
-    "data warehouse",
-    "partner portal",
-    "support rota",
-    "brand refresh",
-    "cloud migration",
-    "onboarding flow",
-    "sales kickoff",
-    "search revamp",
-];
-const PRODUCTS: [&str; 14] = [
-    "headphones",
-    "standing desk",
-    "coffee machine",
-    "backpack",
-    "monitor",
-    "keyboard",
-    "phone case",
-    "blender",
-    "jacket",
-    "running shoes",
-    "router",
-    "kettle",
-    "office chair",
-    "webcam",
-];
-const FOODS: [&str; 10] = [
-    "gluten",
-    "dairy",
-    "sugar",
-    "red meat",
-    "shellfish",
-    "spicy food",
-    "coffee",
-    "pasta",
-    "sushi",
-    "curry",
-];
-const PETS: [&str; 6] = ["Biscuit", "Luna", "Max", "Pepper", "Milo", "Olive"];
-const LANGUAGES: [&str; 8] = [
-    "Spanish",
-    "Japanese",
-    "German",
-    "Portuguese",
-    "Korean",
-    "Arabic",
-    "Italian",
-    "Polish",
-];
-const SPORTS: [&str; 7] = [
-    "tennis",
-    "squash",
-    "football",
-    "badminton",
-    "volleyball",
-    "chess",
-    "padel",
-];
-const CURRENCIES: [&str; 3] = ["euros", "dollars", "pounds"];
+struct ShortClauses;
+
+impl Clauses for ShortClauses {
+    fn next(&mut self, random: &mut SplitMix64) -> String {
+        fill(random.pick(&CLAUSES), &SHORT_SLOTS, random)
+    }
+}
 
 /// The first `count` messages of the corpus stream.
 pub(crate) fn messages(count: usize) -> Vec<String> {
-    let mut random = SplitMix64(MESSAGE_SEED);
-    (0..count).map(|_| message(&mut random)).collect()
+    Stream(SplitMix64(MESSAGE_SEED)).take(count).collect()
+}
+
+/// Topical messages without end; `messages` reads the first of these streams.
+pub(crate) struct Stream(SplitMix64);
+
+impl Stream {
+    /// Stream number `stream`, independent of the others and of the one `messages` reads.
+    pub(crate) fn numbered(stream: u64) -> Self {
+        Self(SplitMix64::stream(MESSAGE_SEED, stream.wrapping_add(1)))
+    }
+}
+
+impl Iterator for Stream {
+    type Item = String;
+
+    fn next(&mut self) -> Option<String> {
+        let random = &mut self.0;
+        let target = target_words(random);
+        let mut clauses = Topical {
+            topic: &TOPICS[random.below(TOPICS.len())],
+            last: None,
+        };
+        Some(compose(random, target, &mut clauses))
+    }
 }
 
 /// The first `count` questions of the query stream.
@@ -423,56 +425,41 @@ pub(crate) fn questions(count: usize) -> Vec<String> {
     (0..count).map(|_| question(&mut random)).collect()
 }
 
-fn message(random: &mut SplitMix64) -> String {
-    let target = MIN_WORDS + random.below(MAX_WORDS - MIN_WORDS + 1);
-    let mut topic = &TOPICS[random.below(TOPICS.len())];
-    let mut words: Vec<String> = Vec::new();
-    if random.below(3) == 0 {
-        push(&mut words, random.pick(&OPENERS));
-    }
-    let mut last = None;
-    loop {
-        let statement = next_statement(topic, last, random);
-        push(&mut words, &fill(statement, random));
-        last = Some(statement);
-        let room = target.saturating_sub(words.len());
-        if room == 0 {
-            break;
-        }
-        if room <= 3 {
-            push(&mut words, random.pick(&CLOSERS));
-            break;
-        }
-        push(&mut words, random.pick(&CONNECTORS));
-        // Chat drifts: now and then the next clause is about something else.
-        if random.below(4) == 0 {
-            topic = &TOPICS[random.below(TOPICS.len())];
-        }
-    }
-    words.truncate(target);
-    capitalise(&words.join(" "))
+/// Clauses from one topic at a time, never the same statement twice in a row: "we are
+/// hiring 4 engineers and we are hiring 7 engineers" reads like a generator, not a person.
+struct Topical {
+    topic: &'static Topic,
+    last: Option<&'static str>,
 }
 
-/// A statement of `topic`, never `last` again: "we are hiring 4 engineers and we are hiring
-/// 7 engineers" reads like a generator, not a person.
-fn next_statement(
-    topic: &Topic,
-    last: Option<&'static str>,
-    random: &mut SplitMix64,
-) -> &'static str {
-    let statements = topic.statements;
-    match last.and_then(|last| statements.iter().position(|&s| s == last)) {
-        Some(previous) => {
-            statements[(previous + 1 + random.below(statements.len() - 1)) % statements.len()]
+impl Clauses for Topical {
+    fn next(&mut self, random: &mut SplitMix64) -> String {
+        let statements = self.topic.statements;
+        let previous = self
+            .last
+            .and_then(|last| statements.iter().position(|&s| s == last));
+        let statement = match previous {
+            Some(previous) => {
+                statements[(previous + 1 + random.below(statements.len() - 1)) % statements.len()]
+            }
+            None => random.pick(statements),
+        };
+        self.last = Some(statement);
+        fill(statement, &SLOTS, random)
+    }
+
+    /// Chat drifts: now and then the next clause is about something else.
+    fn after_connector(&mut self, random: &mut SplitMix64) {
+        if random.below(4) == 0 {
+            self.topic = &TOPICS[random.below(TOPICS.len())];
         }
-        None => random.pick(statements),
     }
 }
 
 fn question(random: &mut SplitMix64) -> String {
     let topic = &TOPICS[random.below(TOPICS.len())];
     let opener = random.pick(&QUESTION_OPENERS);
-    let body = fill(random.pick(topic.questions), random);
+    let body = fill(random.pick(topic.questions), &SLOTS, random);
     let text = if opener.is_empty() {
         body
     } else {
@@ -481,57 +468,30 @@ fn question(random: &mut SplitMix64) -> String {
     capitalise(&format!("{text}?"))
 }
 
-fn push(words: &mut Vec<String>, text: &str) {
-    words.extend(text.split(' ').map(str::to_owned));
-}
-
-fn capitalise(text: &str) -> String {
-    let mut chars = text.chars();
-    chars
-        .next()
-        .map(|initial| initial.to_uppercase().chain(chars).collect())
-        .unwrap_or_default()
-}
-
-/// Replaces every slot of `template`; each slot's value is drawn whether or not the
-/// template uses it, so the stream's position does not depend on the template.
-fn fill(template: &str, random: &mut SplitMix64) -> String {
-    let number = (1000 + random.below(9000)).to_string();
-    let count = (2 + random.below(9)).to_string();
-    let amount = format!(
-        "{} {}",
-        10 * (2 + random.below(199)),
-        random.pick(&CURRENCIES)
-    );
-    let slots: [(&str, &str); 15] = [
-        ("{number}", &number),
-        ("{count}", &count),
-        ("{amount}", &amount),
-        ("{name}", random.pick(&NAMES)),
-        ("{city}", random.pick(&CITIES)),
-        ("{day}", random.pick(&DAYS)),
-        ("{month}", random.pick(&MONTHS)),
-        ("{colour}", random.pick(&COLOURS)),
-        ("{time}", random.pick(&TIMES)),
-        ("{project}", random.pick(&PROJECTS)),
-        ("{product}", random.pick(&PRODUCTS)),
-        ("{food}", random.pick(&FOODS)),
-        ("{pet}", random.pick(&PETS)),
-        ("{language}", random.pick(&LANGUAGES)),
-        ("{sport}", random.pick(&SPORTS)),
-    ];
-    let mut text = template.to_owned();
-    for (slot, value) in slots {
-        text = text.replace(slot, value);
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
-    use std::collections::HashSet;
-
+    use super::super::{MAX_WORDS, MIN_WORDS};
     use super::*;
+
+    #[test]
+    fn messages_are_distinct_deterministic_and_varied_in_length() {
+        let first = short_messages(1000);
+        assert_eq!(first, short_messages(1000));
+        let distinct: HashSet<&String> = first.iter().collect();
+        assert_eq!(distinct.len(), 1000);
+        let lengths: Vec<usize> = first
+            .iter()
+            .map(|message| message.split_whitespace().count())
+            .collect();
+        assert!(
+            lengths
+                .iter()
+                .all(|words| (MIN_WORDS..=MAX_WORDS).contains(words))
+        );
+        let short = lengths.iter().filter(|&&words| words <= 10).count();
+        let long = lengths.iter().filter(|&&words| words >= 30).count();
+        assert!(short > 100 && long > 100, "{short} short, {long} long");
+    }
 
     #[test]
     fn streams_are_deterministic_prefixes() {

@@ -1,14 +1,12 @@
-//! `cargo xtask bench`: the HTTP benchmark of a turn's two writes and reads. It builds the
+//! `cargo xtask bench appends`: the HTTP benchmark of a turn's two writes and reads. It builds the
 //! release server, starts it on a fresh data directory on 127.0.0.1, drives appends from one
 //! client and then from many, then asks one client's long session for its next context, and
 //! prints a markdown report with enough context (command, date, machine) to compare runs.
 //! Every append is a durable commit on the server, so the numbers are durable appends.
 //! `--baseline` runs the same scenarios against another build of the server (an older
 //! commit's) first, each on its own fresh data directory, for a side-by-side comparison in
-//! one run on the same machine.
-
-mod commit;
-mod load;
+//! one run on the same machine. The report ends with the store's commit modes measured in
+//! process by memlayer-bench (`commit-modes`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,10 +14,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 
+use super::load::{self, Scenario, ScenarioResult, Workload};
 use crate::server::Server;
 use crate::{cmd, metadata};
-use load::{Scenario, ScenarioResult, Workload};
-pub(crate) use load::{percentile, sentence};
 
 /// Run one after the other against the same server: the context client shows the latency of
 /// assembling a turn of a 100-exchange session (first, before the appends leave the embedder
@@ -72,7 +69,7 @@ pub(crate) fn run(root: &Path, seconds: u64, baseline: Option<&Path>) -> anyhow:
         measured_builds.push(BuildResults { label, results });
     }
     eprintln!("xtask: commit modes of the store, in process");
-    let commit_modes = commit::run(&runtime)?;
+    let commit_modes = super::in_process_output(root, &["commit-modes"])?;
 
     print_report(seconds, &measured_builds, &commit_modes)?;
     let errors: u64 = measured_builds
@@ -172,6 +169,11 @@ fn print_report(seconds: u64, builds: &[BuildResults], commit_modes: &str) -> an
     }
     println!();
     println!("### Store commit modes (in process, no HTTP)");
+    println!();
+    println!(
+        "memlayer-bench `commit-modes`: appends of the first messages of the corpus's chat \
+         stream (5 to 40 words), the same texts in every mode and round."
+    );
     println!();
     println!("{commit_modes}");
     Ok(())

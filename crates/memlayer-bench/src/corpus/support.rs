@@ -1,4 +1,4 @@
-//! The context benchmark's conversations: support chats between one customer and a support
+//! Support conversations, for the context benchmark: support chats between one customer and a support
 //! agent, generated from a fixed seed so every run stores exactly the same texts.
 //!
 //! A user message mixes a request (an order that has not arrived, a wrong invoice, a login
@@ -15,7 +15,7 @@
 
 use std::collections::HashSet;
 
-use crate::bench_embed::messages::{DAYS, SplitMix64};
+use super::{CITIES, DAYS, MONTHS, SplitMix64, capitalise, replace_slots};
 
 /// One turn: what the customer wrote and what support answered.
 pub(crate) struct Turn {
@@ -50,22 +50,10 @@ const PRODUCTS: [&str; 12] = [
     "laptop stand",
     "webcam",
 ];
-const CITIES: [&str; 8] = [
-    "Lisbon", "Berlin", "Osaka", "Toronto", "Nairobi", "Lyon", "Dublin", "Austin",
-];
-const MONTHS: [&str; 12] = [
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
+/// The first six cities of the shared list, then Dublin and Austin: the order the stored
+/// conversations were generated with.
+const SUPPORT_CITIES: [&str; 8] = [
+    CITIES[0], CITIES[1], CITIES[2], CITIES[3], CITIES[4], CITIES[5], CITIES[10], CITIES[6],
 ];
 const PLANS: [&str; 4] = ["Basic", "Plus", "Pro", "Business"];
 const CHANNELS: [&str; 4] = ["email", "phone", "sms", "whatsapp"];
@@ -242,7 +230,7 @@ struct Profile {
 /// A conversation of `turns` turns; `stream` picks an independent one (the main session is
 /// stream 0), the same on every call.
 pub(crate) fn conversation(stream: u64, turns: usize) -> Vec<Turn> {
-    let mut random = SplitMix64(SEED ^ stream.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let mut random = SplitMix64::stream(SEED, stream);
     let mut profile = Profile {
         first: random.pick(&FIRST_NAMES),
         last: random.pick(&LAST_NAMES),
@@ -299,13 +287,7 @@ fn user_message(random: &mut SplitMix64, profile: &Profile, turn: usize) -> Stri
 
 /// A clause as a sentence: capitalised, with a full stop.
 fn sentence(clause: &str) -> String {
-    let mut chars = clause.chars();
-    let mut text: String = match chars.next() {
-        Some(first) => first.to_uppercase().chain(chars).collect(),
-        None => String::new(),
-    };
-    text.push('.');
-    text
+    capitalise(clause) + "."
 }
 
 fn fill(template: &str, random: &mut SplitMix64, profile: &Profile) -> String {
@@ -332,7 +314,7 @@ fn fill(template: &str, random: &mut SplitMix64, profile: &Profile) -> String {
         ("{number}", (1 + random.below(200)).to_string()),
         ("{product}", random.pick(&PRODUCTS).to_owned()),
         ("{colour}", random.pick(&COLOURS).to_owned()),
-        ("{city}", random.pick(&CITIES).to_owned()),
+        ("{city}", random.pick(&SUPPORT_CITIES).to_owned()),
         ("{day}", random.pick(&DAYS).to_owned()),
         ("{month}", month.to_owned()),
         ("{date}", format!("{day} {month}")),
@@ -345,13 +327,7 @@ fn fill(template: &str, random: &mut SplitMix64, profile: &Profile) -> String {
         ("{carrier}", random.pick(&CARRIERS).to_owned()),
         ("{n}", (1 + random.below(100_000)).to_string()),
     ];
-    let mut text = template.to_owned();
-    for (slot, value) in &values {
-        if text.contains(slot) {
-            text = text.replace(slot, value);
-        }
-    }
-    text
+    replace_slots(template, &values)
 }
 
 /// `count` distinct questions, none of them in `avoid`, the same on every call.

@@ -1,4 +1,4 @@
-"""Reference embeddings for `cargo xtask bench-embed`.
+"""Reference embeddings for `cargo xtask bench embed` (memlayer-bench's `embed`).
 
 Runs the same model.onnx as memlayer-embed with the `onnxruntime` and `tokenizers` PyPI
 packages, the way sentence-transformers defines the model's embedding: tokenize (truncate at

@@ -1,7 +1,8 @@
-//! The store's commit modes side by side, in process (no HTTP): what two-phase commit and
-//! quick repair cost per durable append, for one writer and for 64 concurrent writers
-//! sharing group commits. Modes are interleaved over several rounds so a noisy neighbour on
-//! the shared machine hurts all of them alike.
+//! `commit-modes`: the store's commit modes side by side, in process (no HTTP): what two-phase
+//! commit and quick repair cost per durable append, for one writer and for 64 concurrent
+//! writers sharing group commits. Modes are interleaved over several rounds so a noisy
+//! neighbour on the shared machine hurts all of them alike. The appended texts are the first
+//! messages of the corpus's chat stream, the same in every mode and round.
 
 use std::time::{Duration, Instant};
 
@@ -10,7 +11,8 @@ use memlayer_store::{
     Access, Append, CommitMode, NewMessage, NewSession, Role, Store, StoreOptions,
 };
 
-use super::load::{percentile, sentence};
+use crate::corpus::chat;
+use crate::report::percentile;
 
 const MODES: [CommitMode; 3] = [
     CommitMode::QuickRepair,
@@ -30,7 +32,15 @@ struct ModeResult {
     concurrent_elapsed: Duration,
 }
 
-pub(crate) fn run(runtime: &tokio::runtime::Runtime) -> anyhow::Result<String> {
+pub(crate) fn run() -> anyhow::Result<String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("could not start the runtime")?;
+    let texts = Texts(chat::messages(
+        SEQUENTIAL_APPENDS + CONCURRENT_WRITERS * APPENDS_PER_WRITER,
+    ));
+    let texts = std::sync::Arc::new(texts);
     let mut results: Vec<ModeResult> = MODES.iter().map(|_| ModeResult::default()).collect();
     for _ in 0..ROUNDS {
         for (mode, result) in MODES.iter().zip(&mut results) {
@@ -39,17 +49,33 @@ pub(crate) fn run(runtime: &tokio::runtime::Runtime) -> anyhow::Result<String> {
                 dir.path().join("memlayer.redb"),
                 StoreOptions::default().with_commit(*mode),
             )?;
-            runtime.block_on(measure(&store, result))?;
+            runtime.block_on(measure(&store, &texts, result))?;
         }
     }
     Ok(report(&results))
 }
 
-fn append(client: usize, sequence: usize) -> Append {
+/// The texts appended: the sequential writer's first, then each concurrent writer's.
+struct Texts(Vec<String>);
+
+impl Texts {
+    /// The `sequence`th text of writer `client`; the sequential writer is client 0 with its
+    /// own texts.
+    fn get(&self, concurrent: bool, client: usize, sequence: usize) -> String {
+        let index = if concurrent {
+            SEQUENTIAL_APPENDS + client * APPENDS_PER_WRITER + sequence
+        } else {
+            sequence
+        };
+        self.0[index].clone()
+    }
+}
+
+fn append(content: String) -> Append {
     Append {
         messages: vec![NewMessage {
             role: Role::User,
-            content: sentence(client, sequence),
+            content,
             token_count: 20,
             timestamp: None,
             metadata: Default::default(),
@@ -63,7 +89,11 @@ fn append(client: usize, sequence: usize) -> Append {
     }
 }
 
-async fn measure(store: &Store, result: &mut ModeResult) -> anyhow::Result<()> {
+async fn measure(
+    store: &Store,
+    texts: &std::sync::Arc<Texts>,
+    result: &mut ModeResult,
+) -> anyhow::Result<()> {
     let started = Instant::now();
     for sequence in 0..SEQUENTIAL_APPENDS {
         let begun = Instant::now();
@@ -72,7 +102,7 @@ async fn measure(store: &Store, result: &mut ModeResult) -> anyhow::Result<()> {
             .append(
                 &Access::tenant_wide("bench"),
                 "sequential",
-                append(0, sequence),
+                append(texts.get(false, 0, sequence)),
             )
             .await?;
         result.sequential.push(begun.elapsed());
@@ -83,6 +113,7 @@ async fn measure(store: &Store, result: &mut ModeResult) -> anyhow::Result<()> {
     let writers: Vec<_> = (0..CONCURRENT_WRITERS)
         .map(|client| {
             let store = store.clone();
+            let texts = texts.clone();
             tokio::spawn(async move {
                 for sequence in 0..APPENDS_PER_WRITER {
                     store
@@ -90,7 +121,7 @@ async fn measure(store: &Store, result: &mut ModeResult) -> anyhow::Result<()> {
                         .append(
                             &Access::tenant_wide("bench"),
                             &format!("writer-{client}"),
-                            append(client, sequence),
+                            append(texts.get(true, client, sequence)),
                         )
                         .await?;
                 }

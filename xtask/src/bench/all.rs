@@ -1,4 +1,4 @@
-//! `cargo xtask bench --all`: every benchmark in one run, and docs/benchmarks.md written from
+//! `cargo xtask bench all`: every benchmark in one run, and docs/benchmarks.md written from
 //! what they printed. Each benchmark runs as a child process of this (release) xtask and
 //! prints its markdown section on stdout; this adds the machine, the date, the command and the
 //! load average around each one. The file's hand-written part — analysis and earlier runs,
@@ -11,12 +11,12 @@ use std::time::Instant;
 
 use anyhow::Context;
 
-use crate::bench_embed::load_average;
+use super::load_average;
 use crate::cmd;
 
 /// The line that ends the generated part of docs/benchmarks.md; what follows is kept.
 const HAND_WRITTEN: &str =
-    "<!-- Everything above is written by `cargo xtask bench --all`; edit below this line. -->";
+    "<!-- Everything above is written by `cargo xtask bench all`; edit below this line. -->";
 
 /// One benchmark: its name in the summary and the arguments of its task, full and quick.
 struct Benchmark {
@@ -28,38 +28,38 @@ struct Benchmark {
 const BENCHMARKS: [Benchmark; 7] = [
     Benchmark {
         name: "HTTP appends, context and commit modes",
-        full: &["bench", "--seconds", "10"],
-        quick: &["bench", "--seconds", "3"],
+        full: &["bench", "appends", "--seconds", "10"],
+        quick: &["bench", "appends", "--seconds", "3"],
     },
     Benchmark {
         name: "embedding throughput against Python onnxruntime",
-        full: &["bench-embed"],
-        quick: &["bench-embed"],
+        full: &["bench", "embed"],
+        quick: &["bench", "embed"],
     },
     Benchmark {
         name: "vector index against the exact scan",
-        full: &["bench-index", "--sizes", "10000,100000"],
-        quick: &["bench-index", "--sizes", "10000", "--queries", "300"],
+        full: &["bench", "index", "--sizes", "10000,100000"],
+        quick: &["bench", "index", "--sizes", "10000", "--queries", "300"],
     },
     Benchmark {
         name: "context of a 1,000-turn session",
-        full: &["bench-context"],
-        quick: &["bench-context", "--iterations", "60"],
+        full: &["bench", "context"],
+        quick: &["bench", "context", "--iterations", "60"],
     },
     Benchmark {
         name: "long-term memory recall",
-        full: &["bench-memory", "--sizes", "10000,100000"],
-        quick: &["bench-memory", "--sizes", "10000", "--queries", "200"],
+        full: &["bench", "memory", "--sizes", "10000,100000"],
+        quick: &["bench", "memory", "--sizes", "10000", "--queries", "200"],
     },
     Benchmark {
         name: "purge of many conversations",
-        full: &["bench-purge", "--sessions", "100000"],
-        quick: &["bench-purge", "--sessions", "10000"],
+        full: &["bench", "purge", "--sessions", "100000"],
+        quick: &["bench", "purge", "--sessions", "10000"],
     },
     Benchmark {
         name: "recovery time by store size",
-        full: &["bench-recovery", "--sizes-mib", "250,500,1000"],
-        quick: &["bench-recovery", "--sizes-mib", "100,200"],
+        full: &["bench", "recovery", "--sizes-mib", "250,500,1000"],
+        quick: &["bench", "recovery", "--sizes-mib", "100,200"],
     },
 ];
 
@@ -74,7 +74,7 @@ pub(crate) fn run(root: &Path, quick: bool) -> anyhow::Result<()> {
         } else {
             benchmark.full
         };
-        eprintln!("xtask: bench --all: {}", args.join(" "));
+        eprintln!("xtask: bench all: {}", args.join(" "));
         let load_before = load_average()?;
         let start = Instant::now();
         let mut command = Command::new(&exe);
@@ -97,9 +97,9 @@ pub(crate) fn run(root: &Path, quick: bool) -> anyhow::Result<()> {
         .split_once(HAND_WRITTEN)
         .map_or(existing.as_str(), |(_, after)| after);
     let command = if quick {
-        "bench --all --quick"
+        "bench all --quick"
     } else {
-        "bench --all"
+        "bench all"
     };
     let mut text = String::new();
     let _ = writeln!(text, "# Benchmarks\n");
@@ -157,4 +157,25 @@ fn machine() -> anyhow::Result<String> {
         std::env::consts::OS,
         std::env::consts::ARCH
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::BENCHMARKS;
+
+    /// Every command `bench all` runs is a command of this xtask (the options of the
+    /// in-process benchmarks go on to memlayer-bench, which checks them itself).
+    #[test]
+    fn every_benchmark_command_parses() {
+        for benchmark in &BENCHMARKS {
+            for args in [benchmark.full, benchmark.quick] {
+                let argv = std::iter::once("xtask").chain(args.iter().copied());
+                if let Err(error) = crate::Cli::try_parse_from(argv) {
+                    panic!("`cargo xtask {}` does not parse: {error}", args.join(" "));
+                }
+            }
+        }
+    }
 }

@@ -1,4 +1,4 @@
-//! `cargo xtask bench-purge`: how long the real server takes to purge many conversations and
+//! `cargo xtask bench purge`: how long the real server takes to purge many conversations and
 //! how much disk the purge gives back. A release server on a fresh data directory receives
 //! `--sessions` small conversations (one user message and one answer each, one append per
 //! conversation, 64 clients at once so the store's group commit batches them); then
@@ -21,8 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail, ensure};
 use serde::Serialize;
 
-use crate::bench::sentence;
-use crate::bench_embed::load_average;
+use super::{load_average, sentence};
 use crate::server::{Server, admin_client};
 use crate::{cmd, metadata};
 

@@ -1,4 +1,4 @@
-//! `cargo xtask bench-index`: the vector index on real all-MiniLM-L6-v2 embeddings of chat
+//! `index`: the vector index on real all-MiniLM-L6-v2 embeddings of chat
 //! text, HNSW side by side with the exact scan in the same run.
 //!
 //! For each corpus size it builds a [`VectorIndex`] with the default configuration through
@@ -12,7 +12,6 @@
 //! come from here. Embedding is the slow part, so vectors are cached under the target
 //! directory (see `vectors`).
 
-mod chat;
 mod measure;
 mod vectors;
 
@@ -25,8 +24,8 @@ use anyhow::{Context, ensure};
 use memlayer_embed::{Assets, Embedder, EmbedderOptions, ModelIdentity};
 use memlayer_index::{VectorConfig, VectorIndex};
 
-use crate::bench_embed::load_average;
-use crate::{metadata, setup};
+use crate::corpus::chat;
+use crate::report::{self, load_average};
 use measure::{Hits, ROUNDS, THREADS, Timing};
 
 /// Neighbours per query, as in the recall@10.
@@ -72,7 +71,13 @@ struct CrossoverRow {
     hnsw: Timing,
 }
 
-pub(crate) fn run(root: &Path, sizes: &[usize], queries: usize) -> anyhow::Result<()> {
+pub(crate) fn run(
+    root: &Path,
+    assets: &Assets,
+    target_dir: &Path,
+    sizes: &[usize],
+    queries: usize,
+) -> anyhow::Result<()> {
     let mut sizes = sizes.to_vec();
     sizes.sort_unstable();
     sizes.dedup();
@@ -81,15 +86,14 @@ pub(crate) fn run(root: &Path, sizes: &[usize], queries: usize) -> anyhow::Resul
         "give at least one size, each at least {K}"
     );
     ensure!(queries > 0, "give at least one query");
-    let assets = Assets::in_dir(setup::run(root)?);
-    let dir = metadata::read(root)?.target_directory.join("bench-index");
+    let dir = target_dir.join("bench-index");
     fs::create_dir_all(&dir).with_context(|| format!("could not create {}", dir.display()))?;
     let load_before = load_average()?;
 
     // Everything is embedded before anything is measured, so the model's threads are idle
     // (and shut down) while the index is timed.
     let embedder = Embedder::open(
-        &assets,
+        assets,
         EmbedderOptions {
             // Every text is embedded once; a cache would only hold memory.
             cache_capacity: 0,
@@ -160,7 +164,7 @@ fn measure_size(
     dir: &Path,
 ) -> anyhow::Result<SizeResult> {
     let size = corpus.size;
-    eprintln!("xtask: {size} vectors: insert_batch");
+    eprintln!("memlayer-bench: {size} vectors: insert_batch");
     let start = Instant::now();
     let mut index = VectorIndex::new(VectorConfig::new(dimension))?;
     index.insert_batch(corpus.vectors(dimension))?;
@@ -169,11 +173,11 @@ fn measure_size(
     let has_graph = index.has_graph();
     let default_ef = index.config().ef_search;
 
-    eprintln!("xtask: {size} vectors: search_exact");
+    eprintln!("memlayer-bench: {size} vectors: search_exact");
     let exact = measure::time(queries, |query| index.search_exact(query, K, None))?;
     let mut hnsw = Vec::new();
     if has_graph {
-        eprintln!("xtask: {size} vectors: search, ef_search {default_ef}");
+        eprintln!("memlayer-bench: {size} vectors: search, ef_search {default_ef}");
         let timing = measure::time(queries, |query| index.search(query, K, None))?;
         hnsw.push((default_ef, timing));
     }
@@ -196,7 +200,7 @@ fn measure_size(
     };
     let mut loads = Vec::new();
     for ef in load_efs {
-        eprintln!("xtask: {size} vectors: load with ef_search {ef}");
+        eprintln!("memlayer-bench: {size} vectors: load with ef_search {ef}");
         let mut config = VectorConfig::new(dimension);
         config.ef_search = ef;
         let start = Instant::now();
@@ -209,7 +213,7 @@ fn measure_size(
             "the loaded index differs: {loaded:?}"
         );
         if has_graph {
-            eprintln!("xtask: {size} vectors: search, ef_search {ef}");
+            eprintln!("memlayer-bench: {size} vectors: search, ef_search {ef}");
             let timing = measure::time(queries, |query| loaded.search(query, K, None))?;
             hnsw.push((ef, timing));
         }
@@ -236,7 +240,7 @@ fn crossover(
 ) -> anyhow::Result<Vec<CrossoverRow>> {
     let mut rows = Vec::new();
     for size in CROSSOVER.into_iter().filter(|&size| size < corpus.size) {
-        eprintln!("xtask: crossover at {size} vectors");
+        eprintln!("memlayer-bench: crossover at {size} vectors");
         let mut config = VectorConfig::new(dimension);
         // A threshold of zero gives every index a graph, so both searches run on the same
         // vectors at sizes where the default would only scan.
@@ -266,7 +270,7 @@ fn print_header(
     [load_before, load_after]: [String; 2],
 ) -> anyhow::Result<()> {
     let distinct: HashSet<&String> = questions.iter().collect();
-    crate::bench_embed::print_run_header(
+    report::print_run_header(
         "memlayer vector index benchmark",
         &[load_before, load_after],
     )?;

@@ -1,4 +1,4 @@
-//! `cargo xtask bench-memory`: the latency of recalling long-term memories
+//! `memory`: the latency of recalling long-term memories
 //! (`LongTermMemory::recall`, behind `POST /v1/memories/search`) when one user has 10,000
 //! memories and when many users share the store. The issue's goal is p95 < 10 ms without the
 //! query's embedding.
@@ -17,7 +17,6 @@
 //! is recall with a precomputed query vector.
 
 use std::fmt::Write as _;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
@@ -28,9 +27,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::task::JoinSet;
 
-use crate::bench::percentile;
-use crate::bench_embed::load_average;
-use crate::setup;
+use crate::corpus::memories::{self, TOPICS, questions};
+use crate::report::{command_line, load_average, percentile};
 
 const TENANT: &str = "default";
 const AGENT: &str = "assistant";
@@ -49,68 +47,6 @@ const SEED: u64 = 5;
 /// cosine of about 0.9 to it and 0.8 to each other, as paraphrases do with all-MiniLM-L6-v2.
 const NOISE_NORM: f32 = 0.5;
 
-/// What memories are about; each is embedded once and its vector is the centre of its
-/// memories' vectors.
-pub(crate) const TOPICS: [&str; 24] = [
-    "prefers email over phone calls",
-    "works as a data engineer at a logistics company",
-    "is allergic to peanuts",
-    "has a daughter called Mia who plays the violin",
-    "wants answers in short bullet points",
-    "is training for the Berlin marathon",
-    "reports to Sam, the head of finance",
-    "uses a MacBook Pro with an external keyboard",
-    "is vegetarian and does not eat fish",
-    "moved from Lisbon to Amsterdam last spring",
-    "pays invoices through the corporate card",
-    "is learning Japanese for a trip to Kyoto",
-    "never wants to be contacted on weekends",
-    "drives an electric car and charges at work",
-    "manages the onboarding of new support staff",
-    "prefers the dark theme in every application",
-    "has a dog named Pixel that needs walks at noon",
-    "is saving for a house near the coast",
-    "writes most of their code in Rust and Python",
-    "plays five-a-side football on Thursday evenings",
-    "needs accessible documents with large fonts",
-    "travels to London twice a month for meetings",
-    "keeps their budget in a shared spreadsheet",
-    "is the main contact for the Acme account",
-];
-const OPENERS: [&str; 6] = ["The user", "They", "Customer", "User", "The client", "She"];
-const DETAILS: [&str; 12] = [
-    "since March",
-    "according to the last call",
-    "as of this quarter",
-    "for the Paris office",
-    "on weekdays",
-    "when travelling",
-    "unless it is urgent",
-    "for the foreseeable future",
-    "per the support ticket",
-    "as mentioned twice",
-    "at home and at work",
-    "this year",
-];
-const QUESTION_OPENERS: [&str; 8] = [
-    "What do we know about how the user",
-    "Remind me whether the customer",
-    "Is it true that the user",
-    "Before I reply: the user",
-    "Check if the client",
-    "Do you remember that the user",
-    "Quick question, the customer",
-    "Confirm that the user",
-];
-const QUESTION_ENDINGS: [&str; 6] = [
-    "?",
-    " right now?",
-    " still?",
-    " or not?",
-    " today?",
-    " at all?",
-];
-
 /// One store size's results.
 struct Measured {
     memories: usize,
@@ -127,26 +63,25 @@ struct Measured {
     without_embedding: Vec<Duration>,
 }
 
-pub(crate) fn run(root: &Path, sizes: &[usize], queries: usize) -> anyhow::Result<()> {
+pub(crate) fn run(assets: &Assets, sizes: &[usize], queries: usize) -> anyhow::Result<()> {
     ensure!(queries > 0, "give at least one query");
-    let total_questions = QUESTION_OPENERS.len() * TOPICS.len() * QUESTION_ENDINGS.len();
+    let total_questions = memories::QUESTIONS;
     ensure!(
         queries + WARM_UP <= total_questions,
         "at most {} queries: there are {total_questions} distinct questions",
         total_questions - WARM_UP
     );
-    let assets = Assets::in_dir(setup::run(root)?);
     let load_before = load_average()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("could not start the runtime")?;
-    let embedder = Embedder::open(&assets, EmbedderOptions::default())?;
+    let embedder = Embedder::open(assets, EmbedderOptions::default())?;
     let result = (|| {
         let centres = embedder.embed_blocking(TENANT, &TOPICS)?;
         let mut results = Vec::new();
         for &size in sizes {
-            eprintln!("xtask: {size} memories");
+            eprintln!("memlayer-bench: {size} memories");
             // Every size asks the same questions: without this, the next size would find
             // the "new" questions' vectors in the embedder's cache.
             embedder.clear_cache(TENANT);
@@ -274,7 +209,7 @@ async fn load(
             written += 1;
         }
         if reported.elapsed() > Duration::from_secs(10) {
-            eprintln!("xtask: {written} of {size} memories stored");
+            eprintln!("memlayer-bench: {written} of {size} memories stored");
             reported = Instant::now();
         }
     }
@@ -290,18 +225,7 @@ fn memory(
     users: usize,
     start_time: u64,
 ) -> Memory {
-    let topic = rng.random_range(0..TOPICS.len());
-    let mut text = format!(
-        "{} {} {}",
-        OPENERS[rng.random_range(0..OPENERS.len())],
-        TOPICS[topic],
-        DETAILS[rng.random_range(0..DETAILS.len())],
-    );
-    // A third carry a reference number, as memories about orders and tickets do: the keyword
-    // index then holds many rare terms besides the common ones.
-    if rng.random_bool(1.0 / 3.0) {
-        let _ = write!(text, " (ref {})", rng.random_range(10_000..100_000));
-    }
+    let (topic, text) = memories::statement(rng);
     let vector = near(rng, &centres[topic]);
     let kinds = [
         MemoryKind::Fact,
@@ -344,27 +268,6 @@ pub(crate) fn near(rng: &mut StdRng, centre: &[f32]) -> Vec<f32> {
     vector
 }
 
-/// `count` distinct questions, in an order that mixes topics.
-fn questions(count: usize) -> Vec<String> {
-    let mut rng = StdRng::seed_from_u64(SEED + 1);
-    let mut all: Vec<String> = QUESTION_OPENERS
-        .iter()
-        .flat_map(|opener| {
-            TOPICS.iter().flat_map(move |topic| {
-                QUESTION_ENDINGS
-                    .iter()
-                    .map(move |ending| format!("{opener} {topic}{ending}"))
-            })
-        })
-        .collect();
-    // Fisher–Yates with the seeded generator, so every run asks the same questions.
-    for i in (1..all.len()).rev() {
-        all.swap(i, rng.random_range(0..=i));
-    }
-    all.truncate(count);
-    all
-}
-
 /// The resident set size of this process, from `/proc/self/status`.
 fn rss_bytes() -> anyhow::Result<u64> {
     let status =
@@ -384,11 +287,10 @@ fn ms(duration: Duration) -> f64 {
 
 fn report(results: &[Measured], queries: usize, load: [String; 2]) -> String {
     let mut out = String::new();
-    let command: Vec<String> = std::env::args().skip(1).collect();
     let _ = writeln!(out, "## Long-term memory recall\n");
     let _ = writeln!(
         out,
-        "Command: `cargo xtask {}`. Load average {} before / {} after. {queries} questions \
+        "Command: `{}`. Load average {} before / {} after. {queries} questions \
          per size, each asked new (its embedding in the time) then again (its vector cached: \
          recall with a precomputed query vector); k {K}, asked by user 0's agent, which sees \
          all of that user's memories (half its own, half shared by every agent). Memories stored with \
@@ -397,7 +299,7 @@ fn report(results: &[Measured], queries: usize, load: [String; 2]) -> String {
          the HNSW graphs of the partitions larger than 5,000 by `LongTermMemory::build_graphs` \
          (the server's background builder; recall scans those partitions until then), then \
          the recalls are timed.\n",
-        command.join(" "),
+        command_line(),
         load[0],
         load[1],
         TOPICS.len(),
@@ -451,14 +353,6 @@ fn report(results: &[Measured], queries: usize, load: [String; 2]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn questions_are_distinct_and_repeatable() {
-        let first = questions(500);
-        let unique: std::collections::HashSet<&String> = first.iter().collect();
-        assert_eq!(unique.len(), 500);
-        assert_eq!(first, questions(500));
-    }
 
     #[test]
     fn memories_are_repeatable_and_unit_length() {

@@ -1,19 +1,24 @@
 //! The Python side of the embedding benchmark: a virtual environment under the target
 //! directory with pinned `onnxruntime`, `tokenizers` and `numpy` (never installed globally),
-//! and runs of `xtask/python/embed_reference.py` in it.
+//! and runs of `python/embed_reference.py` in it.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use serde::Deserialize;
 
-use crate::cmd;
+/// The onnxruntime release whose library `cargo xtask setup` installs for the Rust side
+/// (xtask/src/setup.rs, `ONNXRUNTIME`), pinned here too so both sides run the same ONNX
+/// Runtime.
+pub(crate) const ONNXRUNTIME: &str = "onnxruntime==1.24.4";
 
-/// What the reference script needs, pinned. onnxruntime is the release whose library
-/// `cargo xtask setup` installs for the Rust side, so both run the same ONNX Runtime.
+/// What the reference script needs, pinned.
 const REQUIREMENTS: &str = "onnxruntime==1.24.4\ntokenizers==0.23.3\nnumpy==2.4.6\n";
+
+/// The reference script.
+pub(crate) const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/python/embed_reference.py");
 
 /// A ready virtual environment.
 pub(crate) struct Venv {
@@ -42,25 +47,25 @@ impl Venv {
     /// Creates `<target>/embed-bench-venv` and installs the requirements, unless a previous
     /// run left it with exactly these requirements. pip may take the onnxruntime wheel that
     /// setup downloaded to `<target>/wheels` instead of fetching it again.
-    pub(crate) fn ensure(root: &Path, target_dir: &Path) -> anyhow::Result<Self> {
+    pub(crate) fn ensure(target_dir: &Path) -> anyhow::Result<Self> {
         let dir = target_dir.join("embed-bench-venv");
         let python = dir.join("bin").join("python");
         let marker = dir.join("memlayer-requirements.txt");
         let venv = Self {
             python,
-            script: root.join("xtask/python/embed_reference.py"),
+            script: PathBuf::from(SCRIPT),
         };
         if fs::read_to_string(&marker).is_ok_and(|installed| installed == REQUIREMENTS) {
             return Ok(venv);
         }
         eprintln!(
-            "xtask: creating {} (pinned: {})",
+            "memlayer-bench: creating {} (pinned: {})",
             dir.display(),
             REQUIREMENTS.trim().replace('\n', " ")
         );
         let mut create = Command::new("python3");
         create.args(["-m", "venv", "--clear"]).arg(&dir);
-        cmd::run(create).context("could not create the benchmark's Python virtual environment")?;
+        run(create).context("could not create the benchmark's Python virtual environment")?;
         // The marker is written last, so an interrupted install is redone next time.
         fs::write(dir.join("requirements.txt"), REQUIREMENTS)
             .context("could not write the venv's requirements")?;
@@ -78,7 +83,7 @@ impl Venv {
             .arg(target_dir.join("wheels"))
             .arg("--requirement")
             .arg(dir.join("requirements.txt"));
-        cmd::run(install).context("could not install the reference script's packages")?;
+        run(install).context("could not install the reference script's packages")?;
         fs::write(&marker, REQUIREMENTS).context("could not write the venv's marker")?;
         Ok(venv)
     }
@@ -101,7 +106,7 @@ impl Venv {
             .args(["--max-length", &settings.max_length.to_string()])
             .arg("--vectors-out")
             .arg(vectors_out);
-        let output = cmd::output(command)?;
+        let output = output(command)?;
         let run: Run = serde_json::from_str(output.trim())
             .with_context(|| format!("the reference script printed {output:?}"))?;
         let bytes = fs::read(vectors_out)
@@ -112,4 +117,27 @@ impl Venv {
             .collect();
         Ok((run, vectors))
     }
+}
+
+/// Runs a command to completion with inherited standard streams, failing on a non-zero exit.
+fn run(mut command: Command) -> anyhow::Result<()> {
+    let status = command
+        .status()
+        .with_context(|| format!("could not start {command:?}"))?;
+    if !status.success() {
+        bail!("{command:?} exited with {status}");
+    }
+    Ok(())
+}
+
+/// Runs a command and returns its standard output; its standard error is passed through.
+fn output(mut command: Command) -> anyhow::Result<String> {
+    let output = command
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("could not start {command:?}"))?;
+    if !output.status.success() {
+        bail!("{command:?} exited with {}", output.status);
+    }
+    String::from_utf8(output.stdout).with_context(|| format!("{command:?} printed non-UTF-8"))
 }

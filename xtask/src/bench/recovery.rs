@@ -1,14 +1,15 @@
-//! `cargo xtask bench-recovery`: how long a data directory of a given size takes to open and
+//! `cargo xtask bench recovery`: how long a data directory of a given size takes to open and
 //! to serve again after a stop or crash. The store verifies every page checksum when it opens,
 //! and a start rebuilds the vector and keyword indexes from the store, so both grow with the
 //! data; this measures how.
 //!
-//! One data directory is grown through the real store to each size in turn (`--sizes-mib`):
-//! conversations of long messages appended in batches, and for every message a vector stored
-//! through `Store::store_embeddings`, as the embedding pipeline stores them — seeded vectors
-//! around real embeddings of a few topics, since embedding a gigabyte of text with the model
-//! would take hours here. At each size it times, with nothing else running on the directory:
-//! `Store::open` alone (in this process), `memlayer check --data-dir` (store, model, index
+//! One data directory is grown through the real store to each size in turn (`--sizes-mib`)
+//! by memlayer-bench's `recovery-fill`: conversations of long messages appended in batches,
+//! and for every message a vector stored through `Store::store_embeddings`, as the embedding
+//! pipeline stores them — seeded vectors around real embeddings of a few topics, since
+//! embedding a gigabyte of text with the model would take hours here. At each size it times,
+//! with nothing else running on the directory: `Store::open` alone (in memlayer-bench, after
+//! the fill), `memlayer check --data-dir` (store, model, index
 //! rebuild, and a search for every stored vector), and `memlayer serve` from spawn until
 //! `/readyz` answers, until the stored messages' keywords are indexed and until its vector
 //! index has its HNSW graph (both done in the background after the server is ready;
@@ -23,36 +24,31 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
-use memlayer_embed::{Assets, Embedder, EmbedderOptions};
-use memlayer_store::{
-    Access, Append, EmbeddingModel, Metadata, NewMessage, NewSession, Role, Store,
-};
-use rand::SeedableRng;
-use rand::rngs::StdRng;
-use tokio::task::JoinSet;
+use serde::Deserialize;
 
-use crate::bench::sentence;
-use crate::bench_embed::load_average;
-use crate::bench_memory::{TOPICS, near};
+use super::load_average;
 use crate::server::{Server, admin_client};
-use crate::{cmd, metadata, setup};
+use crate::{cmd, metadata};
 
-const TENANT: &str = "default";
-/// Sessions appended at once (the group commit batches them) and messages per append.
-const SESSIONS_PER_ROUND: usize = 64;
-const MESSAGES_PER_SESSION: usize = 50;
-/// Sentences of about 20 words per message: some 5 KB, a long answer.
-const SENTENCES_PER_MESSAGE: usize = 40;
-/// Messages embedded per `store_embeddings` call.
-const EMBED_BATCH: usize = 2_000;
 /// A start that rebuilds the index of a large store takes minutes; this bounds a broken one.
 const START_TIMEOUT: Duration = Duration::from_secs(3_600);
-const SEED: u64 = 8;
+
+/// What memlayer-bench's `recovery-fill` printed: the store after it grew.
+#[derive(Deserialize)]
+struct Filled {
+    sessions: usize,
+    messages: usize,
+    mean_message_bytes: u64,
+    file_bytes: u64,
+    store_open_secs: f64,
+    messages_per_session: usize,
+}
 
 /// Figures at one size.
 struct Measured {
     file_bytes: u64,
     messages: usize,
+    messages_per_session: usize,
     store_open: Duration,
     check: Duration,
     check_verdict: String,
@@ -69,13 +65,6 @@ struct Start {
     keywords: Duration,
     /// Until the vector index searches through its graph.
     graph: Duration,
-}
-
-/// What has been written so far; the next size continues from it.
-struct Filler {
-    rng: StdRng,
-    sessions: usize,
-    messages: usize,
 }
 
 pub(crate) fn run(root: &Path, sizes_mib: &[u64], baseline: Option<&Path>) -> anyhow::Result<()> {
@@ -95,18 +84,6 @@ pub(crate) fn run(root: &Path, sizes_mib: &[u64], baseline: Option<&Path>) -> an
     }
     builds.push(("this build".to_owned(), binary.clone()));
     let log = target_dir.join("bench-recovery-server.log");
-    let assets = Assets::in_dir(setup::run(root)?);
-    let embedder = Embedder::open(&assets, EmbedderOptions::default())?;
-    let identity = embedder.identity().clone();
-    let centres = embedder.embed_blocking(TENANT, &TOPICS);
-    embedder.shutdown();
-    let centres = centres?;
-    let model = EmbeddingModel {
-        name: identity.name,
-        sha256: identity.sha256,
-        dimension: u32::try_from(identity.dimension)?,
-    };
-
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -115,31 +92,33 @@ pub(crate) fn run(root: &Path, sizes_mib: &[u64], baseline: Option<&Path>) -> an
         .prefix("memlayer-bench-recovery-")
         .tempdir_in(&target_dir)
         .context("could not create the benchmark's data directory")?;
-    let store_path = data_dir.path().join("memlayer.redb");
     let load_before = load_average()?;
-    let mut filler = Filler {
-        rng: StdRng::seed_from_u64(SEED),
-        sessions: 0,
-        messages: 0,
-    };
+    let mut sessions = 0;
     let mut results = Vec::new();
+    let mut message_bytes = 0;
     for &mib in sizes_mib {
         eprintln!("xtask: growing the store to {mib} MiB");
-        runtime.block_on(fill(
-            &store_path,
-            &model,
-            &centres,
-            mib * 1024 * 1024,
-            &mut filler,
-        ))?;
-        let file_bytes = std::fs::metadata(&store_path)?.len();
+        let filled = super::in_process_output(
+            root,
+            &[
+                "recovery-fill",
+                "--data-dir",
+                &data_dir.path().display().to_string(),
+                "--mib",
+                &mib.to_string(),
+                "--first-session",
+                &sessions.to_string(),
+            ],
+        )?;
+        let filled: Filled = serde_json::from_str(filled.trim())
+            .with_context(|| format!("`memlayer-bench recovery-fill` printed {filled:?}"))?;
+        sessions = filled.sessions;
+        if message_bytes == 0 {
+            message_bytes = filled.mean_message_bytes;
+        }
         // A clean stop leaves a snapshot; the first measured start must rebuild from the
         // store, as after a crash.
         let _ = std::fs::remove_file(data_dir.path().join("vectors.idx"));
-
-        let start = Instant::now();
-        Store::open(&store_path)?.shutdown();
-        let store_open = start.elapsed();
 
         eprintln!("xtask: memlayer check");
         let start = Instant::now();
@@ -176,105 +155,21 @@ pub(crate) fn run(root: &Path, sizes_mib: &[u64], baseline: Option<&Path>) -> an
             starts.push((name.clone(), no_snapshot, with_snapshot));
         }
         results.push(Measured {
-            file_bytes,
-            messages: filler.messages,
-            store_open,
+            file_bytes: filled.file_bytes,
+            messages: filled.messages,
+            messages_per_session: filled.messages_per_session,
+            store_open: Duration::from_secs_f64(filled.store_open_secs),
             check,
             check_verdict,
             starts,
         });
     }
     let load_after = load_average()?;
-    println!("{}", report(&results, [load_before, load_after]));
+    println!(
+        "{}",
+        report(&results, message_bytes, [load_before, load_after])
+    );
     Ok(())
-}
-
-/// Appends and embeds conversations until the store file holds `target` bytes.
-async fn fill(
-    path: &Path,
-    model: &EmbeddingModel,
-    centres: &[Vec<f32>],
-    target: u64,
-    filler: &mut Filler,
-) -> anyhow::Result<()> {
-    let store = Store::open(path)?;
-    let result = async {
-        while std::fs::metadata(path)?.len() < target {
-            let mut appends = JoinSet::new();
-            for _ in 0..SESSIONS_PER_ROUND {
-                let session = filler.sessions;
-                filler.sessions += 1;
-                let messages: Vec<NewMessage> = (0..MESSAGES_PER_SESSION)
-                    .map(|i| {
-                        let content = (0..SENTENCES_PER_MESSAGE)
-                            .map(|s| sentence(session, i * SENTENCES_PER_MESSAGE + s))
-                            .collect::<Vec<_>>()
-                            .join(" ");
-                        NewMessage {
-                            role: if i % 2 == 0 {
-                                Role::User
-                            } else {
-                                Role::Assistant
-                            },
-                            // About four characters a token, as cl100k_base gives English.
-                            token_count: u32::try_from(content.len() / 4).unwrap_or(u32::MAX),
-                            content,
-                            timestamp: None,
-                            metadata: Metadata::new(),
-                        }
-                    })
-                    .collect();
-                filler.messages += messages.len();
-                let append = Append {
-                    messages,
-                    create: Some(NewSession {
-                        user_id: format!("user-{}", session % 100),
-                        agent_id: "agent".into(),
-                        flow_id: None,
-                        metadata: Metadata::new(),
-                    }),
-                    idempotency_key: None,
-                };
-                let store = store.clone();
-                appends.spawn(async move {
-                    store
-                        .sessions()
-                        .append(
-                            &Access::tenant_wide(TENANT),
-                            &format!("recovery-{session}"),
-                            append,
-                        )
-                        .await
-                });
-            }
-            while let Some(appended) = appends.join_next().await {
-                appended.context("an append task panicked")??;
-            }
-            loop {
-                let pending = store.feed().pending_embeddings(EMBED_BATCH)?;
-                if pending.is_empty() {
-                    break;
-                }
-                let done = pending.iter().map(|entry| entry.seq).collect();
-                let vectors = pending
-                    .iter()
-                    .flat_map(|entry| &entry.messages)
-                    .map(|(key, _)| {
-                        let topic = (key.index() as usize) % centres.len();
-                        (*key, near(&mut filler.rng, &centres[topic]))
-                    })
-                    .collect();
-                store
-                    .feed()
-                    .store_embeddings(model.clone(), done, vectors)
-                    .await?;
-            }
-        }
-        anyhow::Ok(())
-    }
-    .await;
-    store.shutdown();
-    result
 }
 
 /// Starts the server, waits until it is ready and then until its vector graph is built, and
@@ -362,15 +257,15 @@ impl Start {
     }
 }
 
-fn report(results: &[Measured], load: [String; 2]) -> String {
+fn report(results: &[Measured], message_bytes: u64, load: [String; 2]) -> String {
     let mut out = String::new();
     let command: Vec<String> = std::env::args().skip(1).collect();
     let _ = writeln!(out, "## Recovery time by store size\n");
     let _ = writeln!(
         out,
         "Command: `cargo xtask {}`. Load average {} before / {} after. One data directory \
-         grown to each size through the real store: conversations of {MESSAGES_PER_SESSION} \
-         messages of about {} KB each, every message with a stored 384-dimension vector. \
+         grown to each size through the real store: conversations of {} messages of about \
+         {:.1} KB each (corpus chat text), every message with a stored 384-dimension vector. \
          The file is in the page cache (it was just written): a cold disk adds its read \
          time. Starts are timed from spawn; the server listens once the store is open and \
          the indexes are loaded (vectors, every message's session and filter fields); the \
@@ -381,7 +276,10 @@ fn report(results: &[Measured], load: [String; 2]) -> String {
         command.join(" "),
         load[0],
         load[1],
-        SENTENCES_PER_MESSAGE * 125 / 1000,
+        results
+            .first()
+            .map_or(0, |result| result.messages_per_session),
+        message_bytes as f64 / 1000.0,
     );
     let _ = writeln!(
         out,

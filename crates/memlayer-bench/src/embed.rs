@@ -1,4 +1,4 @@
-//! `cargo xtask bench-embed`: embedding throughput of memlayer's `Embedder` against Python
+//! `embed`: embedding throughput of memlayer's `Embedder` against Python
 //! onnxruntime running the same `model.onnx` with the same tokenizer, pooling and batches,
 //! side by side in one run, plus the cosine between the two sides' vectors (the reference
 //! check that the Rust path computes the model's embedding). A second table compares worker
@@ -9,18 +9,17 @@
 //! interleaved with the other side, and the best round counts: on a shared machine the best
 //! round is the one least disturbed by other work.
 
-pub(crate) mod messages;
 mod python;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use memlayer_embed::{Assets, Embedder, EmbedderOptions, ModelIdentity};
 use tokio::task::JoinSet;
 
-use crate::{cmd, metadata, setup};
+use crate::corpus::{self, chat};
+use crate::report::{command_line, date, load_average};
 
 const TEXTS: usize = 1000;
 /// The embedder's cache namespace (a server passes the tenant); the texts are the
@@ -84,20 +83,18 @@ struct Bench {
     vectors_out: PathBuf,
 }
 
-pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
-    let assets = Assets::in_dir(setup::run(root)?);
-    let target_dir = metadata::read(root)?.target_directory;
-    let venv = python::Venv::ensure(root, &target_dir)?;
+pub(crate) fn run(root: &Path, assets: &Assets, target_dir: &Path) -> anyhow::Result<()> {
+    let venv = python::Venv::ensure(target_dir)?;
     let work = tempfile::Builder::new()
         .prefix("memlayer-bench-embed-")
         .tempdir()
         .context("could not create a temporary directory")?;
-    let texts = messages::messages(TEXTS);
+    let texts = chat::short_messages(TEXTS);
     let texts_json = work.path().join("texts.json");
     std::fs::write(&texts_json, serde_json::to_vec(&texts)?)
         .context("could not write the texts for the reference script")?;
     let bench = Bench {
-        assets,
+        assets: assets.clone(),
         venv,
         texts,
         texts_json,
@@ -109,9 +106,6 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     let layouts = bench.layouts()?;
     let load_after = load_average()?;
 
-    let mut date = Command::new("date");
-    date.args(["-u", "+%Y-%m-%d %H:%M:%S UTC"]);
-    let date = cmd::output(date)?;
     let cpus = std::thread::available_parallelism().map_or(0, usize::from);
     let words: usize = bench
         .texts
@@ -121,8 +115,8 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
 
     println!("## memlayer embedding benchmark");
     println!();
-    println!("- command: `cargo xtask bench-embed`");
-    println!("- date: {}", date.trim());
+    println!("- command: `{}`", command_line());
+    println!("- date: {}", date()?);
     println!(
         "- machine: {cpus} CPUs (available parallelism), {} {}",
         std::env::consts::OS,
@@ -141,19 +135,28 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     println!(
         "- texts: {TEXTS} generated chat messages of {}–{} words (mean {:.1}), each pass \
          embeds all of them; cache off",
-        messages::MIN_WORDS,
-        messages::MAX_WORDS,
+        corpus::MIN_WORDS,
+        corpus::MAX_WORDS,
         words as f64 / TEXTS as f64
     );
     println!(
         "- Rust: `memlayer_embed::Embedder::embed_blocking`, one call per batch, release build, \
          ONNX Runtime from `{}` ({})",
-        setup::ASSETS[0].path,
-        setup::ONNXRUNTIME.requirement
+        bench
+            .assets
+            .runtime_library
+            .strip_prefix(root)
+            .unwrap_or(&bench.assets.runtime_library)
+            .display(),
+        python::ONNXRUNTIME
     );
     println!(
-        "- Python: `xtask/python/embed_reference.py` ({python_versions}), same model file, \
-         tokenizer, mean pooling and L2 norm"
+        "- Python: `{}` ({python_versions}), same model file, tokenizer, mean pooling and L2 \
+         norm",
+        Path::new(python::SCRIPT)
+            .strip_prefix(root)
+            .unwrap_or(Path::new(python::SCRIPT))
+            .display()
     );
     println!(
         "- both: {THREADS} ONNX Runtime intra-op thread, each batch sorted by length as the \
@@ -228,7 +231,10 @@ impl Bench {
         let mut python_versions = String::new();
         for round in 1..=ROUNDS {
             for row in &mut rows {
-                eprintln!("xtask: round {round}/{ROUNDS}, batch {}", row.batch);
+                eprintln!(
+                    "memlayer-bench: round {round}/{ROUNDS}, batch {}",
+                    row.batch
+                );
                 let (elapsed, rust_vectors) = time_blocking(&embedder, &text_refs, row.batch)?;
                 row.rust = row.rust.min(elapsed);
                 let settings = python::Settings {
@@ -278,7 +284,7 @@ impl Bench {
             for (layout, embedder) in &mut layouts {
                 for (load, best) in LOADS.iter().zip(layout.best.iter_mut()) {
                     eprintln!(
-                        "xtask: round {round}/{ROUNDS}, {} worker(s) × {} thread(s), {}",
+                        "memlayer-bench: round {round}/{ROUNDS}, {} worker(s) × {} thread(s), {}",
                         layout.workers,
                         layout.intra_threads,
                         load.describe()
@@ -293,40 +299,6 @@ impl Bench {
         }
         Ok(layouts.into_iter().map(|(layout, _)| layout).collect())
     }
-}
-
-/// Prints a benchmark report's title and the lines every report starts with: the command,
-/// the date, the machine and its load before and after the run.
-pub(crate) fn print_run_header(
-    title: &str,
-    [load_before, load_after]: &[String; 2],
-) -> anyhow::Result<()> {
-    let command_line: Vec<String> = std::env::args().skip(1).collect();
-    let mut date = std::process::Command::new("date");
-    date.args(["-u", "+%Y-%m-%d %H:%M:%S UTC"]);
-    let date = crate::cmd::output(date)?;
-    let cpus = std::thread::available_parallelism().map_or(0, usize::from);
-    println!("## {title}");
-    println!();
-    println!("- command: `cargo xtask {}`", command_line.join(" "));
-    println!("- date: {}", date.trim());
-    println!(
-        "- machine: {cpus} CPUs (available parallelism), {} {}; load average (1 min) before / \
-         after: {load_before} / {load_after} (the machine may be shared)",
-        std::env::consts::OS,
-        std::env::consts::ARCH
-    );
-    Ok(())
-}
-
-/// The 1-minute load average, the first field of `/proc/loadavg`.
-pub(crate) fn load_average() -> anyhow::Result<String> {
-    let text = std::fs::read_to_string("/proc/loadavg").context("could not read /proc/loadavg")?;
-    Ok(text
-        .split_whitespace()
-        .next()
-        .unwrap_or_default()
-        .to_owned())
 }
 
 fn rate(elapsed: Duration) -> f64 {

@@ -59,7 +59,7 @@ pub(crate) fn load_or_embed(
     let (mut vectors, reused) = match cached_prefix(dir, kind, texts, identity) {
         Some((vectors, from)) if vectors.len() == texts.len() * identity.dimension => {
             eprintln!(
-                "xtask: {} {kind} vectors from {}",
+                "memlayer-bench: {} {kind} vectors from {}",
                 texts.len(),
                 from.display()
             );
@@ -72,7 +72,7 @@ pub(crate) fn load_or_embed(
         Some((vectors, from)) => {
             let reused = vectors.len() / identity.dimension;
             eprintln!(
-                "xtask: first {reused} {kind} vectors from {}",
+                "memlayer-bench: first {reused} {kind} vectors from {}",
                 from.display()
             );
             (vectors, reused)
@@ -89,7 +89,7 @@ pub(crate) fn load_or_embed(
         let done = vectors.len() / identity.dimension;
         let rate = (done - reused) as f64 / start.elapsed().as_secs_f64();
         eprintln!(
-            "xtask: embedded {done}/{} {kind} texts ({rate:.0} texts/s, about {:.0} s left)",
+            "memlayer-bench: embedded {done}/{} {kind} texts ({rate:.0} texts/s, about {:.0} s left)",
             texts.len(),
             (texts.len() - done) as f64 / rate
         );
@@ -141,7 +141,7 @@ fn cached_prefix(
         match read(&path, identity, count, &hash_texts(texts)) {
             Ok(vectors) => Some((vectors, path)),
             Err(err) => {
-                eprintln!("xtask: not using {} ({err:#})", path.display());
+                eprintln!("memlayer-bench: not using {} ({err:#})", path.display());
                 None
             }
         }

@@ -1,4 +1,4 @@
-//! `cargo xtask bench-context`: the latency of one turn's context for a long session, through
+//! `context`: the latency of one turn's context for a long session, through
 //! `memlayer_memory::ContextBuilder` — the call the `/context` endpoint makes — over a real
 //! stack: a redb store in a temporary directory, `Recall` with the real embedder and its
 //! indexing pipeline running, wired as `memlayer serve` wires them with nothing listening.
@@ -18,11 +18,8 @@
 //! iteration then times the parts of a build on their own, so the report says where the
 //! time goes.
 
-mod conversation;
-
 use std::collections::HashSet;
 use std::fmt::Write as _;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
@@ -37,9 +34,8 @@ use memlayer_store::{
 };
 use tokio::sync::oneshot;
 
-use crate::bench::percentile;
-use crate::bench_embed::load_average;
-use crate::setup;
+use crate::corpus::support as conversation;
+use crate::report::{self, load_average, percentile};
 
 const TENANT: &str = "default";
 const AGENT: &str = "support-agent";
@@ -158,16 +154,15 @@ struct Measured {
     cache: (u64, u64),
 }
 
-pub(crate) fn run(root: &Path, turns: usize, iterations: usize) -> anyhow::Result<()> {
+pub(crate) fn run(assets: &Assets, turns: usize, iterations: usize) -> anyhow::Result<()> {
     ensure!(turns >= 20, "give at least 20 turns");
     ensure!(iterations > 0, "give at least one iteration");
-    let assets = Assets::in_dir(setup::run(root)?);
     let load_before = load_average()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("could not start the runtime")?;
-    let embedder = Embedder::open(&assets, EmbedderOptions::default())?;
+    let embedder = Embedder::open(assets, EmbedderOptions::default())?;
     let measured = runtime.block_on(measure(&embedder, turns, iterations));
     embedder.shutdown();
     let mut measured = measured?;
@@ -234,7 +229,7 @@ async fn fill_store(
     let mut main_tokens = 0u64;
     let start = Instant::now();
     for (session, user, stream, turns) in &sessions {
-        eprintln!("xtask: appending {turns} turns to {session}");
+        eprintln!("memlayer-bench: appending {turns} turns to {session}");
         let messages: Vec<NewMessage> = conversation::conversation(*stream, *turns)
             .into_iter()
             .flat_map(|turn| [(Role::User, turn.user), (Role::Assistant, turn.assistant)])
@@ -289,7 +284,7 @@ async fn wait_until_embedded(recall: &Recall, messages: usize) -> anyhow::Result
     loop {
         let embedded = recall.indexed_vectors();
         if embedded >= messages {
-            eprintln!("xtask: all {messages} messages embedded");
+            eprintln!("memlayer-bench: all {messages} messages embedded");
             return Ok(());
         }
         if embedded > last.0 {
@@ -301,7 +296,7 @@ async fn wait_until_embedded(recall: &Recall, messages: usize) -> anyhow::Result
             );
         }
         if reported.elapsed() > Duration::from_secs(5) {
-            eprintln!("xtask: {embedded} of {messages} messages embedded");
+            eprintln!("memlayer-bench: {embedded} of {messages} messages embedded");
             reported = Instant::now();
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -331,7 +326,7 @@ async fn measure_builds(
         })
     };
 
-    eprintln!("xtask: {WARM_UP} warm-up builds");
+    eprintln!("memlayer-bench: {WARM_UP} warm-up builds");
     for query in &warm_up[..WARM_UP] {
         checked(build(query, false).await?, false)?;
     }
@@ -452,7 +447,7 @@ async fn measure_builds(
 
     let cache_before = embedder.cache_stats();
     let mut example = None;
-    eprintln!("xtask: {iterations} iterations over a {n}-message session");
+    eprintln!("memlayer-bench: {iterations} iterations over a {n}-message session");
     for (i, chunk) in timed.chunks_exact(4).enumerate() {
         let [drop_q, summary_q, recall_q, embed_q] = chunk else {
             unreachable!("chunks of four")
@@ -574,7 +569,7 @@ fn print_report(
     [load_before, load_after]: [String; 2],
 ) -> anyhow::Result<()> {
     let corpus = &measured.corpus;
-    crate::bench_embed::print_run_header(
+    report::print_run_header(
         "memlayer context assembly benchmark",
         &[load_before, load_after],
     )?;
