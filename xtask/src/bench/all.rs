@@ -27,7 +27,7 @@ struct Benchmark {
 
 const BENCHMARKS: [Benchmark; 7] = [
     Benchmark {
-        name: "HTTP appends, context and commit modes",
+        name: "HTTP appends, context, recall and commit modes",
         full: &["bench", "appends", "--seconds", "10"],
         quick: &["bench", "appends", "--seconds", "3"],
     },

@@ -19,12 +19,21 @@ use crate::server::Server;
 use crate::{cmd, metadata};
 
 /// Run one after the other against the same server: the context client shows the latency of
-/// assembling a turn of a 100-exchange session (first, before the appends leave the embedder
-/// a backlog), the single appending client the latency of one durable commit, the concurrent
-/// ones how far group commit amortises the fsync.
-const SCENARIOS: [Scenario; 3] = [
+/// assembling a turn of a 100-exchange session and the recall clients that of a search of the
+/// user's sessions, with and without embedding the query (first, before the appends leave the
+/// embedder a backlog), the single appending client the latency of one durable commit, the
+/// concurrent ones how far group commit amortises the fsync.
+const SCENARIOS: [Scenario; 5] = [
     Scenario {
         workload: Workload::Context,
+        clients: 1,
+    },
+    Scenario {
+        workload: Workload::Recall,
+        clients: 1,
+    },
+    Scenario {
+        workload: Workload::RecallRepeated,
         clients: 1,
     },
     Scenario {
@@ -129,7 +138,7 @@ fn print_report(seconds: u64, builds: &[BuildResults], commit_modes: &str) -> an
     let date = cmd::output(date)?;
     let cpus = std::thread::available_parallelism().map_or(0, usize::from);
 
-    println!("## memlayer HTTP append and context benchmark");
+    println!("## memlayer HTTP append, context and recall benchmark");
     println!();
     println!("- command: `cargo xtask {}`", command_line.join(" "));
     println!("- date: {}", date.trim());
@@ -141,7 +150,9 @@ fn print_report(seconds: u64, builds: &[BuildResults], commit_modes: &str) -> an
     println!(
         "- load: `append`: `POST /v1/sessions/{{id}}/messages`, one session per client; \
          `context`: `POST /v1/sessions/{{id}}/context` (combined strategy, a query) of a \
-         session of {} exchanges per client; {} s warm-up then {seconds} s measured per \
+         session of {} exchanges per client; `recall`: `POST /v1/recall` (k = 10, the \
+         user's sessions) with a new query each time, or one repeated (its embedding then \
+         comes from the cache); {} s warm-up then {seconds} s measured per \
          scenario; server (release build) and client share the machine",
         load::CONTEXT_TURNS,
         WARM_UP.as_secs()
@@ -154,9 +165,9 @@ fn print_report(seconds: u64, builds: &[BuildResults], commit_modes: &str) -> an
         println!("### {}", build.label);
         println!();
         println!(
-            "| workload | clients | requests | errors | requests/s | p50 ms | p90 ms | p99 ms | max ms |"
+            "| workload | clients | requests | errors | requests/s | p50 ms | p90 ms | p95 ms | p99 ms | max ms |"
         );
-        println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+        println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
         for result in &build.results {
             println!("{}", result.table_row());
         }

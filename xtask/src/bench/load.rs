@@ -16,13 +16,20 @@ pub(crate) struct Scenario {
     pub(crate) clients: usize,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Workload {
     /// Each client appends one message at a time to a session of its own.
     Append,
     /// Each client asks for the next turn's context (combined strategy, with a query) of a
     /// session of its own holding [`CONTEXT_TURNS`] exchanges.
     Context,
+    /// Each client asks `/v1/recall` for 10 hits in the user's sessions (its own holds
+    /// [`CONTEXT_TURNS`] exchanges), a new query every time: the query's embedding is part
+    /// of each request.
+    Recall,
+    /// The same with one query repeated: the embedder's cache answers for the query, so
+    /// this is the search alone.
+    RecallRepeated,
 }
 
 impl Workload {
@@ -30,7 +37,14 @@ impl Workload {
         match self {
             Self::Append => "append",
             Self::Context => "context",
+            Self::Recall => "recall",
+            Self::RecallRepeated => "recall, query embedded before",
         }
+    }
+
+    /// Whether each client's session is filled with [`CONTEXT_TURNS`] exchanges first.
+    fn reads_a_filled_session(self) -> bool {
+        !matches!(self, Self::Append)
     }
 }
 
@@ -63,6 +77,13 @@ struct Batch<'a> {
 struct Line {
     role: &'static str,
     content: String,
+}
+
+#[derive(Serialize)]
+struct RecallRequest<'a> {
+    user_id: &'a str,
+    query: String,
+    k: usize,
 }
 
 #[derive(Serialize)]
@@ -116,12 +137,11 @@ pub(crate) async fn run(
     let http = crate::server::admin_client(REQUEST_TIMEOUT)?;
     let session = |client: usize| {
         format!(
-            "http://{addr}/v1/sessions/bench-{}-c{}-{client}",
-            scenario.workload.name(),
-            scenario.clients
+            "http://{addr}/v1/sessions/bench-{:?}-c{}-{client}",
+            scenario.workload, scenario.clients
         )
     };
-    if scenario.workload == Workload::Context {
+    if scenario.workload.reads_a_filled_session() {
         for client in 0..scenario.clients {
             fill(&http, &format!("{}/messages", session(client)), client).await?;
         }
@@ -138,6 +158,7 @@ pub(crate) async fn run(
             let url = match scenario.workload {
                 Workload::Append => format!("{}/messages", session(client)),
                 Workload::Context => format!("{}/context", session(client)),
+                Workload::Recall | Workload::RecallRepeated => format!("http://{addr}/v1/recall"),
             };
             let run = Client {
                 http: http.clone(),
@@ -225,7 +246,10 @@ impl Client {
         let mut result = ClientResult::default();
         let mut sequence = 0;
         while Instant::now() < end {
-            let text = sentence(self.number, sequence);
+            let text = match self.workload {
+                Workload::RecallRepeated => sentence(self.number, 0),
+                _ => sentence(self.number, sequence),
+            };
             sequence += 1;
             let request = self.http.post(&self.url);
             let request = match self.workload {
@@ -238,6 +262,11 @@ impl Client {
                 Workload::Context => request.json(&ContextRequest {
                     query: text,
                     settings: serde_json::json!({ "strategy": "combined" }),
+                }),
+                Workload::Recall | Workload::RecallRepeated => request.json(&RecallRequest {
+                    user_id: "bench",
+                    query: text,
+                    k: 10,
                 }),
             };
             let started = Instant::now();
@@ -323,11 +352,12 @@ impl ScenarioResult {
         let requests = self.latencies.len() as u64 + errors;
         let throughput = self.latencies.len() as f64 / self.elapsed.as_secs_f64();
         format!(
-            "| {} | {} | {requests} | {errors} | {throughput:.0} | {} | {} | {} | {} |",
+            "| {} | {} | {requests} | {errors} | {throughput:.0} | {} | {} | {} | {} | {} |",
             self.workload.name(),
             self.clients,
             ms(50.0),
             ms(90.0),
+            ms(95.0),
             ms(99.0),
             ms(100.0),
         )
