@@ -12,7 +12,7 @@ use memlayer_store::{
 };
 
 use crate::corpus::chat;
-use crate::report::percentile;
+use crate::report::{percentile, runtime};
 
 const MODES: [CommitMode; 3] = [
     CommitMode::QuickRepair,
@@ -33,10 +33,7 @@ struct ModeResult {
 }
 
 pub(crate) fn run() -> anyhow::Result<String> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("could not start the runtime")?;
+    let runtime = runtime()?;
     let texts = Texts(chat::messages(
         SEQUENTIAL_APPENDS + CONCURRENT_WRITERS * APPENDS_PER_WRITER,
     ));

@@ -35,7 +35,7 @@ use memlayer_store::{
 use tokio::sync::oneshot;
 
 use crate::corpus::support as conversation;
-use crate::report::{self, load_average, percentile};
+use crate::report::{self, load_average, percentile, runtime};
 
 const TENANT: &str = "default";
 const AGENT: &str = "support-agent";
@@ -158,10 +158,7 @@ pub(crate) fn run(assets: &Assets, turns: usize, iterations: usize) -> anyhow::R
     ensure!(turns >= 20, "give at least 20 turns");
     ensure!(iterations > 0, "give at least one iteration");
     let load_before = load_average()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("could not start the runtime")?;
+    let runtime = runtime()?;
     let embedder = Embedder::open(assets, EmbedderOptions::default())?;
     let measured = runtime.block_on(measure(&embedder, turns, iterations));
     embedder.shutdown();

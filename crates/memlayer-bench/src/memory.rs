@@ -28,7 +28,7 @@ use rand::{Rng, SeedableRng};
 use tokio::task::JoinSet;
 
 use crate::corpus::memories::{self, TOPICS, questions};
-use crate::report::{command_line, load_average, percentile};
+use crate::report::{command_line, load_average, percentile, runtime};
 
 const TENANT: &str = "default";
 const AGENT: &str = "assistant";
@@ -72,10 +72,7 @@ pub(crate) fn run(assets: &Assets, sizes: &[usize], queries: usize) -> anyhow::R
         total_questions - WARM_UP
     );
     let load_before = load_average()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("could not start the runtime")?;
+    let runtime = runtime()?;
     let embedder = Embedder::open(assets, EmbedderOptions::default())?;
     let result = (|| {
         let centres = embedder.embed_blocking(TENANT, &TOPICS)?;

@@ -27,6 +27,7 @@ use tokio::task::JoinSet;
 use crate::corpus::chat;
 use crate::corpus::memories::TOPICS;
 use crate::memory::near;
+use crate::report::runtime;
 
 const TENANT: &str = "default";
 /// Sessions appended at once (the group commit batches them) and messages per append.
@@ -78,10 +79,7 @@ pub(crate) fn run(
         sha256: identity.sha256,
         dimension: u32::try_from(identity.dimension)?,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("could not start the runtime")?;
+    let runtime = runtime()?;
     let store_path = data_dir.join("memlayer.redb");
     let mut filler = Filler {
         rng: StdRng::seed_from_u64(SEED ^ first_session as u64),

@@ -45,6 +45,14 @@ pub(crate) fn date() -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
 }
 
+/// The multi-threaded tokio runtime a benchmark drives memlayer's async crates on.
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("could not start the runtime")
+}
+
 /// The 1-minute load average, the first field of `/proc/loadavg`.
 pub(crate) fn load_average() -> anyhow::Result<String> {
     let text = std::fs::read_to_string("/proc/loadavg").context("could not read /proc/loadavg")?;
