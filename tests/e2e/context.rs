@@ -83,6 +83,41 @@ fn the_combined_strategy_brings_back_facts_and_relevant_older_turns() {
 }
 
 #[test]
+fn the_default_window_narrows_when_recall_and_facts_carry_the_older_turns() {
+    let server = TestServer::start();
+    chat(&server);
+    // Ten exchanges after the instructions (messages 1 to 20).
+    let recalling = context(
+        &server,
+        json!({ "query": "Which router do I have?", "format": "text" }),
+    );
+    assert_eq!(recalling["settings"]["max_turns"], 4, "{recalling}");
+    assert_eq!(
+        recalling["report"]["window"],
+        json!((13..=20).collect::<Vec<_>>())
+    );
+    let prompt = text(&recalling);
+    assert!(prompt.contains("Fritzbox 7590"), "recalled: {prompt}");
+    assert!(prompt.contains("55-0192"), "a known fact: {prompt}");
+
+    // Without a query nothing is recalled, so the window keeps the sliding default.
+    let plain = context(&server, json!({}));
+    assert_eq!(plain["settings"]["max_turns"], 10, "{plain}");
+    assert_eq!(
+        plain["report"]["window"],
+        json!((1..=20).collect::<Vec<_>>())
+    );
+
+    // A window the caller sets is kept, query or not.
+    let set = context(
+        &server,
+        json!({ "query": "Which router do I have?", "settings": { "max_turns": 6 } }),
+    );
+    assert_eq!(set["settings"]["max_turns"], 6);
+    assert_eq!(set["report"]["window"], json!((9..=20).collect::<Vec<_>>()));
+}
+
+#[test]
 fn a_sliding_window_forgets_what_lies_outside_it() {
     let server = TestServer::start();
     chat(&server);

@@ -27,7 +27,7 @@ use memlayer_embed::{Assets, Embedder, EmbedderOptions};
 use memlayer_index::{Excluded, Recall, RecallOptions, RecallQuery, Scope};
 use memlayer_memory::{
     Built, ContextBuilder, ContextRequest, ContextSettings, FactSheet, History, LayerInputs,
-    RecalledMessage, TokenEncoding, Window, assemble,
+    RecalledMessage, TokenEncoding, assemble, sliding_window,
 };
 use memlayer_store::{
     Access, Append, Message, Metadata, NewMessage, NewSession, Role, Store, Timestamp,
@@ -528,12 +528,7 @@ async fn measure_builds(
 /// The indices of the messages the window holds, which recall leaves out, as
 /// `ContextBuilder` computes them.
 fn window_indices(messages: &[Message], settings: &ContextSettings) -> Vec<u64> {
-    let history = History::new(messages);
-    let window = match settings.window_tokens {
-        Some(tokens) => Window::last_tokens(&history, tokens),
-        None => Window::last_turns(&history, settings.max_turns),
-    };
-    window
+    sliding_window(&History::new(messages), settings)
         .recent
         .iter()
         .flat_map(|exchange| exchange.messages.iter().map(|m| m.index))

@@ -141,8 +141,9 @@ impl ContextBuilder {
         settings: &ContextSettings,
     ) -> Result<(Vec<RecalledMessage>, Option<String>), MemoryError> {
         let loaded = self.load(access, session_id).await?;
-        let in_window = window_indices(&loaded.messages, settings);
-        self.recall_beside_window(access, session_id, &loaded, in_window, settings, query)
+        let settings = settings.clone().for_turn(true);
+        let in_window = window_indices(&loaded.messages, &settings);
+        self.recall_beside_window(access, session_id, &loaded, in_window, &settings, query)
             .await
     }
 
@@ -177,6 +178,7 @@ impl ContextBuilder {
             overrides,
         } = request;
         let tenant = access.tenant().to_owned();
+        let query = query.filter(|q| !q.trim().is_empty());
         let Planned {
             loaded,
             settings,
@@ -186,7 +188,7 @@ impl ContextBuilder {
             mut in_window,
             facts,
         } = self
-            .load_for_context(&access, &session_id, overrides)
+            .load_for_context(&access, &session_id, overrides, query.is_some())
             .await?;
         let combined = settings.strategy == Strategy::Combined;
         let mut note = None;
@@ -210,7 +212,6 @@ impl ContextBuilder {
             note = Some(summary_note);
         }
 
-        let query = query.filter(|q| !q.trim().is_empty());
         let query_text = query.clone();
         let (recalled, recall_degraded) = match query {
             Some(query) if combined && settings.recall_k > 0 => {
@@ -319,12 +320,14 @@ impl ContextBuilder {
     /// strategy shows older turns. The other messages keep an empty content: the history's
     /// split into exchanges, the budget and the report need only their index, role and token
     /// count. Reading all 2,000 messages of a long session took 0.7 ms of a 2.9 ms turn, of
-    /// which a 10-exchange window shows 20 (docs/benchmarks.md).
+    /// which a 10-exchange window shows 20 (docs/benchmarks.md). `query` says whether the
+    /// turn has one, which sizes an unset window (`ContextSettings::for_turn`).
     async fn load_for_context(
         &self,
         access: &Access,
         session_id: &str,
         overrides: SettingsOverrides,
+        query: bool,
     ) -> Result<Planned, MemoryError> {
         let store = self.store.clone();
         let fact_cache = self.facts.clone();
@@ -337,7 +340,8 @@ impl ContextBuilder {
             let snapshot = open_snapshot(&store, &access, &session_id)?;
             let loaded = Loaded::read(&store, access.tenant(), &snapshot, Vec::new())?;
             let saved = [&loaded.tenant_settings, &loaded.agent_settings];
-            let settings = ContextSettings::for_request(saved.into_iter().flatten(), &overrides)?;
+            let settings = ContextSettings::for_request(saved.into_iter().flatten(), &overrides)?
+                .for_turn(query);
             let summarizing = settings.overflow == Overflow::Summarize;
 
             // The combined strategy keeps the session's facts and outlines between turns;
@@ -878,12 +882,12 @@ mod tests {
             any::<bool>(),
         )
             .prop_map(
-                |(strategy, context_window, max_turns, window_tokens, summarize)| ContextSettings {
+                |(strategy, context_window, turns, window_tokens, summarize)| ContextSettings {
                     strategy,
                     context_window,
-                    max_turns,
+                    max_turns: Some(turns),
                     window_tokens,
-                    session_history_depth: max_turns,
+                    session_history_depth: turns,
                     overflow: if summarize {
                         Overflow::Summarize
                     } else {

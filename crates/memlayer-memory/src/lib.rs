@@ -29,8 +29,9 @@ mod tokens;
 
 pub use assemble::{
     Assembled, ContextSettings, DropReason, Dropped, LayerInputs, LayerTokens, MAX_LESSONS,
-    MAX_MEMORIES, MAX_RECALL_K, Overflow, RECENT_SHARE, RecallScope, RecalledMessage, RecalledRef,
-    Report, SettingsOverrides, Strategy, assemble, summary_split,
+    MAX_MEMORIES, MAX_RECALL_K, Overflow, RECALLING_WINDOW_TURNS, RECENT_SHARE, RecallScope,
+    RecalledMessage, RecalledRef, Report, SettingsOverrides, Strategy, WINDOW_TURNS, assemble,
+    sliding_window, summary_split,
 };
 pub use context::{Built, ContextBuilder, ContextRequest, SESSION_MEMORY_MARKER, SummaryNote};
 pub use entities::{Fact, FactEntry, FactSheet, extract};

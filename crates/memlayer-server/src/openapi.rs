@@ -288,9 +288,12 @@ pub(crate) mod foreign {
         /// Fraction of the context window kept free for the prompt and the answer.
         #[schema(default = 0.1, minimum = 0.0, exclusive_maximum = 0.9)]
         window_reserve: f32,
-        /// Exchanges a sliding window (and `combined`) keeps.
-        #[schema(default = 10, minimum = 1, maximum = 1000)]
-        max_turns: usize,
+        /// Exchanges a sliding window (and `combined`) keeps. Unset (`null`, the default), the
+        /// window adapts: 10 exchanges, or 4 when a `combined` context recalls (a `query` is
+        /// given and `recall_k` is above 0), since recall and entity memory bring back what
+        /// the window leaves out. The context's `settings` report the value used.
+        #[schema(minimum = 1, maximum = 1000)]
+        max_turns: Option<usize>,
         /// A sliding window by tokens instead of turns, when set.
         #[schema(minimum = 1)]
         window_tokens: Option<u32>,

@@ -47,7 +47,7 @@ pub(crate) enum EvalCommand {
     Recall(RecallArgs),
     /// Whether each context strategy puts planted facts into the context, without a model.
     ///
-    /// Plays a 50-turn conversation with four planted facts (one of them corrected later) and
+    /// Plays a 60-turn conversation with four planted facts (one of them corrected later) and
     /// three questions about them, a suite of 20 cases (identifiers, preferences, dates and
     /// corrections planted 5 to 60 turns before the question) and a fact stated in one
     /// session and asked about in the next. Everything is appended to a temporary store and

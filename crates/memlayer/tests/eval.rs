@@ -327,7 +327,8 @@ fn planted_facts_json_has_the_baseline_the_cliff_and_the_token_saving() {
             "seconds",
             "setup",
             "suite",
-            "targets"
+            "targets",
+            "window_trade_off"
         ]
     );
     let names: Vec<&str> = report["setup"]["strategies"]
@@ -348,15 +349,15 @@ fn planted_facts_json_has_the_baseline_the_cliff_and_the_token_saving() {
     assert_eq!(report["setup"]["context_window"], 128_000);
     assert_eq!(report["setup"]["recall_k"], 4);
 
-    // The 50-turn conversation: every plant stored, every question found by full history.
+    // The 60-turn conversation: every plant stored, every question found by full history.
     let conversation = &report["conversation"];
-    assert_eq!(conversation["turns"], 50);
+    assert_eq!(conversation["turns"], 60);
     let plants = conversation["plants"].as_array().unwrap();
     assert_eq!(plants.len(), 4);
     assert!(plants.iter().all(|p| p["stored"] == true), "{plants:?}");
     let probes = conversation["probes"].as_array().unwrap();
     let turns: Vec<u64> = probes.iter().map(|p| p["turn"].as_u64().unwrap()).collect();
-    assert_eq!(turns, [45, 47, 49]);
+    assert_eq!(turns, [55, 57, 59]);
     // Only the question about the corrected name has a stale value to watch for.
     assert_eq!(probes[0]["stale"], "Marta");
     assert_eq!(
@@ -371,16 +372,16 @@ fn planted_facts_json_has_the_baseline_the_cliff_and_the_token_saving() {
             probe["results"]["full_history"]["verdict"], "found",
             "{probe}"
         );
-        // Every fact is 20 or more turns back: outside a window of 10.
+        // Every fact is 30 or more turns back: outside a window of 10.
         assert_eq!(
             probe["results"]["sliding_window"]["verdict"], "missing",
             "{probe}"
         );
     }
 
-    // Turn 50: the combined strategy costs a fraction of the full history.
+    // Turn 60: the combined strategy costs a fraction of the full history.
     let last = &conversation["final_turn"];
-    assert_eq!(last["turn"], 50);
+    assert_eq!(last["turn"], 60);
     assert_eq!(keys(&last["tokens"]), STRATEGIES);
     let tokens = |strategy: &str| last["tokens"][strategy].as_u64().unwrap();
     assert!(tokens("combined") < tokens("full_history"), "{last}");
@@ -469,6 +470,37 @@ fn planted_facts_json_has_the_baseline_the_cliff_and_the_token_saving() {
     // Nothing of the first session is in the second one's messages.
     assert_eq!(cross["rows"][0]["verdict"], "missing");
 
+    // The window trade-off: the default first, then each window set. With a question to
+    // recall for, the default window is the 4-exchange one, token for token; the sliding
+    // default of 10 exchanges would alone cost more than the 15% target.
+    let trade_off = &report["window_trade_off"];
+    assert_eq!(trade_off["cases"], 20);
+    let rows = trade_off["rows"].as_array().unwrap();
+    let windows: Vec<&Value> = rows.iter().map(|row| &row["max_turns"]).collect();
+    assert_eq!(
+        windows,
+        [&Value::Null, &2.into(), &4.into(), &6.into(), &10.into()]
+    );
+    let without_window = |row: &Value| {
+        let mut row = row.as_object().unwrap().clone();
+        row.remove("max_turns");
+        row
+    };
+    assert_eq!(without_window(&rows[0]), without_window(&rows[2]));
+    assert_eq!(
+        rows[0]["conversation_share"],
+        last["combined_share_of_full_history"]
+    );
+    assert!(
+        rows[4]["conversation_share"].as_f64().unwrap() > 0.15,
+        "{trade_off}"
+    );
+    let shares: Vec<f64> = rows[1..]
+        .iter()
+        .map(|row| row["suite_share"].as_f64().unwrap())
+        .collect();
+    assert!(shares.is_sorted(), "a wider window costs more: {shares:?}");
+
     let targets = report["targets"].as_array().unwrap();
     assert_eq!(targets.len(), 4);
     for target in targets {
@@ -513,9 +545,10 @@ fn planted_facts_table_shows_hits_by_depth() {
     assert_eq!(row(3)[0], "history_depth");
     assert_eq!(row(4)[0], "combined");
     for section in [
-        "1. 50-turn conversation.",
+        "1. 60-turn conversation.",
         "2. Depth suite:",
         "3. Cross-session:",
+        "the combined strategy's window (max_turns):",
         "targets for the combined strategy:",
         "misses of the combined strategy (",
     ] {

@@ -64,7 +64,7 @@ fn check(settings: ContextSettings, layers: &LayerInputs<'_>, expected: Expect) 
 fn settings(strategy: Strategy) -> ContextSettings {
     ContextSettings {
         strategy,
-        max_turns: 2,
+        max_turns: Some(2),
         session_history_depth: 2,
         ..ContextSettings::default()
     }
@@ -236,7 +236,7 @@ fn settings_out_of_range_are_refused() {
             ..ContextSettings::default()
         },
         ContextSettings {
-            max_turns: 0,
+            max_turns: Some(0),
             ..ContextSettings::default()
         },
     ] {
@@ -245,6 +245,36 @@ fn settings_out_of_range_are_refused() {
             Err(MemoryError::InvalidSetting { .. })
         ));
     }
+}
+
+#[test]
+fn an_unset_window_narrows_only_for_a_combined_context_that_recalls() {
+    let turns = |settings: ContextSettings, query: bool| settings.for_turn(query).max_turns;
+    let default = ContextSettings::default();
+    assert_eq!(default.max_turns, None);
+    assert_eq!(turns(default.clone(), true), Some(RECALLING_WINDOW_TURNS));
+    // Nothing to recall with: the window is the only history the context has.
+    assert_eq!(turns(default.clone(), false), Some(WINDOW_TURNS));
+    let no_recall = ContextSettings {
+        recall_k: 0,
+        ..default.clone()
+    };
+    assert_eq!(turns(no_recall, true), Some(WINDOW_TURNS));
+    assert_eq!(
+        turns(settings(Strategy::SlidingWindow), true),
+        Some(2),
+        "a window the caller set is kept"
+    );
+    let sliding = ContextSettings {
+        strategy: Strategy::SlidingWindow,
+        ..default.clone()
+    };
+    assert_eq!(turns(sliding, true), Some(WINDOW_TURNS));
+    let explicit = ContextSettings {
+        max_turns: Some(10),
+        ..default
+    };
+    assert_eq!(turns(explicit, true), Some(10));
 }
 
 fn arb_conversation() -> impl Generator<Value = Vec<Message>> {
@@ -272,7 +302,7 @@ fn arb_settings() -> impl Generator<Value = ContextSettings> {
             Just(Strategy::Combined)
         ],
         256u32..2_000,
-        1usize..12,
+        proptest::option::of(1usize..12),
         1usize..12,
     )
         .prop_map(

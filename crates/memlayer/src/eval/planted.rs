@@ -32,7 +32,8 @@ use super::stack::Stack;
 pub(crate) use report::Report;
 use report::{
     CaseResult, ConversationResult, CrossRow, CrossSessionResult, FinalTurn, Judgement, Miss,
-    PlantStored, ProbeResult, Setup, StrategySetup, SuiteResult, Verdict,
+    PlantStored, ProbeResult, Setup, StrategySetup, SuiteResult, TradeOff, Verdict, WindowTally,
+    share,
 };
 use script::{CONVERSATION_TURNS, Probe};
 
@@ -40,6 +41,9 @@ const TENANT: &str = "default";
 const AGENT: &str = "planted-agent";
 /// Older messages the combined strategy recalls: the default `recall_k`.
 const RECALL_K: usize = 4;
+/// The windows (`max_turns`) the trade-off table sets on the combined strategy, beside its
+/// default, which adapts.
+const TRADE_OFF_WINDOWS: [usize; 4] = [2, 4, 6, 10];
 /// How many recall hits a diagnosis looks through for a fact recall did not bring.
 const DIAGNOSIS_DEPTH: usize = 50;
 /// The server's default token encoding.
@@ -78,7 +82,8 @@ impl Contender {
             Self::SlidingWindow => "the last 10 exchanges",
             Self::HistoryDepth => "the last 20 exchanges, older questions as stubs",
             Self::Combined => {
-                "the last 4 exchanges, known facts, and 4 messages recalled with the question"
+                "the defaults: a window that adapts (4 exchanges when the context recalls, else \
+                 10), known facts, and 4 messages recalled with the question"
             }
         }
     }
@@ -95,7 +100,7 @@ impl Contender {
             },
             Self::SlidingWindow => ContextSettings {
                 strategy: Strategy::SlidingWindow,
-                max_turns: 10,
+                max_turns: Some(10),
                 ..base
             },
             Self::HistoryDepth => ContextSettings {
@@ -105,7 +110,6 @@ impl Contender {
             },
             Self::Combined => ContextSettings {
                 strategy: Strategy::Combined,
-                max_turns: 4,
                 recall_k: RECALL_K,
                 ..base
             },
@@ -140,10 +144,12 @@ pub(crate) async fn evaluate(embedder: &Embedder, context_window: u32) -> anyhow
             context_window,
             appended: 0,
             misses: Vec::new(),
+            windows: BTreeMap::new(),
         };
         let conversation = run.conversation().await?;
         let suite = run.suite().await?;
         let cross_session = run.cross_session().await?;
+        let trade_off = TradeOff::new(&conversation, &suite, &run.windows);
         Ok(Report::new(
             Setup {
                 context_window,
@@ -162,6 +168,7 @@ pub(crate) async fn evaluate(embedder: &Embedder, context_window: u32) -> anyhow
             conversation,
             suite,
             cross_session,
+            trade_off,
             run.misses,
             started.elapsed().as_secs_f64(),
         ))
@@ -179,6 +186,8 @@ struct Run<'a> {
     appended: usize,
     /// Every miss of the combined strategy, with its cause.
     misses: Vec<Miss>,
+    /// The combined strategy with each of [`TRADE_OFF_WINDOWS`] set.
+    windows: BTreeMap<usize, WindowTally>,
 }
 
 /// A question put to every strategy: where it is asked, the session as stored then, and
@@ -202,7 +211,7 @@ struct Assembly {
 }
 
 impl Run<'_> {
-    /// The 50-turn conversation, appended turn by turn; at each question (and at the last
+    /// The 60-turn conversation, appended turn by turn; at each question (and at the last
     /// turn, for the token comparison) every strategy assembles the context from what the
     /// store holds then, the question included.
     async fn conversation(&mut self) -> anyhow::Result<ConversationResult> {
@@ -238,6 +247,17 @@ impl Run<'_> {
                             .await?;
                         record(&mut probes, turn, probe, &messages, contender, judgement);
                     }
+                }
+            }
+            if turn == CONVERSATION_TURNS {
+                for max_turns in TRADE_OFF_WINDOWS {
+                    let assembly = self
+                        .assemble_windowed(&thread, max_turns, &exchange.user)
+                        .await?;
+                    self.windows
+                        .entry(max_turns)
+                        .or_default()
+                        .conversation_tokens = assembly.assembled.report.total_tokens;
                 }
             }
             self.append(
@@ -307,6 +327,18 @@ impl Run<'_> {
                     .judge(&question, contender, RecallScope::Session, &assembly)
                     .await?;
                 judged.insert(contender, judgement);
+            }
+            let full_history = judged[&Contender::FullHistory].tokens;
+            for max_turns in TRADE_OFF_WINDOWS {
+                let assembly = self
+                    .assemble_windowed(thread, max_turns, case.probe.query)
+                    .await?;
+                let judgement = score(&case.probe, &assembly);
+                let tally = self.windows.entry(max_turns).or_default();
+                tally.suite_found += usize::from(judgement.verdict == Verdict::Found);
+                tally
+                    .suite_shares
+                    .push(share(judgement.tokens, full_history));
             }
             results.push(CaseResult {
                 kind: case.kind,
@@ -452,7 +484,32 @@ impl Run<'_> {
     ) -> anyhow::Result<Assembly> {
         let mut settings = contender.settings(self.context_window);
         settings.recall_scope = scope;
-        let serde_json::Value::Object(overrides) = serde_json::to_value(&settings)? else {
+        self.assemble_with(thread, &settings, query).await
+    }
+
+    /// The combined strategy's context for `query` with its window set to `max_turns`
+    /// exchanges, for the trade-off table.
+    async fn assemble_windowed(
+        &self,
+        thread: &Thread,
+        max_turns: usize,
+        query: &str,
+    ) -> anyhow::Result<Assembly> {
+        let settings = ContextSettings {
+            max_turns: Some(max_turns),
+            ..Contender::Combined.settings(self.context_window)
+        };
+        self.assemble_with(thread, &settings, query).await
+    }
+
+    /// The context `/context` builds for `query` with `settings` as the request's.
+    async fn assemble_with(
+        &self,
+        thread: &Thread,
+        settings: &ContextSettings,
+        query: &str,
+    ) -> anyhow::Result<Assembly> {
+        let serde_json::Value::Object(overrides) = serde_json::to_value(settings)? else {
             anyhow::bail!("settings serialise to a JSON object");
         };
         let built = self

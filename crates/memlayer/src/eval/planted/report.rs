@@ -1,5 +1,5 @@
 //! What `memlayer eval planted` found, and its two outputs: text tables (per question of the
-//! 50-turn conversation, hits by depth and per case for the suite, the cross-session rows,
+//! 60-turn conversation, hits by depth and per case for the suite, the cross-session rows,
 //! the targets and every miss of the combined strategy with its cause) and one JSON document
 //! holding the same and each context's tokens per layer.
 
@@ -71,7 +71,7 @@ pub(crate) struct PlantStored {
     pub(crate) stored: bool,
 }
 
-/// A question of the 50-turn conversation and every strategy's context for it.
+/// A question of the 60-turn conversation and every strategy's context for it.
 #[derive(Debug, Serialize)]
 pub(crate) struct ProbeResult {
     pub(crate) turn: usize,
@@ -91,13 +91,91 @@ pub(crate) struct FinalTurn {
 
 impl FinalTurn {
     pub(crate) fn new(turn: usize, tokens: BTreeMap<Contender, u32>) -> Self {
-        let of = |contender| f64::from(tokens.get(&contender).copied().unwrap_or_default());
+        let of = |contender| tokens.get(&contender).copied().unwrap_or_default();
         let combined_share_of_full_history =
-            of(Contender::Combined) / of(Contender::FullHistory).max(1.0);
+            share(of(Contender::Combined), of(Contender::FullHistory));
         Self {
             turn,
             tokens,
             combined_share_of_full_history,
+        }
+    }
+}
+
+/// `tokens` as a share of `full_history`'s.
+pub(crate) fn share(tokens: u32, full_history: u32) -> f64 {
+    f64::from(tokens) / f64::from(full_history.max(1))
+}
+
+/// What the combined strategy did with its window set to a number of exchanges.
+#[derive(Debug, Default)]
+pub(crate) struct WindowTally {
+    /// Suite cases whose fact the context holds.
+    pub(crate) suite_found: usize,
+    /// Each suite context's tokens as a share of the same case's full history.
+    pub(crate) suite_shares: Vec<f64>,
+    /// Tokens at the conversation's last turn.
+    pub(crate) conversation_tokens: u32,
+}
+
+/// One row of the window trade-off: the combined strategy with `max_turns` set, or with
+/// its default (`None`), which adapts.
+#[derive(Debug, Serialize)]
+pub(crate) struct WindowRow {
+    pub(crate) max_turns: Option<usize>,
+    /// Suite facts found, of the suite's cases.
+    pub(crate) suite_found: usize,
+    /// The suite contexts' mean share of full history's tokens.
+    pub(crate) suite_share: f64,
+    /// The share of full history's tokens at the conversation's last turn.
+    pub(crate) conversation_share: f64,
+}
+
+/// What a narrower or wider window costs and finds, beside the default.
+#[derive(Debug, Serialize)]
+pub(crate) struct TradeOff {
+    pub(crate) cases: usize,
+    pub(crate) rows: Vec<WindowRow>,
+}
+
+impl TradeOff {
+    pub(crate) fn new(
+        conversation: &ConversationResult,
+        suite: &SuiteResult,
+        windows: &BTreeMap<usize, WindowTally>,
+    ) -> Self {
+        let full_history = conversation
+            .final_turn
+            .tokens
+            .get(&Contender::FullHistory)
+            .copied()
+            .unwrap_or_default();
+        let mean = |shares: &[f64]| shares.iter().sum::<f64>() / shares.len().max(1) as f64;
+        let default_shares: Vec<f64> = suite
+            .cases
+            .iter()
+            .map(|case| {
+                let tokens = |contender| case.results.get(&contender).map_or(0, |j| j.tokens);
+                share(tokens(Contender::Combined), tokens(Contender::FullHistory))
+            })
+            .collect();
+        let default = WindowRow {
+            max_turns: None,
+            suite_found: suite.hits(Contender::Combined),
+            suite_share: mean(&default_shares),
+            conversation_share: conversation.final_turn.combined_share_of_full_history,
+        };
+        let rows = std::iter::once(default)
+            .chain(windows.iter().map(|(&max_turns, tally)| WindowRow {
+                max_turns: Some(max_turns),
+                suite_found: tally.suite_found,
+                suite_share: mean(&tally.suite_shares),
+                conversation_share: share(tally.conversation_tokens, full_history),
+            }))
+            .collect();
+        Self {
+            cases: suite.cases.len(),
+            rows,
         }
     }
 }
@@ -224,6 +302,7 @@ pub(crate) struct Report {
     pub(crate) conversation: ConversationResult,
     pub(crate) suite: SuiteResult,
     pub(crate) cross_session: CrossSessionResult,
+    pub(crate) window_trade_off: TradeOff,
     pub(crate) targets: Vec<Target>,
     pub(crate) combined_misses: Vec<Miss>,
     pub(crate) seconds: f64,
@@ -235,6 +314,7 @@ impl Report {
         conversation: ConversationResult,
         suite: SuiteResult,
         cross_session: CrossSessionResult,
+        window_trade_off: TradeOff,
         combined_misses: Vec<Miss>,
         seconds: f64,
     ) -> Self {
@@ -244,6 +324,7 @@ impl Report {
             conversation,
             suite,
             cross_session,
+            window_trade_off,
             targets,
             combined_misses,
             seconds,
@@ -261,6 +342,7 @@ impl Report {
         self.write_conversation(&mut out);
         self.write_suite(&mut out);
         self.write_cross_session(&mut out);
+        self.write_trade_off(&mut out);
         self.write_outcome(&mut out);
         out
     }
@@ -456,6 +538,28 @@ impl Report {
         );
     }
 
+    fn write_trade_off(&self, out: &mut String) {
+        let trade_off = &self.window_trade_off;
+        let _ = writeln!(
+            out,
+            "\nthe combined strategy's window (max_turns): suite facts found, and tokens as a \
+             share of full history's\n{:<18}{:>8}{:>14}{:>20}",
+            "window", "suite", "suite tokens", "conversation tokens"
+        );
+        for row in &trade_off.rows {
+            let window = row
+                .max_turns
+                .map_or_else(|| "default (adapts)".to_owned(), |turns| turns.to_string());
+            let _ = writeln!(
+                out,
+                "{window:<18}{:>8}{:>13.1}%{:>19.1}%",
+                format!("{}/{}", row.suite_found, trade_off.cases),
+                row.suite_share * 100.0,
+                row.conversation_share * 100.0
+            );
+        }
+    }
+
     fn write_outcome(&self, out: &mut String) {
         let _ = writeln!(out, "\ntargets for the combined strategy:");
         for target in &self.targets {
@@ -566,7 +670,7 @@ fn targets(
             met: cross_found == Verdict::Found,
         },
         Target {
-            goal: "at most 15% of full history's tokens at 50 turns",
+            goal: "at most 15% of full history's tokens at 60 turns",
             measured: format!("{:.1}%", share * 100.0),
             met: share <= TOKEN_SHARE_TARGET,
         },

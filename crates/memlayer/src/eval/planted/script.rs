@@ -1,4 +1,4 @@
-//! The conversations `memlayer eval planted` plays: the 50-turn conversation with four
+//! The conversations `memlayer eval planted` plays: the 60-turn conversation with four
 //! planted facts and three questions about them, the 20 cases of the depth suite (four fact
 //! types, each planted 5 to 60 turns before the question that needs it), and the
 //! cross-session case. Each fact is written the way a person would say it, not the way the
@@ -67,12 +67,12 @@ fn filler(turn: usize) -> Exchange {
 }
 
 // ---------------------------------------------------------------------------------------
-// The 50-turn conversation.
+// The 60-turn conversation.
 
-/// Turns of the 50-turn conversation; the last one is where token costs are compared.
-pub(crate) const CONVERSATION_TURNS: usize = 50;
+/// Turns of the 60-turn conversation; the last one is where token costs are compared.
+pub(crate) const CONVERSATION_TURNS: usize = 60;
 
-/// The 50-turn conversation: its exchanges, the turns where facts are planted, and the
+/// The 60-turn conversation: its exchanges, the turns where facts are planted, and the
 /// questions with the turns they are asked at.
 pub(crate) struct Conversation {
     pub(crate) turns: Vec<Exchange>,
@@ -112,7 +112,7 @@ pub(crate) fn conversation() -> Conversation {
     );
     let probes = vec![
         (
-            45,
+            55,
             Probe {
                 fact: "name (corrected at turn 25)",
                 query: "Which name do you have on file for me? The letter to the bank must match it.",
@@ -121,7 +121,7 @@ pub(crate) fn conversation() -> Conversation {
             },
         ),
         (
-            47,
+            57,
             Probe {
                 fact: "account number",
                 query: "The transfer form asks for my account number. What is it again?",
@@ -130,7 +130,7 @@ pub(crate) fn conversation() -> Conversation {
             },
         ),
         (
-            49,
+            59,
             Probe {
                 fact: "contact preference",
                 query: "If the refund comes through while I'm away, how will you let me know?",
