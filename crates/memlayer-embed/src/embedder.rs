@@ -33,9 +33,13 @@ pub struct EmbedderOptions {
     /// ONNX Runtime's intra-op threads per worker; `workers × intra_threads` should not
     /// exceed the cores given to embedding. The default is 1.
     pub intra_threads: usize,
-    /// Most texts per forward pass. Every text of a batch is padded to the longest one, so
-    /// on mixed lengths larger batches are slower per text, even sorted by length (one
-    /// thread: about 125 texts/s at batch 1, 90 at 32, 70 at 256). The default is 32.
+    /// Most texts per forward pass. The default is 1, for two reasons. The model quantizes
+    /// its activations per forward pass (dynamic int8 quantization), so in a batch a
+    /// text's vector depends on the texts beside it (by up to 0.056 in one component): one
+    /// text at a time, a text always gets the same vector, as the content-hash cache
+    /// assumes. And every text of a batch is padded to the longest one, so on chat-length
+    /// texts batches are slower per text anyway (one thread, the int8 export used before:
+    /// about 125 texts/s at batch 1, 90 at 32, 70 at 256).
     pub max_batch: usize,
     /// Most vectors kept in the content-hash cache, all namespaces together; 0 disables it.
     /// The default, 10,000, takes about 16 MB with 384-dimension vectors.
@@ -51,7 +55,7 @@ impl Default for EmbedderOptions {
         Self {
             workers: std::thread::available_parallelism().map_or(1, |cores| cores.get().min(2)),
             intra_threads: 1,
-            max_batch: 32,
+            max_batch: 1,
             cache_capacity: 10_000,
             max_length: 256,
         }

@@ -22,7 +22,7 @@ use crate::error::EmbedError;
 /// even one of the same dimension.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ModelIdentity {
-    /// The model directory's name, e.g. `all-MiniLM-L6-v2-int8`.
+    /// The model directory's name, e.g. `all-MiniLM-L6-v2-quantized`.
     pub name: String,
     /// The sha256 of `model.onnx`, lowercase hex: two files with the same name but other
     /// weights are different models.

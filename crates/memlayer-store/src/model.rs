@@ -356,7 +356,7 @@ impl MessageKey {
 /// two models at once: they are not comparable.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EmbeddingModel {
-    /// Human-readable name, e.g. `all-MiniLM-L6-v2-int8`.
+    /// Human-readable name, e.g. `all-MiniLM-L6-v2-quantized`.
     pub name: String,
     /// SHA-256 of the model file, hex.
     pub sha256: String,
