@@ -4,9 +4,9 @@
 //!
 //! The ONNX Runtime library and the model are files on disk ([`Assets`]), installed by
 //! `cargo xtask setup` or shipped in the release bundle. An [`Embedder`] runs the model on its
-//! own worker threads, so async callers never block, groups texts of similar length into
-//! batches, and caches vectors by the text's hash within the caller's namespace (its
-//! tenant). Every vector is tagged by the [`ModelIdentity`] that made it, so vectors of
+//! own worker threads, so async callers never block, one text per forward pass by default
+//! (`EmbedderOptions::max_batch`), and caches vectors by the text's hash within the
+//! caller's namespace (its tenant). Every vector is tagged by the [`ModelIdentity`] that made it, so vectors of
 //! different models are never mixed.
 //!
 //! It depends on no other memlayer crate: it knows texts and vectors, not where they are
