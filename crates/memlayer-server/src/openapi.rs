@@ -7,8 +7,9 @@
 use std::sync::LazyLock;
 
 use utoipa::openapi::path::{Operation, ParameterBuilder, ParameterIn};
+use utoipa::openapi::schema::Schema;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
-use utoipa::openapi::{Content, OpenApi, Ref, Required, ResponseBuilder, schema};
+use utoipa::openapi::{Content, OpenApi, Ref, RefOr, Required, ResponseBuilder, schema};
 use utoipa::{Modify, OpenApi as _};
 
 use crate::error::ErrorBody;
@@ -45,6 +46,7 @@ pub fn openapi() -> OpenApi {
     let mut doc = crate::api::table_router(ApiDoc::openapi(), |_| true).into_openapi();
     doc.info.version = env!("CARGO_PKG_VERSION").to_owned();
     Common.modify(&mut doc);
+    Identifiers.modify(&mut doc);
     doc
 }
 
@@ -157,6 +159,95 @@ fn add_tenant(operation: &mut Operation) {
         .parameters
         .get_or_insert_with(Vec::new)
         .insert(0, tenant);
+}
+
+/// The names under which requests carry identifiers the server checks with
+/// `memlayer_store::validate_id`, as parameters (path, query, header) and body fields.
+pub(crate) const IDENTIFIERS: [&str; 12] = [
+    TENANT_HEADER,
+    "Idempotency-Key",
+    "idempotency_key",
+    "tenant",
+    "project_id",
+    "session_id",
+    "source_session_id",
+    "user_id",
+    "agent_id",
+    "flow_id",
+    "run_id",
+    "task_type",
+];
+
+/// What `memlayer_store::validate_id` accepts: 1 to `MAX_ID_LEN` characters of
+/// `A-Z a-z 0-9 . _ - : @ +`, not `.` or `..` (the second alternative: dots only, three or
+/// more). Written without look-ahead so that generators of test data can read it.
+pub(crate) const ID_PATTERN: &str =
+    r"^(?:[A-Za-z0-9._:@+-]*[A-Za-z0-9_:@+-][A-Za-z0-9._:@+-]*|\.{3,})$";
+
+/// Gives every identifier parameter and body field the rule the server enforces, so the
+/// document says what a request may hold rather than "a string" (and a generated client or
+/// schemathesis does not send an empty tenant header the server must refuse). Integers
+/// (memory, episode and erasure ids) are left as they are.
+struct Identifiers;
+
+impl Modify for Identifiers {
+    fn modify(&self, doc: &mut OpenApi) {
+        for item in doc.paths.paths.values_mut() {
+            for operation in [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                for parameter in operation.parameters.iter_mut().flatten() {
+                    if IDENTIFIERS.contains(&parameter.name.as_str())
+                        && let Some(schema) = parameter.schema.as_mut()
+                    {
+                        constrain_identifier(schema);
+                    }
+                }
+            }
+        }
+        let schemas = doc
+            .components
+            .iter_mut()
+            .flat_map(|components| components.schemas.values_mut());
+        for schema in schemas {
+            if let RefOr::T(Schema::Object(object)) = schema {
+                for (name, property) in object.properties.iter_mut() {
+                    if IDENTIFIERS.contains(&name.as_str()) {
+                        constrain_identifier(property);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Adds the identifier rule to a string (or nullable string) schema; leaves others alone.
+fn constrain_identifier(schema: &mut RefOr<Schema>) {
+    let RefOr::T(Schema::Object(object)) = schema else {
+        return;
+    };
+    let string = match &object.schema_type {
+        schema::SchemaType::Type(kind) => *kind == schema::Type::String,
+        schema::SchemaType::Array(kinds) => {
+            kinds.contains(&schema::Type::String)
+                && kinds
+                    .iter()
+                    .all(|kind| matches!(kind, schema::Type::String | schema::Type::Null))
+        }
+        schema::SchemaType::AnyValue => false,
+    };
+    if string {
+        object.min_length = Some(1);
+        object.max_length = Some(memlayer_store::MAX_ID_LEN);
+        object.pattern = Some(ID_PATTERN.to_owned());
+    }
 }
 
 /// JSON shapes of types owned by other crates (`memlayer-store`, `memlayer-memory`), which

@@ -310,6 +310,47 @@ fn each_route_table_entry_is_one_path() {
 /// The document is OpenAPI 3.1, every reference resolves, every operation documents the error
 /// shape, and every `/v1` operation the tenant header.
 #[test]
+fn identifiers_carry_the_rule_the_server_enforces() {
+    use crate::openapi::{ID_PATTERN, IDENTIFIERS};
+    let spec: Value = serde_json::from_str(&crate::openapi::OPENAPI_JSON).unwrap();
+    let is_constrained = |schema: &Value| {
+        schema["pattern"] == ID_PATTERN
+            && schema["minLength"] == 1
+            && schema["maxLength"] == memlayer_store::MAX_ID_LEN
+    };
+    let mut parameters = 0;
+    for (path, item) in spec["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            for parameter in operation["parameters"].as_array().into_iter().flatten() {
+                let name = parameter["name"].as_str().unwrap();
+                let schema = &parameter["schema"];
+                if IDENTIFIERS.contains(&name) && schema["type"] == "string" {
+                    assert!(is_constrained(schema), "{method} {path}: {parameter}");
+                    parameters += 1;
+                }
+            }
+        }
+    }
+    // The tenant header on every /v1 operation, and the ids in paths and queries.
+    assert!(parameters > 50, "{parameters}");
+    let schemas = spec["components"]["schemas"].as_object().unwrap();
+    let append = &schemas["AppendRequest"]["properties"];
+    for field in ["user_id", "agent_id", "flow_id"] {
+        assert!(is_constrained(&append[field]), "{field}: {}", append[field]);
+    }
+}
+
+proptest::proptest! {
+    /// The pattern the document gives identifiers says exactly what the server accepts.
+    #[test]
+    fn the_identifier_pattern_is_what_validate_id_accepts(id in "[A-Za-z0-9._:@+ /é-]{0,130}|\\.{1,4}") {
+        let pattern = regex::Regex::new(crate::openapi::ID_PATTERN).unwrap();
+        let documented = pattern.is_match(&id) && (1..=memlayer_store::MAX_ID_LEN).contains(&id.len());
+        proptest::prop_assert_eq!(documented, memlayer_store::validate_id("id", &id).is_ok(), "{:?}", id);
+    }
+}
+
+#[test]
 fn the_document_is_complete_and_consistent() {
     let spec: Value = serde_json::from_str(&crate::openapi::OPENAPI_JSON).unwrap();
     assert_eq!(spec["openapi"], "3.1.0");
