@@ -781,6 +781,21 @@ fn json_logs_are_one_object_per_line_without_message_content() {
     assert!(!stderr.contains("log-canary-7d41c2"), "{stderr}");
 }
 
+/// Text logs sent anywhere but a terminal (a pipe here, a file or a journal in production)
+/// carry no colour codes, which would fill a log file with escape sequences.
+#[test]
+fn text_logs_off_a_terminal_carry_no_colour_codes() {
+    let temp = tempfile::tempdir().unwrap();
+    let (mut server, _) = Process::serve_with(temp.path(), |command| {
+        command.env("MEMLAYER_LOG_FORMAT", "text");
+    });
+    server.terminate();
+    let (status, stderr) = server.wait_for_failure();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("serving"), "{stderr}");
+    assert!(!stderr.contains('\u{1b}'), "colour codes in {stderr:?}");
+}
+
 /// Every value a client chose or wrote in this test starts with this: ids, search queries,
 /// message and memory texts. None may reach the log.
 const CANARY: &str = "cnry";
