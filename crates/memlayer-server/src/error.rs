@@ -8,12 +8,16 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use memlayer_index::IndexError;
 use memlayer_memory::MemoryError;
-use memlayer_store::StoreError;
+use memlayer_store::{DiskFault, StoreError};
 use serde::Serialize;
 use utoipa::ToSchema;
 
 /// Seconds an overloaded server asks a client to wait before retrying (`Retry-After`).
 pub(crate) const RETRY_AFTER_SECS: u64 = 1;
+/// Seconds a client is asked to wait while the disk refuses writes. The store probes the disk
+/// every second and resumes as soon as it takes writes again, so a few seconds is enough to
+/// see that, without every client retrying at once in a loop.
+pub(crate) const STORAGE_RETRY_AFTER_SECS: u64 = 5;
 
 /// The body of every error answer.
 #[derive(Debug, Serialize, ToSchema)]
@@ -96,6 +100,23 @@ pub enum ApiError {
     /// `503`: the server is shutting down.
     #[error("{0}")]
     Unavailable(String),
+    /// `507` with `Retry-After`: the disk under the store is full. The store refuses writes
+    /// until space is freed, then resumes by itself; reads go on. A write answered so may
+    /// have been stored if the disk filled during its commit, so appends are retried with
+    /// their idempotency key. The detail is logged, never sent.
+    #[error(
+        "the server's disk is full: writes are refused until space is freed, then resume by \
+         themselves, and reads go on; retry later (appends with the same idempotency key)"
+    )]
+    StorageFull(String),
+    /// `503` with `Retry-After`: the disk under the store failed (an I/O error). The store
+    /// resumes by itself once the device takes writes again; reads of what is stored go on
+    /// where the device still reads. The detail is logged, never sent.
+    #[error(
+        "the server's disk failed: writes resume by themselves once it works again; retry \
+         later (appends with the same idempotency key)"
+    )]
+    StorageUnavailable(String),
     /// `503` with `Retry-After`: as many requests as the server admits are in flight, or as
     /// many agent runs are going on. The request was refused at once, never queued.
     #[error("the server is handling as many requests as it admits; retry in a moment")]
@@ -156,6 +177,8 @@ impl ApiError {
             Self::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Self::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
+            Self::StorageFull(_) => (StatusCode::INSUFFICIENT_STORAGE, "storage_full"),
+            Self::StorageUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable"),
             Self::Timeout(_) => (StatusCode::SERVICE_UNAVAILABLE, "timeout"),
             Self::ModelNotConfigured => (StatusCode::SERVICE_UNAVAILABLE, "model_not_configured"),
             Self::Upstream { timeout: true, .. } => {
@@ -177,6 +200,16 @@ impl ApiError {
             Self::Internal(detail) => {
                 tracing::error!(%detail, "request failed");
                 "internal server error; the details are in the server log".to_owned()
+            }
+            // While the disk is full every write is refused, and a line at the default level
+            // for each would flood the log (of which the disk may well be the same).
+            Self::StorageFull(detail) => {
+                tracing::debug!(%detail, "refused: the disk is full");
+                self.to_string()
+            }
+            Self::StorageUnavailable(detail) => {
+                tracing::warn!(%detail, "request failed: the disk failed");
+                self.to_string()
             }
             other => other.to_string(),
         };
@@ -204,6 +237,7 @@ impl IntoResponse for ApiError {
         let mut response = (status, Json(body)).into_response();
         let retry_after = match &self {
             Self::Overloaded => Some(RETRY_AFTER_SECS),
+            Self::StorageFull(_) | Self::StorageUnavailable(_) => Some(STORAGE_RETRY_AFTER_SECS),
             Self::RateLimited { retry_after } => {
                 Some(crate::rate_limit::retry_after_secs(*retry_after))
             }
@@ -249,7 +283,11 @@ impl From<StoreError> for ApiError {
                 Self::Conflict(format!("{err}; retry the request"))
             }
             StoreError::Closed => Self::Unavailable("the server is shutting down".into()),
-            other => Self::Internal(other.for_log()),
+            other => match other.disk_fault() {
+                Some(DiskFault::Full) => Self::StorageFull(other.for_log()),
+                Some(_) => Self::StorageUnavailable(other.for_log()),
+                None => Self::Internal(other.for_log()),
+            },
         }
     }
 }

@@ -645,3 +645,37 @@ async fn metrics_count_requests_by_route_template() {
     );
     assert!(text.ends_with("# EOF\n"));
 }
+
+/// A full disk and a failing one answer typed errors a client can act on, with
+/// `Retry-After`, not `500 internal`: `507 storage_full` and `503 storage_unavailable`.
+#[tokio::test]
+async fn disk_faults_answer_typed_errors_with_retry_after() {
+    use std::io::{Error, ErrorKind};
+
+    use axum::response::IntoResponse;
+    use memlayer_store::StoreError;
+
+    let full = (StatusCode::INSUFFICIENT_STORAGE, "storage_full");
+    let failed = (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable");
+    for (io, (status, code)) in [
+        (Error::from(ErrorKind::StorageFull), full),
+        (Error::from(ErrorKind::QuotaExceeded), full),
+        (Error::other("input/output error"), failed),
+    ] {
+        let err = StoreError::Backup(std::sync::Arc::new(io));
+        let refused = StoreError::WritesRefused {
+            cause: Box::new(err.clone()),
+        };
+        for err in [err, refused] {
+            let response = crate::ApiError::from(err).into_response();
+            let (parts, body) = response.into_parts();
+            let answer = Answer {
+                status: parts.status,
+                headers: parts.headers,
+                bytes: axum::body::to_bytes(body, usize::MAX).await.unwrap(),
+            };
+            answer.assert_error(status, code);
+            assert_eq!(answer.header("retry-after"), Some("5"));
+        }
+    }
+}

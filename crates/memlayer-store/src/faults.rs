@@ -28,6 +28,8 @@ enum Fault {
     /// The power fails: that operation and every later one fail, and only what was synced,
     /// plus any part of what was written since, is on the disk afterwards.
     PowerLoss,
+    /// The disk is full: that operation and every later one fail with `ENOSPC`.
+    Full,
 }
 
 /// Which of the writes since the last completed `sync_data` a crash leaves on the disk.
@@ -109,8 +111,17 @@ impl FaultyDisk {
         match state.fault {
             Some((k, Fault::Fail)) if op == k => Err(injected()),
             Some((k, Fault::PowerLoss)) if op >= k => Err(injected()),
+            Some((k, Fault::Full)) if op >= k => {
+                Err(std::io::Error::from(std::io::ErrorKind::StorageFull))
+            }
             _ => operation(&mut state),
         }
+    }
+
+    /// Makes the next I/O operation the one that meets `fault`.
+    fn fault_from_now(&self, fault: Fault) {
+        let mut state = self.lock();
+        state.fault = Some((state.ops, fault));
     }
 
     /// The bytes a crash now leaves on the disk.
@@ -327,8 +338,8 @@ struct Trace {
     /// The model of every acknowledged operation, in acknowledgement order.
     acknowledged: Model,
     /// The operations of the first step that failed, with their errors. Those whose commit
-    /// failed (any error but redb's `PreviousIo`, which refuses a transaction before it
-    /// begins) may be in the store, all of them or none.
+    /// failed (any error but `WritesRefused` and redb's `PreviousIo`, which refuse a
+    /// transaction before it begins) may be in the store, all of them or none.
     failed: Vec<(Op, StoreError)>,
     /// Texts erased (a message or memory erased, a session deleted) before an acknowledged
     /// compaction: no byte image of the file may hold them any more.
@@ -340,8 +351,16 @@ impl Trace {
     fn failed_group(&self) -> impl Iterator<Item = &Op> {
         self.failed
             .iter()
-            .filter(|(_, err)| !matches!(err, StoreError::Storage(e) if matches!(**e, redb::Error::PreviousIo)))
+            .filter(|(_, err)| !refused_before_it_began(err))
             .map(|(op, _)| op)
+    }
+}
+
+fn refused_before_it_began(err: &StoreError) -> bool {
+    match err {
+        StoreError::WritesRefused { .. } => true,
+        StoreError::Storage(err) => matches!(**err, redb::Error::PreviousIo),
+        _ => false,
     }
 }
 
@@ -382,7 +401,7 @@ fn run_workload(store: &Store, rt: &tokio::runtime::Runtime, fault: Option<Fault
                     }
                 }
                 Ok(outcome) => panic!("{op:?} answered {outcome:?} after a write failed"),
-                Err(err @ StoreError::Storage(_)) => {
+                Err(err @ (StoreError::Storage(_) | StoreError::WritesRefused { .. })) => {
                     broken = true;
                     if first_failure {
                         failed.push((op, err));
@@ -402,7 +421,7 @@ fn run_workload(store: &Store, rt: &tokio::runtime::Runtime, fault: Option<Fault
     match store.check_ready() {
         Ok(()) => assert!(!broken, "ready after {failed:?}"),
         Err(err) => assert!(
-            broken && matches!(err, StoreError::Storage(_)),
+            broken && matches!(err, StoreError::WritesRefused { .. }),
             "not ready ({err}) after {failed:?}"
         ),
     }
@@ -722,4 +741,56 @@ fn a_leftover_temporary_name_of_a_created_store_is_dropped() {
     let store = Store::open(&path).unwrap();
     model.check(&store).unwrap();
     assert!(!dir.path().join("memlayer.redb.new").exists());
+}
+
+/// A full disk is told from a failing one: the write that met the fault, every write refused
+/// after it and the readiness probe all say which it was, while reads go on serving what was
+/// acknowledged.
+#[test]
+fn a_full_disk_is_told_from_a_failing_one_and_reads_go_on() {
+    use crate::DiskFault;
+    let dir = temp_dir();
+    let rt = runtime();
+    for (fault, expected) in [
+        (Fault::Full, DiskFault::Full),
+        (Fault::Fail, DiskFault::Failed),
+    ] {
+        let path = dir.path().join(format!("{fault:?}.redb"));
+        let disk = FaultyDisk::create(&path, None);
+        let store = Store::open_with_backend(&path, disk.clone(), StoreOptions::default()).unwrap();
+        let mut model = Model::default();
+        let kept = append(0, &[(1, "kept")], Some(1));
+        assert_eq!(
+            rt.block_on(execute(&store, &kept)).unwrap(),
+            model.apply(&kept)
+        );
+        disk.fault_from_now(fault);
+        let met = rt
+            .block_on(execute(
+                &store,
+                &append(0, &[(1, "met the fault")], Some(2)),
+            ))
+            .unwrap_err();
+        assert_eq!(met.disk_fault(), Some(expected), "{met:?}");
+        let refused = rt
+            .block_on(execute(&store, &append(1, &[(1, "refused")], None)))
+            .unwrap_err();
+        assert!(
+            matches!(refused, StoreError::WritesRefused { .. }),
+            "{refused:?}"
+        );
+        assert_eq!(refused.disk_fault(), Some(expected));
+        let unready = store.check_ready().unwrap_err();
+        assert_eq!(unready.disk_fault(), Some(expected), "{unready:?}");
+        assert_eq!(
+            store.eraser().compact().unwrap_err().disk_fault(),
+            Some(expected)
+        );
+        // The failed append either committed whole or not at all; either way, what was
+        // acknowledged reads back.
+        let mut with_met = model.clone();
+        with_met.apply(&append(0, &[(1, "met the fault")], Some(2)));
+        assert!(model.check(&store).is_ok() || with_met.check(&store).is_ok());
+        store.shutdown();
+    }
 }

@@ -40,7 +40,7 @@ mod writer;
 pub use backup::Backup;
 pub use episodes::{Episode, MAX_EPISODE_TEXT, MAX_LESSON_TEXT, Outcome};
 pub use erasure::{ConversationStats, MessageErased, StoredJob};
-pub use error::{Result, StoreError};
+pub use error::{DiskFault, Result, StoreError};
 pub use keys::{
     ApiKey, BOOTSTRAP_TENANT, Bootstrap, CONFIGURED_KEY_PREFIX, IssuedKey, KEY_SCHEME,
     KeyRejection, KeyRole, MIN_CONFIGURED_KEY_LEN, NewKey, OPERATOR_TENANT,

@@ -313,7 +313,7 @@ impl Store {
 
     /// Succeeds when the file can be read and writes are still accepted (readiness probe).
     /// After an I/O error redb refuses every write until the file is reopened; this then
-    /// fails with that error, so an orchestrator restarts the process.
+    /// fails with [`StoreError::WritesRefused`], whose cause says what the disk did.
     pub fn check_ready(&self) -> Result<()> {
         if !self.inner.writer.is_open() {
             return Err(StoreError::Closed);
@@ -338,6 +338,9 @@ impl Eraser {
     /// most `COMPACTION_WAIT`), after which it fails with [`StoreError::Busy`] and can be
     /// retried. Returns whether anything was moved.
     pub fn compact(&self) -> Result<bool> {
+        if let Some(refusal) = self.store.inner.writer.broken() {
+            return Err(refusal);
+        }
         let mut db = self
             .store
             .inner
@@ -364,8 +367,9 @@ impl Eraser {
                     ));
                 }
                 Err(err) => {
-                    self.store.inner.writer.note_failure(&db);
-                    return Err(err.into());
+                    let err: StoreError = err.into();
+                    self.store.inner.writer.note_failure(&db, &err);
+                    return Err(err);
                 }
             }
         }

@@ -30,9 +30,9 @@ pub(crate) async fn live() -> Json<Probe> {
 
 /// Readiness
 ///
-/// The store can be read and still accepts writes; `503` while shutting down, and after a
-/// storage failure that makes the store refuse writes until the process restarts (take the
-/// instance out of rotation and restart it).
+/// The store can be read and still accepts writes. Not ready: `503 unavailable` while
+/// shutting down or when the store cannot be read, `507 storage_full` while the disk is full
+/// and `503 storage_unavailable` while it fails writes (both with `Retry-After`; reads go on).
 #[utoipa::path(
     get,
     path = "/readyz",
@@ -44,9 +44,9 @@ pub(crate) async fn ready(State(state): State<AppState>) -> Result<Json<Probe>, 
         Ok(()) => Ok(Json(Probe { status: "ready" })),
         // Not a failure of this request: the instance is not ready. The cause is logged.
         Err(ApiError::Internal(detail)) => {
-            tracing::error!(%detail, "not ready: the store refuses writes");
+            tracing::error!(%detail, "not ready: the store cannot be read");
             Err(ApiError::Unavailable(
-                "the store failed and refuses writes; restart the server".into(),
+                "the store cannot be read; restart the server".into(),
             ))
         }
         Err(err) => Err(err),
