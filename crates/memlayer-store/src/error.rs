@@ -93,7 +93,7 @@ pub enum StoreError {
     #[error("the store is shut down")]
     Closed,
     /// The disk failed a write (`cause`) and redb refuses every write since, until the file is
-    /// reopened. This write was refused before it began: nothing
+    /// reopened ([`crate::Store::recover`]). This write was refused before it began: nothing
     /// of it is stored. Reads go on.
     #[error("the store refuses writes since a write failed: {cause}")]
     WritesRefused {

@@ -18,7 +18,7 @@ use redb::backends::FileBackend;
 use redb::{BackendError, StorageBackend};
 
 use crate::fuzzing::{Model, Op, Outcome, execute};
-use crate::{CommitMode, Store, StoreError, StoreOptions};
+use crate::{CommitMode, Recovery, Store, StoreError, StoreOptions};
 
 /// What the disk does from the k-th I/O operation (`write`, `set_len`, `sync_data`) on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,7 +28,8 @@ enum Fault {
     /// The power fails: that operation and every later one fail, and only what was synced,
     /// plus any part of what was written since, is on the disk afterwards.
     PowerLoss,
-    /// The disk is full: that operation and every later one fail with `ENOSPC`.
+    /// The disk is full: that operation and every later one fail with `ENOSPC` until space
+    /// is freed ([`FaultyDisk::free`]).
     Full,
 }
 
@@ -122,6 +123,18 @@ impl FaultyDisk {
     fn fault_from_now(&self, fault: Fault) {
         let mut state = self.lock();
         state.fault = Some((state.ops, fault));
+    }
+
+    /// Space was freed, or the device came back: no operation fails any more.
+    fn free(&self) {
+        self.lock().fault = None;
+    }
+
+    /// Opens a store on this disk; `Store::recover` probes it with one I/O operation, which
+    /// fails as long as the disk's fault lasts, and reopens the store on it.
+    fn open_store(&self, path: &Path, options: StoreOptions) -> Result<Store, StoreError> {
+        let probed = self.clone();
+        Store::open_with_backend(path, self.clone(), move || probed.io(|_| Ok(())), options)
     }
 
     /// The bytes a crash now leaves on the disk.
@@ -484,19 +497,26 @@ impl<F: Future> Started<F> {
     }
 }
 
-/// Opens the file left at `path` the normal way and checks it against the trace: the
-/// acknowledged state, or that plus the failed group; then retries the failed operations (the
-/// keyed appends must apply once) and adds a write.
+/// Opens the file left at `path` the normal way and checks it against the trace (see
+/// [`check_recovered`]).
 fn check_reopened(path: &Path, trace: &Trace, rt: &tokio::runtime::Runtime, what: &str) {
     let store =
         Store::open(path).unwrap_or_else(|err| panic!("{what}: reopening failed with {err}"));
+    check_recovered(&store, trace, rt, what);
+    store.shutdown();
+}
+
+/// Checks a store that was reopened after the faults of `trace` against it: it holds the
+/// acknowledged state, or that plus the failed group; then retries the failed operations (the
+/// keyed appends must apply once) and adds a write.
+fn check_recovered(store: &Store, trace: &Trace, rt: &tokio::runtime::Runtime, what: &str) {
     let mut with_group = trace.acknowledged.clone();
     for op in trace.failed_group() {
         with_group.apply(op);
     }
-    let mut model = match trace.acknowledged.check(&store) {
+    let mut model = match trace.acknowledged.check(store) {
         Ok(()) => trace.acknowledged.clone(),
-        Err(without) => match with_group.check(&store) {
+        Err(without) => match with_group.check(store) {
             Ok(()) => with_group,
             Err(with) => panic!(
                 "{what}: the store holds neither the acknowledged writes ({without}) nor those \
@@ -507,14 +527,13 @@ fn check_reopened(path: &Path, trace: &Trace, rt: &tokio::runtime::Runtime, what
     };
     let retries = trace.failed.iter().map(|(op, _)| op.clone());
     for op in retries.chain([append(0, &[(1, "after the crash")], None)]) {
-        let result = rt.block_on(execute(&store, &op));
+        let result = rt.block_on(execute(store, &op));
         let outcome = result.unwrap_or_else(|err| panic!("{what}: {op:?} after reopening: {err}"));
         assert_eq!(outcome, model.apply(&op), "{what}: {op:?} after reopening");
     }
-    if let Err(difference) = model.check(&store) {
+    if let Err(difference) = model.check(store) {
         panic!("{what}: after the retries: {difference}");
     }
-    store.shutdown();
 }
 
 pub(crate) fn temp_dir() -> tempfile::TempDir {
@@ -540,7 +559,7 @@ fn fault_free_run(dir: &Path, commit: CommitMode, rt: &tokio::runtime::Runtime) 
     let path = dir.join(format!("reference-{commit:?}.redb"));
     let disk = FaultyDisk::create(&path, None);
     let options = StoreOptions::default().with_commit(commit);
-    let store = Store::open_with_backend(&path, disk.clone(), options).unwrap();
+    let store = disk.open_store(&path, options).unwrap();
     let created = disk.ops();
     let trace = run_workload(&store, rt, None);
     trace.acknowledged.check(&store).unwrap();
@@ -573,7 +592,7 @@ fn run_with_fault(
 ) -> (Trace, FaultyDisk) {
     let disk = FaultyDisk::create(path, Some((k, fault)));
     let options = StoreOptions::default().with_commit(commit);
-    let trace = match Store::open_with_backend(path, disk.clone(), options) {
+    let trace = match disk.open_store(path, options) {
         Ok(store) => {
             let trace = run_workload(&store, rt, Some(fault));
             store.shutdown();
@@ -757,7 +776,7 @@ fn a_full_disk_is_told_from_a_failing_one_and_reads_go_on() {
     ] {
         let path = dir.path().join(format!("{fault:?}.redb"));
         let disk = FaultyDisk::create(&path, None);
-        let store = Store::open_with_backend(&path, disk.clone(), StoreOptions::default()).unwrap();
+        let store = disk.open_store(&path, StoreOptions::default()).unwrap();
         let mut model = Model::default();
         let kept = append(0, &[(1, "kept")], Some(1));
         assert_eq!(
@@ -793,4 +812,88 @@ fn a_full_disk_is_told_from_a_failing_one_and_reads_go_on() {
         assert!(model.check(&store).is_ok() || with_met.check(&store).is_ok());
         store.shutdown();
     }
+}
+
+/// After a full or failing disk made the store refuse writes, `recover` waits while the disk
+/// still refuses and reopens the store in the same process once it takes writes again:
+/// writes resume, what was acknowledged is there once, a retried keyed append applies once.
+#[test]
+fn the_store_reopens_by_itself_once_the_disk_takes_writes_again() {
+    let dir = temp_dir();
+    let rt = runtime();
+    for fault in [Fault::Full, Fault::PowerLoss] {
+        let path = dir.path().join(format!("{fault:?}.redb"));
+        let disk = FaultyDisk::create(&path, None);
+        let store = disk.open_store(&path, StoreOptions::default()).unwrap();
+        let mut model = Model::default();
+        let kept = append(0, &[(1, "kept")], Some(1));
+        assert_eq!(
+            rt.block_on(execute(&store, &kept)).unwrap(),
+            model.apply(&kept)
+        );
+        disk.fault_from_now(fault);
+        let met = append(0, &[(1, "met the fault")], Some(2));
+        rt.block_on(execute(&store, &met)).unwrap_err();
+        assert!(store.refusals().borrow().is_some());
+        // Still full or failing: nothing is reopened, reads go on.
+        assert!(matches!(store.recover().unwrap(), Recovery::Waiting(_)));
+        assert!(store.check_ready().is_err());
+        let mut with_met = model.clone();
+        with_met.apply(&met);
+        assert!(model.check(&store).is_ok() || with_met.check(&store).is_ok());
+
+        disk.free();
+        assert!(matches!(store.recover().unwrap(), Recovery::Writable));
+        store.check_ready().unwrap();
+        assert!(
+            matches!(started_future(store.writable()), Started::Ready(())),
+            "writable at once after the reopening"
+        );
+        for op in [met, append(1, &[(1, "after the reopening")], None)] {
+            let outcome = rt.block_on(execute(&store, &op)).unwrap();
+            assert_eq!(outcome, model.apply(&op), "{fault:?}: {op:?}");
+        }
+        model.check(&store).unwrap();
+        store.shutdown();
+        drop(store);
+        drop(disk);
+        let reopened = Store::open(&path).unwrap();
+        model.check(&reopened).unwrap();
+    }
+}
+
+/// The sweep of `every_io_failure_leaves_acknowledged_writes_and_whole_groups`, recovered
+/// from in the same process: at every third I/O operation of the workload (appends, group
+/// commits, erasures, compactions) the disk fills up (and stays full until space is freed)
+/// or fails once; then `recover` reopens the store, which holds the acknowledged writes or
+/// those plus the failed group, applies the retried writes once and keeps erased text out
+/// of the file.
+#[test]
+fn every_full_or_failing_disk_is_recovered_from_without_a_restart() {
+    let dir = temp_dir();
+    let rt = runtime();
+    let counts = fault_free_run(dir.path(), CommitMode::default(), &rt);
+    let mut refused = 0;
+    for k in sweep(&counts) {
+        for fault in [Fault::Full, Fault::Fail] {
+            let path = dir.path().join(format!("recover-{k}-{fault:?}.redb"));
+            let disk = FaultyDisk::create(&path, Some((k, fault)));
+            let store = disk.open_store(&path, StoreOptions::default()).unwrap();
+            let trace = run_workload(&store, &rt, Some(fault));
+            let what = format!("k={k} ({fault:?}, recovered in process)");
+            refused += usize::from(store.refusals().borrow().is_some());
+            disk.free();
+            match store.recover() {
+                Ok(Recovery::Writable) => {}
+                other => panic!("{what}: recover answered {other:?}"),
+            }
+            assert_gone(&std::fs::read(&path).unwrap(), &trace, &what);
+            check_recovered(&store, &trace, &rt, &what);
+            store.shutdown();
+            drop(store);
+            drop(disk);
+            std::fs::remove_file(&path).unwrap();
+        }
+    }
+    assert!(refused > 0, "no fault made the store refuse writes");
 }

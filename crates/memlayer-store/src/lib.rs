@@ -60,7 +60,7 @@ pub use sessions::SessionDeleted;
 pub use snapshot::{MessageOutline, SessionSnapshot, SessionVersion};
 pub use store::{
     CommitMode, EmbeddingFeed, Eraser, Keys, MAX_PAGE_SIZE, MAX_SEARCH_QUERY, MAX_SEARCH_WORDS,
-    Memories, Sessions, Store, StoreOptions, Tenants, blocking,
+    Memories, Recovery, Sessions, Store, StoreOptions, Tenants, blocking,
 };
 pub use tables::UNKNOWN_SOURCE;
 

@@ -90,7 +90,10 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    pub(crate) fn spawn(db: Arc<RwLock<Database>>, commit: CommitMode) -> std::io::Result<Self> {
+    pub(crate) fn spawn(
+        db: Arc<RwLock<Option<Database>>>,
+        commit: CommitMode,
+    ) -> std::io::Result<Self> {
         let (jobs, queue) = mpsc::channel();
         let (committed, commits) = watch::channel(0);
         let broken = Arc::new(watch::Sender::new(None));
@@ -160,6 +163,21 @@ impl Writer {
         refused(&self.broken)
     }
 
+    /// The error for an access to a database that is closed because reopening it failed.
+    pub(crate) fn refusal(&self) -> StoreError {
+        self.broken().unwrap_or(StoreError::Closed)
+    }
+
+    /// The reason writes are refused while they are, for those who wait for them to resume.
+    pub(crate) fn refusals(&self) -> watch::Receiver<Option<StoreError>> {
+        self.broken.subscribe()
+    }
+
+    /// The database was reopened: jobs are applied again.
+    pub(crate) fn resume(&self) {
+        self.broken.send_replace(None);
+    }
+
     /// After a write (a compaction) failed with `failure`, asks redb whether it still commits,
     /// and remembers the failure if it does not. Runs only after failures, and with no other
     /// write transaction open (on the writer thread, or in compaction, which holds the
@@ -202,7 +220,7 @@ impl Drop for Writer {
 }
 
 fn run(
-    db: &RwLock<Database>,
+    db: &RwLock<Option<Database>>,
     commit: CommitMode,
     queue: &Receiver<Box<dyn Job>>,
     committed: &watch::Sender<u64>,
@@ -230,16 +248,19 @@ fn run(
                 Err(_) => break,
             }
         }
-        if let Some(refusal) = refused(broken) {
-            for job in group {
-                job.finish(Some(&refusal));
-            }
-            continue;
-        }
-        // The database is shared for the whole group: compaction, which needs it exclusively,
-        // waits until no write transaction is live.
+        // The database is shared for the whole group: compaction and reopening, which need it
+        // exclusively, wait until no write transaction is live.
         let database = db.read().unwrap_or_else(PoisonError::into_inner);
-        let committed_ok = commit_group(&database, commit, group, broken);
+        let committed_ok = match (refused(broken), database.as_ref()) {
+            (None, Some(database)) => commit_group(database, commit, group, broken),
+            (refusal, _) => {
+                let refusal = refusal.unwrap_or(StoreError::Closed);
+                for job in group {
+                    job.finish(Some(&refusal));
+                }
+                false
+            }
+        };
         drop(database);
         if committed_ok {
             committed.send_modify(|count| *count += 1);
