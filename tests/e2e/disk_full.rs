@@ -9,6 +9,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use memlayer_server::ServerConfig;
 use memlayer_tests::{TestServer, assert_error, config, json};
 use reqwest::Method;
 use serde_json::Value;
@@ -123,11 +124,18 @@ fn stored(server: &TestServer) -> Vec<usize> {
 }
 
 /// Appends until the disk is full; answers how many appends were acknowledged, after
-/// checking that the one refused answered `507 storage_full` with `Retry-After`.
+/// checking that `/readyz` warned of low space (still ready) before the disk was full and
+/// that the append refused answered `507 storage_full` with `Retry-After`.
 fn fill(server: &TestServer) -> usize {
     let mut acknowledged = 0;
+    let mut warned = false;
     let (refused, retry_after) = loop {
         assert!(acknowledged < 10_000, "the tmpfs never filled up");
+        if acknowledged % 8 == 0 {
+            let (status, ready) = server.get("/readyz");
+            assert_eq!(status, 200, "{ready}");
+            warned |= ready["warning"].is_string();
+        }
         let (status, body, retry_after) = append(server, acknowledged);
         if status != 201 {
             break ((status, body), retry_after);
@@ -135,9 +143,33 @@ fn fill(server: &TestServer) -> usize {
         acknowledged += 1;
     };
     assert!(acknowledged > 0, "not one append fitted");
+    assert!(
+        warned,
+        "no warning of low disk space before the disk was full"
+    );
     assert_error(&refused, 507, "storage_full");
     assert_eq!(retry_after.as_deref(), Some("5"));
     acknowledged
+}
+
+/// The server on a data directory inside `tmpfs`, warning when less than half of it is free.
+fn serve_on(tmpfs: &Tmpfs) -> TestServer {
+    let config = ServerConfig {
+        disk_warning_free_percent: 50,
+        ..config()
+    };
+    TestServer::with_config_in(config, tmpfs.path())
+}
+
+/// The `/metrics` line of the gauge `name`.
+fn gauge(server: &TestServer, name: &str) -> String {
+    let (status, metrics) = server.get("/metrics");
+    assert_eq!(status, 200, "{metrics}");
+    let text = metrics.as_str().expect("the metrics are text");
+    text.lines()
+        .find(|line| line.starts_with(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+        .to_owned()
 }
 
 #[test]
@@ -145,8 +177,12 @@ fn a_full_disk_refuses_writes_clearly_and_writes_resume_once_space_is_freed() {
     let Some(tmpfs) = Tmpfs::mount(SMALL) else {
         return;
     };
-    let server = TestServer::with_config_in(config(), tmpfs.path());
+    let server = serve_on(&tmpfs);
     let acknowledged = fill(&server);
+    assert_eq!(
+        gauge(&server, "memlayer_store_writes_refused"),
+        "memlayer_store_writes_refused 1"
+    );
     // Later writes are refused the same way, before they begin.
     let (status, body, retry_after) = append(&server, acknowledged + 1);
     assert_error(&(status, body), 507, "storage_full");
@@ -190,6 +226,13 @@ fn a_full_disk_refuses_writes_clearly_and_writes_resume_once_space_is_freed() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    assert_eq!(
+        gauge(&server, "memlayer_store_writes_refused"),
+        "memlayer_store_writes_refused 0"
+    );
+    let free = gauge(&server, "memlayer_disk_free_bytes");
+    let free: u64 = free.split(' ').nth(1).unwrap().parse().unwrap();
+    assert!(free > 32 << 20, "{free} bytes free after growing the tmpfs");
     // The refused append, retried with its key, is stored once (replayed if its commit made
     // it after all); then new ones.
     let (status, body, _) = append(&server, acknowledged);
@@ -217,7 +260,7 @@ fn a_store_that_cannot_be_reopened_stops_the_server_with_an_error() {
     let Some(tmpfs) = Tmpfs::mount(SMALL) else {
         return;
     };
-    let mut server = TestServer::with_config_in(config(), tmpfs.path());
+    let mut server = serve_on(&tmpfs);
     fill(&server);
     std::fs::remove_file(server.store_path()).expect("remove the store file");
     tmpfs.resize(LARGER);

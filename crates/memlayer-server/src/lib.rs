@@ -16,6 +16,7 @@
 
 mod api;
 mod auth;
+mod disk;
 mod error;
 mod extract;
 #[cfg(feature = "fuzzing")]
@@ -67,7 +68,8 @@ pub fn router(state: AppState) -> Router {
 
 /// Serves the API on `listener`, with the indexing pipeline, the erasure maintenance task
 /// (pending erasures, retention), the builder of long-term memory graphs, the task ending
-/// idle sessions and the recovery from disk faults (`recovery.rs`) running beside it, until
+/// idle sessions, the recovery from disk faults (`recovery.rs`) and the warning about low
+/// disk space (`disk.rs`) running beside it, until
 /// `shutdown` resolves; then stops accepting connections, lets in-flight requests finish,
 /// stops the pipeline (which saves its snapshot) and commits every queued write.
 ///
@@ -137,8 +139,18 @@ pub async fn serve(
             },
         ))
     });
+    let (stop_disk, disk_stopped) = tokio::sync::oneshot::channel::<()>();
+    let disk = tokio::spawn(disk::watch_disk_space(
+        store.clone(),
+        state.config().disk_warning_free_percent,
+        async {
+            let _ = disk_stopped.await;
+        },
+    ));
     let config = state.config().clone();
     let served = accept(listener, router(state), &config, shutdown).await;
+    let _ = stop_disk.send(());
+    let _ = disk.await;
     let _ = stop_maintenance.send(());
     let _ = maintenance.await;
     let _ = stop_graphs.send(());

@@ -636,6 +636,10 @@ async fn metrics_count_requests_by_route_template() {
         "memlayer_index_vectors 0\n",
         "memlayer_embeddings_pending 0\n",
         "# TYPE memlayer_store_commits counter\n",
+        "memlayer_store_writes_refused 0\n",
+        "# TYPE memlayer_store_size_bytes gauge\n",
+        "# TYPE memlayer_disk_free_bytes gauge\n",
+        "# TYPE memlayer_disk_size_bytes gauge\n",
     ] {
         assert!(text.contains(line), "no {line:?} in\n{text}");
     }
@@ -677,5 +681,29 @@ async fn disk_faults_answer_typed_errors_with_retry_after() {
             answer.assert_error(status, code);
             assert_eq!(answer.header("retry-after"), Some("5"));
         }
+    }
+}
+
+/// Free disk space below the configured share is a warning in `/readyz`, which stays ready,
+/// and a `low` flag in the stats' disk figures; with the warning off there is neither.
+#[tokio::test]
+async fn low_disk_space_is_a_warning_in_the_readiness_probe_and_the_stats() {
+    for (percent, low) in [(100, true), (0, false)] {
+        let fixture = Fixture::with_config(ServerConfig {
+            disk_warning_free_percent: percent,
+            ..ServerConfig::default()
+        });
+        let ready = fixture.get("/readyz").await;
+        assert_eq!(ready.status, StatusCode::OK);
+        let warning = &ready.json()["warning"];
+        assert_eq!(warning.is_string(), low, "{warning}");
+        let stats = fixture.get("/v1/admin/conversations/stats").await.json();
+        let disk = &stats["disk"];
+        assert_eq!(disk["low"], low, "{stats}");
+        assert!(disk["store_bytes"].as_u64().unwrap() > 0, "{stats}");
+        assert!(
+            disk["free_bytes"].as_u64().unwrap() <= disk["size_bytes"].as_u64().unwrap(),
+            "{stats}"
+        );
     }
 }

@@ -347,6 +347,22 @@ impl Store {
         Ok(())
     }
 
+    /// The store file's size and the free space of its file system: cheap (two system
+    /// calls), so it can be read at every scrape and probe.
+    pub fn disk_space(&self) -> Result<DiskSpace> {
+        let store_bytes = std::fs::metadata(&self.inner.path).map_err(io_error)?.len();
+        let dir = match self.inner.path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        let fs = rustix::fs::statvfs(dir).map_err(|err| io_error(err.into()))?;
+        Ok(DiskSpace {
+            store_bytes,
+            free_bytes: fs.f_bavail.saturating_mul(fs.f_frsize),
+            size_bytes: fs.f_blocks.saturating_mul(fs.f_frsize),
+        })
+    }
+
     /// The reason the store refuses writes, `Some` from a disk failure until
     /// [`Store::recover`] reopened the file; watch it to pause work that writes.
     pub fn refusals(&self) -> tokio::sync::watch::Receiver<Option<StoreError>> {
@@ -404,6 +420,28 @@ impl Store {
             Err(err) if err.disk_fault() == Some(DiskFault::Full) => Ok(Recovery::Waiting(err)),
             Err(err) => Err(err),
         }
+    }
+}
+
+/// Space on the file system that holds the store, read now ([`Store::disk_space`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiskSpace {
+    /// Bytes the store file takes.
+    pub store_bytes: u64,
+    /// Bytes this process may still write on the file system (what `df` calls available:
+    /// without the blocks reserved for root).
+    pub free_bytes: u64,
+    /// The file system's size in bytes.
+    pub size_bytes: u64,
+}
+
+impl DiskSpace {
+    /// The share of the file system still free, from 0 to 1 (1 for an empty or odd one).
+    pub fn free_share(&self) -> f64 {
+        if self.size_bytes == 0 {
+            return 1.0;
+        }
+        self.free_bytes as f64 / self.size_bytes as f64
     }
 }
 

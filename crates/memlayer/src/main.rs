@@ -115,7 +115,7 @@ enum Command {
     #[command(verbatim_doc_comment)]
     Check(check::CheckArgs),
     /// Show a running server's conversation stats for the key's tenant: how many, and the
-    /// least recently active.
+    /// least recently active; and the store's disk space: free, in all, taken by the store.
     ///
     /// Needs a tenant_admin key in MEMLAYER_KEY.
     ///

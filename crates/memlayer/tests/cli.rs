@@ -990,6 +990,10 @@ fn stats_backup_and_purge_work_against_a_running_server() {
         stdout.contains("project default: 2 conversation(s)"),
         "{stdout}"
     );
+    assert!(
+        stdout.contains("MiB free of") && stdout.contains("the store takes"),
+        "no disk figures in {stdout}"
+    );
     let (ok, _, stderr) = remote(&url, "mlk_0000000000000000_wrong", &["stats"]);
     assert!(
         !ok && stderr.contains("401 Unauthorized unauthorized"),
