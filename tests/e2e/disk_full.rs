@@ -1,7 +1,7 @@
 //! A full disk as an operator meets it: the server's data directory on a small tmpfs, filled
-//! by appends until the disk refuses them. Appends then answer `507 storage_full` with
-//! `Retry-After`, reads, contexts and recall go on, an erasure is refused with the same clear
-//! error; once the tmpfs is grown, writes resume without a restart, and every acknowledged
+//! by appends until the disk refuses them, `/readyz` warning before it is full. Appends then
+//! answer `507 storage_full` with `Retry-After`, reads, contexts (their summary unsaved) and
+//! recall go on, an erasure is refused with the same clear error; once the tmpfs is grown, writes resume without a restart, and every acknowledged
 //! append is stored exactly once. Mounting needs root (CI runs the tests as root); where it
 //! is not allowed the test says so and passes without checking anything.
 
@@ -204,11 +204,18 @@ fn a_full_disk_refuses_writes_clearly_and_writes_resume_once_space_is_freed() {
         count == acknowledged as u64 || count == acknowledged as u64 + 1,
         "{count} stored, {acknowledged} acknowledged"
     );
+    // Older turns overflow into a summary, which serves this context unsaved.
     let (status, context) = server.post(
         "/v1/sessions/fill/context",
-        &json!({ "query": "lorem", "settings": { "context_window": 2048 } }),
+        &json!({ "query": "lorem",
+            "settings": { "context_window": 32768, "overflow": "summarize" } }),
     );
     assert_eq!(status, 200, "{context}");
+    assert_eq!(
+        context["summary_written"]["written"],
+        json!(false),
+        "{context}"
+    );
     let (status, recall) = server.post(
         "/v1/recall",
         &json!({ "user_id": "alice", "query": "lorem ipsum" }),
