@@ -279,3 +279,79 @@ fn a_store_that_cannot_be_reopened_stops_the_server_with_an_error() {
         "{stopped}"
     );
 }
+
+/// Fills what is left of `dir`'s file system with a file, as another program would; answers
+/// its path, whose removal frees the space.
+fn ballast(dir: &Path) -> std::path::PathBuf {
+    use std::io::Write;
+    let path = dir.join("ballast");
+    let mut file = std::fs::File::create(&path).expect("create the ballast");
+    let chunk = vec![0xa5; 64 * 1024];
+    while file.write_all(&chunk).is_ok() {}
+    // The last partial chunk, byte by byte, so that nothing is left.
+    while file.write_all(&[0xa5]).is_ok() {}
+    path
+}
+
+/// An erasure asked for once the disk is full, before the store has met a failed write:
+/// whatever step the disk stops, it is refused before it is recorded (`507` without an id:
+/// asking again works once space is freed), or recorded and interrupted (`507` with its
+/// `erasure_id`), and then it finishes by itself once space is freed. Nothing is silently
+/// dropped, and the erased text is gone from the store file in the end.
+#[test]
+fn an_erasure_the_full_disk_interrupts_finishes_once_space_is_freed() {
+    let Some(tmpfs) = Tmpfs::mount(SMALL) else {
+        return;
+    };
+    let server = serve_on(&tmpfs);
+    for n in 0..3 {
+        let (status, body, _) = append(&server, n);
+        assert_eq!(status, 201, "{body}");
+    }
+    let ballast = ballast(tmpfs.path());
+    let (status, answer) = server.delete("/v1/sessions/fill/messages/1");
+    let pending = match status {
+        // Done before the disk was needed (pages the store had free sufficed).
+        200 => None,
+        507 => {
+            assert_eq!(answer["error"]["code"], "storage_full", "{answer}");
+            answer["error"]["erasure_id"].as_u64()
+        }
+        _ => panic!("the erasure answered {status}: {answer}"),
+    };
+    std::fs::remove_file(ballast).expect("free the space");
+    let deadline = Instant::now() + RECOVERY_TIMEOUT;
+    if let Some(id) = pending {
+        // Finished by itself once writes resume: its receipt appears.
+        loop {
+            let (status, receipt) = server.get(&format!("/v1/admin/erasures/{id}"));
+            if status == 200 {
+                assert_eq!(receipt["counts"]["messages"], json!(1), "{receipt}");
+                break;
+            }
+            assert_eq!(status, 202, "{receipt}");
+            assert!(Instant::now() < deadline, "erasure {id} never finished");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    } else if status == 507 {
+        // Refused before it was recorded: asked again once writes resume, it is done.
+        while server.get("/readyz").0 != 200 {
+            assert!(Instant::now() < deadline, "not ready after space was freed");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let (status, receipt) = server.delete("/v1/sessions/fill/messages/1");
+        assert_eq!(status, 200, "{receipt}");
+    }
+    let (status, page) = server.get("/v1/sessions/fill/messages");
+    assert_eq!(status, 200, "{page}");
+    let indices: Vec<&Value> = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|message| &message["index"])
+        .collect();
+    assert_eq!(indices, [&json!(0), &json!(2)], "{page}");
+    let found = memlayer_erasure::scan_files(&[&server.store_path()], b"fill-00001")
+        .expect("read the store file");
+    assert!(found.is_empty(), "the erased message is still in the file");
+}

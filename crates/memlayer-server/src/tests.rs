@@ -680,8 +680,19 @@ async fn disk_faults_answer_typed_errors_with_retry_after() {
             };
             answer.assert_error(status, code);
             assert_eq!(answer.header("retry-after"), Some("5"));
+            assert!(answer.json()["error"].get("erasure_id").is_none());
         }
     }
+    // An erasure the disk interrupted after recording it says which, since it finishes.
+    let pending = memlayer_erasure::ErasureError::Pending {
+        id: 7,
+        source: Box::new(memlayer_erasure::ErasureError::Store(StoreError::Backup(
+            std::sync::Arc::new(Error::from(ErrorKind::StorageFull)),
+        ))),
+    };
+    let body = serde_json::to_value(crate::ApiError::from(pending).body()).unwrap();
+    assert_eq!(body["error"]["erasure_id"], 7, "{body}");
+    assert_eq!(body["error"]["code"], "storage_full", "{body}");
 }
 
 /// Free disk space below the configured share is a warning in `/readyz`, which stays ready,
