@@ -897,3 +897,16 @@ fn every_full_or_failing_disk_is_recovered_from_without_a_restart() {
     }
     assert!(refused > 0, "no fault made the store refuse writes");
 }
+
+/// A disk probe a crash interrupted leaves its file beside the store; the next open removes
+/// it, so no probe's megabyte lingers in the data directory.
+#[test]
+fn a_leftover_probe_file_is_removed_at_open() {
+    let dir = temp_dir();
+    let path = dir.path().join("memlayer.redb");
+    Store::open(&path).unwrap().shutdown();
+    let probe = dir.path().join("memlayer.redb.probe");
+    std::fs::write(&probe, [0; 4096]).unwrap();
+    Store::open(&path).unwrap().shutdown();
+    assert!(!probe.exists());
+}

@@ -465,12 +465,14 @@ struct Medium {
 /// Bytes the disk probe writes: room for the reopening's repair and the first commits after
 /// it, so that a disk with a few pages free is not reopened only to fill up again at once.
 const PROBE_BYTES: usize = 1 << 20;
+/// The probe file's name is the store file's with this added.
+const PROBE_SUFFIX: &str = ".probe";
 
 impl Medium {
     /// The store file at `path`: it is opened, never created (a file that vanished must not
     /// come back empty), and the disk is probed beside it.
     fn file(path: &Path) -> Self {
-        let (opened, probed) = (path.to_owned(), sibling(path, ".probe"));
+        let (opened, probed) = (path.to_owned(), sibling(path, PROBE_SUFFIX));
         Self {
             open: Box::new(move || builder().open(&opened).map_err(|err| damaged(&opened, err))),
             probe: Box::new(move || {
@@ -579,10 +581,9 @@ fn create_new(path: &Path, commit: CommitMode) -> Result<Option<Database>> {
     let partial = sibling(path, ".new");
     // Left by a creation that did not finish (or a second name of a finished one); it never
     // held an acknowledged write.
-    match std::fs::remove_file(&partial) {
-        Err(err) if err.kind() != std::io::ErrorKind::NotFound => return Err(io_error(err)),
-        _ => {}
-    }
+    remove_if_present(&partial)?;
+    // Left by a disk probe a crash interrupted (`Store::recover`): zeros, never data.
+    remove_if_present(&sibling(path, PROBE_SUFFIX))?;
     if path.try_exists().map_err(io_error)? {
         return Ok(None);
     }
@@ -609,6 +610,13 @@ fn create_new(path: &Path, commit: CommitMode) -> Result<Option<Database>> {
             .map_err(io_error)?;
     }
     Ok(Some(db))
+}
+
+fn remove_if_present(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(io_error(err)),
+        _ => Ok(()),
+    }
 }
 
 fn io_error(err: std::io::Error) -> StoreError {
