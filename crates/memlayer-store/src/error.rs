@@ -130,12 +130,15 @@ impl StoreError {
             Self::MemoryChanged { .. } => "the memory changed while it was updated".to_owned(),
             Self::Conflict(_) => "conflict with the stored state".to_owned(),
             Self::Corrupted { what, .. } => format!("corrupted {what}"),
+            Self::WritesRefused { cause } => format!(
+                "the store refuses writes since a write failed: {}",
+                cause.for_log()
+            ),
             Self::NewerFormat { .. }
             | Self::DamagedFile { .. }
             | Self::Backup(_)
             | Self::Storage(_)
             | Self::Closed
-            | Self::WritesRefused { .. }
             | Self::Busy(_)
             | Self::Random(_)
             | Self::Task { .. } => self.to_string(),

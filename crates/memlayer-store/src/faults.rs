@@ -799,6 +799,8 @@ fn a_full_disk_is_told_from_a_failing_one_and_reads_go_on() {
             "{refused:?}"
         );
         assert_eq!(refused.disk_fault(), Some(expected));
+        // Logged with its cause, which says what the disk did.
+        assert!(refused.for_log().contains(&met.for_log()), "{refused:?}");
         let unready = store.check_ready().unwrap_err();
         assert_eq!(unready.disk_fault(), Some(expected), "{unready:?}");
         assert_eq!(
