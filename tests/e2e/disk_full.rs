@@ -178,6 +178,16 @@ fn a_full_disk_refuses_writes_clearly_and_writes_resume_once_space_is_freed() {
         return;
     };
     let server = serve_on(&tmpfs);
+    // A conversation of a few turns, whose context will overflow into a summary.
+    for turn in 0..6 {
+        let role = if turn % 2 == 0 { "user" } else { "assistant" };
+        let (status, body) = server.post(
+            "/v1/sessions/talk/messages",
+            &json!({ "user_id": "alice", "agent_id": "filler", "role": role,
+                "content": format!("turn {turn}: {}", "plans for the weekend trip ".repeat(60)) }),
+        );
+        assert_eq!(status, 201, "{body}");
+    }
     let acknowledged = fill(&server);
     assert_eq!(
         gauge(&server, "memlayer_store_writes_refused"),
@@ -206,9 +216,9 @@ fn a_full_disk_refuses_writes_clearly_and_writes_resume_once_space_is_freed() {
     );
     // Older turns overflow into a summary, which serves this context unsaved.
     let (status, context) = server.post(
-        "/v1/sessions/fill/context",
-        &json!({ "query": "lorem",
-            "settings": { "context_window": 32768, "overflow": "summarize" } }),
+        "/v1/sessions/talk/context",
+        &json!({ "query": "the trip",
+            "settings": { "context_window": 1024, "overflow": "summarize" } }),
     );
     assert_eq!(status, 200, "{context}");
     assert_eq!(
