@@ -1,9 +1,12 @@
 //! A full disk as an operator meets it: the server's data directory on a small tmpfs, filled
 //! by appends until the disk refuses them, `/readyz` warning before it is full. Appends then
 //! answer `507 storage_full` with `Retry-After`, reads, contexts (their summary unsaved) and
-//! recall go on, an erasure is refused with the same clear error; once the tmpfs is grown, writes resume without a restart, and every acknowledged
-//! append is stored exactly once. Mounting needs root (CI runs the tests as root); where it
-//! is not allowed the test says so and passes without checking anything.
+//! recall go on, an erasure is refused with the same clear error; once the tmpfs is grown,
+//! writes resume without a restart, and every acknowledged append is stored exactly once. An
+//! erasure the full disk interrupts after it was recorded finishes by itself once space is
+//! freed; a store that cannot be reopened stops the server with an error. Mounting needs
+//! root (CI runs the tests as root); where it is not allowed each test says so on stderr and
+//! passes without checking anything.
 
 use std::path::Path;
 use std::process::Command;
@@ -14,8 +17,8 @@ use memlayer_tests::{TestServer, assert_error, config, json};
 use reqwest::Method;
 use serde_json::Value;
 
-/// Large enough to hold a fresh store and a few hundred KiB of messages, small enough to fill
-/// in a second.
+/// Large enough for a fresh store and some megabytes of messages, small enough to fill in
+/// seconds.
 const SMALL: &str = "8m";
 /// What the tmpfs grows to once it is "freed".
 const LARGER: &str = "64m";
