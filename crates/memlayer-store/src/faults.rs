@@ -912,3 +912,36 @@ fn a_leftover_probe_file_is_removed_at_open() {
     Store::open(&path).unwrap().shutdown();
     assert!(!probe.exists());
 }
+
+/// A reopening never closes the database under an open read, since the reopened database
+/// would not know of its snapshot and could reuse the pages it reads: it waits for open reads
+/// to end, and when one stays open, answers `Waiting` to be tried again.
+#[test]
+fn a_reopening_waits_for_open_reads_to_end() {
+    let dir = temp_dir();
+    let rt = runtime();
+    let path = dir.path().join("reads.redb");
+    let disk = FaultyDisk::create(&path, None);
+    let store = disk.open_store(&path, StoreOptions::default()).unwrap();
+    let kept = append(0, &[(1, "kept")], Some(1));
+    rt.block_on(execute(&store, &kept)).unwrap();
+    disk.fault_from_now(Fault::Full);
+    rt.block_on(execute(&store, &append(0, &[(1, "x")], None)))
+        .unwrap_err();
+    disk.free();
+
+    let read = store.begin_read().unwrap();
+    assert!(matches!(
+        store.recover().unwrap(),
+        Recovery::Waiting(StoreError::Busy(_))
+    ));
+    assert!(store.check_ready().is_err());
+    // A read that ends while the reopening waits lets it through.
+    let ending = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        drop(read);
+    });
+    assert!(matches!(store.recover().unwrap(), Recovery::Writable));
+    ending.join().unwrap();
+    store.check_ready().unwrap();
+}

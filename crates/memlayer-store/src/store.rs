@@ -2,7 +2,7 @@
 //! reads (run on the caller's thread in a redb read transaction, never blocking writes).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use redb::{
@@ -62,6 +62,9 @@ pub const MAX_SEARCH_QUERY: usize = 1_000;
 
 /// Longest a compaction waits for reads that were open when it started.
 const COMPACTION_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Longest a reopening waits for reads that were open when it started, holding up new ones
+/// meanwhile; it is tried again a second later, so a short wait serves.
+const REOPEN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// Bound on redb's compaction rounds (each usually moves everything it can).
 const MAX_COMPACTION_ROUNDS: usize = 64;
 
@@ -98,6 +101,33 @@ struct Inner {
     /// Whether the [`Eraser`] was taken: there is one, so every removal of text goes through
     /// its owner.
     eraser_taken: AtomicBool,
+    /// Read transactions open now ([`ReadTxn`]). Invariant: [`Store::recover`] closes the
+    /// database only while it is zero, since the reopened database would not know of an
+    /// older snapshot and could reuse the pages it still reads.
+    open_reads: Arc<AtomicUsize>,
+}
+
+/// A read transaction of the store, counted while it lives ([`Inner::open_reads`]).
+pub(crate) struct ReadTxn {
+    txn: ReadTransaction,
+    _open: OpenRead,
+}
+
+impl std::ops::Deref for ReadTxn {
+    type Target = ReadTransaction;
+
+    fn deref(&self) -> &ReadTransaction {
+        &self.txn
+    }
+}
+
+/// One count of [`Inner::open_reads`], given back on drop.
+struct OpenRead(Arc<AtomicUsize>);
+
+impl Drop for OpenRead {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Sessions, their messages, runs and summaries: [`Store::sessions`].
@@ -212,6 +242,7 @@ impl Store {
                 writer,
                 appended_messages: AtomicU64::new(0),
                 eraser_taken: AtomicBool::new(false),
+                open_reads: Arc::new(AtomicUsize::new(0)),
             }),
         })
     }
@@ -276,10 +307,17 @@ impl Store {
     }
 
     /// A read transaction: a consistent snapshot, for the read paths of every module.
-    pub(crate) fn begin_read(&self) -> Result<ReadTransaction> {
+    pub(crate) fn begin_read(&self) -> Result<ReadTxn> {
         let db = self.inner.db.read().unwrap_or_else(PoisonError::into_inner);
         let db = db.as_ref().ok_or_else(|| self.inner.writer.refusal())?;
-        Ok(db.begin_read()?)
+        // Counted under the lock, so that a reopening, which holds it exclusively, sees every
+        // read that began before it.
+        self.inner.open_reads.fetch_add(1, Ordering::AcqRel);
+        let open = OpenRead(Arc::clone(&self.inner.open_reads));
+        Ok(ReadTxn {
+            txn: db.begin_read()?,
+            _open: open,
+        })
     }
 
     /// Runs `work` on the writer thread and waits until it is durably committed.
@@ -383,8 +421,10 @@ impl Store {
     ///
     /// redb refuses every write after an I/O error until its file is reopened, so this
     /// closes the database and opens it again, the way a start does: every page's checksum
-    /// verified, the format checked, a commit written. Reads and writes wait meanwhile; reads
-    /// already open finish on the closed file. First a probe: a 1 MiB file beside the store
+    /// verified, the format checked, a commit written. Reads and writes wait meanwhile, and
+    /// it waits for reads already open (the reopened database would not know of their
+    /// snapshots and could reuse their pages); one open for longer than 2 s makes it answer
+    /// [`Recovery::Waiting`] and let go. First a probe: a 1 MiB file beside the store
     /// is written, synced and removed, so that a disk still full or failing is found without
     /// closing anything.
     ///
@@ -405,6 +445,17 @@ impl Store {
             .db
             .write()
             .unwrap_or_else(PoisonError::into_inner);
+        // No read begins while the lock is held, so those open drain; reads are short. A
+        // long one (a backup streaming) makes this try again at the next call.
+        let deadline = std::time::Instant::now() + REOPEN_WAIT;
+        while self.inner.open_reads.load(Ordering::Acquire) > 0 {
+            if std::time::Instant::now() >= deadline {
+                return Ok(Recovery::Waiting(StoreError::Busy(
+                    "reads stayed open; the store is reopened once they end".into(),
+                )));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
         // Closing releases the file's lock, so it can be opened again; it must come first.
         drop(db.take());
         let reopened = (self.inner.medium.open)().and_then(|database| {
