@@ -97,6 +97,17 @@ impl TestServer {
     /// Starts a server with `config` on a new, empty store.
     pub fn with_config(config: ServerConfig) -> Self {
         let dir = tempfile::tempdir().expect("create a temporary data directory");
+        Self::in_dir(config, dir)
+    }
+
+    /// Starts a server with `config` on a new, empty store in a new directory inside
+    /// `parent` (a small file system, say).
+    pub fn with_config_in(config: ServerConfig, parent: &std::path::Path) -> Self {
+        let dir = tempfile::tempdir_in(parent).expect("create a data directory");
+        Self::in_dir(config, dir)
+    }
+
+    fn in_dir(config: ServerConfig, dir: TempDir) -> Self {
         let mut authorization =
             HeaderValue::from_str(&bearer(ADMIN_KEY)).expect("the key is a header value");
         authorization.set_sensitive(true);
@@ -250,6 +261,27 @@ impl TestServer {
             Ok(Ok(Err(err))) => panic!("the server failed: {err}"),
             Ok(Err(err)) => panic!("the server task failed: {err}"),
             Err(_) => panic!("the server did not stop within {STOP_TIMEOUT:?}"),
+        }
+    }
+
+    /// Waits until the server stops by itself, without being asked to, and answers how
+    /// `memlayer_server::serve` ended (the binary exits non-zero on an error). Panics if it
+    /// still runs after `timeout`.
+    pub fn wait_for_stop(&mut self, timeout: Duration) -> std::io::Result<()> {
+        let Running {
+            runtime,
+            shutdown,
+            task,
+            ..
+        } = self.running.take().expect("the server is running");
+        let outcome = runtime.block_on(async { tokio::time::timeout(timeout, task).await });
+        // Only now: dropping the sender would ask the server to stop.
+        drop(shutdown);
+        runtime.shutdown_timeout(STOP_TIMEOUT);
+        match outcome {
+            Ok(Ok(result)) => result,
+            Ok(Err(err)) => panic!("the server task failed: {err}"),
+            Err(_) => panic!("the server did not stop by itself within {timeout:?}"),
         }
     }
 

@@ -62,3 +62,7 @@ mod runs;
 // Connections: the header read timeout (slow heads, idle kept-alive connections), the
 // connection cap, and a graceful stop with idle and stalled clients connected.
 mod connections;
+// Disk faults: a full tmpfs answers typed errors while reads go on, and writes resume by
+// themselves once space is freed, every acknowledged append stored exactly once; an erasure
+// the disk interrupted finishes then; a store that cannot be reopened stops the server.
+mod disk_full;

@@ -251,7 +251,23 @@ impl Coordinator {
         values.into_iter().map(decode_receipt).collect()
     }
 
+    /// Runs the recorded job `id` to its end; a failure leaves it pending
+    /// ([`ErasureError::Pending`]).
     async fn run(
+        &self,
+        id: u64,
+        document: &JobDocument,
+        resumed: bool,
+    ) -> Result<Receipt, ErasureError> {
+        self.run_steps(id, document, resumed)
+            .await
+            .map_err(|source| ErasureError::Pending {
+                id,
+                source: Box::new(source),
+            })
+    }
+
+    async fn run_steps(
         &self,
         id: u64,
         document: &JobDocument,

@@ -38,6 +38,17 @@ pub enum ErasureError {
     /// A job or its receipt could not be encoded for the store.
     #[error("could not encode an erasure record: {0}")]
     Encode(#[source] serde_json::Error),
+    /// The job was recorded, then a step failed (`source`): it stays pending, and the
+    /// maintenance pass or the next start finishes it (at once when the store takes writes
+    /// again after a disk fault). Its status is `Running` until then.
+    #[error("erasure {id} is recorded and not finished yet: {source}")]
+    Pending {
+        /// The job's id, which its receipt will carry.
+        id: u64,
+        /// Why it did not finish now.
+        #[source]
+        source: Box<ErasureError>,
+    },
 }
 
 impl ErasureError {
@@ -52,6 +63,12 @@ impl ErasureError {
             Self::Memory(memory) => memory.for_log(),
             Self::UnreadableJob { id, .. } => format!("unreadable erasure job {id}"),
             Self::Task(_) | Self::Encode(_) => self.to_string(),
+            Self::Pending { id, source } => {
+                format!(
+                    "erasure {id} is recorded and not finished yet: {}",
+                    source.for_log()
+                )
+            }
         }
     }
 }

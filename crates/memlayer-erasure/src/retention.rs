@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use memlayer_store::Timestamp;
+use memlayer_store::{StoreError, Timestamp};
 
 use crate::job::{ErasureRequest, Receipt, Target};
 use crate::{Coordinator, ErasureError, RunningErasure};
@@ -110,12 +110,16 @@ impl Coordinator {
             .await
     }
 
-    /// Until `shutdown` resolves, every few minutes: finishes erasures left pending (by a
-    /// crash, or a compaction postponed by busy reads) and applies due retention rules.
-    /// Failures are logged and retried at the next check.
+    /// Until `shutdown` resolves, every few minutes and whenever the store takes writes again
+    /// after a disk fault: finishes erasures left pending (by a crash, a compaction postponed
+    /// by busy reads, or a full disk) and applies due retention rules. Failures are logged
+    /// and retried at the next check.
     pub async fn run_maintenance(self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
+        // Kept across passes, so that a fault and its recovery during a pass are seen too.
+        let mut refusals = self.store().refusals();
         loop {
+            refusals.borrow_and_update();
             if let Err(err) = self.resume().await {
                 tracing::error!(error = %err.for_log(), "resuming pending erasures failed; it is retried");
             }
@@ -125,7 +129,23 @@ impl Coordinator {
             tokio::select! {
                 () = &mut shutdown => return,
                 () = tokio::time::sleep(CHECK_EVERY) => {}
+                // An erasure a full disk interrupted finishes as soon as space is back.
+                () = writes_resumed(&mut refusals) => {}
             }
+        }
+    }
+}
+
+/// Resolves when the store takes writes again after refusing them since `refusals` was last
+/// looked at.
+async fn writes_resumed(refusals: &mut tokio::sync::watch::Receiver<Option<StoreError>>) {
+    loop {
+        if refusals.changed().await.is_err() {
+            // The store is gone, and with it any change to wait for.
+            return std::future::pending().await;
+        }
+        if refusals.borrow_and_update().is_none() {
+            return;
         }
     }
 }

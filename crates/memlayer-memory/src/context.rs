@@ -62,7 +62,8 @@ pub struct ContextRequest {
 /// How the summary of this context came about.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SummaryNote {
-    /// Whether this request wrote a new summary (older turns overflowed).
+    /// Whether this request wrote a new summary (older turns overflowed); `false` with a
+    /// new summary that could not be saved because the disk refuses writes.
     pub written: bool,
     /// Which summariser wrote the summary in use.
     pub summarizer: &'static str,
@@ -408,10 +409,11 @@ impl ContextBuilder {
         let facts =
             FactSheet::from_messages(loaded.messages.iter().filter(|m| m.index <= last_older));
         let max_tokens = (f64::from(settings.budget()) * SUMMARY_SHARE).floor() as u32;
-        let (summary, note) = self
+        let (summary, mut note) = self
             .condense(previous, older, facts, max_tokens, settings.redact_pii)
             .await?;
-        self.store
+        let saved = self
+            .store
             .sessions()
             .save_summary(
                 access,
@@ -421,7 +423,15 @@ impl ContextBuilder {
                 summary.first_index,
                 summary.last_index,
             )
-            .await?;
+            .await;
+        match saved {
+            Ok(_) => {}
+            // The disk refuses writes: the summary serves this context unsaved (`written`
+            // says so) and a later context summarises again. A context only reads what is
+            // stored, and must not fail for want of disk space.
+            Err(err) if err.disk_fault().is_some() => note.written = false,
+            Err(err) => return Err(err.into()),
+        }
         Ok((summary, note))
     }
 

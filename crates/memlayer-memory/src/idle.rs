@@ -60,6 +60,11 @@ pub async fn run_idle_sessions(
 ) {
     tokio::pin!(shutdown);
     loop {
+        // Ending a session writes its merge: paused while the disk refuses writes.
+        tokio::select! {
+            () = &mut shutdown => return,
+            () = store.writable() => {}
+        }
         let now = Timestamp::now();
         if let Err(err) = end_idle_sessions(&contexts, &store, timeout, now).await {
             tracing::error!(error = %err.for_log(), "ending idle sessions failed; it is retried");

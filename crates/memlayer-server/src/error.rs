@@ -8,12 +8,16 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use memlayer_index::IndexError;
 use memlayer_memory::MemoryError;
-use memlayer_store::StoreError;
+use memlayer_store::{DiskFault, StoreError};
 use serde::Serialize;
 use utoipa::ToSchema;
 
 /// Seconds an overloaded server asks a client to wait before retrying (`Retry-After`).
 pub(crate) const RETRY_AFTER_SECS: u64 = 1;
+/// Seconds a client is asked to wait while the disk refuses writes. The store probes the disk
+/// every second and resumes as soon as it takes writes again, so a few seconds is enough to
+/// see that, without every client retrying at once in a loop.
+pub(crate) const STORAGE_RETRY_AFTER_SECS: u64 = 5;
 
 /// The body of every error answer.
 #[derive(Debug, Serialize, ToSchema)]
@@ -36,6 +40,11 @@ pub(crate) struct ErrorDetail {
     /// stored.
     #[serde(skip_serializing_if = "Option::is_none")]
     session_id: Option<String>,
+    /// For an erasure the disk interrupted (`storage_full`, `storage_unavailable`) after it
+    /// was recorded: it finishes by itself once writes resume, and
+    /// `GET /v1/admin/erasures/{erasure_id}` gives its receipt then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    erasure_id: Option<u64>,
 }
 
 /// An error answer: an HTTP status, a stable machine-readable code and a message for people.
@@ -96,6 +105,33 @@ pub enum ApiError {
     /// `503`: the server is shutting down.
     #[error("{0}")]
     Unavailable(String),
+    /// `507` with `Retry-After`: the disk under the store is full. The store refuses writes
+    /// until space is freed, then resumes by itself; reads go on. A write answered so may
+    /// have been stored if the disk filled during its commit, so appends are retried with
+    /// their idempotency key. The detail is logged, never sent.
+    #[error(
+        "the server's disk is full: writes are refused until space is freed, then resume by \
+         themselves, and reads go on; retry later (appends with the same idempotency key)"
+    )]
+    StorageFull {
+        /// What the store said, for the log.
+        detail: String,
+        /// The erasure this interrupted after recording it, which finishes by itself.
+        erasure_id: Option<u64>,
+    },
+    /// `503` with `Retry-After`: the disk under the store failed (an I/O error). The store
+    /// resumes by itself once the device takes writes again; reads of what is stored go on
+    /// where the device still reads. The detail is logged, never sent.
+    #[error(
+        "the server's disk failed: writes resume by themselves once it works again; retry \
+         later (appends with the same idempotency key)"
+    )]
+    StorageUnavailable {
+        /// What the store said, for the log.
+        detail: String,
+        /// The erasure this interrupted after recording it, which finishes by itself.
+        erasure_id: Option<u64>,
+    },
     /// `503` with `Retry-After`: as many requests as the server admits are in flight, or as
     /// many agent runs are going on. The request was refused at once, never queued.
     #[error("the server is handling as many requests as it admits; retry in a moment")]
@@ -156,6 +192,10 @@ impl ApiError {
             Self::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Self::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
+            Self::StorageFull { .. } => (StatusCode::INSUFFICIENT_STORAGE, "storage_full"),
+            Self::StorageUnavailable { .. } => {
+                (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable")
+            }
             Self::Timeout(_) => (StatusCode::SERVICE_UNAVAILABLE, "timeout"),
             Self::ModelNotConfigured => (StatusCode::SERVICE_UNAVAILABLE, "model_not_configured"),
             Self::Upstream { timeout: true, .. } => {
@@ -178,6 +218,16 @@ impl ApiError {
                 tracing::error!(%detail, "request failed");
                 "internal server error; the details are in the server log".to_owned()
             }
+            // While the disk is full every write is refused, and a line at the default level
+            // for each would flood the log (of which the disk may well be the same).
+            Self::StorageFull { detail, .. } => {
+                tracing::debug!(%detail, "refused: the disk is full");
+                self.to_string()
+            }
+            Self::StorageUnavailable { detail, .. } => {
+                tracing::warn!(%detail, "request failed: the disk failed");
+                self.to_string()
+            }
             other => other.to_string(),
         };
         let (run_id, session_id) = match self {
@@ -186,12 +236,26 @@ impl ApiError {
             } => (Some(run_id.clone()), Some(session_id.clone())),
             _ => (None, None),
         };
+        let erasure_id = match self {
+            Self::StorageFull { erasure_id, .. } | Self::StorageUnavailable { erasure_id, .. } => {
+                *erasure_id
+            }
+            _ => None,
+        };
+        let message = match erasure_id {
+            Some(id) => format!(
+                "{message}. The erasure is recorded and finishes by itself once writes resume \
+                 (GET /v1/admin/erasures/{id})"
+            ),
+            None => message,
+        };
         ErrorBody {
             error: ErrorDetail {
                 code,
                 message,
                 run_id,
                 session_id,
+                erasure_id,
             },
         }
     }
@@ -204,6 +268,9 @@ impl IntoResponse for ApiError {
         let mut response = (status, Json(body)).into_response();
         let retry_after = match &self {
             Self::Overloaded => Some(RETRY_AFTER_SECS),
+            Self::StorageFull { .. } | Self::StorageUnavailable { .. } => {
+                Some(STORAGE_RETRY_AFTER_SECS)
+            }
             Self::RateLimited { retry_after } => {
                 Some(crate::rate_limit::retry_after_secs(*retry_after))
             }
@@ -249,7 +316,17 @@ impl From<StoreError> for ApiError {
                 Self::Conflict(format!("{err}; retry the request"))
             }
             StoreError::Closed => Self::Unavailable("the server is shutting down".into()),
-            other => Self::Internal(other.for_log()),
+            other => match other.disk_fault() {
+                Some(DiskFault::Full) => Self::StorageFull {
+                    detail: other.for_log(),
+                    erasure_id: None,
+                },
+                Some(_) => Self::StorageUnavailable {
+                    detail: other.for_log(),
+                    erasure_id: None,
+                },
+                None => Self::Internal(other.for_log()),
+            },
         }
     }
 }
@@ -327,6 +404,18 @@ impl From<memlayer_erasure::ErasureError> for ApiError {
             ErasureError::Index(index) => index.into(),
             ErasureError::Memory(memory) => memory.into(),
             ErasureError::Invalid { .. } => Self::invalid("invalid_value", err.to_string()),
+            // The job stays pending; a client the disk refused learns that it finishes.
+            ErasureError::Pending { id, source } => match Self::from(*source) {
+                Self::StorageFull { detail, .. } => Self::StorageFull {
+                    detail,
+                    erasure_id: Some(id),
+                },
+                Self::StorageUnavailable { detail, .. } => Self::StorageUnavailable {
+                    detail,
+                    erasure_id: Some(id),
+                },
+                other => other,
+            },
             other => Self::Internal(other.for_log()),
         }
     }

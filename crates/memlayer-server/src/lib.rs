@@ -16,6 +16,7 @@
 
 mod api;
 mod auth;
+mod disk;
 mod error;
 mod extract;
 #[cfg(feature = "fuzzing")]
@@ -25,6 +26,7 @@ mod layers;
 mod metrics;
 mod openapi;
 mod rate_limit;
+mod recovery;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -40,6 +42,7 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use memlayer_store::StoreError;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
@@ -64,10 +67,14 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// Serves the API on `listener`, with the indexing pipeline, the erasure maintenance task
-/// (pending erasures, retention), the builder of long-term memory graphs and the task ending
-/// idle sessions running beside it, until
+/// (pending erasures, retention), the builder of long-term memory graphs, the task ending
+/// idle sessions, the recovery from disk faults (`recovery.rs`) and the warning about low
+/// disk space (`disk.rs`) running beside it, until
 /// `shutdown` resolves; then stops accepting connections, lets in-flight requests finish,
 /// stops the pipeline (which saves its snapshot) and commits every queued write.
+///
+/// Fails, after the same graceful stop, when the store could not be reopened after a disk
+/// fault: the process should then exit non-zero, so that a supervisor restarts it.
 ///
 /// Connections are HTTP/1.1, at most `max_connections` open at once, each cut off when its
 /// client takes longer than `header_read_timeout` to send a request's head — also while a
@@ -78,6 +85,30 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let store = state.store().clone();
+    // First, so that a disk fault met by the erasures resumed below is recovered from too.
+    let (stop_recovery, recovery_stopped) = tokio::sync::oneshot::channel::<()>();
+    let (recovery_failed, failure) = tokio::sync::oneshot::channel::<StoreError>();
+    let recovery = tokio::spawn({
+        let store = store.clone();
+        async move {
+            let stopped = async {
+                let _ = recovery_stopped.await;
+            };
+            if let Err(err) = recovery::keep_store_writable(store, stopped).await {
+                let _ = recovery_failed.send(err);
+            }
+        }
+    });
+    let fatal = Arc::new(std::sync::OnceLock::new());
+    let shutdown = {
+        let fatal = Arc::clone(&fatal);
+        async move {
+            tokio::select! {
+                () = shutdown => {}
+                Ok(err) = failure => { let _ = fatal.set(err); }
+            }
+        }
+    };
     let (stop_pipeline, pipeline_stopped) = tokio::sync::oneshot::channel::<()>();
     let pipeline = tokio::spawn(state.recall().clone().run_pipeline(async {
         let _ = pipeline_stopped.await;
@@ -108,8 +139,18 @@ pub async fn serve(
             },
         ))
     });
+    let (stop_disk, disk_stopped) = tokio::sync::oneshot::channel::<()>();
+    let disk = tokio::spawn(disk::watch_disk_space(
+        store.clone(),
+        state.config().disk_warning_free_percent,
+        async {
+            let _ = disk_stopped.await;
+        },
+    ));
     let config = state.config().clone();
     let served = accept(listener, router(state), &config, shutdown).await;
+    let _ = stop_disk.send(());
+    let _ = disk.await;
     let _ = stop_maintenance.send(());
     let _ = maintenance.await;
     let _ = stop_graphs.send(());
@@ -120,10 +161,18 @@ pub async fn serve(
     }
     let _ = stop_pipeline.send(());
     let stopped = pipeline.await;
+    let _ = stop_recovery.send(());
+    let _ = recovery.await;
     // Joining the writer thread blocks; keep it off the async workers.
     tokio::task::spawn_blocking(move || store.shutdown())
         .await
         .map_err(std::io::Error::other)?;
+    if let Some(err) = fatal.get() {
+        return Err(std::io::Error::other(format!(
+            "the store could not be reopened after a disk fault: {}",
+            err.for_log()
+        )));
+    }
     served?;
     stopped.map_err(std::io::Error::other)
 }

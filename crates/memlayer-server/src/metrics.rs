@@ -214,6 +214,40 @@ pub(crate) fn render(state: &AppState) -> Result<String, String> {
         "Erasure jobs finished, their receipts written, since the process started",
         ConstCounter::new(state.erasure().finished()),
     );
+    figures.register(
+        "store_writes_refused",
+        "1 while the store refuses writes after a disk fault (full or failing), until it is \
+         reopened by itself; reads go on",
+        ConstGauge::new(i64::from(state.store().refusals().borrow().is_some())),
+    );
+    match state.store().disk_space() {
+        Ok(space) => {
+            for (name, help, bytes) in [
+                (
+                    "store_size_bytes",
+                    "Bytes the store file takes",
+                    space.store_bytes,
+                ),
+                (
+                    "disk_free_bytes",
+                    "Bytes the server may still write on the data directory's file system",
+                    space.free_bytes,
+                ),
+                (
+                    "disk_size_bytes",
+                    "Size of the data directory's file system in bytes",
+                    space.size_bytes,
+                ),
+            ] {
+                figures.register(
+                    name,
+                    help,
+                    ConstGauge::new(i64::try_from(bytes).unwrap_or(i64::MAX)),
+                );
+            }
+        }
+        Err(err) => tracing::warn!(error = %err.for_log(), "metrics: cannot read the disk space"),
+    }
     // A failed read leaves that one figure out rather than failing the scrape.
     for (name, help, count) in [
         (

@@ -135,8 +135,12 @@ fn add_errors(operation: &mut Operation, error: &dyn Fn(&str) -> utoipa::openapi
     responses.entry("5XX".into()).or_insert_with(|| {
         error(
             "`503` with `overloaded` (too many requests in flight; see `Retry-After`), \
-             `timeout` (the request outlasted the server's limit) or `unavailable` (shutting \
-             down); `500` internal (details in the server log)",
+             `timeout` (the request outlasted the server's limit), `unavailable` (shutting \
+             down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` \
+             `storage_full` (the disk is full: writes are refused until space is freed, reads \
+             go on; see `Retry-After`); with either, an erasure recorded before the disk \
+             stopped it carries its `erasure_id` and finishes by itself once writes resume; \
+             `500` internal (details in the server log)",
         )
         .into()
     });

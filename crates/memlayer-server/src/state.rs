@@ -59,6 +59,10 @@ pub struct ServerConfig {
     /// seconds and a context in memory; one more is answered `503 overloaded` with
     /// `Retry-After` before anything is stored. Must be positive.
     pub max_agent_runs: usize,
+    /// When less than this percentage of the data directory's file system is free, the log
+    /// warns and `/readyz` says so (still ready), before the disk fills up and writes are
+    /// refused; zero never warns. At most 100.
+    pub disk_warning_free_percent: u8,
 }
 
 /// The per-key rate limit of a server on its defaults: 100 requests a second, in bursts of
@@ -97,6 +101,9 @@ impl Default for ServerConfig {
             // A small deployment's model server answers a few requests at a time; 32 runs
             // waiting on it is already a queue, and bounds what runs whose clients left hold.
             max_agent_runs: 32,
+            // A tenth of the disk: time to free space on a small volume (2.4 MB of a 24 MB
+            // one is some hundreds of appends), and on a large one, time to notice.
+            disk_warning_free_percent: 10,
         }
     }
 }

@@ -677,6 +677,10 @@ async fn metrics_count_requests_by_route_template() {
         "memlayer_index_vectors 0\n",
         "memlayer_embeddings_pending 0\n",
         "# TYPE memlayer_store_commits counter\n",
+        "memlayer_store_writes_refused 0\n",
+        "# TYPE memlayer_store_size_bytes gauge\n",
+        "# TYPE memlayer_disk_free_bytes gauge\n",
+        "# TYPE memlayer_disk_size_bytes gauge\n",
     ] {
         assert!(text.contains(line), "no {line:?} in\n{text}");
     }
@@ -685,4 +689,73 @@ async fn metrics_count_requests_by_route_template() {
         "raw paths leaked"
     );
     assert!(text.ends_with("# EOF\n"));
+}
+
+/// A full disk and a failing one answer typed errors a client can act on, with
+/// `Retry-After`, not `500 internal`: `507 storage_full` and `503 storage_unavailable`.
+#[tokio::test]
+async fn disk_faults_answer_typed_errors_with_retry_after() {
+    use std::io::{Error, ErrorKind};
+
+    use axum::response::IntoResponse;
+    use memlayer_store::StoreError;
+
+    let full = (StatusCode::INSUFFICIENT_STORAGE, "storage_full");
+    let failed = (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable");
+    for (io, (status, code)) in [
+        (Error::from(ErrorKind::StorageFull), full),
+        (Error::from(ErrorKind::QuotaExceeded), full),
+        (Error::other("input/output error"), failed),
+    ] {
+        let err = StoreError::Backup(std::sync::Arc::new(io));
+        let refused = StoreError::WritesRefused {
+            cause: Box::new(err.clone()),
+        };
+        for err in [err, refused] {
+            let response = crate::ApiError::from(err).into_response();
+            let (parts, body) = response.into_parts();
+            let answer = Answer {
+                status: parts.status,
+                headers: parts.headers,
+                bytes: axum::body::to_bytes(body, usize::MAX).await.unwrap(),
+            };
+            answer.assert_error(status, code);
+            assert_eq!(answer.header("retry-after"), Some("5"));
+            assert!(answer.json()["error"].get("erasure_id").is_none());
+        }
+    }
+    // An erasure the disk interrupted after recording it says which, since it finishes.
+    let pending = memlayer_erasure::ErasureError::Pending {
+        id: 7,
+        source: Box::new(memlayer_erasure::ErasureError::Store(StoreError::Backup(
+            std::sync::Arc::new(Error::from(ErrorKind::StorageFull)),
+        ))),
+    };
+    let body = serde_json::to_value(crate::ApiError::from(pending).body()).unwrap();
+    assert_eq!(body["error"]["erasure_id"], 7, "{body}");
+    assert_eq!(body["error"]["code"], "storage_full", "{body}");
+}
+
+/// Free disk space below the configured share is a warning in `/readyz`, which stays ready,
+/// and a `low` flag in the stats' disk figures; with the warning off there is neither.
+#[tokio::test]
+async fn low_disk_space_is_a_warning_in_the_readiness_probe_and_the_stats() {
+    for (percent, low) in [(100, true), (0, false)] {
+        let fixture = Fixture::with_config(ServerConfig {
+            disk_warning_free_percent: percent,
+            ..ServerConfig::default()
+        });
+        let ready = fixture.get("/readyz").await;
+        assert_eq!(ready.status, StatusCode::OK);
+        let warning = &ready.json()["warning"];
+        assert_eq!(warning.is_string(), low, "{warning}");
+        let stats = fixture.get("/v1/admin/conversations/stats").await.json();
+        let disk = &stats["disk"];
+        assert_eq!(disk["low"], low, "{stats}");
+        assert!(disk["store_bytes"].as_u64().unwrap() > 0, "{stats}");
+        assert!(
+            disk["free_bytes"].as_u64().unwrap() <= disk["size_bytes"].as_u64().unwrap(),
+            "{stats}"
+        );
+    }
 }

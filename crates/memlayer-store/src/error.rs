@@ -6,7 +6,8 @@ use std::sync::Arc;
 ///
 /// The variants split into caller mistakes (`InvalidId`, `InvalidInput`, `SessionNotFound`,
 /// `Conflict`), which never change stored data, and storage failures (`Storage`, `Corrupted`,
-/// `NewerFormat`, `Closed`), which the server reports as internal errors.
+/// `NewerFormat`, `Closed`, `WritesRefused`). Of the storage failures, those the disk caused
+/// say so through [`StoreError::disk_fault`], so that a full disk can be told from a bug.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
@@ -91,6 +92,15 @@ pub enum StoreError {
     /// The store was shut down; no more writes are accepted.
     #[error("the store is shut down")]
     Closed,
+    /// The disk failed a write (`cause`) and redb refuses every write since, until the file is
+    /// reopened ([`crate::Store::recover`]). This write was refused before it began: nothing
+    /// of it is stored. Reads go on.
+    #[error("the store refuses writes since a write failed: {cause}")]
+    WritesRefused {
+        /// The failure that made the store refuse writes.
+        #[source]
+        cause: Box<StoreError>,
+    },
     /// A maintenance operation (compaction) could not run now; retrying later may succeed.
     #[error("the store is busy: {0}")]
     Busy(String),
@@ -120,6 +130,10 @@ impl StoreError {
             Self::MemoryChanged { .. } => "the memory changed while it was updated".to_owned(),
             Self::Conflict(_) => "conflict with the stored state".to_owned(),
             Self::Corrupted { what, .. } => format!("corrupted {what}"),
+            Self::WritesRefused { cause } => format!(
+                "the store refuses writes since a write failed: {}",
+                cause.for_log()
+            ),
             Self::NewerFormat { .. }
             | Self::DamagedFile { .. }
             | Self::Backup(_)
@@ -128,6 +142,23 @@ impl StoreError {
             | Self::Busy(_)
             | Self::Random(_)
             | Self::Task { .. } => self.to_string(),
+        }
+    }
+
+    /// Whether the disk caused this error, and how: a full disk is fixed by freeing space,
+    /// any other I/O error by the device coming back. `None` for everything else (caller
+    /// mistakes, damaged records, bugs).
+    pub fn disk_fault(&self) -> Option<DiskFault> {
+        match self {
+            Self::WritesRefused { cause } => cause.disk_fault().or(Some(DiskFault::Failed)),
+            Self::Storage(err) => match &**err {
+                redb::Error::Io(io) => Some(DiskFault::of(io)),
+                // An earlier write failed and redb keeps refusing: that one said why.
+                redb::Error::PreviousIo => Some(DiskFault::Failed),
+                _ => None,
+            },
+            Self::Backup(io) => Some(DiskFault::of(io)),
+            _ => None,
         }
     }
 
@@ -143,6 +174,26 @@ impl StoreError {
                 | Self::NewerFormat { .. }
                 | Self::DamagedFile { .. }
         )
+    }
+}
+
+/// How the disk under the store failed ([`StoreError::disk_fault`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DiskFault {
+    /// No space left on the device, or the user's quota is used up: freeing space fixes it.
+    Full,
+    /// Any other I/O error: the device failed or went away.
+    Failed,
+}
+
+impl DiskFault {
+    fn of(io: &std::io::Error) -> Self {
+        use std::io::ErrorKind;
+        match io.kind() {
+            ErrorKind::StorageFull | ErrorKind::QuotaExceeded => Self::Full,
+            _ => Self::Failed,
+        }
     }
 }
 

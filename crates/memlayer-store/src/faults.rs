@@ -18,7 +18,7 @@ use redb::backends::FileBackend;
 use redb::{BackendError, StorageBackend};
 
 use crate::fuzzing::{Model, Op, Outcome, execute};
-use crate::{CommitMode, Store, StoreError, StoreOptions};
+use crate::{CommitMode, Recovery, Store, StoreError, StoreOptions};
 
 /// What the disk does from the k-th I/O operation (`write`, `set_len`, `sync_data`) on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +28,9 @@ enum Fault {
     /// The power fails: that operation and every later one fail, and only what was synced,
     /// plus any part of what was written since, is on the disk afterwards.
     PowerLoss,
+    /// The disk is full: that operation and every later one fail with `ENOSPC` until space
+    /// is freed ([`FaultyDisk::free`]).
+    Full,
 }
 
 /// Which of the writes since the last completed `sync_data` a crash leaves on the disk.
@@ -109,8 +112,29 @@ impl FaultyDisk {
         match state.fault {
             Some((k, Fault::Fail)) if op == k => Err(injected()),
             Some((k, Fault::PowerLoss)) if op >= k => Err(injected()),
+            Some((k, Fault::Full)) if op >= k => {
+                Err(std::io::Error::from(std::io::ErrorKind::StorageFull))
+            }
             _ => operation(&mut state),
         }
+    }
+
+    /// Makes the next I/O operation the one that meets `fault`.
+    fn fault_from_now(&self, fault: Fault) {
+        let mut state = self.lock();
+        state.fault = Some((state.ops, fault));
+    }
+
+    /// Space was freed, or the device came back: no operation fails any more.
+    fn free(&self) {
+        self.lock().fault = None;
+    }
+
+    /// Opens a store on this disk; `Store::recover` probes it with one I/O operation, which
+    /// fails as long as the disk's fault lasts, and reopens the store on it.
+    fn open_store(&self, path: &Path, options: StoreOptions) -> Result<Store, StoreError> {
+        let probed = self.clone();
+        Store::open_with_backend(path, self.clone(), move || probed.io(|_| Ok(())), options)
     }
 
     /// The bytes a crash now leaves on the disk.
@@ -327,8 +351,8 @@ struct Trace {
     /// The model of every acknowledged operation, in acknowledgement order.
     acknowledged: Model,
     /// The operations of the first step that failed, with their errors. Those whose commit
-    /// failed (any error but redb's `PreviousIo`, which refuses a transaction before it
-    /// begins) may be in the store, all of them or none.
+    /// failed (any error but `WritesRefused` and redb's `PreviousIo`, which refuse a
+    /// transaction before it begins) may be in the store, all of them or none.
     failed: Vec<(Op, StoreError)>,
     /// Texts erased (a message or memory erased, a session deleted) before an acknowledged
     /// compaction: no byte image of the file may hold them any more.
@@ -340,8 +364,16 @@ impl Trace {
     fn failed_group(&self) -> impl Iterator<Item = &Op> {
         self.failed
             .iter()
-            .filter(|(_, err)| !matches!(err, StoreError::Storage(e) if matches!(**e, redb::Error::PreviousIo)))
+            .filter(|(_, err)| !refused_before_it_began(err))
             .map(|(op, _)| op)
+    }
+}
+
+fn refused_before_it_began(err: &StoreError) -> bool {
+    match err {
+        StoreError::WritesRefused { .. } => true,
+        StoreError::Storage(err) => matches!(**err, redb::Error::PreviousIo),
+        _ => false,
     }
 }
 
@@ -382,7 +414,7 @@ fn run_workload(store: &Store, rt: &tokio::runtime::Runtime, fault: Option<Fault
                     }
                 }
                 Ok(outcome) => panic!("{op:?} answered {outcome:?} after a write failed"),
-                Err(err @ StoreError::Storage(_)) => {
+                Err(err @ (StoreError::Storage(_) | StoreError::WritesRefused { .. })) => {
                     broken = true;
                     if first_failure {
                         failed.push((op, err));
@@ -402,7 +434,7 @@ fn run_workload(store: &Store, rt: &tokio::runtime::Runtime, fault: Option<Fault
     match store.check_ready() {
         Ok(()) => assert!(!broken, "ready after {failed:?}"),
         Err(err) => assert!(
-            broken && matches!(err, StoreError::Storage(_)),
+            broken && matches!(err, StoreError::WritesRefused { .. }),
             "not ready ({err}) after {failed:?}"
         ),
     }
@@ -465,19 +497,26 @@ impl<F: Future> Started<F> {
     }
 }
 
-/// Opens the file left at `path` the normal way and checks it against the trace: the
-/// acknowledged state, or that plus the failed group; then retries the failed operations (the
-/// keyed appends must apply once) and adds a write.
+/// Opens the file left at `path` the normal way and checks it against the trace (see
+/// [`check_recovered`]).
 fn check_reopened(path: &Path, trace: &Trace, rt: &tokio::runtime::Runtime, what: &str) {
     let store =
         Store::open(path).unwrap_or_else(|err| panic!("{what}: reopening failed with {err}"));
+    check_recovered(&store, trace, rt, what);
+    store.shutdown();
+}
+
+/// Checks a store that was reopened after the faults of `trace` against it: it holds the
+/// acknowledged state, or that plus the failed group; then retries the failed operations (the
+/// keyed appends must apply once) and adds a write.
+fn check_recovered(store: &Store, trace: &Trace, rt: &tokio::runtime::Runtime, what: &str) {
     let mut with_group = trace.acknowledged.clone();
     for op in trace.failed_group() {
         with_group.apply(op);
     }
-    let mut model = match trace.acknowledged.check(&store) {
+    let mut model = match trace.acknowledged.check(store) {
         Ok(()) => trace.acknowledged.clone(),
-        Err(without) => match with_group.check(&store) {
+        Err(without) => match with_group.check(store) {
             Ok(()) => with_group,
             Err(with) => panic!(
                 "{what}: the store holds neither the acknowledged writes ({without}) nor those \
@@ -488,14 +527,13 @@ fn check_reopened(path: &Path, trace: &Trace, rt: &tokio::runtime::Runtime, what
     };
     let retries = trace.failed.iter().map(|(op, _)| op.clone());
     for op in retries.chain([append(0, &[(1, "after the crash")], None)]) {
-        let result = rt.block_on(execute(&store, &op));
+        let result = rt.block_on(execute(store, &op));
         let outcome = result.unwrap_or_else(|err| panic!("{what}: {op:?} after reopening: {err}"));
         assert_eq!(outcome, model.apply(&op), "{what}: {op:?} after reopening");
     }
-    if let Err(difference) = model.check(&store) {
+    if let Err(difference) = model.check(store) {
         panic!("{what}: after the retries: {difference}");
     }
-    store.shutdown();
 }
 
 pub(crate) fn temp_dir() -> tempfile::TempDir {
@@ -521,7 +559,7 @@ fn fault_free_run(dir: &Path, commit: CommitMode, rt: &tokio::runtime::Runtime) 
     let path = dir.join(format!("reference-{commit:?}.redb"));
     let disk = FaultyDisk::create(&path, None);
     let options = StoreOptions::default().with_commit(commit);
-    let store = Store::open_with_backend(&path, disk.clone(), options).unwrap();
+    let store = disk.open_store(&path, options).unwrap();
     let created = disk.ops();
     let trace = run_workload(&store, rt, None);
     trace.acknowledged.check(&store).unwrap();
@@ -554,7 +592,7 @@ fn run_with_fault(
 ) -> (Trace, FaultyDisk) {
     let disk = FaultyDisk::create(path, Some((k, fault)));
     let options = StoreOptions::default().with_commit(commit);
-    let trace = match Store::open_with_backend(path, disk.clone(), options) {
+    let trace = match disk.open_store(path, options) {
         Ok(store) => {
             let trace = run_workload(&store, rt, Some(fault));
             store.shutdown();
@@ -722,4 +760,188 @@ fn a_leftover_temporary_name_of_a_created_store_is_dropped() {
     let store = Store::open(&path).unwrap();
     model.check(&store).unwrap();
     assert!(!dir.path().join("memlayer.redb.new").exists());
+}
+
+/// A full disk is told from a failing one: the write that met the fault, every write refused
+/// after it and the readiness probe all say which it was, while reads go on serving what was
+/// acknowledged.
+#[test]
+fn a_full_disk_is_told_from_a_failing_one_and_reads_go_on() {
+    use crate::DiskFault;
+    let dir = temp_dir();
+    let rt = runtime();
+    for (fault, expected) in [
+        (Fault::Full, DiskFault::Full),
+        (Fault::Fail, DiskFault::Failed),
+    ] {
+        let path = dir.path().join(format!("{fault:?}.redb"));
+        let disk = FaultyDisk::create(&path, None);
+        let store = disk.open_store(&path, StoreOptions::default()).unwrap();
+        let mut model = Model::default();
+        let kept = append(0, &[(1, "kept")], Some(1));
+        assert_eq!(
+            rt.block_on(execute(&store, &kept)).unwrap(),
+            model.apply(&kept)
+        );
+        disk.fault_from_now(fault);
+        let met = rt
+            .block_on(execute(
+                &store,
+                &append(0, &[(1, "met the fault")], Some(2)),
+            ))
+            .unwrap_err();
+        assert_eq!(met.disk_fault(), Some(expected), "{met:?}");
+        let refused = rt
+            .block_on(execute(&store, &append(1, &[(1, "refused")], None)))
+            .unwrap_err();
+        assert!(
+            matches!(refused, StoreError::WritesRefused { .. }),
+            "{refused:?}"
+        );
+        assert_eq!(refused.disk_fault(), Some(expected));
+        // Logged with its cause, which says what the disk did.
+        assert!(refused.for_log().contains(&met.for_log()), "{refused:?}");
+        let unready = store.check_ready().unwrap_err();
+        assert_eq!(unready.disk_fault(), Some(expected), "{unready:?}");
+        assert_eq!(
+            store.eraser().compact().unwrap_err().disk_fault(),
+            Some(expected)
+        );
+        // The failed append either committed whole or not at all; either way, what was
+        // acknowledged reads back.
+        let mut with_met = model.clone();
+        with_met.apply(&append(0, &[(1, "met the fault")], Some(2)));
+        assert!(model.check(&store).is_ok() || with_met.check(&store).is_ok());
+        store.shutdown();
+    }
+}
+
+/// After a full or failing disk made the store refuse writes, `recover` waits while the disk
+/// still refuses and reopens the store in the same process once it takes writes again:
+/// writes resume, what was acknowledged is there once, a retried keyed append applies once.
+#[test]
+fn the_store_reopens_by_itself_once_the_disk_takes_writes_again() {
+    let dir = temp_dir();
+    let rt = runtime();
+    for fault in [Fault::Full, Fault::PowerLoss] {
+        let path = dir.path().join(format!("{fault:?}.redb"));
+        let disk = FaultyDisk::create(&path, None);
+        let store = disk.open_store(&path, StoreOptions::default()).unwrap();
+        let mut model = Model::default();
+        let kept = append(0, &[(1, "kept")], Some(1));
+        assert_eq!(
+            rt.block_on(execute(&store, &kept)).unwrap(),
+            model.apply(&kept)
+        );
+        disk.fault_from_now(fault);
+        let met = append(0, &[(1, "met the fault")], Some(2));
+        rt.block_on(execute(&store, &met)).unwrap_err();
+        assert!(store.refusals().borrow().is_some());
+        // Still full or failing: nothing is reopened, reads go on.
+        assert!(matches!(store.recover().unwrap(), Recovery::Waiting(_)));
+        assert!(store.check_ready().is_err());
+        let mut with_met = model.clone();
+        with_met.apply(&met);
+        assert!(model.check(&store).is_ok() || with_met.check(&store).is_ok());
+
+        disk.free();
+        assert!(matches!(store.recover().unwrap(), Recovery::Writable));
+        store.check_ready().unwrap();
+        assert!(
+            matches!(started_future(store.writable()), Started::Ready(())),
+            "writable at once after the reopening"
+        );
+        for op in [met, append(1, &[(1, "after the reopening")], None)] {
+            let outcome = rt.block_on(execute(&store, &op)).unwrap();
+            assert_eq!(outcome, model.apply(&op), "{fault:?}: {op:?}");
+        }
+        model.check(&store).unwrap();
+        store.shutdown();
+        drop(store);
+        drop(disk);
+        let reopened = Store::open(&path).unwrap();
+        model.check(&reopened).unwrap();
+    }
+}
+
+/// The sweep of `every_io_failure_leaves_acknowledged_writes_and_whole_groups`, recovered
+/// from in the same process: at every third I/O operation of the workload (appends, group
+/// commits, erasures, compactions) the disk fills up (and stays full until space is freed)
+/// or fails once; then `recover` reopens the store, which holds the acknowledged writes or
+/// those plus the failed group, applies the retried writes once and keeps erased text out
+/// of the file.
+#[test]
+fn every_full_or_failing_disk_is_recovered_from_without_a_restart() {
+    let dir = temp_dir();
+    let rt = runtime();
+    let counts = fault_free_run(dir.path(), CommitMode::default(), &rt);
+    let mut refused = 0;
+    for k in sweep(&counts) {
+        for fault in [Fault::Full, Fault::Fail] {
+            let path = dir.path().join(format!("recover-{k}-{fault:?}.redb"));
+            let disk = FaultyDisk::create(&path, Some((k, fault)));
+            let store = disk.open_store(&path, StoreOptions::default()).unwrap();
+            let trace = run_workload(&store, &rt, Some(fault));
+            let what = format!("k={k} ({fault:?}, recovered in process)");
+            refused += usize::from(store.refusals().borrow().is_some());
+            disk.free();
+            match store.recover() {
+                Ok(Recovery::Writable) => {}
+                other => panic!("{what}: recover answered {other:?}"),
+            }
+            assert_gone(&std::fs::read(&path).unwrap(), &trace, &what);
+            check_recovered(&store, &trace, &rt, &what);
+            store.shutdown();
+            drop(store);
+            drop(disk);
+            std::fs::remove_file(&path).unwrap();
+        }
+    }
+    assert!(refused > 0, "no fault made the store refuse writes");
+}
+
+/// A disk probe a crash interrupted leaves its file beside the store; the next open removes
+/// it, so no probe's megabyte lingers in the data directory.
+#[test]
+fn a_leftover_probe_file_is_removed_at_open() {
+    let dir = temp_dir();
+    let path = dir.path().join("memlayer.redb");
+    Store::open(&path).unwrap().shutdown();
+    let probe = dir.path().join("memlayer.redb.probe");
+    std::fs::write(&probe, [0; 4096]).unwrap();
+    Store::open(&path).unwrap().shutdown();
+    assert!(!probe.exists());
+}
+
+/// A reopening never closes the database under an open read, since the reopened database
+/// would not know of its snapshot and could reuse the pages it reads: it waits for open reads
+/// to end, and when one stays open, answers `Waiting` to be tried again.
+#[test]
+fn a_reopening_waits_for_open_reads_to_end() {
+    let dir = temp_dir();
+    let rt = runtime();
+    let path = dir.path().join("reads.redb");
+    let disk = FaultyDisk::create(&path, None);
+    let store = disk.open_store(&path, StoreOptions::default()).unwrap();
+    let kept = append(0, &[(1, "kept")], Some(1));
+    rt.block_on(execute(&store, &kept)).unwrap();
+    disk.fault_from_now(Fault::Full);
+    rt.block_on(execute(&store, &append(0, &[(1, "x")], None)))
+        .unwrap_err();
+    disk.free();
+
+    let read = store.begin_read().unwrap();
+    assert!(matches!(
+        store.recover().unwrap(),
+        Recovery::Waiting(StoreError::Busy(_))
+    ));
+    assert!(store.check_ready().is_err());
+    // A read that ends while the reopening waits lets it through.
+    let ending = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        drop(read);
+    });
+    assert!(matches!(store.recover().unwrap(), Recovery::Writable));
+    ending.join().unwrap();
+    store.check_ready().unwrap();
 }

@@ -40,7 +40,7 @@ mod writer;
 pub use backup::Backup;
 pub use episodes::{Episode, MAX_EPISODE_TEXT, MAX_LESSON_TEXT, Outcome};
 pub use erasure::{ConversationStats, MessageErased, StoredJob};
-pub use error::{Result, StoreError};
+pub use error::{DiskFault, Result, StoreError};
 pub use keys::{
     ApiKey, BOOTSTRAP_TENANT, Bootstrap, CONFIGURED_KEY_PREFIX, IssuedKey, KEY_SCHEME,
     KeyRejection, KeyRole, MIN_CONFIGURED_KEY_LEN, NewKey, OPERATOR_TENANT,
@@ -59,8 +59,8 @@ pub use session_memory::SessionMemory;
 pub use sessions::SessionDeleted;
 pub use snapshot::{MessageOutline, SessionSnapshot, SessionVersion};
 pub use store::{
-    CommitMode, EmbeddingFeed, Eraser, Keys, MAX_PAGE_SIZE, MAX_SEARCH_QUERY, MAX_SEARCH_WORDS,
-    Memories, Sessions, Store, StoreOptions, Tenants, blocking,
+    CommitMode, DiskSpace, EmbeddingFeed, Eraser, Keys, MAX_PAGE_SIZE, MAX_SEARCH_QUERY,
+    MAX_SEARCH_WORDS, Memories, Recovery, Sessions, Store, StoreOptions, Tenants, blocking,
 };
 pub use tables::UNKNOWN_SOURCE;
 

@@ -2,7 +2,7 @@
 //! searching, summaries, reading and listing — and the session half of erasure (deleting one
 //! with everything it owns), which the [`crate::Eraser`] exposes.
 
-use redb::{ReadTransaction, ReadableTable, Table, WriteTransaction};
+use redb::{ReadableTable, Table, WriteTransaction};
 use sha2::{Digest, Sha256};
 
 use crate::model::{
@@ -22,7 +22,9 @@ use crate::tables::{
 };
 use crate::{Result, StoreError};
 
-use crate::store::{Eraser, MAX_PAGE_SIZE, MAX_SEARCH_QUERY, MAX_SEARCH_WORDS, Sessions, Store};
+use crate::store::{
+    Eraser, MAX_PAGE_SIZE, MAX_SEARCH_QUERY, MAX_SEARCH_WORDS, ReadTxn, Sessions, Store,
+};
 
 impl Sessions<'_> {
     /// Creates a session under `session_id`, or under a new UUIDv4 (122 random bits, so
@@ -853,7 +855,7 @@ impl Store {
         &self,
         access: &Access,
         session_id: &str,
-    ) -> Result<(ReadTransaction, SessionRecord)> {
+    ) -> Result<(ReadTxn, SessionRecord)> {
         access.validate()?;
         validate_id("session_id", session_id)?;
         let txn = self.begin_read()?;

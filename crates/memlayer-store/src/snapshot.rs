@@ -3,13 +3,13 @@
 //! decides from it which messages it will show, and reads only their content — all from the
 //! same snapshot, so the two reads cannot disagree about which messages exist.
 
-use redb::{ReadOnlyTable, ReadTransaction};
+use redb::ReadOnlyTable;
 
 use crate::Result;
 use crate::model::{Access, Message, Role, Session, StoredSummary, Timestamp, validate_id};
 use crate::record::{MessageRecord, Record, SessionRecord, SummaryRecord};
 use crate::sessions::{message_from_record, read_session_record, session_from_record};
-use crate::store::Sessions;
+use crate::store::{ReadTxn, Sessions};
 use crate::tables::{MESSAGES, SESSIONS, SUMMARIES};
 
 /// A message without its content and metadata: what windowing and token budgets need.
@@ -56,7 +56,7 @@ pub struct SessionSnapshot {
     session: Session,
     sid: u64,
     erasures: u64,
-    txn: ReadTransaction,
+    txn: ReadTxn,
 }
 
 impl Sessions<'_> {

@@ -2,7 +2,7 @@
 //! reads (run on the caller's thread in a redb read transaction, never blocking writes).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use redb::{
@@ -16,7 +16,7 @@ use crate::tables::{
     OUTBOX_BY_SESSION,
 };
 use crate::writer::Writer;
-use crate::{Result, StoreError};
+use crate::{DiskFault, Result, StoreError};
 
 /// How each commit reaches the disk. Every mode is durable (`fsync`) before a write is
 /// acknowledged; they differ in what a crash costs. docs/storage-format.md explains the
@@ -62,6 +62,9 @@ pub const MAX_SEARCH_QUERY: usize = 1_000;
 
 /// Longest a compaction waits for reads that were open when it started.
 const COMPACTION_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Longest a reopening waits for reads that were open when it started, holding up new ones
+/// meanwhile; it is tried again a second later, so a short wait serves.
+const REOPEN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// Bound on redb's compaction rounds (each usually moves everything it can).
 const MAX_COMPACTION_ROUNDS: usize = 64;
 
@@ -84,15 +87,47 @@ pub struct Store {
 }
 
 struct Inner {
-    /// Shared by readers and the writer thread; taken exclusively only by [`Eraser::compact`].
-    db: Arc<RwLock<Database>>,
+    /// Shared by readers and the writer thread; taken exclusively only by [`Eraser::compact`]
+    /// and [`Store::recover`]. `None` only after a reopening failed: every read and write is
+    /// refused then, with the failure that started it, until one succeeds.
+    db: Arc<RwLock<Option<Database>>>,
     path: PathBuf,
+    /// How [`Store::recover`] checks the disk and opens the file again.
+    medium: Medium,
+    commit: CommitMode,
     writer: Writer,
     /// Messages newly stored by `append` since the store was opened (replays not counted).
     appended_messages: AtomicU64,
     /// Whether the [`Eraser`] was taken: there is one, so every removal of text goes through
     /// its owner.
     eraser_taken: AtomicBool,
+    /// Read transactions open now ([`ReadTxn`]). Invariant: [`Store::recover`] closes the
+    /// database only while it is zero, since the reopened database would not know of an
+    /// older snapshot and could reuse the pages it still reads.
+    open_reads: Arc<AtomicUsize>,
+}
+
+/// A read transaction of the store, counted while it lives ([`Inner::open_reads`]).
+pub(crate) struct ReadTxn {
+    txn: ReadTransaction,
+    _open: OpenRead,
+}
+
+impl std::ops::Deref for ReadTxn {
+    type Target = ReadTransaction;
+
+    fn deref(&self) -> &ReadTransaction {
+        &self.txn
+    }
+}
+
+/// One count of [`Inner::open_reads`], given back on drop.
+struct OpenRead(Arc<AtomicUsize>);
+
+impl Drop for OpenRead {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Sessions, their messages, runs and summaries: [`Store::sessions`].
@@ -154,30 +189,44 @@ impl Store {
             Some(db) => db,
             None => builder().create(&path).map_err(|err| damaged(&path, err))?,
         };
-        Self::start(db, path, options)
+        let medium = Medium::file(&path);
+        Self::start(db, path, medium, options)
     }
 
     /// Opens a store on `backend` instead of a file, with the same checks, initialisation and
     /// writer thread as [`Store::open_with`]: the fault-injection tests (`faults.rs`) run the
     /// production write path over a disk that fails or loses power on cue. `name` stands for
-    /// the file in errors and in [`Store::path`].
+    /// the file in errors and in [`Store::path`]. [`Store::recover`] probes the disk with
+    /// `probe` and reopens the store on another clone of `backend`.
     #[cfg(test)]
-    pub(crate) fn open_with_backend(
+    pub(crate) fn open_with_backend<B>(
         name: &Path,
-        backend: impl redb::StorageBackend,
+        backend: B,
+        probe: impl Fn() -> std::io::Result<()> + Send + Sync + 'static,
         options: StoreOptions,
-    ) -> Result<Self> {
+    ) -> Result<Self>
+    where
+        B: redb::StorageBackend + Clone + Sync,
+    {
         let db = builder()
-            .create_with_backend(backend)
+            .create_with_backend(backend.clone())
             .map_err(|err| damaged(name, err))?;
-        Self::start(db, name.to_owned(), options)
+        let reopened = name.to_owned();
+        let medium = Medium {
+            open: Box::new(move || {
+                builder()
+                    .create_with_backend(backend.clone())
+                    .map_err(|err| damaged(&reopened, err))
+            }),
+            probe: Box::new(probe),
+        };
+        Self::start(db, name.to_owned(), medium, options)
     }
 
     /// Checks and initialises an opened database and starts the writer thread.
-    fn start(db: Database, path: PathBuf, options: StoreOptions) -> Result<Self> {
-        check_format(&db)?;
-        initialise(&db, options.commit)?;
-        let db = Arc::new(RwLock::new(db));
+    fn start(db: Database, path: PathBuf, medium: Medium, options: StoreOptions) -> Result<Self> {
+        prepare(&db, options.commit)?;
+        let db = Arc::new(RwLock::new(Some(db)));
         let writer = Writer::spawn(Arc::clone(&db), options.commit).map_err(|err| {
             StoreError::InvalidInput {
                 field: "writer thread",
@@ -188,9 +237,12 @@ impl Store {
             inner: Arc::new(Inner {
                 db,
                 path,
+                medium,
+                commit: options.commit,
                 writer,
                 appended_messages: AtomicU64::new(0),
                 eraser_taken: AtomicBool::new(false),
+                open_reads: Arc::new(AtomicUsize::new(0)),
             }),
         })
     }
@@ -255,9 +307,17 @@ impl Store {
     }
 
     /// A read transaction: a consistent snapshot, for the read paths of every module.
-    pub(crate) fn begin_read(&self) -> Result<ReadTransaction> {
+    pub(crate) fn begin_read(&self) -> Result<ReadTxn> {
         let db = self.inner.db.read().unwrap_or_else(PoisonError::into_inner);
-        Ok(db.begin_read()?)
+        let db = db.as_ref().ok_or_else(|| self.inner.writer.refusal())?;
+        // Counted under the lock, so that a reopening, which holds it exclusively, sees every
+        // read that began before it.
+        self.inner.open_reads.fetch_add(1, Ordering::AcqRel);
+        let open = OpenRead(Arc::clone(&self.inner.open_reads));
+        Ok(ReadTxn {
+            txn: db.begin_read()?,
+            _open: open,
+        })
     }
 
     /// Runs `work` on the writer thread and waits until it is durably committed.
@@ -313,7 +373,7 @@ impl Store {
 
     /// Succeeds when the file can be read and writes are still accepted (readiness probe).
     /// After an I/O error redb refuses every write until the file is reopened; this then
-    /// fails with that error, so an orchestrator restarts the process.
+    /// fails with [`StoreError::WritesRefused`], whose cause says what the disk did.
     pub fn check_ready(&self) -> Result<()> {
         if !self.inner.writer.is_open() {
             return Err(StoreError::Closed);
@@ -324,6 +384,166 @@ impl Store {
         self.begin_read()?.open_table(META)?;
         Ok(())
     }
+
+    /// The store file's size and the free space of its file system: cheap (two system
+    /// calls), so it can be read at every scrape and probe.
+    pub fn disk_space(&self) -> Result<DiskSpace> {
+        let store_bytes = std::fs::metadata(&self.inner.path).map_err(io_error)?.len();
+        let dir = match self.inner.path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        let fs = rustix::fs::statvfs(dir).map_err(|err| io_error(err.into()))?;
+        Ok(DiskSpace {
+            store_bytes,
+            free_bytes: fs.f_bavail.saturating_mul(fs.f_frsize),
+            size_bytes: fs.f_blocks.saturating_mul(fs.f_frsize),
+        })
+    }
+
+    /// The reason the store refuses writes, `Some` from a disk failure until
+    /// [`Store::recover`] reopened the file; watch it to pause work that writes.
+    pub fn refusals(&self) -> tokio::sync::watch::Receiver<Option<StoreError>> {
+        self.inner.writer.refusals()
+    }
+
+    /// Resolves once the store accepts writes: at once while it does, else when
+    /// [`Store::recover`] reopened it. Background workers that write wait here instead of
+    /// failing over and over while the disk is full.
+    pub async fn writable(&self) {
+        // The sender lives as long as the store; without it nothing is refused any more.
+        let _ = self.refusals().wait_for(Option::is_none).await;
+    }
+
+    /// After a disk failure made the store refuse writes, checks whether the disk takes
+    /// writes again and if so reopens the file and resumes writes; call it again and again
+    /// (every second, say) while the store refuses writes.
+    ///
+    /// redb refuses every write after an I/O error until its file is reopened, so this
+    /// closes the database and opens it again, the way a start does: every page's checksum
+    /// verified, the format checked, a commit written. Reads and writes wait meanwhile, and
+    /// it waits for reads already open (the reopened database would not know of their
+    /// snapshots and could reuse their pages); one open for longer than 2 s makes it answer
+    /// [`Recovery::Waiting`] and let go. First a probe: a 1 MiB file beside the store
+    /// is written, synced and removed, so that a disk still full or failing is found without
+    /// closing anything.
+    ///
+    /// Answers [`Recovery::Waiting`] while the disk still refuses writes (the probe failed,
+    /// or the reopening ran out of space again: the probe found too little), and fails when
+    /// reopening failed otherwise: the device failed on the store file itself, or the file
+    /// does not pass its checks. The store then refuses every read and write (with the
+    /// failure that started it), and only a restart, which checks the file again, can help.
+    pub fn recover(&self) -> Result<Recovery> {
+        if self.inner.writer.broken().is_none() {
+            return Ok(Recovery::Writable);
+        }
+        if let Err(err) = (self.inner.medium.probe)() {
+            return Ok(Recovery::Waiting(io_error(err)));
+        }
+        let mut db = self
+            .inner
+            .db
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        // No read begins while the lock is held, so those open drain; reads are short. A
+        // long one (a backup streaming) makes this try again at the next call.
+        let deadline = std::time::Instant::now() + REOPEN_WAIT;
+        while self.inner.open_reads.load(Ordering::Acquire) > 0 {
+            if std::time::Instant::now() >= deadline {
+                return Ok(Recovery::Waiting(StoreError::Busy(
+                    "reads stayed open; the store is reopened once they end".into(),
+                )));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        // Closing releases the file's lock, so it can be opened again; it must come first.
+        drop(db.take());
+        let reopened = (self.inner.medium.open)().and_then(|database| {
+            prepare(&database, self.inner.commit)?;
+            Ok(database)
+        });
+        match reopened {
+            Ok(database) => {
+                *db = Some(database);
+                self.inner.writer.resume();
+                Ok(Recovery::Writable)
+            }
+            Err(err) if err.disk_fault() == Some(DiskFault::Full) => Ok(Recovery::Waiting(err)),
+            Err(err) => Err(err),
+        }
+    }
+}
+
+/// Space on the file system that holds the store, read now ([`Store::disk_space`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiskSpace {
+    /// Bytes the store file takes.
+    pub store_bytes: u64,
+    /// Bytes this process may still write on the file system (what `df` calls available:
+    /// without the blocks reserved for root).
+    pub free_bytes: u64,
+    /// The file system's size in bytes.
+    pub size_bytes: u64,
+}
+
+impl DiskSpace {
+    /// The share of the file system still free, from 0 to 1 (1 for an empty or odd one).
+    pub fn free_share(&self) -> f64 {
+        if self.size_bytes == 0 {
+            return 1.0;
+        }
+        self.free_bytes as f64 / self.size_bytes as f64
+    }
+}
+
+/// What [`Store::recover`] found.
+#[derive(Debug)]
+pub enum Recovery {
+    /// The store accepts writes: it never refused them, or its file was reopened.
+    Writable,
+    /// The disk still refuses writes, for this reason; try again later.
+    Waiting(StoreError),
+}
+
+/// How a store's file is opened again and its disk checked, for [`Store::recover`].
+struct Medium {
+    /// Opens the database with the checks of a start (checksums verified).
+    open: Box<dyn Fn() -> Result<Database> + Send + Sync>,
+    /// Succeeds when the disk takes a write and a sync.
+    probe: Box<dyn Fn() -> std::io::Result<()> + Send + Sync>,
+}
+
+/// Bytes the disk probe writes: room for the reopening's repair and the first commits after
+/// it, so that a disk with a few pages free is not reopened only to fill up again at once.
+const PROBE_BYTES: usize = 1 << 20;
+/// The probe file's name is the store file's with this added.
+const PROBE_SUFFIX: &str = ".probe";
+
+impl Medium {
+    /// The store file at `path`: it is opened, never created (a file that vanished must not
+    /// come back empty), and the disk is probed beside it.
+    fn file(path: &Path) -> Self {
+        let (opened, probed) = (path.to_owned(), sibling(path, PROBE_SUFFIX));
+        Self {
+            open: Box::new(move || builder().open(&opened).map_err(|err| damaged(&opened, err))),
+            probe: Box::new(move || {
+                use std::io::Write;
+                let written = std::fs::File::create(&probed).and_then(|mut file| {
+                    file.write_all(&vec![0; PROBE_BYTES])?;
+                    file.sync_all()
+                });
+                let removed = std::fs::remove_file(&probed);
+                written.and(removed)
+            }),
+        }
+    }
+}
+
+/// `path` with `suffix` added to its file name.
+fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
 }
 
 impl Eraser {
@@ -338,12 +558,18 @@ impl Eraser {
     /// most `COMPACTION_WAIT`), after which it fails with [`StoreError::Busy`] and can be
     /// retried. Returns whether anything was moved.
     pub fn compact(&self) -> Result<bool> {
+        if let Some(refusal) = self.store.inner.writer.broken() {
+            return Err(refusal);
+        }
         let mut db = self
             .store
             .inner
             .db
             .write()
             .unwrap_or_else(PoisonError::into_inner);
+        let db = db
+            .as_mut()
+            .ok_or_else(|| self.store.inner.writer.refusal())?;
         let deadline = std::time::Instant::now() + COMPACTION_WAIT;
         let mut moved = false;
         // redb compacts in rounds; each round may free more room for the next.
@@ -364,8 +590,9 @@ impl Eraser {
                     ));
                 }
                 Err(err) => {
-                    self.store.inner.writer.note_failure(&db);
-                    return Err(err.into());
+                    let err: StoreError = err.into();
+                    self.store.inner.writer.note_failure(db, &err);
+                    return Err(err);
                 }
             }
         }
@@ -402,15 +629,12 @@ fn damaged(path: &Path, err: redb::DatabaseError) -> StoreError {
 /// exist or holds an initialised store. A hard link, not a rename, so that of two processes
 /// creating the same store at once one finds the other's file instead of replacing it.
 fn create_new(path: &Path, commit: CommitMode) -> Result<Option<Database>> {
-    let mut partial = path.as_os_str().to_owned();
-    partial.push(".new");
-    let partial = PathBuf::from(partial);
+    let partial = sibling(path, ".new");
     // Left by a creation that did not finish (or a second name of a finished one); it never
     // held an acknowledged write.
-    match std::fs::remove_file(&partial) {
-        Err(err) if err.kind() != std::io::ErrorKind::NotFound => return Err(io_error(err)),
-        _ => {}
-    }
+    remove_if_present(&partial)?;
+    // Left by a disk probe a crash interrupted (`Store::recover`): zeros, never data.
+    remove_if_present(&sibling(path, PROBE_SUFFIX))?;
     if path.try_exists().map_err(io_error)? {
         return Ok(None);
     }
@@ -439,6 +663,13 @@ fn create_new(path: &Path, commit: CommitMode) -> Result<Option<Database>> {
     Ok(Some(db))
 }
 
+fn remove_if_present(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(io_error(err)),
+        _ => Ok(()),
+    }
+}
+
 fn io_error(err: std::io::Error) -> StoreError {
     redb::StorageError::Io(err).into()
 }
@@ -450,6 +681,13 @@ fn builder() -> redb::Builder {
     let mut builder = Database::builder();
     builder.set_check_integrity_on_open(true);
     builder
+}
+
+/// Checks an opened database and initialises or migrates it: what every open does, at start
+/// and when [`Store::recover`] reopens the file.
+fn prepare(db: &Database, commit: CommitMode) -> Result<()> {
+    check_format(db)?;
+    initialise(db, commit)
 }
 
 fn check_format(db: &Database) -> Result<()> {

@@ -11,7 +11,7 @@
 //! [`Writer::submit_alone`]).
 
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::thread::JoinHandle;
 
 use redb::{Database, WriteTransaction};
@@ -80,18 +80,23 @@ pub(crate) struct Writer {
     /// Counts successful commits, so derived-data workers wake up when there is news
     /// instead of polling.
     commits: watch::Receiver<u64>,
-    /// Set once redb refuses every write transaction: after an I/O error it answers
-    /// `PreviousIo` to each until the file is reopened, so the store cannot recover by itself
-    /// and the readiness probe must say so (it used to report ready while every write failed).
-    broken: Arc<OnceLock<StoreError>>,
+    /// The failure after which redb refuses every write transaction, while it does: after an
+    /// I/O error redb answers `PreviousIo` to each until the file is reopened. Jobs are then
+    /// refused before they begin, with that failure as the cause (a full disk must not look
+    /// like a bug), and the readiness probe says so (it used to report ready while every
+    /// write failed).
+    broken: Arc<watch::Sender<Option<StoreError>>>,
     commit: CommitMode,
 }
 
 impl Writer {
-    pub(crate) fn spawn(db: Arc<RwLock<Database>>, commit: CommitMode) -> std::io::Result<Self> {
+    pub(crate) fn spawn(
+        db: Arc<RwLock<Option<Database>>>,
+        commit: CommitMode,
+    ) -> std::io::Result<Self> {
         let (jobs, queue) = mpsc::channel();
         let (committed, commits) = watch::channel(0);
-        let broken = Arc::new(OnceLock::new());
+        let broken = Arc::new(watch::Sender::new(None));
         let thread_broken = Arc::clone(&broken);
         let thread = std::thread::Builder::new()
             .name("memlayer-writer".into())
@@ -153,17 +158,32 @@ impl Writer {
         self.commits.clone()
     }
 
-    /// The error redb answers every write transaction with, once it refuses them all.
+    /// [`StoreError::WritesRefused`] while redb refuses every write transaction.
     pub(crate) fn broken(&self) -> Option<StoreError> {
-        self.broken.get().cloned()
+        refused(&self.broken)
     }
 
-    /// After a failed write (a group commit, a compaction), asks redb whether it still
-    /// commits, and remembers the error if it does not. Runs only after failures, and with no
-    /// other write transaction open (on the writer thread, or in compaction, which holds the
+    /// The error for an access to a database that is closed because reopening it failed.
+    pub(crate) fn refusal(&self) -> StoreError {
+        self.broken().unwrap_or(StoreError::Closed)
+    }
+
+    /// The reason writes are refused while they are, for those who wait for them to resume.
+    pub(crate) fn refusals(&self) -> watch::Receiver<Option<StoreError>> {
+        self.broken.subscribe()
+    }
+
+    /// The database was reopened: jobs are applied again.
+    pub(crate) fn resume(&self) {
+        self.broken.send_replace(None);
+    }
+
+    /// After a write (a compaction) failed with `failure`, asks redb whether it still commits,
+    /// and remembers the failure if it does not. Runs only after failures, and with no other
+    /// write transaction open (on the writer thread, or in compaction, which holds the
     /// database exclusively), so the probe never waits.
-    pub(crate) fn note_failure(&self, db: &Database) {
-        probe(db, self.commit, &self.broken);
+    pub(crate) fn note_failure(&self, db: &Database, failure: &StoreError) {
+        probe(db, self.commit, failure, &self.broken);
     }
 
     /// False once [`Writer::shutdown`] has begun.
@@ -200,11 +220,11 @@ impl Drop for Writer {
 }
 
 fn run(
-    db: &RwLock<Database>,
+    db: &RwLock<Option<Database>>,
     commit: CommitMode,
     queue: &Receiver<Box<dyn Job>>,
     committed: &watch::Sender<u64>,
-    broken: &OnceLock<StoreError>,
+    broken: &watch::Sender<Option<StoreError>>,
 ) {
     // A job that must commit alone, received while a group was being gathered: it starts
     // the next group, of one.
@@ -228,10 +248,19 @@ fn run(
                 Err(_) => break,
             }
         }
-        // The database is shared for the whole group: compaction, which needs it exclusively,
-        // waits until no write transaction is live.
+        // The database is shared for the whole group: compaction and reopening, which need it
+        // exclusively, wait until no write transaction is live.
         let database = db.read().unwrap_or_else(PoisonError::into_inner);
-        let committed_ok = commit_group(&database, commit, group, broken);
+        let committed_ok = match (refused(broken), database.as_ref()) {
+            (None, Some(database)) => commit_group(database, commit, group, broken),
+            (refusal, _) => {
+                let refusal = refusal.unwrap_or(StoreError::Closed);
+                for job in group {
+                    job.finish(Some(&refusal));
+                }
+                false
+            }
+        };
         drop(database);
         if committed_ok {
             committed.send_modify(|count| *count += 1);
@@ -239,13 +268,36 @@ fn run(
     }
 }
 
-/// Commits an empty transaction. Beginning one is not enough: after an I/O error redb still
-/// begins transactions and refuses only when they write (the fault-injection tests found the
-/// readiness probe answering ready then).
-fn probe(db: &Database, commit: CommitMode, broken: &OnceLock<StoreError>) {
-    if let Err(err) = begin(db, commit).and_then(|txn| Ok(txn.commit()?)) {
-        let _ = broken.set(err);
+/// Commits an empty transaction, and if that fails too, remembers `failure` as the reason
+/// every write is refused. Beginning one is not enough: after an I/O error redb still begins
+/// transactions and refuses only when they write (the fault-injection tests found the
+/// readiness probe answering ready then). `failure` rather than the probe's own error, which
+/// is redb's `PreviousIo` and no longer says whether the disk is full.
+fn probe(
+    db: &Database,
+    commit: CommitMode,
+    failure: &StoreError,
+    broken: &watch::Sender<Option<StoreError>>,
+) {
+    if begin(db, commit).and_then(|txn| Ok(txn.commit()?)).is_err() {
+        broken.send_if_modified(|broken| {
+            let first = broken.is_none();
+            if first {
+                *broken = Some(failure.clone());
+            }
+            first
+        });
     }
+}
+
+/// The error that refuses a job while redb refuses every write.
+fn refused(broken: &watch::Sender<Option<StoreError>>) -> Option<StoreError> {
+    broken
+        .borrow()
+        .as_ref()
+        .map(|cause| StoreError::WritesRefused {
+            cause: Box::new(cause.clone()),
+        })
 }
 
 /// Applies and commits a group, answers its jobs, and says whether the commit succeeded.
@@ -253,12 +305,12 @@ fn commit_group(
     db: &Database,
     commit: CommitMode,
     mut group: Vec<Box<dyn Job>>,
-    broken: &OnceLock<StoreError>,
+    broken: &watch::Sender<Option<StoreError>>,
 ) -> bool {
     let failure = apply_and_commit(db, commit, &mut group).err();
-    if failure.is_some() {
+    if let Some(failure) = &failure {
         // Before the replies: a caller told of the failure finds the readiness probe agreeing.
-        probe(db, commit, broken);
+        probe(db, commit, failure, broken);
     }
     for job in group {
         job.finish(failure.as_ref());

@@ -27,7 +27,8 @@ pub(crate) struct DataArgs {
     data_dir: Option<PathBuf>,
     /// TOML file with any of: listen, data_dir, assets_dir, model_dir, onnxruntime,
     /// max_body_bytes, token_encoding, request_timeout_secs, max_in_flight, max_agent_runs,
-    /// header_read_timeout_secs, max_connections, session_idle_timeout_secs, rate_limit_per_second, rate_limit_burst, admin_key, and
+    /// header_read_timeout_secs, max_connections, session_idle_timeout_secs, rate_limit_per_second, rate_limit_burst,
+    /// disk_warning_free_percent, admin_key, and
     /// [summarizer] and [agent_model] tables.
     #[arg(long, env = "MEMLAYER_CONFIG")]
     config: Option<PathBuf>,
@@ -88,6 +89,11 @@ pub(crate) struct ServeArgs {
     /// [default: 32].
     #[arg(long, env = "MEMLAYER_MAX_AGENT_RUNS")]
     max_agent_runs: Option<usize>,
+    /// When less than this percentage of the data directory's file system is free, the log
+    /// warns and /readyz says so, before the disk fills up and writes are refused; 0 never
+    /// warns [default: 10].
+    #[arg(long, env = "MEMLAYER_DISK_WARNING_FREE_PERCENT", value_parser = clap::value_parser!(u8).range(0..=100))]
+    disk_warning_free_percent: Option<u8>,
     /// Longest a client may take to send a request's head, and a kept-alive connection may
     /// wait for its next request, in seconds; then the connection is closed [default: 10].
     #[arg(long, env = "MEMLAYER_HEADER_READ_TIMEOUT_SECS")]
@@ -189,6 +195,7 @@ struct FileSettings {
     session_idle_timeout_secs: Option<u64>,
     rate_limit_per_second: Option<u32>,
     rate_limit_burst: Option<u32>,
+    disk_warning_free_percent: Option<u8>,
     /// The operator's admin key: a `tenant_admin` key of tenant `default`. The environment's
     /// `MEMLAYER_ADMIN_KEY` wins over it.
     admin_key: Option<String>,
@@ -280,6 +287,14 @@ impl Settings {
             .or(file.max_connections)
             .unwrap_or(defaults.max_connections);
         anyhow::ensure!(max_connections > 0, "max_connections must be positive");
+        let disk_warning_free_percent = args
+            .disk_warning_free_percent
+            .or(file.disk_warning_free_percent)
+            .unwrap_or(defaults.disk_warning_free_percent);
+        anyhow::ensure!(
+            disk_warning_free_percent <= 100,
+            "disk_warning_free_percent must be at most 100"
+        );
         let session_idle_timeout = args
             .session_idle_timeout_secs
             .or(file.session_idle_timeout_secs)
@@ -317,6 +332,7 @@ impl Settings {
                 rate_limit,
                 header_read_timeout,
                 max_connections,
+                disk_warning_free_percent,
             },
             admin_key: admin_key.map(Secret),
         })
@@ -417,6 +433,7 @@ mod tests {
         assert_eq!(settings.server.request_timeout, Duration::from_secs(30));
         assert_eq!(settings.server.max_in_flight, 512);
         assert_eq!(settings.server.max_agent_runs, 32);
+        assert_eq!(settings.server.disk_warning_free_percent, 10);
         assert_eq!(settings.server.header_read_timeout, Duration::from_secs(10));
         assert_eq!(settings.server.max_connections, 1024);
         assert_eq!(

@@ -20,6 +20,7 @@ const STORE_FILE: &str = "memlayer.redb";
 /// The vector index snapshot inside the data directory.
 const SNAPSHOT_FILE: &str = "vectors.idx";
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -114,7 +115,7 @@ enum Command {
     #[command(verbatim_doc_comment)]
     Check(check::CheckArgs),
     /// Show a running server's conversation stats for the key's tenant: how many, and the
-    /// least recently active.
+    /// least recently active; and the store's disk space: free, in all, taken by the store.
     ///
     /// Needs a tenant_admin key in MEMLAYER_KEY.
     ///
@@ -207,8 +208,11 @@ fn main() -> ExitCode {
     for directive in QUIET_TARGETS {
         filter = filter.add_directive(directive.parse().expect("a valid directive"));
     }
+    // Colour codes only for a person at a terminal: stderr sent to a file or a journal would
+    // otherwise be full of escape sequences.
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match cli.log_format {
         LogFormat::Text => logs.init(),

@@ -226,7 +226,34 @@ pub(crate) fn stats(args: &StatsArgs) -> anyhow::Result<()> {
             oldest["last_activity"].as_str().unwrap_or("?")
         );
     }
+    if let Some(line) = disk_line(&stats["disk"]) {
+        println!("{line}");
+    }
     Ok(())
+}
+
+/// The stats' disk figures in a line for people, `None` when the server sent none.
+fn disk_line(disk: &serde_json::Value) -> Option<String> {
+    let [free, size, store] =
+        ["free_bytes", "size_bytes", "store_bytes"].map(|field| disk[field].as_u64());
+    let (free, size, store) = (free?, size?, store?);
+    let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
+    let share = if size == 0 {
+        100.0
+    } else {
+        free as f64 * 100.0 / size as f64
+    };
+    let low = if disk["low"] == true {
+        " (below the warning threshold: free some before writes are refused)"
+    } else {
+        ""
+    };
+    Some(format!(
+        "disk: {:.1} MiB free of {:.1} MiB ({share:.1}%){low}; the store takes {:.1} MiB",
+        mib(free),
+        mib(size),
+        mib(store)
+    ))
 }
 
 /// Flags of `memlayer purge`.

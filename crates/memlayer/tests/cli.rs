@@ -322,9 +322,12 @@ fn serve_answers_then_exits_cleanly_on_sigterm_and_keeps_its_data() {
         get(&format!("{url}/healthz")),
         (200, json!({ "status": "ok" }))
     );
+    // Ready; a `warning` comes besides when this machine's disk is low on space.
+    let (status, ready) = get(&format!("{url}/readyz"));
     assert_eq!(
-        get(&format!("{url}/readyz")),
-        (200, json!({ "status": "ready" }))
+        (status, &ready["status"]),
+        (200, &json!("ready")),
+        "{ready}"
     );
     let (status, answer) = post(
         &format!("{url}/v1/sessions/cli-1/messages"),
@@ -423,9 +426,11 @@ fn a_second_server_on_the_same_data_dir_fails_fast_naming_the_store() {
     );
 
     // The first server is unaffected.
+    let (status, ready) = get(&format!("{url}/readyz"));
     assert_eq!(
-        get(&format!("{url}/readyz")),
-        (200, json!({ "status": "ready" }))
+        (status, &ready["status"]),
+        (200, &json!("ready")),
+        "{ready}"
     );
     first.terminate();
     let (status, _) = first.wait_for_exit();
@@ -781,6 +786,50 @@ fn json_logs_are_one_object_per_line_without_message_content() {
     assert!(!stderr.contains("log-canary-7d41c2"), "{stderr}");
 }
 
+/// Text logs sent anywhere but a terminal (a pipe here, a file or a journal in production)
+/// carry no colour codes, which would fill a log file with escape sequences.
+#[test]
+fn text_logs_off_a_terminal_carry_no_colour_codes() {
+    let temp = tempfile::tempdir().unwrap();
+    let (mut server, _) = Process::serve_with(temp.path(), |command| {
+        command.env("MEMLAYER_LOG_FORMAT", "text");
+    });
+    server.terminate();
+    let (status, stderr) = server.wait_for_failure();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("serving"), "{stderr}");
+    assert!(!stderr.contains('\u{1b}'), "colour codes in {stderr:?}");
+}
+
+/// Below the configured share of free disk space the log warns, while the server is still
+/// ready: here every disk is below 100%.
+#[test]
+fn low_free_disk_space_is_a_warning_in_the_log() {
+    let temp = tempfile::tempdir().unwrap();
+    let (mut server, url) = Process::serve_with(temp.path(), |command| {
+        command.env("MEMLAYER_DISK_WARNING_FREE_PERCENT", "100");
+    });
+    let deadline = Instant::now() + TIMEOUT;
+    while !server.stderr().contains("free disk space is low") {
+        assert!(
+            Instant::now() < deadline,
+            "no warning in {}",
+            server.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (status, ready) = get(&format!("{url}/readyz"));
+    assert_eq!(
+        (status, &ready["status"]),
+        (200, &json!("ready")),
+        "{ready}"
+    );
+    assert!(ready["warning"].is_string(), "{ready}");
+    server.terminate();
+    let (status, stderr) = server.wait_for_failure();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+}
+
 /// Every value a client chose or wrote in this test starts with this: ids, search queries,
 /// message and memory texts. None may reach the log.
 const CANARY: &str = "cnry";
@@ -974,6 +1023,10 @@ fn stats_backup_and_purge_work_against_a_running_server() {
     assert!(
         stdout.contains("project default: 2 conversation(s)"),
         "{stdout}"
+    );
+    assert!(
+        stdout.contains("MiB free of") && stdout.contains("the store takes"),
+        "no disk figures in {stdout}"
     );
     let (ok, _, stderr) = remote(&url, "mlk_0000000000000000_wrong", &["stats"]);
     assert!(

@@ -56,6 +56,15 @@ impl Recall {
                         () = tokio::time::sleep(Duration::from_secs(1)) => {}
                     }
                 }
+                // The disk refuses writes: every retry would fail the same way until the store
+                // is reopened, so the pipeline waits for that (what is indexed stays searchable).
+                Err(_) if self.inner.store.refusals().borrow().is_some() => {
+                    tracing::info!("indexing paused until the store takes writes again");
+                    tokio::select! {
+                        () = &mut shutdown => break,
+                        () = self.inner.store.writable() => {}
+                    }
+                }
                 Err(err) => {
                     tracing::warn!(error = %err.for_log(), "indexing step failed; retrying");
                     tokio::select! {

@@ -13,6 +13,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::api::read;
 use crate::auth::Principal;
+use crate::disk::Disk;
 use crate::extract::{Admin, ApiJson, ApiPath, ApiQuery, Caller};
 use crate::wire::Rfc3339;
 use crate::{ApiError, AppState};
@@ -192,6 +193,10 @@ pub(crate) struct Stats {
     /// The conversation active least recently.
     #[serde(skip_serializing_if = "Option::is_none")]
     oldest_conversation: Option<Oldest>,
+    /// The whole store's disk figures (every tenant's data is in the one store file); left
+    /// out when they cannot be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    disk: Option<Disk>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -206,7 +211,7 @@ pub(crate) struct Oldest {
     path = "/v1/admin/conversations/stats",
     tag = "admin",
     params(ProjectQuery),
-    responses((status = 200, description = "Total conversations and the least recently active", body = Stats)),
+    responses((status = 200, description = "Total conversations, the least recently active, and the store's disk figures", body = Stats)),
 )]
 pub(crate) async fn stats(
     State(state): State<AppState>,
@@ -215,10 +220,14 @@ pub(crate) async fn stats(
 ) -> Result<Json<Stats>, ApiError> {
     let project_id = project(tenant, query.project_id)?;
     let owner = project_id.clone();
-    let stats = read(&state, move |store| {
-        store.tenants().conversation_stats(&owner)
+    let (stats, space) = read(&state, move |store| {
+        Ok((
+            store.tenants().conversation_stats(&owner)?,
+            store.disk_space().ok(),
+        ))
     })
     .await?;
+    let warning_percent = state.config().disk_warning_free_percent;
     Ok(Json(Stats {
         project_id,
         total_conversations: stats.total,
@@ -226,6 +235,7 @@ pub(crate) async fn stats(
             session_id,
             last_activity: Rfc3339(at),
         }),
+        disk: space.map(|space| Disk::new(&space, warning_percent)),
     }))
 }
 

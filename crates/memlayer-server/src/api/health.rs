@@ -13,6 +13,10 @@ use crate::{ApiError, AppState};
 pub(crate) struct Probe {
     /// `ok` (alive) or `ready`.
     status: &'static str,
+    /// Ready, but free disk space is below the configured warning threshold: free some
+    /// before the disk fills up and writes are refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warning: Option<String>,
 }
 
 /// Liveness
@@ -25,14 +29,18 @@ pub(crate) struct Probe {
     responses((status = 200, description = "Alive", body = Probe, example = json!({"status": "ok"}))),
 )]
 pub(crate) async fn live() -> Json<Probe> {
-    Json(Probe { status: "ok" })
+    Json(Probe {
+        status: "ok",
+        warning: None,
+    })
 }
 
 /// Readiness
 ///
-/// The store can be read and still accepts writes; `503` while shutting down, and after a
-/// storage failure that makes the store refuse writes until the process restarts (take the
-/// instance out of rotation and restart it).
+/// The store can be read and still accepts writes; with a `warning` while free disk space
+/// is below the configured threshold. Not ready: `503 unavailable` while
+/// shutting down or when the store cannot be read, `507 storage_full` while the disk is full
+/// and `503 storage_unavailable` while it fails writes (both with `Retry-After`; reads go on).
 #[utoipa::path(
     get,
     path = "/readyz",
@@ -40,13 +48,23 @@ pub(crate) async fn live() -> Json<Probe> {
     responses((status = 200, description = "Ready", body = Probe, example = json!({"status": "ready"}))),
 )]
 pub(crate) async fn ready(State(state): State<AppState>) -> Result<Json<Probe>, ApiError> {
-    match read(&state, |store| store.check_ready()).await {
-        Ok(()) => Ok(Json(Probe { status: "ready" })),
+    let ready = read(&state, |store| {
+        store.check_ready()?;
+        // The figures only add a warning: failing to read them does not make it unready.
+        Ok(store.disk_space().ok())
+    });
+    match ready.await {
+        Ok(space) => Ok(Json(Probe {
+            status: "ready",
+            warning: space.and_then(|space| {
+                crate::disk::warning(&space, state.config().disk_warning_free_percent)
+            }),
+        })),
         // Not a failure of this request: the instance is not ready. The cause is logged.
         Err(ApiError::Internal(detail)) => {
-            tracing::error!(%detail, "not ready: the store refuses writes");
+            tracing::error!(%detail, "not ready: the store cannot be read");
             Err(ApiError::Unavailable(
-                "the store failed and refuses writes; restart the server".into(),
+                "the store cannot be read; restart the server".into(),
             ))
         }
         Err(err) => Err(err),
