@@ -6,7 +6,7 @@
 
 use std::sync::LazyLock;
 
-use utoipa::openapi::path::{Operation, ParameterBuilder, ParameterIn};
+use utoipa::openapi::path::{Operation, ParameterBuilder, ParameterIn, PathItem};
 use utoipa::openapi::schema::Schema;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{Content, OpenApi, Ref, RefOr, Required, ResponseBuilder, schema};
@@ -97,16 +97,7 @@ impl Modify for Common {
             );
         for (path, item) in doc.paths.paths.iter_mut() {
             let scoped = path.starts_with("/v1/");
-            for operation in [
-                &mut item.get,
-                &mut item.put,
-                &mut item.post,
-                &mut item.delete,
-                &mut item.patch,
-            ]
-            .into_iter()
-            .flatten()
-            {
+            for operation in operations(item) {
                 add_errors(operation, &error);
                 if scoped {
                     add_tenant(operation);
@@ -118,6 +109,19 @@ impl Modify for Common {
             }
         }
     }
+}
+
+/// The operations of a path, one per method the API serves.
+fn operations(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
+    [
+        &mut item.get,
+        &mut item.put,
+        &mut item.post,
+        &mut item.delete,
+        &mut item.patch,
+    ]
+    .into_iter()
+    .flatten()
 }
 
 fn add_errors(operation: &mut Operation, error: &dyn Fn(&str) -> utoipa::openapi::Response) {
@@ -197,16 +201,7 @@ struct Identifiers;
 impl Modify for Identifiers {
     fn modify(&self, doc: &mut OpenApi) {
         for item in doc.paths.paths.values_mut() {
-            for operation in [
-                &mut item.get,
-                &mut item.put,
-                &mut item.post,
-                &mut item.delete,
-                &mut item.patch,
-            ]
-            .into_iter()
-            .flatten()
-            {
+            for operation in operations(item) {
                 for parameter in operation.parameters.iter_mut().flatten() {
                     if IDENTIFIERS.contains(&parameter.name.as_str())
                         && let Some(schema) = parameter.schema.as_mut()
