@@ -146,6 +146,8 @@ async function run(page) {
   const settings = region(page, "Settings");
   const depth = settings.getByLabel("Session history depth");
   await expectText(settings, /Strategy/);
+  // The settings load beside the stats: wait for them rather than read the field too early.
+  await page.waitForFunction(() => document.getElementById("depth").value !== "");
   assert.equal(await depth.inputValue(), "20");
   for (const bad of ["0", "101"]) {
     await depth.fill(bad);
