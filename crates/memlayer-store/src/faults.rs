@@ -765,6 +765,25 @@ fn a_leftover_temporary_name_of_a_created_store_is_dropped() {
 /// A full disk is told from a failing one: the write that met the fault, every write refused
 /// after it and the readiness probe all say which it was, while reads go on serving what was
 /// acknowledged.
+/// A store on a disk that `fault` can be turned on for, holding one acknowledged append
+/// (`model` says what it holds): where the disk-fault tests start.
+fn store_with_one_append(
+    dir: &Path,
+    fault: Fault,
+    rt: &tokio::runtime::Runtime,
+) -> (PathBuf, FaultyDisk, Store, Model) {
+    let path = dir.join(format!("{fault:?}.redb"));
+    let disk = FaultyDisk::create(&path, None);
+    let store = disk.open_store(&path, StoreOptions::default()).unwrap();
+    let mut model = Model::default();
+    let kept = append(0, &[(1, "kept")], Some(1));
+    assert_eq!(
+        rt.block_on(execute(&store, &kept)).unwrap(),
+        model.apply(&kept)
+    );
+    (path, disk, store, model)
+}
+
 #[test]
 fn a_full_disk_is_told_from_a_failing_one_and_reads_go_on() {
     use crate::DiskFault;
@@ -774,15 +793,7 @@ fn a_full_disk_is_told_from_a_failing_one_and_reads_go_on() {
         (Fault::Full, DiskFault::Full),
         (Fault::Fail, DiskFault::Failed),
     ] {
-        let path = dir.path().join(format!("{fault:?}.redb"));
-        let disk = FaultyDisk::create(&path, None);
-        let store = disk.open_store(&path, StoreOptions::default()).unwrap();
-        let mut model = Model::default();
-        let kept = append(0, &[(1, "kept")], Some(1));
-        assert_eq!(
-            rt.block_on(execute(&store, &kept)).unwrap(),
-            model.apply(&kept)
-        );
+        let (_, disk, store, model) = store_with_one_append(dir.path(), fault, &rt);
         disk.fault_from_now(fault);
         let met = rt
             .block_on(execute(
@@ -824,15 +835,7 @@ fn the_store_reopens_by_itself_once_the_disk_takes_writes_again() {
     let dir = temp_dir();
     let rt = runtime();
     for fault in [Fault::Full, Fault::PowerLoss] {
-        let path = dir.path().join(format!("{fault:?}.redb"));
-        let disk = FaultyDisk::create(&path, None);
-        let store = disk.open_store(&path, StoreOptions::default()).unwrap();
-        let mut model = Model::default();
-        let kept = append(0, &[(1, "kept")], Some(1));
-        assert_eq!(
-            rt.block_on(execute(&store, &kept)).unwrap(),
-            model.apply(&kept)
-        );
+        let (path, disk, store, mut model) = store_with_one_append(dir.path(), fault, &rt);
         disk.fault_from_now(fault);
         let met = append(0, &[(1, "met the fault")], Some(2));
         rt.block_on(execute(&store, &met)).unwrap_err();
