@@ -265,13 +265,19 @@ impl ContextSettings {
     /// [`RECALLING_WINDOW_TURNS`] when the turn is a combined context that recalls (`query`
     /// is given and `recall_k` is above 0), else [`WINDOW_TURNS`]. A set value is kept.
     pub fn for_turn(mut self, query: bool) -> Self {
-        let recalls = query && self.strategy == Strategy::Combined && self.recall_k > 0;
+        let recalls = self.recalls(query);
         self.max_turns.get_or_insert(if recalls {
             RECALLING_WINDOW_TURNS
         } else {
             WINDOW_TURNS
         });
         self
+    }
+
+    /// Whether a context with these settings recalls older messages: a combined one with a
+    /// query and `recall_k` above 0.
+    pub fn recalls(&self, query: bool) -> bool {
+        query && self.strategy == Strategy::Combined && self.recall_k > 0
     }
 
     /// Exchanges the sliding window keeps: `max_turns`, or [`WINDOW_TURNS`] when unset and

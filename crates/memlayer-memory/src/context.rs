@@ -215,7 +215,7 @@ impl ContextBuilder {
 
         let query_text = query.clone();
         let (recalled, recall_degraded) = match query {
-            Some(query) if combined && settings.recall_k > 0 => {
+            Some(query) if settings.recalls(true) => {
                 self.recall_beside_window(
                     &access,
                     &session_id,
