@@ -334,7 +334,7 @@ fn a_user_key_writes_only_what_an_end_user_may() {
     };
     for key in [alice.as_str(), ADMIN_KEY] {
         let refused = context(key, false);
-        assert_error(&refused, 422, "invalid_setting");
+        assert_error(&refused, 409, "conflict");
         assert_eq!(context(key, true).0, 200);
     }
     let (status, _) = server.put("/v1/settings", &json!({ "redact_pii": false }));

@@ -233,11 +233,12 @@ fn bad_episodes_are_refused_with_the_field_named() {
             "invalid_id",
             "task_type",
         ),
+        // Another user's session is not found, as if it did not exist.
         (
             with(json!({ "source_session_id": "carol-1" })),
-            422,
-            "invalid_value",
-            "source_session_id",
+            404,
+            "session_not_found",
+            "carol-1",
         ),
         (
             with(json!({ "color": "red" })),

@@ -222,4 +222,28 @@ fn the_mcp_transport_needs_a_valid_key() {
         answer["result"]["serverInfo"]["name"], "memlayer",
         "{answer}"
     );
+    // Every answer is JSON, so a client that accepts JSON (or says nothing) is answered too;
+    // one that accepts neither JSON nor events gets the API's error shape, as does a body
+    // that is no JSON-RPC message.
+    for accept in [None, Some("application/json"), Some("*/*")] {
+        let mut request = server.request(Method::POST, path).json(&initialize);
+        if let Some(accept) = accept {
+            request = request.header("accept", accept);
+        }
+        let (status, answer) = send(request);
+        assert_eq!(status, 200, "{accept:?}: {answer}");
+    }
+    let html_only = server
+        .request(Method::POST, path)
+        .header("accept", "text/html")
+        .json(&initialize);
+    assert_error(&send(html_only), 406, "not_acceptable");
+    let (status, answer) = send(
+        server
+            .request(Method::POST, path)
+            .header("accept", "application/json")
+            .json(&json!({ "hello": "world" })),
+    );
+    assert!((400..500).contains(&status), "{status}: {answer}");
+    assert!(answer["error"]["code"].is_string(), "{answer}");
 }

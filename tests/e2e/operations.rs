@@ -10,9 +10,10 @@ use reqwest::Method;
 use serde_json::Value;
 
 /// Checks `value` against a JSON Schema (the 2020-12 subset the document uses: `$ref`,
-/// `allOf`, `anyOf`, `oneOf`, `type`, `enum`, `properties`, `required`,
-/// `additionalProperties`, `items`, `prefixItems`, numeric and length bounds), collecting
-/// every mismatch as `path: reason`.
+/// `allOf`, `anyOf`, `oneOf`, `not`, `if`/`then`/`else`, `type`, `enum`, `const`,
+/// `properties`, `required`, `additionalProperties`, `items`, `prefixItems`, `contains` with
+/// its bounds, `pattern`, numeric, length and item-count bounds; `format` is not checked),
+/// collecting every mismatch as `path: reason`.
 fn validate(spec: &Value, schema: &Value, value: &Value, at: &str, errors: &mut Vec<String>) {
     if let Value::Bool(allowed) = schema {
         if !allowed {
@@ -50,6 +51,26 @@ fn validate(spec: &Value, schema: &Value, value: &Value, at: &str, errors: &mut 
             errors.push(format!("{at}: matches {matching} of oneOf: {value}"));
         }
     }
+    if let Some(negated) = schema.get("not")
+        && mismatches(negated).is_empty()
+    {
+        errors.push(format!("{at}: matches what `not` rules out: {value}"));
+    }
+    if let Some(condition) = schema.get("if") {
+        let branch = if mismatches(condition).is_empty() {
+            "then"
+        } else {
+            "else"
+        };
+        if let Some(part) = schema.get(branch) {
+            errors.extend(mismatches(part));
+        }
+    }
+    if let Some(constant) = schema.get("const")
+        && constant != value
+    {
+        errors.push(format!("{at}: {value} is not {constant}"));
+    }
     if let Some(types) = match &schema["type"] {
         Value::String(one) => Some(vec![one.as_str()]),
         Value::Array(many) => Some(many.iter().filter_map(Value::as_str).collect()),
@@ -81,6 +102,20 @@ fn validate(spec: &Value, schema: &Value, value: &Value, at: &str, errors: &mut 
         }
         if schema["maximum"].as_f64().is_some_and(|max| number > max) {
             errors.push(format!("{at}: {number} is above the maximum"));
+        }
+    }
+    if let Some(text) = value.as_str() {
+        let length = text.chars().count() as u64;
+        if schema["minLength"].as_u64().is_some_and(|min| length < min)
+            || schema["maxLength"].as_u64().is_some_and(|max| length > max)
+        {
+            errors.push(format!("{at}: {value} is out of the length bounds"));
+        }
+        if let Some(pattern) = schema["pattern"].as_str() {
+            let regex = regex::Regex::new(pattern).expect("the document's patterns compile");
+            if !regex.is_match(text) {
+                errors.push(format!("{at}: {value} does not match {pattern}"));
+            }
         }
     }
     if let Some(object) = value.as_object() {
@@ -120,6 +155,24 @@ fn validate(spec: &Value, schema: &Value, value: &Value, at: &str, errors: &mut 
                     validate(spec, &schema["items"], item, &item_at, errors)
                 }
                 None => {}
+            }
+        }
+        if let Some(contained) = schema.get("contains") {
+            let count = items
+                .iter()
+                .filter(|item| {
+                    let mut sub = Vec::new();
+                    validate(spec, contained, item, at, &mut sub);
+                    sub.is_empty()
+                })
+                .count() as u64;
+            let min = schema["minContains"].as_u64().unwrap_or(1);
+            if count < min
+                || schema["maxContains"]
+                    .as_u64()
+                    .is_some_and(|max| count > max)
+            {
+                errors.push(format!("{at}: {count} items match `contains`"));
             }
         }
         if schema["minItems"]
@@ -313,17 +366,21 @@ fn the_openapi_document_describes_what_the_server_really_does() {
               "timestamp": "2026-05-06T10:00:00Z" },
         ],
     });
-    assert_eq!(
-        post(messages, "/v1/sessions/ops-2/messages", batch.clone()).0,
-        201
-    );
-    let replay = post(messages, "/v1/sessions/ops-2/messages", batch);
+    // The key as a body field: the second spelling the document leaves out (it names it in
+    // the `Idempotency-Key` header's description), so only the answers are checked.
+    let post_keyed =
+        |body: Value| api.call_invalid(Method::POST, messages, "/v1/sessions/ops-2/messages", body);
+    assert_eq!(post_keyed(batch.clone()).0, 201);
+    let replay = post_keyed(batch);
     assert_eq!((replay.0, &replay.1["replayed"]), (200, &json!(true)));
+    // A single message without content: the document rules it out, and the server refuses it.
+    let incomplete = json!({ "role": "user" });
     assert_eq!(
-        post(
+        api.call_invalid(
+            Method::POST,
             messages,
             "/v1/sessions/ops-1/messages",
-            json!({ "role": "user" })
+            incomplete
         )
         .0,
         422
@@ -488,7 +545,11 @@ fn the_openapi_document_describes_what_the_server_really_does() {
     let body = json!({ "user_id": "dana", "session_id": "ops-1", "message": "Hello?" });
     assert_eq!(post(runs, "/v1/agents/support/runs", body).0, 503);
     let empty = json!({ "user_id": "dana", "message": "" });
-    assert_eq!(post(runs, "/v1/agents/support/runs", empty).0, 422);
+    assert_eq!(
+        api.call_invalid(Method::POST, runs, "/v1/agents/support/runs", empty)
+            .0,
+        422
+    );
 
     // Clear, probes, deletion.
     api.call(

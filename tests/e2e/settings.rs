@@ -240,3 +240,28 @@ fn an_agents_memory_configuration_shapes_its_next_context() {
         "nothing was saved"
     );
 }
+
+/// JSON Schema counts `475.0` as an integer, and so does the OpenAPI document: a whole number
+/// written as a float (as Python writes a computed float) is taken wherever an integer is,
+/// and saved as the integer; a fraction is still refused.
+#[test]
+fn whole_numbers_written_as_floats_are_integers() {
+    let server = TestServer::start();
+    let (status, saved) = server.put(
+        "/v1/settings",
+        &json!({ "memory_tokens": 475.0, "max_turns": 3.0 }),
+    );
+    assert_eq!(status, 200, "{saved}");
+    assert!(saved["saved"]["memory_tokens"].is_u64(), "{saved}");
+    assert_eq!(saved["effective"]["max_turns"], 3);
+    let body = json!({ "user_id": "u", "agent_id": "a", "role": "user", "content": "Hi", "token_count": 4e3 });
+    let (status, answer) = server.post("/v1/sessions/floats/messages", &body);
+    assert_eq!(status, 201, "{answer}");
+    let (_, page) = server.get("/v1/sessions/floats/messages");
+    assert_eq!(page["messages"][0]["token_count"], 4000, "{page}");
+    let (status, answer) = server.post(
+        "/v1/recall",
+        &json!({ "query": "hi", "session_id": "floats", "k": 2.5 }),
+    );
+    assert_error(&(status, answer), 400, "invalid_body");
+}

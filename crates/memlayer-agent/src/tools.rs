@@ -166,6 +166,9 @@ pub fn parse_call(name: &str, arguments: Value) -> Result<ParsedCall, AgentError
         })?,
         other => other,
     };
+    // A model, or a Python caller, may write a count as `5.0`: the integer, in JSON Schema.
+    let mut arguments = arguments;
+    memlayer_memory::whole_floats_to_integers(&mut arguments);
     Ok(ParsedCall(match name {
         "memory_remember" => Parsed::Remember(parse(arguments)?),
         "memory_recall" => Parsed::Recall(parse(arguments)?),

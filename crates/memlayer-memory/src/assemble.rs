@@ -160,7 +160,8 @@ pub type SettingsOverrides = serde_json::Map<String, serde_json::Value>;
 impl ContextSettings {
     /// The settings that result from laying `overrides` over the defaults in order (the
     /// tenant's, the agent's, the request's): a key in a later document replaces the same
-    /// key in an earlier one. Unknown keys, wrong types and out-of-range values are refused.
+    /// key in an earlier one. Unknown keys, wrong types and out-of-range values are refused;
+    /// a whole number written as a float counts as an integer, as in JSON Schema.
     pub fn layered<'a>(
         overrides: impl IntoIterator<Item = &'a SettingsOverrides>,
     ) -> Result<Self, MemoryError> {
@@ -172,12 +173,12 @@ impl ContextSettings {
         for document in overrides {
             merged.extend(document.iter().map(|(k, v)| (k.clone(), v.clone())));
         }
+        let mut merged = serde_json::Value::Object(merged);
+        crate::whole_floats_to_integers(&mut merged);
         let settings: Self =
-            serde_json::from_value(serde_json::Value::Object(merged)).map_err(|err| {
-                MemoryError::InvalidSetting {
-                    field: "settings",
-                    reason: err.to_string(),
-                }
+            serde_json::from_value(merged).map_err(|err| MemoryError::InvalidSetting {
+                field: "settings",
+                reason: err.to_string(),
             })?;
         settings.validate()?;
         Ok(settings)
@@ -203,7 +204,7 @@ impl ContextSettings {
                     value.as_bool() != Some(false)
                 });
             if saved_redacts {
-                return Err(MemoryError::InvalidSetting {
+                return Err(MemoryError::LoosensPolicy {
                     field: REDACT_PII,
                     reason: "a request may not turn off the PII redaction its tenant's or \
                              agent's settings ask for; save `redact_pii: false` there to allow \

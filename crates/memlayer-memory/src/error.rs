@@ -15,6 +15,15 @@ pub enum MemoryError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A request's setting would loosen a policy its tenant's or agent's saved settings set
+    /// (turning off PII redaction): valid on its own, refused against what is saved.
+    #[error("{field} conflicts with the saved settings: {reason}")]
+    LoosensPolicy {
+        /// The setting.
+        field: &'static str,
+        /// Why, and how to allow it.
+        reason: String,
+    },
     /// A field of a memory configuration document is invalid.
     #[error("invalid {field}: {reason}")]
     InvalidMemoryConfig {
@@ -66,6 +75,7 @@ impl MemoryError {
         match self {
             Self::UnknownEncoding(_) => "unknown token encoding".to_owned(),
             Self::InvalidSetting { field, .. } => format!("invalid {field}"),
+            Self::LoosensPolicy { field, .. } => format!("{field} conflicts with saved settings"),
             Self::InvalidMemoryConfig { .. } => "invalid memory configuration".to_owned(),
             Self::UnknownMemoryType { .. } => "unknown memory type".to_owned(),
             Self::Store(store) => store.for_log(),

@@ -90,6 +90,13 @@ pub fn list_episodes(
     agent_id: Option<&str>,
     task_type: Option<&str>,
 ) -> Result<Vec<Episode>, MemoryError> {
+    // Filters are ids like those they are compared with: one that could match nothing
+    // (`task_type=`) is a mistake to report, not an empty answer.
+    for (kind, id) in [("agent_id", agent_id), ("task_type", task_type)] {
+        if let Some(id) = id {
+            memlayer_store::validate_id(kind, id)?;
+        }
+    }
     Ok(store
         .memories()
         .user_episodes(tenant, user_id)?

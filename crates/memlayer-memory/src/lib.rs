@@ -18,6 +18,7 @@ mod error;
 mod fact_cache;
 mod history;
 mod idle;
+mod json;
 mod lessons;
 mod llm_summary;
 mod long_term;
@@ -39,9 +40,12 @@ pub use error::MemoryError;
 pub use fact_cache::FactCache;
 pub use history::{Exchange, History, MESSAGE_OVERHEAD_TOKENS, Window, message_tokens};
 pub use idle::{end_idle_sessions, run_idle_sessions};
+pub use json::whole_floats_to_integers;
 pub use lessons::{LESSONS_MARKER, LessonQuery, Lessons, build_lessons, list_episodes};
 pub use llm_summary::LlmSummarizer;
-pub use long_term::{LongTermMemory, MemoryHit, MemoryQuery, RememberAction, RememberRequest};
+pub use long_term::{
+    LongTermMemory, MAX_TAG_LEN, MAX_TAGS, MemoryHit, MemoryQuery, RememberAction, RememberRequest,
+};
 pub use memory_config::{MEMORY_TYPES, MemoryConfig, MemoryType};
 pub use pii::redact_pii;
 pub use render::{

@@ -38,8 +38,10 @@ const SAME_STATEMENT: f32 = 0.88;
 /// (its key terms) is taken to be superseded: "prefers email" after "prefers phone calls".
 const SAME_TOPIC: f32 = 0.70;
 /// Most tags a memory may carry, and their longest length.
-const MAX_TAGS: usize = 8;
-const MAX_TAG_LEN: usize = 32;
+/// Most tags a memory keeps.
+pub const MAX_TAGS: usize = 8;
+/// Longest tag, in characters.
+pub const MAX_TAG_LEN: usize = 32;
 /// Memories read per page when the indexes are rebuilt.
 const REBUILD_PAGE: usize = 1_000;
 /// How often a remember is made again when an erasure changed the memory it updates meanwhile.
@@ -315,6 +317,7 @@ impl LongTermMemory {
 
     /// The memories relevant to `query.query`, best first, among those the asker may see.
     pub async fn recall(&self, query: MemoryQuery) -> Result<Vec<MemoryHit>, MemoryError> {
+        check_asker(query.agent_id.as_deref())?;
         if query.k == 0 || query.query.trim().is_empty() {
             return Ok(Vec::new());
         }
@@ -375,7 +378,8 @@ impl LongTermMemory {
     }
 
     /// Up to `limit` memories of a user the asker may see (all of them with `agent_id`
-    /// `None`), oldest first, from the one after memory `after`.
+    /// `None`), oldest first, each with its position in the user's list, from the one after
+    /// position `after` (see `memlayer_store::Memories::user_memories_page`).
     pub fn list(
         &self,
         tenant: &str,
@@ -383,7 +387,8 @@ impl LongTermMemory {
         agent_id: Option<&str>,
         after: Option<u64>,
         limit: usize,
-    ) -> Result<Vec<Memory>, MemoryError> {
+    ) -> Result<Vec<(u64, Memory)>, MemoryError> {
+        check_asker(agent_id)?;
         Ok(self
             .inner
             .store
@@ -709,17 +714,31 @@ pub(crate) fn visible_to(asker: Option<&str>, owner: Option<&str>) -> bool {
     }
 }
 
+/// An asking agent is an id like those memories are kept for: one that could match nothing
+/// (an empty one) is a mistake to report, not an answer without the agent's memories.
+fn check_asker(agent_id: Option<&str>) -> Result<(), MemoryError> {
+    if let Some(agent) = agent_id {
+        memlayer_store::validate_id("agent_id", agent)?;
+    }
+    Ok(())
+}
+
 /// Tags lowercased, trimmed, deduplicated and checked.
 fn normalise_tags(tags: &[String]) -> Result<Vec<String>, MemoryError> {
     let mut out: Vec<String> = Vec::new();
     for tag in tags {
-        let tag = tag.trim().to_lowercase();
-        if tag.is_empty() || tag.len() > MAX_TAG_LEN || tag.chars().any(char::is_whitespace) {
+        let tag = tag.trim();
+        // Counted before lowercasing, which may lengthen a word ('İ' becomes two characters).
+        if tag.is_empty()
+            || tag.chars().count() > MAX_TAG_LEN
+            || tag.chars().any(char::is_whitespace)
+        {
             return Err(MemoryError::InvalidSetting {
                 field: "tags",
                 reason: format!("a tag is one word of 1 to {MAX_TAG_LEN} characters"),
             });
         }
+        let tag = tag.to_lowercase();
         if !out.contains(&tag) {
             out.push(tag);
         }

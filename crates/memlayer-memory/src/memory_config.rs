@@ -140,6 +140,10 @@ impl MemoryConfig {
     /// JSON types and out-of-range values are refused with the document path of the field
     /// (`types[1].config.max_memories`). Types and keys the document leaves out are not set.
     pub fn to_overrides(document: &Value) -> Result<SettingsOverrides, MemoryError> {
+        // A count written as a whole float (`5.0`) is the integer, as in JSON Schema.
+        let mut document = document.clone();
+        crate::whole_floats_to_integers(&mut document);
+        let document = &document;
         let mut overrides = SettingsOverrides::new();
         // Which document field set each settings key, to name it when a value is out of range.
         let mut origins: Vec<(&'static str, String)> = Vec::new();

@@ -79,6 +79,9 @@ pub enum ApiError {
     /// `405`: the path exists but not with this method.
     #[error("method not allowed")]
     MethodNotAllowed,
+    /// `406`: the request's `Accept` header rules out every answer the route gives.
+    #[error("{0}")]
+    NotAcceptable(String),
     /// `409`: the request contradicts stored state.
     #[error("{0}")]
     Conflict(String),
@@ -183,6 +186,7 @@ impl ApiError {
             Self::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             Self::NotFound { code, .. } => (StatusCode::NOT_FOUND, code),
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            Self::NotAcceptable(_) => (StatusCode::NOT_ACCEPTABLE, "not_acceptable"),
             Self::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             Self::UnsupportedMediaType(_) => {
@@ -309,6 +313,10 @@ impl From<StoreError> for ApiError {
                 code: "session_not_found",
                 message: err.to_string(),
             },
+            StoreError::MessageNotFound { .. } => Self::NotFound {
+                code: "message_not_found",
+                message: err.to_string(),
+            },
             StoreError::Conflict(message) => Self::Conflict(message),
             // Messages kept being erased while a context or a merge was computed from them, or
             // a memory kept changing while a remember updated it.
@@ -382,6 +390,7 @@ impl From<MemoryError> for ApiError {
             MemoryError::Embedding(_) | MemoryError::NoVector => {
                 Self::Unavailable(format!("the embedding model is not available: {err}"))
             }
+            MemoryError::LoosensPolicy { .. } => Self::Conflict(err.to_string()),
             MemoryError::InvalidSetting { .. } | MemoryError::UnknownEncoding(_) => {
                 Self::invalid("invalid_setting", err.to_string())
             }

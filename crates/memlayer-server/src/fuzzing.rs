@@ -1,10 +1,9 @@
 //! Entry points for the fuzz targets in `fuzz/` (feature `fuzzing`; no memlayer binary enables
 //! it): every request body the server deserialises, parsed exactly as its handler's extractor
-//! parses it (`axum::Json`, which `ApiJson` wraps) and then checked by the same validation the
+//! parses it (`extract::parse_body`, what `ApiJson` runs) and then checked by the same validation the
 //! handler runs before it touches any state. Validation that needs the store (an unknown
 //! session, a conflict) is out of reach here; the end-to-end tests cover it.
 
-use axum::Json;
 use memlayer_memory::{ContextSettings, SettingsOverrides, TokenEncoding};
 use memlayer_store::{Append, Timestamp, validate_id};
 use serde::de::DeserializeOwned;
@@ -103,5 +102,5 @@ fn check(kind: usize, bytes: &[u8]) -> Result<(), ApiError> {
 }
 
 fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    Ok(Json::<T>::from_bytes(bytes)?.0)
+    crate::extract::parse_body(bytes)
 }

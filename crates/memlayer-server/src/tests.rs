@@ -402,7 +402,7 @@ fn mirrored_types_match_the_real_ones() {
     use memlayer_memory::{
         ContextSettings, DropReason, Layer, OutputFormat, Overflow, RecallScope, Strategy,
     };
-    use memlayer_store::{Role, RunStatus, SessionState};
+    use memlayer_store::{MemoryKind, Outcome, Role, RunStatus, SessionState};
 
     let spec: Value = serde_json::from_str(&crate::openapi::OPENAPI_JSON).unwrap();
     let schemas = &spec["components"]["schemas"];
@@ -502,6 +502,24 @@ fn mirrored_types_match_the_real_ones() {
         "DropReason",
         &[DropReason::OutsideWindow, DropReason::OverBudget],
     );
+    let kinds = [
+        MemoryKind::Fact,
+        MemoryKind::Preference,
+        MemoryKind::Relationship,
+        MemoryKind::Instruction,
+    ];
+    let _ = |k: MemoryKind| match k {
+        MemoryKind::Fact
+        | MemoryKind::Preference
+        | MemoryKind::Relationship
+        | MemoryKind::Instruction => {}
+    };
+    check(schemas, "MemoryKind", &kinds);
+    let outcomes = [Outcome::Success, Outcome::Failure, Outcome::Partial];
+    let _ = |o: Outcome| match o {
+        Outcome::Success | Outcome::Failure | Outcome::Partial => {}
+    };
+    check(schemas, "Outcome", &outcomes);
 
     // Every key of the settings document, and no other.
     let defaults = serde_json::to_value(ContextSettings::default()).unwrap();

@@ -46,14 +46,33 @@ impl ToSchema for Rfc3339 {
 
 /// Parses a client-supplied RFC 3339 timestamp; times before 1970 are rejected.
 pub(crate) fn parse_timestamp(field: &str, text: &str) -> Result<Timestamp, ApiError> {
-    let invalid =
-        |reason: &str| ApiError::invalid("invalid_value", format!("invalid {field}: {reason}"));
-    let time = OffsetDateTime::parse(text, &Rfc3339Format)
-        .map_err(|_| invalid("expected an RFC 3339 timestamp such as 2026-05-06T10:00:00Z"))?;
-    let micros = time.unix_timestamp_nanos() / 1_000;
+    let micros = parse_micros(field, text)?;
     u64::try_from(micros)
         .map(Timestamp::from_micros)
-        .map_err(|_| invalid("must not be before 1970-01-01"))
+        .map_err(|_| {
+            ApiError::invalid(
+                "invalid_value",
+                format!("invalid {field}: must not be before 1970-01-01"),
+            )
+        })
+}
+
+/// Parses the RFC 3339 bound of a time filter. A bound before 1970 is 1970: nothing stored
+/// is older, so the filter means the same, and any date a client may write is a bound.
+pub(crate) fn parse_bound(field: &str, text: &str) -> Result<Timestamp, ApiError> {
+    let micros = parse_micros(field, text)?;
+    Ok(Timestamp::from_micros(u64::try_from(micros).unwrap_or(0)))
+}
+
+/// Microseconds since 1970 of an RFC 3339 timestamp, negative before.
+fn parse_micros(field: &str, text: &str) -> Result<i128, ApiError> {
+    let time = OffsetDateTime::parse(text, &Rfc3339Format).map_err(|_| {
+        ApiError::invalid(
+            "invalid_value",
+            format!("invalid {field}: expected an RFC 3339 timestamp such as 2026-05-06T10:00:00Z"),
+        )
+    })?;
+    Ok(time.unix_timestamp_nanos() / 1_000)
 }
 
 /// A session: who it belongs to, its counts and turn state.
@@ -189,6 +208,29 @@ mod tests {
         assert_eq!(ts.as_micros(), 1_778_061_600_123_456);
         let json = serde_json::to_string(&Rfc3339(ts)).unwrap();
         assert_eq!(json, "\"2026-05-06T10:00:00.123456Z\"");
+    }
+
+    #[test]
+    fn a_bound_before_1970_is_1970() {
+        for early in ["1969-12-31T23:59:59Z", "0001-01-01T00:00:00+05:00"] {
+            assert_eq!(parse_bound("t", early).unwrap(), Timestamp::from_micros(0));
+        }
+        let ts = parse_bound("t", "2026-05-06T10:00:00.123456Z").unwrap();
+        assert_eq!(ts.as_micros(), 1_778_061_600_123_456);
+        assert!(parse_bound("t", "yesterday").is_err());
+    }
+
+    /// The timestamps the document's pattern admits (`requests::TIMESTAMP`) all parse.
+    #[test]
+    fn the_documented_timestamp_forms_parse() {
+        for text in [
+            "1971-01-01T00:00:00Z",
+            "2026-02-28T23:59:59.123456789+14:00",
+            "9999-12-28T00:00:00-23:59",
+            "2000-10-10T10:10:10.1Z",
+        ] {
+            parse_timestamp("t", text).unwrap();
+        }
     }
 
     #[test]

@@ -145,10 +145,7 @@ impl Store {
                 let sessions = txn.open_table(SESSIONS)?;
                 let owner = Access::one_user(&*episode.tenant, &*episode.user_id);
                 if read_session_record(&sessions, &owner, session_id)?.is_none() {
-                    return Err(StoreError::InvalidInput {
-                        field: "source_session_id",
-                        reason: format!("no session {session_id:?} of this user"),
-                    });
+                    return Err(crate::sessions::not_found(session_id));
                 }
             }
             let mut episodes = txn.open_table(EPISODES)?;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 /// Everything that can go wrong in [`crate::Store`].
 ///
 /// The variants split into caller mistakes (`InvalidId`, `InvalidInput`, `SessionNotFound`,
-/// `Conflict`), which never change stored data, and storage failures (`Storage`, `Corrupted`,
+/// `MessageNotFound`, `Conflict`), which never change stored data, and storage failures (`Storage`, `Corrupted`,
 /// `NewerFormat`, `Closed`, `WritesRefused`). Of the storage failures, those the disk caused
 /// say so through [`StoreError::disk_fault`], so that a full disk can be told from a bug.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -32,6 +32,12 @@ pub enum StoreError {
     SessionNotFound {
         /// The id that was looked up.
         session_id: String,
+    },
+    /// The session has no message at this index (never stored, or erased).
+    #[error("the session has no message {index} (never stored, or erased)")]
+    MessageNotFound {
+        /// The index that was looked up.
+        index: u64,
     },
     /// The session changed since it was read (a message was erased, or the session was
     /// deleted, perhaps created again under the same id): what was computed from the read is
@@ -126,6 +132,7 @@ impl StoreError {
             Self::InvalidId { kind, .. } => format!("invalid {kind}"),
             Self::InvalidInput { field, .. } => format!("invalid {field}"),
             Self::SessionNotFound { .. } => "session not found".to_owned(),
+            Self::MessageNotFound { .. } => "message not found".to_owned(),
             Self::SessionChanged { .. } => "the session changed while it was read".to_owned(),
             Self::MemoryChanged { .. } => "the memory changed while it was updated".to_owned(),
             Self::Conflict(_) => "conflict with the stored state".to_owned(),

@@ -132,7 +132,7 @@ impl Sessions<'_> {
     /// Up to `limit` messages of a session, newest first, whose content contains every word
     /// of `query` ignoring case: the whole history, cleared and summarised parts included.
     /// A query holds 1 to [`MAX_SEARCH_WORDS`] distinct words in at most
-    /// [`MAX_SEARCH_QUERY`] bytes.
+    /// [`MAX_SEARCH_QUERY`] characters.
     pub fn search_messages(
         self,
         access: &Access,
@@ -144,8 +144,10 @@ impl Sessions<'_> {
             field: "query",
             reason,
         };
-        if query.len() > MAX_SEARCH_QUERY {
-            return Err(invalid(format!("must be at most {MAX_SEARCH_QUERY} bytes")));
+        if query.chars().count() > MAX_SEARCH_QUERY {
+            return Err(invalid(format!(
+                "must be at most {MAX_SEARCH_QUERY} characters"
+            )));
         }
         let mut words: Vec<String> = query.split_whitespace().map(str::to_lowercase).collect();
         words.sort_unstable();
@@ -308,13 +310,10 @@ impl Sessions<'_> {
                 reason: format!("must be between 1 and {MAX_PAGE_SIZE}"),
             });
         }
+        // A page past the end is empty, however far past.
         let skip = usize::try_from(page)
-            .ok()
-            .and_then(|page| page.checked_mul(page_size))
-            .ok_or_else(|| StoreError::InvalidInput {
-                field: "page",
-                reason: "is too large".into(),
-            })?;
+            .unwrap_or(usize::MAX)
+            .saturating_mul(page_size);
         let user_id = match (access.user(), filter.user_id.as_deref()) {
             (Some(own), Some(named)) if own != named => {
                 return Ok(Page {

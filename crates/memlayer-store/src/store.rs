@@ -57,7 +57,7 @@ pub const MAX_PAGE_SIZE: usize = 100;
 /// Most distinct words a session search may look for: each is one substring scan of every
 /// message the search reads, so the words multiply its cost.
 pub const MAX_SEARCH_WORDS: usize = 16;
-/// Longest session search query, in bytes.
+/// Longest session search query, in characters.
 pub const MAX_SEARCH_QUERY: usize = 1_000;
 
 /// Longest a compaction waits for reads that were open when it started.

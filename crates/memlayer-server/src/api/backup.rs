@@ -34,6 +34,7 @@ const ENTRIES_HEADER: &str = "x-memlayer-backup-entries";
         ),
         (status = 403, description = "Not an operator key: no tenant's key may take a backup", body = crate::error::ErrorBody),
     ),
+    security(("bearerAuth" = ["operator"])),
 )]
 pub(crate) async fn backup(
     State(state): State<AppState>,

@@ -22,11 +22,11 @@ pub(crate) struct ContextRequest {
     query: Option<String>,
     /// This request's changes to the saved settings (any keys of the settings document).
     #[serde(default)]
-    #[schema(value_type = Option<foreign::SettingsDocument>)]
+    #[schema(value_type = foreign::SettingsDocument)]
     pub(crate) settings: SettingsOverrides,
     /// `openai` when absent.
     #[serde(default)]
-    #[schema(value_type = Option<foreign::OutputFormat>)]
+    #[schema(value_type = foreign::OutputFormat)]
     format: OutputFormat,
 }
 
@@ -71,6 +71,7 @@ pub(crate) struct ContextResponse {
         (status = 404, description = "No such session", body = crate::error::ErrorBody),
         (status = 422, description = "An invalid setting", body = crate::error::ErrorBody),
     ),
+    security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
 pub(crate) async fn context(
     State(state): State<AppState>,
@@ -120,6 +121,7 @@ pub(crate) struct Entities {
         (status = 200, description = "The facts by key", body = Entities),
         (status = 404, description = "No such session", body = crate::error::ErrorBody),
     ),
+    security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
 pub(crate) async fn entities(
     State(state): State<AppState>,

@@ -15,6 +15,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::api::erasure::{ReceiptBody, erase};
 use crate::api::settings::levels;
 use crate::extract::{ApiJson, ApiPath, ApiQuery, Tenant};
+use crate::openapi::foreign;
 use crate::wire::Rfc3339;
 use crate::{ApiError, AppState};
 
@@ -27,8 +28,7 @@ pub(crate) struct EpisodeBody {
     agent_id: Option<String>,
     task_type: String,
     description: String,
-    /// `success`, `failure` or `partial`.
-    #[schema(value_type = String, example = "failure")]
+    #[schema(value_type = foreign::Outcome)]
     outcome: Outcome,
     reflection: String,
     lesson: String,
@@ -66,8 +66,7 @@ pub(crate) struct RecordEpisode {
     task_type: String,
     /// What was attempted (1–4,000 characters).
     description: String,
-    /// `success`, `failure` or `partial`.
-    #[schema(value_type = String, example = "failure")]
+    #[schema(value_type = foreign::Outcome)]
     outcome: Outcome,
     /// Why it went that way (at most 4,000 characters).
     #[serde(default)]
@@ -94,6 +93,7 @@ pub(crate) struct RecordEpisode {
         (status = 201, description = "Recorded", body = EpisodeBody),
         (status = 422, description = "An invalid field (named in the message)", body = crate::error::ErrorBody),
     ),
+    security(("bearerAuth" = ["tenant_admin", "service"])),
 )]
 pub(crate) async fn record(
     State(state): State<AppState>,
@@ -145,6 +145,7 @@ pub(crate) struct EpisodeList {
     tag = "episodes",
     params(("user_id" = String, Path, description = "The user"), ListQuery),
     responses((status = 200, description = "Oldest first", body = EpisodeList)),
+    security(("bearerAuth" = ["tenant_admin", "service"])),
 )]
 pub(crate) async fn list(
     State(state): State<AppState>,
@@ -179,6 +180,7 @@ pub(crate) async fn list(
         (status = 200, description = "The episode", body = EpisodeBody),
         (status = 404, description = "No such episode", body = crate::error::ErrorBody),
     ),
+    security(("bearerAuth" = ["tenant_admin", "service"])),
 )]
 pub(crate) async fn get(
     State(state): State<AppState>,
@@ -213,6 +215,7 @@ fn episode_not_found(episode_id: u64) -> ApiError {
         (status = 200, description = "Erased", body = ReceiptBody),
         (status = 404, description = "No such episode", body = crate::error::ErrorBody),
     ),
+    security(("bearerAuth" = ["tenant_admin", "service"])),
 )]
 pub(crate) async fn delete(
     State(state): State<AppState>,
@@ -271,6 +274,7 @@ pub(crate) struct LessonsBody {
     tag = "episodes",
     params(("user_id" = String, Path, description = "The user"), LessonsQuery),
     responses((status = 200, description = "The rendered lessons", body = LessonsBody)),
+    security(("bearerAuth" = ["tenant_admin", "service"])),
 )]
 pub(crate) async fn lessons(
     State(state): State<AppState>,

@@ -142,6 +142,7 @@ pub(crate) async fn require_session(
         (status = 200, description = "Erased", body = ReceiptBody),
         (status = 404, description = "No such session or message", body = crate::error::ErrorBody),
     ),
+    security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
 pub(crate) async fn erase_message(
     State(state): State<AppState>,
@@ -156,10 +157,7 @@ pub(crate) async fn erase_message(
     )
     .await?;
     if receipt.counts.messages == 0 {
-        return Err(ApiError::NotFound {
-            code: "message_not_found",
-            message: format!("the session has no message {index} (never stored, or erased)"),
-        });
+        return Err(memlayer_store::StoreError::MessageNotFound { index }.into());
     }
     Ok(Json(receipt))
 }
@@ -173,6 +171,7 @@ pub(crate) async fn erase_message(
     tag = "erasure",
     params(("user_id" = String, Path, description = "The user's id")),
     responses((status = 200, description = "Erased (counts are zero if the user had nothing)", body = ReceiptBody)),
+    security(("bearerAuth" = ["tenant_admin", "user"])),
 )]
 pub(crate) async fn erase_user(
     State(state): State<AppState>,
@@ -212,6 +211,7 @@ pub(crate) struct Oldest {
     tag = "admin",
     params(ProjectQuery),
     responses((status = 200, description = "Total conversations, the least recently active, and the store's disk figures", body = Stats)),
+    security(("bearerAuth" = ["tenant_admin"])),
 )]
 pub(crate) async fn stats(
     State(state): State<AppState>,
@@ -288,6 +288,7 @@ fn still_running(erasure_id: u64) -> Response {
         (status = 200, description = "Erased", body = ReceiptBody),
         (status = 202, description = "Still running; see Location", body = Running),
     ),
+    security(("bearerAuth" = ["tenant_admin"])),
 )]
 pub(crate) async fn purge(
     State(state): State<AppState>,
@@ -335,6 +336,7 @@ pub(crate) struct ErasurePath {
         (status = 202, description = "Still running", body = Running),
         (status = 404, description = "No such erasure in the tenant"),
     ),
+    security(("bearerAuth" = ["tenant_admin"])),
 )]
 pub(crate) async fn erasure(
     State(state): State<AppState>,
@@ -376,6 +378,7 @@ pub(crate) struct Receipts {
     tag = "admin",
     params(ReceiptsQuery),
     responses((status = 200, description = "The tenant's receipts, newest first", body = Receipts)),
+    security(("bearerAuth" = ["tenant_admin"])),
 )]
 pub(crate) async fn receipts(
     State(state): State<AppState>,
@@ -400,6 +403,7 @@ pub(crate) async fn receipts(
 #[serde(deny_unknown_fields)]
 pub(crate) struct Retention {
     /// Conversations inactive for more days are erased by a daily pass; `null`: kept.
+    #[schema(minimum = 1, maximum = 36_500)]
     conversation_retention_days: Option<u32>,
 }
 
@@ -422,6 +426,7 @@ impl Retention {
     path = "/v1/admin/retention",
     tag = "admin",
     responses((status = 200, description = "The tenant's retention", body = Retention)),
+    security(("bearerAuth" = ["tenant_admin"])),
 )]
 pub(crate) async fn retention(
     State(state): State<AppState>,
@@ -447,6 +452,7 @@ pub(crate) async fn retention(
     tag = "admin",
     request_body = Retention,
     responses((status = 200, description = "Saved", body = Retention)),
+    security(("bearerAuth" = ["tenant_admin"])),
 )]
 pub(crate) async fn set_retention(
     State(state): State<AppState>,

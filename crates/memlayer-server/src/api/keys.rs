@@ -167,6 +167,7 @@ pub(crate) struct CreatedKey {
         (status = 201, description = "Created; `key` is shown only in this answer", body = CreatedKey),
         (status = 403, description = "Role `operator`: created only with `memlayer keys create` on the data directory", body = crate::error::ErrorBody),
     ),
+    security(("bearerAuth" = ["tenant_admin"])),
 )]
 pub(crate) async fn create_key(
     State(state): State<AppState>,
@@ -216,6 +217,7 @@ pub(crate) struct KeyList {
     path = "/v1/keys",
     tag = "keys",
     responses((status = 200, description = "The tenant's keys, without secrets", body = KeyList)),
+    security(("bearerAuth" = ["tenant_admin"])),
 )]
 pub(crate) async fn list_keys(
     State(state): State<AppState>,
@@ -241,6 +243,7 @@ pub(crate) async fn list_keys(
         (status = 200, description = "Revoked", body = KeyBody),
         (status = 404, description = "No such key in this tenant", body = crate::error::ErrorBody),
     ),
+    security(("bearerAuth" = ["tenant_admin"])),
 )]
 pub(crate) async fn revoke_key(
     State(state): State<AppState>,

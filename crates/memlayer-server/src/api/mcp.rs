@@ -16,6 +16,7 @@
 
 use axum::body::Body;
 use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
@@ -121,15 +122,17 @@ fn tools() -> Vec<Tool> {
         (status = 202, description = "A notification or response was accepted"),
         (status = 404, description = "No such session", body = crate::error::ErrorBody),
     ),
+    security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
 pub(crate) async fn mcp(
     State(state): State<AppState>,
     // For a user-scoped key, the extractor has checked that the session is its user's.
     Caller(caller): Caller,
     ApiPath(session_id): ApiPath<String>,
-    request: Request,
+    mut request: Request,
 ) -> Result<Response, ApiError> {
     require_session(&state, &caller, &session_id).await?;
+    accept_json(request.headers_mut());
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
@@ -150,5 +153,49 @@ pub(crate) async fn mcp(
         NeverSessionManager::default().into(),
         config,
     );
-    Ok(service.handle(request).await.map(Body::new))
+    let response = service.handle(request).await.map(Body::new);
+    if response.status().is_client_error() {
+        return Err(transport_error(response).await);
+    }
+    Ok(response)
+}
+
+/// Lets a client that accepts JSON (or anything) in, as the transport asks for
+/// `Accept: application/json, text/event-stream` even though every answer here is JSON. A
+/// client that accepts neither still gets `406`.
+fn accept_json(headers: &mut HeaderMap) {
+    let accepts_json = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(|range| range.split(';').next().unwrap_or_default().trim())
+        .any(|range| matches!(range, "application/json" | "application/*" | "*/*"));
+    if accepts_json || headers.get(header::ACCEPT).is_none() {
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+    }
+}
+
+/// The API's error for a request the MCP transport refused, which it answers in plain text
+/// (the error shape every route keeps).
+async fn transport_error(response: Response) -> ApiError {
+    let status = response.status();
+    // The transport's own refusals are one short line.
+    let body = axum::body::to_bytes(response.into_body(), 4096)
+        .await
+        .unwrap_or_default();
+    let message = String::from_utf8_lossy(&body).trim().to_owned();
+    match status {
+        StatusCode::NOT_ACCEPTABLE => ApiError::NotAcceptable(message),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::UnsupportedMediaType(message),
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge(message),
+        StatusCode::METHOD_NOT_ALLOWED => ApiError::MethodNotAllowed,
+        _ => ApiError::BadRequest {
+            code: "invalid_mcp_message",
+            message,
+        },
+    }
 }

@@ -16,6 +16,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::api::erasure::ReceiptBody;
 use crate::extract::{ApiJson, ApiPath, ApiQuery, Caller};
+use crate::openapi::foreign;
 use crate::wire::Rfc3339;
 use crate::{ApiError, AppState};
 
@@ -28,7 +29,7 @@ pub(crate) struct MemoryBody {
     agent_id: Option<String>,
     text: String,
     #[serde(rename = "type")]
-    #[schema(value_type = String, example = "preference")]
+    #[schema(value_type = foreign::MemoryKind)]
     kind: MemoryKind,
     tags: Vec<String>,
     /// The message it came from.
@@ -91,7 +92,7 @@ impl From<Memory> for MemoryBody {
 pub(crate) struct RememberBody {
     text: String,
     #[serde(rename = "type")]
-    #[schema(value_type = String, example = "preference")]
+    #[schema(value_type = foreign::MemoryKind)]
     kind: MemoryKind,
     #[serde(default)]
     tags: Vec<String>,
@@ -130,6 +131,7 @@ impl Remembered {
         (status = 200, description = "An existing memory was updated or already said this", body = Remembered),
         (status = 409, description = "The memory this one updates was forgotten meanwhile; sent again, it is remembered anew", body = crate::error::ErrorBody),
     ),
+    security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
 pub(crate) async fn remember(
     State(state): State<AppState>,
@@ -176,7 +178,8 @@ async fn remember_for(
 pub(crate) struct ListQuery {
     /// The agent asking: the user's memories without an agent and its own. Absent: all.
     agent_id: Option<String>,
-    /// The page starts after this memory (the previous page's `next_after`).
+    /// The page starts after this position (the previous page's `next_after`); it stays
+    /// valid when the memory there is forgotten.
     after: Option<u64>,
     #[serde(default = "default_list_limit")]
     #[param(default = 100, minimum = 1, maximum = 1000)]
@@ -206,8 +209,8 @@ pub(crate) struct MemoryList {
     params(("user_id" = String, Path, description = "The user"), ListQuery),
     responses(
         (status = 200, description = "A page of memories, oldest first", body = MemoryList),
-        (status = 422, description = "`after` is not one of the user's memories (any more), or `limit` is out of range", body = crate::error::ErrorBody),
     ),
+    security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
 pub(crate) async fn list(
     State(state): State<AppState>,
@@ -233,10 +236,13 @@ pub(crate) async fn list(
     let more = listed.len() > limit;
     listed.truncate(limit);
     let next_after = more
-        .then(|| listed.last().map(|memory| memory.id))
+        .then(|| listed.last().map(|(position, _)| *position))
         .flatten();
     Ok(Json(MemoryList {
-        memories: listed.into_iter().map(MemoryBody::from).collect(),
+        memories: listed
+            .into_iter()
+            .map(|(_, memory)| MemoryBody::from(memory))
+            .collect(),
         next_after,
     }))
 }
@@ -249,7 +255,7 @@ pub(crate) struct SearchBody {
     #[serde(default = "default_k")]
     k: usize,
     agent_id: Option<String>,
-    #[schema(value_type = Option<Vec<String>>)]
+    #[schema(value_type = Option<Vec<foreign::MemoryKind>>)]
     types: Option<Vec<MemoryKind>>,
     tags: Option<Vec<String>>,
 }
@@ -294,6 +300,7 @@ impl MemoryHits {
     params(("user_id" = String, Path, description = "The user")),
     request_body = SearchBody,
     responses((status = 200, description = "Best first", body = MemoryHits)),
+    security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
 pub(crate) async fn search(
     State(state): State<AppState>,
@@ -338,6 +345,7 @@ async fn search_for(
         (status = 200, description = "The memory", body = MemoryBody),
         (status = 404, description = "No such memory", body = crate::error::ErrorBody),
     ),
+    security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
 pub(crate) async fn get(
     State(state): State<AppState>,
@@ -378,6 +386,7 @@ fn owned_memory(
         (status = 200, description = "Forgotten", body = ReceiptBody),
         (status = 404, description = "No such memory", body = crate::error::ErrorBody),
     ),
+    security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
 pub(crate) async fn forget(
     State(state): State<AppState>,
@@ -427,6 +436,7 @@ pub(crate) struct Ending {
         (status = 202, description = "Merging", body = Ending),
         (status = 404, description = "No such session", body = crate::error::ErrorBody),
     ),
+    security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
 pub(crate) async fn end_session(
     State(state): State<AppState>,
@@ -479,6 +489,7 @@ pub(crate) struct SessionMemoryBody {
         (status = 200, description = "The rolling summary of their conversations", body = SessionMemoryBody),
         (status = 404, description = "No conversation was ended yet", body = crate::error::ErrorBody),
     ),
+    security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
 pub(crate) async fn session_memory(
     State(state): State<AppState>,

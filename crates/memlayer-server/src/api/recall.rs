@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::extract::{ApiJson, Caller};
-use crate::wire::{MessageBody, parse_timestamp};
+use crate::wire::{MessageBody, parse_bound};
 use crate::{ApiError, AppState};
 
 /// Exactly one scope: `session_id`, or `user_id` (with an optional `agent_id`).
@@ -105,11 +105,11 @@ impl RecallRequest {
             roles: self.roles,
             after: self
                 .after
-                .map(|text| parse_timestamp("after", &text))
+                .map(|text| parse_bound("after", &text))
                 .transpose()?,
             before: self
                 .before
-                .map(|text| parse_timestamp("before", &text))
+                .map(|text| parse_bound("before", &text))
                 .transpose()?,
             exclude,
         })
@@ -151,6 +151,7 @@ pub(crate) struct RecallResponse {
     tag = "recall",
     request_body = RecallRequest,
     responses((status = 200, description = "The hits, best first", body = RecallResponse)),
+    security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
 pub(crate) async fn recall(
     State(state): State<AppState>,

@@ -125,6 +125,7 @@ impl From<RunOutcome> for RunAnswer {
         (status = 503, description = "No model is configured (`model_not_configured`), or as many runs as the server admits are going on (`overloaded`, with `Retry-After`; nothing stored)", body = crate::error::ErrorBody),
         (status = 504, description = "The model did not answer in time (`upstream_timeout`); the failed run is named", body = crate::error::ErrorBody),
     ),
+    security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
 pub(crate) async fn run(
     State(state): State<AppState>,

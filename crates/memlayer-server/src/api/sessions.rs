@@ -62,6 +62,7 @@ impl CreateSessionRequest {
         (status = 201, description = "Created", body = SessionBody),
         (status = 409, description = "A session with this id exists", body = crate::error::ErrorBody),
     ),
+    security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
 pub(crate) async fn create_session(
     State(state): State<AppState>,
@@ -118,6 +119,7 @@ pub(crate) struct SessionPage {
     tag = "sessions",
     params(ListSessionsQuery),
     responses((status = 200, description = "A page of sessions", body = SessionPage)),
+    security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
 pub(crate) async fn list_sessions(
     State(state): State<AppState>,
@@ -174,6 +176,7 @@ pub(crate) struct SessionWithMessages {
         (status = 200, description = "The session and its first 1,000 messages", body = SessionWithMessages),
         (status = 404, description = "No such session", body = crate::error::ErrorBody),
     ),
+    security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
 pub(crate) async fn get_session(
     State(state): State<AppState>,
@@ -210,6 +213,7 @@ pub(crate) async fn get_session(
         (status = 204, description = "Deleted"),
         (status = 404, description = "No such session", body = crate::error::ErrorBody),
     ),
+    security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
 pub(crate) async fn delete_session(
     State(state): State<AppState>,
@@ -339,7 +343,7 @@ pub(crate) struct AppendResponse {
     tag = "messages",
     params(
         ("session_id" = String, Path, description = "The session's id"),
-        ("Idempotency-Key" = Option<String>, Header, description = "Makes a retried append return the first result instead of storing it again"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Makes a retried append return the first result instead of storing it again. A client that cannot set headers may send the key as an `idempotency_key` body field instead (both must be equal when both are sent; the body field is left out of the schema, which cannot say so)"),
     ),
     request_body = AppendRequest,
     responses(
@@ -349,6 +353,7 @@ pub(crate) struct AppendResponse {
         (status = 404, description = "No such session, and no owner given to create it", body = crate::error::ErrorBody),
         (status = 409, description = "The idempotency key was used with another body", body = crate::error::ErrorBody),
     ),
+    security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
 pub(crate) async fn append_messages(
     State(state): State<AppState>,
@@ -509,6 +514,7 @@ pub(crate) struct MessagesPage {
         (status = 200, description = "A page of messages, oldest first", body = MessagesPage),
         (status = 404, description = "No such session", body = crate::error::ErrorBody),
     ),
+    security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
 pub(crate) async fn list_messages(
     State(state): State<AppState>,
@@ -591,6 +597,7 @@ impl From<RecordRunRequest> for NewRun {
         (status = 404, description = "No such session", body = crate::error::ErrorBody),
         (status = 409, description = "A run with this id exists", body = crate::error::ErrorBody),
     ),
+    security(("bearerAuth" = ["tenant_admin", "service"])),
 )]
 pub(crate) async fn record_run(
     State(state): State<AppState>,
@@ -618,6 +625,7 @@ pub(crate) async fn record_run(
         (status = 200, description = "A page of the session's runs in order; the next page starts at `from` plus the runs returned", body = Vec<RunBody>),
         (status = 404, description = "No such session", body = crate::error::ErrorBody),
     ),
+    security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
 pub(crate) async fn list_runs(
     State(state): State<AppState>,
@@ -658,6 +666,7 @@ pub(crate) struct Cleared {
         (status = 200, description = "Cleared", body = Cleared),
         (status = 404, description = "No such session", body = crate::error::ErrorBody),
     ),
+    security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
 pub(crate) async fn clear_session(
     State(state): State<AppState>,
@@ -724,6 +733,7 @@ pub(crate) struct SearchResults {
         (status = 200, description = "Matches, newest first", body = SearchResults),
         (status = 404, description = "No such session", body = crate::error::ErrorBody),
     ),
+    security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
 pub(crate) async fn search_session(
     State(state): State<AppState>,

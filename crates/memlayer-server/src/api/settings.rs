@@ -34,6 +34,7 @@ pub(crate) struct SettingsResponse {
     path = "/v1/settings",
     tag = "settings",
     responses((status = 200, description = "The saved document and the effective settings", body = SettingsResponse)),
+    security(("bearerAuth" = ["tenant_admin", "service"])),
 )]
 pub(crate) async fn tenant_settings(
     State(state): State<AppState>,
@@ -51,6 +52,7 @@ pub(crate) async fn tenant_settings(
     tag = "settings",
     request_body = crate::openapi::foreign::SettingsDocument,
     responses((status = 200, description = "Saved", body = SettingsResponse)),
+    security(("bearerAuth" = ["tenant_admin"])),
 )]
 pub(crate) async fn put_tenant_settings(
     State(state): State<AppState>,
@@ -66,6 +68,7 @@ pub(crate) async fn put_tenant_settings(
     path = "/v1/settings",
     tag = "settings",
     responses((status = 200, description = "Removed: the defaults apply", body = SettingsResponse)),
+    security(("bearerAuth" = ["tenant_admin"])),
 )]
 pub(crate) async fn delete_tenant_settings(
     State(state): State<AppState>,
@@ -81,6 +84,7 @@ pub(crate) async fn delete_tenant_settings(
     tag = "settings",
     params(("agent_id" = String, Path, description = "The agent's id")),
     responses((status = 200, description = "The saved document and the effective settings", body = SettingsResponse)),
+    security(("bearerAuth" = ["tenant_admin", "service"])),
 )]
 pub(crate) async fn agent_settings(
     State(state): State<AppState>,
@@ -100,6 +104,7 @@ pub(crate) async fn agent_settings(
     params(("agent_id" = String, Path, description = "The agent's id")),
     request_body = crate::openapi::foreign::SettingsDocument,
     responses((status = 200, description = "Saved", body = SettingsResponse)),
+    security(("bearerAuth" = ["tenant_admin"])),
 )]
 pub(crate) async fn put_agent_settings(
     State(state): State<AppState>,
@@ -119,6 +124,7 @@ pub(crate) async fn put_agent_settings(
     tag = "settings",
     params(("agent_id" = String, Path, description = "The agent's id")),
     responses((status = 200, description = "Removed: the tenant's settings apply", body = SettingsResponse)),
+    security(("bearerAuth" = ["tenant_admin"])),
 )]
 pub(crate) async fn delete_agent_settings(
     State(state): State<AppState>,
@@ -139,6 +145,7 @@ pub(crate) async fn delete_agent_settings(
     tag = "settings",
     params(("agent_id" = String, Path, description = "The agent's id")),
     responses((status = 200, description = "The document in force", body = foreign::MemoryConfig)),
+    security(("bearerAuth" = ["tenant_admin", "service"])),
 )]
 pub(crate) async fn memory_config(
     State(state): State<AppState>,
@@ -164,6 +171,7 @@ pub(crate) async fn memory_config(
     params(("agent_id" = String, Path, description = "The agent's id")),
     request_body = foreign::MemoryConfig,
     responses((status = 200, description = "Saved: the document now in force", body = foreign::MemoryConfig)),
+    security(("bearerAuth" = ["tenant_admin"])),
 )]
 pub(crate) async fn put_memory_config(
     State(state): State<AppState>,
@@ -189,14 +197,18 @@ async fn save(
     state: &AppState,
     tenant: String,
     agent_id: Option<String>,
-    document: Option<SettingsOverrides>,
+    mut document: Option<SettingsOverrides>,
 ) -> Result<SettingsResponse, ApiError> {
-    if let Some(document) = &document {
+    if let Some(document) = &mut document {
+        // Saved as the integers they are (`475.0` is `475`), so they read back as integers.
+        for value in document.values_mut() {
+            memlayer_memory::whole_floats_to_integers(value);
+        }
         let (tenant, agent) = (tenant.clone(), agent_id.clone());
         let levels = read(state, move |store| levels(store, &tenant, agent.as_deref())).await?;
         let mut above = levels;
         above.pop();
-        ContextSettings::layered(above.iter().flatten().chain([document]))?;
+        ContextSettings::layered(above.iter().flatten().chain([&*document]))?;
     }
     state
         .store()

@@ -34,6 +34,7 @@ pub(crate) struct Tools {
     path = "/v1/tools",
     tag = "tools",
     responses((status = 200, description = "Tool definitions", body = Tools)),
+    security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
 pub(crate) async fn tools(
     // Any valid key: the definitions are the same for everyone, but no `/v1` route answers
@@ -80,6 +81,7 @@ pub(crate) struct ToolResult {
         (status = 200, description = "The tool's result", body = ToolResult),
         (status = 404, description = "No such session or memory", body = crate::error::ErrorBody),
     ),
+    security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
 pub(crate) async fn call(
     State(state): State<AppState>,

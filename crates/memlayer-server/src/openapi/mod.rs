@@ -4,11 +4,13 @@
 //! without being documented. This module adds what is common to every operation (the error
 //! shape, the API key and the tenant header) and describes the JSON of types that live in other crates.
 
+mod requests;
+
 use std::sync::LazyLock;
 
 use utoipa::openapi::path::{Operation, ParameterBuilder, ParameterIn, PathItem};
 use utoipa::openapi::schema::Schema;
-use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{Content, OpenApi, Ref, RefOr, Required, ResponseBuilder, schema};
 use utoipa::{Modify, OpenApi as _};
 
@@ -50,11 +52,12 @@ pub fn openapi() -> OpenApi {
     doc
 }
 
-/// The document as served at `/openapi.json`, built once.
+/// The document as served at `/openapi.json`, built once: [`openapi`] with its request
+/// schemas made exact (see `requests`).
 pub(crate) static OPENAPI_JSON: LazyLock<String> = LazyLock::new(|| {
-    openapi()
-        .to_pretty_json()
-        .expect("the OpenAPI document serialises")
+    let mut doc = serde_json::to_value(openapi()).expect("the OpenAPI document serialises");
+    requests::make_exact(&mut doc);
+    serde_json::to_string_pretty(&doc).expect("the OpenAPI document serialises")
 });
 
 /// The security scheme every `/v1` operation requires.
@@ -89,8 +92,9 @@ impl Modify for Common {
                              decides the tenant and the role (`tenant_admin`, `service`, \
                              `user`; or `operator`, of no tenant, for the backup only). \
                              Missing, malformed, unknown, revoked or expired keys answer \
-                             `401`; a role that may not use a route answers `403`; an object \
-                             of another tenant or user answers `404`.",
+                             `401`; a role that may not use a route answers `403` (each \
+                             operation's security requirement lists the roles that may); an \
+                             object of another tenant or user answers `404`.",
                         ))
                         .build(),
                 ),
@@ -99,12 +103,10 @@ impl Modify for Common {
             let scoped = path.starts_with("/v1/");
             for operation in operations(item) {
                 add_errors(operation, &error);
+                // The key each role needs is in the operation's own `security` (its roles,
+                // as OpenAPI 3.1 allows for schemes other than OAuth).
                 if scoped {
                     add_tenant(operation);
-                    operation.security = Some(vec![SecurityRequirement::new(
-                        BEARER_AUTH,
-                        Vec::<String>::new(),
-                    )]);
                 }
             }
         }
@@ -130,7 +132,7 @@ fn add_errors(operation: &mut Operation, error: &dyn Fn(&str) -> utoipa::openapi
         error(
             "The request is wrong: `400` malformed, `401` no valid API key (with \
              `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` \
-             unknown (or another tenant's or user's), `405` wrong method, `409` conflict, \
+             unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, \
              `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate \
              limit is used up (see `Retry-After`)",
         )
@@ -298,6 +300,25 @@ pub(crate) mod foreign {
     pub(crate) enum SessionState {
         Active,
         IncompleteTurn,
+    }
+
+    /// What kind of thing a long-term memory is (`memlayer_store::MemoryKind`).
+    #[derive(Serialize, ToSchema)]
+    #[serde(rename_all = "snake_case")]
+    pub(crate) enum MemoryKind {
+        Fact,
+        Preference,
+        Relationship,
+        Instruction,
+    }
+
+    /// How an episode's task went (`memlayer_store::Outcome`).
+    #[derive(Serialize, ToSchema)]
+    #[serde(rename_all = "snake_case")]
+    pub(crate) enum Outcome {
+        Success,
+        Failure,
+        Partial,
     }
 
     /// Outcome of an agent run (`memlayer_store::RunStatus`).
