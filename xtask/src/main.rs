@@ -10,6 +10,7 @@
 mod bench;
 mod browser;
 mod cmd;
+mod contract;
 mod crash;
 mod dist;
 mod fuzz;
@@ -40,7 +41,7 @@ enum Task {
     /// Install (or verify) ONNX Runtime and the embedding model in ./memlayer-assets.
     Setup,
     /// What CI runs: setup, rustfmt check, clippy with warnings denied, every test, the crash
-    /// test, a 20-second pass of each fuzz target, then the browser test.
+    /// test, a 20-second pass of each fuzz target, the browser test, then the contract test.
     Test,
     /// Setup, then build and run the server in release mode; extra arguments go to
     /// `memlayer serve`.
@@ -93,6 +94,13 @@ enum Task {
     /// Test the admin page in headless Chromium against the real server (installs Debian's
     /// chromium and the pinned playwright-core when missing).
     Browser,
+    /// Run schemathesis (pinned, installed into target/contract) against the real server with
+    /// each role's key and `--checks all`; fails on any finding.
+    Contract {
+        /// Examples generated per operation and phase.
+        #[arg(long, default_value_t = CI_CONTRACT_EXAMPLES)]
+        examples: u32,
+    },
     /// Build the release tarball: binary, embedding assets, README and SHA256SUMS.
     Dist,
     /// Build the cargo-fuzz targets in fuzz/ (installing cargo-fuzz if missing) and run each
@@ -169,6 +177,10 @@ fn main() -> anyhow::Result<ExitCode> {
             setup::run(&root)?;
             browser::run(&root)?;
         }
+        Task::Contract { examples } => {
+            setup::run(&root)?;
+            contract::run(&root, examples)?;
+        }
         Task::Dist => dist::run(&root)?,
         Task::Fuzz { seconds } => fuzz::run(&root, seconds)?,
     }
@@ -177,6 +189,9 @@ fn main() -> anyhow::Result<ExitCode> {
 
 /// Kills of the server in `cargo xtask test`'s crash test.
 const CI_CRASH_KILLS: usize = 20;
+
+/// Examples schemathesis generates per operation and phase, in CI and by default.
+const CI_CONTRACT_EXAMPLES: u32 = 100;
 
 /// Seconds each fuzz target runs in `cargo xtask test`.
 const CI_FUZZ_SECONDS: u64 = 20;
@@ -236,6 +251,7 @@ fn test(root: &Path) -> anyhow::Result<()> {
     // runs are `cargo xtask fuzz --seconds 600` (docs/fuzzing.md).
     fuzz::run(root, CI_FUZZ_SECONDS).context("CI step `cargo xtask fuzz` failed")?;
     browser::run(root).context("CI step `cargo xtask browser` failed")?;
+    contract::run(root, CI_CONTRACT_EXAMPLES).context("CI step `cargo xtask contract` failed")?;
     eprintln!("xtask: all steps passed");
     Ok(())
 }

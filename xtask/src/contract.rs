@@ -1,0 +1,248 @@
+//! `cargo xtask contract`: the API contract test. schemathesis, installed from PyPI with every
+//! file pinned by hash (`xtask/contract/requirements.txt`) into a virtual environment under
+//! the target directory, runs against the real server (debug build, empty data directory) with
+//! `--checks all` for each role's key: every request the OpenAPI document allows must be
+//! accepted, every one it rules out refused, every answer must match the document, and no
+//! answer may be a server error. Any finding fails the step.
+//!
+//! The server is configured with `xtask/contract/upstream.py` as its `[agent_model]`, a
+//! stand-in for the chat model an operator configures, so agent runs complete instead of
+//! answering `503 model_not_configured`.
+//!
+//! The roles run in turn on one server: the user key, the service key, the tenant admin key
+//! without `DELETE /v1/keys/{prefix}` (schemathesis would revoke the keys under test, its own
+//! among them, as the API allows), then that operation alone with an admin key of its own.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+use crate::cmd;
+use crate::metadata;
+use crate::server::{Server, admin_client};
+
+/// One schemathesis run: the role whose key it sends, and which operations it covers.
+struct Run {
+    role: &'static str,
+    filter: &'static [&'static str],
+}
+
+const RUNS: [Run; 4] = [
+    Run {
+        role: "user",
+        filter: &[],
+    },
+    Run {
+        role: "service",
+        filter: &[],
+    },
+    Run {
+        role: "tenant_admin",
+        filter: &["--exclude-operation-id", "revoke_key"],
+    },
+    Run {
+        role: "revoking tenant_admin",
+        filter: &["--include-operation-id", "revoke_key"],
+    },
+];
+
+pub(crate) fn run(root: &Path, examples: u32) -> anyhow::Result<()> {
+    let target = metadata::read(root)?.target_directory;
+    let work = target.join("contract");
+    std::fs::create_dir_all(&work)?;
+    let schemathesis = Schemathesis {
+        python: install(root, &work)?,
+        cli: root
+            .join("xtask")
+            .join("contract")
+            .join("schemathesis_cli.py"),
+    };
+
+    cmd::cargo(root, &["build", "-p", "memlayer"])?;
+    let binary = target.join("debug").join("memlayer");
+    let data = tempfile::Builder::new()
+        .prefix("memlayer-contract-")
+        .tempdir()
+        .context("could not create the data directory")?;
+    let upstream = Upstream::start(root)?;
+    let config = data.path().join("memlayer.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[agent_model]\nbase_url = \"http://127.0.0.1:{}/v1\"\nmodel = \"stand-in\"\n",
+            upstream.port
+        ),
+    )?;
+    let store = data.path().join("store");
+    let config_path = config.to_str().context("the temporary path is not UTF-8")?;
+    let server = Server::start_with(
+        &binary,
+        &store,
+        &work.join("server.log"),
+        Duration::from_secs(60),
+        &[("MEMLAYER_CONFIG", config_path)],
+    )?;
+    let outcome = run_all(&schemathesis, &work, &server, examples);
+    let stopped = server.stop();
+    drop(upstream);
+    outcome?;
+    stopped
+}
+
+/// The installed schemathesis, run through `schemathesis_cli.py` (which says why).
+struct Schemathesis {
+    python: PathBuf,
+    cli: PathBuf,
+}
+
+impl Schemathesis {
+    fn command(&self) -> Command {
+        let mut command = Command::new(&self.python);
+        command.arg(&self.cli);
+        command
+    }
+}
+
+fn run_all(
+    schemathesis: &Schemathesis,
+    work: &Path,
+    server: &Server,
+    examples: u32,
+) -> anyhow::Result<()> {
+    let base = format!("http://{}", server.addr());
+    let keys = create_keys(&base)?;
+    let mut failed = Vec::new();
+    for (run, key) in RUNS.iter().zip(&keys) {
+        let started = Instant::now();
+        eprintln!("xtask: schemathesis with the {} key", run.role);
+        let mut command = schemathesis.command();
+        // schemathesis keeps its example database and reports in the working directory.
+        command
+            .current_dir(work)
+            .arg("run")
+            .arg(format!("{base}/openapi.json"))
+            .args(["-H", &format!("Authorization: Bearer {key}")])
+            .args(["--checks", "all", "--workers", "2"])
+            .args(["--max-examples", &examples.to_string()])
+            .args(run.filter)
+            .env("NO_COLOR", "1");
+        let passed = command
+            .status()
+            .with_context(|| format!("could not start {}", schemathesis.python.display()))?
+            .success();
+        eprintln!(
+            "xtask: schemathesis with the {} key {} in {:.0} s",
+            run.role,
+            if passed { "found nothing" } else { "FAILED" },
+            started.elapsed().as_secs_f64()
+        );
+        if !passed {
+            failed.push(run.role);
+        }
+    }
+    if !failed.is_empty() {
+        bail!(
+            "schemathesis found failures with the {} keys (see above; the server log is {})",
+            failed.join(", "),
+            work.join("server.log").display()
+        );
+    }
+    Ok(())
+}
+
+/// A key for each run, made with the configured admin key: a user key of user `alice`, a
+/// service key, the admin key itself, and a second admin key to be revoked.
+fn create_keys(base: &str) -> anyhow::Result<[String; 4]> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let client = admin_client(Duration::from_secs(30))?;
+    let create = |body: serde_json::Value| {
+        let client = client.clone();
+        let url = format!("{base}/v1/keys");
+        async move {
+            let answer: serde_json::Value = client
+                .post(url)
+                .json(&body)
+                .send()
+                .await?
+                .error_for_status()?
+                .json()
+                .await?;
+            answer["key"]
+                .as_str()
+                .map(str::to_owned)
+                .context("the created key's answer has no `key`")
+        }
+    };
+    runtime.block_on(async {
+        Ok([
+            create(serde_json::json!({ "role": "user", "user_id": "alice" })).await?,
+            create(serde_json::json!({ "role": "service" })).await?,
+            crate::server::ADMIN_KEY.to_owned(),
+            create(serde_json::json!({ "role": "tenant_admin" })).await?,
+        ])
+    })
+}
+
+/// The virtual environment's `python3` with schemathesis, installed (again) when the
+/// requirements changed.
+fn install(root: &Path, work: &Path) -> anyhow::Result<PathBuf> {
+    let requirements = root.join("xtask").join("contract").join("requirements.txt");
+    let wanted = std::fs::read(&requirements)
+        .with_context(|| format!("could not read {}", requirements.display()))?;
+    let venv = work.join("venv");
+    let installed = venv.join("installed-requirements.txt");
+    let python = venv.join("bin").join("python3");
+    if std::fs::read(&installed).is_ok_and(|done| done == wanted) && python.exists() {
+        return Ok(python);
+    }
+    let _ = std::fs::remove_dir_all(&venv);
+    let mut create = Command::new("python3");
+    create.arg("-m").arg("venv").arg(&venv);
+    cmd::run(create).context("could not create the virtual environment (python3 -m venv)")?;
+    let mut pip = Command::new(venv.join("bin").join("pip"));
+    pip.args(["install", "--quiet", "--require-hashes", "--no-deps", "-r"])
+        .arg(&requirements);
+    cmd::run(pip).context("pip could not install schemathesis from PyPI")?;
+    std::fs::write(&installed, wanted)?;
+    Ok(python)
+}
+
+/// The chat model stand-in, on an ephemeral port of 127.0.0.1.
+struct Upstream {
+    child: Child,
+    port: u16,
+}
+
+impl Upstream {
+    fn start(root: &Path) -> anyhow::Result<Self> {
+        let script = root.join("xtask").join("contract").join("upstream.py");
+        let mut child = Command::new("python3")
+            .arg(&script)
+            .stdout(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("could not start {}", script.display()))?;
+        let mut line = String::new();
+        let stdout = child.stdout.take().expect("stdout is piped");
+        BufReader::new(stdout).read_line(&mut line)?;
+        match line.trim().parse() {
+            Ok(port) => Ok(Self { child, port }),
+            Err(_) => {
+                let _ = child.kill();
+                bail!("{} printed {line:?}, not its port", script.display())
+            }
+        }
+    }
+}
+
+impl Drop for Upstream {
+    /// It serves until killed.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
