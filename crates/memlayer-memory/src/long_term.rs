@@ -37,7 +37,6 @@ const SAME_STATEMENT: f32 = 0.88;
 /// Cosine similarity above which a memory of the same kind and scope that shares its topic
 /// (its key terms) is taken to be superseded: "prefers email" after "prefers phone calls".
 const SAME_TOPIC: f32 = 0.70;
-/// Most tags a memory may carry, and their longest length.
 /// Most tags a memory keeps.
 pub const MAX_TAGS: usize = 8;
 /// Longest tag, in characters.
@@ -317,7 +316,9 @@ impl LongTermMemory {
 
     /// The memories relevant to `query.query`, best first, among those the asker may see.
     pub async fn recall(&self, query: MemoryQuery) -> Result<Vec<MemoryHit>, MemoryError> {
-        check_asker(query.agent_id.as_deref())?;
+        // An asking agent that could match nothing (an empty id) is a mistake to report, not
+        // an answer without the agent's memories.
+        memlayer_store::validate_optional_id("agent_id", query.agent_id.as_deref())?;
         if query.k == 0 || query.query.trim().is_empty() {
             return Ok(Vec::new());
         }
@@ -378,8 +379,7 @@ impl LongTermMemory {
     }
 
     /// Up to `limit` memories of a user the asker may see (all of them with `agent_id`
-    /// `None`), oldest first, each with its position in the user's list, from the one after
-    /// position `after` (see `memlayer_store::Memories::user_memories_page`).
+    /// `None`), oldest first, from the one after memory `after`.
     pub fn list(
         &self,
         tenant: &str,
@@ -387,8 +387,8 @@ impl LongTermMemory {
         agent_id: Option<&str>,
         after: Option<u64>,
         limit: usize,
-    ) -> Result<Vec<(u64, Memory)>, MemoryError> {
-        check_asker(agent_id)?;
+    ) -> Result<Vec<Memory>, MemoryError> {
+        memlayer_store::validate_optional_id("agent_id", agent_id)?;
         Ok(self
             .inner
             .store
@@ -712,15 +712,6 @@ pub(crate) fn visible_to(asker: Option<&str>, owner: Option<&str>) -> bool {
         (None, _) | (_, None) => true,
         (Some(asker), Some(owner)) => asker == owner,
     }
-}
-
-/// An asking agent is an id like those memories are kept for: one that could match nothing
-/// (an empty one) is a mistake to report, not an answer without the agent's memories.
-fn check_asker(agent_id: Option<&str>) -> Result<(), MemoryError> {
-    if let Some(agent) = agent_id {
-        memlayer_store::validate_id("agent_id", agent)?;
-    }
-    Ok(())
 }
 
 /// Tags lowercased, trimmed, deduplicated and checked.

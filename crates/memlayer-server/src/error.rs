@@ -317,6 +317,10 @@ impl From<StoreError> for ApiError {
                 code: "message_not_found",
                 message: err.to_string(),
             },
+            StoreError::MemoryNotFound { .. } => Self::NotFound {
+                code: "memory_not_found",
+                message: err.to_string(),
+            },
             StoreError::Conflict(message) => Self::Conflict(message),
             // Messages kept being erased while a context or a merge was computed from them, or
             // a memory kept changing while a remember updated it.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 /// Everything that can go wrong in [`crate::Store`].
 ///
 /// The variants split into caller mistakes (`InvalidId`, `InvalidInput`, `SessionNotFound`,
-/// `MessageNotFound`, `Conflict`), which never change stored data, and storage failures (`Storage`, `Corrupted`,
+/// `MessageNotFound`, `MemoryNotFound`, `Conflict`), which never change stored data, and storage failures (`Storage`, `Corrupted`,
 /// `NewerFormat`, `Closed`, `WritesRefused`). Of the storage failures, those the disk caused
 /// say so through [`StoreError::disk_fault`], so that a full disk can be told from a bug.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -38,6 +38,12 @@ pub enum StoreError {
     MessageNotFound {
         /// The index that was looked up.
         index: u64,
+    },
+    /// The user has no memory with this id (never remembered, forgotten, or another's).
+    #[error("no memory {id} of this user (never remembered, or forgotten)")]
+    MemoryNotFound {
+        /// The id that was looked up.
+        id: u64,
     },
     /// The session changed since it was read (a message was erased, or the session was
     /// deleted, perhaps created again under the same id): what was computed from the read is
@@ -133,6 +139,7 @@ impl StoreError {
             Self::InvalidInput { field, .. } => format!("invalid {field}"),
             Self::SessionNotFound { .. } => "session not found".to_owned(),
             Self::MessageNotFound { .. } => "message not found".to_owned(),
+            Self::MemoryNotFound { .. } => "memory not found".to_owned(),
             Self::SessionChanged { .. } => "the session changed while it was read".to_owned(),
             Self::MemoryChanged { .. } => "the memory changed while it was updated".to_owned(),
             Self::Conflict(_) => "conflict with the stored state".to_owned(),

@@ -584,16 +584,15 @@ impl Memories<'_> {
 
     /// Every memory of a user, oldest (first remembered) first.
     pub fn user_memories(self, tenant: &str, user_id: &str) -> Result<Vec<Memory>> {
-        let page = self.user_memories_page(tenant, user_id, None, usize::MAX, |_| true)?;
-        Ok(page.into_iter().map(|(_, memory)| memory).collect())
+        self.user_memories_page(tenant, user_id, None, usize::MAX, |_| true)
     }
 
-    /// Up to `limit` memories of a user that `keep` accepts, oldest first, each with its
-    /// position in the user's list: from the first with `after` `None`, else from the first
-    /// after the position `after` (a position a previous page returned). Positions are never
-    /// reused, so a page resumes where the last one ended even when the memory there was
-    /// forgotten meanwhile; any number is a valid `after`. Decodes only the memories it offers
-    /// to `keep`.
+    /// Up to `limit` memories of a user that `keep` accepts, oldest first, from the one after
+    /// memory `after` (from the first with `None`). Decodes only the memories it offers to
+    /// `keep`. Fails with [`StoreError::MemoryNotFound`] when `after` is not one of the user's
+    /// memories (any more). The cursor is a memory id rather than the memory's sequence number
+    /// because those numbers count every tenant's memories: as cursors they would show a
+    /// tenant how busy the others are.
     pub fn user_memories_page(
         self,
         tenant: &str,
@@ -601,13 +600,19 @@ impl Memories<'_> {
         after: Option<u64>,
         limit: usize,
         keep: impl Fn(&Memory) -> bool,
-    ) -> Result<Vec<(u64, Memory)>> {
+    ) -> Result<Vec<Memory>> {
         validate_id("tenant", tenant)?;
         validate_id("user_id", user_id)?;
         let txn = self.store.begin_read()?;
         let owners = txn.open_table(MEMORY_OWNERS)?;
         let table = txn.open_table(MEMORIES)?;
-        let start = after.map_or(0, |position| position.saturating_add(1));
+        let start = match after {
+            None => 0,
+            Some(id) => owners
+                .get((tenant, user_id, id))?
+                .map(|seq| seq.value() + 1)
+                .ok_or(StoreError::MemoryNotFound { id })?,
+        };
         // The listing is keyed by id, which is random: the user's sequence numbers are read
         // (keys only) and sorted to find the page.
         let mut listed = owners
@@ -619,7 +624,7 @@ impl Memories<'_> {
             .collect::<Result<Vec<_>>>()?;
         listed.sort_unstable();
         let mut page = Vec::new();
-        for (seq, id) in listed {
+        for (_, id) in listed {
             if page.len() >= limit {
                 break;
             }
@@ -629,7 +634,7 @@ impl Memories<'_> {
             })?;
             let memory = MemoryRecord::decode(value.value())?.into_memory(id);
             if keep(&memory) {
-                page.push((seq, memory));
+                page.push(memory);
             }
         }
         Ok(page)

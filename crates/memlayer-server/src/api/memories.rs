@@ -178,8 +178,8 @@ async fn remember_for(
 pub(crate) struct ListQuery {
     /// The agent asking: the user's memories without an agent and its own. Absent: all.
     agent_id: Option<String>,
-    /// The page starts after this position (the previous page's `next_after`); it stays
-    /// valid when the memory there is forgotten.
+    /// The page starts after this memory (the previous page's `next_after`); `404` when it
+    /// was forgotten meanwhile.
     after: Option<u64>,
     #[serde(default = "default_list_limit")]
     #[param(default = 100, minimum = 1, maximum = 1000)]
@@ -209,6 +209,7 @@ pub(crate) struct MemoryList {
     params(("user_id" = String, Path, description = "The user"), ListQuery),
     responses(
         (status = 200, description = "A page of memories, oldest first", body = MemoryList),
+        (status = 404, description = "`after` is not one of the user's memories (any more)", body = crate::error::ErrorBody),
     ),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
@@ -236,13 +237,10 @@ pub(crate) async fn list(
     let more = listed.len() > limit;
     listed.truncate(limit);
     let next_after = more
-        .then(|| listed.last().map(|(position, _)| *position))
+        .then(|| listed.last().map(|memory| memory.id))
         .flatten();
     Ok(Json(MemoryList {
-        memories: listed
-            .into_iter()
-            .map(|(_, memory)| MemoryBody::from(memory))
-            .collect(),
+        memories: listed.into_iter().map(MemoryBody::from).collect(),
         next_after,
     }))
 }
