@@ -92,11 +92,8 @@ pub fn list_episodes(
 ) -> Result<Vec<Episode>, MemoryError> {
     // Filters are ids like those they are compared with: one that could match nothing
     // (`task_type=`) is a mistake to report, not an empty answer.
-    for (kind, id) in [("agent_id", agent_id), ("task_type", task_type)] {
-        if let Some(id) = id {
-            memlayer_store::validate_id(kind, id)?;
-        }
-    }
+    memlayer_store::validate_optional_id("agent_id", agent_id)?;
+    memlayer_store::validate_optional_id("task_type", task_type)?;
     Ok(store
         .memories()
         .user_episodes(tenant, user_id)?

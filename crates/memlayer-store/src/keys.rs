@@ -54,7 +54,8 @@ const PREFIX_BYTES: usize = 8;
 /// Random bytes of a generated secret (64 hex digits, 256 bits).
 const SECRET_BYTES: usize = 32;
 /// Longest key name.
-const MAX_NAME_LEN: usize = 128;
+/// Longest key name, in characters.
+pub const MAX_KEY_NAME_LEN: usize = 128;
 
 /// What a key may do. The server maps roles to routes; the store only records them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -320,12 +321,12 @@ impl NewKey {
         }
         if let Some(name) = &self.name
             && (name.trim().is_empty()
-                || name.chars().count() > MAX_NAME_LEN
+                || name.chars().count() > MAX_KEY_NAME_LEN
                 || name.chars().any(char::is_control))
         {
             return Err(StoreError::InvalidInput {
                 field: "name",
-                reason: format!("must be 1 to {MAX_NAME_LEN} characters, none of them control"),
+                reason: format!("must be 1 to {MAX_KEY_NAME_LEN} characters, none of them control"),
             });
         }
         Ok(())

@@ -43,7 +43,7 @@ pub use erasure::{ConversationStats, MessageErased, StoredJob};
 pub use error::{DiskFault, Result, StoreError};
 pub use keys::{
     ApiKey, BOOTSTRAP_TENANT, Bootstrap, CONFIGURED_KEY_PREFIX, IssuedKey, KEY_SCHEME,
-    KeyRejection, KeyRole, MIN_CONFIGURED_KEY_LEN, NewKey, OPERATOR_TENANT,
+    KeyRejection, KeyRole, MAX_KEY_NAME_LEN, MIN_CONFIGURED_KEY_LEN, NewKey, OPERATOR_TENANT,
     validate_configured_key,
 };
 pub use memories::{
@@ -53,7 +53,7 @@ pub use model::{
     Access, Append, Appended, EmbeddingModel, MAX_ID_LEN, MAX_MESSAGES_PER_APPEND,
     MAX_MESSAGES_PER_SESSION, Message, MessageKey, Metadata, NewMessage, NewRun, NewSession, Page,
     PendingEmbedding, Role, Run, RunStatus, Session, SessionFilter, SessionRef, SessionState,
-    StoredSummary, StoredVector, Timestamp, validate_id,
+    StoredSummary, StoredVector, Timestamp, validate_id, validate_optional_id,
 };
 pub use session_memory::SessionMemory;
 pub use sessions::SessionDeleted;

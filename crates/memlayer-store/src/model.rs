@@ -442,6 +442,11 @@ pub fn validate_id(kind: &'static str, id: &str) -> Result<()> {
     Ok(())
 }
 
+/// [`validate_id`] for an id that may be absent (a filter, an optional owner).
+pub fn validate_optional_id(kind: &'static str, id: Option<&str>) -> Result<()> {
+    id.map_or(Ok(()), |id| validate_id(kind, id))
+}
+
 /// Checks free text (message content, run content): no NUL characters.
 pub(crate) fn validate_text(field: &'static str, text: &str) -> Result<()> {
     if text.contains('\0') {

@@ -7,7 +7,7 @@ use sha2::{Digest, Sha256};
 
 use crate::model::{
     Access, Append, Appended, Message, NewMessage, NewRun, NewSession, Page, Role, Run, Session,
-    SessionFilter, SessionState, StoredSummary, Timestamp, validate_id,
+    SessionFilter, SessionState, StoredSummary, Timestamp, validate_id, validate_optional_id,
 };
 use crate::model::{MAX_MESSAGES_PER_SESSION, MAX_SESSIONS, validate_text};
 use crate::record::{
@@ -299,11 +299,8 @@ impl Sessions<'_> {
     ) -> Result<Page<Session>> {
         access.validate()?;
         let tenant = access.tenant();
-        for (kind, id) in [("user_id", &filter.user_id), ("agent_id", &filter.agent_id)] {
-            if let Some(id) = id {
-                validate_id(kind, id)?;
-            }
-        }
+        validate_optional_id("user_id", filter.user_id.as_deref())?;
+        validate_optional_id("agent_id", filter.agent_id.as_deref())?;
         if !(1..=MAX_PAGE_SIZE).contains(&page_size) {
             return Err(StoreError::InvalidInput {
                 field: "page_size",

@@ -18,7 +18,7 @@ use super::ID_PATTERN;
 
 use memlayer_memory::{MAX_LESSONS, MAX_MEMORIES, MAX_TAG_LEN, MAX_TAGS, MEMORY_TYPES};
 use memlayer_store::{
-    MAX_EPISODE_TEXT, MAX_ID_LEN, MAX_LESSON_TEXT, MAX_MESSAGES_PER_APPEND,
+    MAX_EPISODE_TEXT, MAX_ID_LEN, MAX_KEY_NAME_LEN, MAX_LESSON_TEXT, MAX_MESSAGES_PER_APPEND,
     MAX_MESSAGES_PER_SESSION, MAX_SEARCH_QUERY, MAX_SEARCH_WORDS,
 };
 
@@ -121,7 +121,7 @@ pub(crate) fn make_exact(doc: &mut Value) {
     // A user key names its user; no other key has one.
     patch(
         "CreateKeyRequest",
-        json!({ "name": text(KEY_NAME, Some(128)) }),
+        json!({ "name": text(KEY_NAME, Some(MAX_KEY_NAME_LEN)) }),
         json!({
             "if": { "properties": { "role": { "const": "user" } } },
             "then": given("user_id"),
