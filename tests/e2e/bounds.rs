@@ -114,7 +114,13 @@ fn a_users_memories_come_in_pages_and_a_memory_keeps_its_newest_texts() {
         assert!(page["memories"].as_array().unwrap().len() <= 2);
         listed.extend(texts(&page));
         match page.get("next_after") {
-            Some(after) => query = format!("limit=2&after={after}"),
+            Some(after) => {
+                // The cursor is the last memory's id: the store-wide sequence that orders
+                // the list would show how many memories other tenants create.
+                let last = page["memories"].as_array().unwrap().last().unwrap();
+                assert_eq!(after, &last["memory_id"]);
+                query = format!("limit=2&after={after}");
+            }
             None => break,
         }
     }
