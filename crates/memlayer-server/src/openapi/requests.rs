@@ -437,6 +437,8 @@ fn tool_calls() -> Value {
                         }
                         "query" => merge(property, text(NOT_BLANK, None)),
                         "tags" => merge(property, tags()),
+                        // The server reads a memory id as a `u64`.
+                        "memory_id" => merge(property, json!({ "maximum": u64::MAX })),
                         _ => {}
                     }
                     // memory_recall reads these as options: `null` is leaving them out.
