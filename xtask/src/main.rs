@@ -9,6 +9,7 @@
 
 mod bench;
 mod browser;
+mod clients;
 mod cmd;
 mod crash;
 mod dist;
@@ -39,8 +40,9 @@ struct Cli {
 enum Task {
     /// Install (or verify) ONNX Runtime and the embedding model in ./memlayer-assets.
     Setup,
-    /// What CI runs: setup, rustfmt check, clippy with warnings denied, every test, the crash
-    /// test, a 20-second pass of each fuzz target, then the browser test.
+    /// What CI runs: setup, rustfmt check, clippy with warnings denied, every test, the
+    /// OpenAI SDK's test, the crash test, a 20-second pass of each fuzz target, then the
+    /// browser test.
     Test,
     /// Setup, then build and run the server in release mode; extra arguments go to
     /// `memlayer serve`.
@@ -93,6 +95,10 @@ enum Task {
     /// Test the admin page in headless Chromium against the real server (installs Debian's
     /// chromium and the pinned playwright-core when missing).
     Browser,
+    /// Test the official OpenAI Python SDK against the real server's OpenAI-compatible
+    /// endpoint, with a fake model (installs the hash-pinned SDK into a virtual environment
+    /// under the target directory).
+    Clients,
     /// Build the release tarball: binary, embedding assets, README and SHA256SUMS.
     Dist,
     /// Build the cargo-fuzz targets in fuzz/ (installing cargo-fuzz if missing) and run each
@@ -169,6 +175,7 @@ fn main() -> anyhow::Result<ExitCode> {
             setup::run(&root)?;
             browser::run(&root)?;
         }
+        Task::Clients => clients::run(&root)?,
         Task::Dist => dist::run(&root)?,
         Task::Fuzz { seconds } => fuzz::run(&root, seconds)?,
     }
@@ -220,6 +227,8 @@ fn test(root: &Path) -> anyhow::Result<()> {
         command.args(args).env("MEMLAYER_ASSETS_DIR", &assets);
         cmd::run(command).with_context(|| format!("CI step `{step}` failed"))?;
     }
+    // The server as the official SDKs see it, after the end-to-end tests of its routes.
+    clients::run(root).context("CI step `cargo xtask clients` failed")?;
     // The full run is `cargo xtask crash --release` (100 kills); CI's seed changes with every
     // run so that, over many runs, more interleavings are tried. A failure names its seed.
     let seed = std::time::SystemTime::now()
