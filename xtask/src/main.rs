@@ -1,7 +1,7 @@
 //! `cargo xtask`: the one entry point for the memlayer workspace's developer tasks — installing
 //! the embedding assets (`setup`), the CI test run, starting the server, the structural checks
 //! (`tidy`), the benchmarks (`bench`), the load and crash tests, the fuzz runs, the admin
-//! page's browser test and the release bundle (`dist`). Tasks are plain Rust rather than
+//! page's browser test, the OpenAI SDK's test (`clients`) and the release bundle (`dist`). Tasks are plain Rust rather than
 //! shell scripts so they run the same on every machine and are checked by the compiler like
 //! the rest of the workspace. xtask orchestrates: it builds and runs the product (and
 //! memlayer-bench, the in-process benchmarks) as processes and links no memlayer crate, so
