@@ -67,17 +67,16 @@ impl Script {
 async fn push(
     State(upstream): State<Arc<FakeUpstream>>,
     Json(script): Json<Script>,
-) -> (StatusCode, Json<Value>) {
-    match script.reply() {
-        Ok(reply) => {
-            upstream.push(reply);
-            (StatusCode::NO_CONTENT, Json(Value::Null))
-        }
-        Err(error) => (
+) -> Result<StatusCode, (StatusCode, Json<Value>)> {
+    let reply = script.reply().map_err(|error| {
+        (
             StatusCode::UNPROCESSABLE_ENTITY,
             Json(json!({ "error": error })),
-        ),
-    }
+        )
+    })?;
+    upstream.push(reply);
+    // No body at all: a `204` with one (even `null`) leaves some clients waiting for it.
+    Ok(StatusCode::NO_CONTENT)
 }
 
 async fn requests(State(upstream): State<Arc<FakeUpstream>>) -> Json<Value> {
