@@ -1,14 +1,17 @@
-//! `cargo xtask clients`: the official OpenAI Python SDK against the real server's
-//! OpenAI-compatible endpoint (`POST /v1/openai/chat/completions`). It installs the SDK with
-//! every dependency pinned by hash (`xtask/clients/requirements.txt`) into a virtual
-//! environment under the target directory, starts the fake model as a process
-//! (`fake-upstream`, from the tests package) and the real server (debug build, empty data
-//! directory) with the fake as its `[agent_model]`, and runs `xtask/clients/test_openai.py`,
-//! which drives the SDK as its users do and scripts the fake's answers over its control
-//! endpoint. The servers' logs land in `target/clients-artifacts/`.
+//! `cargo xtask clients`: the official OpenAI SDKs, Python's and JavaScript's, against the
+//! real server's OpenAI-compatible endpoint (`POST /v1/openai/chat/completions`). It installs
+//! the Python SDK with every dependency pinned by hash (`xtask/clients/requirements.txt`)
+//! into a virtual environment under the target directory and the JavaScript one with `npm ci`
+//! from the committed lock file, starts the fake model as a process (`fake-upstream`, from
+//! the tests package) and the real server (debug build, empty data directory) with the fake
+//! as its `[agent_model]`, and runs `xtask/clients/test_openai.py` and `test_openai.mjs`,
+//! which drive the SDKs as their users do and script the fake's answers over its control
+//! endpoint. The server's log lands in `target/clients-artifacts/`.
 //!
-//! It needs `python3` with `venv` and pip, and access to PyPI the first time; the embedding
-//! assets must be in place (`cargo xtask setup`, which `cargo xtask test` runs first).
+//! It needs `python3` with `venv` and pip, Node.js with npm (installed with `apt-get` when
+//! missing, as for the browser test), and access to PyPI and the npm registry the first
+//! time; the embedding assets must be in place (`cargo xtask setup`, which `cargo xtask test`
+//! runs first).
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -32,6 +35,13 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     let clients = root.join("xtask").join("clients");
     let target = metadata::read(root)?.target_directory;
     let python = install_sdk(&target.join("clients-venv"), &clients)?;
+    crate::browser::install_missing(false)?;
+    // `npm ci` installs exactly the lock file's versions, and refuses a lock file that no
+    // longer matches package.json.
+    let mut npm = Command::new("npm");
+    npm.current_dir(&clients)
+        .args(["ci", "--no-audit", "--no-fund"]);
+    cmd::run(npm).context("`npm ci` failed in xtask/clients")?;
 
     cmd::cargo(
         root,
@@ -59,26 +69,30 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
         &[("MEMLAYER_CONFIG", &*config.to_string_lossy())],
     )?;
 
-    let mut test = Command::new(&python);
-    test.current_dir(&clients)
-        .arg("test_openai.py")
-        .env("MEMLAYER_URL", format!("http://{}", server.addr()))
-        .env("MEMLAYER_ADMIN_KEY", ADMIN_KEY)
-        .env("FAKE_UPSTREAM_CONTROL", &fake.address.control)
-        // A proxy from the environment must not intercept 127.0.0.1 traffic.
-        .env("NO_PROXY", "127.0.0.1");
-    let outcome = cmd::run(test);
+    let sdk_test = |program: &Path, args: &[&str]| {
+        let mut test = Command::new(program);
+        test.current_dir(&clients)
+            .args(args)
+            .env("MEMLAYER_URL", format!("http://{}", server.addr()))
+            .env("MEMLAYER_ADMIN_KEY", ADMIN_KEY)
+            .env("FAKE_UPSTREAM_CONTROL", &fake.address.control)
+            // A proxy from the environment must not intercept 127.0.0.1 traffic.
+            .env("NO_PROXY", "127.0.0.1");
+        cmd::run(test)
+    };
+    let outcome = sdk_test(&python, &["test_openai.py"])
+        .and_then(|()| sdk_test(Path::new("node"), &["--test", "test_openai.mjs"]));
     // The test's failure says more than a failed shutdown after it, so it is reported first.
     let stopped = server.stop();
     drop(fake);
     outcome.with_context(|| {
         format!(
-            "the OpenAI SDK's test failed; the server's log is in {}",
+            "the OpenAI SDKs' tests failed; the server's log is in {}",
             artifacts.display()
         )
     })?;
     stopped?;
-    eprintln!("xtask: the OpenAI SDK's test passed");
+    eprintln!("xtask: the OpenAI SDKs' tests passed");
     Ok(())
 }
 

@@ -1,11 +1,11 @@
 //! `cargo xtask`: the one entry point for the memlayer workspace's developer tasks — installing
 //! the embedding assets (`setup`), the CI test run, starting the server, the structural checks
 //! (`tidy`), the benchmarks (`bench`), the load and crash tests, the fuzz runs, the admin
-//! page's browser test, the OpenAI SDK's test (`clients`) and the release bundle (`dist`). Tasks are plain Rust rather than
-//! shell scripts so they run the same on every machine and are checked by the compiler like
-//! the rest of the workspace. xtask orchestrates: it builds and runs the product (and
-//! memlayer-bench, the in-process benchmarks) as processes and links no memlayer crate, so
-//! `cargo xtask tidy` compiles none of them (checked by `tidy`).
+//! page's browser test, the OpenAI SDKs' tests (`clients`) and the release bundle (`dist`).
+//! Tasks are plain Rust rather than shell scripts so they run the same on every machine and
+//! are checked by the compiler like the rest of the workspace. xtask orchestrates: it builds
+//! and runs the product (and memlayer-bench, the in-process benchmarks) as processes and
+//! links no memlayer crate, so `cargo xtask tidy` compiles none of them (checked by `tidy`).
 
 mod bench;
 mod browser;
@@ -41,7 +41,7 @@ enum Task {
     /// Install (or verify) ONNX Runtime and the embedding model in ./memlayer-assets.
     Setup,
     /// What CI runs: setup, rustfmt check, clippy with warnings denied, every test, the
-    /// OpenAI SDK's test, the crash test, a 20-second pass of each fuzz target, then the
+    /// OpenAI SDKs' tests, the crash test, a 20-second pass of each fuzz target, then the
     /// browser test.
     Test,
     /// Setup, then build and run the server in release mode; extra arguments go to
@@ -95,9 +95,9 @@ enum Task {
     /// Test the admin page in headless Chromium against the real server (installs Debian's
     /// chromium and the pinned playwright-core when missing).
     Browser,
-    /// Test the official OpenAI Python SDK against the real server's OpenAI-compatible
-    /// endpoint, with a fake model (installs the hash-pinned SDK into a virtual environment
-    /// under the target directory).
+    /// Test the official OpenAI SDKs (Python, JavaScript) against the real server's
+    /// OpenAI-compatible endpoint, with a fake model (installs the hash-pinned Python SDK
+    /// into a virtual environment under the target directory, the npm one with `npm ci`).
     Clients,
     /// Build the release tarball: binary, embedding assets, README and SHA256SUMS.
     Dist,
