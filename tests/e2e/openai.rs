@@ -7,22 +7,14 @@
 use std::io::{BufRead, BufReader};
 use std::time::{Duration, Instant};
 
-use memlayer_llm::{ChatClient, FakeUpstream, LlmConfig, Reply, ToolCall};
-use memlayer_server::ServerConfig;
+use memlayer_llm::{Reply, ToolCall};
 use memlayer_store::KeyRole;
-use memlayer_tests::{TestServer, assert_error, json};
+use memlayer_tests::{TestServer, assert_error, json, pair, roles_and_contents, sent};
 use reqwest::Method;
 use reqwest::blocking::RequestBuilder;
 use serde_json::Value;
 
 const PATH: &str = "/v1/openai/chat/completions";
-
-fn server_with(model: LlmConfig) -> TestServer {
-    TestServer::with_config(ServerConfig {
-        agent_model: Some(ChatClient::new(model).unwrap()),
-        ..memlayer_tests::config()
-    })
-}
 
 /// A chat request of `user` with agent `support`, in `session` when given.
 fn chat(server: &TestServer, user: &str, session: Option<&str>, body: &Value) -> RequestBuilder {
@@ -54,35 +46,6 @@ fn ask(content: &str) -> Value {
     json!({ "model": "gpt-4o", "messages": [{ "role": "user", "content": content }] })
 }
 
-/// Messages as (role, content) pairs.
-fn pairs(messages: &Value) -> Vec<(String, String)> {
-    messages
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| {
-            (
-                m["role"].as_str().unwrap().to_owned(),
-                m["content"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect()
-}
-
-fn pair(role: &str, content: &str) -> (String, String) {
-    (role.to_owned(), content.to_owned())
-}
-
-fn stored(server: &TestServer, session: &str) -> Vec<(String, String)> {
-    let (status, body) = server.get(&format!("/v1/sessions/{session}/messages"));
-    assert_eq!(status, 200, "{body}");
-    pairs(&body["messages"])
-}
-
-fn sent(upstream: &FakeUpstream, index: usize) -> Vec<(String, String)> {
-    pairs(&upstream.requests()[index].body["messages"])
-}
-
 /// The `data` of each event of an event stream; `[DONE]` as a JSON string.
 fn data_events(text: &str) -> Vec<Value> {
     text.lines()
@@ -100,7 +63,7 @@ fn sessions_of(server: &TestServer, user: &str) -> u64 {
 #[test]
 fn a_completion_stores_the_turn_and_sends_memlayers_context() {
     let (_runtime, upstream) = memlayer_tests::fake_upstream();
-    let server = server_with(upstream.config());
+    let server = TestServer::with_model(upstream.config());
     let memory = json!({ "text": "Dana is allergic to peanuts", "type": "fact" });
     assert_eq!(server.post("/v1/users/dana/memories", &memory).0, 201);
 
@@ -134,7 +97,7 @@ fn a_completion_stores_the_turn_and_sends_memlayers_context() {
     assert!(answer["usage"]["total_tokens"].as_u64().unwrap() > 0);
 
     assert_eq!(
-        stored(&server, &session),
+        roles_and_contents(&server, &session),
         [
             pair("user", "Hi, I am Dana. My order 4711 is late."),
             pair("assistant", "Sorry, Dana. I chased order 4711."),
@@ -192,7 +155,7 @@ fn a_completion_stores_the_turn_and_sends_memlayers_context() {
         messages[earlier + 1],
         pair("assistant", "Sorry, Dana. I chased order 4711.")
     );
-    assert_eq!(stored(&server, &session).len(), 4);
+    assert_eq!(roles_and_contents(&server, &session).len(), 4);
 
     // A new conversation of the same user with the agent recalls the earlier one.
     upstream.push(Reply::text("Order 4711."));
@@ -216,7 +179,7 @@ fn a_completion_stores_the_turn_and_sends_memlayers_context() {
 #[test]
 fn a_streamed_completion_sends_chunks_and_stores_the_answer() {
     let (_runtime, upstream) = memlayer_tests::fake_upstream();
-    let server = server_with(upstream.config());
+    let server = TestServer::with_model(upstream.config());
     upstream
         .push(Reply::text("Lyon is lovely in spring.").with_chunk_delay(Duration::from_millis(5)));
     let mut body = ask("I live in Lyon.");
@@ -258,7 +221,7 @@ fn a_streamed_completion_sends_chunks_and_stores_the_answer() {
     assert_eq!(upstream.requests()[0].body["stream"], true);
 
     assert_eq!(
-        stored(&server, &session),
+        roles_and_contents(&server, &session),
         [
             pair("user", "I live in Lyon."),
             pair("assistant", "Lyon is lovely in spring.")
@@ -275,7 +238,7 @@ fn a_streamed_completion_sends_chunks_and_stores_the_answer() {
     assert_eq!(error["code"], "upstream_failed", "{events:?}");
     assert!(!events.contains(&json!("[DONE]")));
     assert_eq!(
-        stored(&server, &session).last().unwrap(),
+        roles_and_contents(&server, &session).last().unwrap(),
         &pair("user", "Still there?")
     );
 }
@@ -285,7 +248,7 @@ fn a_streamed_completion_sends_chunks_and_stores_the_answer() {
 #[test]
 fn a_client_that_leaves_mid_stream_still_gets_the_whole_answer_stored() {
     let (_runtime, upstream) = memlayer_tests::fake_upstream();
-    let server = server_with(upstream.config());
+    let server = TestServer::with_model(upstream.config());
     let answer = "One two three four five six seven eight nine ten.";
     upstream.push(Reply::text(answer).with_chunk_delay(Duration::from_millis(100)));
     let mut body = ask("Count to ten.");
@@ -305,7 +268,7 @@ fn a_client_that_leaves_mid_stream_still_gets_the_whole_answer_stored() {
 
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let messages = stored(&server, &session);
+        let messages = roles_and_contents(&server, &session);
         if messages.len() == 2 {
             assert_eq!(messages[1], pair("assistant", answer));
             break;
@@ -326,7 +289,7 @@ fn weather_call() -> ToolCall {
 #[test]
 fn tool_calls_pass_through_and_the_turn_goes_on_with_their_results() {
     let (_runtime, upstream) = memlayer_tests::fake_upstream();
-    let server = server_with(upstream.config());
+    let server = TestServer::with_model(upstream.config());
     let tools = json!([{ "type": "function", "function": {
         "name": "get_weather", "strict": true,
         "parameters": { "type": "object", "properties": { "city": { "type": "string" } } } } }]);
@@ -353,7 +316,7 @@ fn tool_calls_pass_through_and_the_turn_goes_on_with_their_results() {
     );
     // The question is stored; the tool calls are the client's to run, not an answer.
     assert_eq!(
-        stored(&server, &session),
+        roles_and_contents(&server, &session),
         [pair("user", "Weather in Lyon?")]
     );
 
@@ -379,7 +342,7 @@ fn tool_calls_pass_through_and_the_turn_goes_on_with_their_results() {
         (&json!("tool"), &json!("call_1"))
     );
     assert_eq!(
-        stored(&server, &session),
+        roles_and_contents(&server, &session),
         [
             pair("user", "Weather in Lyon?"),
             pair("assistant", "12°C and sunny in Lyon.")
@@ -414,7 +377,7 @@ fn tool_calls_pass_through_and_the_turn_goes_on_with_their_results() {
 #[test]
 fn an_upstream_failure_is_a_typed_error_and_stores_no_answer() {
     let (_runtime, upstream) = memlayer_tests::fake_upstream();
-    let server = server_with(upstream.config());
+    let server = TestServer::with_model(upstream.config());
     upstream.push(Reply::error(
         429,
         "quota exceeded",
@@ -426,7 +389,10 @@ fn an_upstream_failure_is_a_typed_error_and_stores_no_answer() {
     assert!(!message.contains("quota"), "{message}");
     let session = session.expect("the session is named");
     assert_eq!(body["error"]["session_id"], session.as_str());
-    assert_eq!(stored(&server, &session), [pair("user", "Hello?")]);
+    assert_eq!(
+        roles_and_contents(&server, &session),
+        [pair("user", "Hello?")]
+    );
     let runs = server.get(&format!("/v1/sessions/{session}/runs")).1;
     assert_eq!(
         (&runs[0]["status"], &runs[0]["run_id"]),
@@ -438,7 +404,7 @@ fn an_upstream_failure_is_a_typed_error_and_stores_no_answer() {
     let (status, _, _) = send(chat(&server, "jo", Some(&session), &ask("Hello?")));
     assert_eq!(status, 200);
     assert_eq!(
-        stored(&server, &session),
+        roles_and_contents(&server, &session),
         [pair("user", "Hello?"), pair("assistant", "Hello!")]
     );
 }
@@ -458,7 +424,7 @@ fn assert_failed(status: u16, body: &Value, expected: u16, code: &str) -> String
 #[test]
 fn keys_reach_only_their_own_users_sessions() {
     let (_runtime, upstream) = memlayer_tests::fake_upstream();
-    let server = server_with(upstream.config());
+    let server = TestServer::with_model(upstream.config());
     let dana = server.create_key("default", KeyRole::User, Some("dana"));
     let erin = server.create_key("default", KeyRole::User, Some("erin"));
     let other_tenant = server.tenant_key("acme");
@@ -512,7 +478,7 @@ fn keys_reach_only_their_own_users_sessions() {
         .json(&ask("Hello?"));
     assert_eq!(send(request).0, 404);
 
-    assert_eq!(stored(&server, &session).len(), 2);
+    assert_eq!(roles_and_contents(&server, &session).len(), 2);
     assert_eq!(upstream.requests().len(), 1);
     assert_eq!(sessions_of(&server, "erin"), 0);
 }
@@ -520,7 +486,7 @@ fn keys_reach_only_their_own_users_sessions() {
 #[test]
 fn bad_requests_are_typed_4xx_and_store_nothing() {
     let (_runtime, upstream) = memlayer_tests::fake_upstream();
-    let server = server_with(upstream.config());
+    let server = TestServer::with_model(upstream.config());
     let post = |headers: &[(&str, &str)], body: Value| {
         let mut request = server.request(Method::POST, PATH).json(&body);
         for (name, value) in headers {

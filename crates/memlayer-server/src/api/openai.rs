@@ -23,9 +23,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use utoipa::ToSchema;
 
-use crate::api::runs::{TokenUsage, authorize};
+use crate::api::runs::{TokenUsage, authorize, run_events};
 use crate::auth::Principal;
-use crate::extract::{ApiJson, Caller};
+use crate::extract::{ApiJson, Caller, header_text};
 use crate::{ApiError, AppState};
 
 /// The conversation a call continues; a new one when absent. Sent back on every answer.
@@ -246,20 +246,7 @@ fn conversation(
     headers: &HeaderMap,
     caller: &Principal,
 ) -> Result<(Option<String>, String, String), ApiError> {
-    let header = |name: &'static str| -> Result<Option<String>, ApiError> {
-        headers
-            .get(name)
-            .map(|value| {
-                value
-                    .to_str()
-                    .map(str::to_owned)
-                    .map_err(|_| ApiError::BadRequest {
-                        code: "invalid_header",
-                        message: format!("{name} must be visible ASCII"),
-                    })
-            })
-            .transpose()
-    };
+    let header = |name| Ok::<_, ApiError>(header_text(headers, name)?.map(str::to_owned));
     let missing = |name: &str| ApiError::BadRequest {
         code: "missing_header",
         message: format!("the {name} header is required"),
@@ -492,11 +479,7 @@ pub(crate) async fn chat_completions(
     let reply = Reply::new(model, turn.include_usage);
     let mut response = if turn.stream {
         let opening = futures_util::stream::iter([reply.opening()]);
-        let events =
-            futures_util::stream::unfold(state.agent().stream(started), |mut events| async {
-                let event = events.recv().await?;
-                Some((event, events))
-            })
+        let events = run_events(state.agent().stream(started))
             .flat_map(move |event| futures_util::stream::iter(reply.events(event)));
         let events = opening
             .chain(events)

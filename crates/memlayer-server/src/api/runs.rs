@@ -8,12 +8,13 @@ use axum::Json;
 use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use futures_util::StreamExt;
+use futures_util::{Stream, StreamExt};
 use memlayer_agent::{RunEvent, RunOutcome, RunRequest};
 use memlayer_llm::{StreamDelta, Usage};
 use memlayer_store::RunStatus;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use tokio::sync::mpsc;
 use utoipa::ToSchema;
 
 use crate::auth::Principal;
@@ -147,11 +148,8 @@ pub(crate) async fn run(
         let outcome = state.agent().run(turn).await?;
         return Ok(Json(RunAnswer::from(outcome)).into_response());
     }
-    let events = futures_util::stream::unfold(state.agent().stream(turn), |mut events| async {
-        let event = events.recv().await?;
-        Some((event, events))
-    })
-    .filter_map(|event| std::future::ready(sse_event(event).map(Ok::<_, Infallible>)));
+    let events = run_events(state.agent().stream(turn))
+        .filter_map(|event| std::future::ready(sse_event(event).map(Ok::<_, Infallible>)));
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::default())
         .into_response())
@@ -159,6 +157,14 @@ pub(crate) async fn run(
 
 /// The event for the client; `None` for the pieces of the model's tool calls, which the run
 /// executes and reports in `tool_call` events instead.
+/// A streamed run's events, as a stream that ends after `RunEvent::Finished`.
+pub(crate) fn run_events(events: mpsc::Receiver<RunEvent>) -> impl Stream<Item = RunEvent> {
+    futures_util::stream::unfold(events, |mut events| async {
+        let event = events.recv().await?;
+        Some((event, events))
+    })
+}
+
 /// Whether `caller` may start a run for `user_id` in `session_id`. A run acts for its user
 /// only: another user's session is not found (404) by `Agent::start`, and before the key's
 /// own user is checked, so the answer does not tell whether it exists.
