@@ -229,9 +229,9 @@ impl ClientMessage {
                     .iter()
                     .map(|part| match (part.kind.as_str(), &part.text) {
                         ("text", Some(text)) => Ok(text.as_str()),
-                        _ => Err(invalid(format!(
-                            "content parts must be text; `{}` is not supported",
-                            part.kind
+                        ("text", None) => Err(invalid("a text content part needs its `text`")),
+                        (kind, _) => Err(invalid(format!(
+                            "content parts must be text; `{kind}` is not supported"
                         ))),
                     })
                     .collect::<Result<Vec<_>, _>>()?;
@@ -626,6 +626,10 @@ mod tests {
                     json!([{ "role": "user", "content": [{ "type": "image_url", "image_url": { "url": "x" } }] }]),
                 ),
                 "`image_url` is not supported",
+            ),
+            (
+                with(json!([{ "role": "user", "content": [{ "type": "text" }] }])),
+                "needs its `text`",
             ),
             (
                 with(json!([user, { "role": "assistant", "content": "Prefilled" }])),
