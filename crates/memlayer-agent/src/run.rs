@@ -362,7 +362,8 @@ impl Agent {
             .as_ref()
             .ok()
             .filter(|answer| {
-                answer.tool_calls.is_empty() || answer.content.as_deref().is_some_and(has_text)
+                let text = answer.content.as_deref().unwrap_or_default();
+                answer.tool_calls.is_empty() || !text.is_empty()
             })
             .map(|answer| answer.content.clone().unwrap_or_default());
         if let Some(content) = content {
@@ -667,10 +668,6 @@ async fn complete(
         let _ = events.send(RunEvent::Delta(delta)).await;
     }
     stream.finish().await
-}
-
-fn has_text(content: &str) -> bool {
-    !content.is_empty()
 }
 
 /// A piece of assembled context as a chat message.
