@@ -168,6 +168,33 @@ def test_tool_calls_round_trip():
     ], stored(session)
 
 
+def test_streamed_tool_calls_add_up_in_the_sdks_stream_helper():
+    call = {
+        "id": "call_2",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+    }
+    script({"tool_calls": [call], "chunk_delay_ms": 5})
+    # The SDK's own accumulator checks every chunk's shape as it adds the pieces up.
+    with client.chat.completions.stream(
+        model="gpt-4o",
+        messages=[{"role": "user", "content": "Weather in Paris?"}],
+        tools=[WEATHER],
+    ) as stream:
+        for _ in stream:
+            pass
+        completion = stream.get_final_completion()
+    choice = completion.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    [made] = choice.message.tool_calls
+    assert (made.id, made.function.name, made.function.arguments) == (
+        "call_2",
+        "get_weather",
+        '{"city":"Paris"}',
+    ), made
+    assert made.function.parsed_arguments == {"city": "Paris"}, made
+
+
 def test_upstream_error_is_raised_with_its_status():
     session = first_turn()
     before = len(upstream_requests())
