@@ -126,27 +126,36 @@ def test_stream_continues_the_session():
     ], stored(session)
 
 
+def weather_call(call_id, city):
+    """A call of the weather tool, in OpenAI's shape."""
+    arguments = json.dumps({"city": city}, separators=(",", ":"))
+    function = {"name": "get_weather", "arguments": arguments}
+    return {"id": call_id, "type": "function", "function": function}
+
+
+def the_weather_call(choice, call):
+    """The answer's one tool call, checked to be `call` as the model made it."""
+    assert choice.finish_reason == "tool_calls", choice
+    [made] = choice.message.tool_calls
+    function = call["function"]
+    assert (made.id, made.function.name, made.function.arguments) == (
+        call["id"],
+        function["name"],
+        function["arguments"],
+    ), made
+    return made
+
+
 def test_tool_calls_round_trip():
-    call = {
-        "id": "call_1",
-        "type": "function",
-        "function": {"name": "get_weather", "arguments": '{"city":"Lyon"}'},
-    }
+    call = weather_call("call_1", "Lyon")
     script({"tool_calls": [call]})
     question = {"role": "user", "content": "Weather in Lyon?"}
     raw = client.chat.completions.with_raw_response.create(
         model="gpt-4o", messages=[question], tools=[WEATHER]
     )
     session = raw.headers["x-memlayer-session"]
-    completion = raw.parse()
-    choice = completion.choices[0]
-    assert choice.finish_reason == "tool_calls", choice
-    [made] = choice.message.tool_calls
-    assert (made.id, made.function.name, made.function.arguments) == (
-        "call_1",
-        "get_weather",
-        '{"city":"Lyon"}',
-    ), made
+    choice = raw.parse().choices[0]
+    made = the_weather_call(choice, call)
     assert upstream_requests()[-1]["body"]["tools"] == [WEATHER]
 
     # The SDK's own message object goes back, as its users write it.
@@ -169,11 +178,7 @@ def test_tool_calls_round_trip():
 
 
 def test_streamed_tool_calls_add_up_in_the_sdks_stream_helper():
-    call = {
-        "id": "call_2",
-        "type": "function",
-        "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
-    }
+    call = weather_call("call_2", "Paris")
     script({"tool_calls": [call], "chunk_delay_ms": 5})
     # The SDK's own accumulator checks every chunk's shape as it adds the pieces up.
     with client.chat.completions.stream(
@@ -184,14 +189,7 @@ def test_streamed_tool_calls_add_up_in_the_sdks_stream_helper():
         for _ in stream:
             pass
         completion = stream.get_final_completion()
-    choice = completion.choices[0]
-    assert choice.finish_reason == "tool_calls", choice
-    [made] = choice.message.tool_calls
-    assert (made.id, made.function.name, made.function.arguments) == (
-        "call_2",
-        "get_weather",
-        '{"city":"Paris"}',
-    ), made
+    made = the_weather_call(completion.choices[0], call)
     assert made.function.parsed_arguments == {"city": "Paris"}, made
 
 
