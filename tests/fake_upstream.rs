@@ -98,9 +98,10 @@ fn main() -> std::io::Result<()> {
             .route("/replies", post(push))
             .route("/requests", get(requests))
             .with_state(Arc::clone(&upstream));
+        let control_url = format!("http://{}", listener.local_addr()?);
         println!(
             "{}",
-            json!({ "base_url": upstream.base_url(), "control": format!("http://{}", listener.local_addr()?) })
+            json!({ "base_url": upstream.base_url(), "control": control_url })
         );
         let (closed, stdin_closed) = tokio::sync::oneshot::channel::<()>();
         std::thread::spawn(move || {
