@@ -50,7 +50,7 @@ pub(crate) struct ChatCompletionRequest {
     #[serde(default)]
     stream: bool,
     /// `include_usage`: a last chunk with the token counts, as OpenAI sends it.
-    stream_options: Option<StreamOptions>,
+    stream_options: Option<ChatStreamOptions>,
     /// The client's function tools, passed to the model unchanged; their calls come back
     /// for the client to run.
     #[schema(value_type = Option<Vec<Object>>)]
@@ -70,7 +70,7 @@ pub(crate) struct ChatCompletionRequest {
 }
 
 #[derive(Deserialize, ToSchema)]
-pub(crate) struct StreamOptions {
+pub(crate) struct ChatStreamOptions {
     #[serde(default)]
     include_usage: bool,
 }
@@ -80,7 +80,7 @@ pub(crate) struct StreamOptions {
 pub(crate) struct ClientMessage {
     role: ClientRole,
     /// `null` for an assistant message of only tool calls.
-    content: Option<Content>,
+    content: Option<ChatContent>,
     name: Option<String>,
     /// An assistant message's tool calls, in OpenAI's shape.
     #[serde(default)]
@@ -104,13 +104,13 @@ pub(crate) enum ClientRole {
 /// Text, or an array of parts of which only `{"type": "text", "text"}` is taken.
 #[derive(Deserialize, ToSchema)]
 #[serde(untagged)]
-pub(crate) enum Content {
+pub(crate) enum ChatContent {
     Text(String),
-    Parts(Vec<Part>),
+    Parts(Vec<ChatContentPart>),
 }
 
 #[derive(Deserialize, ToSchema)]
-pub(crate) struct Part {
+pub(crate) struct ChatContentPart {
     /// `text`; other kinds (`image_url`, `input_audio`, `file`) are refused.
     #[serde(rename = "type")]
     kind: String,
@@ -223,8 +223,8 @@ impl ClientMessage {
     fn optional_text(&self) -> Result<Option<String>, ApiError> {
         match &self.content {
             None => Ok(None),
-            Some(Content::Text(text)) => Ok(Some(text.clone())),
-            Some(Content::Parts(parts)) => {
+            Some(ChatContent::Text(text)) => Ok(Some(text.clone())),
+            Some(ChatContent::Parts(parts)) => {
                 let texts = parts
                     .iter()
                     .map(|part| match (part.kind.as_str(), &part.text) {
@@ -269,20 +269,20 @@ pub(crate) struct ChatCompletion {
     /// The configured model's name.
     model: String,
     /// One choice.
-    choices: Vec<Choice>,
+    choices: Vec<ChatChoice>,
     usage: TokenUsage,
 }
 
 #[derive(Serialize, ToSchema)]
-pub(crate) struct Choice {
+pub(crate) struct ChatChoice {
     index: u32,
-    message: Answer,
+    message: ChatAnswer,
     /// `stop`, `length`, `tool_calls`, `content_filter`, or what the model said.
     finish_reason: String,
 }
 
 #[derive(Serialize, ToSchema)]
-pub(crate) struct Answer {
+pub(crate) struct ChatAnswer {
     /// `assistant`.
     role: &'static str,
     /// `null` when the model only called tools.
@@ -320,10 +320,10 @@ impl Reply {
             object: "chat.completion",
             created: self.created,
             model: self.model,
-            choices: vec![Choice {
+            choices: vec![ChatChoice {
                 index: 0,
                 finish_reason: finish_reason(&answer),
-                message: Answer {
+                message: ChatAnswer {
                     role: "assistant",
                     content: answer.content,
                     tool_calls: answer.tool_calls,
