@@ -100,6 +100,16 @@ impl TestServer {
         Self::in_dir(config, dir)
     }
 
+    /// Starts a server with [`config`] whose agent runs and chat completions are answered by
+    /// `model`.
+    pub fn with_model(model: memlayer_llm::LlmConfig) -> Self {
+        let model = memlayer_llm::ChatClient::new(model).expect("a valid model config");
+        Self::with_config(ServerConfig {
+            agent_model: Some(model),
+            ..config()
+        })
+    }
+
     /// Starts a server with `config` on a new, empty store in a new directory inside
     /// `parent` (a small file system, say).
     pub fn with_config_in(config: ServerConfig, parent: &std::path::Path) -> Self {
@@ -348,6 +358,39 @@ impl Drop for TestServer {
             running.runtime.shutdown_timeout(STOP_TIMEOUT);
         }
     }
+}
+
+/// Messages as (role, content) pairs; a message without text has an empty content.
+fn pairs(messages: &Value) -> Vec<(String, String)> {
+    messages
+        .as_array()
+        .expect("a list of messages")
+        .iter()
+        .map(|m| {
+            (
+                m["role"].as_str().expect("a role").to_owned(),
+                m["content"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// A (role, content) pair, as [`pairs`] gives them.
+pub fn pair(role: &str, content: &str) -> (String, String) {
+    (role.to_owned(), content.to_owned())
+}
+
+/// The session's stored messages as (role, content) pairs.
+#[track_caller]
+pub fn roles_and_contents(server: &TestServer, session: &str) -> Vec<(String, String)> {
+    let (status, body) = server.get(&format!("/v1/sessions/{session}/messages"));
+    assert_eq!(status, 200, "{body}");
+    pairs(&body["messages"])
+}
+
+/// Every message the upstream was sent in its `index`th request, as (role, content) pairs.
+pub fn sent(upstream: &memlayer_llm::FakeUpstream, index: usize) -> Vec<(String, String)> {
+    pairs(&upstream.requests()[index].body["messages"])
 }
 
 /// A fake model endpoint on 127.0.0.1 (`memlayer_llm::FakeUpstream`), served by its own

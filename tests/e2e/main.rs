@@ -59,6 +59,10 @@ mod isolation;
 // messages and runs stored, context and memories sent upstream, the memory tool loop,
 // streamed answers, and failures that keep the user's message and record a failed run.
 mod runs;
+// The OpenAI-compatible chat endpoint with memory, against a fake model: turns stored, the
+// context in place of the client's history, OpenAI's answer and chunk shapes, tool calls
+// passed through, isolation, and failures and bad input that store no answer.
+mod openai;
 // Connections: the header read timeout (slow heads, idle kept-alive connections), the
 // connection cap, and a graceful stop with idle and stalled clients connected.
 mod connections;

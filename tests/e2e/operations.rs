@@ -551,6 +551,16 @@ fn the_openapi_document_describes_what_the_server_really_does() {
         422
     );
 
+    // The OpenAI-compatible endpoint: the conversation's headers are required (the openai
+    // module drives it against a fake model).
+    let chat = json!({ "model": "gpt-4o", "messages": [{ "role": "user", "content": "Hello?" }] });
+    let chat = post(
+        "/v1/openai/chat/completions",
+        "/v1/openai/chat/completions",
+        chat,
+    );
+    assert_eq!(chat.0, 400);
+
     // Clear, probes, deletion.
     api.call(
         Method::POST,

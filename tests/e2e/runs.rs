@@ -7,51 +7,12 @@ use std::time::Duration;
 use memlayer_llm::{ChatClient, FakeUpstream, LlmConfig, Reply, ToolCall};
 use memlayer_server::ServerConfig;
 use memlayer_store::KeyRole;
-use memlayer_tests::{TestServer, assert_error, json};
+use memlayer_tests::{TestServer, assert_error, json, pair, roles_and_contents, sent};
 use reqwest::Method;
 use serde_json::Value;
 
-/// A server whose agent runs are answered by `model`.
-fn server_with(model: LlmConfig) -> TestServer {
-    TestServer::with_config(ServerConfig {
-        agent_model: Some(ChatClient::new(model).unwrap()),
-        ..memlayer_tests::config()
-    })
-}
-
 fn run(server: &TestServer, agent: &str, body: &Value) -> (u16, Value) {
     server.post(&format!("/v1/agents/{agent}/runs"), body)
-}
-
-/// Messages as (role, content) pairs; a message without text has an empty content.
-fn pairs(messages: &Value) -> Vec<(String, String)> {
-    messages
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| {
-            (
-                m["role"].as_str().unwrap().to_owned(),
-                m["content"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect()
-}
-
-/// Every message the upstream was sent in its `index`th request.
-fn sent(upstream: &FakeUpstream, index: usize) -> Vec<(String, String)> {
-    pairs(&upstream.requests()[index].body["messages"])
-}
-
-/// The session's stored messages.
-fn roles_and_contents(server: &TestServer, session: &str) -> Vec<(String, String)> {
-    let (status, body) = server.get(&format!("/v1/sessions/{session}/messages"));
-    assert_eq!(status, 200, "{body}");
-    pairs(&body["messages"])
-}
-
-fn pair(role: &str, content: &str) -> (String, String) {
-    (role.to_owned(), content.to_owned())
 }
 
 fn runs_of(server: &TestServer, session: &str) -> Vec<Value> {
@@ -63,7 +24,7 @@ fn runs_of(server: &TestServer, session: &str) -> Vec<Value> {
 #[test]
 fn a_run_stores_both_messages_and_a_completed_run_and_sends_the_context_upstream() {
     let (_runtime, upstream) = memlayer_tests::fake_upstream();
-    let server = server_with(upstream.config());
+    let server = TestServer::with_model(upstream.config());
     let memory = json!({ "text": "Dana is allergic to peanuts", "type": "fact" });
     assert_eq!(server.post("/v1/users/dana/memories", &memory).0, 201);
 
@@ -189,7 +150,7 @@ fn a_run_stores_both_messages_and_a_completed_run_and_sends_the_context_upstream
 #[test]
 fn a_run_uses_the_agents_saved_settings() {
     let (_runtime, upstream) = memlayer_tests::fake_upstream();
-    let server = server_with(upstream.config());
+    let server = TestServer::with_model(upstream.config());
     let memory = json!({ "text": "Dana is allergic to peanuts", "type": "fact" });
     assert_eq!(server.post("/v1/users/dana/memories", &memory).0, 201);
     // This agent's saved strategy has no memory layer.
@@ -213,7 +174,7 @@ fn a_run_uses_the_agents_saved_settings() {
 #[test]
 fn the_model_calls_memory_tools_and_then_answers() {
     let (_runtime, upstream) = memlayer_tests::fake_upstream();
-    let server = server_with(upstream.config());
+    let server = TestServer::with_model(upstream.config());
     upstream.push(Reply::tool_calls(vec![
         ToolCall {
             id: "call_1".into(),
@@ -295,7 +256,7 @@ fn the_model_calls_memory_tools_and_then_answers() {
 #[test]
 fn a_model_that_keeps_calling_tools_is_made_to_answer() {
     let (_runtime, upstream) = memlayer_tests::fake_upstream();
-    let server = server_with(upstream.config());
+    let server = TestServer::with_model(upstream.config());
     let search = || {
         Reply::tool_calls(vec![ToolCall {
             id: "call".into(),
@@ -359,7 +320,7 @@ fn stream(server: &TestServer, body: &Value) -> (String, Vec<(String, Value)>) {
 #[test]
 fn a_streamed_run_sends_deltas_and_ends_with_the_recorded_run() {
     let (_runtime, upstream) = memlayer_tests::fake_upstream();
-    let server = server_with(upstream.config());
+    let server = TestServer::with_model(upstream.config());
     upstream.push(
         Reply::tool_calls(vec![ToolCall {
             id: "call_1".into(),
@@ -467,7 +428,7 @@ fn assert_recorded_failure(
 fn an_upstream_error_keeps_the_message_and_records_a_failed_run_then_the_next_run_works() {
     let (_runtime, upstream) = memlayer_tests::fake_upstream();
     let secret = "sk-upstream-secret-9c1d";
-    let server = server_with(LlmConfig {
+    let server = TestServer::with_model(LlmConfig {
         api_key: Some(secret.into()),
         ..upstream.config()
     });
@@ -525,7 +486,7 @@ fn an_unreachable_or_slow_upstream_fails_the_run_with_its_own_status() {
         .local_addr()
         .unwrap()
         .port();
-    let down = server_with(LlmConfig::new(
+    let down = TestServer::with_model(LlmConfig::new(
         format!("http://127.0.0.1:{port}/v1"),
         "absent-model",
     ));
@@ -534,7 +495,7 @@ fn an_unreachable_or_slow_upstream_fails_the_run_with_its_own_status() {
     assert_recorded_failure(&down, &ids, "Hello?", "could not be reached");
 
     let (_runtime, upstream) = memlayer_tests::fake_upstream();
-    let slow = server_with(LlmConfig {
+    let slow = TestServer::with_model(LlmConfig {
         timeout: Duration::from_millis(300),
         ..upstream.config()
     });
@@ -579,7 +540,7 @@ fn runs_check_their_input_and_refuse_without_a_model() {
 #[test]
 fn a_user_key_runs_for_its_own_user_only() {
     let (_runtime, upstream) = memlayer_tests::fake_upstream();
-    let server = server_with(upstream.config());
+    let server = TestServer::with_model(upstream.config());
     let alice = server.create_key("default", KeyRole::User, Some("alice"));
     let mallory = server.create_key("default", KeyRole::User, Some("mallory"));
     let as_key = |key: &str, body: &Value| {
@@ -706,7 +667,7 @@ fn a_failed_runs_reason_names_no_upstream_detail() {
         ),
     ];
     for (config, reply, expected) in cases {
-        let server = server_with(config);
+        let server = TestServer::with_model(config);
         let alice = server.create_key("default", KeyRole::User, Some("alice"));
         if let Some(reply) = reply {
             upstream.push(reply);

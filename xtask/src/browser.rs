@@ -25,7 +25,7 @@ use crate::server::{ADMIN_KEY, Server};
 const CHROMIUM: &str = "/usr/bin/chromium";
 
 pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
-    install_missing()?;
+    install_missing(true)?;
     let tests = root.join("xtask").join("browser");
     // `npm ci` installs exactly the lock file's versions, and refuses a lock file that no
     // longer matches package.json.
@@ -71,11 +71,12 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Installs what the test runs on when it is missing, as on a fresh CI machine: Debian's
-/// `chromium`, and Node.js with npm (Debian's are recent enough for playwright-core).
-fn install_missing() -> anyhow::Result<()> {
+/// Installs what a test runs on when it is missing, as on a fresh CI machine: Node.js with
+/// npm (Debian's are recent enough for playwright-core and the OpenAI SDK), and Debian's
+/// `chromium` when `chromium` is asked for.
+pub(crate) fn install_missing(chromium: bool) -> anyhow::Result<()> {
     let mut packages = Vec::new();
-    if !Path::new(CHROMIUM).exists() {
+    if chromium && !Path::new(CHROMIUM).exists() {
         packages.push("chromium");
     }
     let npm_runs = Command::new("npm")

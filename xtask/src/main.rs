@@ -1,14 +1,16 @@
 //! `cargo xtask`: the one entry point for the memlayer workspace's developer tasks — installing
 //! the embedding assets (`setup`), the CI test run, starting the server, the structural checks
 //! (`tidy`), the benchmarks (`bench`), the load and crash tests, the fuzz runs, the admin
-//! page's browser test and the release bundle (`dist`). Tasks are plain Rust rather than
-//! shell scripts so they run the same on every machine and are checked by the compiler like
-//! the rest of the workspace. xtask orchestrates: it builds and runs the product (and
-//! memlayer-bench, the in-process benchmarks) as processes and links no memlayer crate, so
-//! `cargo xtask tidy` compiles none of them (checked by `tidy`).
+//! page's browser test, the OpenAI SDKs' tests (`clients`), the API contract test
+//! (`contract`) and the release bundle (`dist`).
+//! Tasks are plain Rust rather than shell scripts so they run the same on every machine and
+//! are checked by the compiler like the rest of the workspace. xtask orchestrates: it builds
+//! and runs the product (and memlayer-bench, the in-process benchmarks) as processes and
+//! links no memlayer crate, so `cargo xtask tidy` compiles none of them (checked by `tidy`).
 
 mod bench;
 mod browser;
+mod clients;
 mod cmd;
 mod contract;
 mod crash;
@@ -40,8 +42,9 @@ struct Cli {
 enum Task {
     /// Install (or verify) ONNX Runtime and the embedding model in ./memlayer-assets.
     Setup,
-    /// What CI runs: setup, rustfmt check, clippy with warnings denied, every test, the crash
-    /// test, a 20-second pass of each fuzz target, the browser test, then the contract test.
+    /// What CI runs: setup, rustfmt check, clippy with warnings denied, every test, the
+    /// OpenAI SDKs' tests, the crash test, a 20-second pass of each fuzz target, the browser
+    /// test, then the contract test.
     Test,
     /// Setup, then build and run the server in release mode; extra arguments go to
     /// `memlayer serve`.
@@ -101,6 +104,10 @@ enum Task {
         #[arg(long, default_value_t = CI_CONTRACT_EXAMPLES)]
         examples: u32,
     },
+    /// Test the official OpenAI SDKs (Python, JavaScript) against the real server's
+    /// OpenAI-compatible endpoint, with a fake model (installs the hash-pinned Python SDK
+    /// into a virtual environment under the target directory, the npm one with `npm ci`).
+    Clients,
     /// Build the release tarball: binary, embedding assets, README and SHA256SUMS.
     Dist,
     /// Build the cargo-fuzz targets in fuzz/ (installing cargo-fuzz if missing) and run each
@@ -181,6 +188,7 @@ fn main() -> anyhow::Result<ExitCode> {
             setup::run(&root)?;
             contract::run(&root, examples)?;
         }
+        Task::Clients => clients::run(&root)?,
         Task::Dist => dist::run(&root)?,
         Task::Fuzz { seconds } => fuzz::run(&root, seconds)?,
     }
@@ -235,6 +243,8 @@ fn test(root: &Path) -> anyhow::Result<()> {
         command.args(args).env("MEMLAYER_ASSETS_DIR", &assets);
         cmd::run(command).with_context(|| format!("CI step `{step}` failed"))?;
     }
+    // The server as the official SDKs see it, after the end-to-end tests of its routes.
+    clients::run(root).context("CI step `cargo xtask clients` failed")?;
     // The full run is `cargo xtask crash --release` (100 kills); CI's seed changes with every
     // run so that, over many runs, more interleavings are tried. A failure names its seed.
     let seed = std::time::SystemTime::now()

@@ -20,7 +20,9 @@ mod tools;
 mod tests;
 
 pub use error::AgentError;
-pub use run::{Agent, MAX_TOOL_ROUNDS, RenderTool, RunEvent, RunOutcome, RunRequest, Turn};
+pub use run::{
+    Agent, ClientCall, MAX_TOOL_ROUNDS, RenderTool, RunEvent, RunOutcome, RunRequest, Turn,
+};
 pub use tools::{
     MAX_MEMORY_HITS, MAX_SEARCH_HITS, ParsedCall, SESSION_SEARCH_INSTRUCTION, ToolOutcome, Tools,
     definitions, parse_call,

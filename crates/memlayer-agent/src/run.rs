@@ -10,6 +10,13 @@
 //! requests in flight does not bound runs: [`Agent`] has a limit of its own, a permit taken
 //! in [`Agent::start`] before anything is stored and held by the [`Turn`] until the run's
 //! record is written.
+//!
+//! A chat turn ([`Agent::start_chat`], for `POST /v1/openai/chat/completions`) is a run
+//! whose model call is the client's own: its system messages, tools and parameters, with
+//! memlayer's context in place of the conversation, one call, and the answer — text or tool
+//! calls for the client to run — passed back as the model gave it. The steps around the call
+//! (the message stored first, the context, the answer and the record stored, the run slots)
+//! are an agent run's.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -20,8 +27,8 @@ use memlayer_llm::{
 };
 use memlayer_memory::{ContextBuilder, ContextMessage, ContextRequest, TokenEncoding};
 use memlayer_store::{
-    Access, Append, Metadata, NewMessage, NewRun, NewSession, Role, RunStatus, Session, Store,
-    StoreError, blocking, validate_id,
+    Access, Append, Message, Metadata, NewMessage, NewRun, NewSession, Role, RunStatus, Session,
+    SessionState, Store, StoreError, blocking, validate_id,
 };
 use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
@@ -76,6 +83,20 @@ impl RunRequest {
     }
 }
 
+/// The client's part of a chat turn's model call: everything of its request but the
+/// conversation, which memlayer's context replaces.
+#[derive(Debug, Clone, Default)]
+pub struct ClientCall {
+    /// The client's system messages, sent first, before the context.
+    pub instructions: Vec<ChatMessage>,
+    /// What follows the user's message when the client ran tools the model called: the
+    /// assistant's tool calls and their results, sent after the context. Not stored.
+    pub tool_results: Vec<ChatMessage>,
+    /// The tools, tool choice and sampling parameters, as the call sends them; its messages
+    /// are replaced.
+    pub parameters: ChatRequest,
+}
+
 /// A run whose user message is stored, ready for [`Agent::run`] or [`Agent::stream`].
 #[derive(Debug)]
 pub struct Turn {
@@ -88,6 +109,8 @@ pub struct Turn {
     question_index: u64,
     message: String,
     model: ChatClient,
+    /// For a chat turn, the client's part of the call; `None` for an agent run.
+    chat: Option<Box<ClientCall>>,
     started: Instant,
     /// One of the agent's run slots, released when the turn is dropped: after its record is
     /// written.
@@ -119,13 +142,17 @@ pub struct RunOutcome {
     pub tool_calls: Vec<Value>,
     /// Tokens of every model call of the run, added up.
     pub usage: Usage,
+    /// The model's last answer as it came: for a chat turn, what the client gets back (its
+    /// tool calls, finish reason, id and model).
+    pub answer: Completion,
 }
 
 /// What a streamed run reports, in order: deltas and tool calls, then `Finished` once.
 #[derive(Debug)]
 pub enum RunEvent {
-    /// More text of the answer, as the model streams it.
-    Delta(String),
+    /// More of the answer, as the model streams it: text, or a piece of a tool call (which a
+    /// chat turn's client runs; an agent run runs its own and reports [`RunEvent::ToolCall`]).
+    Delta(StreamDelta),
     /// A tool call was executed (`ok: false` when it was refused; the model got the error).
     ToolCall {
         /// The tool's name.
@@ -186,6 +213,26 @@ impl Agent {
     /// not this user's with this agent (`SessionNotFound`), no model configured, or as many
     /// runs going on as the agent admits (`Overloaded`; never queued).
     pub async fn start(&self, request: RunRequest) -> Result<Turn, AgentError> {
+        self.begin(request, None).await
+    }
+
+    /// [`Agent::start`] for a chat turn, whose model call is `call` with the context in
+    /// place of the conversation. The message is not stored again when the session's last
+    /// message is this same unanswered user message: the client retries after a failure, or
+    /// sends the results of the tools the model called, and the turn goes on from it.
+    pub async fn start_chat(
+        &self,
+        request: RunRequest,
+        call: ClientCall,
+    ) -> Result<Turn, AgentError> {
+        self.begin(request, Some(Box::new(call))).await
+    }
+
+    async fn begin(
+        &self,
+        request: RunRequest,
+        chat: Option<Box<ClientCall>>,
+    ) -> Result<Turn, AgentError> {
         request.validate()?;
         let RunRequest {
             tenant,
@@ -197,6 +244,7 @@ impl Agent {
         // The run acts for its user only: another user's session is not found, checked again
         // in the transaction that stores the message.
         let access = Access::one_user(tenant, &*user_id);
+        let mut pending = None;
         if let Some(id) = &session_id {
             let session = self.session(&access, id).await?;
             if session.agent_id != agent_id {
@@ -206,6 +254,13 @@ impl Agent {
                     session_id: id.clone(),
                 }
                 .into());
+            }
+            if chat.is_some() {
+                pending = self
+                    .unanswered(&access, &session)
+                    .await?
+                    .filter(|question| question.content == message)
+                    .map(|question| question.index);
             }
         }
         let model = self.model.clone().ok_or(AgentError::ModelNotConfigured)?;
@@ -228,30 +283,38 @@ impl Agent {
             ),
         };
         let started = Instant::now();
-        let user_message = self.new_message(Role::User, message.clone()).await?;
-        // Stored before the model is called: whatever happens to the call or the process,
-        // the user's message is not lost, and the session shows an incomplete turn.
-        let appended = self
-            .store
-            .sessions()
-            .append(
-                &access,
-                &session_id,
-                Append {
-                    messages: vec![user_message],
-                    create,
-                    idempotency_key: None,
-                },
-            )
-            .await?;
+        let (created_session, question_index) = match pending {
+            Some(index) => (false, index),
+            None => {
+                let user_message = self.new_message(Role::User, message.clone()).await?;
+                // Stored before the model is called: whatever happens to the call or the
+                // process, the user's message is not lost, and the session shows an
+                // incomplete turn.
+                let appended = self
+                    .store
+                    .sessions()
+                    .append(
+                        &access,
+                        &session_id,
+                        Append {
+                            messages: vec![user_message],
+                            create,
+                            idempotency_key: None,
+                        },
+                    )
+                    .await?;
+                (appended.created_session, appended.first_index)
+            }
+        };
         let session = self.session(&access, &session_id).await?;
         Ok(Turn {
             access,
             session,
-            created_session: appended.created_session,
-            question_index: appended.first_index,
+            created_session,
+            question_index,
             message,
             model,
+            chat,
             started,
             _slot: slot,
         })
@@ -288,10 +351,23 @@ impl Agent {
         let session_id = turn.session.id.clone();
         let mut metadata = record.metadata(turn.model.config().model.as_str());
         metadata.insert("question_index".into(), json!(turn.question_index));
+        if turn.chat.is_some() {
+            metadata.insert("kind".into(), json!("chat_completion"));
+        }
         // The run points at the answer rather than holding a copy of it: erasing the
-        // message must leave no copy of its text behind (see `Record`).
-        if let Ok(content) = &answered {
-            let answer = self.new_message(Role::Assistant, content.clone()).await?;
+        // message must leave no copy of its text behind (see `Record`). An answer of only
+        // tool calls is no message: the client runs them, and the turn goes on with their
+        // results.
+        let content = answered
+            .as_ref()
+            .ok()
+            .filter(|answer| {
+                let text = answer.content.as_deref().unwrap_or_default();
+                answer.tool_calls.is_empty() || !text.is_empty()
+            })
+            .map(|answer| answer.content.clone().unwrap_or_default());
+        if let Some(content) = content {
+            let answer = self.new_message(Role::Assistant, content).await?;
             let appended = self
                 .store
                 .sessions()
@@ -346,14 +422,15 @@ impl Agent {
             "agent run finished"
         );
         match answered {
-            Ok(content) => Ok(RunOutcome {
+            Ok(answer) => Ok(RunOutcome {
                 run_id: run.run_id,
                 session_id,
                 created_session: turn.created_session,
-                content,
+                content: answer.content.clone().unwrap_or_default(),
                 status: run.status,
                 tool_calls: run.tool_calls,
                 usage: record.usage,
+                answer,
             }),
             Err(Failure::Upstream(source)) => Err(AgentError::Upstream {
                 run_id: run.run_id,
@@ -364,13 +441,14 @@ impl Agent {
         }
     }
 
-    /// Context, model, tools, model …: the answer's text.
+    /// Context, model, tools, model …: the model's last answer. A chat turn's one call is
+    /// the client's, its tool calls the client's to run.
     async fn converse(
         &self,
         turn: &Turn,
         events: Option<&mpsc::Sender<RunEvent>>,
         record: &mut Record,
-    ) -> Result<String, Failure> {
+    ) -> Result<Completion, Failure> {
         let built = self
             .contexts
             .build(ContextRequest {
@@ -381,8 +459,26 @@ impl Agent {
             })
             .await
             .map_err(|err| Failure::Agent(err.into()))?;
+        let context = built.assembled.messages.iter().map(chat_message);
+        if let Some(call) = &turn.chat {
+            let mut messages = call.instructions.clone();
+            messages.extend(context);
+            messages.extend(call.tool_results.iter().cloned());
+            let request = ChatRequest {
+                messages,
+                ..call.parameters.clone()
+            };
+            let completion = complete(&turn.model, &request, events)
+                .await
+                .map_err(Failure::Upstream)?;
+            record.add(&completion);
+            record.tool_calls.extend(completion.tool_calls.iter().map(
+                |call| json!({ "id": call.id, "name": call.name, "round": 1, "run_by": "client" }),
+            ));
+            return Ok(completion);
+        }
         let mut messages = vec![ChatMessage::system(SESSION_SEARCH_INSTRUCTION)];
-        messages.extend(built.assembled.messages.iter().map(chat_message));
+        messages.extend(context);
         let tools = chat_tools();
         for round in 0..=MAX_TOOL_ROUNDS {
             let last = round == MAX_TOOL_ROUNDS;
@@ -392,12 +488,14 @@ impl Agent {
                 tool_choice: last.then_some(ToolChoice::None),
                 ..ChatRequest::default()
             };
-            let completion = complete(&turn.model, &request, events)
+            let mut completion = complete(&turn.model, &request, events)
                 .await
                 .map_err(Failure::Upstream)?;
             record.add(&completion);
             if completion.tool_calls.is_empty() || last {
-                return Ok(completion.content.unwrap_or_default());
+                // Calls made against `tool_choice: none` are not run: the answer is its text.
+                completion.tool_calls.clear();
+                return Ok(completion);
             }
             messages.push(ChatMessage::assistant_tool_calls(
                 completion.tool_calls.clone(),
@@ -462,6 +560,24 @@ impl Agent {
             .call(turn.access.tenant(), &turn.session, call)
             .await?;
         Ok((self.render)(outcome))
+    }
+
+    /// The session's last message if it is a user message with no answer after it.
+    async fn unanswered(
+        &self,
+        access: &Access,
+        session: &Session,
+    ) -> Result<Option<Message>, AgentError> {
+        if session.state != SessionState::IncompleteTurn {
+            return Ok(None);
+        }
+        let (access, id) = (access.clone(), session.id.clone());
+        let last = session.message_count.saturating_sub(1);
+        let mut messages = self
+            .store
+            .read(move |store| store.sessions().messages(&access, &id, last, 1))
+            .await?;
+        Ok(messages.pop().filter(|message| message.role == Role::User))
     }
 
     async fn session(&self, access: &Access, session_id: &str) -> Result<Session, AgentError> {
@@ -548,10 +664,8 @@ async fn complete(
     };
     let mut stream = model.stream(request).await?;
     while let Some(delta) = stream.next_delta().await? {
-        if let StreamDelta::Content(text) = delta {
-            // A client that went away does not stop the run: its answer is still stored.
-            let _ = events.send(RunEvent::Delta(text)).await;
-        }
+        // A client that went away does not stop the run: its answer is still stored.
+        let _ = events.send(RunEvent::Delta(delta)).await;
     }
     stream.finish().await
 }

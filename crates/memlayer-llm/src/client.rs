@@ -84,8 +84,10 @@ impl ChatClient {
         ))
     }
 
-    fn body<'a>(&'a self, request: &'a ChatRequest, stream: bool) -> WireRequest<'a> {
-        WireRequest {
+    /// The JSON body: the request's fields and the config's, then the request's `extra`
+    /// fields that none of those set.
+    fn body(&self, request: &ChatRequest, stream: bool) -> serde_json::Value {
+        let wire = WireRequest {
             model: &self.config.model,
             messages: &request.messages,
             max_tokens: request.max_tokens.or(self.config.max_tokens),
@@ -96,11 +98,19 @@ impl ChatClient {
             }),
             tools: &request.tools,
             tool_choice: request.tool_choice.as_ref(),
+        };
+        // A struct with string keys and no maps of other keys: serialising it cannot fail.
+        let mut body = serde_json::to_value(wire).unwrap_or_default();
+        if let serde_json::Value::Object(fields) = &mut body {
+            for (name, value) in &request.extra {
+                fields.entry(name.as_str()).or_insert_with(|| value.clone());
+            }
         }
+        body
     }
 
     /// Posts the body and returns the response if its status is a success.
-    async fn send(&self, body: &WireRequest<'_>) -> Result<reqwest::Response, LlmError> {
+    async fn send(&self, body: &serde_json::Value) -> Result<reqwest::Response, LlmError> {
         let mut post = self.http.post(self.endpoint.clone()).json(body);
         if let Some(key) = &self.config.api_key {
             // `bearer_auth` marks the header sensitive, so reqwest and hyper never log it.

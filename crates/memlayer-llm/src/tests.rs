@@ -37,6 +37,39 @@ fn weather_call() -> ToolCall {
     }
 }
 
+/// A client's own fields pass through (a `tools` entry with a field `Tool` lacks, `top_p`),
+/// and none of them replaces what the request, the config or the stream set.
+#[tokio::test]
+async fn extra_fields_are_sent_as_they_are_and_never_override_the_request() {
+    let upstream = FakeUpstream::start().await;
+    upstream.push(Reply::text("ok"));
+    let client = ChatClient::new(upstream.config()).expect("valid config");
+    let extra = json!({
+        "top_p": 0.9,
+        "tools": [{ "type": "function", "function": { "name": "f", "strict": true, "parameters": {} } }],
+        "model": "gpt-elsewhere",
+        "temperature": 2.0,
+        "stream": false,
+        "messages": [],
+    });
+    let request = ChatRequest {
+        temperature: Some(0.5),
+        extra: serde_json::from_value(extra).expect("an object"),
+        ..hello()
+    };
+    let mut stream = client.stream(&request).await.expect("stream");
+    while stream.next_delta().await.expect("delta").is_some() {}
+
+    let body = &upstream.requests()[0].body;
+    assert_eq!(body["top_p"], 0.9);
+    assert_eq!(body["tools"][0]["function"]["strict"], true);
+    assert_eq!(
+        (&body["model"], &body["temperature"], &body["stream"]),
+        (&json!("fake-model"), &json!(0.5), &json!(true))
+    );
+    assert_eq!(body["messages"][0]["content"], "Hello there");
+}
+
 #[tokio::test]
 async fn request_body_has_the_openai_shape() {
     let upstream = FakeUpstream::start().await;
@@ -63,6 +96,7 @@ async fn request_body_has_the_openai_shape() {
         // The request's own value wins over the config's.
         temperature: Some(0.0),
         max_tokens: None,
+        extra: serde_json::Map::new(),
     };
     client.complete(&request).await.expect("completion");
 
@@ -665,4 +699,22 @@ async fn stream_timeout_is_per_silence_not_per_stream() {
 
     let error = stream_all(&client, &hello()).await.expect_err("silence");
     assert!(matches!(error, LlmError::Timeout { .. }), "{error:?}");
+}
+
+/// A finish reason is passed on as it was read; the pre-tools name becomes today's.
+#[test]
+fn finish_reasons_are_written_as_they_were_read() {
+    for reason in [
+        "stop",
+        "length",
+        "tool_calls",
+        "content_filter",
+        "something_new",
+    ] {
+        assert_eq!(FinishReason::from(reason.to_owned()).as_str(), reason);
+    }
+    assert_eq!(
+        FinishReason::from("function_call".to_owned()).as_str(),
+        "tool_calls"
+    );
 }

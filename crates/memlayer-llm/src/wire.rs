@@ -164,6 +164,11 @@ pub struct ChatRequest {
     pub max_tokens: Option<u32>,
     /// The sampling temperature.
     pub temperature: Option<f32>,
+    /// More body fields, sent as they are, for a caller passing on a client's own request:
+    /// what this crate does not model (`top_p`, `stop`, `response_format`, a client's `tools`
+    /// with fields `Tool` lacks, …). A field the request sets above (or the client's config
+    /// or the stream's options) is never overridden by one of these.
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 impl ChatRequest {
@@ -190,6 +195,19 @@ pub enum FinishReason {
     ContentFilter,
     /// A reason this crate does not know, as sent.
     Other(String),
+}
+
+impl FinishReason {
+    /// The reason as the wire format writes it.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Stop => "stop",
+            Self::Length => "length",
+            Self::ToolCalls => "tool_calls",
+            Self::ContentFilter => "content_filter",
+            Self::Other(reason) => reason,
+        }
+    }
 }
 
 impl From<String> for FinishReason {

@@ -29,7 +29,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
 use memlayer_store::{Access, KeyRejection, KeyRole, Timestamp, validate_id};
 
-use crate::extract::TENANT_HEADER;
+use crate::extract::{TENANT_HEADER, header_text};
 use crate::{ApiError, AppState};
 
 /// The challenge sent with every `401` (RFC 6750).
@@ -132,11 +132,7 @@ async fn principal(parts: &mut Parts, state: &AppState) -> Result<Principal, Api
             .into(),
         )
     })?;
-    if let Some(value) = parts.headers.get(TENANT_HEADER) {
-        let named = value.to_str().map_err(|_| ApiError::BadRequest {
-            code: "invalid_header",
-            message: format!("{TENANT_HEADER} must be visible ASCII"),
-        })?;
+    if let Some(named) = header_text(&parts.headers, TENANT_HEADER)? {
         validate_id("tenant", named)?;
         if named != key.tenant {
             // The same answer whether or not that tenant exists.

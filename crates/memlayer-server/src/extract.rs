@@ -90,6 +90,22 @@ pub(crate) struct ApiQuery<T>(pub(crate) T);
 #[from_request(via(axum::extract::Path), rejection(ApiError))]
 pub(crate) struct ApiPath<T>(pub(crate) T);
 
+/// The value of header `name`, if sent; `400 invalid_header` unless it is visible ASCII.
+pub(crate) fn header_text<'a>(
+    headers: &'a axum::http::HeaderMap,
+    name: &str,
+) -> Result<Option<&'a str>, ApiError> {
+    headers
+        .get(name)
+        .map(|value| {
+            value.to_str().map_err(|_| ApiError::BadRequest {
+                code: "invalid_header",
+                message: format!("{name} must be visible ASCII"),
+            })
+        })
+        .transpose()
+}
+
 /// Header naming the tenant (project) a request acts for. The key decides the tenant; the
 /// header may repeat it (see `auth`).
 pub(crate) const TENANT_HEADER: &str = "x-memlayer-tenant";

@@ -837,8 +837,9 @@ const CANARY: &str = "cnry";
 /// Logs carry route templates and opaque ids, never what a client chose or wrote: the binary
 /// runs with JSON logs at trace level through appends, a search, memories, a tool call over
 /// MCP, answers of 4xx and
-/// 5xx (a failed model whose error echoes the message, an overloaded search), the end of a
-/// conversation and the erasure of the user; no canary value is anywhere on its stderr.
+/// 5xx (a failed model whose error echoes the message, an overloaded search), OpenAI-style
+/// chat completions named by headers, the end of a conversation and the erasure of the user;
+/// no canary value is anywhere on its stderr.
 #[test]
 fn logs_carry_no_ids_queries_or_texts_of_clients() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -925,6 +926,33 @@ fn logs_carry_no_ids_queries_or_texts_of_clients() {
         .unwrap();
     assert_eq!(overloaded.status().as_u16(), 503);
     assert_eq!(waiting.join().unwrap(), 200);
+    // The OpenAI-compatible endpoint: the conversation named in headers, a streamed answer,
+    // and a failed model whose error echoes the question.
+    let chat = |body: Value| {
+        client()
+            .post(format!("{url}/v1/openai/chat/completions"))
+            .header("x-memlayer-user", user)
+            .header("x-memlayer-agent", agent)
+            .header("x-memlayer-session", session)
+            .json(&body)
+            .send()
+            .unwrap()
+    };
+    upstream.push(memlayer_llm::Reply::text("cnry streamed answer"));
+    let streamed = chat(json!({ "model": "cnry-model", "stream": true, "messages": [
+        { "role": "system", "content": "cnry instructions" },
+        { "role": "user", "content": "cnry chat question" }] }));
+    assert_eq!(streamed.status().as_u16(), 200);
+    assert!(streamed.text().unwrap().ends_with("data: [DONE]\n\n"));
+    upstream.push(memlayer_llm::Reply::error(
+        500,
+        "cannot answer 'cnry chat question two'",
+        "server_error",
+        None,
+    ));
+    let failed = chat(json!({ "model": "cnry-model",
+        "messages": [{ "role": "user", "content": "cnry chat question two" }] }));
+    assert_eq!(failed.status().as_u16(), 502);
     assert_eq!(
         post(&format!("{url}/v1/sessions/{session}/end"), &json!({})).0,
         202

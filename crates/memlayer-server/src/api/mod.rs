@@ -8,6 +8,7 @@ pub(crate) mod health;
 pub(crate) mod keys;
 pub(crate) mod mcp;
 pub(crate) mod memories;
+pub(crate) mod openai;
 pub(crate) mod operations;
 pub(crate) mod recall;
 pub(crate) mod runs;
@@ -41,6 +42,7 @@ pub(crate) const ROUTES: &[Route] = &[
     Route::api(|| routes!(tools::tools)),
     Route::api(|| routes!(tools::call)),
     Route::api(|| routes!(runs::run)),
+    Route::api(|| routes!(openai::chat_completions)),
     Route::api(|| routes!(mcp::mcp)),
     Route::api(|| routes!(memories::remember, memories::list)),
     Route::api(|| routes!(memories::search)),

@@ -8,13 +8,16 @@ use axum::Json;
 use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use futures_util::{Stream, StreamExt};
 use memlayer_agent::{RunEvent, RunOutcome, RunRequest};
-use memlayer_llm::Usage;
+use memlayer_llm::{StreamDelta, Usage};
 use memlayer_store::RunStatus;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use tokio::sync::mpsc;
 use utoipa::ToSchema;
 
+use crate::auth::Principal;
 use crate::extract::{ApiJson, ApiPath, Caller};
 use crate::openapi::foreign;
 use crate::{ApiError, AppState};
@@ -76,13 +79,23 @@ pub(crate) struct RunAnswer {
     usage: TokenUsage,
 }
 
-impl From<RunOutcome> for RunAnswer {
-    fn from(outcome: RunOutcome) -> Self {
+impl From<Usage> for TokenUsage {
+    fn from(usage: Usage) -> Self {
         let Usage {
             prompt_tokens,
             completion_tokens,
             total_tokens,
-        } = outcome.usage;
+        } = usage;
+        Self {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens,
+        }
+    }
+}
+
+impl From<RunOutcome> for RunAnswer {
+    fn from(outcome: RunOutcome) -> Self {
         Self {
             run_id: outcome.run_id,
             session_id: outcome.session_id,
@@ -90,11 +103,7 @@ impl From<RunOutcome> for RunAnswer {
             content: outcome.content,
             status: outcome.status,
             tool_calls: outcome.tool_calls,
-            usage: TokenUsage {
-                prompt_tokens,
-                completion_tokens,
-                total_tokens,
-            },
+            usage: outcome.usage.into(),
         }
     }
 }
@@ -133,40 +142,59 @@ pub(crate) async fn run(
     ApiPath(agent_id): ApiPath<String>,
     ApiJson(body): ApiJson<RunBody>,
 ) -> Result<Response, ApiError> {
-    // A run acts for its user only: another user's session is not found (404) by `start`,
-    // and before the key's own user is checked, so the answer does not tell whether it
-    // exists.
-    if let Err(forbidden) = caller.may_act_for(&body.user_id) {
-        if let Some(session_id) = &body.session_id {
-            crate::api::erasure::require_session(&state, &caller, session_id).await?;
-        }
-        return Err(forbidden);
-    }
+    authorize(&state, &caller, &body.user_id, body.session_id.as_deref()).await?;
     let (request, stream) = body.into_request(caller.tenant().to_owned(), agent_id);
     let turn = state.agent().start(request).await?;
     if !stream {
         let outcome = state.agent().run(turn).await?;
         return Ok(Json(RunAnswer::from(outcome)).into_response());
     }
-    let events = futures_util::stream::unfold(state.agent().stream(turn), |mut events| async {
-        let event = events.recv().await?;
-        Some((Ok::<_, Infallible>(sse_event(event)), events))
-    });
+    let events = run_events(state.agent().stream(turn))
+        .filter_map(|event| std::future::ready(sse_event(event).map(Ok::<_, Infallible>)));
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::default())
         .into_response())
 }
 
-fn sse_event(event: RunEvent) -> Event {
+/// The event for the client; `None` for the pieces of the model's tool calls, which the run
+/// executes and reports in `tool_call` events instead.
+/// A streamed run's events, as a stream that ends after `RunEvent::Finished`.
+pub(crate) fn run_events(events: mpsc::Receiver<RunEvent>) -> impl Stream<Item = RunEvent> {
+    futures_util::stream::unfold(events, |mut events| async {
+        let event = events.recv().await?;
+        Some((event, events))
+    })
+}
+
+/// Whether `caller` may start a run for `user_id` in `session_id`. A run acts for its user
+/// only: another user's session is not found (404) by `Agent::start`, and before the key's
+/// own user is checked, so the answer does not tell whether it exists.
+pub(crate) async fn authorize(
+    state: &AppState,
+    caller: &Principal,
+    user_id: &str,
+    session_id: Option<&str>,
+) -> Result<(), ApiError> {
+    if let Err(forbidden) = caller.may_act_for(user_id) {
+        if let Some(session_id) = session_id {
+            crate::api::erasure::require_session(state, caller, session_id).await?;
+        }
+        return Err(forbidden);
+    }
+    Ok(())
+}
+
+fn sse_event(event: RunEvent) -> Option<Event> {
     let (name, data) = match event {
-        RunEvent::Delta(content) => ("delta", json!({ "content": content })),
+        RunEvent::Delta(StreamDelta::Content(content)) => ("delta", json!({ "content": content })),
+        RunEvent::Delta(StreamDelta::ToolCall { .. }) => return None,
         RunEvent::ToolCall { name, ok } => ("tool_call", json!({ "name": name, "ok": ok })),
         RunEvent::Finished(finished) => match *finished {
             Ok(outcome) => ("done", to_json(RunAnswer::from(outcome))),
             Err(err) => ("error", to_json(ApiError::from(err).body())),
         },
     };
-    Event::default().event(name).data(data.to_string())
+    Some(Event::default().event(name).data(data.to_string()))
 }
 
 fn to_json(value: impl Serialize) -> Value {

@@ -12,7 +12,7 @@ use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::api::read;
-use crate::extract::{ApiJson, ApiPath, ApiQuery, Caller, Tenant};
+use crate::extract::{ApiJson, ApiPath, ApiQuery, Caller, Tenant, header_text};
 use crate::wire::{MessageBody, MessageInput, RunBody, SessionBody, parse_timestamp};
 use crate::{ApiError, AppState};
 use memlayer_erasure::Target;
@@ -442,18 +442,7 @@ fn idempotency_key(
     headers: &HeaderMap,
     body_key: Option<String>,
 ) -> Result<Option<String>, ApiError> {
-    let header_key = headers
-        .get(IDEMPOTENCY_HEADER)
-        .map(|value| {
-            value
-                .to_str()
-                .map(str::to_owned)
-                .map_err(|_| ApiError::BadRequest {
-                    code: "invalid_header",
-                    message: format!("{IDEMPOTENCY_HEADER} must be visible ASCII"),
-                })
-        })
-        .transpose()?;
+    let header_key = header_text(headers, IDEMPOTENCY_HEADER)?.map(str::to_owned);
     match (header_key, body_key) {
         (Some(header), Some(body)) if header != body => Err(ApiError::invalid(
             "invalid_value",

@@ -34,6 +34,7 @@ use crate::extract::TENANT_HEADER;
         (name = "sessions", description = "Sessions and their owners"),
         (name = "messages", description = "A session's messages: appends, pages, search, clear"),
         (name = "runs", description = "Agent runs recorded in a session"),
+        (name = "openai", description = "OpenAI-compatible chat completions with memory"),
         (name = "context", description = "The context for the next model call, and entity memory"),
         (name = "recall", description = "Hybrid (keyword + vector) search over messages"),
         (name = "settings", description = "Saved context settings of a tenant and its agents"),
@@ -173,8 +174,11 @@ fn add_tenant(operation: &mut Operation) {
 
 /// The names under which requests carry identifiers the server checks with
 /// `memlayer_store::validate_id`, as parameters (path, query, header) and body fields.
-pub(crate) const IDENTIFIERS: [&str; 12] = [
+pub(crate) const IDENTIFIERS: [&str; 15] = [
     TENANT_HEADER,
+    crate::api::openai::SESSION_HEADER,
+    crate::api::openai::USER_HEADER,
+    crate::api::openai::AGENT_HEADER,
     "Idempotency-Key",
     "idempotency_key",
     "tenant",

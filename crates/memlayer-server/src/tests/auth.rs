@@ -40,6 +40,8 @@ struct Row {
     query: &'static str,
     /// JSON body, or empty.
     body: &'static str,
+    /// Headers besides the key's (the OpenAI endpoint names its conversation in them).
+    headers: &'static [(&'static str, &'static str)],
     /// The answer to alice's neighbour mallory, a user key of the same tenant. Only read for
     /// `Owner` and `AdminOrSelf` rows; the others refuse user keys with `403`.
     other_user: u16,
@@ -61,6 +63,7 @@ const fn row(
         access,
         query: "",
         body: "",
+        headers: &[],
         other_user,
         other_tenant,
     }
@@ -78,6 +81,11 @@ impl Row {
 
     const fn body(mut self, body: &'static str) -> Self {
         self.body = body;
+        self
+    }
+
+    const fn headers(mut self, headers: &'static [(&'static str, &'static str)]) -> Self {
+        self.headers = headers;
         self
     }
 }
@@ -135,6 +143,14 @@ const TABLE: &[Row] = &[
     row("POST", "/v1/agents/{agent_id}/runs", Owner, 404, 404).body(
         r#"{"message":"hi","user_id":"alice","session_id":"victim-session"}"#,
     ),
+    // The OpenAI-compatible endpoint: the conversation is in headers, checked as a run's.
+    row("POST", "/v1/openai/chat/completions", Owner, 404, 404)
+        .headers(&[
+            ("x-memlayer-session", SESSION),
+            ("x-memlayer-user", "alice"),
+            ("x-memlayer-agent", "support"),
+        ])
+        .body(r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#),
     // The MCP server of a session: checked like the tool-call endpoint before any message
     // reaches the MCP transport.
     row("POST", "/v1/sessions/{session_id}/mcp", Owner, 404, 404).body(
@@ -465,6 +481,9 @@ impl World {
         }
         if case == Case::OtherTenantNamed {
             builder = builder.header("x-memlayer-tenant", "default");
+        }
+        for (name, value) in row.headers {
+            builder = builder.header(*name, *value);
         }
         builder.body(Body::from(row.body)).unwrap()
     }

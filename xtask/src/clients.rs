@@ -1,0 +1,170 @@
+//! `cargo xtask clients`: the official OpenAI SDKs, Python's and JavaScript's, against the
+//! real server's OpenAI-compatible endpoint (`POST /v1/openai/chat/completions`). It installs
+//! the Python SDK with every dependency pinned by hash (`xtask/clients/requirements.txt`)
+//! into a virtual environment under the target directory and the JavaScript one with `npm ci`
+//! from the committed lock file, starts the fake model as a process (`fake-upstream`, from
+//! the tests package) and the real server (debug build, empty data directory) with the fake
+//! as its `[agent_model]`, and runs `xtask/clients/test_openai.py` and `test_openai.mjs`,
+//! which drive the SDKs as their users do and script the fake's answers over its control
+//! endpoint. The server's log lands in `target/clients-artifacts/`.
+//!
+//! It needs `python3` with `venv` and pip, Node.js with npm (installed with `apt-get` when
+//! missing, as for the browser test), and access to PyPI and the npm registry the first
+//! time; the embedding assets must be in place (`cargo xtask setup`, which `cargo xtask test`
+//! runs first).
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, ChildStdout, Command, Stdio};
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+
+use crate::cmd;
+use crate::metadata;
+use crate::server::{ADMIN_KEY, Server};
+
+/// Where the fake model is, as `fake-upstream` prints it.
+#[derive(Deserialize)]
+struct Fake {
+    base_url: String,
+    control: String,
+}
+
+pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
+    let clients = root.join("xtask").join("clients");
+    let target = metadata::read(root)?.target_directory;
+    let python = install_sdk(&target.join("clients-venv"), &clients)?;
+    crate::browser::install_missing(false)?;
+    // `npm ci` installs exactly the lock file's versions, and refuses a lock file that no
+    // longer matches package.json.
+    let mut npm = Command::new("npm");
+    npm.current_dir(&clients)
+        .args(["ci", "--no-audit", "--no-fund"]);
+    cmd::run(npm).context("`npm ci` failed in xtask/clients")?;
+
+    cmd::cargo(
+        root,
+        &["build", "-p", "memlayer", "-p", "memlayer-tests", "--bins"],
+    )?;
+    let artifacts = target.join("clients-artifacts");
+    std::fs::create_dir_all(&artifacts)?;
+    let fake = FakeUpstream::start(&target.join("debug").join("fake-upstream"))?;
+    let data = tempfile::Builder::new()
+        .prefix("memlayer-clients-")
+        .tempdir()
+        .context("could not create the data directory")?;
+    let config = data.path().join("memlayer.toml");
+    let base_url = toml::Value::String(fake.address.base_url.clone());
+    let table = format!(
+        "[agent_model]\nbase_url = {base_url}\nmodel = \"fake-model\"\ntimeout_secs = 10\n"
+    );
+    std::fs::write(&config, table)?;
+    let store = data.path().join("store");
+    let server = Server::start_with(
+        &target.join("debug").join("memlayer"),
+        &store,
+        &artifacts.join("server.log"),
+        std::time::Duration::from_secs(30),
+        &[("MEMLAYER_CONFIG", &*config.to_string_lossy())],
+    )?;
+
+    let sdk_test = |program: &Path, args: &[&str]| {
+        let mut test = Command::new(program);
+        test.current_dir(&clients)
+            .args(args)
+            .env("MEMLAYER_URL", format!("http://{}", server.addr()))
+            .env("MEMLAYER_ADMIN_KEY", ADMIN_KEY)
+            .env("FAKE_UPSTREAM_CONTROL", &fake.address.control)
+            // A proxy from the environment must not intercept 127.0.0.1 traffic.
+            .env("NO_PROXY", "127.0.0.1");
+        cmd::run(test)
+    };
+    let outcome = sdk_test(&python, &["test_openai.py"])
+        .and_then(|()| sdk_test(Path::new("node"), &["--test", "test_openai.mjs"]));
+    // The test's failure says more than a failed shutdown after it, so it is reported first.
+    let stopped = server.stop();
+    drop(fake);
+    outcome.with_context(|| {
+        format!(
+            "the OpenAI SDKs' tests failed; the server's log is in {}",
+            artifacts.display()
+        )
+    })?;
+    stopped?;
+    eprintln!("xtask: the OpenAI SDKs' tests passed");
+    Ok(())
+}
+
+/// Creates the virtual environment if it is missing and installs the pinned packages into
+/// it (pip checks every file against its hash, and installs nothing unpinned); answers its
+/// Python.
+fn install_sdk(venv: &Path, clients: &Path) -> anyhow::Result<std::path::PathBuf> {
+    let python = venv.join("bin").join("python");
+    if !python.exists() {
+        let mut create = Command::new("python3");
+        create.args(["-m", "venv"]).arg(venv);
+        cmd::run(create)
+            .context("could not create a virtual environment with `python3 -m venv`")?;
+    }
+    let mut pip = Command::new(&python);
+    pip.args([
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "--quiet",
+        "--require-hashes",
+        "--only-binary",
+        ":all:",
+        "-r",
+    ])
+    .arg(clients.join("requirements.txt"));
+    cmd::run(pip).context("pip could not install xtask/clients/requirements.txt")?;
+    Ok(python)
+}
+
+/// The `fake-upstream` process; it exits when its standard input closes, which dropping
+/// this does.
+struct FakeUpstream {
+    child: Child,
+    address: Fake,
+}
+
+impl FakeUpstream {
+    fn start(binary: &Path) -> anyhow::Result<Self> {
+        let mut child = Command::new(binary)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("could not start {}", binary.display()))?;
+        let stdout = child.stdout.take().context("stdout is piped")?;
+        match first_line(stdout) {
+            Ok(address) => Ok(Self { child, address }),
+            Err(error) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(error)
+            }
+        }
+    }
+}
+
+fn first_line(stdout: ChildStdout) -> anyhow::Result<Fake> {
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line)?;
+    if line.is_empty() {
+        bail!("fake-upstream exited before printing its address");
+    }
+    serde_json::from_str(&line).with_context(|| format!("fake-upstream printed {line:?}"))
+}
+
+impl Drop for FakeUpstream {
+    fn drop(&mut self) {
+        // Closing its input asks it to stop; a kill is the fallback that never fails.
+        drop(self.child.stdin.take());
+        if self.child.wait().is_err() {
+            let _ = self.child.kill();
+        }
+    }
+}
