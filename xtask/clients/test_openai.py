@@ -232,7 +232,7 @@ def test_bad_requests_are_raised_with_their_status():
     anonymous = OpenAI(base_url=f"{URL}/v1/openai", api_key="mlk_not_a_key", max_retries=0)
     hello = [{"role": "user", "content": "Hello?"}]
     cases = [
-        (anonymous, {}, hello, openai.AuthenticationError, 401, "unauthorized"),
+        (anonymous, CONVERSATION, hello, openai.AuthenticationError, 401, "unauthorized"),
         (
             OpenAI(base_url=f"{URL}/v1/openai", api_key=KEY),
             {},

@@ -103,6 +103,9 @@ enum Task {
         /// Examples generated per operation and phase.
         #[arg(long, default_value_t = CI_CONTRACT_EXAMPLES)]
         examples: u32,
+        /// Only this operation (its `operationId`), with each key that may call it.
+        #[arg(long)]
+        operation: Option<String>,
     },
     /// Test the official OpenAI SDKs (Python, JavaScript) against the real server's
     /// OpenAI-compatible endpoint, with a fake model (installs the hash-pinned Python SDK
@@ -184,9 +187,19 @@ fn main() -> anyhow::Result<ExitCode> {
             setup::run(&root)?;
             browser::run(&root)?;
         }
-        Task::Contract { examples } => {
+        Task::Contract {
+            examples,
+            operation,
+        } => {
             setup::run(&root)?;
-            contract::run(&root, examples)?;
+            let operation = operation.as_deref();
+            contract::run(
+                &root,
+                &contract::Scope {
+                    examples,
+                    operation,
+                },
+            )?;
         }
         Task::Clients => clients::run(&root)?,
         Task::Dist => dist::run(&root)?,
@@ -261,7 +274,11 @@ fn test(root: &Path) -> anyhow::Result<()> {
     // runs are `cargo xtask fuzz --seconds 600` (docs/fuzzing.md).
     fuzz::run(root, CI_FUZZ_SECONDS).context("CI step `cargo xtask fuzz` failed")?;
     browser::run(root).context("CI step `cargo xtask browser` failed")?;
-    contract::run(root, CI_CONTRACT_EXAMPLES).context("CI step `cargo xtask contract` failed")?;
+    let everything = contract::Scope {
+        examples: CI_CONTRACT_EXAMPLES,
+        operation: None,
+    };
+    contract::run(root, &everything).context("CI step `cargo xtask contract` failed")?;
     eprintln!("xtask: all steps passed");
     Ok(())
 }

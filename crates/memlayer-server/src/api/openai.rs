@@ -11,8 +11,10 @@ use std::convert::Infallible;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::Json;
+use axum::extract::FromRequestParts;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::HeaderValue;
+use axum::http::request::Parts;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
@@ -24,13 +26,12 @@ use serde_json::{Map, Value, json};
 use utoipa::ToSchema;
 
 use crate::api::runs::{TokenUsage, authorize, run_events};
-use crate::auth::Principal;
 use crate::extract::{ApiJson, Caller, header_text};
 use crate::{ApiError, AppState};
 
 /// The conversation a call continues; a new one when absent. Sent back on every answer.
 pub(crate) const SESSION_HEADER: &str = "x-memlayer-session";
-/// The user speaking; a user-scoped key's own user when absent.
+/// The user speaking (a user-scoped key names its own user).
 pub(crate) const USER_HEADER: &str = "x-memlayer-user";
 /// The agent answering.
 pub(crate) const AGENT_HEADER: &str = "x-memlayer-agent";
@@ -43,8 +44,10 @@ pub(crate) struct ChatCompletionRequest {
     /// The conversation as the client has it. The last `user` message is the new turn;
     /// `system` and `developer` messages are sent first, as they are; the earlier turns are
     /// replaced by memlayer's context (the session's own history, recalled turns, facts and
-    /// memories). After the last user message only the assistant's `tool_calls` and their
-    /// `tool` results may follow. At most 1,000 messages; text content only.
+    /// memories); assistant and `tool` messages after it (the model's tool calls and their
+    /// results) are sent after the context, in order. Every message is checked, even those
+    /// the context replaces: text content only, a user message's not blank and without NUL,
+    /// a `tool` message with its `tool_call_id`. At most 1,000 messages.
     messages: Vec<ClientMessage>,
     /// Answer with `chat.completion.chunk` server-sent events, ended by `data: [DONE]`.
     #[serde(default)]
@@ -54,8 +57,8 @@ pub(crate) struct ChatCompletionRequest {
     /// The client's function tools, passed to the model unchanged; their calls come back
     /// for the client to run.
     #[schema(value_type = Option<Vec<Object>>)]
-    tools: Option<Vec<Value>>,
-    /// Passed to the model unchanged.
+    tools: Option<Vec<Map<String, Value>>>,
+    /// `none`, `auto`, `required` or the function to call; passed to the model unchanged.
     #[schema(value_type = Option<Object>)]
     tool_choice: Option<Value>,
     /// Most tokens to generate (`max_completion_tokens` is passed on as it is).
@@ -155,40 +158,31 @@ impl ChatCompletionRequest {
         let mut tool_results = Vec::new();
         let mut question = String::new();
         for (position, message) in self.messages.into_iter().enumerate() {
-            match message.role {
-                ClientRole::System | ClientRole::Developer => {
-                    instructions.push(ChatMessage::system(message.text()?));
+            let text = message.checked_text()?;
+            match (message.role, message.tool_call_id) {
+                (ClientRole::System | ClientRole::Developer, _) => {
+                    instructions.push(ChatMessage::system(text.unwrap_or_default()));
                 }
-                ClientRole::User if position == last_user => question = message.text()?,
+                _ if position == last_user => question = text.unwrap_or_default(),
                 // Earlier turns: the session's stored history stands for them.
                 _ if position < last_user => {}
-                ClientRole::Assistant if !message.tool_calls.is_empty() => {
-                    tool_results.push(ChatMessage {
-                        content: message.optional_text()?,
-                        name: message.name,
-                        ..ChatMessage::assistant_tool_calls(message.tool_calls)
-                    });
+                (ClientRole::Tool, Some(id)) => {
+                    tool_results.push(ChatMessage::tool_result(id, text.unwrap_or_default()));
                 }
-                ClientRole::Tool => {
-                    let id = message.tool_call_id.clone().ok_or_else(|| {
-                        invalid("a tool message needs the tool_call_id it answers")
-                    })?;
-                    tool_results.push(ChatMessage::tool_result(id, message.text()?));
-                }
-                _ => {
-                    return Err(invalid(
-                        "after the last user message only the assistant's tool calls and \
-                         their results may follow",
-                    ));
-                }
+                // The assistant's messages after the question (no user message follows it).
+                _ => tool_results.push(ChatMessage {
+                    content: text,
+                    name: message.name,
+                    ..ChatMessage::assistant_tool_calls(message.tool_calls)
+                }),
             }
         }
         let mut extra = self.other;
         // Passed as the client wrote them: `Tool` would drop fields such as `strict`.
-        extra.extend(
-            self.tools
-                .map(|tools| ("tools".to_owned(), Value::from(tools))),
-        );
+        extra.extend(self.tools.map(|tools| {
+            let tools = tools.into_iter().map(Value::Object).collect();
+            ("tools".to_owned(), Value::Array(tools))
+        }));
         extra.extend(
             self.tool_choice
                 .map(|choice| ("tool_choice".to_owned(), choice)),
@@ -214,13 +208,31 @@ impl ChatCompletionRequest {
 }
 
 impl ClientMessage {
-    fn text(&self) -> Result<String, ApiError> {
-        Ok(self.optional_text()?.unwrap_or_default())
+    /// The text content, once the rules every message keeps are checked: a user message
+    /// has text that is not blank and holds no NUL (what the store takes), a `tool` message
+    /// names its call.
+    fn checked_text(&self) -> Result<Option<String>, ApiError> {
+        let text = self.text()?;
+        match self.role {
+            ClientRole::User
+                if text
+                    .as_deref()
+                    .is_none_or(|text| text.trim().is_empty() || text.contains('\0')) =>
+            {
+                Err(invalid(
+                    "a user message needs text that is not blank and holds no NUL",
+                ))
+            }
+            ClientRole::Tool if self.tool_call_id.is_none() => {
+                Err(invalid("a tool message needs the tool_call_id it answers"))
+            }
+            _ => Ok(text),
+        }
     }
 
     /// The text content; parts are joined by line breaks. Images, audio and files are
     /// refused: memlayer stores and recalls text.
-    fn optional_text(&self) -> Result<Option<String>, ApiError> {
+    fn text(&self) -> Result<Option<String>, ApiError> {
         match &self.content {
             None => Ok(None),
             Some(ChatContent::Text(text)) => Ok(Some(text.clone())),
@@ -241,21 +253,32 @@ impl ClientMessage {
     }
 }
 
-/// The conversation the headers name.
-fn conversation(
-    headers: &HeaderMap,
-    caller: &Principal,
-) -> Result<(Option<String>, String, String), ApiError> {
-    let header = |name| Ok::<_, ApiError>(header_text(headers, name)?.map(str::to_owned));
-    let missing = |name: &str| ApiError::BadRequest {
-        code: "missing_header",
-        message: format!("the {name} header is required"),
-    };
-    let user = header(USER_HEADER)?
-        .or_else(|| caller.user().map(str::to_owned))
-        .ok_or_else(|| missing(USER_HEADER))?;
-    let agent = header(AGENT_HEADER)?.ok_or_else(|| missing(AGENT_HEADER))?;
-    Ok((header(SESSION_HEADER)?, user, agent))
+/// The conversation the headers name. Extracted before the caller: a request without them
+/// is malformed whoever sends it, and says so before the key's tenant is compared.
+pub(crate) struct Conversation {
+    session_id: Option<String>,
+    user_id: String,
+    agent_id: String,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Conversation {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        let header =
+            |name: &str| Ok::<_, ApiError>(header_text(&parts.headers, name)?.map(str::to_owned));
+        let required = |name: &str| {
+            header(name)?.ok_or_else(|| ApiError::BadRequest {
+                code: "missing_header",
+                message: format!("the {name} header is required"),
+            })
+        };
+        Ok(Self {
+            user_id: required(USER_HEADER)?,
+            agent_id: required(AGENT_HEADER)?,
+            session_id: header(SESSION_HEADER)?,
+        })
+    }
 }
 
 /// The answer, whole.
@@ -412,15 +435,15 @@ fn finish_reason(answer: &memlayer_llm::Completion) -> String {
 ///
 /// OpenAI's chat completions, for an OpenAI SDK with `base_url` `{server}/v1/openai` and a
 /// memlayer key as its API key. The conversation is named by headers: `x-memlayer-user` (a
-/// user-scoped key's own user when absent), `x-memlayer-agent`, and `x-memlayer-session` (a
+/// user-scoped key names its own user), `x-memlayer-agent`, and `x-memlayer-session` (a
 /// new session when absent); the session's id comes back in `x-memlayer-session` on every
 /// answer once the turn started. The last `user` message is the new turn and is stored
 /// first (not again when it is the session's last, unanswered message: a retry, or the
 /// results of the tools the model called); the context is built as
 /// `/v1/sessions/{id}/context` builds it for that message with the agent's settings; the
 /// configured `[agent_model]` is called with the client's `system`/`developer` messages
-/// first, then the context (in place of the earlier turns the client sent), then the tool
-/// calls and results that follow the user message, with the client's tools and parameters;
+/// first, then the context (in place of the earlier turns the client sent), then the
+/// assistant and tool messages that follow the user message, with the client's tools and parameters;
 /// the answer is stored and returned in OpenAI's shape. An answer of only tool calls is not
 /// stored: the client runs them and sends their results, and the turn's final answer is
 /// stored; the tool calls and results are not. Each call is recorded in the session's runs
@@ -436,7 +459,7 @@ fn finish_reason(answer: &memlayer_llm::Completion) -> String {
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
     params(
         ("x-memlayer-session" = Option<String>, Header, description = "The session to continue, one of this user with this agent; a new one when absent"),
-        ("x-memlayer-user" = Option<String>, Header, description = "The user speaking; required but for a user-scoped key, whose user it is"),
+        ("x-memlayer-user" = String, Header, description = "The user speaking (a user-scoped key names its own user)"),
         ("x-memlayer-agent" = String, Header, description = "The agent answering: its saved settings shape the context"),
     ),
     request_body = ChatCompletionRequest,
@@ -444,9 +467,9 @@ fn finish_reason(answer: &memlayer_llm::Completion) -> String {
         (status = 200, description = "The answer, or its `chat.completion.chunk` events with `stream: true`",
             headers(("x-memlayer-session" = String, description = "The session of the turn")),
             content((ChatCompletion = "application/json"), (String = "text/event-stream"))),
-        (status = 400, description = "A malformed body or header, or a required header missing (`missing_header`)", body = crate::error::ErrorBody),
+        (status = 400, description = "A malformed body or header, or a required header missing (`missing_header`, answered before the key is looked at)", body = crate::error::ErrorBody),
         (status = 404, description = "No such session of this user with this agent", body = crate::error::ErrorBody),
-        (status = 422, description = "No user message, an empty one, content that is not text, messages after the user's that are not tool calls and results, more than 1,000 messages (`invalid_messages`), `n` other than 1 or an invalid id; nothing stored", body = crate::error::ErrorBody),
+        (status = 422, description = "No user message, a blank one or one with NUL, content that is not text, a tool message without its `tool_call_id`, more than 1,000 messages (`invalid_messages`), `n` other than 1 or an invalid id; nothing stored", body = crate::error::ErrorBody),
         (status = 502, description = "The model failed (`upstream_failed`); the failed run is named, the user's message stored", body = crate::error::ErrorBody),
         (status = 503, description = "No model is configured (`model_not_configured`), or as many runs as the server admits are going on (`overloaded`, with `Retry-After`); nothing stored", body = crate::error::ErrorBody),
         (status = 504, description = "The model did not answer in time (`upstream_timeout`); the failed run is named", body = crate::error::ErrorBody),
@@ -454,11 +477,15 @@ fn finish_reason(answer: &memlayer_llm::Completion) -> String {
 )]
 pub(crate) async fn chat_completions(
     State(state): State<AppState>,
+    conversation: Conversation,
     Caller(caller): Caller,
-    headers: HeaderMap,
     ApiJson(body): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
-    let (session_id, user_id, agent_id) = conversation(&headers, &caller)?;
+    let Conversation {
+        session_id,
+        user_id,
+        agent_id,
+    } = conversation;
     let turn = body.into_turn()?;
     authorize(&state, &caller, &user_id, session_id.as_deref()).await?;
     let request = RunRequest {
@@ -584,6 +611,20 @@ mod tests {
     }
 
     #[test]
+    fn an_assistant_message_after_the_question_goes_to_the_model_as_written() {
+        let turn = messages(json!([
+            { "role": "user", "content": "Name a colour." },
+            { "role": "assistant", "content": "The colour is" },
+        ]))
+        .unwrap();
+        let prefill = &turn.call.tool_results;
+        assert_eq!(
+            (prefill.len(), prefill[0].role, prefill[0].content.as_deref()),
+            (1, Role::Assistant, Some("The colour is"))
+        );
+    }
+
+    #[test]
     fn the_clients_parameters_and_tools_are_passed_on_as_written() {
         let tools = json!([{ "type": "function", "function": { "name": "weather", "strict": true, "parameters": {} } }]);
         let turn = turn(json!({
@@ -633,13 +674,14 @@ mod tests {
                 "needs its `text`",
             ),
             (
-                with(json!([user, { "role": "assistant", "content": "Prefilled" }])),
-                "only the assistant's tool calls",
-            ),
-            (
-                with(json!([user, { "role": "tool", "content": "12°C" }])),
+                with(json!([{ "role": "tool", "content": "12°C" }, user])),
                 "tool_call_id",
             ),
+            (
+                with(json!([{ "role": "user", "content": " " }, user])),
+                "not blank",
+            ),
+            (with(json!([{ "role": "user", "content": "a\0b" }])), "NUL"),
             (
                 json!({ "model": "m", "messages": [user], "n": 2 }),
                 "n must be 1",

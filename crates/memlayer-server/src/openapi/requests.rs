@@ -185,6 +185,42 @@ pub(crate) fn make_exact(doc: &mut Value) {
         json!({ "additionalProperties": false }),
     );
     patch("ToolCall", json!({}), json!({ "oneOf": tool_calls() }));
+    // The OpenAI-compatible endpoint: a user message to answer, every message checked
+    // (`api::openai::ClientMessage::checked_text`), one answer.
+    patch(
+        "ChatCompletionRequest",
+        json!({
+            "messages": {
+                "maxItems": MAX_MESSAGES_PER_APPEND,
+                "contains": { "required": ["role"], "properties": { "role": { "const": "user" } } },
+            },
+            "n": { "minimum": 1, "maximum": 1 },
+        }),
+        json!({}),
+    );
+    patch(
+        "ClientMessage",
+        json!({ "tool_calls": { "items": chat_tool_call() } }),
+        json!({ "allOf": [
+            { "if": { "properties": { "role": { "const": "user" } } },
+              "then": { "required": ["content"], "properties": { "content": user_text() } } },
+            { "if": { "properties": { "role": { "const": "tool" } } },
+              "then": given("tool_call_id") },
+        ] }),
+    );
+    patch(
+        "ChatContentPart",
+        json!({ "type": { "const": "text" }, "text": { "type": "string" } }),
+        json!({ "required": ["type", "text"] }),
+    );
+    // Passed to the model as it is, whatever it is.
+    schemas["ChatCompletionRequest"]["properties"]["tool_choice"]
+        .as_object_mut()
+        .expect("tool_choice is a schema")
+        .retain(|keyword, _| keyword == "description");
+    // Sent back as the model wrote them, and read as text.
+    without_null(&mut schemas["ClientMessage"]["properties"]["tool_calls"]);
+    without_null(&mut schemas["ChatContentPart"]["properties"]["text"]);
     // The document's fields are read by hand, and `null` is not a value of either.
     for property in schemas["MemoryConfig"]["properties"]
         .as_object_mut()
@@ -198,6 +234,8 @@ pub(crate) fn make_exact(doc: &mut Value) {
         ["schema"] = mcp_message();
     doc["paths"]["/v1/agents/{agent_id}/runs"]["post"]["responses"]["200"]["content"]["text/event-stream"]
         ["schema"] = run_event();
+    doc["paths"]["/v1/openai/chat/completions"]["post"]["responses"]["200"]["content"]["text/event-stream"]
+        ["schema"] = chat_chunk_event();
 
     // The session search's words, and a message's index (a session holds at most
     // `MAX_MESSAGES_PER_SESSION` messages).
@@ -219,6 +257,10 @@ pub(crate) fn make_exact(doc: &mut Value) {
                 }
                 (Value::String(place), Some("index")) if place == "path" => {
                     parameter["schema"]["maximum"] = json!(MAX_MESSAGES_PER_SESSION - 1);
+                }
+                // An optional header is absent or text, never `null`.
+                (Value::String(place), _) if place == "header" => {
+                    without_null(&mut parameter["schema"]);
                 }
                 _ => {}
             }
@@ -284,6 +326,36 @@ fn merge(property: &mut Value, rule: Value) {
     if nullable && let Some(kind) = property["type"].as_str() {
         property["type"] = json!([kind, "null"]);
     }
+}
+
+/// A tool call the model made, as a client sends it back: `arguments` may be any JSON (text,
+/// as OpenAI writes it, is passed on as it is; anything else as its JSON text).
+fn chat_tool_call() -> Value {
+    json!({
+        "type": "object",
+        "required": ["function"],
+        "properties": {
+            "id": { "type": "string" },
+            "type": { "type": "string" },
+            "function": {
+                "type": "object",
+                "required": ["name"],
+                "properties": { "name": { "type": "string" }, "arguments": {} },
+            },
+        },
+    })
+}
+
+/// A user message's content: text, or text parts, that is not blank and holds no NUL.
+fn user_text() -> Value {
+    json!({ "anyOf": [
+        text(NOT_BLANK, None),
+        {
+            "type": "array",
+            "items": { "properties": { "text": text(NO_NUL, None) } },
+            "contains": { "required": ["text"], "properties": { "text": text(NOT_BLANK, None) } },
+        },
+    ] })
 }
 
 /// `["boolean", "null"]` becomes `"boolean"`: for a field the server refuses `null` for.
@@ -414,6 +486,40 @@ fn run_event() -> Value {
         event("done", json!({ "$ref": "#/components/schemas/RunAnswer" })),
         event("error", json!({ "$ref": "#/components/schemas/ErrorBody" })),
     ] })
+}
+
+/// An event of a streamed chat completion: a `chat.completion.chunk`, the error that ended
+/// the stream, or `[DONE]`, as OpenAI sends them (no event names).
+fn chat_chunk_event() -> Value {
+    let chunk = json!({
+        "type": "object",
+        "required": ["id", "object", "created", "model", "choices"],
+        "properties": {
+            "object": { "const": "chat.completion.chunk" },
+            "choices": { "type": "array", "items": {
+                "type": "object",
+                "required": ["index", "delta", "finish_reason"],
+                "properties": {
+                    "index": { "type": "integer" },
+                    "delta": { "type": "object" },
+                    "finish_reason": { "type": ["string", "null"] },
+                },
+            } },
+            "usage": { "$ref": "#/components/schemas/TokenUsage" },
+        },
+    });
+    json!({
+        "type": "object",
+        "required": ["data"],
+        "properties": { "data": {
+            "type": "string",
+            "if": { "const": "[DONE]" },
+            "else": {
+                "contentMediaType": "application/json",
+                "contentSchema": { "anyOf": [chunk, { "$ref": "#/components/schemas/ErrorBody" }] },
+            },
+        } },
+    })
 }
 
 /// One alternative per agent tool: its name and its arguments as an object, with the rules
