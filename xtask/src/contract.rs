@@ -1,7 +1,8 @@
-//! `cargo xtask contract`: the API contract test. schemathesis, installed from PyPI with every
-//! file pinned by hash (`xtask/contract/requirements.txt`) into a virtual environment under
-//! the target directory, runs against the real server (debug build, empty data directory) with
-//! `--checks all` for each role's key: every request the OpenAPI document allows must be
+//! `cargo xtask contract`: the API contract test. schemathesis and openapi-spec-validator,
+//! installed from PyPI with every file pinned by hash (`xtask/contract/requirements.txt`) into
+//! a virtual environment under the target directory, run against the real server (debug
+//! build, empty data directory). First the served `/openapi.json` must validate as OpenAPI
+//! 3.1; then schemathesis runs with `--checks all` for each role's key: every request the OpenAPI document allows must be
 //! accepted, every one it rules out refused, every answer must match the document, and no
 //! answer may be a server error. Any finding fails the step.
 //!
@@ -30,6 +31,9 @@ struct Run {
     filter: &'static [&'static str],
 }
 
+/// schemathesis's option that selects operations by id.
+const INCLUDE: &str = "--include-operation-id";
+
 const RUNS: [Run; 4] = [
     Run {
         role: "user",
@@ -45,7 +49,7 @@ const RUNS: [Run; 4] = [
     },
     Run {
         role: "revoking tenant_admin",
-        filter: &["--include-operation-id", "revoke_key"],
+        filter: &[INCLUDE, "revoke_key"],
     },
 ];
 
@@ -120,15 +124,32 @@ fn run_all(
     scope: &Scope,
 ) -> anyhow::Result<()> {
     let base = format!("http://{}", server.addr());
-    let keys = create_keys(&base)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let client = admin_client(Duration::from_secs(30))?;
+    let document = runtime.block_on(async {
+        let answer = client.get(format!("{base}/openapi.json")).send().await?;
+        answer.error_for_status()?.bytes().await
+    })?;
+    validate_document(schemathesis, work, &document)?;
+    let keys = runtime.block_on(create_keys(&client, &base))?;
     let mut failed = Vec::new();
     for (run, key) in RUNS.iter().zip(&keys) {
-        // One operation runs with every key, but the revoking one only covers revocation.
-        let filter = match scope.operation {
-            None => run.filter,
-            Some(operation) if run.filter.contains(&operation) => run.filter,
-            Some(_) if run.filter.first() == Some(&"--include-operation-id") => continue,
-            Some(operation) => &["--include-operation-id", operation][..],
+        // One operation runs with every key whose run covers it.
+        let filter = match (scope.operation, run.filter) {
+            (None, filter) => filter,
+            (Some(operation), [INCLUDE, only]) if operation == *only => run.filter,
+            (Some(_), [INCLUDE, _]) => continue,
+            (Some(operation), [_, excluded]) if operation == *excluded => continue,
+            (Some(operation), _) => &[INCLUDE, operation][..],
+        };
+        // The stateful phase follows links between operations, which one operation alone
+        // does not have (schemathesis calls that an error).
+        let phases: &[&str] = if filter.first() == Some(&INCLUDE) {
+            &["--phases", "examples,coverage,fuzzing"]
+        } else {
+            &[]
         };
         let started = Instant::now();
         eprintln!("xtask: schemathesis with the {} key", run.role);
@@ -142,6 +163,7 @@ fn run_all(
             .args(["--checks", "all", "--workers", "2"])
             .args(["--max-examples", &scope.examples.to_string()])
             .args(filter)
+            .args(phases)
             .env("NO_COLOR", "1");
         let passed = command
             .status()
@@ -167,13 +189,29 @@ fn run_all(
     Ok(())
 }
 
+/// The served document must be valid OpenAPI 3.1, as openapi-spec-validator checks it (the
+/// 3.1 schema, every `$ref` resolved, operation ids unique, path parameters declared), before
+/// schemathesis trusts it.
+fn validate_document(
+    schemathesis: &Schemathesis,
+    work: &Path,
+    document: &[u8],
+) -> anyhow::Result<()> {
+    let saved = work.join("openapi.json");
+    std::fs::write(&saved, document)?;
+    let mut command = Command::new(&schemathesis.python);
+    command
+        .args(["-m", "openapi_spec_validator", "--schema", "3.1"])
+        .args(["--validation-errors", "all"])
+        .arg(&saved);
+    cmd::run(command).context("/openapi.json is not valid OpenAPI 3.1")?;
+    eprintln!("xtask: /openapi.json is valid OpenAPI 3.1");
+    Ok(())
+}
+
 /// A key for each run, made with the configured admin key: a user key of user `alice`, a
 /// service key, the admin key itself, and a second admin key to be revoked.
-fn create_keys(base: &str) -> anyhow::Result<[String; 4]> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let client = admin_client(Duration::from_secs(30))?;
+async fn create_keys(client: &reqwest::Client, base: &str) -> anyhow::Result<[String; 4]> {
     let create = |body: serde_json::Value| {
         let client = client.clone();
         let url = format!("{base}/v1/keys");
@@ -192,14 +230,12 @@ fn create_keys(base: &str) -> anyhow::Result<[String; 4]> {
                 .context("the created key's answer has no `key`")
         }
     };
-    runtime.block_on(async {
-        Ok([
-            create(serde_json::json!({ "role": "user", "user_id": "alice" })).await?,
-            create(serde_json::json!({ "role": "service" })).await?,
-            crate::server::ADMIN_KEY.to_owned(),
-            create(serde_json::json!({ "role": "tenant_admin" })).await?,
-        ])
-    })
+    Ok([
+        create(serde_json::json!({ "role": "user", "user_id": "alice" })).await?,
+        create(serde_json::json!({ "role": "service" })).await?,
+        crate::server::ADMIN_KEY.to_owned(),
+        create(serde_json::json!({ "role": "tenant_admin" })).await?,
+    ])
 }
 
 /// The virtual environment's `python3` with schemathesis, installed (again) when the

@@ -86,6 +86,7 @@ pub(crate) struct RecordEpisode {
 #[utoipa::path(
     post,
     path = "/v1/users/{user_id}/episodes",
+    operation_id = "record_episode",
     tag = "episodes",
     params(("user_id" = String, Path, description = "The user")),
     request_body = RecordEpisode,
@@ -142,6 +143,7 @@ pub(crate) struct EpisodeList {
 #[utoipa::path(
     get,
     path = "/v1/users/{user_id}/episodes",
+    operation_id = "list_episodes",
     tag = "episodes",
     params(("user_id" = String, Path, description = "The user"), ListQuery),
     responses((status = 200, description = "Oldest first", body = EpisodeList)),
@@ -174,6 +176,7 @@ pub(crate) async fn list(
 #[utoipa::path(
     get,
     path = "/v1/episodes/{episode_id}",
+    operation_id = "get_episode",
     tag = "episodes",
     params(("episode_id" = u64, Path, description = "The episode's id")),
     responses(
@@ -209,6 +212,7 @@ fn episode_not_found(episode_id: u64) -> ApiError {
 #[utoipa::path(
     delete,
     path = "/v1/episodes/{episode_id}",
+    operation_id = "delete_episode",
     tag = "episodes",
     params(("episode_id" = u64, Path, description = "The episode's id")),
     responses(
@@ -271,6 +275,7 @@ pub(crate) struct LessonsBody {
 #[utoipa::path(
     get,
     path = "/v1/users/{user_id}/lessons",
+    operation_id = "list_lessons",
     tag = "episodes",
     params(("user_id" = String, Path, description = "The user"), LessonsQuery),
     responses((status = 200, description = "The rendered lessons", body = LessonsBody)),

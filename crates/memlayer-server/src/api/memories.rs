@@ -205,6 +205,7 @@ pub(crate) struct MemoryList {
 #[utoipa::path(
     get,
     path = "/v1/users/{user_id}/memories",
+    operation_id = "list_memories",
     tag = "memories",
     params(("user_id" = String, Path, description = "The user"), ListQuery),
     responses(
@@ -294,6 +295,7 @@ impl MemoryHits {
 #[utoipa::path(
     post,
     path = "/v1/users/{user_id}/memories/search",
+    operation_id = "search_memories",
     tag = "memories",
     params(("user_id" = String, Path, description = "The user")),
     request_body = SearchBody,
@@ -337,6 +339,7 @@ async fn search_for(
 #[utoipa::path(
     get,
     path = "/v1/memories/{memory_id}",
+    operation_id = "get_memory",
     tag = "memories",
     params(("memory_id" = u64, Path, description = "The memory's id")),
     responses(
@@ -378,6 +381,7 @@ fn owned_memory(
 #[utoipa::path(
     delete,
     path = "/v1/memories/{memory_id}",
+    operation_id = "forget_memory",
     tag = "memories",
     params(("memory_id" = u64, Path, description = "The memory's id")),
     responses(

@@ -619,7 +619,11 @@ mod tests {
         .unwrap();
         let prefill = &turn.call.tool_results;
         assert_eq!(
-            (prefill.len(), prefill[0].role, prefill[0].content.as_deref()),
+            (
+                prefill.len(),
+                prefill[0].role,
+                prefill[0].content.as_deref()
+            ),
             (1, Role::Assistant, Some("The colour is"))
         );
     }

@@ -122,6 +122,7 @@ impl From<RunOutcome> for RunAnswer {
 #[utoipa::path(
     post,
     path = "/v1/agents/{agent_id}/runs",
+    operation_id = "run_agent",
     tag = "runs",
     params(("agent_id" = String, Path, description = "The agent answering")),
     request_body = RunBody,

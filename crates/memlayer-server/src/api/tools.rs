@@ -32,6 +32,7 @@ pub(crate) struct Tools {
 #[utoipa::path(
     get,
     path = "/v1/tools",
+    operation_id = "list_tools",
     tag = "tools",
     responses((status = 200, description = "Tool definitions", body = Tools)),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
@@ -74,6 +75,7 @@ pub(crate) struct ToolResult {
 #[utoipa::path(
     post,
     path = "/v1/sessions/{session_id}/tools/call",
+    operation_id = "call_tool",
     tag = "tools",
     params(("session_id" = String, Path, description = "The session the model is in")),
     request_body = ToolCall,
