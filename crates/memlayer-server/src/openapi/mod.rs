@@ -4,6 +4,7 @@
 //! without being documented. This module adds what is common to every operation (the error
 //! shape, the API key and the tenant header) and describes the JSON of types that live in other crates.
 
+mod links;
 mod requests;
 
 use std::sync::LazyLock;
@@ -54,10 +55,11 @@ pub fn openapi() -> OpenApi {
 }
 
 /// The document as served at `/openapi.json`, built once: [`openapi`] with its request
-/// schemas made exact (see `requests`).
+/// schemas made exact (see `requests`) and its links (see `links`).
 pub(crate) static OPENAPI_JSON: LazyLock<String> = LazyLock::new(|| {
     let mut doc = serde_json::to_value(openapi()).expect("the OpenAPI document serialises");
     requests::make_exact(&mut doc);
+    links::add(&mut doc);
     serde_json::to_string_pretty(&doc).expect("the OpenAPI document serialises")
 });
 
