@@ -268,13 +268,17 @@ pub(crate) fn make_exact(doc: &mut Value) {
     }
 }
 
-/// utoipa describes a `u32` as `int32` from 0, which says values above `i32::MAX` are refused
-/// while the server takes them: every such schema gets its real range.
+/// utoipa describes a `u32` as `int32` from 0 (or from the minimum a field names), which says
+/// values above `i32::MAX` are refused while the server takes them: every such schema gets its
+/// real range. (The API has no signed 32-bit integers.)
 fn unsigned_32_bit(value: &mut Value) {
     match value {
         Value::Object(object) => {
             if object.get("format").is_some_and(|format| format == "int32")
-                && object.get("minimum").and_then(Value::as_i64) == Some(0)
+                && object
+                    .get("minimum")
+                    .and_then(Value::as_i64)
+                    .is_some_and(|minimum| minimum >= 0)
             {
                 let maximum = object
                     .get("maximum")
