@@ -11,7 +11,8 @@
 
 `AsyncClient` has the same methods, awaitable (`async for` over its `iter_*` helpers).
 Results are the server's JSON as typed dicts (`memlayer.models`); every error answer
-raises a `MemlayerError` subclass with `status`, `code` and `message`.
+raises a `MemlayerError` subclass with `status`, `code` and `message`. The LangChain chat
+history is `memlayer.langchain.MemlayerChatMessageHistory` (`pip install memlayer[langchain]`).
 """
 
 from . import _models as models
