@@ -1,12 +1,19 @@
-//! `cargo xtask clients`: the official OpenAI SDKs, Python's and JavaScript's, against the
-//! real server's OpenAI-compatible endpoint (`POST /v1/openai/chat/completions`). It installs
-//! the Python SDK with every dependency pinned by hash (`xtask/clients/requirements.txt`)
-//! into a virtual environment under the target directory and the JavaScript one with `npm ci`
-//! from the committed lock file, starts the fake model as a process (`fake-upstream`, from
-//! the tests package) and the real server (debug build, empty data directory) with the fake
-//! as its `[agent_model]`, and runs `xtask/clients/test_openai.py` and `test_openai.mjs`,
-//! which drive the SDKs as their users do and script the fake's answers over its control
-//! endpoint. The server's log lands in `target/clients-artifacts/`.
+//! `cargo xtask clients`: memlayer from the clients people use, against the real server: the
+//! official OpenAI SDKs, Python's and JavaScript's, on its OpenAI-compatible endpoint (`POST
+//! /v1/openai/chat/completions`), and memlayer's own Python package, `clients/python`, with
+//! its LangChain adapter. It installs the OpenAI SDK with every dependency pinned by hash
+//! (`xtask/clients/requirements.txt`) into a virtual environment under the target directory,
+//! the JavaScript one with `npm ci` from the committed lock file, and, into a second virtual
+//! environment, the package's test dependencies pinned by hash
+//! (`clients/python/requirements-test.txt`: httpx, langchain-core and the hatchling build
+//! backend) and then the package itself, built offline from the working tree (`--no-index
+//! --no-build-isolation`), as its users install it. It starts the fake model as a process
+//! (`fake-upstream`, from the tests package) and the real server (debug build, empty data
+//! directory) with the fake as its `[agent_model]`, and runs `xtask/clients/test_openai.py`
+//! and `test_openai.mjs`, which drive the SDKs as their users do and script the fake's
+//! answers over its control endpoint, then the package's `unittest` suite
+//! (`clients/python/tests`), which calls the server through the installed package. The
+//! server's log lands in `target/clients-artifacts/`.
 //!
 //! It needs `python3` with `venv` and pip, Node.js with npm (installed with `apt-get` when
 //! missing, as for the browser test), and access to PyPI and the npm registry the first
@@ -34,7 +41,12 @@ struct Fake {
 pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     let clients = root.join("xtask").join("clients");
     let target = metadata::read(root)?.target_directory;
-    let python = install_sdk(&target.join("clients-venv"), &clients)?;
+    let python = install_pinned(
+        &target.join("clients-venv"),
+        &clients.join("requirements.txt"),
+    )?;
+    let package = root.join("clients").join("python");
+    let package_python = install_package(&target.join("clients-python-venv"), &package)?;
     crate::browser::install_missing(false)?;
     // `npm ci` installs exactly the lock file's versions, and refuses a lock file that no
     // longer matches package.json.
@@ -69,9 +81,9 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
         &[("MEMLAYER_CONFIG", &*config.to_string_lossy())],
     )?;
 
-    let sdk_test = |program: &Path, args: &[&str]| {
+    let client_test = |program: &Path, dir: &Path, args: &[&str]| {
         let mut test = Command::new(program);
-        test.current_dir(&clients)
+        test.current_dir(dir)
             .args(args)
             .env("MEMLAYER_URL", format!("http://{}", server.addr()))
             .env("MEMLAYER_ADMIN_KEY", ADMIN_KEY)
@@ -80,26 +92,41 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
             .env("NO_PROXY", "127.0.0.1");
         cmd::run(test)
     };
+    let sdk_test = |program: &Path, args: &[&str]| client_test(program, &clients, args);
     let outcome = sdk_test(&python, &["test_openai.py"])
-        .and_then(|()| sdk_test(Path::new("node"), &["--test", "test_openai.mjs"]));
+        .and_then(|()| sdk_test(Path::new("node"), &["--test", "test_openai.mjs"]))
+        .and_then(|()| {
+            client_test(
+                &package_python,
+                &package,
+                &[
+                    "-m",
+                    "unittest",
+                    "discover",
+                    "--start-directory",
+                    "tests",
+                    "--verbose",
+                ],
+            )
+        });
     // The test's failure says more than a failed shutdown after it, so it is reported first.
     let stopped = server.stop();
     drop(fake);
     outcome.with_context(|| {
         format!(
-            "the OpenAI SDKs' tests failed; the server's log is in {}",
+            "the clients' tests failed; the server's log is in {}",
             artifacts.display()
         )
     })?;
     stopped?;
-    eprintln!("xtask: the OpenAI SDKs' tests passed");
+    eprintln!("xtask: the OpenAI SDKs' and the Python package's tests passed");
     Ok(())
 }
 
-/// Creates the virtual environment if it is missing and installs the pinned packages into
-/// it (pip checks every file against its hash, and installs nothing unpinned); answers its
-/// Python.
-fn install_sdk(venv: &Path, clients: &Path) -> anyhow::Result<std::path::PathBuf> {
+/// Creates the virtual environment if it is missing and installs the pinned packages of
+/// `requirements` into it (pip checks every file against its hash, and installs nothing
+/// unpinned); answers its Python.
+fn install_pinned(venv: &Path, requirements: &Path) -> anyhow::Result<std::path::PathBuf> {
     let python = venv.join("bin").join("python");
     if !python.exists() {
         let mut create = Command::new("python3");
@@ -114,13 +141,35 @@ fn install_sdk(venv: &Path, clients: &Path) -> anyhow::Result<std::path::PathBuf
         "install",
         "--disable-pip-version-check",
         "--quiet",
-        "--require-hashes",
-        "--only-binary",
-        ":all:",
-        "-r",
     ])
-    .arg(clients.join("requirements.txt"));
-    cmd::run(pip).context("pip could not install xtask/clients/requirements.txt")?;
+    .args(["--require-hashes", "--only-binary", ":all:", "-r"])
+    .arg(requirements);
+    cmd::run(pip).with_context(|| format!("pip could not install {}", requirements.display()))?;
+    Ok(python)
+}
+
+/// Installs `clients/python` with its pinned test dependencies into `venv`: the package is
+/// built from the working tree by the pinned hatchling, with no index (nothing unpinned can
+/// come in) and no dependency resolution (its dependencies are the pinned ones), and
+/// reinstalled on every run, so the tests import what a user's `pip install` would.
+fn install_package(venv: &Path, package: &Path) -> anyhow::Result<std::path::PathBuf> {
+    let python = install_pinned(venv, &package.join("requirements-test.txt"))?;
+    let mut pip = Command::new(&python);
+    pip.args([
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "--quiet",
+    ])
+    .args([
+        "--no-index",
+        "--no-deps",
+        "--no-build-isolation",
+        "--force-reinstall",
+    ])
+    .arg(package);
+    cmd::run(pip).context("pip could not install clients/python")?;
     Ok(python)
 }
 

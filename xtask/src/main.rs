@@ -1,7 +1,8 @@
 //! `cargo xtask`: the one entry point for the memlayer workspace's developer tasks — installing
 //! the embedding assets (`setup`), the CI test run, starting the server, the structural checks
 //! (`tidy`), the benchmarks (`bench`), the load and crash tests, the fuzz runs, the admin
-//! page's browser test, the OpenAI SDKs' tests (`clients`), the API contract test
+//! page's browser test, the clients' tests (`clients`: the OpenAI SDKs and memlayer's Python
+//! package), the API contract test
 //! (`contract`) and the release bundle (`dist`).
 //! Tasks are plain Rust rather than shell scripts so they run the same on every machine and
 //! are checked by the compiler like the rest of the workspace. xtask orchestrates: it builds
@@ -109,7 +110,9 @@ enum Task {
     },
     /// Test the official OpenAI SDKs (Python, JavaScript) against the real server's
     /// OpenAI-compatible endpoint, with a fake model (installs the hash-pinned Python SDK
-    /// into a virtual environment under the target directory, the npm one with `npm ci`).
+    /// into a virtual environment under the target directory, the npm one with `npm ci`),
+    /// then memlayer's Python package, `clients/python`, installed with its hash-pinned test
+    /// dependencies into a second virtual environment.
     Clients,
     /// Build the release tarball: binary, embedding assets, README and SHA256SUMS.
     Dist,
