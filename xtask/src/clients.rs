@@ -41,7 +41,7 @@ struct Fake {
 pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     let clients = root.join("xtask").join("clients");
     let target = metadata::read(root)?.target_directory;
-    let python = install_pinned(
+    let python = crate::python::venv_with(
         &target.join("clients-venv"),
         &clients.join("requirements.txt"),
     )?;
@@ -123,37 +123,12 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Creates the virtual environment if it is missing and installs the pinned packages of
-/// `requirements` into it (pip checks every file against its hash, and installs nothing
-/// unpinned); answers its Python.
-fn install_pinned(venv: &Path, requirements: &Path) -> anyhow::Result<std::path::PathBuf> {
-    let python = venv.join("bin").join("python");
-    if !python.exists() {
-        let mut create = Command::new("python3");
-        create.args(["-m", "venv"]).arg(venv);
-        cmd::run(create)
-            .context("could not create a virtual environment with `python3 -m venv`")?;
-    }
-    let mut pip = Command::new(&python);
-    pip.args([
-        "-m",
-        "pip",
-        "install",
-        "--disable-pip-version-check",
-        "--quiet",
-    ])
-    .args(["--require-hashes", "--only-binary", ":all:", "-r"])
-    .arg(requirements);
-    cmd::run(pip).with_context(|| format!("pip could not install {}", requirements.display()))?;
-    Ok(python)
-}
-
 /// Installs `clients/python` with its pinned test dependencies into `venv`: the package is
 /// built from the working tree by the pinned hatchling, with no index (nothing unpinned can
 /// come in) and no dependency resolution (its dependencies are the pinned ones), and
 /// reinstalled on every run, so the tests import what a user's `pip install` would.
 fn install_package(venv: &Path, package: &Path) -> anyhow::Result<std::path::PathBuf> {
-    let python = install_pinned(venv, &package.join("requirements-test.txt"))?;
+    let python = crate::python::venv_with(venv, &package.join("requirements-test.txt"))?;
     let mut pip = Command::new(&python);
     pip.args([
         "-m",

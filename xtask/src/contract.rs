@@ -65,7 +65,10 @@ pub(crate) fn run(root: &Path, scope: &Scope) -> anyhow::Result<()> {
     let work = target.join("contract");
     std::fs::create_dir_all(&work)?;
     let schemathesis = Schemathesis {
-        python: install(root, &work)?,
+        python: crate::python::venv_with(
+            &work.join("venv"),
+            &root.join("xtask").join("contract").join("requirements.txt"),
+        )?,
         cli: root
             .join("xtask")
             .join("contract")
@@ -236,30 +239,6 @@ async fn create_keys(client: &reqwest::Client, base: &str) -> anyhow::Result<[St
         crate::server::ADMIN_KEY.to_owned(),
         create(serde_json::json!({ "role": "tenant_admin" })).await?,
     ])
-}
-
-/// The virtual environment's `python3` with schemathesis, installed (again) when the
-/// requirements changed.
-fn install(root: &Path, work: &Path) -> anyhow::Result<PathBuf> {
-    let requirements = root.join("xtask").join("contract").join("requirements.txt");
-    let wanted = std::fs::read(&requirements)
-        .with_context(|| format!("could not read {}", requirements.display()))?;
-    let venv = work.join("venv");
-    let installed = venv.join("installed-requirements.txt");
-    let python = venv.join("bin").join("python3");
-    if std::fs::read(&installed).is_ok_and(|done| done == wanted) && python.exists() {
-        return Ok(python);
-    }
-    let _ = std::fs::remove_dir_all(&venv);
-    let mut create = Command::new("python3");
-    create.arg("-m").arg("venv").arg(&venv);
-    cmd::run(create).context("could not create the virtual environment (python3 -m venv)")?;
-    let mut pip = Command::new(venv.join("bin").join("pip"));
-    pip.args(["install", "--quiet", "--require-hashes", "--no-deps", "-r"])
-        .arg(&requirements);
-    cmd::run(pip).context("pip could not install schemathesis from PyPI")?;
-    std::fs::write(&installed, wanted)?;
-    Ok(python)
 }
 
 /// The chat model stand-in, on an ephemeral port of 127.0.0.1.

@@ -19,6 +19,7 @@ mod dist;
 mod fuzz;
 mod load;
 mod metadata;
+mod python;
 mod server;
 mod setup;
 mod tidy;

@@ -7,10 +7,10 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value, json};
 
-/// Answers of `from` with one of `statuses` supply `parameters` (name, runtime expression)
-/// to each operation of `to`.
+/// Answers of the operations `from` with one of `statuses` supply `parameters` (name,
+/// runtime expression) to each operation of `to`.
 struct Link {
-    from: &'static str,
+    from: &'static [&'static str],
     statuses: &'static [&'static str],
     parameters: &'static [(&'static str, &'static str)],
     to: &'static [&'static str],
@@ -20,7 +20,7 @@ const SESSION: (&str, &str) = ("session_id", "$response.body#/session_id");
 
 const LINKS: &[Link] = &[
     Link {
-        from: "create_session",
+        from: &["create_session"],
         statuses: &["201"],
         parameters: &[SESSION],
         to: &[
@@ -39,7 +39,7 @@ const LINKS: &[Link] = &[
         ],
     },
     Link {
-        from: "create_session",
+        from: &["create_session"],
         statuses: &["201"],
         parameters: &[("user_id", "$response.body#/user_id")],
         to: &[
@@ -53,55 +53,43 @@ const LINKS: &[Link] = &[
         ],
     },
     Link {
-        from: "append_messages",
+        from: &["append_messages"],
         statuses: &["200", "201"],
         parameters: &[SESSION],
         to: &["context", "list_messages", "search_session", "get_session"],
     },
     Link {
-        from: "append_messages",
+        from: &["append_messages"],
         statuses: &["200", "201"],
         parameters: &[SESSION, ("index", "$response.body#/indices/0")],
         to: &["erase_message"],
     },
     Link {
-        from: "run_agent",
+        from: &["run_agent"],
         statuses: &["200"],
         parameters: &[SESSION],
         to: &["get_session", "list_messages", "list_runs"],
     },
     Link {
-        from: "remember",
+        from: &["remember"],
         statuses: &["200", "201"],
         parameters: &[("memory_id", "$response.body#/memory/memory_id")],
         to: &["get_memory", "forget_memory"],
     },
     Link {
-        from: "record_episode",
+        from: &["record_episode"],
         statuses: &["201"],
         parameters: &[("episode_id", "$response.body#/episode_id")],
         to: &["get_episode", "delete_episode"],
     },
     Link {
-        from: "create_key",
+        from: &["create_key"],
         statuses: &["201"],
         parameters: &[("prefix", "$response.body#/prefix")],
         to: &["revoke_key"],
     },
     Link {
-        from: "erase_user",
-        statuses: &["200"],
-        parameters: &[("erasure_id", "$response.body#/erasure_id")],
-        to: &["erasure"],
-    },
-    Link {
-        from: "erase_message",
-        statuses: &["200"],
-        parameters: &[("erasure_id", "$response.body#/erasure_id")],
-        to: &["erasure"],
-    },
-    Link {
-        from: "forget_memory",
+        from: &["erase_user", "erase_message", "forget_memory"],
         statuses: &["200"],
         parameters: &[("erasure_id", "$response.body#/erasure_id")],
         to: &["erasure"],
@@ -119,6 +107,9 @@ pub(crate) fn add(doc: &mut Value) {
         })
         .collect();
     for link in LINKS {
+        for from in link.from {
+            assert!(parameters.contains_key(*from), "no operation {from}");
+        }
         for to in link.to {
             let declared = parameters
                 .get(*to)
@@ -133,7 +124,10 @@ pub(crate) fn add(doc: &mut Value) {
     }
     for operation in operations(doc) {
         let from = id(operation);
-        for link in LINKS.iter().filter(|link| link.from == from) {
+        for link in LINKS
+            .iter()
+            .filter(|link| link.from.contains(&from.as_str()))
+        {
             let parameters: Map<String, Value> = link
                 .parameters
                 .iter()
