@@ -12,8 +12,10 @@
 //! directory) with the fake as its `[agent_model]`, and runs `xtask/clients/test_openai.py`
 //! and `test_openai.mjs`, which drive the SDKs as their users do and script the fake's
 //! answers over its control endpoint, then the package's `unittest` suite
-//! (`clients/python/tests`), which calls the server through the installed package. The
-//! server's log lands in `target/clients-artifacts/`.
+//! (`clients/python/tests`), which calls the server through the installed package, and last
+//! the README's Python snippets of its "Use it from your stack" sections
+//! (`xtask/clients/test_readme.py`), each with the Python its readers install. The server's
+//! log lands in `target/clients-artifacts/`.
 //!
 //! It needs `python3` with `venv` and pip, Node.js with npm (installed with `apt-get` when
 //! missing, as for the browser test), and access to PyPI and the npm registry the first
@@ -108,6 +110,16 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
                     "--verbose",
                 ],
             )
+        })
+        // The README's snippets, each with the Python its readers install.
+        .and_then(|()| {
+            let replies = ["Sorry to hear that.", "It ships tomorrow."];
+            let openai_section = ["test_readme.py", "Use it from your stack: OpenAI SDK"];
+            sdk_test(&python, &[&openai_section[..], &replies[..]].concat())
+        })
+        .and_then(|()| {
+            let section = ["test_readme.py", "Use it from your stack: Python client"];
+            client_test(&package_python, &clients, &section)
         });
     // The test's failure says more than a failed shutdown after it, so it is reported first.
     let stopped = server.stop();
@@ -119,7 +131,7 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
         )
     })?;
     stopped?;
-    eprintln!("xtask: the OpenAI SDKs' and the Python package's tests passed");
+    eprintln!("xtask: the OpenAI SDKs', the Python package's and the README's tests passed");
     Ok(())
 }
 
