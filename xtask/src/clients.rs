@@ -1,8 +1,10 @@
 //! `cargo xtask clients`: memlayer from the clients people use, against the real server: the
 //! official OpenAI SDKs, Python's and JavaScript's, on its OpenAI-compatible endpoint (`POST
-//! /v1/openai/chat/completions`), and memlayer's own Python package, `clients/python`, with
-//! its LangChain adapter. It installs the OpenAI SDK with every dependency pinned by hash
-//! (`xtask/clients/requirements.txt`) into a virtual environment under the target directory,
+//! /v1/openai/chat/completions`), the official MCP Python SDK on its MCP server (streamable
+//! HTTP, and stdio through `memlayer mcp`), and memlayer's own Python package,
+//! `clients/python`, with its LangChain adapter. It installs the OpenAI and MCP SDKs with
+//! every dependency pinned by hash (`xtask/clients/requirements.txt`) into a virtual
+//! environment under the target directory,
 //! the JavaScript one with `npm ci` from the committed lock file, and, into a second virtual
 //! environment, the package's test dependencies pinned by hash
 //! (`clients/python/requirements-test.txt`: httpx, langchain-core and the hatchling build
@@ -11,7 +13,7 @@
 //! (`fake-upstream`, from the tests package) and the real server (debug build, empty data
 //! directory) with the fake as its `[agent_model]`, and runs `xtask/clients/test_openai.py`
 //! and `test_openai.mjs`, which drive the SDKs as their users do and script the fake's
-//! answers over its control endpoint, then the package's `unittest` suite
+//! answers over its control endpoint, `test_mcp.py`, then the package's `unittest` suite
 //! (`clients/python/tests`), which calls the server through the installed package, and last
 //! the README's Python snippets of its "Use it from your stack" sections
 //! (`xtask/clients/test_readme.py`), each with the Python its readers install. The server's
@@ -75,8 +77,9 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     );
     std::fs::write(&config, table)?;
     let store = data.path().join("store");
+    let binary = target.join("debug").join("memlayer");
     let server = Server::start_with(
-        &target.join("debug").join("memlayer"),
+        &binary,
         &store,
         &artifacts.join("server.log"),
         std::time::Duration::from_secs(30),
@@ -90,6 +93,8 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
             .env("MEMLAYER_URL", format!("http://{}", server.addr()))
             .env("MEMLAYER_ADMIN_KEY", ADMIN_KEY)
             .env("FAKE_UPSTREAM_CONTROL", &fake.address.control)
+            // `memlayer mcp`, the stdio bridge an MCP host starts.
+            .env("MEMLAYER_BINARY", &binary)
             // A proxy from the environment must not intercept 127.0.0.1 traffic.
             .env("NO_PROXY", "127.0.0.1");
         cmd::run(test)
@@ -97,6 +102,7 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     let sdk_test = |program: &Path, args: &[&str]| client_test(program, &clients, args);
     let outcome = sdk_test(&python, &["test_openai.py"])
         .and_then(|()| sdk_test(Path::new("node"), &["--test", "test_openai.mjs"]))
+        .and_then(|()| sdk_test(&python, &["test_mcp.py"]))
         .and_then(|()| {
             client_test(
                 &package_python,
@@ -131,7 +137,9 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
         )
     })?;
     stopped?;
-    eprintln!("xtask: the OpenAI SDKs', the Python package's and the README's tests passed");
+    eprintln!(
+        "xtask: the OpenAI and MCP SDKs', the Python package's and the README's tests passed"
+    );
     Ok(())
 }
 
