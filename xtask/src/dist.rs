@@ -1,15 +1,28 @@
 //! `cargo xtask dist`: the release bundle. It installs (or verifies) the embedding assets,
 //! builds the release binary and writes `target/dist/memlayer-<version>-linux-x86_64.tar.gz`
 //! holding one folder of the same name: `bin/memlayer`, `memlayer-assets/` with its manifest,
-//! `README.md`, and `SHA256SUMS` over every other file, which `sha256sum -c` checks after
-//! unpacking.
+//! `README.md`, an example systemd unit (`systemd/memlayer.service`, from `xtask/dist/`), and
+//! `SHA256SUMS` over every other file, which `sha256sum -c` checks after unpacking.
+//!
+//! The binary in the bundle has its debug information split off with `objcopy` (binutils):
+//! the release profile keeps line tables for backtraces (about 200 MB), the bundle's binary
+//! keeps only its symbols (under [`MAX_BINARY_BYTES`]), and the line tables go beside the
+//! tarball as `<bundle>.debug`, which the binary names in its `.gnu_debuglink` for gdb.
+//! `memlayer --version` names the commit it was built from (`crates/memlayer/build.rs`); a
+//! bundle of an unknown commit is refused.
+//!
+//! Then it checks the bundle as an operator meets it: unpacked into a temporary folder,
+//! every file against `SHA256SUMS`, the binary's size and version, the systemd unit with
+//! `systemd-analyze verify` (pointed at the unpacked binary; skipped where systemd is not
+//! installed), and `bin/memlayer serve` started from there, finding its assets beside
+//! `bin/`, until it listens.
 //!
 //! The tarball is written with the `tar` and `flate2` crates rather than by running `tar`:
 //! the entries, their order, modes and owner are decided here, the same on every machine,
 //! instead of depending on which `tar` is installed and its flags. The task runs in xtask's
 //! debug build: compressing there takes about 40 s, less than building xtask's dependencies
 //! in release would on a fresh machine. The default compression level is kept: the fastest
-//! one saves 15 s but makes the bundle 28% larger (65 MB instead of 51 MB).
+//! one saved 15 s but made the bundle 28% larger (measured with the unstripped binary).
 
 use std::collections::BTreeSet;
 use std::fs::{self, File};
@@ -28,6 +41,12 @@ use crate::{cmd, metadata};
 /// The platform the bundle is for; setup refuses any other.
 const PLATFORM: &str = "linux-x86_64";
 
+/// The most the bundle's binary may weigh once its debug information is split off.
+const MAX_BINARY_BYTES: u64 = 60_000_000;
+
+/// Where the example systemd unit expects the bundle.
+const UNIT_INSTALL_DIR: &str = "/opt/memlayer";
+
 /// A file of the bundle: where it goes inside the bundle's folder, where it comes from.
 struct Entry {
     path: String,
@@ -39,9 +58,15 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     let assets = setup::run(root)?;
     cmd::cargo(root, &["build", "--release", "-p", "memlayer"])?;
     let target_dir = metadata::read(root)?.target_directory;
-    let binary = target_dir.join("release").join("memlayer");
-    let version = binary_version(&binary)?;
+    let release = target_dir.join("release").join("memlayer");
+    let (version, commit) = binary_version(&release)?;
     let name = format!("memlayer-{version}-{PLATFORM}");
+    let dist_dir = target_dir.join("dist");
+    fs::create_dir_all(&dist_dir)
+        .with_context(|| format!("could not create {}", dist_dir.display()))?;
+    let binary = dist_dir.join("memlayer");
+    let debug = dist_dir.join(format!("{name}.debug"));
+    split_debug_info(&release, &binary, &debug)?;
 
     let mut entries = vec![
         Entry {
@@ -52,6 +77,11 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
         Entry {
             path: "README.md".to_owned(),
             source: root.join("README.md"),
+            mode: 0o644,
+        },
+        Entry {
+            path: "systemd/memlayer.service".to_owned(),
+            source: root.join("xtask").join("dist").join("memlayer.service"),
             mode: 0o644,
         },
         Entry {
@@ -69,9 +99,6 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     }));
     entries.sort_by(|a, b| a.path.cmp(&b.path));
 
-    let dist_dir = target_dir.join("dist");
-    fs::create_dir_all(&dist_dir)
-        .with_context(|| format!("could not create {}", dist_dir.display()))?;
     let tarball = dist_dir.join(format!("{name}.tar.gz"));
     eprintln!("xtask: writing {}", tarball.display());
     write_tarball(&tarball, &name, &entries)?;
@@ -80,25 +107,119 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("could not read {}", tarball.display()))?
         .len();
     println!(
-        "{} ({:.1} MB, {size} bytes)",
+        "{} ({:.1} MB, {size} bytes), commit {commit}",
         tarball.display(),
         size as f64 / 1e6
     );
-    Ok(())
+    println!("{} (the binary's debug information)", debug.display());
+    check_bundle(&tarball, &name, &commit)
 }
 
-/// The version the binary reports (`memlayer --version` prints `memlayer X.Y.Z`), so the
-/// bundle is named after what it really contains; running it also shows the build works.
-fn binary_version(binary: &Path) -> anyhow::Result<String> {
+/// The version and the commit the binary reports (`memlayer --version` prints `memlayer
+/// X.Y.Z (commit C)`), so the bundle is named after what it really contains; running it also
+/// shows the build works.
+fn binary_version(binary: &Path) -> anyhow::Result<(String, String)> {
     let mut command = Command::new(binary);
     command.arg("--version");
     let output = cmd::output(command)?;
-    match output.trim().strip_prefix("memlayer ") {
-        Some(version) if !version.is_empty() && !version.contains(char::is_whitespace) => {
-            Ok(version.to_owned())
+    let parsed = output
+        .trim()
+        .strip_prefix("memlayer ")
+        .and_then(|rest| rest.strip_suffix(')')?.split_once(" (commit "));
+    match parsed {
+        Some((_, "unknown")) => bail!(
+            "`{} --version` names no commit: build from a Git checkout, or set \
+             MEMLAYER_COMMIT",
+            binary.display()
+        ),
+        Some((version, commit))
+            if !version.is_empty() && !version.contains(char::is_whitespace) =>
+        {
+            Ok((version.to_owned(), commit.to_owned()))
         }
         _ => bail!("`{} --version` printed {output:?}", binary.display()),
     }
+}
+
+/// Writes `release` without its debug information to `stripped` and that information to
+/// `debug`, which `stripped` names (`.gnu_debuglink`). The symbols stay: a panic's backtrace
+/// still names its functions.
+fn split_debug_info(release: &Path, stripped: &Path, debug: &Path) -> anyhow::Result<()> {
+    let mut keep = Command::new("objcopy");
+    keep.arg("--only-keep-debug").arg(release).arg(debug);
+    cmd::run(keep).context("objcopy (binutils) could not copy the debug information")?;
+    let mut strip = Command::new("objcopy");
+    strip
+        .arg("--strip-debug")
+        .arg(format!("--add-gnu-debuglink={}", debug.display()))
+        .arg(release)
+        .arg(stripped);
+    cmd::run(strip).context("objcopy (binutils) could not strip the binary")
+}
+
+/// Unpacks the bundle into a temporary folder and checks it there (see the module's docs).
+fn check_bundle(tarball: &Path, name: &str, commit: &str) -> anyhow::Result<()> {
+    let unpacked = tempfile::Builder::new()
+        .prefix("memlayer-dist-")
+        .tempdir()
+        .context("could not create a temporary folder")?;
+    let file =
+        File::open(tarball).with_context(|| format!("could not open {}", tarball.display()))?;
+    tar::Archive::new(flate2::read::GzDecoder::new(file))
+        .unpack(unpacked.path())
+        .with_context(|| format!("could not unpack {}", tarball.display()))?;
+    let bundle = unpacked.path().join(name);
+
+    let sums = fs::read_to_string(bundle.join("SHA256SUMS"))?;
+    for line in sums.lines() {
+        let (sum, path) = line
+            .split_once("  ")
+            .context("a malformed SHA256SUMS line")?;
+        let content = fs::read(bundle.join(path))?;
+        if setup::sha256_hex(&content) != sum {
+            bail!("{path} does not match SHA256SUMS in the unpacked bundle");
+        }
+    }
+
+    let binary = bundle.join("bin").join("memlayer");
+    let size = fs::metadata(&binary)?.len();
+    if size > MAX_BINARY_BYTES {
+        bail!("bin/memlayer weighs {size} bytes, more than {MAX_BINARY_BYTES}");
+    }
+    if binary_version(&binary)?.1 != commit {
+        bail!("the bundle's binary names another commit than {commit}");
+    }
+
+    let unit = fs::read_to_string(bundle.join("systemd").join("memlayer.service"))?;
+    let here = unit.replace(UNIT_INSTALL_DIR, &bundle.to_string_lossy());
+    if here == unit {
+        bail!("the systemd unit does not run {UNIT_INSTALL_DIR}/bin/memlayer");
+    }
+    let unit_copy = unpacked.path().join("memlayer.service");
+    fs::write(&unit_copy, here)?;
+    let mut verify = Command::new("systemd-analyze");
+    verify.arg("verify").arg(&unit_copy);
+    match verify.output() {
+        Ok(output) if output.status.success() => eprintln!("xtask: systemd-analyze verify: ok"),
+        Ok(output) => bail!(
+            "systemd-analyze verify refused the unit: {}",
+            String::from_utf8_lossy(&output.stderr)
+        ),
+        Err(_) => eprintln!("xtask: no systemd-analyze here; the unit was not verified"),
+    }
+
+    let data = unpacked.path().join("data");
+    let log = unpacked.path().join("server.log");
+    let server = crate::server::Server::start(&binary, &data, &log)
+        .context("the bundle's server did not start")?;
+    eprintln!("xtask: the unpacked bundle serves on {}", server.addr());
+    server.stop()?;
+    eprintln!(
+        "xtask: bundle checked: SHA256SUMS, bin/memlayer {:.1} MB (commit {commit}), the unit, \
+         a start",
+        size as f64 / 1e6
+    );
+    Ok(())
 }
 
 /// Writes the tarball under a temporary name and renames it, so a tarball at the final path

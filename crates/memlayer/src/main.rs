@@ -39,10 +39,19 @@ use crate::config::{DataArgs, ServeArgs, Settings};
 /// and axum logs each rejected body's parse error, which quotes the body, at trace.
 const QUIET_TARGETS: [&str; 2] = ["rmcp=error", "axum::rejection=off"];
 
+/// What `memlayer --version` prints after the name: the release and the commit it was built
+/// from (see `build.rs`).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("MEMLAYER_COMMIT"),
+    ")"
+);
+
 /// Self-hosted memory layer for LLM agents: durable sessions, context under a token budget,
 /// and forgetting on request.
 #[derive(Parser)]
-#[command(name = "memlayer", version, propagate_version = true)]
+#[command(name = "memlayer", version = VERSION, propagate_version = true)]
 struct Cli {
     /// How log lines on stderr look: `text` for people, `json` (one object per line, with
     /// the request's span fields) for a log collector. The level comes from RUST_LOG

@@ -290,9 +290,18 @@ fn help_describes_the_commands_and_their_flags() {
     let output = memlayer(&["--version"]).output().unwrap();
     assert!(output.status.success(), "{output:?}");
     let version = String::from_utf8(output.stdout).unwrap();
+    // The commit of the checkout the tests run in (they run where they were built).
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()
+        .filter(|output| output.status.success())
+        .map_or("unknown".to_owned(), |output| {
+            String::from_utf8(output.stdout).unwrap().trim().to_owned()
+        });
     assert_eq!(
         version.trim(),
-        format!("memlayer {}", env!("CARGO_PKG_VERSION"))
+        format!("memlayer {} (commit {head})", env!("CARGO_PKG_VERSION"))
     );
 
     // Usage mistakes exit with clap's usage status, 2, and say what is wrong.
