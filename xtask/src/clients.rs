@@ -149,15 +149,8 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
 /// reinstalled on every run, so the tests import what a user's `pip install` would.
 fn install_package(venv: &Path, package: &Path) -> anyhow::Result<std::path::PathBuf> {
     let python = crate::python::venv_with(venv, &package.join("requirements-test.txt"))?;
-    let mut pip = Command::new(&python);
+    let mut pip = crate::python::pip_install(&python);
     pip.args([
-        "-m",
-        "pip",
-        "install",
-        "--disable-pip-version-check",
-        "--quiet",
-    ])
-    .args([
         "--no-index",
         "--no-deps",
         "--no-build-isolation",

@@ -25,15 +25,8 @@ pub(crate) fn venv_with(venv: &Path, requirements: &Path) -> anyhow::Result<Path
     let mut create = Command::new("python3");
     create.args(["-m", "venv"]).arg(venv);
     cmd::run(create).context("could not create a virtual environment (python3 -m venv)")?;
-    let mut pip = Command::new(&python);
+    let mut pip = pip_install(&python);
     pip.args([
-        "-m",
-        "pip",
-        "install",
-        "--disable-pip-version-check",
-        "--quiet",
-    ])
-    .args([
         "--require-hashes",
         "--no-deps",
         "--only-binary",
@@ -44,4 +37,17 @@ pub(crate) fn venv_with(venv: &Path, requirements: &Path) -> anyhow::Result<Path
     cmd::run(pip).with_context(|| format!("pip could not install {}", requirements.display()))?;
     std::fs::write(&installed, wanted)?;
     Ok(python)
+}
+
+/// `pip install`, quietly, with the virtual environment's `python`.
+pub(crate) fn pip_install(python: &Path) -> Command {
+    let mut pip = Command::new(python);
+    pip.args([
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "--quiet",
+    ]);
+    pip
 }
