@@ -6,6 +6,7 @@
 
 mod links;
 mod requests;
+mod responses;
 
 use std::sync::LazyLock;
 
@@ -55,10 +56,12 @@ pub fn openapi() -> OpenApi {
 }
 
 /// The document as served at `/openapi.json`, built once: [`openapi`] with its request
-/// schemas made exact (see `requests`) and its links (see `links`).
+/// schemas made exact (see `requests`), the answers every operation may give under their
+/// own statuses (see `responses`) and its links (see `links`).
 pub(crate) static OPENAPI_JSON: LazyLock<String> = LazyLock::new(|| {
     let mut doc = serde_json::to_value(openapi()).expect("the OpenAPI document serialises");
     requests::make_exact(&mut doc);
+    responses::add(&mut doc);
     links::add(&mut doc);
     serde_json::to_string_pretty(&doc).expect("the OpenAPI document serialises")
 });
