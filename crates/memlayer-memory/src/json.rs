@@ -54,6 +54,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_whole_number_found_by_schemathesis_is_read_exactly() {
+        let mut value: Value = serde_json::from_str("[1803990227824355.0]").unwrap();
+        assert!(whole_floats_to_integers(&mut value));
+        assert_eq!(value, json!([1_803_990_227_824_355_u64]));
+    }
+
+    #[test]
     fn whole_floats_become_integers_and_the_rest_stays() {
         let mut value = json!({
             "a": 475.0, "b": [1e3, 0.5, -2.0, -0.0], "c": 7, "d": "8.0", "e": 1e300,
@@ -71,6 +78,18 @@ mod tests {
     }
 
     proptest! {
+        /// A whole number a client writes with `.0` is read as that number, not the float
+        /// next to it (serde_json's `float_roundtrip`; without it `1803990227824355.0` was
+        /// read as `…355.2`).
+        #[test]
+        fn a_whole_number_written_as_a_float_is_read_exactly(
+            integer in 0u64..(1 << 53),
+        ) {
+            let mut value: Value = serde_json::from_str(&format!("[{integer}.0]")).unwrap();
+            prop_assert!(whole_floats_to_integers(&mut value));
+            prop_assert_eq!(value, json!([integer]));
+        }
+
         #[test]
         fn a_converted_number_is_equal_to_the_float(float in any::<f64>()) {
             let mut value = json!(float);
