@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use memlayer_llm::{Reply, ToolCall};
 use memlayer_store::KeyRole;
-use memlayer_tests::{TestServer, assert_error, json, pair, roles_and_contents, sent};
+use memlayer_tests::{ADMIN_KEY, TestServer, assert_error, json, pair, roles_and_contents, sent};
 use reqwest::Method;
 use reqwest::blocking::RequestBuilder;
 use serde_json::Value;
@@ -18,10 +18,22 @@ const PATH: &str = "/v1/openai/chat/completions";
 
 /// A chat request of `user` with agent `support`, in `session` when given.
 fn chat(server: &TestServer, user: &str, session: Option<&str>, body: &Value) -> RequestBuilder {
+    chat_with(server, ADMIN_KEY, (user, "support"), session, body)
+}
+
+/// A chat request sent with `key`, of the (user, agent) `conversation`, in `session` when
+/// given.
+fn chat_with(
+    server: &TestServer,
+    key: &str,
+    (user, agent): (&str, &str),
+    session: Option<&str>,
+    body: &Value,
+) -> RequestBuilder {
     let request = server
-        .request(Method::POST, PATH)
+        .request_with_key(key, Method::POST, PATH)
         .header("x-memlayer-user", user)
-        .header("x-memlayer-agent", "support")
+        .header("x-memlayer-agent", agent)
         .json(body);
     match session {
         Some(session) => request.header("x-memlayer-session", session),
@@ -431,25 +443,26 @@ fn keys_reach_only_their_own_users_sessions() {
 
     // Dana's own key names her.
     upstream.push(Reply::text("Hi Dana."));
-    let request = server
-        .request_with_key(&dana, Method::POST, PATH)
-        .header("x-memlayer-user", "dana")
-        .header("x-memlayer-agent", "support")
-        .json(&ask("My PIN is 8841."));
+    let request = chat_with(
+        &server,
+        &dana,
+        ("dana", "support"),
+        None,
+        &ask("My PIN is 8841."),
+    );
     let (status, session, _) = send(request);
     assert_eq!(status, 200);
     let session = session.unwrap();
 
+    let question = ask("What is the PIN?");
     let as_erin = |user: &str, session: Option<&str>| {
-        let mut request = server
-            .request_with_key(&erin, Method::POST, PATH)
-            .header("x-memlayer-user", user)
-            .header("x-memlayer-agent", "support")
-            .json(&ask("What is the PIN?"));
-        if let Some(session) = session {
-            request = request.header("x-memlayer-session", session);
-        }
-        send(request)
+        send(chat_with(
+            &server,
+            &erin,
+            (user, "support"),
+            session,
+            &question,
+        ))
     };
     // Dana's session is not found by Erin's key, whoever the header names.
     for user in ["erin", "dana"] {
@@ -461,21 +474,19 @@ fn keys_reach_only_their_own_users_sessions() {
     let (status, _, body) = as_erin("dana", None);
     assert_error(&(status, body), 403, "forbidden");
     // Nor may another tenant's key reach the session.
-    let request = server
-        .request_with_key(&other_tenant, Method::POST, PATH)
-        .header("x-memlayer-user", "dana")
-        .header("x-memlayer-agent", "support")
-        .header("x-memlayer-session", &session)
-        .json(&ask("What is the PIN?"));
+    let conversation = ("dana", "support");
+    let request = chat_with(
+        &server,
+        &other_tenant,
+        conversation,
+        Some(&session),
+        &question,
+    );
     let (status, _, body) = send(request);
     assert_error(&(status, body), 404, "session_not_found");
     // The same user with another agent does not continue the conversation either.
-    let request = server
-        .request_with_key(&dana, Method::POST, PATH)
-        .header("x-memlayer-user", "dana")
-        .header("x-memlayer-agent", "sales")
-        .header("x-memlayer-session", &session)
-        .json(&ask("Hello?"));
+    let conversation = ("dana", "sales");
+    let request = chat_with(&server, &dana, conversation, Some(&session), &ask("Hello?"));
     assert_eq!(send(request).0, 404);
 
     assert_eq!(roles_and_contents(&server, &session).len(), 2);
