@@ -157,8 +157,6 @@ pub(crate) async fn run(
         .into_response())
 }
 
-/// The event for the client; `None` for the pieces of the model's tool calls, which the run
-/// executes and reports in `tool_call` events instead.
 /// A streamed run's events, as a stream that ends after `RunEvent::Finished`.
 pub(crate) fn run_events(events: mpsc::Receiver<RunEvent>) -> impl Stream<Item = RunEvent> {
     futures_util::stream::unfold(events, |mut events| async {
@@ -185,6 +183,8 @@ pub(crate) async fn authorize(
     Ok(())
 }
 
+/// The event for the client; `None` for the pieces of the model's tool calls, which the run
+/// executes and reports in `tool_call` events instead.
 fn sse_event(event: RunEvent) -> Option<Event> {
     let (name, data) = match event {
         RunEvent::Delta(StreamDelta::Content(content)) => ("delta", json!({ "content": content })),
