@@ -89,8 +89,9 @@ pub struct ContextSettings {
     pub strategy: Strategy,
     /// The model's context window in tokens.
     pub context_window: u32,
-    /// Fraction of the context window kept free for the prompt and the answer.
-    pub window_reserve: f32,
+    /// Fraction of the context window kept free for the prompt and the answer. A double, so
+    /// that every number the API's range admits is checked as written.
+    pub window_reserve: f64,
     /// Exchanges (turn pairs) a sliding window keeps. Unset, the window adapts:
     /// [`WINDOW_TURNS`], or [`RECALLING_WINDOW_TURNS`] for a combined context that recalls
     /// (see [`ContextSettings::for_turn`]).
@@ -289,7 +290,7 @@ impl ContextSettings {
 
     /// Tokens the assembled context may use.
     pub fn budget(&self) -> u32 {
-        (f64::from(self.context_window) * (1.0 - f64::from(self.window_reserve))).floor() as u32
+        (f64::from(self.context_window) * (1.0 - self.window_reserve)).floor() as u32
     }
 }
 

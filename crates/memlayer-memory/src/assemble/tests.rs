@@ -248,6 +248,22 @@ fn settings_out_of_range_are_refused() {
 }
 
 #[test]
+fn a_reserve_just_below_the_limit_is_taken_as_written() {
+    // The largest double below 0.9 rounds to 0.9 as an f32, which the range check refused.
+    let settings: ContextSettings =
+        serde_json::from_str(r#"{"window_reserve": 0.8999999999999999}"#).expect("parses");
+    assert!(
+        assemble(
+            &support_chat(),
+            &LayerInputs::default(),
+            &settings,
+            ENCODING
+        )
+        .is_ok()
+    );
+}
+
+#[test]
 fn an_unset_window_narrows_only_for_a_combined_context_that_recalls() {
     let turns = |settings: ContextSettings, query: bool| settings.for_turn(query).max_turns;
     let default = ContextSettings::default();

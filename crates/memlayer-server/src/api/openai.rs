@@ -63,7 +63,10 @@ pub(crate) struct ChatCompletionRequest {
     tool_choice: Option<Value>,
     /// Most tokens to generate (`max_completion_tokens` is passed on as it is).
     max_tokens: Option<u32>,
-    temperature: Option<f32>,
+    /// From 0 to 2, as OpenAI takes it. Read as a double so that any number in that range is
+    /// accepted as written (a tiny one as an `f32` would underflow), then narrowed.
+    #[schema(minimum = 0, maximum = 2)]
+    temperature: Option<f64>,
     /// Only 1: one answer is generated and stored.
     n: Option<u32>,
     /// The other parameters, passed on.
@@ -144,6 +147,15 @@ impl ChatCompletionRequest {
                 "n must be 1: memlayer generates and stores one answer",
             ));
         }
+        if self
+            .temperature
+            .is_some_and(|temperature| !(0.0..=2.0).contains(&temperature))
+        {
+            return Err(ApiError::invalid(
+                "invalid_value",
+                "temperature must be from 0 to 2",
+            ));
+        }
         if self.messages.len() > MAX_MESSAGES_PER_APPEND {
             return Err(invalid(format!(
                 "at most {MAX_MESSAGES_PER_APPEND} messages per request"
@@ -194,7 +206,8 @@ impl ChatCompletionRequest {
                 tool_results,
                 parameters: ChatRequest {
                     max_tokens: self.max_tokens,
-                    temperature: self.temperature,
+                    // In 0..=2, so narrowing keeps it (to the nearest f32).
+                    temperature: self.temperature.map(|temperature| temperature as f32),
                     extra,
                     ..ChatRequest::default()
                 },
@@ -469,7 +482,7 @@ fn finish_reason(answer: &memlayer_llm::Completion) -> String {
             content((ChatCompletion = "application/json"), (String = "text/event-stream"))),
         (status = 400, description = "A malformed body or header, or a required header missing (`missing_header`, answered before the key is looked at)", body = crate::error::ErrorBody),
         (status = 404, description = "No such session of this user with this agent", body = crate::error::ErrorBody),
-        (status = 422, description = "No user message, a blank one or one with NUL, content that is not text, a tool message without its `tool_call_id`, more than 1,000 messages (`invalid_messages`), `n` other than 1 or an invalid id; nothing stored", body = crate::error::ErrorBody),
+        (status = 422, description = "No user message, a blank one or one with NUL, content that is not text, a tool message without its `tool_call_id`, more than 1,000 messages (`invalid_messages`), `n` other than 1, a temperature outside 0 to 2 (`invalid_value`) or an invalid id; nothing stored", body = crate::error::ErrorBody),
         (status = 502, description = "The model failed (`upstream_failed`); the failed run is named, the user's message stored", body = crate::error::ErrorBody),
         (status = 503, description = "No model is configured (`model_not_configured`), or as many runs as the server admits are going on (`overloaded`, with `Retry-After`); nothing stored", body = crate::error::ErrorBody),
         (status = 504, description = "The model did not answer in time (`upstream_timeout`); the failed run is named", body = crate::error::ErrorBody),
@@ -689,6 +702,14 @@ mod tests {
             (
                 json!({ "model": "m", "messages": [user], "n": 2 }),
                 "n must be 1",
+            ),
+            (
+                json!({ "model": "m", "messages": [user], "temperature": 2.000001 }),
+                "from 0 to 2",
+            ),
+            (
+                json!({ "model": "m", "messages": [user], "temperature": -0.5 }),
+                "from 0 to 2",
             ),
             (
                 with(Value::Array(vec![user.clone(); 1_001])),

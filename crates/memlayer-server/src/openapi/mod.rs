@@ -407,7 +407,7 @@ pub(crate) mod foreign {
         context_window: u32,
         /// Fraction of the context window kept free for the prompt and the answer.
         #[schema(default = 0.1, minimum = 0.0, exclusive_maximum = 0.9)]
-        window_reserve: f32,
+        window_reserve: f64,
         /// Exchanges a sliding window (and `combined`) keeps. Unset (`null`, the default), the
         /// window adapts: 10 exchanges, or 4 when a `combined` context recalls (a `query` is
         /// given and `recall_k` is above 0), since recall and entity memory bring back what
