@@ -455,6 +455,8 @@ fn the_docs_page_and_the_metrics_are_served() {
         "memlayer_http_requests_in_flight 1\n",
         "memlayer_index_vectors 1\n",
         "memlayer_embeddings_pending 0\n",
+        "memlayer_embed_queue_request_batches 0\n",
+        "memlayer_embed_queue_background_batches 0\n",
         "memlayer_messages_appended_total 2\n",
         "memlayer_erasures_finished_total 1\n",
         "memlayer_erasure_jobs_pending 0\n",

@@ -12,7 +12,7 @@ use crate::assets::Assets;
 use crate::cache::{self, Cache, CacheStats, Key, Namespace};
 use crate::error::EmbedError;
 use crate::model::{self, ModelIdentity};
-use crate::pool::{Job, Pool};
+use crate::pool::{Job, Pool, Priority, QueueDepths};
 use crate::runtime;
 
 /// How an [`Embedder`] runs the model.
@@ -33,6 +33,13 @@ pub struct EmbedderOptions {
     /// ONNX Runtime's intra-op threads per worker; `workers × intra_threads` should not
     /// exceed the cores given to embedding. The default is 1.
     pub intra_threads: usize,
+    /// Workers beside [`EmbedderOptions::workers`] that embed only for requests (a recall's
+    /// question, a memory to remember) at the process's scheduling priority, while the
+    /// `workers` run the indexing pipeline's batches at a lower one and take a request's
+    /// only when one waits (see [`Priority`]). Each is one more model instance. The default
+    /// is 1: a question is embedded at once however long the pipeline's backlog is; 0 leaves
+    /// requests to the `workers`, ahead of the backlog but at their lower priority.
+    pub request_workers: usize,
     /// Most texts per forward pass. The default is 1, for two reasons. The model quantizes
     /// its activations per forward pass (dynamic int8 quantization), so in a batch a
     /// text's vector depends on the texts beside it (by up to 0.056 in one component): one
@@ -55,6 +62,7 @@ impl Default for EmbedderOptions {
         Self {
             workers: std::thread::available_parallelism().map_or(1, |cores| cores.get().min(2)),
             intra_threads: 1,
+            request_workers: 1,
             max_batch: 1,
             cache_capacity: 10_000,
             max_length: 256,
@@ -97,6 +105,7 @@ struct Inner {
     identity: ModelIdentity,
     max_batch: usize,
     workers: usize,
+    request_workers: usize,
     cache: Cache,
     pool: Pool,
 }
@@ -114,7 +123,7 @@ impl Embedder {
         assets.check()?;
         let environment = runtime::environment(&assets.runtime_library)?;
         let files = model::read(&assets.model_dir)?;
-        let mut models = (0..options.workers)
+        let mut models = (0..options.request_workers + options.workers)
             .map(|_| {
                 model::instantiate(
                     &files,
@@ -134,7 +143,7 @@ impl Embedder {
         let probe = model::embed_batch(&mut models[0], &["dimension probe".to_owned()])
             .map_err(|err| load_error(err.to_string()))?;
         let dimension = probe.first().map_or(0, Vec::len);
-        let pool = Pool::spawn(models)
+        let pool = Pool::spawn(models, options.request_workers)
             .map_err(|err| load_error(format!("could not start a worker thread: {err}")))?;
         Ok(Self {
             inner: Arc::new(Inner {
@@ -145,6 +154,7 @@ impl Embedder {
                 },
                 max_batch: options.max_batch,
                 workers: options.workers,
+                request_workers: options.request_workers,
                 cache: Cache::new(options.cache_capacity),
                 pool,
             }),
@@ -165,6 +175,12 @@ impl Embedder {
         self.inner.cache.clear(Namespace::new(namespace));
     }
 
+    /// How many batches wait for a worker, by priority: the background's is the pipeline's
+    /// backpressure.
+    pub fn queue_depths(&self) -> QueueDepths {
+        self.inner.pool.depths()
+    }
+
     /// The cache's hit and miss counts (of every namespace) and size.
     pub fn cache_stats(&self) -> CacheStats {
         self.inner.cache.stats()
@@ -178,7 +194,10 @@ impl Embedder {
         texts: &[&str],
     ) -> Result<Vec<Vec<f32>>, EmbedError> {
         let mut request = Request::new(&self.inner.cache, Namespace::new(namespace), texts);
-        let batches = request.take_batches(self.inner.batch_size(request.misses.len()));
+        let batches = request.take_batches(
+            self.inner
+                .batch_size(request.misses.len(), Priority::Request),
+        );
         let count = batches.len();
         let (sender, replies) = mpsc::channel();
         for (index, texts) in batches.into_iter().enumerate() {
@@ -188,7 +207,9 @@ impl Embedder {
                 // request no longer needs the others.
                 let _ = sender.send((index, result));
             });
-            self.inner.pool.submit(Job { texts, reply });
+            self.inner
+                .pool
+                .submit(Job { texts, reply }, Priority::Request);
         }
         // With every sender owned by a reply, a worker that died without replying ends the
         // wait below instead of blocking it forever.
@@ -201,17 +222,37 @@ impl Embedder {
         request.finish(&self.inner.cache, results.into_iter().flatten())
     }
 
-    /// Embeds `texts` of `namespace` (the tenant whose texts they are; see [`Embedder`]) on
-    /// the workers; one vector per text, in order. The model never runs on the caller's
-    /// thread, so this never blocks the async runtime. Dropping the future before it
-    /// completes does not stop batches already queued.
+    /// Embeds `texts` of `namespace` (the tenant whose texts they are; see [`Embedder`]) for
+    /// a request waiting on them, ahead of the pipeline's backlog; one vector per text, in
+    /// order. The model never runs on the caller's thread, so this never blocks the async
+    /// runtime. Dropping the future before it completes does not stop batches already
+    /// queued.
     pub async fn embed(
         &self,
         namespace: &str,
         texts: Vec<String>,
     ) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.embed_as(Priority::Request, namespace, texts).await
+    }
+
+    /// [`Embedder::embed`] for the indexing pipeline: after every waiting request's batches,
+    /// on the workers of lower scheduling priority.
+    pub async fn embed_in_background(
+        &self,
+        namespace: &str,
+        texts: Vec<String>,
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.embed_as(Priority::Background, namespace, texts).await
+    }
+
+    async fn embed_as(
+        &self,
+        priority: Priority,
+        namespace: &str,
+        texts: Vec<String>,
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
         let mut request = Request::new(&self.inner.cache, Namespace::new(namespace), &texts);
-        let batch_size = self.inner.batch_size(request.misses.len());
+        let batch_size = self.inner.batch_size(request.misses.len(), priority);
         let replies: Vec<_> = request
             .take_batches(batch_size)
             .into_iter()
@@ -221,10 +262,13 @@ impl Embedder {
                     // The caller may have stopped waiting; nobody needs the vectors then.
                     let _ = sender.send(result);
                 });
-                self.inner.pool.submit(Job {
-                    texts,
-                    reply: respond,
-                });
+                self.inner.pool.submit(
+                    Job {
+                        texts,
+                        reply: respond,
+                    },
+                    priority,
+                );
                 reply
             })
             .collect();
@@ -244,11 +288,15 @@ impl Embedder {
 }
 
 impl Inner {
-    /// Texts per batch for a request that misses `texts` texts in the cache: at most
-    /// `max_batch`, and few enough that every worker gets a share, so a large request uses
-    /// every worker instead of queueing all its batches behind one.
-    fn batch_size(&self, texts: usize) -> usize {
-        self.max_batch.min(texts.div_ceil(self.workers)).max(1)
+    /// Texts per batch for a call that misses `texts` texts in the cache: at most
+    /// `max_batch`, and few enough that every worker that may take them gets a share, so a
+    /// large call uses every such worker instead of queueing all its batches behind one.
+    fn batch_size(&self, texts: usize, priority: Priority) -> usize {
+        let workers = match priority {
+            Priority::Request => self.workers + self.request_workers,
+            Priority::Background => self.workers,
+        };
+        self.max_batch.min(texts.div_ceil(workers)).max(1)
     }
 }
 

@@ -5,7 +5,8 @@
 //! The ONNX Runtime library and the model are files on disk ([`Assets`]), installed by
 //! `cargo xtask setup` or shipped in the release bundle. An [`Embedder`] runs the model on its
 //! own worker threads, so async callers never block, one text per forward pass by default
-//! (`EmbedderOptions::max_batch`), and caches vectors by the text's hash within the
+//! (`EmbedderOptions::max_batch`), a request's texts ahead of the indexing pipeline's and on
+//! threads of higher scheduling priority ([`Priority`]), and caches vectors by the text's hash within the
 //! caller's namespace (its tenant). Every vector is tagged by the [`ModelIdentity`] that made it, so vectors of
 //! different models are never mixed.
 //!
@@ -27,6 +28,7 @@ pub use cache::CacheStats;
 pub use embedder::{Embedder, EmbedderOptions};
 pub use error::EmbedError;
 pub use model::ModelIdentity;
+pub use pool::{Priority, QueueDepths};
 
 #[cfg(any(test, feature = "test-support"))]
 pub mod test_support;

@@ -292,6 +292,78 @@ async fn concurrent_requests_from_many_tasks_all_succeed() {
     assert_eq!(stats.hits + stats.misses, 96);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_is_embedded_ahead_of_the_pipelines_backlog() {
+    // With a worker of its own, and without one: either way the request's batch is taken
+    // before the backlog's.
+    for request_workers in [1, 0] {
+        let options = EmbedderOptions {
+            workers: 1,
+            request_workers,
+            ..uncached_options()
+        };
+        let embedder = Embedder::open(&assets(), options).expect("model loads");
+        let backlog: Vec<String> = (0..300)
+            .map(|n| format!("appended message number {n} waiting to be indexed"))
+            .collect();
+        let pipeline = {
+            let embedder = embedder.clone();
+            tokio::spawn(async move { embedder.embed_in_background(NS, backlog).await })
+        };
+        while embedder.queue_depths().background < 200 {
+            tokio::task::yield_now().await;
+        }
+        let question = embedder
+            .embed(NS, vec!["what was the parcel's number?".to_owned()])
+            .await
+            .expect("embedding works");
+        assert_eq!(question.len(), 1);
+        let left = embedder.queue_depths();
+        assert!(
+            left.background > 100,
+            "the request waited for the backlog ({request_workers} request workers): {left:?}"
+        );
+        assert_eq!(left.request, 0);
+        let indexed = pipeline.await.expect("task").expect("embedding works");
+        assert_eq!(indexed.len(), 300);
+    }
+}
+
+#[test]
+fn backlog_workers_run_nicer_than_request_workers() {
+    let options = EmbedderOptions {
+        workers: 1,
+        request_workers: 1,
+        ..uncached_options()
+    };
+    let embedder = Embedder::open(&assets(), options).expect("model loads");
+    let nice_of = |name: &str| {
+        std::fs::read_dir("/proc/self/task")
+            .expect("procfs")
+            .filter_map(Result::ok)
+            .find(|task| {
+                std::fs::read_to_string(task.path().join("comm"))
+                    .is_ok_and(|comm| comm.trim_end() == name)
+            })
+            .map(|task| {
+                let stat = std::fs::read_to_string(task.path().join("stat")).expect("stat");
+                // After the name's closing parenthesis: state is field 3, nice field 19.
+                let fields: Vec<&str> = stat[stat.rfind(')').expect("name") + 2..]
+                    .split(' ')
+                    .collect();
+                fields[16].parse::<i32>().expect("nice")
+            })
+            .unwrap_or_else(|| panic!("no thread named {name}"))
+    };
+    let process = rustix::process::getpriority_process(None).expect("nice");
+    assert_eq!(nice_of("embed-request-0"), process);
+    assert_eq!(
+        nice_of("embed-backlog-1"),
+        (process + crate::pool::BACKGROUND_NICENESS).min(19)
+    );
+    embedder.shutdown();
+}
+
 /// `cargo xtask setup` installs every file the embedder looks for, where it looks: the paths
 /// of the manifest it writes (`manifest.sha256`, `sha256sum` lines listing every installed
 /// file), as empty files in a fresh directory, are all the embedder needs. (This test lived

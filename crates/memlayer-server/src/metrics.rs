@@ -204,6 +204,26 @@ pub(crate) fn render(state: &AppState) -> Result<String, String> {
          exactly until then)",
         ConstGauge::new(i64::try_from(state.memories().graphs_pending()).unwrap_or(i64::MAX)),
     );
+    let queued = state.recall().embedder().queue_depths();
+    for (name, help, batches) in [
+        (
+            "embed_queue_request_batches",
+            "Batches of requests' texts (questions, memories) waiting for an embedding worker",
+            queued.request,
+        ),
+        (
+            "embed_queue_background_batches",
+            "Batches of the indexing pipeline waiting for a background embedding worker: its \
+             backpressure: requests' batches and the server's request threads take precedence",
+            queued.background,
+        ),
+    ] {
+        figures.register(
+            name,
+            help,
+            ConstGauge::new(i64::try_from(batches).unwrap_or(i64::MAX)),
+        );
+    }
     figures.register(
         "messages_appended",
         "Messages appended since the process started (idempotent replays not counted)",

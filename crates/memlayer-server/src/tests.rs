@@ -694,6 +694,8 @@ async fn metrics_count_requests_by_route_template() {
         "# TYPE memlayer_http_requests_in_flight gauge\n",
         "memlayer_index_vectors 0\n",
         "memlayer_embeddings_pending 0\n",
+        "memlayer_embed_queue_request_batches 0\n",
+        "memlayer_embed_queue_background_batches 0\n",
         "# TYPE memlayer_store_commits counter\n",
         "memlayer_store_writes_refused 0\n",
         "# TYPE memlayer_store_size_bytes gauge\n",

@@ -272,7 +272,7 @@ impl Recall {
         for (tenant, (keys, texts)) in by_tenant {
             let (embedder, tenant) = (self.inner.embedder.clone(), tenant.to_owned());
             requests.spawn(async move {
-                let vectors = embedder.embed(&tenant, texts).await?;
+                let vectors = embedder.embed_in_background(&tenant, texts).await?;
                 Ok::<_, IndexError>(keys.into_iter().zip(vectors).collect::<Vec<_>>())
             });
         }
