@@ -8,6 +8,7 @@
 import type { paths } from './generated/openapi.js';
 import { APIConnectionError, errorFor } from './errors.js';
 import type {
+  AnthropicContext,
   ApiKey,
   AppendResult,
   Cleared,
@@ -26,6 +27,7 @@ import type {
   MessageInput,
   MessagesPage,
   Metadata,
+  OpenAIContext,
   RecallResult,
   Receipt,
   Remembered,
@@ -35,6 +37,7 @@ import type {
   Session,
   SessionPage,
   SessionWithMessages,
+  TextContext,
 } from './types.js';
 import { VERSION } from './version.js';
 
@@ -417,7 +420,14 @@ export class Client {
     });
   }
 
-  /** The context for the next model call. */
+  /**
+   * The context for the next model call: in OpenAI's format unless `format` says otherwise,
+   * typed by the format asked for.
+   */
+  context(sessionId: string, options?: ContextOptions & { format?: 'openai' }): Promise<OpenAIContext>;
+  context(sessionId: string, options: ContextOptions & { format: 'anthropic' }): Promise<AnthropicContext>;
+  context(sessionId: string, options: ContextOptions & { format: 'text' }): Promise<TextContext>;
+  context(sessionId: string, options?: ContextOptions): Promise<ContextResult>;
   context(sessionId: string, options: ContextOptions = {}): Promise<ContextResult> {
     return this.request('post', '/v1/sessions/{session_id}/context', {
       path: { session_id: sessionId },

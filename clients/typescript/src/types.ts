@@ -40,6 +40,14 @@ export type ContextSettings = Schemas['SettingsDocument'];
  * by `format`; `report` says what went in and why.
  */
 export type ContextResult = Schemas['ContextResponse'];
+/** A context in OpenAI's format (the default): `messages`, the system prompt first. */
+export type OpenAIContext = Exclude<Extract<ContextResult, { messages: unknown }>, { system: unknown }>;
+/** A context in Anthropic's format: `system` apart from the `messages`. */
+export type AnthropicContext = Extract<ContextResult, { system: unknown }>;
+/** A context as one `text`. */
+export type TextContext = Extract<ContextResult, { text: unknown }>;
+/** One message of a context, in the format asked for. */
+export type ChatMessage = Schemas['ChatMessage'];
 
 export type RecallHit = Schemas['RecallHit'];
 export type RecallResult = Schemas['RecallResponse'];
