@@ -18,7 +18,9 @@ if (!source) {
   process.exit(2);
 }
 // Its package's `exports` map does not list the CLI, so it is found by path.
-const cli = fileURLToPath(new URL('../node_modules/openapi-typescript/bin/cli.js', import.meta.url));
+const cli = fileURLToPath(
+  new URL('../node_modules/openapi-typescript/bin/cli.js', import.meta.url),
+);
 const options = ['--empty-objects-unknown', '--default-non-nullable=false', '--output', output];
 const run = spawnSync(process.execPath, [cli, source, ...options], { stdio: 'inherit' });
 process.exit(run.status ?? 1);

@@ -221,6 +221,13 @@ function deadline(timeoutMs: number, signal: AbortSignal | undefined) {
   };
 }
 
+/** Why a request got no answer: `fetch failed: connect ECONNREFUSED 127.0.0.1:1`, say. */
+function describe(error: unknown): string {
+  if (!(error instanceof Error)) return String(error);
+  const cause = error.cause;
+  return cause instanceof Error ? `${error.message}: ${cause.message}` : error.message;
+}
+
 /** memlayer's API; see the package's README. */
 export class Client {
   readonly baseUrl: string;
@@ -269,25 +276,18 @@ export class Client {
       headers['content-type'] = 'application/json';
     }
     const timeoutMs = request.options?.timeout ?? this.timeout;
-    const limit = deadline(timeoutMs, request.options?.signal);
+    const signal = request.options?.signal;
+    const limit = deadline(timeoutMs, signal);
+    let response: Response;
+    let text: string;
     try {
-      const response = await this.#fetch(url, {
+      response = await this.#fetch(url, {
         method: method.toUpperCase(),
         headers,
         body,
         signal: limit.signal,
       });
-      const text = await response.text();
-      let json: unknown;
-      if (text) {
-        try {
-          json = JSON.parse(text);
-        } catch {
-          json = undefined;
-        }
-      }
-      if (response.status >= 400) throw errorFor(response.status, response.headers, json);
-      return json as Answer<Operation<P, M>>;
+      text = await response.text();
     } catch (error) {
       if (limit.timedOut()) {
         throw new APIConnectionError(0, 'timeout', `no answer within ${timeoutMs} ms`, {
@@ -295,22 +295,31 @@ export class Client {
         });
       }
       // The caller's own abort rejects as `fetch` does, with the signal's reason.
-      if (request.options?.signal?.aborted) throw request.options.signal.reason;
-      if (error instanceof Error && error.name !== 'MemlayerError' && !('status' in error)) {
-        const cause = (error as { cause?: unknown }).cause;
-        const detail = cause instanceof Error ? `${error.message}: ${cause.message}` : error.message;
-        throw new APIConnectionError(0, 'connection_error', detail, { cause: error });
-      }
-      throw error;
+      if (signal?.aborted) throw signal.reason;
+      throw new APIConnectionError(0, 'connection_error', describe(error), { cause: error });
     } finally {
       limit.done();
     }
+    let json: unknown;
+    if (text) {
+      try {
+        json = JSON.parse(text);
+      } catch {
+        json = undefined;
+      }
+    }
+    if (response.status >= 400) throw errorFor(response.status, response.headers, json);
+    return json as Answer<Operation<P, M>>;
   }
 
   // Sessions
 
   /** Creates a session (`409` if `sessionId` exists). */
-  createSession(userId: string, agentId: string, options: CreateSessionOptions = {}): Promise<Session> {
+  createSession(
+    userId: string,
+    agentId: string,
+    options: CreateSessionOptions = {},
+  ): Promise<Session> {
     return this.request('post', '/v1/sessions', {
       body: {
         user_id: userId,
@@ -424,8 +433,14 @@ export class Client {
    * The context for the next model call: in OpenAI's format unless `format` says otherwise,
    * typed by the format asked for.
    */
-  context(sessionId: string, options?: ContextOptions & { format?: 'openai' }): Promise<OpenAIContext>;
-  context(sessionId: string, options: ContextOptions & { format: 'anthropic' }): Promise<AnthropicContext>;
+  context(
+    sessionId: string,
+    options?: ContextOptions & { format?: 'openai' },
+  ): Promise<OpenAIContext>;
+  context(
+    sessionId: string,
+    options: ContextOptions & { format: 'anthropic' },
+  ): Promise<AnthropicContext>;
   context(sessionId: string, options: ContextOptions & { format: 'text' }): Promise<TextContext>;
   context(sessionId: string, options?: ContextOptions): Promise<ContextResult>;
   context(sessionId: string, options: ContextOptions = {}): Promise<ContextResult> {

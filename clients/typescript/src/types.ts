@@ -41,7 +41,10 @@ export type ContextSettings = Schemas['SettingsDocument'];
  */
 export type ContextResult = Schemas['ContextResponse'];
 /** A context in OpenAI's format (the default): `messages`, the system prompt first. */
-export type OpenAIContext = Exclude<Extract<ContextResult, { messages: unknown }>, { system: unknown }>;
+export type OpenAIContext = Exclude<
+  Extract<ContextResult, { messages: unknown }>,
+  { system: unknown }
+>;
 /** A context in Anthropic's format: `system` apart from the `messages`. */
 export type AnthropicContext = Extract<ContextResult, { system: unknown }>;
 /** A context as one `text`. */

@@ -56,7 +56,10 @@ module.exports = function suite(memlayer, format) {
     test('append creates the session, a retry is replayed, context assembles it', async () => {
       const client = admin();
       const [user, session] = [unique('user'), unique('session')];
-      const conversation = [turn('I live in Lyon and I am vegetarian.'), turn('Noted!', 'assistant')];
+      const conversation = [
+        turn('I live in Lyon and I am vegetarian.'),
+        turn('Noted!', 'assistant'),
+      ];
       const owner = { userId: user, agentId: 'support' };
       const first = await client.append(session, conversation, { ...owner, idempotencyKey: 'k1' });
       assert.deepEqual(first, {
@@ -131,7 +134,10 @@ module.exports = function suite(memlayer, format) {
         metadata: { channel: 'web' },
       });
       assert.deepEqual(created.metadata, { channel: 'web' });
-      await rejection(client.createSession(user, 'billing', { sessionId: named }), memlayer.ConflictError);
+      await rejection(
+        client.createSession(user, 'billing', { sessionId: named }),
+        memlayer.ConflictError,
+      );
       assert.equal(await client.deleteSession(named), undefined);
       await rejection(client.getSession(named), memlayer.NotFoundError);
     });
@@ -169,11 +175,12 @@ module.exports = function suite(memlayer, format) {
     test('remember, recall, get, list page by page and forget memories', async () => {
       const client = admin();
       const user = unique('user');
-      const made = await client.remember(user, 'Prefers email over phone calls', { type: 'preference' });
+      const preference = { type: 'preference' };
+      const made = await client.remember(user, 'Prefers email over phone calls', preference);
       assert.equal(made.action, 'created');
       const memory = made.memory;
       assert.deepEqual([memory.type, memory.user_id], ['preference', user]);
-      const same = await client.remember(user, 'Prefers email over phone calls', { type: 'preference' });
+      const same = await client.remember(user, 'Prefers email over phone calls', preference);
       assert.equal(same.action, 'unchanged');
       await client.remember(user, 'Lives in Lyon', { tags: ['home'] });
       await client.remember(user, 'Has a dog named Rex', { type: 'relationship' });
@@ -245,7 +252,8 @@ module.exports = function suite(memlayer, format) {
         const anonymous = new Client({ baseUrl: URL, apiKey });
         const error = await rejection(anonymous.listSessions(), memlayer.UnauthorizedError);
         assert.ok(error instanceof memlayer.MemlayerError);
-        assert.deepEqual([error.status, error.code, error.kind], [401, 'unauthorized', 'unauthorized']);
+        const { status, code, kind } = error;
+        assert.deepEqual([status, code, kind], [401, 'unauthorized', 'unauthorized']);
         assert.equal(error.name, 'UnauthorizedError');
       }
     });
@@ -254,7 +262,8 @@ module.exports = function suite(memlayer, format) {
       const error = await rejection(admin().getSession(unique('missing')), memlayer.NotFoundError);
       assert.ok(error instanceof memlayer.MemlayerError);
       assert.ok(error instanceof Error);
-      assert.deepEqual([error.status, error.code, error.kind], [404, 'session_not_found', 'not_found']);
+      const { status, code, kind } = error;
+      assert.deepEqual([status, code, kind], [404, 'session_not_found', 'not_found']);
       assert.match(error.message, /not found/);
       assert.ok(error.requestId);
       assert.match(String(error), /^NotFoundError: 404 session_not_found: /);
@@ -265,7 +274,10 @@ module.exports = function suite(memlayer, format) {
       const badId = await rejection(client.getSession('not an id'), memlayer.UnprocessableError);
       assert.ok(badId instanceof memlayer.InvalidRequestError);
       assert.deepEqual([badId.status, badId.code], [422, 'invalid_id']);
-      const badK = await rejection(client.recall(unique('user'), 'tea', { k: 0 }), memlayer.UnprocessableError);
+      const badK = await rejection(
+        client.recall(unique('user'), 'tea', { k: 0 }),
+        memlayer.UnprocessableError,
+      );
       assert.equal(badK.status, 422);
       const session = unique('session');
       await client.append(session, [turn('hi')], { userId: unique('user'), agentId: 'support' });
@@ -283,14 +295,16 @@ module.exports = function suite(memlayer, format) {
       const port = await closedPort();
       const gone = new Client({ baseUrl: `http://127.0.0.1:${port}`, apiKey: ADMIN_KEY });
       const error = await rejection(gone.listSessions(), memlayer.APIConnectionError);
-      assert.deepEqual([error.status, error.code, error.kind], [0, 'connection_error', 'connection']);
+      const { status, code, kind } = error;
+      assert.deepEqual([status, code, kind], [0, 'connection_error', 'connection']);
 
       // A server that accepts the connection and never answers.
       const sockets = new Set();
       const silent = net.createServer((socket) => sockets.add(socket));
       await new Promise((resolve) => silent.listen(0, '127.0.0.1', resolve));
       try {
-        const slow = new Client({ baseUrl: `http://127.0.0.1:${silent.address().port}`, timeout: 200 });
+        const baseUrl = `http://127.0.0.1:${silent.address().port}`;
+        const slow = new Client({ baseUrl, timeout: 200 });
         const late = await rejection(slow.listSessions(), memlayer.APIConnectionError);
         assert.deepEqual([late.status, late.code], [0, 'timeout']);
         // The caller's own signal aborts with the caller's reason, not a MemlayerError.
@@ -307,7 +321,8 @@ module.exports = function suite(memlayer, format) {
     test('errorFor maps the statuses a test cannot provoke (429, 5xx, foreign bodies)', () => {
       const { errorFor } = memlayer;
       const body = { error: { code: 'rate_limited', message: 'too many requests' } };
-      const limited = errorFor(429, new Headers({ 'retry-after': '2', 'x-request-id': 'r1' }), body);
+      const headers = new Headers({ 'retry-after': '2', 'x-request-id': 'r1' });
+      const limited = errorFor(429, headers, body);
       assert.ok(limited instanceof memlayer.RateLimitedError);
       assert.deepEqual(
         [limited.status, limited.code, limited.message, limited.retryAfter, limited.requestId],
@@ -333,12 +348,18 @@ module.exports = function suite(memlayer, format) {
         422: memlayer.UnprocessableError,
       };
       for (const [status, kind] of Object.entries(classes)) {
-        const error = errorFor(Number(status), new Headers(), { error: { code: 'c', message: 'm' } });
+        const body = { error: { code: 'c', message: 'm' } };
+        const error = errorFor(Number(status), new Headers(), body);
         assert.equal(error.constructor, kind);
       }
       assert.equal(errorFor(405, new Headers(), undefined).constructor, memlayer.MemlayerError);
-      const proxy = errorFor(502, new Headers({ 'retry-after': 'Wed, 21 Oct 2015 07:28:00 GMT' }), '<html>');
-      assert.deepEqual([proxy.code, proxy.message, proxy.retryAfter], ['http_error', 'HTTP 502', undefined]);
+      // A proxy in front of the server may answer with its own body, and a date to retry at.
+      const date = new Headers({ 'retry-after': 'Wed, 21 Oct 2015 07:28:00 GMT' });
+      const proxy = errorFor(502, date, '<html>');
+      assert.deepEqual(
+        [proxy.code, proxy.message, proxy.retryAfter],
+        ['http_error', 'HTTP 502', undefined],
+      );
     });
 
     test('the package has no runtime dependencies, and its version is the one it reports', () => {
