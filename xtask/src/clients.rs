@@ -15,9 +15,18 @@
 //! and `test_openai.mjs`, which drive the SDKs as their users do and script the fake's
 //! answers over its control endpoint, `test_mcp.py`, then the package's `unittest` suite
 //! (`clients/python/tests`), which calls the server through the installed package, and last
-//! the README's Python snippets of its "Use it from your stack" sections
-//! (`xtask/clients/test_readme.py`), each with the Python its readers install. The server's
-//! log lands in `target/clients-artifacts/`.
+//! memlayer's TypeScript package, `clients/typescript`: its dev dependencies (TypeScript and
+//! openapi-typescript) with `npm ci` from its lock file, then a drift check: the types
+//! openapi-typescript generates from the running server's `/openapi.json` (`npm run generate`,
+//! into the target directory) must be byte for byte the committed
+//! `src/generated/openapi.ts`, or the step fails saying how to regenerate them (`cargo xtask
+//! clients --regenerate-ts` rewrites the committed file instead, and goes on); then `npm run
+//! build` (tsc, ESM and CommonJS) and its `node --test` suites, which import the built
+//! package (`test/esm.test.mjs`) and require it (`test/cjs.test.cjs`), and type-check and run
+//! the README's TypeScript snippet (`test/readme.test.mjs`). Last come the README's Python
+//! snippets of its "Use it from your stack" sections (`xtask/clients/test_readme.py`), each
+//! with the Python its readers install. The server's log lands in
+//! `target/clients-artifacts/`.
 //!
 //! It needs `python3` with `venv` and pip, Node.js with npm (installed with `apt-get` when
 //! missing, as for the browser test), and access to PyPI and the npm registry the first
@@ -42,7 +51,20 @@ struct Fake {
     control: String,
 }
 
-pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
+/// What to do with `clients/typescript`'s generated types when the server's document gives
+/// other ones.
+#[derive(Clone, Copy)]
+pub(crate) enum Types {
+    /// Fail: the committed file is stale (CI).
+    Check,
+    /// Rewrite the committed file (`--regenerate-ts`).
+    Regenerate,
+}
+
+/// The committed types, relative to `clients/typescript`.
+const GENERATED_TS: &str = "src/generated/openapi.ts";
+
+pub(crate) fn run(root: &Path, types: Types) -> anyhow::Result<()> {
     let clients = root.join("xtask").join("clients");
     let target = metadata::read(root)?.target_directory;
     let python = crate::python::venv_with(
@@ -58,6 +80,11 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     npm.current_dir(&clients)
         .args(["ci", "--no-audit", "--no-fund"]);
     cmd::run(npm).context("`npm ci` failed in xtask/clients")?;
+    let typescript = root.join("clients").join("typescript");
+    let mut npm = Command::new("npm");
+    npm.current_dir(&typescript)
+        .args(["ci", "--no-audit", "--no-fund"]);
+    cmd::run(npm).context("`npm ci` failed in clients/typescript")?;
 
     cmd::cargo(
         root,
@@ -119,6 +146,27 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
         })
         // The README's snippets, each with the Python its readers install.
         .and_then(|()| {
+            let document = format!("http://{}/openapi.json", server.addr());
+            generated_types(&typescript, &document, &artifacts, types)
+        })
+        .and_then(|()| {
+            let mut build = Command::new("npm");
+            build.current_dir(&typescript).args(["run", "build"]);
+            cmd::run(build).context("`npm run build` failed in clients/typescript")
+        })
+        .and_then(|()| {
+            let suites = [
+                "test/esm.test.mjs",
+                "test/cjs.test.cjs",
+                "test/readme.test.mjs",
+            ];
+            client_test(
+                Path::new("node"),
+                &typescript,
+                &[&["--test"][..], &suites].concat(),
+            )
+        })
+        .and_then(|()| {
             let replies = ["Sorry to hear that.", "It ships tomorrow."];
             let openai_section = ["test_readme.py", "Use it from your stack: OpenAI SDK"];
             sdk_test(&python, &[&openai_section[..], &replies[..]].concat())
@@ -138,9 +186,77 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     })?;
     stopped?;
     eprintln!(
-        "xtask: the OpenAI and MCP SDKs', the Python package's and the README's tests passed"
+        "xtask: the OpenAI and MCP SDKs', the Python and TypeScript packages' and the README's \
+         tests passed"
     );
     Ok(())
+}
+
+/// Generates `clients/typescript`'s types from the running server's document into
+/// `artifacts`, and compares them with the committed file byte for byte (`Types::Check`) or
+/// puts them in its place (`Types::Regenerate`). `npm run generate` holds the
+/// openapi-typescript options, so this and a developer's regeneration agree.
+fn generated_types(
+    typescript: &Path,
+    document: &str,
+    artifacts: &Path,
+    types: Types,
+) -> anyhow::Result<()> {
+    let fresh = artifacts.join("openapi.ts");
+    let mut generate = Command::new("npm");
+    generate
+        .current_dir(typescript)
+        .args(["run", "--silent", "generate", "--", document])
+        .arg(&fresh)
+        // A proxy from the environment must not intercept 127.0.0.1 traffic.
+        .env("NO_PROXY", "127.0.0.1");
+    cmd::run(generate).context("openapi-typescript could not generate the types")?;
+    let generated = std::fs::read(&fresh)?;
+    let committed_path = typescript.join(GENERATED_TS);
+    let committed = std::fs::read(&committed_path).unwrap_or_default();
+    if generated == committed {
+        eprintln!("xtask: clients/typescript/{GENERATED_TS} matches the server's /openapi.json");
+        return Ok(());
+    }
+    match types {
+        Types::Regenerate => {
+            std::fs::write(&committed_path, &generated)?;
+            eprintln!(
+                "xtask: rewrote clients/typescript/{GENERATED_TS} from the server's \
+                 /openapi.json; commit it"
+            );
+            Ok(())
+        }
+        Types::Check => bail!(
+            "clients/typescript/{GENERATED_TS} is not what the server's /openapi.json gives \
+             ({}); regenerate it with `cargo xtask clients --regenerate-ts` (or `npm run \
+             generate -- http://HOST:PORT/openapi.json` in clients/typescript against a server \
+             built from this tree), and commit it with the API change",
+            first_difference(&committed, &generated)
+        ),
+    }
+}
+
+/// Where two files first differ, for a drift message: the line number and both lines.
+fn first_difference(committed: &[u8], generated: &[u8]) -> String {
+    let committed = String::from_utf8_lossy(committed);
+    let generated = String::from_utf8_lossy(generated);
+    let mut old = committed.lines();
+    let mut new = generated.lines();
+    for number in 1.. {
+        match (old.next(), new.next()) {
+            (None, None) => break,
+            (a, b) if a == b => continue,
+            (a, b) => {
+                return format!(
+                    "first difference at line {number}: committed {:?}, generated {:?}",
+                    a.unwrap_or("<end of file>"),
+                    b.unwrap_or("<end of file>")
+                );
+            }
+        }
+    }
+    "they differ in line endings or the final newline only".to_owned()
 }
 
 /// Installs `clients/python` with its pinned test dependencies into `venv`: the package is

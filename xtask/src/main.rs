@@ -2,7 +2,7 @@
 //! the embedding assets (`setup`), the CI test run, starting the server, the structural checks
 //! (`tidy`), the benchmarks (`bench`), the load and crash tests, the fuzz runs, the admin
 //! page's browser test, the clients' tests (`clients`: the OpenAI SDKs and memlayer's Python
-//! package), the API contract test
+//! and TypeScript packages), the API contract test
 //! (`contract`) and the release bundle (`dist`).
 //! Tasks are plain Rust rather than shell scripts so they run the same on every machine and
 //! are checked by the compiler like the rest of the workspace. xtask orchestrates: it builds
@@ -113,8 +113,15 @@ enum Task {
     /// OpenAI-compatible endpoint, with a fake model (installs the hash-pinned Python SDK
     /// into a virtual environment under the target directory, the npm one with `npm ci`),
     /// then memlayer's Python package, `clients/python`, installed with its hash-pinned test
-    /// dependencies into a second virtual environment.
-    Clients,
+    /// dependencies into a second virtual environment, and its TypeScript package,
+    /// `clients/typescript` (`npm ci`, a check that its generated types match the server's
+    /// /openapi.json, its build and its tests through ESM and CommonJS).
+    Clients {
+        /// Rewrite clients/typescript/src/generated/openapi.ts from the server's
+        /// /openapi.json instead of failing when they differ, then run the tests with it.
+        #[arg(long)]
+        regenerate_ts: bool,
+    },
     /// Build the release tarball: binary, embedding assets, README and SHA256SUMS.
     Dist,
     /// Build the cargo-fuzz targets in fuzz/ (installing cargo-fuzz if missing) and run each
@@ -205,7 +212,14 @@ fn main() -> anyhow::Result<ExitCode> {
                 },
             )?;
         }
-        Task::Clients => clients::run(&root)?,
+        Task::Clients { regenerate_ts } => {
+            let types = if regenerate_ts {
+                clients::Types::Regenerate
+            } else {
+                clients::Types::Check
+            };
+            clients::run(&root, types)?;
+        }
         Task::Dist => dist::run(&root)?,
         Task::Fuzz { seconds } => fuzz::run(&root, seconds)?,
     }
@@ -261,7 +275,7 @@ fn test(root: &Path) -> anyhow::Result<()> {
         cmd::run(command).with_context(|| format!("CI step `{step}` failed"))?;
     }
     // The server as the official SDKs see it, after the end-to-end tests of its routes.
-    clients::run(root).context("CI step `cargo xtask clients` failed")?;
+    clients::run(root, clients::Types::Check).context("CI step `cargo xtask clients` failed")?;
     // The full run is `cargo xtask crash --release` (100 kills); CI's seed changes with every
     // run so that, over many runs, more interleavings are tried. A failure names its seed.
     let seed = std::time::SystemTime::now()

@@ -1,0 +1,2 @@
+/** The package's version, as its package.json says (a test checks they agree). */
+export const VERSION = '0.1.0';
