@@ -2,7 +2,10 @@
 // (MEMLAYER_URL, with the admin key MEMLAYER_ADMIN_KEY) and names Debian's Chromium
 // (CHROMIUM) and where screenshots go (ARTIFACTS_DIR). It seeds sessions through the API,
 // drives the page as an operator would (finding elements by role and label, as assistive
-// technology does), and checks through the API that what the page claims happened did.
+// technology does), and checks through the API that what the page claims happened did. After
+// the settings, purge and session browser it seeds a second tenant population (long-term
+// memories and conversations, some holding markup) for the memory browser, the context
+// preview and the erasure receipts.
 import { chromium } from "playwright-core";
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -80,6 +83,7 @@ async function main() {
     page.on("pageerror", (error) => problems.push(`script error: ${error.message}`));
     try {
       await run(page);
+      await runMemoryPages(page);
     } catch (error) {
       await shot(page, "failure");
       throw error;
@@ -235,6 +239,304 @@ async function run(page) {
   assert.equal(listing.body.total_elements, 0);
   assert.equal((await api("GET", "/v1/sessions/alice-3")).status, 404);
   await shot(page, "04-deleted-all");
+}
+
+
+// Markup an attacker could get into a memory or a message: the page must show it as text.
+// Were it parsed as HTML, the image would fail to load and its handler would set the flag.
+const XSS = `<img src=x onerror="window.__xss = 1">`;
+
+const CAROL_TURNS = [
+  ["We start the inspection of the Tagus bridge on Monday.", "Noted: the Tagus bridge inspection starts Monday."],
+  ["The crew is four people, led by Marta.", "Four people, led by Marta. Anything else?"],
+  ["We need the drone permit from the harbour authority.", "I will draft the drone permit request for the harbour authority."],
+  ["The budget for the inspection is 18000 euros.", "Budget noted: 18000 euros."],
+  ["Remind me to check the cable anchors first.", "I will remind you to check the cable anchors first."],
+  ["Should we bring rain gear next week?", "Yes, pack rain gear: the bridge deck is exposed."],
+];
+
+const CAROL_MEMORIES = [
+  ["Carol works as a structural engineer at Acme Bridges.", "fact"],
+  ["Carol prefers answers in bullet points.", "preference"],
+  ["Carol's manager is Sam Okafor.", "relationship"],
+  ["Always address Carol by her first name.", "instruction"],
+  ["Carol lives in Lisbon near the river.", "fact"],
+  ["Carol is allergic to peanuts.", "fact"],
+  ["Carol rides a red bicycle to the office.", "fact"],
+  ["Carol's daughter plays the cello in a youth orchestra.", "relationship"],
+  ["Carol is learning Japanese for a trip to Osaka.", "fact"],
+  ["Carol enjoys hiking in the Alps every summer.", "preference"],
+  ["Carol's favourite board game is Go.", "preference"],
+  [`Carol's e-mail signature is ${XSS}`, "fact"],
+];
+
+async function append(session, user, messages) {
+  const answer = await api("POST", `/v1/sessions/${session}/messages`, { user_id: user, agent_id: "support", messages });
+  assert.equal(answer.status, 201, `seeding ${session}: ${JSON.stringify(answer.body)}`);
+}
+
+// Returns the ids of Carol's memories by their text.
+async function seedMemories() {
+  // Back to the default settings (the first part saved history_depth): the preview below
+  // shows the combined strategy's layers.
+  assert.equal((await api("DELETE", "/v1/settings")).status, 200);
+  await append("carol-1", "carol", CAROL_TURNS.flatMap(([question, answer]) =>
+    [{ role: "user", content: question }, { role: "assistant", content: answer }]));
+  await append("carol-2", "carol", [
+    { role: "user", content: `Please use this signature: ${XSS}` },
+    { role: "assistant", content: "Done, the signature is saved." },
+  ]);
+  await append("dave-1", "dave", [
+    { role: "user", content: "Hello, I am Dave." },
+    { role: "assistant", content: "Hello Dave." },
+  ]);
+  const ids = new Map();
+  for (const [text, type] of CAROL_MEMORIES) {
+    const answer = await api("POST", "/v1/users/carol/memories", { text, type });
+    assert.equal(answer.status, 201, `remembering ${text}: ${JSON.stringify(answer.body)}`);
+    ids.set(text, answer.body.memory.memory_id);
+  }
+  const dave = await api("POST", "/v1/users/dave/memories", { text: "Dave collects vintage radios.", type: "fact" });
+  assert.equal(dave.status, 201);
+  ids.set("dave", dave.body.memory.memory_id);
+  // Recall searches what the indexing pipeline embedded: wait for it, so the preview and
+  // the API's answer compared with it are built from the same index.
+  const deadline = Date.now() + TIMEOUT_MS;
+  for (;;) {
+    const metrics = await (await fetch(BASE + "/metrics")).text();
+    if (/^memlayer_embeddings_pending 0$/m.test(metrics)) break;
+    assert.ok(Date.now() < deadline, "the messages were not embedded in time");
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  return ids;
+}
+
+// The text of every row of a table's body.
+async function rowTexts(table) {
+  return table.locator("tbody tr").allTextContents();
+}
+
+async function noMarkupRan(page) {
+  assert.equal(await page.locator("main img, section img").count(), 0, "markup from the API became an element");
+  assert.equal(await page.evaluate(() => window.__xss), undefined, "markup from the API ran a handler");
+}
+
+async function runMemoryPages(page) {
+  const ids = await seedMemories();
+  const memories = region(page, "Memories");
+  const memoryRows = memories.getByRole("table", { name: "Long-term memories" }).locator("tbody tr");
+
+  // A malformed user id: the server's own 422 is shown, and no user opens.
+  await memories.getByLabel("User id", { exact: true }).fill("carol smith");
+  await memories.getByRole("button", { name: "Open user" }).click();
+  await expectText(memories.getByRole("alert"), /Error 422 \(invalid_id\): .*user_id/);
+  assert.equal(await memories.getByRole("heading", { name: /^User / }).isVisible(), false);
+
+  // Carol's twelve memories, ten a page, and not Dave's.
+  await memories.getByLabel("User id", { exact: true }).fill("carol");
+  await memories.getByRole("button", { name: "Open user" }).click();
+  await expectText(memories.getByRole("heading", { name: "User carol" }), /carol/);
+  assert.equal(await memories.locator("[role=alert]").textContent(), "");
+  await expectText(memories.locator("#mem-info"), /^Page 1: 10 memories, oldest first; more follow$/);
+  assert.equal(await memoryRows.count(), 10);
+  const firstPage = await memoryRows.evaluateAll((rows) => rows.map((row) => row.dataset.memory));
+  await memories.getByRole("button", { name: "Next memories" }).click();
+  await expectText(memories.locator("#mem-info"), /^Page 2: 2 memories, oldest first$/);
+  const secondPage = await memoryRows.evaluateAll((rows) => rows.map((row) => row.dataset.memory));
+  const carolIds = CAROL_MEMORIES.map(([text]) => String(ids.get(text)));
+  assert.deepEqual([...firstPage, ...secondPage].sort(), [...carolIds].sort());
+  assert.equal(await memories.getByRole("button", { name: "Next memories" }).isDisabled(), true);
+  await memories.getByRole("button", { name: "Previous memories" }).click();
+  await expectText(memories.locator("#mem-info"), /^Page 1: 10 memories/);
+  assert.equal(await memories.getByRole("button", { name: "Previous memories" }).isDisabled(), true);
+
+  // The markup in a memory is shown as text, character for character.
+  const signatureId = ids.get(`Carol's e-mail signature is ${XSS}`);
+  await memories.getByLabel("Search this user's memories").fill("e-mail signature");
+  await memories.getByRole("button", { name: "Search memories" }).click();
+  await expectText(memories.locator("#mem-info"), /\bmemor(y|ies) for “e-mail signature”, best first/);
+  const signature = memories.locator(`tr[data-memory="${signatureId}"] td.memory-text`);
+  assert.equal(await signature.textContent(), `Carol's e-mail signature is ${XSS}`);
+  await noMarkupRan(page);
+
+  // Search: the peanut allergy comes first, with its score.
+  await memories.getByLabel("Search this user's memories").fill("peanuts allergy");
+  await memories.getByRole("button", { name: "Search memories" }).click();
+  await expectText(memories.locator("#mem-info"), /\bmemor(y|ies) for “peanuts allergy”, best first/);
+  const peanutsId = ids.get("Carol is allergic to peanuts.");
+  const apiHits = (await api("POST", "/v1/users/carol/memories/search", { query: "peanuts allergy", k: 50 })).body.hits;
+  assert.equal(apiHits[0].memory_id, peanutsId);
+  assert.equal(await memoryRows.count(), apiHits.length);
+  const top = await memoryRows.first().locator("td").allTextContents();
+  assert.equal(top[0], String(peanutsId));
+  assert.equal(top[1], "fact");
+  assert.equal(top[2], "Carol is allergic to peanuts.");
+  assert.equal(top[3], "every agent");
+  assert.equal(top[6], apiHits[0].score.toFixed(3));
+  await shot(page, "05-memory-search");
+
+  // Forget asks first: Keep leaves the memory; confirming erases it, and the list updates.
+  await memories.getByRole("button", { name: `Forget memory ${peanutsId}` }).click();
+  await memories.getByRole("button", { name: `Keep memory ${peanutsId}` }).click();
+  assert.equal((await api("GET", `/v1/memories/${peanutsId}`)).status, 200);
+  await memories.getByRole("button", { name: `Forget memory ${peanutsId}` }).click();
+  await shot(page, "06-memory-forget-confirm");
+  await memories.getByRole("button", { name: `Confirm forgetting memory ${peanutsId}` }).click();
+  await expectText(memories.getByRole("status"), new RegExp(`^Memory ${peanutsId} forgotten \\(erasure #\\d+\\)\\.$`));
+  await expectText(memories.locator("#mem-info"), /^Page 1: 10 memories, oldest first; more follow$/);
+  assert.equal(await memories.locator(`tr[data-memory="${peanutsId}"]`).count(), 0);
+  assert.equal((await api("GET", `/v1/memories/${peanutsId}`)).status, 404);
+  await memories.getByRole("button", { name: "Next memories" }).click();
+  await expectText(memories.locator("#mem-info"), /^Page 2: 1 memory, oldest first$/);
+  await memories.getByRole("button", { name: "Show all memories" }).click();
+  await expectText(memories.locator("#mem-info"), /^Page 1: 10 memories/);
+
+  // The forget's receipt is listed at once.
+  const receipts = region(page, "Erasure receipts");
+  const receiptRows = receipts.getByRole("table", { name: "Erasure receipts" }).locator("tbody tr");
+  await expectText(receiptRows.first(), new RegExp(`^#\\d+memory ${peanutsId}by api.*1 memories.*none$`));
+
+  // Conversation history: Carol's two sessions, not Dave's, and one read with its markup
+  // shown as text.
+  const history = memories.getByRole("table", { name: "Conversation history" });
+  await expectText(memories.locator("#history-info"), /^Page 1 of 1 \(2 sessions\)$/);
+  const sessionsOfCarol = (await rowTexts(history)).map((row) => row.split("support")[0]).sort();
+  assert.deepEqual(sessionsOfCarol, ["carol-1", "carol-2"]);
+  await memories.getByRole("button", { name: "Read session carol-2" }).click();
+  await expectText(memories.getByRole("heading", { name: "Session carol-2 with support" }), /carol-2/);
+  const said = memories.getByRole("list", { name: "Conversation messages" }).getByRole("listitem");
+  assert.equal(await said.count(), 2);
+  await expectText(said.nth(0), /^user#0 · .*UTCPlease use this signature: <img src=x onerror="window.__xss = 1">$/);
+  await noMarkupRan(page);
+  await memories.getByRole("button", { name: "Read session carol-1" }).click();
+  await expectText(memories.getByRole("heading", { name: "Session carol-1 with support" }), /carol-1/);
+  assert.equal(await said.count(), 12);
+  await expectText(said.nth(11), /rain gear: the bridge deck is exposed\.$/);
+  await shot(page, "07-memory-history");
+
+  await contextPreview(page);
+
+  // Erasing the user: only after the exact user id, then everything of Carol is gone, the
+  // receipt says what, and Dave keeps his.
+  for (const wrong of ["", "Carol", "carol ", "dave"]) {
+    await memories.getByLabel("Type the user id to confirm").fill(wrong);
+    await memories.getByRole("button", { name: "Erase user and all their data" }).click();
+    await expectText(memories.getByRole("alert"), /Type the user id carol exactly to confirm\. Nothing was erased\./);
+  }
+  assert.equal((await api("GET", "/v1/users/carol/memories")).body.memories.length, 11);
+  await memories.getByLabel("Type the user id to confirm").fill("carol");
+  await memories.getByRole("button", { name: "Erase user and all their data" }).click();
+  const erased = await expectText(memories.getByRole("status"), /^Erasure #\d+ done: .*\b2 sessions\b.*\b11 memories\b/);
+  const erasureId = Number(/#(\d+)/.exec(erased)[1]);
+  await expectText(memories.locator("#mem-info"), /^No long-term memories\.$/);
+  await expectText(memories.locator("#history-info"), /\(0 sessions\)/);
+  assert.equal((await api("GET", "/v1/users/carol/memories")).body.memories.length, 0);
+  assert.equal((await api("GET", "/v1/sessions/carol-1")).status, 404);
+  assert.equal((await api("GET", "/v1/users/dave/memories")).body.memories.length, 1);
+  assert.equal((await api("GET", "/v1/sessions/dave-1")).status, 200);
+
+  // The receipt, as the API gives it.
+  const receipt = await api("GET", `/v1/admin/erasures/${erasureId}`);
+  assert.equal(receipt.status, 200);
+  const row = receipts.locator(`tr[data-erasure="${erasureId}"]`);
+  await expectText(row, /user carol/);
+  const cells = await row.locator("td").allTextContents();
+  assert.equal(cells[0], `#${erasureId}`);
+  assert.equal(cells[1], "user carolby api");
+  const shownTime = (at) => new Date(at).toISOString().slice(0, 19).replace("T", " ") + " UTC";
+  assert.equal(cells[2], shownTime(receipt.body.requested_at));
+  assert.equal(cells[3], shownTime(receipt.body.completed_at));
+  const counts = Object.entries(receipt.body.counts).filter(([, n]) => n > 0)
+    .map(([kind, n]) => `${n} ${kind.replaceAll("_", " ")}`).join(", ");
+  assert.equal(cells[4], counts);
+  assert.match(cells[4], /\b14 messages\b/);
+  assert.deepEqual(cells[5].split(", ").sort(), ["carol-1", "carol-2"]);
+  assert.deepEqual([...receipt.body.session_ids].sort(), ["carol-1", "carol-2"]);
+  // The newest first, and the purges of the first part still listed.
+  assert.equal(await receiptRows.first().getAttribute("data-erasure"), String(erasureId));
+  await expectText(receipts, /every conversation/);
+  await expectText(receipts, /conversations inactive for more than 30 days/);
+  await shot(page, "09-erasure-receipts");
+}
+
+// The context preview of carol-1, opened from the session browser, checked against the
+// API's own answer for the same request.
+async function contextPreview(page) {
+  const sessions = region(page, "Sessions");
+  await sessions.getByLabel("User").fill("carol");
+  await sessions.getByLabel("Agent").fill("");
+  await sessions.getByRole("button", { name: "Filter" }).click();
+  await expectText(sessions.getByRole("status").first(), /\(2 sessions\)/);
+  await sessions.getByRole("button", { name: "Open session carol-1" }).click();
+  await expectText(sessions.getByRole("heading", { name: "Session carol-1" }), /carol-1/);
+  await sessions.getByRole("button", { name: "Preview its context" }).click();
+
+  const preview = region(page, "Context preview");
+  assert.equal(await preview.getByLabel("Session").inputValue(), "carol-1");
+  await expectText(preview.locator("#ctx-summary"), /^Session carol-1, strategy combined: /);
+  await checkPreview(preview, await api("POST", "/v1/sessions/carol-1/context", {}));
+
+  // With a question the window narrows and recall joins: the report's drops are listed.
+  const query = "How many people are in the crew?";
+  await preview.getByLabel("Next user message (optional)").fill(query);
+  await preview.getByRole("button", { name: "Preview context" }).click();
+  await page.waitForFunction(() => !document.getElementById("context-view").hidden &&
+    document.querySelectorAll("#ctx-layers tr").length > 0);
+  const built = await api("POST", "/v1/sessions/carol-1/context", { query });
+  assert.ok(built.body.report.dropped.length > 0, "a narrower window leaves out the oldest exchanges");
+  await checkPreview(preview, built);
+  await shot(page, "08-context-preview");
+
+  // The server's error for a session that is not there.
+  await preview.getByLabel("Session").fill("no-such-session");
+  await preview.getByRole("button", { name: "Preview context" }).click();
+  await expectText(preview.getByRole("alert"), /^Error 404 \(session_not_found\): /);
+  assert.equal(await preview.locator("#context-view").isVisible(), false);
+}
+
+async function checkPreview(preview, answer) {
+  assert.equal(answer.status, 200, JSON.stringify(answer.body));
+  const { report, settings, messages } = answer.body;
+  const reserve = settings.context_window - report.budget;
+  const unused = report.budget - report.total_tokens;
+  await expectText(preview.locator("#ctx-summary"), new RegExp(
+    `strategy ${report.strategy}: ${report.total_tokens} of ${report.budget} budget tokens used, ` +
+    `${unused} unused; ${reserve} tokens of the ${settings.context_window}-token window kept in reserve`));
+  assert.ok(report.layers.some((layer) => layer.layer === "window"));
+
+  // The bar: a part per layer with its tokens, then the unused budget and the reserve, each
+  // as wide as its share of the window.
+  const bar = preview.getByRole("img", { name: /^Token budget: / });
+  const parts = await bar.locator("span").evaluateAll((spans) => spans.map((span) =>
+    [span.dataset.part, Number(span.dataset.tokens), span.getBoundingClientRect().width]));
+  const barWidth = await bar.evaluate((node) => node.clientWidth);
+  const expected = [...report.layers.map((layer) => [layer.layer, layer.tokens]),
+    ["unused", unused], ["reserve", reserve]];
+  assert.deepEqual(parts.map(([part, tokens]) => [part, tokens]), expected);
+  for (const [part, tokens, width] of parts) {
+    const share = tokens / settings.context_window;
+    assert.ok(Math.abs(width - share * barWidth) <= 1.5, `${part}: ${width}px for ${share} of ${barWidth}px`);
+  }
+
+  // The layer table says the same in numbers.
+  const share = (tokens) => `${(100 * tokens / settings.context_window).toFixed(1)}%`;
+  const layerRows = await rowTexts(preview.getByRole("table", { name: "Tokens by layer" }));
+  assert.deepEqual(layerRows, [
+    ...report.layers.map((l) => `${l.layer}${l.pieces}${l.tokens}${share(l.tokens)}`),
+    `unused budget${unused}${share(unused)}`,
+    `reserve${reserve}${share(reserve)}`,
+  ]);
+
+  // Dropped pieces, as reported.
+  const droppedRows = await rowTexts(preview.getByRole("table", { name: "Dropped pieces" }));
+  assert.deepEqual(droppedRows, report.dropped.length === 0 ? ["Nothing was left out."]
+    : report.dropped.map((d) => `${d.layer}${d.sources.join(", ")}${d.tokens}${d.reason.replaceAll("_", " ")}`));
+
+  // Every message the model would receive, in order, with its layer.
+  const layerOf = report.layers.flatMap((layer) => Array(layer.pieces).fill(layer.layer));
+  assert.equal(layerOf.length, messages.length);
+  const items = await preview.getByRole("list", { name: "Context messages" }).getByRole("listitem").allTextContents();
+  assert.deepEqual(items, messages.map((m, n) => `${layerOf[n]}${m.role}${m.content}`));
 }
 
 await main();

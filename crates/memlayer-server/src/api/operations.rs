@@ -87,9 +87,10 @@ pub(crate) async fn docs() -> impl IntoResponse {
 
 /// Admin page
 ///
-/// A page for tenant admins: settings and retention, conversation stats, purge, and a
-/// session browser. It asks for an API key and calls the `/v1` API with it; it loads nothing
-/// from elsewhere.
+/// A page for tenant admins: settings and retention, conversation stats, purge, a session
+/// browser, a memory browser per user (search, conversation history, forget, erase), a
+/// context preview with its token budget, and the erasure receipts. It asks for an API key
+/// and calls the `/v1` API with it; it loads nothing from elsewhere.
 #[utoipa::path(
     get,
     path = "/admin",
