@@ -210,6 +210,8 @@ impl Bench {
         // Every request is one batch: max_batch is the largest request.
         let options = EmbedderOptions {
             workers: 1,
+            // One model instance, as the Python side has.
+            request_workers: 0,
             intra_threads: THREADS,
             max_batch: BATCH_SIZES[BATCH_SIZES.len() - 1],
             // Each pass embeds the same texts again; a cache would measure itself.
@@ -268,6 +270,8 @@ impl Bench {
         for (workers, intra_threads) in LAYOUTS {
             let options = EmbedderOptions {
                 workers,
+                // The layout alone: no worker beside it.
+                request_workers: 0,
                 intra_threads,
                 max_batch: 32,
                 cache_capacity: 0,
