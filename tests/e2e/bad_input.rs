@@ -534,6 +534,16 @@ fn malformed_ids_are_422_invalid_id() {
             422,
             "invalid_id",
         );
+        // Reads of a user's things refuse a malformed user as writes do, instead of
+        // answering that such a user has nothing.
+        for read in ["memories", "episodes", "lessons"] {
+            fixture.rejects(
+                &format!("GET {read} of user {segment:?}"),
+                fixture.raw("GET", &format!("/v1/users/{segment}/{read}"), ""),
+                422,
+                "invalid_id",
+            );
+        }
     }
     for (field, bad) in [
         ("session_id", "a/b"),
