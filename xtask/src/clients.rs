@@ -144,7 +144,7 @@ pub(crate) fn run(root: &Path, types: Types) -> anyhow::Result<()> {
                 ],
             )
         })
-        // The README's snippets, each with the Python its readers install.
+        // The TypeScript package: its types checked against the served document, built, run.
         .and_then(|()| {
             let document = format!("http://{}/openapi.json", server.addr());
             generated_types(&typescript, &document, &artifacts, types)
@@ -166,6 +166,7 @@ pub(crate) fn run(root: &Path, types: Types) -> anyhow::Result<()> {
                 &[&["--test"][..], &suites].concat(),
             )
         })
+        // The README's snippets, each with the Python its readers install.
         .and_then(|()| {
             let replies = ["Sorry to hear that.", "It ships tomorrow."];
             let openai_section = ["test_readme.py", "Use it from your stack: OpenAI SDK"];
