@@ -13,9 +13,10 @@ export interface paths {
         };
         /**
          * Admin page
-         * @description A page for tenant admins: settings and retention, conversation stats, purge, and a
-         *     session browser. It asks for an API key and calls the `/v1` API with it; it loads nothing
-         *     from elsewhere.
+         * @description A page for tenant admins: settings and retention, conversation stats, purge, a session
+         *     browser, a memory browser per user (search, conversation history, forget, erase), a
+         *     context preview with its token budget, and the erasure receipts. It asks for an API key
+         *     and calls the `/v1` API with it; it loads nothing from elsewhere.
          */
         get: operations["admin"];
         put?: never;
@@ -1019,7 +1020,10 @@ export interface components {
             /** @description Answer with `chat.completion.chunk` server-sent events, ended by `data: [DONE]`. */
             stream?: boolean;
             stream_options?: null | components["schemas"]["ChatStreamOptions"];
-            /** Format: float */
+            /**
+             * Format: double
+             * @description Sampling temperature, from 0 to 2 as OpenAI takes it.
+             */
             temperature?: number | null;
             /** @description `none`, `auto`, `required` or the function to call; passed to the model unchanged. */
             tool_choice?: unknown;
@@ -1174,7 +1178,7 @@ export interface components {
             /** @description The kind of task the next turn is about: its recent lessons join the standing ones. */
             task_type?: string | null;
             /**
-             * Format: float
+             * Format: double
              * @description Fraction of the context window kept free for the prompt and the answer.
              * @default 0.1
              */
@@ -1944,7 +1948,7 @@ export interface components {
             /** @description The kind of task the next turn is about: its recent lessons join the standing ones. */
             task_type?: string | null;
             /**
-             * Format: float
+             * Format: double
              * @description Fraction of the context window kept free for the prompt and the answer.
              * @default 0.1
              */
@@ -4507,7 +4511,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description No user message, a blank one or one with NUL, content that is not text, a tool message without its `tool_call_id`, more than 1,000 messages (`invalid_messages`), `n` other than 1 or an invalid id; nothing stored */
+            /** @description No user message, a blank one or one with NUL, content that is not text, a tool message without its `tool_call_id`, more than 1,000 messages (`invalid_messages`), `n` other than 1, a temperature outside 0 to 2 (`invalid_value`) or an invalid id; nothing stored */
             422: {
                 headers: {
                     [name: string]: unknown;

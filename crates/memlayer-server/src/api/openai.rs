@@ -63,8 +63,9 @@ pub(crate) struct ChatCompletionRequest {
     tool_choice: Option<Value>,
     /// Most tokens to generate (`max_completion_tokens` is passed on as it is).
     max_tokens: Option<u32>,
-    /// From 0 to 2, as OpenAI takes it. Read as a double so that any number in that range is
-    /// accepted as written (a tiny one as an `f32` would underflow), then narrowed.
+    /// Sampling temperature, from 0 to 2 as OpenAI takes it.
+    // A double, so that every number of that range is taken as written; narrowed to the
+    // model request's f32 once checked.
     #[schema(minimum = 0, maximum = 2)]
     temperature: Option<f64>,
     /// Only 1: one answer is generated and stored.
