@@ -10,9 +10,12 @@
 //! stand-in for the chat model an operator configures, so agent runs complete instead of
 //! answering `503 model_not_configured`.
 //!
-//! The roles run in turn on one server: the user key, the service key, the tenant admin key
-//! without `DELETE /v1/keys/{prefix}` (schemathesis would revoke the keys under test, its own
-//! among them, as the API allows), then that operation alone with an admin key of its own.
+//! The roles run in turn on one server: the user key (of user `alice`, with
+//! `xtask/contract/user.toml` making the user ids of its paths, queries and chat header hers,
+//! so its creations succeed and the stateful phase has links to follow), the service key, the
+//! tenant admin key without `DELETE /v1/keys/{prefix}` (schemathesis would revoke the keys
+//! under test, its own among them, as the API allows), then that operation alone with an
+//! admin key of its own.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -25,10 +28,12 @@ use crate::cmd;
 use crate::metadata;
 use crate::server::{Server, admin_client};
 
-/// One schemathesis run: the role whose key it sends, and which operations it covers.
+/// One schemathesis run: the role whose key it sends, which operations it covers, and the
+/// settings file (in `xtask/contract`) it runs with, if any.
 struct Run {
     role: &'static str,
     filter: &'static [&'static str],
+    config: Option<&'static str>,
 }
 
 /// schemathesis's option that selects operations by id.
@@ -38,18 +43,22 @@ const RUNS: [Run; 4] = [
     Run {
         role: "user",
         filter: &[],
+        config: Some("user.toml"),
     },
     Run {
         role: "service",
         filter: &[],
+        config: None,
     },
     Run {
         role: "tenant_admin",
         filter: &["--exclude-operation-id", "revoke_key"],
+        config: None,
     },
     Run {
         role: "revoking tenant_admin",
         filter: &[INCLUDE, "revoke_key"],
+        config: None,
     },
 ];
 
@@ -64,15 +73,10 @@ pub(crate) fn run(root: &Path, scope: &Scope) -> anyhow::Result<()> {
     let target = metadata::read(root)?.target_directory;
     let work = target.join("contract");
     std::fs::create_dir_all(&work)?;
+    let dir = root.join("xtask").join("contract");
     let schemathesis = Schemathesis {
-        python: crate::python::venv_with(
-            &work.join("venv"),
-            &root.join("xtask").join("contract").join("requirements.txt"),
-        )?,
-        cli: root
-            .join("xtask")
-            .join("contract")
-            .join("schemathesis_cli.py"),
+        python: crate::python::venv_with(&work.join("venv"), &dir.join("requirements.txt"))?,
+        dir,
     };
 
     cmd::cargo(root, &["build", "-p", "memlayer"])?;
@@ -106,16 +110,20 @@ pub(crate) fn run(root: &Path, scope: &Scope) -> anyhow::Result<()> {
     stopped
 }
 
-/// The installed schemathesis, run through `schemathesis_cli.py` (which says why).
+/// The installed schemathesis, run through `schemathesis_cli.py` (which says why), and
+/// `xtask/contract`, which holds that script and the runs' settings files.
 struct Schemathesis {
     python: PathBuf,
-    cli: PathBuf,
+    dir: PathBuf,
 }
 
 impl Schemathesis {
-    fn command(&self) -> Command {
+    fn command(&self, config: Option<&str>) -> Command {
         let mut command = Command::new(&self.python);
-        command.arg(&self.cli);
+        command.arg(self.dir.join("schemathesis_cli.py"));
+        if let Some(config) = config {
+            command.arg("--config-file").arg(self.dir.join(config));
+        }
         command
     }
 }
@@ -156,7 +164,7 @@ fn run_all(
         };
         let started = Instant::now();
         eprintln!("xtask: schemathesis with the {} key", run.role);
-        let mut command = schemathesis.command();
+        let mut command = schemathesis.command(run.config);
         // schemathesis keeps its example database and reports in the working directory.
         command
             .current_dir(work)
