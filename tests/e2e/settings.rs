@@ -189,8 +189,8 @@ fn an_agents_memory_configuration_shapes_its_next_context() {
     // The next context: the smaller budget, summarised overflow, no long-term memories.
     let after = context();
     assert_eq!(
-        after["report"]["budget"], 3599,
-        "4000 less the 10% reserve (an f32), floored"
+        after["report"]["budget"], 3600,
+        "4000 less the 10% reserve, floored"
     );
     assert_eq!(after["settings"]["overflow"], "summarize");
     assert_eq!(after["report"]["memories"], json!([]));
