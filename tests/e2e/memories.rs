@@ -518,3 +518,134 @@ fn a_user_whose_memories_were_all_forgotten_remembers_again() {
         ["Prefers aisle seats on long flights"]
     );
 }
+
+/// A put under a key: what the key names is what was last put under it. Puts never merge
+/// memories of different keys, remembering without a key never changes a keyed memory, the
+/// key is per user and agent scope, and forgetting the memory (or erasing its user) erases
+/// the key with it, from the file's bytes too.
+#[test]
+fn a_key_names_what_was_last_put_under_it_and_goes_with_it() {
+    let server = TestServer::start();
+    let put = |user: &str, key: &str, body: Value| {
+        server.put(&format!("/v1/users/{user}/memories/keys/{key}"), &body)
+    };
+    let get = |user: &str, key: &str| server.get(&format!("/v1/users/{user}/memories/keys/{key}"));
+    let (status, tea) = put(
+        "erin",
+        "drink",
+        json!({ "text": "Prefers green tea in the morning", "type": "preference" }),
+    );
+    assert_eq!(
+        (status, tea["action"].as_str()),
+        (201, Some("created")),
+        "{tea}"
+    );
+    assert_eq!(tea["memory"]["key"], "drink");
+    // Nearly the same words under another key, or without one, are other memories.
+    let (status, other) = put(
+        "erin",
+        "drink-2",
+        json!({ "text": "Prefers green tea in the mornings", "type": "preference" }),
+    );
+    assert_eq!(status, 201, "{other}");
+    let (status, plain) = remember(
+        &server,
+        "erin",
+        json!({ "text": "Prefers green tea in the morning", "type": "preference" }),
+    );
+    assert_eq!(status, 201, "{plain}");
+    assert!(plain["memory"].get("key").is_none(), "{plain}");
+    let (status, read) = get("erin", "drink");
+    assert_eq!(status, 200, "{read}");
+    assert_eq!(read["text"], "Prefers green tea in the morning");
+
+    // A put replaces text, type and tags; the replaced text stays in the history.
+    let (status, coffee) = put(
+        "erin",
+        "drink",
+        json!({ "text": "Drinks black coffee", "type": "fact", "tags": ["Drinks"] }),
+    );
+    assert_eq!((status, coffee["action"].as_str()), (200, Some("updated")));
+    assert_eq!(coffee["memory"]["memory_id"], tea["memory"]["memory_id"]);
+    let (_, read) = get("erin", "drink");
+    assert_eq!(
+        (&read["text"], &read["type"], &read["tags"]),
+        (
+            &json!("Drinks black coffee"),
+            &json!("fact"),
+            &json!(["drinks"])
+        )
+    );
+    assert_eq!(
+        read["history"][0]["text"],
+        "Prefers green tea in the morning"
+    );
+    let (_, same) = put(
+        "erin",
+        "drink",
+        json!({ "text": "Drinks black coffee", "type": "fact", "tags": ["drinks"] }),
+    );
+    assert_eq!(same["action"], "unchanged");
+    let (_, retagged) = put(
+        "erin",
+        "drink",
+        json!({ "text": "Drinks black coffee", "type": "fact" }),
+    );
+    assert_eq!(retagged["action"], "updated");
+    assert_eq!(retagged["memory"]["tags"], json!([]));
+
+    // The key is per user and per agent scope.
+    assert_error(&get("frank", "drink"), 404, "memory_not_found");
+    let scoped = server.get("/v1/users/erin/memories/keys/drink?agent_id=barista");
+    assert_error(&scoped, 404, "memory_not_found");
+    let (status, barista) = put(
+        "erin",
+        "drink",
+        json!({ "text": "Orders oat flat whites", "type": "preference", "agent_id": "barista" }),
+    );
+    assert_eq!(status, 201, "{barista}");
+    let (_, scoped) = server.get("/v1/users/erin/memories/keys/drink?agent_id=barista");
+    assert_eq!(scoped["text"], "Orders oat flat whites");
+    assert_eq!(get("erin", "drink").1["text"], "Drinks black coffee");
+    assert_error(
+        &put(
+            "erin",
+            "two%20words",
+            json!({ "text": "x", "type": "fact" }),
+        ),
+        422,
+        "invalid_id",
+    );
+    assert_error(&get("erin", "two%20words"), 422, "invalid_id");
+
+    // Forgetting the memory frees its key, and leaves no byte of it.
+    let store = server.store_path();
+    let scan = |needle: &str| {
+        scan_files(&[store.as_path()], needle.as_bytes())
+            .unwrap()
+            .len()
+    };
+    let (status, _) = put(
+        "erin",
+        "keycanary4471",
+        json!({ "text": "Seat textcanary9920 on the night train", "type": "fact" }),
+    );
+    assert_eq!(status, 201);
+    let (_, canary) = get("erin", "keycanary4471");
+    assert!(scan("keycanary4471") > 0 && scan("textcanary9920") > 0);
+    let id = canary["memory_id"].as_u64().unwrap();
+    assert_eq!(server.delete(&format!("/v1/memories/{id}")).0, 200);
+    assert_error(&get("erin", "keycanary4471"), 404, "memory_not_found");
+    assert_eq!((scan("keycanary4471"), scan("textcanary9920")), (0, 0));
+    let (status, _) = put(
+        "erin",
+        "keycanary4471",
+        json!({ "text": "A new memory under a freed key", "type": "fact" }),
+    );
+    assert_eq!(status, 201);
+
+    // Erasing the user erases every key of theirs.
+    assert_eq!(server.delete("/v1/users/erin").0, 200);
+    assert_error(&get("erin", "drink"), 404, "memory_not_found");
+    assert_eq!(scan("keycanary4471"), 0);
+}

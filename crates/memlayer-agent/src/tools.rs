@@ -273,6 +273,7 @@ impl Tools {
                         kind: kinds::<MemoryKind>("type", args.kind)?,
                         tags: args.tags,
                         source: None,
+                        key: None,
                     })
                     .await?;
                 ToolOutcome::Remembered { memory, action }

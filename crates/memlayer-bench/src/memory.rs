@@ -246,6 +246,7 @@ fn memory(
         updated_at: at,
         history: Vec::new(),
         vector,
+        key: None,
     }
 }
 

@@ -168,6 +168,7 @@ async fn the_embedding_cache_is_per_tenant_and_an_erasure_empties_its_own_part()
             kind: MemoryKind::Fact,
             tags: Vec::new(),
             source: None,
+            key: None,
         })
         .await
         .unwrap();
@@ -276,6 +277,7 @@ async fn canaries_leave_every_api_and_every_file_byte() {
         kind: MemoryKind::Fact,
         tags: Vec::new(),
         source,
+        key: None,
     };
     fixture
         .memories

@@ -63,6 +63,11 @@ pub struct RememberRequest {
     pub tags: Vec<String>,
     /// The message it came from: `(session_id, index)`.
     pub source: Option<(String, u64)>,
+    /// The caller's name for it. With a key, `remember` is a put: the memory under the key
+    /// (in the user and agent scope) now says this, with this kind and these tags, or a new
+    /// one is made under it; it never merges with a memory of another key or none. Without,
+    /// a repeat or a correction of an unkeyed memory updates that one.
+    pub key: Option<String>,
 }
 
 /// What `remember` did.
@@ -71,9 +76,10 @@ pub struct RememberRequest {
 pub enum RememberAction {
     /// A new memory.
     Created,
-    /// An existing memory now says this; its old text is in its history.
+    /// An existing memory now says this; its old text, when it had another, is in its
+    /// history.
     Updated,
-    /// An existing memory already said this (tags merged).
+    /// An existing memory already said this (tags merged; with a key, same kind and tags).
     Unchanged,
 }
 
@@ -114,6 +120,8 @@ struct Owner {
     agent_id: Option<String>,
     kind: MemoryKind,
     tags: Vec<String>,
+    /// Named by a key: only a put of its key changes it.
+    keyed: bool,
 }
 
 /// Every memory's vector and text, under one lock; keys are memory ids.
@@ -171,8 +179,9 @@ impl LongTermMemory {
         })
     }
 
-    /// Remembers `request`: a new memory, or an update of the one of the same user, scope
-    /// and kind that it repeats or supersedes.
+    /// Remembers `request`: a new memory, or an update of the one under its key, or (without
+    /// a key) of the unkeyed one of the same user, scope and kind that it repeats or
+    /// supersedes.
     pub async fn remember(
         &self,
         request: RememberRequest,
@@ -214,19 +223,37 @@ impl LongTermMemory {
         tags: &[String],
         vector: &[f32],
     ) -> Result<(Memory, RememberAction), MemoryError> {
-        let existing = self.closest_in_scope(request, text, vector)?;
+        let existing = match &request.key {
+            Some(key) => self.inner.store.memories().memory_by_key(
+                request.access.tenant(),
+                &request.user_id,
+                request.agent_id.as_deref(),
+                key,
+            )?,
+            None => self.closest_in_scope(request, text, vector)?,
+        };
         let now = Timestamp::now();
         let (memory, action) = match existing {
             Some(mut memory) => {
-                let same_text = memory.text.eq_ignore_ascii_case(text);
-                // New tags join the stored ones up to the same bound as a new memory's.
-                for tag in tags {
-                    if !memory.tags.contains(tag) && memory.tags.len() < MAX_TAGS {
-                        memory.tags.push(tag.clone());
+                let (same_text, same_labels) = if request.key.is_some() {
+                    // A put says what the memory is now: its kind and tags too.
+                    let same_labels = memory.kind == request.kind && memory.tags == tags;
+                    memory.kind = request.kind;
+                    memory.tags = tags.to_vec();
+                    (memory.text == text, same_labels)
+                } else {
+                    // New tags join the stored ones up to the same bound as a new memory's.
+                    for tag in tags {
+                        if !memory.tags.contains(tag) && memory.tags.len() < MAX_TAGS {
+                            memory.tags.push(tag.clone());
+                        }
                     }
-                }
-                let action = if same_text {
+                    (memory.text.eq_ignore_ascii_case(text), true)
+                };
+                let action = if same_text && same_labels {
                     RememberAction::Unchanged
+                } else if same_text {
+                    RememberAction::Updated
                 } else {
                     let old = std::mem::replace(&mut memory.text, text.to_owned());
                     // The replaced text keeps its source, so erasing that message takes it
@@ -261,6 +288,7 @@ impl LongTermMemory {
                     updated_at: now,
                     history: Vec::new(),
                     vector: vector.to_vec(),
+                    key: request.key.clone(),
                 },
                 RememberAction::Created,
             ),
@@ -295,7 +323,7 @@ impl LongTermMemory {
         };
         let same_scope = |id: u64| {
             indexes.owners.get(&id).is_some_and(|owner| {
-                owner.agent_id == request.agent_id && owner.kind == request.kind
+                !owner.keyed && owner.agent_id == request.agent_id && owner.kind == request.kind
             })
         };
         let candidates = partition.vectors().search(vector, 5, Some(&same_scope))?;
@@ -665,6 +693,7 @@ impl Indexes {
                     agent_id: memory.agent_id.clone(),
                     kind: memory.kind,
                     tags: memory.tags.clone(),
+                    keyed: memory.key.is_some(),
                 },
             );
         }

@@ -310,11 +310,18 @@ fn workload() -> Vec<Step> {
             Op::Remember {
                 user: 0,
                 text: "likes green tea".into(),
+                key: None,
             },
         ]),
         One(Op::Remember {
             user: 1,
             text: "works at Acme".into(),
+            key: Some(0),
+        }),
+        One(Op::Remember {
+            user: 1,
+            text: "works at Globex".into(),
+            key: Some(0),
         }),
         One(append(
             2,

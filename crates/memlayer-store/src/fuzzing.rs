@@ -16,8 +16,8 @@ use crate::record::{
 };
 use crate::session_memory::SessionMemoryRecord;
 use crate::{
-    Access, Append, Memory, MemoryKind, Metadata, NewMessage, NewRun, NewSession, Result, Role,
-    RunStatus, SessionFilter, Store, StoreError, Timestamp,
+    Access, Append, Memory, MemoryKind, Metadata, NewMessage, NewRun, NewSession, ReplacedText,
+    Result, Role, RunStatus, SessionFilter, Store, StoreError, Timestamp,
 };
 
 /// Decodes `bytes` as every stored record type. A decoder may refuse the bytes (corruption,
@@ -56,6 +56,8 @@ pub const TENANT: &str = "fuzz";
 pub const SESSIONS: [&str; 3] = ["s0", "s1", "s2"];
 /// The users memories are remembered for; sessions belong to the first.
 pub const USERS: [&str; 2] = ["u0", "u1"];
+/// How many memory keys (`k0`…) the model checks; operations use these only.
+pub const KEYS: u8 = 3;
 
 /// One store operation over the fixed sessions and users above, as the `store_ops` fuzz target
 /// decodes it and the fault-injection tests script it.
@@ -97,12 +99,15 @@ pub enum Op {
         /// The run id's number.
         run: u8,
     },
-    /// Remembers a long-term memory for a user.
+    /// Remembers a long-term memory for a user; with a key (`k<n>`), puts it under the key:
+    /// the memory stored under it is updated, or a new one made.
     Remember {
         /// Which user.
         user: u8,
         /// What is remembered.
         text: String,
+        /// The key's number.
+        key: Option<u8>,
     },
     /// Deletes one of a user's memories. Ids are random, so the operation names the memory
     /// by its place in the user's list (oldest first); past the end, it names an id no memory
@@ -219,23 +224,44 @@ pub async fn execute(store: &Store, op: &Op) -> Result<Outcome> {
                 .await
                 .map(|_| Outcome::Recorded)
         }
-        Op::Remember { user, text } => {
+        Op::Remember { user, text, key } => {
             let now = Timestamp::now();
-            let memory = Memory {
-                id: 0,
-                revision: 0,
-                tenant: TENANT.into(),
-                user_id: user_id(*user).into(),
-                agent_id: None,
-                text: text.clone(),
-                kind: MemoryKind::Fact,
-                tags: Vec::new(),
-                source: None,
-                created_at: now,
-                updated_at: now,
-                history: Vec::new(),
-                vector: vec![0.5; 4],
+            let key = key.map(|key| format!("k{key}"));
+            let stored = match &key {
+                Some(key) => store
+                    .memories()
+                    .memory_by_key(TENANT, user_id(*user), None, key)?,
+                None => None,
             };
+            let memory = stored.map_or_else(
+                || Memory {
+                    id: 0,
+                    revision: 0,
+                    tenant: TENANT.into(),
+                    user_id: user_id(*user).into(),
+                    agent_id: None,
+                    text: text.clone(),
+                    kind: MemoryKind::Fact,
+                    tags: Vec::new(),
+                    source: None,
+                    created_at: now,
+                    updated_at: now,
+                    history: Vec::new(),
+                    vector: vec![0.5; 4],
+                    key: key.clone(),
+                },
+                // As `LongTermMemory` puts it: the replaced text stays in the history.
+                |mut stored| {
+                    let old = std::mem::replace(&mut stored.text, text.clone());
+                    stored.history.push(ReplacedText {
+                        text: old,
+                        replaced_at: now,
+                        source: None,
+                    });
+                    stored.updated_at = now;
+                    stored
+                },
+            );
             store
                 .memories()
                 .put_memory(memory, &Access::tenant_wide(TENANT))
@@ -298,8 +324,19 @@ struct SessionModel {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Model {
     sessions: [Option<SessionModel>; SESSIONS.len()],
-    /// (user, text) of every memory, oldest first.
-    memories: Vec<(&'static str, String)>,
+    /// Every memory, oldest first.
+    memories: Vec<MemoryModel>,
+}
+
+/// What the store must hold for one memory.
+#[derive(Debug, Clone, PartialEq)]
+struct MemoryModel {
+    user: &'static str,
+    key: Option<String>,
+    text: String,
+    /// The texts a put under its key replaced, oldest first (more than the store keeps: a
+    /// text this lists is never checked to be gone).
+    replaced: Vec<String>,
 }
 
 impl Model {
@@ -411,11 +448,28 @@ impl Model {
                 }
                 None => Outcome::NotFound,
             },
-            Op::Remember { user, text } => {
+            Op::Remember { user, text, key } => {
                 if text.contains('\0') {
                     return Outcome::Invalid;
                 }
-                self.memories.push((user_id(*user), text.clone()));
+                let (user, key) = (user_id(*user), key.map(|key| format!("k{key}")));
+                let under_key = key.is_some().then(|| {
+                    self.memories
+                        .iter_mut()
+                        .find(|memory| memory.user == user && memory.key == key)
+                });
+                match under_key.flatten() {
+                    Some(memory) => {
+                        let old = std::mem::replace(&mut memory.text, text.clone());
+                        memory.replaced.push(old);
+                    }
+                    None => self.memories.push(MemoryModel {
+                        user,
+                        key,
+                        text: text.clone(),
+                        replaced: Vec::new(),
+                    }),
+                }
                 Outcome::Remembered
             }
             Op::Forget { user, memory } => {
@@ -424,7 +478,7 @@ impl Model {
                     .memories
                     .iter()
                     .enumerate()
-                    .filter(|(_, (owner, _))| *owner == user)
+                    .filter(|(_, memory)| memory.user == user)
                     .nth(usize::from(*memory))
                     .map(|(place, _)| place);
                 Outcome::Forgot(place.map(|place| self.memories.remove(place)).is_some())
@@ -443,7 +497,10 @@ impl Model {
                 .flatten()
                 .map(|(_, content)| content.clone())
         });
-        let memories = self.memories.iter().map(|(_, text)| text.clone());
+        let memories = self
+            .memories
+            .iter()
+            .flat_map(|memory| memory.replaced.iter().chain([&memory.text]).cloned());
         messages.chain(memories).collect()
     }
 
@@ -541,13 +598,30 @@ impl Model {
             let wanted: Vec<String> = self
                 .memories
                 .iter()
-                .filter(|(owner, _)| *owner == user)
-                .map(|(_, text)| text.clone())
+                .filter(|memory| memory.user == user)
+                .map(|memory| memory.text.clone())
                 .collect();
             if stored != wanted {
                 return Err(format!(
                     "memories of {user}, oldest first: {stored:?}, expected {wanted:?}"
                 ));
+            }
+            for key in (0..KEYS).map(|key| format!("k{key}")) {
+                let stored = store
+                    .memories()
+                    .memory_by_key(TENANT, user, None, &key)
+                    .map_err(|err| err.to_string())?
+                    .map(|memory| memory.text);
+                let wanted = self
+                    .memories
+                    .iter()
+                    .find(|memory| memory.user == user && memory.key.as_deref() == Some(&key))
+                    .map(|memory| memory.text.clone());
+                if stored != wanted {
+                    return Err(format!(
+                        "memory of {user} under {key}: {stored:?}, expected {wanted:?}"
+                    ));
+                }
             }
         }
         Ok(())
@@ -587,7 +661,8 @@ mod tests {
             1 => any::<u8>().prop_map(|session| Op::Delete { session }),
             2 => (any::<u8>(), 0u8..6).prop_map(|(session, index)| Op::Erase { session, index }),
             2 => (any::<u8>(), 0u8..3).prop_map(|(session, run)| Op::Run { session, run }),
-            2 => (any::<u8>(), text()).prop_map(|(user, text)| Op::Remember { user, text }),
+            2 => (any::<u8>(), text(), option::of(0..super::KEYS))
+                .prop_map(|(user, text, key)| Op::Remember { user, text, key }),
             1 => (any::<u8>(), 0u8..3).prop_map(|(user, memory)| Op::Forget { user, memory }),
             1 => Just(Op::Compact),
         ]

@@ -9,13 +9,13 @@ use redb::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{next_seq, random_id, unused_id};
-use crate::model::{Access, Timestamp, validate_id, validate_text};
+use crate::model::{Access, Timestamp, validate_id, validate_optional_id, validate_text};
 use crate::record::Record;
 use crate::sessions::{not_found, read_session_record};
 use crate::store::{Eraser, Memories};
 use crate::tables::{
-    MEMORIES, MEMORY_OWNERS, MEMORY_SOURCES, MESSAGES, NEXT_MEMORY_SEQ_KEY, SESSIONS,
-    UNKNOWN_SOURCE,
+    EVERY_AGENT, MEMORIES, MEMORY_KEYS, MEMORY_OWNERS, MEMORY_SOURCES, MESSAGES,
+    NEXT_MEMORY_SEQ_KEY, SESSIONS, UNKNOWN_SOURCE,
 };
 use crate::{Result, Store, StoreError};
 
@@ -67,6 +67,9 @@ pub struct Memory {
     pub history: Vec<ReplacedText>,
     /// Its embedding, so indexes can be rebuilt without embedding again.
     pub vector: Vec<f32>,
+    /// The name its caller gave it (a keyed put), unique among the memories of its user and
+    /// agent scope; it never changes, and it is erased with the memory.
+    pub key: Option<String>,
 }
 
 /// Most replaced texts a memory keeps: saving one with more drops the oldest, so a memory
@@ -175,6 +178,46 @@ pub(crate) struct MemoryRecord {
     vector: Vec<f32>,
     /// Version 2: counts the record's writes.
     revision: u64,
+    /// Version 3: the key a keyed put named it by (listed in `MEMORY_KEYS`).
+    key: Option<String>,
+}
+
+/// Version 2 of [`MemoryRecord`]: no key.
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+pub(crate) struct MemoryRecordV2 {
+    tenant: String,
+    user_id: String,
+    agent_id: Option<String>,
+    text: String,
+    kind: MemoryKind,
+    tags: Vec<String>,
+    source: Option<(String, u64)>,
+    created_at: u64,
+    updated_at: u64,
+    history: Vec<HistoryRecord>,
+    vector: Vec<f32>,
+    revision: u64,
+}
+
+impl From<MemoryRecordV2> for MemoryRecord {
+    fn from(v2: MemoryRecordV2) -> Self {
+        Self {
+            tenant: v2.tenant,
+            user_id: v2.user_id,
+            agent_id: v2.agent_id,
+            text: v2.text,
+            kind: v2.kind,
+            tags: v2.tags,
+            source: v2.source,
+            created_at: v2.created_at,
+            updated_at: v2.updated_at,
+            history: v2.history,
+            vector: v2.vector,
+            revision: v2.revision,
+            key: None,
+        }
+    }
 }
 
 /// Version 1 of [`MemoryRecord`]: replaced texts without their source, no revision.
@@ -195,28 +238,40 @@ pub(crate) struct MemoryRecordV1 {
 }
 
 impl Record for MemoryRecord {
-    const VERSION: u8 = 2;
+    const VERSION: u8 = 3;
     const NAME: &'static str = "memory record";
 
     fn upgrade(version: u8, body: &[u8]) -> Result<Self> {
-        if version != 1 {
-            return Err(StoreError::Corrupted {
+        match version {
+            1 => {
+                let v1: MemoryRecordV1 = crate::record::decode_body(Self::NAME, body)?;
+                Ok(v1.into_v2().into())
+            }
+            2 => {
+                let v2: MemoryRecordV2 = crate::record::decode_body(Self::NAME, body)?;
+                Ok(v2.into())
+            }
+            _ => Err(StoreError::Corrupted {
                 what: Self::NAME,
                 detail: format!("unknown record version {version}"),
-            });
+            }),
         }
-        let v1: MemoryRecordV1 = crate::record::decode_body(Self::NAME, body)?;
-        Ok(Self {
-            tenant: v1.tenant,
-            user_id: v1.user_id,
-            agent_id: v1.agent_id,
-            text: v1.text,
-            kind: v1.kind,
-            tags: v1.tags,
-            source: v1.source,
-            created_at: v1.created_at,
-            updated_at: v1.updated_at,
-            history: v1
+    }
+}
+
+impl MemoryRecordV1 {
+    fn into_v2(self) -> MemoryRecordV2 {
+        MemoryRecordV2 {
+            tenant: self.tenant,
+            user_id: self.user_id,
+            agent_id: self.agent_id,
+            text: self.text,
+            kind: self.kind,
+            tags: self.tags,
+            source: self.source,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            history: self
                 .history
                 .into_iter()
                 .map(|(text, replaced_at)| HistoryRecord {
@@ -225,13 +280,32 @@ impl Record for MemoryRecord {
                     source: Cited::Unknown,
                 })
                 .collect(),
-            vector: v1.vector,
+            vector: self.vector,
             revision: 0,
-        })
+        }
     }
 }
 
 impl MemoryRecord {
+    /// The record as version 2 wrote it, for tests of files written before keys.
+    #[cfg(test)]
+    pub(crate) fn as_version_2(&self) -> MemoryRecordV2 {
+        MemoryRecordV2 {
+            tenant: self.tenant.clone(),
+            user_id: self.user_id.clone(),
+            agent_id: self.agent_id.clone(),
+            text: self.text.clone(),
+            kind: self.kind,
+            tags: self.tags.clone(),
+            source: self.source.clone(),
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            history: self.history.clone(),
+            vector: self.vector.clone(),
+            revision: self.revision,
+        }
+    }
+
     /// The record as version 1 wrote it, for tests of files written before version 2.
     #[cfg(test)]
     pub(crate) fn as_version_1(&self) -> MemoryRecordV1 {
@@ -280,6 +354,7 @@ impl MemoryRecord {
                 })
                 .collect(),
             vector: self.vector,
+            key: self.key,
         }
     }
 
@@ -324,6 +399,7 @@ impl MemoryRecord {
             history,
             vector: memory.vector.clone(),
             revision: stored.map_or(1, |stored| stored.revision + 1),
+            key: memory.key.clone(),
         })
     }
 
@@ -369,7 +445,17 @@ fn remove_owner_and_citations(
 ) -> Result<()> {
     txn.open_table(MEMORY_OWNERS)?
         .remove((record.tenant.as_str(), record.user_id.as_str(), id))?;
+    if let Some(key) = &record.key {
+        txn.open_table(MEMORY_KEYS)?
+            .remove(key_entry(record, key))?;
+    }
     index_citations(txn, id, Some(record), None)
+}
+
+/// The [`MEMORY_KEYS`] key of a memory stored as `record` under `key`.
+fn key_entry<'a>(record: &'a MemoryRecord, key: &'a str) -> (&'a str, &'a str, &'a str, &'a str) {
+    let agent = record.agent_id.as_deref().unwrap_or(EVERY_AGENT);
+    (&record.tenant, &record.user_id, agent, key)
 }
 
 /// Builds [`MEMORY_SOURCES`] for a file written before it existed (format 2): every stored
@@ -424,6 +510,9 @@ impl Store {
             validate_id("agent_id", agent)?;
         }
         validate_text("memory", &memory.text)?;
+        if let Some(key) = &memory.key {
+            validate_id("key", key)?;
+        }
         self.write(move |txn| {
             let changed = || StoreError::MemoryChanged {
                 memory_id: memory.id,
@@ -442,6 +531,16 @@ impl Store {
                     .ok_or_else(changed)?;
                 if stored.revision != memory.revision {
                     return Err(changed());
+                }
+                if stored.key.is_some() || memory.key.is_some() {
+                    // The key entry names the memory's scope: neither may move.
+                    let same = stored.key == memory.key && stored.agent_id == memory.agent_id;
+                    if !same {
+                        return Err(StoreError::InvalidInput {
+                            field: "key",
+                            reason: "a keyed memory keeps its key and agent".into(),
+                        });
+                    }
                 }
                 Some(stored)
             };
@@ -473,6 +572,17 @@ impl Store {
                 }
             };
             let record = MemoryRecord::from_memory(&memory, stored.as_ref())?;
+            if let (None, Some(key)) = (&stored, &record.key) {
+                let mut keys = txn.open_table(MEMORY_KEYS)?;
+                // Another memory took the key since the caller looked it up: it must read
+                // that one and update it instead.
+                if let Some(taken) = keys.get(key_entry(&record, key))? {
+                    return Err(StoreError::MemoryChanged {
+                        memory_id: taken.value(),
+                    });
+                }
+                keys.insert(key_entry(&record, key), id)?;
+            }
             memories.insert(id, record.encode().as_slice())?;
             owners.insert((owner.0, owner.1, id), seq)?;
             index_citations(txn, id, stored.as_ref(), Some(&record))?;
@@ -580,6 +690,38 @@ impl Memories<'_> {
         };
         let memory = MemoryRecord::decode(value.value())?.into_memory(id);
         Ok((memory.tenant == tenant).then_some(memory))
+    }
+
+    /// The memory of a user and agent scope (`None`: the user's memories of every agent) that
+    /// a keyed put named `key`, if any.
+    pub fn memory_by_key(
+        self,
+        tenant: &str,
+        user_id: &str,
+        agent_id: Option<&str>,
+        key: &str,
+    ) -> Result<Option<Memory>> {
+        validate_id("tenant", tenant)?;
+        validate_id("user_id", user_id)?;
+        validate_optional_id("agent_id", agent_id)?;
+        validate_id("key", key)?;
+        let txn = self.store.begin_read()?;
+        let agent = agent_id.unwrap_or(EVERY_AGENT);
+        let Some(id) = txn
+            .open_table(MEMORY_KEYS)?
+            .get((tenant, user_id, agent, key))?
+            .map(|id| id.value())
+        else {
+            return Ok(None);
+        };
+        let value = txn
+            .open_table(MEMORIES)?
+            .get(id)?
+            .ok_or_else(|| StoreError::Corrupted {
+                what: "memory keys",
+                detail: format!("memory {id} has a key but is not stored"),
+            })?;
+        Ok(Some(MemoryRecord::decode(value.value())?.into_memory(id)))
     }
 
     /// Every memory of a user, oldest (first remembered) first.

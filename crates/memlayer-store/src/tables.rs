@@ -35,7 +35,7 @@ pub(crate) const NEXT_SID_KEY: &str = "next_sid";
 
 /// The storage format this build writes. Opening a file with a larger value fails; a file
 /// with a smaller one is migrated at open (`migrate.rs`).
-pub(crate) const FORMAT_VERSION: u64 = 3;
+pub(crate) const FORMAT_VERSION: u64 = 4;
 
 /// The listing scope that matches a filter.
 pub(crate) fn scope(user_id: Option<&str>, agent_id: Option<&str>) -> String {
@@ -144,6 +144,16 @@ pub(crate) const NEXT_MEMORY_SEQ_KEY: &str = "next_memory_seq";
 pub(crate) const MEMORY_SOURCES: TableDefinition<(&str, &str, u64), ()> =
     TableDefinition::new("memory_sources");
 
+/// `(tenant, user_id, agent_id, key)` → `memory_id`: the memories a caller named by a key of
+/// its own (a keyed put replaces the memory under its key, never merges it with another).
+/// [`EVERY_AGENT`] stands for a memory of every agent of the user. Leaves with its memory.
+pub(crate) const MEMORY_KEYS: TableDefinition<(&str, &str, &str, &str), u64> =
+    TableDefinition::new("memory_keys");
+
+/// The agent part of a [`MEMORY_KEYS`] entry for a memory every agent of the user sees: empty
+/// is not a valid id, so no agent has it.
+pub(crate) const EVERY_AGENT: &str = "";
+
 /// The session id under which the store lists the memories holding replaced texts of unknown
 /// source (see [`crate::Store::memories_citing`]). `*` is not a valid id, so no real session
 /// has it.
@@ -217,6 +227,7 @@ pub(crate) fn for_each_table(visitor: &mut impl TableVisitor) -> crate::Result<(
     visitor.visit(MEMORIES)?;
     visitor.visit(MEMORY_OWNERS)?;
     visitor.visit(MEMORY_SOURCES)?;
+    visitor.visit(MEMORY_KEYS)?;
     visitor.visit(SESSION_MEMORIES)?;
     visitor.visit(API_KEYS)?;
     visitor.visit(API_KEY_TENANTS)?;

@@ -1702,6 +1702,7 @@ fn memory(user: &str, text: &str, at: crate::Timestamp) -> crate::Memory {
         updated_at: at,
         history: Vec::new(),
         vector: vec![0.5; 4],
+        key: None,
     }
 }
 
@@ -2314,4 +2315,163 @@ async fn replaced_texts_of_unknown_source_go_with_any_erasure() {
             .unwrap()
             .is_empty()
     );
+}
+
+/// A keyed memory: one per key in a user's agent scope, found by its key, its key kept by
+/// every update, and the key erased with the memory, from the file's bytes too.
+#[tokio::test]
+async fn a_memory_key_names_one_memory_and_goes_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
+    let all = Access::tenant_wide(TENANT);
+    let at = crate::Timestamp::from_micros(1_700_000_000_000_000);
+    let key = "pref-canary-5d1e";
+    let keyed = |text: &str| crate::Memory {
+        key: Some(key.into()),
+        ..memory("ann", text, at)
+    };
+    let by_key = |agent: Option<&str>| {
+        store
+            .memories()
+            .memory_by_key(TENANT, "ann", agent, key)
+            .unwrap()
+    };
+    assert!(by_key(None).is_none());
+    let id = store
+        .memories()
+        .put_memory(keyed("tea"), &all)
+        .await
+        .unwrap();
+    let stored = by_key(None).unwrap();
+    assert_eq!((stored.id, stored.text.as_str()), (id, "tea"));
+    assert_eq!(stored.key.as_deref(), Some(key));
+    // The key is per agent scope and per user.
+    assert!(by_key(Some("helper")).is_none());
+    assert!(
+        store
+            .memories()
+            .memory_by_key(TENANT, "bob", None, key)
+            .unwrap()
+            .is_none()
+    );
+    // A second memory under a taken key is refused: the caller must update the first.
+    let taken = store.memories().put_memory(keyed("coffee"), &all).await;
+    assert!(
+        matches!(taken, Err(StoreError::MemoryChanged { memory_id }) if memory_id == id),
+        "{taken:?}"
+    );
+    // An update keeps the key; it may not drop it, change it or move the memory's agent.
+    let updated = crate::Memory {
+        text: "green tea".into(),
+        ..stored.clone()
+    };
+    store.memories().put_memory(updated, &all).await.unwrap();
+    assert_eq!(by_key(None).unwrap().text, "green tea");
+    let current = by_key(None).unwrap();
+    for moved in [
+        crate::Memory {
+            key: None,
+            ..current.clone()
+        },
+        crate::Memory {
+            key: Some("other".into()),
+            ..current.clone()
+        },
+        crate::Memory {
+            agent_id: Some("helper".into()),
+            ..current.clone()
+        },
+    ] {
+        let refused = store.memories().put_memory(moved, &all).await;
+        assert!(
+            matches!(refused, Err(StoreError::InvalidInput { field: "key", .. })),
+            "{refused:?}"
+        );
+    }
+    // An unkeyed memory cannot take a key either.
+    let plain = store
+        .memories()
+        .put_memory(memory("ann", "plain", at), &all)
+        .await
+        .unwrap();
+    let plain = store.memories().memory(TENANT, plain).unwrap().unwrap();
+    let keyed_later = store
+        .memories()
+        .put_memory(
+            crate::Memory {
+                key: Some("late".into()),
+                ..plain
+            },
+            &all,
+        )
+        .await;
+    assert!(matches!(keyed_later, Err(StoreError::InvalidInput { .. })));
+    let invalid = store.memories().put_memory(
+        crate::Memory {
+            key: Some("no spaces".into()),
+            ..memory("ann", "x", at)
+        },
+        &all,
+    );
+    assert!(matches!(
+        invalid.await,
+        Err(StoreError::InvalidId { kind: "key", .. })
+    ));
+
+    assert!(store.eraser().delete_memory(TENANT, id).await.unwrap());
+    assert!(by_key(None).is_none());
+    store.eraser().compact().unwrap();
+    let bytes = std::fs::read(dir.path().join("memlayer.redb")).unwrap();
+    assert!(
+        !bytes.windows(key.len()).any(|w| w == key.as_bytes()),
+        "the erased memory's key is left in the file"
+    );
+    // The key is free again.
+    let again = store
+        .memories()
+        .put_memory(keyed("tea"), &all)
+        .await
+        .unwrap();
+    assert_eq!(by_key(None).unwrap().id, again);
+    store.shutdown();
+}
+
+/// A memory record written before keys (record version 2, file format 3) reads as unkeyed
+/// and unchanged once the file is opened (and migrated).
+#[tokio::test]
+async fn memories_written_before_keys_read_without_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memlayer.redb");
+    let stored = {
+        let store = Store::open(&path).unwrap();
+        let stored = corrected_memory(&store).await;
+        store.shutdown();
+        stored
+    };
+    {
+        use crate::record::Record as _;
+        use redb::ReadableTable as _;
+        let db = redb::Database::open(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut memories = txn.open_table(crate::tables::MEMORIES).unwrap();
+            let record = memories.get(stored.id).unwrap().unwrap().value().to_vec();
+            let v2 = crate::memories::MemoryRecord::decode(&record)
+                .unwrap()
+                .as_version_2();
+            let mut bytes = vec![2u8];
+            bincode::serde::encode_into_std_write(&v2, &mut bytes, bincode::config::standard())
+                .unwrap();
+            memories.insert(stored.id, bytes.as_slice()).unwrap();
+            let mut meta = txn.open_table(crate::tables::META).unwrap();
+            meta.insert(crate::tables::FORMAT_VERSION_KEY, 3).unwrap();
+        }
+        txn.delete_table(crate::tables::MEMORY_KEYS).unwrap();
+        txn.commit().unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    let read = store.memories().memory(TENANT, stored.id).unwrap().unwrap();
+    assert_eq!(read, stored);
+    assert!(read.key.is_none());
+    store.shutdown();
 }

@@ -156,6 +156,7 @@ fn combined_adds_facts_summary_and_recalled_messages() {
             updated_at: Timestamp::from_micros(0),
             history: Vec::new(),
             vector: Vec::new(),
+            key: None,
         }],
         session_memory: Some(
             "[Earlier conversations with this user]\n- User: My modem was replaced in May.",

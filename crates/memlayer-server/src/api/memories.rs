@@ -39,6 +39,9 @@ pub(crate) struct MemoryBody {
     updated_at: Rfc3339,
     /// Texts it replaced, oldest first.
     history: Vec<ReplacedText>,
+    /// The key it was put under (`PUT /v1/users/{user_id}/memories/keys/{key}`), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, ToSchema)]
@@ -83,6 +86,7 @@ impl From<Memory> for MemoryBody {
                         .map(|(session_id, index)| SourceBody { session_id, index }),
                 })
                 .collect(),
+            key: memory.key,
         }
     }
 }
@@ -117,6 +121,16 @@ impl Remembered {
             memory: memory.into(),
         }
     }
+
+    /// The answer: `201` for a new memory, `200` otherwise.
+    fn answer(self) -> (StatusCode, Json<Self>) {
+        let status = if self.action == RememberAction::Created {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        };
+        (status, Json(self))
+    }
 }
 
 /// Remember something about a user
@@ -141,19 +155,97 @@ pub(crate) async fn remember(
 ) -> Result<(StatusCode, Json<Remembered>), ApiError> {
     // A memory is erased with its source session, so a user key may only name its own: the
     // store checks the source within the key's access when it saves.
-    let remembered = remember_for(&state, caller.access(), user_id, body).await?;
-    let status = if remembered.action == RememberAction::Created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
-    Ok((status, Json(remembered)))
+    let remembered = remember_for(&state, caller.access(), user_id, None, body).await?;
+    Ok(remembered.answer())
+}
+
+/// Put a memory under a key
+///
+/// The memory of the user named `key` (in the scope of `agent_id`, or of every agent without
+/// it) now says `text`, with this `type` and these `tags`; a new one is made when the key
+/// names none (`201`). Unlike remembering without a key, a put never merges with another
+/// memory, and remembering without a key never changes a keyed memory: what `key` names is
+/// what was last put under it. A text it replaces stays in its history. Forgetting the
+/// memory (`DELETE /v1/memories/{memory_id}`) or erasing its source erases the key with it.
+#[utoipa::path(
+    put,
+    path = "/v1/users/{user_id}/memories/keys/{key}",
+    operation_id = "put_memory",
+    tag = "memories",
+    params(
+        ("user_id" = String, Path, description = "The user"),
+        ("key" = String, Path, description = "The caller's name for the memory"),
+    ),
+    request_body = RememberBody,
+    responses(
+        (status = 201, description = "Created under the key", body = Remembered),
+        (status = 200, description = "The memory under the key was updated or already said this", body = Remembered),
+        (status = 409, description = "The memory under the key was forgotten meanwhile; sent again, it is made anew", body = crate::error::ErrorBody),
+    ),
+    security(("bearerAuth" = ["tenant_admin", "service", "user"])),
+)]
+pub(crate) async fn put(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath((user_id, key)): ApiPath<(String, String)>,
+    ApiJson(body): ApiJson<RememberBody>,
+) -> Result<(StatusCode, Json<Remembered>), ApiError> {
+    memlayer_store::validate_id("key", &key)?;
+    let remembered = remember_for(&state, caller.access(), user_id, Some(key), body).await?;
+    Ok(remembered.answer())
+}
+
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct KeyQuery {
+    /// The key's agent scope, as it was put; absent: the memories of every agent.
+    agent_id: Option<String>,
+}
+
+/// A memory by its key
+#[utoipa::path(
+    get,
+    path = "/v1/users/{user_id}/memories/keys/{key}",
+    operation_id = "get_memory_by_key",
+    tag = "memories",
+    params(
+        ("user_id" = String, Path, description = "The user"),
+        ("key" = String, Path, description = "The caller's name for the memory"),
+        KeyQuery,
+    ),
+    responses(
+        (status = 200, description = "The memory last put under the key", body = MemoryBody),
+        (status = 404, description = "No memory is under the key", body = crate::error::ErrorBody),
+    ),
+    security(("bearerAuth" = ["tenant_admin", "service", "user"])),
+)]
+pub(crate) async fn get_by_key(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath((user_id, key)): ApiPath<(String, String)>,
+    ApiQuery(query): ApiQuery<KeyQuery>,
+) -> Result<Json<MemoryBody>, ApiError> {
+    let tenant = caller.tenant().to_owned();
+    let memory = crate::api::read(&state, move |store| {
+        let agent = query.agent_id.as_deref();
+        store
+            .memories()
+            .memory_by_key(&tenant, &user_id, agent, &key)
+    })
+    .await?
+    .ok_or_else(|| ApiError::NotFound {
+        code: "memory_not_found",
+        message: "no memory is under this key".into(),
+    })?;
+    Ok(Json(memory.into()))
 }
 
 async fn remember_for(
     state: &AppState,
     access: Access,
     user_id: String,
+    key: Option<String>,
     body: RememberBody,
 ) -> Result<Remembered, ApiError> {
     memlayer_store::validate_id("user_id", &user_id)?;
@@ -167,6 +259,7 @@ async fn remember_for(
             kind: body.kind,
             tags: body.tags,
             source: body.source.map(|s| (s.session_id, s.index)),
+            key,
         })
         .await?;
     Ok(Remembered::new(memory, action))

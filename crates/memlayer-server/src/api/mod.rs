@@ -49,6 +49,7 @@ pub(crate) const ROUTES: &[Route] = &[
     Route::api(|| routes!(memories::end_session)),
     Route::api(|| routes!(memories::session_memory)),
     Route::api(|| routes!(memories::get, memories::forget)),
+    Route::api(|| routes!(memories::put, memories::get_by_key)),
     Route::api(|| routes!(episodes::record, episodes::list)),
     Route::api(|| routes!(episodes::get, episodes::delete)),
     Route::api(|| routes!(episodes::lessons)),

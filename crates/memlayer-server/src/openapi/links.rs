@@ -44,6 +44,7 @@ const LINKS: &[Link] = &[
         parameters: &[("user_id", "$response.body#/user_id")],
         to: &[
             "remember",
+            "put_memory",
             "list_memories",
             "search_memories",
             "record_episode",
@@ -71,10 +72,19 @@ const LINKS: &[Link] = &[
         to: &["get_session", "list_messages", "list_runs"],
     },
     Link {
-        from: &["remember"],
+        from: &["remember", "put_memory"],
         statuses: &["200", "201"],
         parameters: &[("memory_id", "$response.body#/memory/memory_id")],
         to: &["get_memory", "forget_memory"],
+    },
+    Link {
+        from: &["put_memory"],
+        statuses: &["200", "201"],
+        parameters: &[
+            ("user_id", "$response.body#/memory/user_id"),
+            ("key", "$response.body#/memory/key"),
+        ],
+        to: &["get_memory_by_key", "put_memory"],
     },
     Link {
         from: &["record_episode"],

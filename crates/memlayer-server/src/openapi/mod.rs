@@ -179,7 +179,7 @@ fn add_tenant(operation: &mut Operation) {
 
 /// The names under which requests carry identifiers the server checks with
 /// `memlayer_store::validate_id`, as parameters (path, query, header) and body fields.
-pub(crate) const IDENTIFIERS: [&str; 15] = [
+pub(crate) const IDENTIFIERS: [&str; 16] = [
     TENANT_HEADER,
     crate::api::openai::SESSION_HEADER,
     crate::api::openai::USER_HEADER,
@@ -195,6 +195,7 @@ pub(crate) const IDENTIFIERS: [&str; 15] = [
     "flow_id",
     "run_id",
     "task_type",
+    "key",
 ];
 
 /// What `memlayer_store::validate_id` accepts: 1 to `MAX_ID_LEN` characters of

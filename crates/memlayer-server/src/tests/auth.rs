@@ -94,6 +94,8 @@ use Access::{Admin, AdminOrSelf, Operator, Owner, Service};
 
 const SESSION: &str = "victim-session";
 const CANARY: &str = "victim-canary-7f3a";
+/// The key of the victim's keyed memory.
+const MEMORY_KEY: &str = "seat";
 
 /// Every operation of the API. Add a row for each new route: who may call it, and what the
 /// keys that must not reach another user's or tenant's objects get.
@@ -178,6 +180,22 @@ const TABLE: &[Row] = &[
         404,
     )
     .query("?agent_id=support"),
+    // A keyed memory: another user's key is not found; another tenant puts its own.
+    row(
+        "GET",
+        "/v1/users/{user_id}/memories/keys/{key}",
+        Owner,
+        404,
+        404,
+    ),
+    row(
+        "PUT",
+        "/v1/users/{user_id}/memories/keys/{key}",
+        Owner,
+        404,
+        201,
+    )
+    .body(r#"{"text":"another tenant's memory","type":"fact"}"#),
     row("GET", "/v1/memories/{memory_id}", Owner, 404, 404),
     row("DELETE", "/v1/memories/{memory_id}", Owner, 404, 404),
     // Episodes are for tenant-wide keys.
@@ -409,6 +427,15 @@ impl World {
             remembered.text()
         );
         let memory_id = remembered.json()["memory"]["memory_id"].as_u64().unwrap();
+        let put = fixture
+            .send(json_request(
+                Method::PUT,
+                &format!("/v1/users/alice/memories/keys/{MEMORY_KEY}"),
+                &json!({ "text": format!("{CANARY}: alice's seat is 14C"), "type": "fact" }),
+                Some(ADMIN_KEY),
+            ))
+            .await;
+        assert_eq!(put.status, StatusCode::CREATED, "{}", put.text());
         let recorded = fixture
             .send(json_request(
                 Method::POST,
@@ -446,6 +473,7 @@ impl World {
                 "{episode_id}" => self.episode_id.to_string(),
                 "{prefix}" => self.victim_key.clone(),
                 "{erasure_id}" => "1".to_owned(),
+                "{key}" => MEMORY_KEY.to_owned(),
                 other if other.starts_with('{') => {
                     panic!("no value for {other} in {path}: add one to World::concrete")
                 }
