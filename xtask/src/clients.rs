@@ -2,13 +2,13 @@
 //! official OpenAI SDKs, Python's and JavaScript's, on its OpenAI-compatible endpoint (`POST
 //! /v1/openai/chat/completions`), the official MCP Python SDK on its MCP server (streamable
 //! HTTP, and stdio through `memlayer mcp`), and memlayer's own Python package,
-//! `clients/python`, with its LangChain adapter. It installs the OpenAI and MCP SDKs with
-//! every dependency pinned by hash (`xtask/clients/requirements.txt`) into a virtual
-//! environment under the target directory,
+//! `clients/python`, with its LangChain and LangGraph adapters. It installs the OpenAI and
+//! MCP SDKs with every dependency pinned by hash (`xtask/clients/requirements.txt`) into a
+//! virtual environment under the target directory,
 //! the JavaScript one with `npm ci` from the committed lock file, and, into a second virtual
 //! environment, the package's test dependencies pinned by hash
-//! (`clients/python/requirements-test.txt`: httpx, langchain-core and the hatchling build
-//! backend) and then the package itself, built offline from the working tree (`--no-index
+//! (`clients/python/requirements-test.txt`: httpx, langchain-core, langgraph-checkpoint and
+//! the hatchling build backend) and then the package itself, built offline from the working tree (`--no-index
 //! --no-build-isolation`), as its users install it. It starts the fake model as a process
 //! (`fake-upstream`, from the tests package) and the real server (debug build, empty data
 //! directory) with the fake as its `[agent_model]`, and runs `xtask/clients/test_openai.py`

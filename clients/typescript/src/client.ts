@@ -135,6 +135,11 @@ export interface RememberOptions extends RequestOptions {
   source?: MemorySource;
 }
 
+export interface MemoryByKeyOptions extends RequestOptions {
+  /** The key's agent scope, as it was put; absent: the memories of every agent. */
+  agentId?: string;
+}
+
 export interface RecallOptions extends RequestOptions {
   k?: number;
   agentId?: string;
@@ -483,6 +488,38 @@ export class Client {
         tags: options.tags,
         source: options.source,
       },
+      options,
+    });
+  }
+
+  /**
+   * Puts a memory under `key`: the memory the key names (in the user and agent scope) now says
+   * `text`, or a new one is made. Keyed memories never merge with others.
+   */
+  putMemory(
+    userId: string,
+    key: string,
+    text: string,
+    options: RememberOptions = {},
+  ): Promise<Remembered> {
+    return this.request('put', '/v1/users/{user_id}/memories/keys/{key}', {
+      path: { user_id: userId, key },
+      body: {
+        text,
+        type: options.type ?? 'fact',
+        agent_id: options.agentId,
+        tags: options.tags,
+        source: options.source,
+      },
+      options,
+    });
+  }
+
+  /** The memory last put under `key` (`NotFoundError` when none is). */
+  memoryByKey(userId: string, key: string, options: MemoryByKeyOptions = {}): Promise<Memory> {
+    return this.request('get', '/v1/users/{user_id}/memories/keys/{key}', {
+      path: { user_id: userId, key },
+      query: { agent_id: options.agentId },
       options,
     });
   }

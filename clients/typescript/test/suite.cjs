@@ -213,6 +213,29 @@ module.exports = function suite(memlayer, format) {
       await rejection(client.forget(memory.memory_id), memlayer.NotFoundError);
     });
 
+    test('putMemory names a memory by a key; memoryByKey reads it; forgetting frees the key', async () => {
+      const client = admin();
+      const user = unique('user');
+      const put = await client.putMemory(user, 'seat', 'Prefers window seats');
+      assert.deepEqual([put.action, put.memory.key], ['created', 'seat']);
+      // Nearly the same words under another key are another memory.
+      const other = await client.putMemory(user, 'seat-2', 'Prefers window seat');
+      assert.notEqual(other.memory.memory_id, put.memory.memory_id);
+      const moved = await client.putMemory(user, 'seat', 'Prefers aisle seats', { tags: ['travel'] });
+      assert.deepEqual(
+        [moved.action, moved.memory.memory_id, moved.memory.tags],
+        ['updated', put.memory.memory_id, ['travel']],
+      );
+      const read = await client.memoryByKey(user, 'seat');
+      assert.equal(read.text, 'Prefers aisle seats');
+      assert.equal(read.history[0].text, 'Prefers window seats');
+      await rejection(client.memoryByKey(user, 'seat', { agentId: 'planner' }), memlayer.NotFoundError);
+      await client.forget(read.memory_id);
+      await rejection(client.memoryByKey(user, 'seat'), memlayer.NotFoundError);
+      const invalid = await rejection(client.putMemory(user, 'two words', 'x'), memlayer.UnprocessableError);
+      assert.equal(invalid.code, 'invalid_id');
+    });
+
     test('eraseUser answers a receipt, listed with the erasures', async () => {
       const client = admin();
       const [user, session] = [unique('user'), unique('session')];

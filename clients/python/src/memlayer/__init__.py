@@ -12,7 +12,9 @@
 `AsyncClient` has the same methods, awaitable (`async for` over its `iter_*` helpers).
 Results are the server's JSON as typed dicts (`memlayer.models`); every error answer
 raises a `MemlayerError` subclass with `status`, `code` and `message`. The LangChain chat
-history is `memlayer.langchain.MemlayerChatMessageHistory` (`pip install memlayer[langchain]`).
+history is `memlayer.langchain.MemlayerChatMessageHistory` (`pip install memlayer[langchain]`),
+LangGraph's long-term memory store `memlayer.langgraph.MemlayerStore` (`pip install
+memlayer[langgraph]`).
 """
 
 from . import _models as models

@@ -218,7 +218,38 @@ def remember(
     tags: Sequence[str] | None = None,
     source: Mapping[str, Any] | None = None,
 ) -> Call[Remembered]:
-    body = drop_none(
+    body = _memory_body(text, type, agent_id, tags, source)
+    return Call("POST", f"/v1/users/{segment(user_id)}/memories", body=body)
+
+
+def put_memory(
+    user_id: str,
+    key: str,
+    text: str,
+    *,
+    type: MemoryType = "fact",
+    agent_id: str | None = None,
+    tags: Sequence[str] | None = None,
+    source: Mapping[str, Any] | None = None,
+) -> Call[Remembered]:
+    body = _memory_body(text, type, agent_id, tags, source)
+    path = f"/v1/users/{segment(user_id)}/memories/keys/{segment(key)}"
+    return Call("PUT", path, body=body)
+
+
+def memory_by_key(user_id: str, key: str, *, agent_id: str | None = None) -> Call[Memory]:
+    path = f"/v1/users/{segment(user_id)}/memories/keys/{segment(key)}"
+    return Call("GET", path, query={"agent_id": agent_id})
+
+
+def _memory_body(
+    text: str,
+    type: MemoryType,
+    agent_id: str | None,
+    tags: Sequence[str] | None,
+    source: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    return drop_none(
         {
             "text": text,
             "type": type,
@@ -227,7 +258,6 @@ def remember(
             "source": None if source is None else dict(source),
         }
     )
-    return Call("POST", f"/v1/users/{segment(user_id)}/memories", body=body)
 
 
 def recall(

@@ -283,6 +283,31 @@ class Client(_SyncBase):
             _calls.remember(user_id, text, type=type, agent_id=agent_id, tags=tags, source=source)
         )
 
+    def put_memory(
+        self,
+        user_id: str,
+        key: str,
+        text: str,
+        *,
+        type: MemoryType = "fact",
+        agent_id: str | None = None,
+        tags: Sequence[str] | None = None,
+        source: Mapping[str, Any] | None = None,
+    ) -> Remembered:
+        """Puts a memory under `key`: the memory the key names (in the user and agent scope)
+        now says `text`, or a new one is made. Keyed memories never merge with others."""
+        return self._send(
+            _calls.put_memory(
+                user_id, key, text, type=type, agent_id=agent_id, tags=tags, source=source
+            )
+        )
+
+    def memory_by_key(
+        self, user_id: str, key: str, *, agent_id: str | None = None
+    ) -> Memory:
+        """The memory last put under `key` (`NotFoundError` when none is)."""
+        return self._send(_calls.memory_by_key(user_id, key, agent_id=agent_id))
+
     def recall(
         self,
         user_id: str,
@@ -518,6 +543,31 @@ class AsyncClient(_AsyncBase):
         return await self._send(
             _calls.remember(user_id, text, type=type, agent_id=agent_id, tags=tags, source=source)
         )
+
+    async def put_memory(
+        self,
+        user_id: str,
+        key: str,
+        text: str,
+        *,
+        type: MemoryType = "fact",
+        agent_id: str | None = None,
+        tags: Sequence[str] | None = None,
+        source: Mapping[str, Any] | None = None,
+    ) -> Remembered:
+        """Puts a memory under `key`: the memory the key names (in the user and agent scope)
+        now says `text`, or a new one is made. Keyed memories never merge with others."""
+        return await self._send(
+            _calls.put_memory(
+                user_id, key, text, type=type, agent_id=agent_id, tags=tags, source=source
+            )
+        )
+
+    async def memory_by_key(
+        self, user_id: str, key: str, *, agent_id: str | None = None
+    ) -> Memory:
+        """The memory last put under `key` (`NotFoundError` when none is)."""
+        return await self._send(_calls.memory_by_key(user_id, key, agent_id=agent_id))
 
     async def recall(
         self,

@@ -133,6 +133,7 @@ class Memory(TypedDict):
     created_at: str
     updated_at: str
     history: list[ReplacedText]
+    key: NotRequired[str]
 
 
 class MemoryHit(Memory):
