@@ -857,6 +857,32 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/users/{user_id}/memories/keys/{key}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A memory by its key */
+        get: operations["get_memory_by_key"];
+        /**
+         * Put a memory under a key
+         * @description The memory of the user named `key` (in the scope of `agent_id`, or of every agent without
+         *     it) now says `text`, with this `type` and these `tags`; a new one is made when the key
+         *     names none (`201`). Unlike remembering without a key, a put never merges with another
+         *     memory, and remembering without a key never changes a keyed memory: what `key` names is
+         *     what was last put under it. A text it replaces stays in its history. Forgetting the
+         *     memory (`DELETE /v1/memories/{memory_id}`) or erasing its source erases the key with it.
+         */
+        put: operations["put_memory"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/users/{user_id}/memories/search": {
         parameters: {
             query?: never;
@@ -1379,6 +1405,8 @@ export interface components {
             created_at: components["schemas"]["Timestamp"];
             /** @description Texts it replaced, oldest first. */
             history: components["schemas"]["ReplacedText"][];
+            /** @description The key it was put under (`PUT /v1/users/{user_id}/memories/keys/{key}`), if any. */
+            key?: string | null;
             /** Format: int64 */
             memory_id: number;
             source?: null | components["schemas"]["SourceBody"];
@@ -7512,6 +7540,252 @@ export interface operations {
                 };
             };
             /** @description The memory this one updates was forgotten meanwhile; sent again, it is remembered anew */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is larger than the server takes (`max_body_bytes`) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {unknown} */
+                            code?: "payload_too_large";
+                        };
+                    };
+                };
+            };
+            /** @description The body is not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {unknown} */
+                            code?: "unsupported_media_type";
+                        };
+                    };
+                };
+            };
+            /** @description The key's rate limit is used up */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {unknown} */
+                            code?: "rate_limited";
+                        };
+                    };
+                };
+            };
+            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {unknown} */
+                            code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
+                        };
+                    };
+                };
+            };
+            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            "5XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_memory_by_key: {
+        parameters: {
+            query?: {
+                /** @description The key's agent scope, as it was put; absent: the memories of every agent. */
+                agent_id?: string;
+            };
+            header?: {
+                /** @description The tenant (project) the request acts for. The API key decides it; when sent, the header must name the key's tenant (another answers `404`) */
+                "x-memlayer-tenant"?: string;
+            };
+            path: {
+                /** @description The user */
+                user_id: string;
+                /** @description The caller's name for the memory */
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The memory last put under the key */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MemoryBody"];
+                };
+            };
+            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            401: {
+                headers: {
+                    /** @description `Bearer realm="memlayer"`, RFC 6750 */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {unknown} */
+                            code?: "unauthorized";
+                        };
+                    };
+                };
+            };
+            /** @description No memory is under the key */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The key's rate limit is used up */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {unknown} */
+                            code?: "rate_limited";
+                        };
+                    };
+                };
+            };
+            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {unknown} */
+                            code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
+                        };
+                    };
+                };
+            };
+            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            "5XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    put_memory: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The tenant (project) the request acts for. The API key decides it; when sent, the header must name the key's tenant (another answers `404`) */
+                "x-memlayer-tenant"?: string;
+            };
+            path: {
+                /** @description The user */
+                user_id: string;
+                /** @description The caller's name for the memory */
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RememberBody"];
+            };
+        };
+        responses: {
+            /** @description The memory under the key was updated or already said this */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Remembered"];
+                };
+            };
+            /** @description Created under the key */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Remembered"];
+                };
+            };
+            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            401: {
+                headers: {
+                    /** @description `Bearer realm="memlayer"`, RFC 6750 */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {unknown} */
+                            code?: "unauthorized";
+                        };
+                    };
+                };
+            };
+            /** @description The memory under the key was forgotten meanwhile; sent again, it is made anew */
             409: {
                 headers: {
                     [name: string]: unknown;
