@@ -445,6 +445,9 @@ fn the_docs_page_and_the_metrics_are_served() {
     }
     let (status, _) = server.post("/v1/recall", &json!({ "query": "parcel", "user_id": "u" }));
     assert_eq!(status, 200);
+    // Loads user u's long-term memory partition (empty) into memory.
+    let (status, _) = server.post("/v1/users/u/memories/search", &json!({ "query": "parcel" }));
+    assert_eq!(status, 200);
     let (status, _) = server.delete("/v1/sessions/m-2");
     assert_eq!(status, 204);
     let text = scrape();
@@ -463,6 +466,11 @@ fn the_docs_page_and_the_metrics_are_served() {
         "memlayer_index_graph_pending 0\n",
         "memlayer_index_keywords_pending 0\n",
         "memlayer_memory_graphs_pending 0\n",
+        "memlayer_memory_resident_memories 0\n",
+        "memlayer_memory_resident_partitions 1\n",
+        "memlayer_memory_resident_budget 200000\n",
+        "memlayer_memory_partition_loads_total 1\n",
+        "memlayer_memory_partition_evictions_total 0\n",
     ] {
         assert!(text.contains(line), "no {line:?} in\n{text}");
     }

@@ -7,10 +7,12 @@
 //! stored with precomputed vectors: each is the real embedding of its topic (one of
 //! [`TOPICS`], embedded once) plus seeded noise, so memories of one topic cluster as real ones
 //! do. They are written through `Store::put_memory` (many at once, so the store's group commit
-//! batches them), and the indexes are built by `LongTermMemory::open` — the start-up rebuild a
-//! server does before it answers — then the partitions' graphs by
-//! `LongTermMemory::build_graphs` (the server builds them in the background); both times are
-//! reported. Everything is generated from a fixed seed.
+//! batches them). `LongTermMemory::open` loads nothing; the first recall of a user loads their
+//! partition from the store, then `LongTermMemory::build_graphs` builds its graph (the server
+//! builds them in the background); both times are reported. After the timed recalls, one
+//! recall for every user in turn loads each partition, evicting the least recently used past
+//! the default budget: that sweep's time, the resident figures and the RSS are reported.
+//! Everything is generated from a fixed seed.
 //!
 //! Each iteration asks a question never asked before (its embedding is in the time), then the
 //! same question again: the embedder's content-hash cache holds its vector, so the second time
@@ -21,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use memlayer_embed::{Assets, Embedder, EmbedderOptions};
-use memlayer_memory::{LongTermMemory, MemoryQuery};
+use memlayer_memory::{DEFAULT_RESIDENT_MEMORIES, LongTermMemory, MemoryQuery, Residency};
 use memlayer_store::{Access, Memory, MemoryKind, Store, Timestamp};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -54,6 +56,8 @@ struct Measured {
     load: Duration,
     file_bytes: u64,
     open: Duration,
+    /// The first recall of user 0: its partition loaded from the store.
+    first_recall: Duration,
     /// Partitions given a graph after the open, and how long that took.
     graphs: usize,
     graphs_time: Duration,
@@ -61,6 +65,10 @@ struct Measured {
     rss_after: u64,
     with_embedding: Vec<Duration>,
     without_embedding: Vec<Duration>,
+    /// One recall for every user in turn, and what is resident after it.
+    sweep: Duration,
+    residency: Residency,
+    rss_after_sweep: u64,
 }
 
 pub(crate) fn run(assets: &Assets, sizes: &[usize], queries: usize) -> anyhow::Result<()> {
@@ -113,8 +121,21 @@ async fn measure(
 
     let rss_before = rss_bytes()?;
     let start = Instant::now();
-    let memories = LongTermMemory::open(store.clone(), embedder.clone())?;
+    let memories = LongTermMemory::open(store.clone(), embedder.clone(), DEFAULT_RESIDENT_MEMORIES);
     let open = start.elapsed();
+    let questions = questions(WARM_UP + queries);
+    let query = |user: usize, text: &str| MemoryQuery {
+        tenant: TENANT.into(),
+        user_id: user_id(user),
+        agent_id: Some(AGENT.into()),
+        query: text.to_owned(),
+        k: K,
+        kinds: None,
+        tags: None,
+    };
+    let start = Instant::now();
+    memories.recall(query(0, &questions[0])).await?;
+    let first_recall = start.elapsed();
     // What the server's background builder does after the start; recall is timed with
     // every graph in place.
     let start = Instant::now();
@@ -122,18 +143,8 @@ async fn measure(
     let graphs_time = start.elapsed();
     let rss_after = rss_bytes()?;
 
-    let questions = questions(WARM_UP + queries);
-    let query = |text: &str| MemoryQuery {
-        tenant: TENANT.into(),
-        user_id: user_id(0),
-        agent_id: Some(AGENT.into()),
-        query: text.to_owned(),
-        k: K,
-        kinds: None,
-        tags: None,
-    };
     for question in &questions[..WARM_UP] {
-        let hits = memories.recall(query(question)).await?;
+        let hits = memories.recall(query(0, question)).await?;
         ensure!(
             hits.len() == K,
             "recall found {} of {K} memories",
@@ -149,7 +160,7 @@ async fn measure(
     for question in &questions[WARM_UP..] {
         for series in [&mut with_embedding, &mut without_embedding] {
             let start = Instant::now();
-            let hits = memories.recall(query(question)).await?;
+            let hits = memories.recall(query(0, question)).await?;
             series.push(start.elapsed());
             ensure!(
                 hits.len() == K,
@@ -158,6 +169,17 @@ async fn measure(
             );
         }
     }
+    let start = Instant::now();
+    for user in 0..users {
+        let hits = memories.recall(query(user, &questions[0])).await?;
+        ensure!(
+            hits.iter().all(|hit| hit.memory.user_id == user_id(user)),
+            "recall answered with another user's memory"
+        );
+    }
+    let sweep = start.elapsed();
+    let residency = memories.residency();
+    let rss_after_sweep = rss_bytes()?;
     drop(memories);
     store.shutdown();
     with_embedding.sort_unstable();
@@ -168,12 +190,16 @@ async fn measure(
         load: load_time,
         file_bytes,
         open,
+        first_recall,
         graphs,
         graphs_time,
         rss_before,
         rss_after,
         with_embedding,
         without_embedding,
+        sweep,
+        residency,
+        rss_after_sweep,
     })
 }
 
@@ -292,11 +318,13 @@ fn report(results: &[Measured], queries: usize, load: [String; 2]) -> String {
          per size, each asked new (its embedding in the time) then again (its vector cached: \
          recall with a precomputed query vector); k {K}, asked by user 0's agent, which sees \
          all of that user's memories (half its own, half shared by every agent). Memories stored with \
-         seeded vectors around real embeddings of {} topics; indexes built by \
-         `LongTermMemory::open`, the start-up rebuild after which the server answers, then \
-         the HNSW graphs of the partitions larger than 5,000 by `LongTermMemory::build_graphs` \
-         (the server's background builder; recall scans those partitions until then), then \
-         the recalls are timed.\n",
+         seeded vectors around real embeddings of {} topics. `LongTermMemory::open` (the \
+         server's start) loads nothing; the first recall loads user 0's partition from the \
+         store, then `LongTermMemory::build_graphs` builds the HNSW graph of the partitions \
+         larger than 5,000 (the server's background builder; recall scans those partitions \
+         until then), then the recalls are timed. Last, one recall for every user in turn \
+         (the sweep) loads every partition, the least recently used leaving past the default \
+         budget of {DEFAULT_RESIDENT_MEMORIES} resident memories.\n",
         command_line(),
         load[0],
         load[1],
@@ -304,11 +332,11 @@ fn report(results: &[Measured], queries: usize, load: [String; 2]) -> String {
     );
     let _ = writeln!(
         out,
-        "| memories | users | store write s | file MiB | open s | graphs built s | RSS before open → after graphs MiB | query | p50 ms | p95 ms | p99 ms | p95 target |"
+        "| memories | users | store write s | file MiB | open s | first recall (load) ms | graphs built s | RSS before open → after graphs MiB | query | p50 ms | p95 ms | p99 ms | p95 target |"
     );
     let _ = writeln!(
         out,
-        "| ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | --- |"
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | --- |"
     );
     for result in results {
         for (what, samples, target) in [
@@ -329,12 +357,13 @@ fn report(results: &[Measured], queries: usize, load: [String; 2]) -> String {
             };
             let _ = writeln!(
                 out,
-                "| {} | {} | {:.1} | {:.1} | {:.2} | {:.2} ({}) | {:.0} → {:.0} | {what} | {:.2} | {:.2} | {:.2} | {verdict} |",
+                "| {} | {} | {:.1} | {:.1} | {:.3} | {:.1} | {:.2} ({}) | {:.0} → {:.0} | {what} | {:.2} | {:.2} | {:.2} | {verdict} |",
                 result.memories,
                 result.users,
                 result.load.as_secs_f64(),
                 result.file_bytes as f64 / (1024.0 * 1024.0),
                 result.open.as_secs_f64(),
+                ms(result.first_recall),
                 result.graphs_time.as_secs_f64(),
                 result.graphs,
                 result.rss_before as f64 / (1024.0 * 1024.0),
@@ -344,6 +373,25 @@ fn report(results: &[Measured], queries: usize, load: [String; 2]) -> String {
                 at(99.0),
             );
         }
+    }
+    let _ = writeln!(
+        out,
+        "\n| memories | users | sweep s | loads | evictions | resident memories / partitions | RSS after sweep MiB |\n| ---: | ---: | ---: | ---: | ---: | --- | ---: |"
+    );
+    for result in results {
+        let resident = &result.residency;
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.1} | {} | {} | {} / {} | {:.0} |",
+            result.memories,
+            result.users,
+            result.sweep.as_secs_f64(),
+            resident.loads,
+            resident.evictions,
+            resident.memories,
+            resident.partitions,
+            result.rss_after_sweep as f64 / (1024.0 * 1024.0),
+        );
     }
     out
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use memlayer_embed::{Embedder, EmbedderOptions};
 use memlayer_index::{Recall, RecallOptions, RecallQuery, Scope};
-use memlayer_memory::{LongTermMemory, MemoryQuery, RememberRequest};
+use memlayer_memory::{DEFAULT_RESIDENT_MEMORIES, LongTermMemory, MemoryQuery, RememberRequest};
 use memlayer_store::{
     Access, Append, Episode, MemoryKind, NewMessage, NewSession, Outcome, Role, Store, Timestamp,
 };
@@ -40,7 +40,7 @@ impl Fixture {
         let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
         let options = RecallOptions::default().with_snapshot(dir.path().join("vectors.idx"));
         let recall = Recall::open(store.clone(), embedder.clone(), options).unwrap();
-        let memories = LongTermMemory::open(store.clone(), embedder).unwrap();
+        let memories = LongTermMemory::open(store.clone(), embedder, DEFAULT_RESIDENT_MEMORIES);
         let (stop, stopped) = oneshot::channel::<()>();
         let pipeline = tokio::spawn(recall.clone().run_pipeline(async {
             let _ = stopped.await;

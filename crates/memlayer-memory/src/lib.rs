@@ -44,7 +44,8 @@ pub use json::whole_floats_to_integers;
 pub use lessons::{LESSONS_MARKER, LessonQuery, Lessons, build_lessons, list_episodes};
 pub use llm_summary::LlmSummarizer;
 pub use long_term::{
-    LongTermMemory, MAX_TAG_LEN, MAX_TAGS, MemoryHit, MemoryQuery, RememberAction, RememberRequest,
+    DEFAULT_RESIDENT_MEMORIES, LongTermMemory, MAX_TAG_LEN, MAX_TAGS, MemoryHit, MemoryQuery,
+    RememberAction, RememberRequest, Residency,
 };
 pub use memory_config::{MEMORY_TYPES, MemoryConfig, MemoryType};
 pub use pii::redact_pii;

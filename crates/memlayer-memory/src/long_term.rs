@@ -7,14 +7,18 @@
 //! agent of the user. A user never sees another user's memories: every query is filtered by
 //! tenant and user before ranking.
 //!
-//! The indexes live in memory and are rebuilt from the store at start (vectors are stored
-//! with each memory, so nothing is embedded again). The HNSW graphs of large partitions are
-//! built afterwards, in the background ([`LongTermMemory::keep_graphs_built`]): until a
-//! partition has its graph its recalls scan it exactly. Building them at start held the
-//! start-up for 513 s at a million memories of 100 users (docs/benchmarks.md).
+//! The indexes live in memory, one partition per user, loaded from the store when a user's
+//! memories are first needed (vectors are stored with each memory, so nothing is embedded
+//! again) and kept within a budget of resident memories: past it, the partitions used least
+//! recently leave memory, to be loaded again when next needed. Nothing is loaded at start:
+//! rebuilding every partition held the start-up for 513 s and 8.5 GiB at a million memories
+//! (docs/benchmarks.md). The HNSW graphs of large partitions are built in the background
+//! ([`LongTermMemory::keep_graphs_built`]): until a partition has its graph its recalls scan
+//! it exactly.
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLockReadGuard, RwLockWriteGuard};
 
 use memlayer_embed::Embedder;
@@ -41,8 +45,6 @@ const SAME_TOPIC: f32 = 0.70;
 pub const MAX_TAGS: usize = 8;
 /// Longest tag, in characters.
 pub const MAX_TAG_LEN: usize = 32;
-/// Memories read per page when the indexes are rebuilt.
-const REBUILD_PAGE: usize = 1_000;
 /// How often a remember is made again when an erasure changed the memory it updates meanwhile.
 const REMEMBER_ATTEMPTS: usize = 3;
 
@@ -124,20 +126,61 @@ struct Owner {
     keyed: bool,
 }
 
-/// Every memory's vector and text, under one lock; keys are memory ids.
+/// The resident memories' vectors and texts, under one lock; keys are memory ids.
+///
+/// A partition is resident whole or not at all: it is loaded from the store under the write
+/// lock, and every change of the indexes (after the store committed it) takes that lock
+/// too, so a load sees every change committed before it and every later change finds it
+/// resident. A change to a user whose partition is not resident is left to the store: the
+/// next load reads it.
 struct Indexes {
     dimension: usize,
-    /// One hybrid index per user of each tenant, by tenant, then user. A recall searches
-    /// only its user's partition: with every memory in one index, a user's recall ranked all
-    /// users' memories and filtered them, and got slower with every user added (at 100,000
-    /// memories of 10 users, p95 31.5 ms against 3.1 ms with partitions;
-    /// docs/benchmarks.md). A memory is in its owner's partition only; no partition is
-    /// empty (the last removal drops it, and its tenant's map with its last user).
-    partitions: HashMap<String, HashMap<String, HybridIndex>>,
-    /// Every indexed memory's owner and filter fields. A memory leaves `owners` and its
+    /// One hybrid index per resident user of each tenant, by tenant, then user. A recall
+    /// searches only its user's partition: with every memory in one index, a user's recall
+    /// ranked all users' memories and filtered them, and got slower with every user added
+    /// (at 100,000 memories of 10 users, p95 31.5 ms against 3.1 ms with partitions;
+    /// docs/benchmarks.md). A memory is in its owner's partition only. A partition left
+    /// empty by a removal is dropped (and its tenant's map with its last user); one loaded
+    /// empty stays, so asking again about a user without memories reads nothing.
+    partitions: HashMap<String, HashMap<String, Partition>>,
+    /// Every resident memory's owner and filter fields. A memory leaves `owners` and its
     /// partition together: the entry names the partition a removal must look in.
     owners: HashMap<u64, Owner>,
+    /// How many resident memories the partitions may hold, each partition counting one more
+    /// (so that users without memories cost something too).
+    budget: usize,
+    /// Ticks on every use of a partition: the least recently used leave first.
+    clock: AtomicU64,
+    /// Partitions loaded from the store, and evicted, since the start.
+    loads: u64,
+    evictions: u64,
 }
+
+/// One user's resident memories.
+struct Partition {
+    index: HybridIndex,
+    /// The [`Indexes::clock`] of its last use; updated under the read lock.
+    last_used: AtomicU64,
+}
+
+/// The resident partitions' figures, for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Residency {
+    /// Memories whose indexes are in memory.
+    pub memories: usize,
+    /// Users whose partition is in memory.
+    pub partitions: usize,
+    /// The budget [`Residency::memories`] plus [`Residency::partitions`] is kept within.
+    pub budget: usize,
+    /// Partitions loaded from the store since the start.
+    pub loads: u64,
+    /// Partitions evicted to stay within the budget since the start.
+    pub evictions: u64,
+}
+
+/// The default budget of resident memories: about 1 GiB of vectors, keywords and graphs at
+/// 384 dimensions (docs/benchmarks.md).
+pub const DEFAULT_RESIDENT_MEMORIES: usize = 200_000;
 
 /// Long-term memories over one store. Cheap to clone.
 #[derive(Clone)]
@@ -155,28 +198,68 @@ struct Inner {
 }
 
 impl LongTermMemory {
-    /// Opens the memories of `store`, embedding with `embedder`, and builds their indexes.
-    pub fn open(store: Store, embedder: Embedder) -> Result<Self, MemoryError> {
-        let mut indexes = Indexes {
+    /// Opens the memories of `store`, embedding with `embedder`, with at most about
+    /// `resident_budget` memories' indexes in memory (see [`Residency::budget`]; at least 1).
+    /// Loads nothing: each user's memories are loaded when first needed.
+    pub fn open(store: Store, embedder: Embedder, resident_budget: usize) -> Self {
+        let indexes = Indexes {
             dimension: embedder.identity().dimension,
             partitions: HashMap::new(),
             owners: HashMap::new(),
+            budget: resident_budget.max(1),
+            clock: AtomicU64::new(0),
+            loads: 0,
+            evictions: 0,
         };
-        let mut after = 0;
-        loop {
-            let page = store.memories().memories_after(after, REBUILD_PAGE)?;
-            let Some(last) = page.last() else { break };
-            after = last.id;
-            indexes.add(&page)?;
-        }
-        Ok(Self {
+        Self {
             inner: Arc::new(Inner {
                 store,
                 embedder,
                 indexes: IndexLock::new(indexes),
                 remembering: tokio::sync::Mutex::new(()),
             }),
-        })
+        }
+    }
+
+    /// The resident partitions' figures now.
+    pub fn residency(&self) -> Residency {
+        let indexes = self.read();
+        Residency {
+            memories: indexes.owners.len(),
+            partitions: indexes.partition_count(),
+            budget: indexes.budget,
+            loads: indexes.loads,
+            evictions: indexes.evictions,
+        }
+    }
+
+    /// Runs `search` on the partition of `tenant`'s `user_id`, loading it from the store
+    /// first when it is not resident (and evicting others past the budget). A hit runs under
+    /// the read lock; a load, and the search after it, under the write lock, so the partition
+    /// cannot leave before it was searched.
+    fn with_partition<T>(
+        &self,
+        tenant: &str,
+        user_id: &str,
+        search: impl FnOnce(&Indexes, &HybridIndex) -> T,
+    ) -> Result<T, MemoryError> {
+        {
+            let indexes = self.read();
+            if let Some(partition) = indexes.partition(tenant, user_id) {
+                indexes.touch(partition);
+                return Ok(search(&indexes, &partition.index));
+            }
+        }
+        let mut indexes = self.write();
+        if indexes.partition(tenant, user_id).is_none() {
+            let memories = self.inner.store.memories().user_memories(tenant, user_id)?;
+            indexes.load(tenant, user_id, &memories)?;
+        }
+        let partition = indexes
+            .partition(tenant, user_id)
+            .expect("the partition was just loaded, under the write lock");
+        indexes.touch(partition);
+        Ok(search(&indexes, &partition.index))
     }
 
     /// Remembers `request`: a new memory, or an update of the one under its key, or (without
@@ -304,7 +387,10 @@ impl LongTermMemory {
             revision: memory.revision + 1,
             ..memory
         };
-        self.write().add(std::slice::from_ref(&memory))?;
+        let mut indexes = self.write();
+        indexes.add(std::slice::from_ref(&memory))?;
+        indexes.evict_past_budget(&[(&memory.tenant, &memory.user_id)]);
+        drop(indexes);
         Ok((memory, action))
     }
 
@@ -316,18 +402,18 @@ impl LongTermMemory {
         text: &str,
         vector: &[f32],
     ) -> Result<Option<Memory>, MemoryError> {
-        let indexes = self.read();
         let tenant = request.access.tenant();
-        let Some(partition) = indexes.partition(tenant, &request.user_id) else {
-            return Ok(None);
-        };
-        let same_scope = |id: u64| {
-            indexes.owners.get(&id).is_some_and(|owner| {
-                !owner.keyed && owner.agent_id == request.agent_id && owner.kind == request.kind
-            })
-        };
-        let candidates = partition.vectors().search(vector, 5, Some(&same_scope))?;
-        drop(indexes);
+        let candidates =
+            self.with_partition(tenant, &request.user_id, |indexes, partition| {
+                let same_scope = |id: u64| {
+                    indexes.owners.get(&id).is_some_and(|owner| {
+                        !owner.keyed
+                            && owner.agent_id == request.agent_id
+                            && owner.kind == request.kind
+                    })
+                };
+                partition.vectors().search(vector, 5, Some(&same_scope))
+            })??;
         for (id, similarity) in candidates {
             if similarity < SAME_TOPIC {
                 break;
@@ -366,34 +452,32 @@ impl LongTermMemory {
         query: &MemoryQuery,
         vector: Option<&[f32]>,
     ) -> Result<Vec<MemoryHit>, MemoryError> {
-        let indexes = self.read();
-        let Some(partition) = indexes.partition(&query.tenant, &query.user_id) else {
-            return Ok(Vec::new());
-        };
-        let visible = |id: u64| {
-            indexes.owners.get(&id).is_some_and(|owner| {
-                visible_to(query.agent_id.as_deref(), owner.agent_id.as_deref())
-                    && query
-                        .kinds
-                        .as_ref()
-                        .is_none_or(|kinds| kinds.contains(&owner.kind))
-                    && query
-                        .tags
-                        .as_ref()
-                        .is_none_or(|tags| tags.iter().any(|tag| owner.tags.contains(tag)))
-            })
-        };
-        let fused = partition.search(
-            &(),
-            HybridQuery {
-                text: &query.query,
-                vector,
-                k: query.k,
-                filter: Some(&visible),
-                neighbours: None,
-            },
-        )?;
-        drop(indexes);
+        let fused =
+            self.with_partition(&query.tenant, &query.user_id, |indexes, partition| {
+                let visible = |id: u64| {
+                    indexes.owners.get(&id).is_some_and(|owner| {
+                        visible_to(query.agent_id.as_deref(), owner.agent_id.as_deref())
+                            && query
+                                .kinds
+                                .as_ref()
+                                .is_none_or(|kinds| kinds.contains(&owner.kind))
+                            && query
+                                .tags
+                                .as_ref()
+                                .is_none_or(|tags| tags.iter().any(|tag| owner.tags.contains(tag)))
+                    })
+                };
+                partition.search(
+                    &(),
+                    HybridQuery {
+                        text: &query.query,
+                        vector,
+                        k: query.k,
+                        filter: Some(&visible),
+                        neighbours: None,
+                    },
+                )
+            })??;
         let mut hits = Vec::new();
         for hit in fused {
             if let Some(memory) = self.inner.store.memories().memory(&query.tenant, hit.id)? {
@@ -614,7 +698,7 @@ impl LongTermMemory {
         for (tenant, user_id) in wanted {
             let outcome = HybridIndex::build_graph_unlocked(
                 &self.inner.indexes,
-                |indexes| indexes.partition(tenant, user_id),
+                |indexes| indexes.partition(tenant, user_id).map(|p| &p.index),
                 |indexes| indexes.partition_mut(tenant, user_id),
                 &cancelled,
             );
@@ -638,12 +722,22 @@ impl LongTermMemory {
 }
 
 impl Indexes {
-    fn partition(&self, tenant: &str, user_id: &str) -> Option<&HybridIndex> {
+    fn partition(&self, tenant: &str, user_id: &str) -> Option<&Partition> {
         self.partitions.get(tenant)?.get(user_id)
     }
 
     fn partition_mut(&mut self, tenant: &str, user_id: &str) -> Option<&mut HybridIndex> {
-        self.partitions.get_mut(tenant)?.get_mut(user_id)
+        Some(&mut self.partitions.get_mut(tenant)?.get_mut(user_id)?.index)
+    }
+
+    fn partition_count(&self) -> usize {
+        self.partitions.values().map(HashMap::len).sum()
+    }
+
+    /// Marks `partition` as just used.
+    fn touch(&self, partition: &Partition) {
+        let now = self.clock.fetch_add(1, Ordering::Relaxed);
+        partition.last_used.store(now, Ordering::Relaxed);
     }
 
     /// The (tenant, user) of every partition large enough for a graph that has none.
@@ -653,15 +747,38 @@ impl Indexes {
             .flat_map(|(tenant, users)| {
                 users
                     .iter()
-                    .filter(|(_, partition)| partition.needs_graph())
+                    .filter(|(_, partition)| partition.index.needs_graph())
                     .map(move |(user_id, _)| (tenant.clone(), user_id.clone()))
             })
             .collect()
     }
 
-    /// Indexes `memories` (one, or a page of a rebuild). Each user's vectors go in as one
-    /// batch: a partition with a graph extends it in parallel, where one insert at a time
-    /// would extend it serially.
+    /// Makes `memories`, all of `tenant`'s `user_id` as the store holds them now, the user's
+    /// resident partition, then evicts others past the budget.
+    fn load(
+        &mut self,
+        tenant: &str,
+        user_id: &str,
+        memories: &[Memory],
+    ) -> Result<(), MemoryError> {
+        let partition = Partition {
+            index: HybridIndex::new(VectorIndex::new(VectorConfig::new(self.dimension))?),
+            last_used: AtomicU64::new(self.clock.fetch_add(1, Ordering::Relaxed)),
+        };
+        self.partitions
+            .entry(tenant.to_owned())
+            .or_default()
+            .insert(user_id.to_owned(), partition);
+        self.loads += 1;
+        self.add(memories)?;
+        self.evict_past_budget(&[(tenant, user_id)]);
+        Ok(())
+    }
+
+    /// Indexes `memories` (one stored now, or a user's being loaded) in their users'
+    /// resident partitions; a memory of a user whose partition is not resident is left to the
+    /// store. Each user's vectors go in as one batch: a partition with a graph extends it in
+    /// parallel, where one insert at a time would extend it serially.
     fn add(&mut self, memories: &[Memory]) -> Result<(), MemoryError> {
         let mut by_owner: HashMap<(&str, &str), Vec<&Memory>> = HashMap::new();
         for memory in memories {
@@ -671,48 +788,67 @@ impl Indexes {
                 .push(memory);
         }
         for ((tenant, user_id), owned) in by_owner {
-            let users = self.partitions.entry(tenant.to_owned()).or_default();
-            let partition = match users.entry(user_id.to_owned()) {
-                std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
-                std::collections::hash_map::Entry::Vacant(entry) => entry.insert(HybridIndex::new(
-                    VectorIndex::new(VectorConfig::new(self.dimension))?,
-                )),
+            let Some(partition) = self.partition_mut(tenant, user_id) else {
+                continue;
             };
             let documents: Vec<_> = owned
                 .iter()
                 .map(|memory| (memory.id, memory.text.as_str(), memory.vector.as_slice()))
                 .collect();
             partition.add(&(), &documents)?;
-        }
-        for memory in memories {
-            self.owners.insert(
-                memory.id,
-                Owner {
-                    tenant: memory.tenant.clone(),
-                    user_id: memory.user_id.clone(),
-                    agent_id: memory.agent_id.clone(),
-                    kind: memory.kind,
-                    tags: memory.tags.clone(),
-                    keyed: memory.key.is_some(),
-                },
-            );
+            for memory in owned {
+                self.owners.insert(
+                    memory.id,
+                    Owner {
+                        tenant: memory.tenant.clone(),
+                        user_id: memory.user_id.clone(),
+                        agent_id: memory.agent_id.clone(),
+                        kind: memory.kind,
+                        tags: memory.tags.clone(),
+                        keyed: memory.key.is_some(),
+                    },
+                );
+            }
         }
         Ok(())
     }
 
-    /// Takes `ids` out of their users' partitions; each partition touched is compacted once,
-    /// and one left empty is dropped.
+    /// Evicts the least recently used partitions, other than `keep`'s, while the resident
+    /// memories and partitions are more than the budget. Finding the oldest reads every
+    /// partition's clock: a load costs that scan, a hit nothing.
+    fn evict_past_budget(&mut self, keep: &[(&str, &str)]) {
+        while self.owners.len() + self.partition_count() > self.budget {
+            let oldest = self
+                .partitions
+                .iter()
+                .flat_map(|(tenant, users)| users.iter().map(move |(user, p)| (tenant, user, p)))
+                .filter(|(tenant, user, _)| !keep.contains(&(tenant.as_str(), user.as_str())))
+                .min_by_key(|(_, _, partition)| partition.last_used.load(Ordering::Relaxed))
+                .map(|(tenant, user, _)| (tenant.clone(), user.clone()));
+            let Some((tenant, user_id)) = oldest else {
+                return;
+            };
+            let users = self.partitions.get_mut(&tenant).expect("found above");
+            let partition = users.remove(&user_id).expect("found above");
+            if users.is_empty() {
+                self.partitions.remove(&tenant);
+            }
+            for id in partition.index.vectors().ids() {
+                self.owners.remove(&id);
+            }
+            self.evictions += 1;
+        }
+    }
+
+    /// Takes `ids` out of their users' resident partitions (others are not in memory); each
+    /// partition touched is compacted once, and one left empty is dropped.
     fn remove(&mut self, ids: &[u64]) {
         let mut touched = std::collections::BTreeSet::new();
         for id in ids {
             let Some(owner) = self.owners.remove(id) else {
                 continue;
             };
-            if let Some(partition) = self
-                .partitions
-                .get_mut(&owner.tenant)
-                .and_then(|users| users.get_mut(&owner.user_id))
-            {
+            if let Some(partition) = self.partition_mut(&owner.tenant, &owner.user_id) {
                 partition.remove(&(), *id);
                 touched.insert((owner.tenant, owner.user_id));
             }
@@ -722,8 +858,8 @@ impl Indexes {
                 continue;
             };
             if let Some(partition) = users.get_mut(&user_id) {
-                partition.compact();
-                if partition.vectors().is_empty() {
+                partition.index.compact();
+                if partition.index.vectors().is_empty() {
                     users.remove(&user_id);
                 }
             }
@@ -792,4 +928,111 @@ fn shares_key_terms(a: &str, b: &str) -> bool {
     };
     let first = terms(a);
     terms(b).iter().any(|term| first.contains(term))
+}
+
+#[cfg(test)]
+mod tests {
+    use memlayer_store::{Access, MemoryKind, Store};
+
+    use super::{LongTermMemory, MemoryQuery, RememberRequest, Residency};
+
+    const TENANT: &str = "t";
+
+    fn remember(user: &str, text: &str) -> RememberRequest {
+        RememberRequest {
+            access: Access::tenant_wide(TENANT),
+            user_id: user.into(),
+            agent_id: None,
+            text: text.into(),
+            kind: MemoryKind::Fact,
+            tags: Vec::new(),
+            source: None,
+            key: None,
+        }
+    }
+
+    async fn recalled(memories: &LongTermMemory, user: &str, query: &str) -> Vec<String> {
+        let query = MemoryQuery {
+            tenant: TENANT.into(),
+            user_id: user.into(),
+            agent_id: None,
+            query: query.into(),
+            k: 5,
+            kinds: None,
+            tags: None,
+        };
+        let hits = memories.recall(query).await.unwrap();
+        assert!(hits.iter().all(|hit| hit.memory.user_id == user));
+        hits.into_iter().map(|hit| hit.memory.text).collect()
+    }
+
+    fn resident(memories: &LongTermMemory) -> (usize, usize, u64, u64) {
+        let Residency {
+            memories,
+            partitions,
+            loads,
+            evictions,
+            ..
+        } = memories.residency();
+        (memories, partitions, loads, evictions)
+    }
+
+    /// Nothing is loaded at open; a user's partition is loaded whole when first needed, the
+    /// least recently used leave past the budget, and what changed while a partition was out
+    /// of memory (a memory forgotten, one remembered) is what the next load finds.
+    #[tokio::test]
+    async fn partitions_load_when_needed_and_leave_past_the_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
+        let embedder = memlayer_embed::test_support::shared_embedder();
+        let eraser = store.take_eraser().unwrap();
+        let everything = LongTermMemory::open(store.clone(), embedder.clone(), 1_000);
+        let mut tea = 0;
+        for (user, text) in [
+            ("ann", "Drinks green tea every morning"),
+            ("ann", "Lives in Lyon near the river"),
+            ("bob", "Works night shifts as a nurse"),
+            ("bob", "Has a dog called Biscuit"),
+        ] {
+            let (memory, _) = everything.remember(remember(user, text)).await.unwrap();
+            if text.contains("tea") {
+                tea = memory.id;
+            }
+        }
+
+        // A start: nothing resident. The budget (5) holds one user's two memories and
+        // partition, not two users'.
+        let memories = LongTermMemory::open(store.clone(), embedder, 5);
+        assert_eq!(resident(&memories), (0, 0, 0, 0));
+        assert_eq!(
+            recalled(&memories, "ann", "what does she drink?").await[0],
+            "Drinks green tea every morning"
+        );
+        assert_eq!(resident(&memories), (2, 1, 1, 0));
+        assert_eq!(
+            recalled(&memories, "bob", "pets").await[0],
+            "Has a dog called Biscuit"
+        );
+        assert_eq!(resident(&memories), (2, 1, 2, 1), "ann's partition left");
+
+        // Forgotten while ann is not resident, remembered for carl who never was: the next
+        // loads read the store as it is.
+        assert!(memories.forget(&eraser, TENANT, tea).await.unwrap());
+        let remembered = memories.remember(remember("carl", "Plays the cello")).await;
+        remembered.unwrap();
+        let ann = recalled(&memories, "ann", "what does she drink?").await;
+        assert_eq!(ann, ["Lives in Lyon near the river"]);
+        assert_eq!(
+            recalled(&memories, "carl", "music").await,
+            ["Plays the cello"]
+        );
+        // A user without memories costs a partition, and is not read again while resident.
+        assert!(recalled(&memories, "dana", "anything").await.is_empty());
+        let (_, _, loads, _) = resident(&memories);
+        assert!(recalled(&memories, "dana", "anything").await.is_empty());
+        assert_eq!(resident(&memories).2, loads);
+        // Loaded: ann, bob, carl (for the remember), ann again (evicting bob), dana.
+        assert_eq!(resident(&memories), (2, 3, 5, 2));
+        store.shutdown();
+    }
 }

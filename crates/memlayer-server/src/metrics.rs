@@ -204,6 +204,41 @@ pub(crate) fn render(state: &AppState) -> Result<String, String> {
          exactly until then)",
         ConstGauge::new(i64::try_from(state.memories().graphs_pending()).unwrap_or(i64::MAX)),
     );
+    let residency = state.memories().residency();
+    for (name, help, figure) in [
+        (
+            "memory_resident_memories",
+            "Long-term memories whose indexes are in memory",
+            residency.memories,
+        ),
+        (
+            "memory_resident_partitions",
+            "Users whose long-term memory partition is in memory",
+            residency.partitions,
+        ),
+        (
+            "memory_resident_budget",
+            "The budget resident memories plus resident partitions are kept within \
+             (memory_resident_budget)",
+            residency.budget,
+        ),
+    ] {
+        figures.register(
+            name,
+            help,
+            ConstGauge::new(i64::try_from(figure).unwrap_or(i64::MAX)),
+        );
+    }
+    figures.register(
+        "memory_partition_loads",
+        "Users' long-term memory partitions loaded from the store since the start",
+        ConstCounter::new(residency.loads),
+    );
+    figures.register(
+        "memory_partition_evictions",
+        "Users' long-term memory partitions evicted to stay within the budget since the start",
+        ConstCounter::new(residency.evictions),
+    );
     let queued = state.recall().embedder().queue_depths();
     for (name, help, batches) in [
         (

@@ -59,6 +59,10 @@ pub struct ServerConfig {
     /// seconds and a context in memory; one more is answered `503 overloaded` with
     /// `Retry-After` before anything is stored. Must be positive.
     pub max_agent_runs: usize,
+    /// Most long-term memories whose indexes stay in memory (each user's partition counting
+    /// one more); past it, the users' partitions used least recently leave memory until
+    /// their memories are next needed. At least 1.
+    pub memory_resident_budget: usize,
     /// When less than this percentage of the data directory's file system is free, the log
     /// warns and `/readyz` says so (still ready), before the disk fills up and writes are
     /// refused; zero never warns. At most 100.
@@ -104,6 +108,7 @@ impl Default for ServerConfig {
             // A tenth of the disk: time to free space on a small volume (2.4 MB of a 24 MB
             // one is some hundreds of appends), and on a large one, time to notice.
             disk_warning_free_percent: 10,
+            memory_resident_budget: memlayer_memory::DEFAULT_RESIDENT_MEMORIES,
         }
     }
 }
@@ -124,9 +129,13 @@ pub struct AppState {
 
 impl AppState {
     /// State serving `store`, searched through `recall` (which must index that store), with
-    /// `config`. Fails if the long-term memories' indexes cannot be built from the store.
+    /// `config`. Fails if the store's eraser was taken already.
     pub fn new(store: Store, recall: Recall, config: ServerConfig) -> Result<Self, MemoryError> {
-        let memories = LongTermMemory::open(store.clone(), recall.embedder().clone())?;
+        let memories = LongTermMemory::open(
+            store.clone(),
+            recall.embedder().clone(),
+            config.memory_resident_budget,
+        );
         let mut contexts =
             ContextBuilder::new(store.clone(), recall.clone(), config.token_encoding)
                 .with_memories(memories.clone());

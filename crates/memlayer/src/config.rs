@@ -28,7 +28,7 @@ pub(crate) struct DataArgs {
     /// TOML file with any of: listen, data_dir, assets_dir, model_dir, onnxruntime,
     /// max_body_bytes, token_encoding, request_timeout_secs, max_in_flight, max_agent_runs,
     /// header_read_timeout_secs, max_connections, session_idle_timeout_secs, rate_limit_per_second, rate_limit_burst,
-    /// disk_warning_free_percent, admin_key, and
+    /// disk_warning_free_percent, memory_resident_budget, admin_key, and
     /// [summarizer] and [agent_model] tables.
     #[arg(long, env = "MEMLAYER_CONFIG")]
     config: Option<PathBuf>,
@@ -94,6 +94,11 @@ pub(crate) struct ServeArgs {
     /// warns [default: 10].
     #[arg(long, env = "MEMLAYER_DISK_WARNING_FREE_PERCENT", value_parser = clap::value_parser!(u8).range(0..=100))]
     disk_warning_free_percent: Option<u8>,
+    /// Most long-term memories whose indexes stay in memory, each user counting one more;
+    /// past it, the users used least recently leave memory until next needed (about 5 KiB
+    /// a memory) [default: 200000].
+    #[arg(long, env = "MEMLAYER_MEMORY_RESIDENT_BUDGET")]
+    memory_resident_budget: Option<usize>,
     /// Longest a client may take to send a request's head, and a kept-alive connection may
     /// wait for its next request, in seconds; then the connection is closed [default: 10].
     #[arg(long, env = "MEMLAYER_HEADER_READ_TIMEOUT_SECS")]
@@ -196,6 +201,7 @@ struct FileSettings {
     rate_limit_per_second: Option<u32>,
     rate_limit_burst: Option<u32>,
     disk_warning_free_percent: Option<u8>,
+    memory_resident_budget: Option<usize>,
     /// The operator's admin key: a `tenant_admin` key of tenant `default`. The environment's
     /// `MEMLAYER_ADMIN_KEY` wins over it.
     admin_key: Option<String>,
@@ -295,6 +301,14 @@ impl Settings {
             disk_warning_free_percent <= 100,
             "disk_warning_free_percent must be at most 100"
         );
+        let memory_resident_budget = args
+            .memory_resident_budget
+            .or(file.memory_resident_budget)
+            .unwrap_or(defaults.memory_resident_budget);
+        anyhow::ensure!(
+            memory_resident_budget > 0,
+            "memory_resident_budget must be positive"
+        );
         let session_idle_timeout = args
             .session_idle_timeout_secs
             .or(file.session_idle_timeout_secs)
@@ -333,6 +347,7 @@ impl Settings {
                 header_read_timeout,
                 max_connections,
                 disk_warning_free_percent,
+                memory_resident_budget,
             },
             admin_key: admin_key.map(Secret),
         })
@@ -434,6 +449,10 @@ mod tests {
         assert_eq!(settings.server.max_in_flight, 512);
         assert_eq!(settings.server.max_agent_runs, 32);
         assert_eq!(settings.server.disk_warning_free_percent, 10);
+        assert_eq!(
+            settings.server.memory_resident_budget,
+            memlayer_memory::DEFAULT_RESIDENT_MEMORIES
+        );
         assert_eq!(settings.server.header_read_timeout, Duration::from_secs(10));
         assert_eq!(settings.server.max_connections, 1024);
         assert_eq!(
@@ -506,6 +525,12 @@ mod tests {
         assert_eq!(settings.server.header_read_timeout, Duration::from_secs(3));
         assert_eq!(settings.server.max_connections, 50);
         assert!(resolve(&["--max-connections", "0"]).is_err());
+        std::fs::write(&file, "memory_resident_budget = 5000\n").unwrap();
+        let settings = resolve(&["--config", config]).unwrap();
+        assert_eq!(settings.server.memory_resident_budget, 5000);
+        let flagged = resolve(&["--config", config, "--memory-resident-budget", "70"]).unwrap();
+        assert_eq!(flagged.server.memory_resident_budget, 70);
+        assert!(resolve(&["--memory-resident-budget", "0"]).is_err());
         assert!(resolve(&["--header-read-timeout-secs", "0"]).is_err());
         assert!(resolve(&["--request-timeout-secs", "0"]).is_err());
         let idle = resolve(&["--session-idle-timeout-secs", "0"]).unwrap();
