@@ -481,13 +481,7 @@ export class Client {
   remember(userId: string, text: string, options: RememberOptions = {}): Promise<Remembered> {
     return this.request('post', '/v1/users/{user_id}/memories', {
       path: { user_id: userId },
-      body: {
-        text,
-        type: options.type ?? 'fact',
-        agent_id: options.agentId,
-        tags: options.tags,
-        source: options.source,
-      },
+      body: memoryBody(text, options),
       options,
     });
   }
@@ -504,13 +498,7 @@ export class Client {
   ): Promise<Remembered> {
     return this.request('put', '/v1/users/{user_id}/memories/keys/{key}', {
       path: { user_id: userId, key },
-      body: {
-        text,
-        type: options.type ?? 'fact',
-        agent_id: options.agentId,
-        tags: options.tags,
-        source: options.source,
-      },
+      body: memoryBody(text, options),
       options,
     });
   }
@@ -650,4 +638,15 @@ export class Client {
       after = current.next_after;
     } while (after !== undefined && after !== null);
   }
+}
+
+/** The body of a remember or a put: `fact` unless the options say otherwise. */
+function memoryBody(text: string, options: RememberOptions) {
+  return {
+    text,
+    type: options.type ?? 'fact',
+    agent_id: options.agentId,
+    tags: options.tags,
+    source: options.source,
+  };
 }
