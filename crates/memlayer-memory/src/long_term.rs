@@ -178,8 +178,8 @@ pub struct Residency {
     pub evictions: u64,
 }
 
-/// The default budget of resident memories: about 1 GiB of vectors, keywords and graphs at
-/// 384 dimensions (docs/benchmarks.md).
+/// The default budget of resident memories: about 1.4 GiB of vectors and keywords at 384
+/// dimensions, measured at a million memories (docs/benchmarks.md).
 pub const DEFAULT_RESIDENT_MEMORIES: usize = 200_000;
 
 /// Long-term memories over one store. Cheap to clone.
@@ -199,8 +199,10 @@ struct Inner {
 
 impl LongTermMemory {
     /// Opens the memories of `store`, embedding with `embedder`, with at most about
-    /// `resident_budget` memories' indexes in memory (see [`Residency::budget`]; at least 1).
-    /// Loads nothing: each user's memories are loaded when first needed.
+    /// `resident_budget` memories' indexes in memory (see [`Residency::budget`]; at least 1;
+    /// the partition in use stays whatever its size, so one user with more memories than the
+    /// budget is served alone). Loads nothing: each user's memories are loaded when first
+    /// needed.
     pub fn open(store: Store, embedder: Embedder, resident_budget: usize) -> Self {
         let indexes = Indexes {
             dimension: embedder.identity().dimension,

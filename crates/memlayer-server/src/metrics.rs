@@ -248,8 +248,8 @@ pub(crate) fn render(state: &AppState) -> Result<String, String> {
         ),
         (
             "embed_queue_background_batches",
-            "Batches of the indexing pipeline waiting for a background embedding worker: its \
-             backpressure: requests' batches and the server's request threads take precedence",
+            "Batches of the indexing pipeline waiting for a background embedding worker (its \
+             backpressure; requests' batches and the server's request threads take precedence)",
             queued.background,
         ),
     ] {
