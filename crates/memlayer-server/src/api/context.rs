@@ -12,6 +12,7 @@ use utoipa::ToSchema;
 
 use crate::extract::{ApiJson, ApiPath, Caller};
 use crate::openapi::foreign;
+use crate::openapi::responses::errors;
 use crate::{ApiError, AppState};
 
 /// What the context is for and how to shape it.
@@ -55,6 +56,22 @@ pub(crate) struct ContextResponse {
     recall_degraded: Option<String>,
 }
 
+errors!(
+    ContextErrors = [
+        KEYED,
+        PATH,
+        JSON_BODY,
+        SESSION,
+        WRITES,
+        SETTING,
+        &[fails(
+            409,
+            "conflict",
+            "The request turns off the PII redaction the saved settings ask for, or the session kept changing meanwhile"
+        )]
+    ]
+);
+
 /// Build the context for the next model call
 ///
 /// Known facts, a summary of older turns, recalled older messages and the recent window,
@@ -68,8 +85,7 @@ pub(crate) struct ContextResponse {
     request_body = ContextRequest,
     responses(
         (status = 200, description = "The context and its report", body = ContextResponse),
-        (status = 404, description = "No such session", body = crate::error::ErrorBody),
-        (status = 422, description = "An invalid setting", body = crate::error::ErrorBody),
+        ContextErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
@@ -108,6 +124,8 @@ pub(crate) struct Entities {
     facts: FactSheet,
 }
 
+errors!(EntitiesErrors = [KEYED, PATH, SESSION]);
+
 /// Entity memory of a session
 ///
 /// The facts its user stated, corrections applied. Read from the context's messages (a
@@ -119,7 +137,7 @@ pub(crate) struct Entities {
     params(("session_id" = String, Path, description = "The session's id")),
     responses(
         (status = 200, description = "The facts by key", body = Entities),
-        (status = 404, description = "No such session", body = crate::error::ErrorBody),
+        EntitiesErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
