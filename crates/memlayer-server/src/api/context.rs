@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 
 use crate::extract::{ApiJson, ApiPath, Caller};
 use crate::openapi::foreign;
-use crate::openapi::responses::errors;
+use crate::openapi::responses::{Failures, errors, fails};
 use crate::{ApiError, AppState};
 
 /// What the context is for and how to shape it.
@@ -56,18 +56,26 @@ pub(crate) struct ContextResponse {
     recall_degraded: Option<String>,
 }
 
+/// What building a session's context answers when its messages keep being erased meanwhile,
+/// here and in agent runs.
+pub(crate) const CHANGING_SESSION: Failures = &[fails(
+    409,
+    "conflict",
+    "Messages of the session kept being erased while its context was built; retry",
+)];
+
 errors!(
     ContextErrors = [
         KEYED,
         PATH,
         JSON_BODY,
         SESSION,
-        WRITES,
         SETTING,
+        CHANGING_SESSION,
         &[fails(
             409,
             "conflict",
-            "The request turns off the PII redaction the saved settings ask for, or the session kept changing meanwhile"
+            "The request turns off the PII redaction the saved settings ask for"
         )]
     ]
 );

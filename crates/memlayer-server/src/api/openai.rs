@@ -454,6 +454,7 @@ errors!(
         SESSION,
         WRITES,
         RUN,
+        crate::api::context::CHANGING_SESSION,
         &[
             fails(
                 400,

@@ -109,7 +109,18 @@ impl From<RunOutcome> for RunAnswer {
     }
 }
 
-errors!(RunAgentErrors = [KEYED, PATH, JSON_BODY, VALUE, SESSION, WRITES, RUN]);
+errors!(
+    RunAgentErrors = [
+        KEYED,
+        PATH,
+        JSON_BODY,
+        VALUE,
+        SESSION,
+        WRITES,
+        RUN,
+        crate::api::context::CHANGING_SESSION
+    ]
+);
 
 /// Run the agent on a user message
 ///

@@ -87,11 +87,6 @@ errors!(
                 "memory_not_found",
                 "The call names no memory of the session's user"
             ),
-            fails(
-                404,
-                "message_not_found",
-                "A memory's source message is not stored"
-            ),
             fails(409, "conflict", "The memory changed meanwhile"),
             fails(422, "unknown_tool", "No tool has this name"),
             fails(422, "invalid_arguments", "The arguments are not the tool's")
