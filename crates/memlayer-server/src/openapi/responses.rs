@@ -2,18 +2,22 @@
 //! `code`s it can carry, so a generated client can match them and schemathesis (which
 //! checks every answer's status and body against the document) fails on any other.
 //!
-//! Each handler declares its errors next to itself, with [`errors!`], as a list of the named
+//! Each handler declares its errors beside itself, with [`errors!`], as a list of the named
 //! building blocks below: what every `/v1` route can answer ([`KEYED`]), what its path, query
 //! or JSON body can make it answer ([`PATH`], [`QUERY`], [`JSON_BODY`]), what the state it
-//! touches can ([`SESSION`], [`WRITES`], …), and answers of its own. The macro makes a type
-//! that implements `utoipa::IntoResponses`, named in the handler's `#[utoipa::path]`
-//! `responses(...)`: a reviewer changing a handler sees its errors in the same place, and
-//! the route table, which collects the annotations, cannot document an operation without
-//! them. Blocks may overlap: the answers are merged by status and code. What the blocks
-//! claim is checked twice: `tests::every_error_answer_is_exact` (every code is one the
-//! server defines, every `/v1` operation has the keyed answers, every body the body's), and
-//! the end-to-end tests, which check every error answer they get against the served
-//! document.
+//! touches can ([`SESSION`], [`WRITES`], …), and answers of its own (a block two handlers
+//! share lives beside the one that owns it, as `api::context::CHANGING_SESSION`). Each is
+//! read off the handler and the library errors it maps (`error.rs`). Blocks may overlap: the
+//! answers are merged by status and code.
+//!
+//! The macro makes a type that implements `utoipa::IntoResponses`, named in the handler's
+//! `#[utoipa::path]` `responses(...)`, so the declaration travels with the annotation the
+//! route table collects: a reviewer changing a handler sees its errors in the same place,
+//! which a table keyed by operation id here would not give. What the declarations claim is
+//! checked twice: by `tests::every_error_answer_is_exact` (every code one the server
+//! defines, and every one of them some operation's; every `/v1` operation with the keyed
+//! answers, every parameter and body with theirs), and by the end-to-end tests, which check
+//! every error answer they get against the served document.
 //!
 //! A `500` is not listed: the `5XX` range (see `openapi::Common`) describes it. Neither is
 //! `405`, the answer for a method a path does not serve, which is no operation's.
