@@ -452,11 +452,21 @@ fn every_error_answer_is_exact() {
                 assert!(has("413", "payload_too_large"), "{at}: 413");
                 assert!(has("415", "unsupported_media_type"), "{at}: 415");
             }
-            if operation["parameters"]
+            let path_parameters = operation["parameters"]
                 .as_array()
-                .is_some_and(|parameters| parameters.iter().any(|p| p["in"] == "path"))
-            {
+                .into_iter()
+                .flatten()
+                .filter(|p| p["in"] == "path");
+            for parameter in path_parameters {
                 assert!(has("400", "invalid_path"), "{at}: invalid_path");
+                // An empty one would name no route: `404 route_not_found`, no operation's.
+                if parameter["schema"]["type"] == "string" {
+                    assert!(
+                        parameter["schema"]["minLength"].as_u64() >= Some(1),
+                        "{at}: {} may be empty",
+                        parameter["name"]
+                    );
+                }
             }
             if operation["parameters"]
                 .as_array()

@@ -267,7 +267,7 @@ errors!(
     delete,
     path = "/v1/keys/{prefix}",
     tag = "keys",
-    params(("prefix" = String, Path, description = "The key's prefix")),
+    params(("prefix" = String, Path, description = "The key's prefix", min_length = 1)),
     responses(
         (status = 200, description = "Revoked", body = KeyBody),
         RevokeKeyErrors,
