@@ -1,7 +1,8 @@
 //! Support for memlayer's end-to-end tests: [`TestServer`] runs the real HTTP server
 //! (`memlayer_server::serve`) over a real redb file in a fresh temporary directory, on an
 //! ephemeral 127.0.0.1 port and on a tokio runtime of its own, and drives it with a blocking
-//! HTTP client whose helpers answer `(status, JSON body)`. Every server accepts [`ADMIN_KEY`]
+//! HTTP client whose helpers answer `(status, JSON body)`, each error answer checked against
+//! the server's OpenAPI document ([`assert_documented`]). Every server accepts [`ADMIN_KEY`]
 //! (a `tenant_admin` key of tenant `default`), which the client sends by default;
 //! [`TestServer::create_key`] and [`TestServer::tenant_key`] make others. [`TestServer::restart`] stops the
 //! server gracefully and reopens the same file, which is how tests prove durability. Tests stay
@@ -343,7 +344,19 @@ impl TestServer {
         stream
             .read_to_end(&mut answer)
             .expect("read the raw answer");
-        parse_raw_response(&answer)
+        let (status, body) = parse_raw_response(&answer);
+        if status >= 400 {
+            // The request line as sent: a URL would normalise away what the request is for.
+            let line = String::from_utf8_lossy(request);
+            let mut parts = line.split(' ');
+            let (method, target) = (parts.next().unwrap_or_default(), parts.next());
+            let method = Method::from_bytes(method.as_bytes()).expect("a raw request's method");
+            let target = target.expect("a raw request's target");
+            let path = target.split('?').next().unwrap_or_default();
+            let base = reqwest::Url::parse(&self.base_url()).expect("the server's URL");
+            check_documented(&method, &base, path, status, &body);
+        }
+        (status, body)
     }
 }
 
@@ -407,11 +420,144 @@ pub fn fake_upstream() -> (tokio::runtime::Runtime, memlayer_llm::FakeUpstream) 
 
 /// Sends `request` and answers its status and body: the JSON value, `Null` for an empty body,
 /// or the text as a JSON string when the body is not JSON (so assertions show it).
+///
+/// An error answer is checked against the server's OpenAPI document (see [`assert_documented`]).
+#[track_caller]
 pub fn send(request: RequestBuilder) -> (u16, Value) {
-    let response = request.send().expect("the request reaches the server");
+    let (status, _, body) = send_with_headers(request);
+    (status, body)
+}
+
+/// [`send`], with the answer's headers.
+#[track_caller]
+pub fn send_with_headers(request: RequestBuilder) -> (u16, HeaderMap, Value) {
+    let (client, request) = request.build_split();
+    let request = request.expect("the request is well formed");
+    let (method, url) = (request.method().clone(), request.url().clone());
+    let response = client
+        .execute(request)
+        .expect("the request reaches the server");
     let status = response.status().as_u16();
+    let headers = response.headers().clone();
     let bytes = response.bytes().expect("read the response body");
-    (status, body_value(&bytes))
+    let body = body_value(&bytes);
+    if status >= 400 {
+        assert_documented(&method, &url, status, &body);
+    }
+    (status, headers, body)
+}
+
+/// The OpenAPI document of the test binary's servers, fetched from the first that answers an
+/// error: they all run in this process, and serve the one document it builds once.
+static DOCUMENT: Mutex<Option<std::sync::Arc<Value>>> = Mutex::new(None);
+
+fn document(url: &reqwest::Url) -> std::sync::Arc<Value> {
+    let mut cached = DOCUMENT
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(document) = &*cached {
+        return document.clone();
+    }
+    let mut at = url.clone();
+    at.set_path("/openapi.json");
+    at.set_query(None);
+    let document: Value = Client::builder()
+        .timeout(REQUEST_TIMEOUT)
+        .build()
+        .and_then(|client| client.get(at).send())
+        .and_then(|response| response.error_for_status())
+        .and_then(|response| response.json())
+        .expect("fetch the server's OpenAPI document");
+    let document = std::sync::Arc::new(document);
+    *cached = Some(document.clone());
+    document
+}
+
+/// The path template of the document that `path` (as sent, percent-encoded) is an instance
+/// of, with the operation of `method` there. A literal segment wins over a parameter, as in
+/// the router (`/v1/users/{user_id}/memories/search` over `…/memories/{memory_id}`).
+fn operation<'a>(document: &'a Value, method: &Method, path: &str) -> Option<(&'a str, &'a Value)> {
+    let segments: Vec<&str> = path.split('/').collect();
+    document["paths"]
+        .as_object()?
+        .iter()
+        .filter_map(|(template, item)| {
+            let parts: Vec<&str> = template.split('/').collect();
+            if parts.len() != segments.len() {
+                return None;
+            }
+            let mut literal = 0;
+            for (part, segment) in parts.iter().zip(&segments) {
+                if part.starts_with('{') && part.ends_with('}') {
+                    if segment.is_empty() {
+                        return None;
+                    }
+                } else if part == segment {
+                    literal += 1;
+                } else {
+                    return None;
+                }
+            }
+            let operation = item.get(method.as_str().to_ascii_lowercase())?;
+            Some((literal, template.as_str(), operation))
+        })
+        .max_by_key(|(literal, ..)| *literal)
+        .map(|(_, template, operation)| (template, operation))
+}
+
+/// Asserts that the server's OpenAPI document lists `status` for the operation of `method`
+/// and `url`, with the answer's `error.code` among that status's codes; the contract a
+/// generated client and schemathesis read, kept by every error answer of the end-to-end
+/// tests. Exempt: a path no route serves (`404 route_not_found`) and a method a path does
+/// not serve (`405`), which are no operation's answers.
+#[track_caller]
+pub fn assert_documented(method: &Method, url: &reqwest::Url, status: u16, body: &Value) {
+    check_documented(method, url, url.path(), status, body);
+}
+
+/// [`assert_documented`] for `path` as sent (percent-encoded), on the server at `server`.
+#[track_caller]
+fn check_documented(method: &Method, server: &reqwest::Url, path: &str, status: u16, body: &Value) {
+    let code = body["error"]["code"].as_str();
+    if status == 405 || (status, code) == (404, Some("route_not_found")) {
+        return;
+    }
+    let Some(code) = code else {
+        panic!("{method} {path} answered {status} without an error code: {body}");
+    };
+    let document = document(server);
+    let Some((template, operation)) = operation(&document, method, path) else {
+        panic!("{method} {path} answered {status} {code}, but the document has no such operation");
+    };
+    let responses = &operation["responses"];
+    let range = if status >= 500 {
+        responses.get("5XX")
+    } else {
+        None
+    };
+    let documented = responses
+        .get(status.to_string())
+        .or(range)
+        .unwrap_or_else(|| {
+            panic!("{method} {template} answered {status} {code}, which the document does not list")
+        });
+    let schema = &documented["content"]["application/json"]["schema"];
+    // The range (`5XX`: `500 internal`) says no codes; a listed status names each.
+    if let Some(codes) =
+        schema["allOf"][1]["properties"]["error"]["properties"]["code"]["enum"].as_array()
+    {
+        assert!(
+            codes.iter().any(|listed| listed == code),
+            "{method} {template} answered {status} `{code}`, which the document does not list \
+             for {status} (it lists {codes:?})"
+        );
+    } else {
+        assert_eq!(
+            (status, code),
+            (500, "internal"),
+            "{method} {template}: {status} `{code}` is not listed on its own"
+        );
+    }
 }
 
 fn body_value(bytes: &[u8]) -> Value {

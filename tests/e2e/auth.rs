@@ -5,7 +5,7 @@
 //! also another user's memory of the very same text. The route-by-
 //! route matrix lives in `crates/memlayer-server/src/tests/auth.rs`.
 
-use memlayer_tests::{ADMIN_KEY, TestServer, assert_error, json, send};
+use memlayer_tests::{ADMIN_KEY, TestServer, assert_error, json, send, send_with_headers};
 use reqwest::Method;
 use serde_json::Value;
 
@@ -41,15 +41,10 @@ fn probes_are_public_and_the_api_needs_a_key() {
         let status = server.anonymous(Method::GET, path).send().unwrap().status();
         assert_eq!(status.as_u16(), 200, "{path}");
     }
-    let response = server
-        .anonymous(Method::GET, "/v1/sessions")
-        .send()
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 401);
-    let challenge = response.headers()["www-authenticate"].to_str().unwrap();
+    let (status, headers, body) = send_with_headers(server.anonymous(Method::GET, "/v1/sessions"));
+    let challenge = headers["www-authenticate"].to_str().unwrap();
     assert_eq!(challenge, "Bearer realm=\"memlayer\"");
-    let answer = (401, response.json::<Value>().unwrap());
-    assert_error(&answer, 401, "unauthorized");
+    assert_error(&(status, body), 401, "unauthorized");
 
     for authorization in ["Bearer", "Basic abc", "Bearer mlk_nope", "bearer   "] {
         let answer = send(
@@ -364,14 +359,10 @@ fn a_key_over_its_rate_limit_is_refused_and_other_keys_are_not() {
         let answer = with_key(&server, &busy, Method::GET, "/v1/sessions", None);
         assert_eq!(answer.0, 200, "{answer:?}");
     }
-    let refused = server
-        .request_with_key(&busy, Method::GET, "/v1/sessions")
-        .send()
-        .unwrap();
-    assert_eq!(refused.status().as_u16(), 429);
-    assert_eq!(refused.headers()["retry-after"], "1");
-    let body: Value = refused.json().unwrap();
-    assert_eq!(body["error"]["code"], "rate_limited", "{body}");
+    let (status, headers, body) =
+        send_with_headers(server.request_with_key(&busy, Method::GET, "/v1/sessions"));
+    assert_eq!(headers["retry-after"], "1");
+    assert_error(&(status, body), 429, "rate_limited");
 
     let answer = with_key(&server, &other, Method::GET, "/v1/sessions", None);
     assert_eq!(answer.0, 200, "another key has its own budget: {answer:?}");

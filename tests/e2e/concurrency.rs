@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use memlayer_tests::{TestServer, json};
+use memlayer_tests::{TestServer, json, send};
 use reqwest::blocking::Client;
 use serde_json::Value;
 
@@ -37,14 +37,7 @@ fn batch_size(request: usize) -> usize {
 type ClientSeq = (usize, usize);
 
 fn post(client: &Client, url: &str, key: &str, body: &Value) -> (u16, Value) {
-    let response = client
-        .post(url)
-        .header("idempotency-key", key)
-        .json(body)
-        .send()
-        .unwrap_or_else(|err| panic!("request {key} failed: {err}"));
-    let status = response.status().as_u16();
-    (status, response.json().expect("a JSON answer"))
+    send(client.post(url).header("idempotency-key", key).json(body))
 }
 
 /// Runs one client; answers the index the server acknowledged for each of its messages.

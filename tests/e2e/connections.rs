@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use memlayer_llm::{ChatClient, Reply};
 use memlayer_server::ServerConfig;
-use memlayer_tests::{TestServer, json};
+use memlayer_tests::{TestServer, json, send};
 
 /// The header read timeout of these tests' servers: short, so the tests are.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(1);
@@ -171,14 +171,10 @@ fn a_graceful_stop_finishes_the_request_in_flight_despite_idle_and_stalled_clien
     let client = server.client().clone();
     let url = format!("{}/v1/agents/support/runs", server.base_url());
     let in_flight = std::thread::spawn(move || {
-        let response = client
-            .post(url)
-            .json(&json!({ "user_id": "val", "message": "Are you still there?" }))
-            .send()
-            .unwrap();
-        (
-            response.status().as_u16(),
-            response.json::<serde_json::Value>().unwrap(),
+        send(
+            client
+                .post(url)
+                .json(&json!({ "user_id": "val", "message": "Are you still there?" })),
         )
     });
     for _ in 0..400 {

@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use memlayer_server::ServerConfig;
-use memlayer_tests::{TestServer, assert_error, config, json};
+use memlayer_tests::{TestServer, assert_error, config, json, send_with_headers};
 use reqwest::Method;
 use serde_json::Value;
 
@@ -87,21 +87,19 @@ fn content(n: usize) -> String {
 /// Appends the `n`-th message with its own idempotency key; answers the status, body and
 /// `Retry-After`.
 fn append(server: &TestServer, n: usize) -> (u16, Value, Option<String>) {
-    let response = server
-        .request(Method::POST, "/v1/sessions/fill/messages")
-        .header("Idempotency-Key", format!("fill-{n}"))
-        .json(
-            &json!({ "user_id": "alice", "agent_id": "filler", "role": "user",
-            "content": content(n) }),
-        )
-        .send()
-        .expect("the request reaches the server");
-    let status = response.status().as_u16();
-    let retry_after = response
-        .headers()
+    let (status, headers, body) = send_with_headers(
+        server
+            .request(Method::POST, "/v1/sessions/fill/messages")
+            .header("Idempotency-Key", format!("fill-{n}"))
+            .json(
+                &json!({ "user_id": "alice", "agent_id": "filler", "role": "user",
+                "content": content(n) }),
+            ),
+    );
+    let retry_after = headers
         .get("retry-after")
         .map(|value| value.to_str().unwrap().to_owned());
-    (status, response.json().expect("a JSON body"), retry_after)
+    (status, body, retry_after)
 }
 
 /// The number at the start of every stored message of the session, in index order.

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use memlayer_llm::{Reply, ToolCall};
 use memlayer_store::KeyRole;
-use memlayer_tests::{ADMIN_KEY, TestServer, assert_error, json, pair, roles_and_contents, sent};
+use memlayer_tests::{
+    ADMIN_KEY, TestServer, assert_error, json, pair, roles_and_contents, send_with_headers, sent,
+};
 use reqwest::Method;
 use reqwest::blocking::RequestBuilder;
 use serde_json::Value;
@@ -42,15 +44,12 @@ fn chat_with(
 }
 
 /// Sends `request`: (status, `x-memlayer-session`, body).
+#[track_caller]
 fn send(request: RequestBuilder) -> (u16, Option<String>, Value) {
-    let response = request.send().unwrap();
-    let session = response
-        .headers()
+    let (status, headers, body) = send_with_headers(request);
+    let session = headers
         .get("x-memlayer-session")
         .map(|value| value.to_str().unwrap().to_owned());
-    let status = response.status().as_u16();
-    let text = response.text().unwrap();
-    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
     (status, session, body)
 }
 

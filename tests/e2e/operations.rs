@@ -48,7 +48,7 @@ impl Documented {
 
     /// Sends `body` (if any) to `path`, an instance of the documented `template`, after
     /// checking the body against the documented request schema; then checks the answer
-    /// against the response the document gives for its status (or its `4XX`/`5XX` range).
+    /// against the response the document gives for its status (or the `5XX` range).
     #[track_caller]
     fn call(
         &self,

@@ -7,7 +7,9 @@ use std::time::Duration;
 use memlayer_llm::{ChatClient, FakeUpstream, LlmConfig, Reply, ToolCall};
 use memlayer_server::ServerConfig;
 use memlayer_store::KeyRole;
-use memlayer_tests::{TestServer, assert_error, json, pair, roles_and_contents, sent};
+use memlayer_tests::{
+    TestServer, assert_error, json, pair, roles_and_contents, send_with_headers, sent,
+};
 use reqwest::Method;
 use serde_json::Value;
 
@@ -732,23 +734,18 @@ fn wait_for_upstream(upstream: &FakeUpstream, count: usize) {
 /// nothing of it stored (the user has no session).
 #[track_caller]
 fn assert_run_refused(server: &TestServer, user: &str, stream: bool) {
-    let response = server
-        .request(Method::POST, "/v1/agents/support/runs")
-        .json(&json!({ "user_id": user, "message": "One more?", "stream": stream }))
-        .send()
-        .unwrap();
+    let (status, headers, body) = send_with_headers(
+        server
+            .request(Method::POST, "/v1/agents/support/runs")
+            .json(&json!({ "user_id": user, "message": "One more?", "stream": stream })),
+    );
     assert_eq!(
-        response
-            .headers()
+        headers
             .get("retry-after")
             .map(|v| v.to_str().unwrap().to_owned()),
         Some("1".to_owned())
     );
-    let answer = (
-        response.status().as_u16(),
-        response.json::<Value>().unwrap(),
-    );
-    assert_error(&answer, 503, "overloaded");
+    assert_error(&(status, body), 503, "overloaded");
     let (_, sessions) = server.get(&format!("/v1/sessions?user_id={user}"));
     assert_eq!(sessions["total_elements"], 0, "{sessions}");
 }

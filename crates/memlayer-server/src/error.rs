@@ -19,6 +19,61 @@ pub(crate) const RETRY_AFTER_SECS: u64 = 1;
 /// see that, without every client retrying at once in a loop.
 pub(crate) const STORAGE_RETRY_AFTER_SECS: u64 = 5;
 
+/// Every error `code` the server answers with. The variants with a fixed code take it from
+/// `ApiError::status_and_code`; `BadRequest`, `NotFound` and `Invalid` (and
+/// `memlayer_agent::AgentError::Invalid`) are given theirs where they are built. The
+/// OpenAPI document may name only these (`tests::every_error_answer_is_exact`), and
+/// `tests::every_code_the_server_builds_is_listed` finds the codes of those construction
+/// sites in the source.
+pub(crate) const CODES: &[&str] = &[
+    // Fixed by the variant.
+    "unauthorized",
+    "forbidden",
+    "method_not_allowed",
+    "not_acceptable",
+    "conflict",
+    "payload_too_large",
+    "unsupported_media_type",
+    "rate_limited",
+    "unavailable",
+    "overloaded",
+    "storage_full",
+    "storage_unavailable",
+    "timeout",
+    "model_not_configured",
+    "upstream_timeout",
+    "upstream_failed",
+    "internal",
+    // `400`.
+    "malformed_json",
+    "invalid_body",
+    "invalid_query",
+    "invalid_path",
+    "invalid_header",
+    "missing_header",
+    "invalid_mcp_message",
+    // `404`.
+    "route_not_found",
+    "tenant_not_found",
+    "user_not_found",
+    "session_not_found",
+    "message_not_found",
+    "memory_not_found",
+    "session_memory_not_found",
+    "episode_not_found",
+    "key_not_found",
+    "erasure_not_found",
+    // `422`.
+    "invalid_id",
+    "invalid_value",
+    "invalid_setting",
+    "invalid_memory_config",
+    "unknown_memory_type",
+    "invalid_messages",
+    "unknown_tool",
+    "invalid_arguments",
+];
+
 /// The body of every error answer.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct ErrorBody {

@@ -378,13 +378,11 @@ fn the_document_is_complete_and_consistent() {
                 operation["summary"].as_str().is_some_and(|s| !s.is_empty()),
                 "{at} has no summary"
             );
-            for range in ["4XX", "5XX"] {
-                assert_eq!(
-                    operation["responses"][range]["content"]["application/json"]["schema"]["$ref"],
-                    "#/components/schemas/ErrorBody",
-                    "{at} does not document {range}"
-                );
-            }
+            assert_eq!(
+                operation["responses"]["5XX"]["content"]["application/json"]["schema"]["$ref"],
+                "#/components/schemas/ErrorBody",
+                "{at} does not document 5XX"
+            );
             let tenant = operation["parameters"]
                 .as_array()
                 .into_iter()
@@ -393,6 +391,136 @@ fn the_document_is_complete_and_consistent() {
             assert_eq!(tenant, path.starts_with("/v1/"), "{at}: tenant header");
         }
     }
+}
+
+/// Every error answer is listed under its own status with the `code`s it can carry (no
+/// `4XX` catch-all), in the `ErrorBody` shape, with codes the server defines; every `/v1`
+/// operation lists what a key can be refused with, every JSON body what a body can.
+#[test]
+fn every_error_answer_is_exact() {
+    let spec: Value = serde_json::from_str(&crate::openapi::OPENAPI_JSON).unwrap();
+    let mut pairs = BTreeSet::new();
+    for (path, item) in spec["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let at = format!("{method} {path}");
+            let responses = operation["responses"].as_object().unwrap();
+            let codes = |status: &str| -> Vec<String> {
+                let response = &responses[status];
+                let schema = &response["content"]["application/json"]["schema"];
+                assert_eq!(
+                    schema["allOf"][0]["$ref"], "#/components/schemas/ErrorBody",
+                    "{at} {status}: not an ErrorBody"
+                );
+                let codes: Vec<String> =
+                    schema["allOf"][1]["properties"]["error"]["properties"]["code"]["enum"]
+                        .as_array()
+                        .unwrap_or_else(|| panic!("{at} {status}: no code enum"))
+                        .iter()
+                        .map(|code| code.as_str().unwrap().to_owned())
+                        .collect();
+                assert!(!codes.is_empty(), "{at} {status}: no codes");
+                codes
+            };
+            for status in responses.keys() {
+                assert!(
+                    !["4XX", "405"].contains(&status.as_str()),
+                    "{at} documents {status}"
+                );
+                if (status.starts_with('4') || status.starts_with('5')) && status != "5XX" {
+                    for code in codes(status) {
+                        assert!(crate::error::CODES.contains(&code.as_str()), "{at}: {code}");
+                        pairs.insert((status.clone(), code));
+                    }
+                }
+            }
+            let has = |status: &str, code: &str| {
+                responses.contains_key(status) && codes(status).iter().any(|c| c == code)
+            };
+            if path.starts_with("/v1/") {
+                for (status, code) in [
+                    ("401", "unauthorized"),
+                    ("403", "forbidden"),
+                    ("429", "rate_limited"),
+                    ("503", "overloaded"),
+                ] {
+                    assert!(has(status, code), "{at} does not document {status} {code}");
+                }
+            } else {
+                assert!(has("503", "timeout"), "{at} does not document 503 timeout");
+            }
+            if operation["requestBody"]["content"]["application/json"].is_object() {
+                assert!(has("413", "payload_too_large"), "{at}: 413");
+                assert!(has("415", "unsupported_media_type"), "{at}: 415");
+            }
+            let path_parameters = operation["parameters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|p| p["in"] == "path");
+            for parameter in path_parameters {
+                assert!(has("400", "invalid_path"), "{at}: invalid_path");
+                // An empty one would name no route: `404 route_not_found`, no operation's.
+                if parameter["schema"]["type"] == "string" {
+                    assert!(
+                        parameter["schema"]["minLength"].as_u64() >= Some(1),
+                        "{at}: {} may be empty",
+                        parameter["name"]
+                    );
+                }
+            }
+            if operation["parameters"]
+                .as_array()
+                .is_some_and(|parameters| parameters.iter().any(|p| p["in"] == "query"))
+            {
+                assert!(has("400", "invalid_query"), "{at}: invalid_query");
+            }
+        }
+    }
+    // Every code the server defines is some operation's, but those of no operation (see the
+    // document's description) and `internal`, the `5XX` range's.
+    let documented: BTreeSet<&str> = pairs.iter().map(|(_, code)| code.as_str()).collect();
+    let defined: BTreeSet<&str> = crate::error::CODES
+        .iter()
+        .copied()
+        .filter(|code| !["route_not_found", "method_not_allowed", "internal"].contains(code))
+        .collect();
+    assert_eq!(documented, defined);
+}
+
+/// `error::CODES` is exactly the set of codes the server's and the agent crate's code
+/// builds: the fixed ones of `status_and_code`, and those given where a `BadRequest`,
+/// `NotFound` or `Invalid` is built (found in the source).
+#[test]
+fn every_code_the_server_builds_is_listed() {
+    fn sources(dir: &std::path::Path, found: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if name.starts_with("tests") {
+                continue;
+            }
+            if path.is_dir() {
+                sources(&path, found);
+            } else if name.ends_with(".rs") {
+                found.push(std::fs::read_to_string(&path).unwrap());
+            }
+        }
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut texts = Vec::new();
+    sources(&root.join("src"), &mut texts);
+    sources(&root.join("../memlayer-agent/src"), &mut texts);
+    let built = regex::Regex::new(
+        r#"(?:code:\s*|invalid\(\s*|StatusCode::[A-Z_]+,\s*|status\(\),\s*|Rejection::[A-Za-z]+\(_\) => )"([a-z_]+)""#,
+    )
+    .unwrap();
+    let found: BTreeSet<&str> = texts
+        .iter()
+        .flat_map(|text| built.captures_iter(text))
+        .map(|captures| captures.get(1).unwrap().as_str())
+        .collect();
+    let listed: BTreeSet<&str> = crate::error::CODES.iter().copied().collect();
+    assert_eq!(found, listed);
 }
 
 /// The enums described for other crates' types list exactly the values those types

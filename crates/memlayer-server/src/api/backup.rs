@@ -8,10 +8,23 @@ use memlayer_store::StoreError;
 
 use crate::api::read;
 use crate::extract::Operator;
+use crate::openapi::responses::errors;
 use crate::{ApiError, AppState};
 
 /// Header with the number of entries the backup holds.
 const ENTRIES_HEADER: &str = "x-memlayer-backup-entries";
+
+errors!(
+    BackupErrors = [
+        KEYED,
+        WRITES,
+        &[fails(
+            403,
+            "forbidden",
+            "Not an operator key: no tenant's key may take a backup"
+        )]
+    ]
+);
 
 /// Back up the whole store
 ///
@@ -32,7 +45,7 @@ const ENTRIES_HEADER: &str = "x-memlayer-backup-entries";
             content_type = "application/octet-stream",
             body = Vec<u8>,
         ),
-        (status = 403, description = "Not an operator key: no tenant's key may take a backup", body = crate::error::ErrorBody),
+        BackupErrors,
     ),
     security(("bearerAuth" = ["operator"])),
 )]

@@ -12,6 +12,7 @@ use utoipa::ToSchema;
 
 use crate::extract::{ApiJson, ApiPath, Caller};
 use crate::openapi::foreign;
+use crate::openapi::responses::{Failures, errors, fails};
 use crate::{ApiError, AppState};
 
 /// What the context is for and how to shape it.
@@ -55,6 +56,30 @@ pub(crate) struct ContextResponse {
     recall_degraded: Option<String>,
 }
 
+/// What building a session's context answers when its messages keep being erased meanwhile,
+/// here and in agent runs.
+pub(crate) const CHANGING_SESSION: Failures = &[fails(
+    409,
+    "conflict",
+    "Messages of the session kept being erased while its context was built; retry",
+)];
+
+errors!(
+    ContextErrors = [
+        KEYED,
+        PATH,
+        JSON_BODY,
+        SESSION,
+        SETTING,
+        CHANGING_SESSION,
+        &[fails(
+            409,
+            "conflict",
+            "The request turns off the PII redaction the saved settings ask for"
+        )]
+    ]
+);
+
 /// Build the context for the next model call
 ///
 /// Known facts, a summary of older turns, recalled older messages and the recent window,
@@ -68,8 +93,7 @@ pub(crate) struct ContextResponse {
     request_body = ContextRequest,
     responses(
         (status = 200, description = "The context and its report", body = ContextResponse),
-        (status = 404, description = "No such session", body = crate::error::ErrorBody),
-        (status = 422, description = "An invalid setting", body = crate::error::ErrorBody),
+        ContextErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
@@ -108,6 +132,8 @@ pub(crate) struct Entities {
     facts: FactSheet,
 }
 
+errors!(EntitiesErrors = [KEYED, PATH, SESSION]);
+
 /// Entity memory of a session
 ///
 /// The facts its user stated, corrections applied. Read from the context's messages (a
@@ -119,7 +145,7 @@ pub(crate) struct Entities {
     params(("session_id" = String, Path, description = "The session's id")),
     responses(
         (status = 200, description = "The facts by key", body = Entities),
-        (status = 404, description = "No such session", body = crate::error::ErrorBody),
+        EntitiesErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]

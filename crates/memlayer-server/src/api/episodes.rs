@@ -16,6 +16,7 @@ use crate::api::erasure::{ReceiptBody, erase};
 use crate::api::settings::levels;
 use crate::extract::{ApiJson, ApiPath, ApiQuery, Tenant};
 use crate::openapi::foreign;
+use crate::openapi::responses::errors;
 use crate::wire::Rfc3339;
 use crate::{ApiError, AppState};
 
@@ -82,6 +83,21 @@ pub(crate) struct RecordEpisode {
     source_session_id: Option<String>,
 }
 
+errors!(
+    RecordEpisodeErrors = [
+        KEYED,
+        PATH,
+        JSON_BODY,
+        VALUE,
+        WRITES,
+        &[fails(
+            404,
+            "session_not_found",
+            "`source_session_id` names no session of the tenant"
+        )]
+    ]
+);
+
 /// Record an episode
 #[utoipa::path(
     post,
@@ -92,7 +108,7 @@ pub(crate) struct RecordEpisode {
     request_body = RecordEpisode,
     responses(
         (status = 201, description = "Recorded", body = EpisodeBody),
-        (status = 422, description = "An invalid field (named in the message)", body = crate::error::ErrorBody),
+        RecordEpisodeErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service"])),
 )]
@@ -139,6 +155,8 @@ pub(crate) struct EpisodeList {
     episodes: Vec<EpisodeBody>,
 }
 
+errors!(ListEpisodesErrors = [KEYED, PATH, QUERY]);
+
 /// A user's episodes
 #[utoipa::path(
     get,
@@ -146,7 +164,7 @@ pub(crate) struct EpisodeList {
     operation_id = "list_episodes",
     tag = "episodes",
     params(("user_id" = String, Path, description = "The user"), ListQuery),
-    responses((status = 200, description = "Oldest first", body = EpisodeList)),
+    responses((status = 200, description = "Oldest first", body = EpisodeList), ListEpisodesErrors),
     security(("bearerAuth" = ["tenant_admin", "service"])),
 )]
 pub(crate) async fn list(
@@ -172,6 +190,18 @@ pub(crate) async fn list(
     }))
 }
 
+errors!(
+    GetEpisodeErrors = [
+        KEYED,
+        PATH,
+        &[fails(
+            404,
+            "episode_not_found",
+            "No such episode in the tenant"
+        )]
+    ]
+);
+
 /// An episode
 #[utoipa::path(
     get,
@@ -181,7 +211,7 @@ pub(crate) async fn list(
     params(("episode_id" = u64, Path, description = "The episode's id")),
     responses(
         (status = 200, description = "The episode", body = EpisodeBody),
-        (status = 404, description = "No such episode", body = crate::error::ErrorBody),
+        GetEpisodeErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service"])),
 )]
@@ -206,6 +236,19 @@ fn episode_not_found(episode_id: u64) -> ApiError {
     }
 }
 
+errors!(
+    DeleteEpisodeErrors = [
+        KEYED,
+        PATH,
+        WRITES,
+        &[fails(
+            404,
+            "episode_not_found",
+            "No such episode in the tenant"
+        )]
+    ]
+);
+
 /// Delete an episode
 ///
 /// Through the erasure coordinator: answers once no byte of it is left.
@@ -217,7 +260,7 @@ fn episode_not_found(episode_id: u64) -> ApiError {
     params(("episode_id" = u64, Path, description = "The episode's id")),
     responses(
         (status = 200, description = "Erased", body = ReceiptBody),
-        (status = 404, description = "No such episode", body = crate::error::ErrorBody),
+        DeleteEpisodeErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service"])),
 )]
@@ -267,6 +310,8 @@ pub(crate) struct LessonsBody {
     episodes: Vec<u64>,
 }
 
+errors!(ListLessonsErrors = [KEYED, PATH, QUERY]);
+
 /// The lessons for a task type
 ///
 /// What a combined context's lessons layer shows: every standing lesson (oldest first),
@@ -278,7 +323,7 @@ pub(crate) struct LessonsBody {
     operation_id = "list_lessons",
     tag = "episodes",
     params(("user_id" = String, Path, description = "The user"), LessonsQuery),
-    responses((status = 200, description = "The rendered lessons", body = LessonsBody)),
+    responses((status = 200, description = "The rendered lessons", body = LessonsBody), ListLessonsErrors),
     security(("bearerAuth" = ["tenant_admin", "service"])),
 )]
 pub(crate) async fn lessons(

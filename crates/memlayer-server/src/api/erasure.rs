@@ -15,6 +15,7 @@ use crate::api::read;
 use crate::auth::Principal;
 use crate::disk::Disk;
 use crate::extract::{Admin, ApiJson, ApiPath, ApiQuery, Caller};
+use crate::openapi::responses::errors;
 use crate::wire::Rfc3339;
 use crate::{ApiError, AppState};
 
@@ -125,6 +126,20 @@ pub(crate) async fn require_session(
     .await
 }
 
+errors!(
+    EraseMessageErrors = [
+        KEYED,
+        PATH,
+        SESSION,
+        WRITES,
+        &[fails(
+            404,
+            "message_not_found",
+            "No such message in the session"
+        )]
+    ]
+);
+
 /// Erase one message
 ///
 /// Removes the message, its vector, its index entries and a summary that covers it, then
@@ -140,7 +155,7 @@ pub(crate) async fn require_session(
     ),
     responses(
         (status = 200, description = "Erased", body = ReceiptBody),
-        (status = 404, description = "No such session or message", body = crate::error::ErrorBody),
+        EraseMessageErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
@@ -162,6 +177,8 @@ pub(crate) async fn erase_message(
     Ok(Json(receipt))
 }
 
+errors!(EraseUserErrors = [KEYED, PATH, USER, WRITES]);
+
 /// Erase a user
 ///
 /// Every session of the user in the tenant, with everything derived from them.
@@ -170,7 +187,7 @@ pub(crate) async fn erase_message(
     path = "/v1/users/{user_id}",
     tag = "erasure",
     params(("user_id" = String, Path, description = "The user's id")),
-    responses((status = 200, description = "Erased (counts are zero if the user had nothing)", body = ReceiptBody)),
+    responses((status = 200, description = "Erased (counts are zero if the user had nothing)", body = ReceiptBody), EraseUserErrors),
     security(("bearerAuth" = ["tenant_admin", "user"])),
 )]
 pub(crate) async fn erase_user(
@@ -204,13 +221,15 @@ pub(crate) struct Oldest {
     last_activity: Rfc3339,
 }
 
+errors!(StatsErrors = [KEYED, QUERY]);
+
 /// Conversation stats
 #[utoipa::path(
     get,
     path = "/v1/admin/conversations/stats",
     tag = "admin",
     params(ProjectQuery),
-    responses((status = 200, description = "Total conversations, the least recently active, and the store's disk figures", body = Stats)),
+    responses((status = 200, description = "Total conversations, the least recently active, and the store's disk figures", body = Stats), StatsErrors),
     security(("bearerAuth" = ["tenant_admin"])),
 )]
 pub(crate) async fn stats(
@@ -273,6 +292,8 @@ fn still_running(erasure_id: u64) -> Response {
         .into_response()
 }
 
+errors!(PurgeErrors = [KEYED, QUERY, VALUE, WRITES]);
+
 /// Purge conversations by age
 ///
 /// Hard-deletes every conversation inactive for more than `older_than_days` days (all of
@@ -287,6 +308,7 @@ fn still_running(erasure_id: u64) -> Response {
     responses(
         (status = 200, description = "Erased", body = ReceiptBody),
         (status = 202, description = "Still running; see Location", body = Running),
+        PurgeErrors,
     ),
     security(("bearerAuth" = ["tenant_admin"])),
 )]
@@ -322,6 +344,19 @@ pub(crate) struct ErasurePath {
     erasure_id: u64,
 }
 
+errors!(
+    ErasureErrors = [
+        KEYED,
+        PATH,
+        QUERY,
+        &[fails(
+            404,
+            "erasure_not_found",
+            "No such erasure in the tenant"
+        )]
+    ]
+);
+
 /// One erasure
 ///
 /// Its receipt once it finished; `202` with `status: running` while it runs (or waits for
@@ -334,7 +369,7 @@ pub(crate) struct ErasurePath {
     responses(
         (status = 200, description = "Finished", body = ReceiptBody),
         (status = 202, description = "Still running", body = Running),
-        (status = 404, description = "No such erasure in the tenant"),
+        ErasureErrors,
     ),
     security(("bearerAuth" = ["tenant_admin"])),
 )]
@@ -371,13 +406,15 @@ pub(crate) struct Receipts {
     erasures: Vec<ReceiptBody>,
 }
 
+errors!(ReceiptsErrors = [KEYED, QUERY, VALUE]);
+
 /// Erasure receipts
 #[utoipa::path(
     get,
     path = "/v1/admin/erasures",
     tag = "admin",
     params(ReceiptsQuery),
-    responses((status = 200, description = "The tenant's receipts, newest first", body = Receipts)),
+    responses((status = 200, description = "The tenant's receipts, newest first", body = Receipts), ReceiptsErrors),
     security(("bearerAuth" = ["tenant_admin"])),
 )]
 pub(crate) async fn receipts(
@@ -420,12 +457,14 @@ impl Retention {
     }
 }
 
+errors!(RetentionErrors = [KEYED]);
+
 /// Conversation retention
 #[utoipa::path(
     get,
     path = "/v1/admin/retention",
     tag = "admin",
-    responses((status = 200, description = "The tenant's retention", body = Retention)),
+    responses((status = 200, description = "The tenant's retention", body = Retention), RetentionErrors),
     security(("bearerAuth" = ["tenant_admin"])),
 )]
 pub(crate) async fn retention(
@@ -442,6 +481,8 @@ pub(crate) async fn retention(
     }))
 }
 
+errors!(SetRetentionErrors = [KEYED, JSON_BODY, VALUE, WRITES]);
+
 /// Set conversation retention
 ///
 /// A daily pass erases the tenant's conversations inactive for longer; a pass missed while
@@ -451,7 +492,7 @@ pub(crate) async fn retention(
     path = "/v1/admin/retention",
     tag = "admin",
     request_body = Retention,
-    responses((status = 200, description = "Saved", body = Retention)),
+    responses((status = 200, description = "Saved", body = Retention), SetRetentionErrors),
     security(("bearerAuth" = ["tenant_admin"])),
 )]
 pub(crate) async fn set_retention(

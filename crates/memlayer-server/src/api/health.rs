@@ -6,6 +6,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::api::read;
+use crate::openapi::responses::errors;
 use crate::{ApiError, AppState};
 
 /// A probe's answer.
@@ -19,6 +20,8 @@ pub(crate) struct Probe {
     warning: Option<String>,
 }
 
+errors!(LiveErrors = [TIMED]);
+
 /// Liveness
 ///
 /// The process is up and answering.
@@ -26,7 +29,7 @@ pub(crate) struct Probe {
     get,
     path = "/healthz",
     tag = "operations",
-    responses((status = 200, description = "Alive", body = Probe, example = json!({"status": "ok"}))),
+    responses((status = 200, description = "Alive", body = Probe, example = json!({"status": "ok"})), LiveErrors),
 )]
 pub(crate) async fn live() -> Json<Probe> {
     Json(Probe {
@@ -34,6 +37,25 @@ pub(crate) async fn live() -> Json<Probe> {
         warning: None,
     })
 }
+
+errors!(
+    ReadyErrors = [
+        TIMED,
+        &[
+            fails(
+                503,
+                "unavailable",
+                "The store cannot be read, or the server is shutting down"
+            ),
+            fails(503, "storage_unavailable", "The disk failed"),
+            fails(
+                507,
+                "storage_full",
+                "The disk is full: the store takes no writes"
+            )
+        ]
+    ]
+);
 
 /// Readiness
 ///
@@ -45,7 +67,7 @@ pub(crate) async fn live() -> Json<Probe> {
     get,
     path = "/readyz",
     tag = "operations",
-    responses((status = 200, description = "Ready", body = Probe, example = json!({"status": "ready"}))),
+    responses((status = 200, description = "Ready", body = Probe, example = json!({"status": "ready"})), ReadyErrors),
 )]
 pub(crate) async fn ready(State(state): State<AppState>) -> Result<Json<Probe>, ApiError> {
     let ready = read(&state, |store| {

@@ -10,6 +10,7 @@ use utoipa::ToSchema;
 
 use crate::api::read;
 use crate::extract::{Admin, ApiJson, ApiPath};
+use crate::openapi::responses::errors;
 use crate::wire::Rfc3339;
 use crate::{ApiError, AppState};
 
@@ -152,6 +153,23 @@ pub(crate) struct CreatedKey {
     info: KeyBody,
 }
 
+errors!(
+    CreateKeyErrors = [
+        KEYED,
+        JSON_BODY,
+        VALUE,
+        WRITES,
+        &[
+            fails(
+                403,
+                "forbidden",
+                "Role `operator`: created only with `memlayer keys create` on the data directory"
+            ),
+            fails(409, "conflict", "No free key prefix; retry")
+        ]
+    ]
+);
+
 /// Create an API key
 ///
 /// In the caller's tenant. The answer holds the key's secret, which memlayer does not keep
@@ -165,7 +183,7 @@ pub(crate) struct CreatedKey {
     request_body = CreateKeyRequest,
     responses(
         (status = 201, description = "Created; `key` is shown only in this answer", body = CreatedKey),
-        (status = 403, description = "Role `operator`: created only with `memlayer keys create` on the data directory", body = crate::error::ErrorBody),
+        CreateKeyErrors,
     ),
     security(("bearerAuth" = ["tenant_admin"])),
 )]
@@ -211,12 +229,14 @@ pub(crate) struct KeyList {
     keys: Vec<KeyBody>,
 }
 
+errors!(ListKeysErrors = [KEYED]);
+
 /// List API keys
 #[utoipa::path(
     get,
     path = "/v1/keys",
     tag = "keys",
-    responses((status = 200, description = "The tenant's keys, without secrets", body = KeyList)),
+    responses((status = 200, description = "The tenant's keys, without secrets", body = KeyList), ListKeysErrors),
     security(("bearerAuth" = ["tenant_admin"])),
 )]
 pub(crate) async fn list_keys(
@@ -230,6 +250,15 @@ pub(crate) async fn list_keys(
     }))
 }
 
+errors!(
+    RevokeKeyErrors = [
+        KEYED,
+        PATH,
+        WRITES,
+        &[fails(404, "key_not_found", "No such key in the tenant")]
+    ]
+);
+
 /// Revoke an API key
 ///
 /// It stops working at once, for good (revoking it again changes nothing). The caller may
@@ -238,10 +267,10 @@ pub(crate) async fn list_keys(
     delete,
     path = "/v1/keys/{prefix}",
     tag = "keys",
-    params(("prefix" = String, Path, description = "The key's prefix")),
+    params(("prefix" = String, Path, description = "The key's prefix", min_length = 1)),
     responses(
         (status = 200, description = "Revoked", body = KeyBody),
-        (status = 404, description = "No such key in this tenant", body = crate::error::ErrorBody),
+        RevokeKeyErrors,
     ),
     security(("bearerAuth" = ["tenant_admin"])),
 )]

@@ -29,6 +29,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 
 use crate::api::erasure::require_session;
+use crate::openapi::responses::errors;
 use memlayer_agent::{SESSION_SEARCH_INSTRUCTION, definitions};
 use memlayer_store::Access;
 
@@ -104,6 +105,36 @@ fn tools() -> Vec<Tool> {
         .collect()
 }
 
+errors!(
+    McpErrors = [
+        KEYED,
+        PATH,
+        SESSION,
+        &[
+            fails(
+                400,
+                "invalid_mcp_message",
+                "The body is not a JSON-RPC message the server takes"
+            ),
+            fails(
+                406,
+                "not_acceptable",
+                "The `Accept` header allows no JSON answer"
+            ),
+            fails(
+                413,
+                "payload_too_large",
+                "The body is larger than the server takes (`max_body_bytes`)"
+            ),
+            fails(
+                415,
+                "unsupported_media_type",
+                "The body is not sent as `application/json`"
+            )
+        ]
+    ]
+);
+
 /// The agent tools over MCP
 ///
 /// The Model Context Protocol's streamable HTTP transport (stateless, JSON answers): POST
@@ -120,7 +151,7 @@ fn tools() -> Vec<Tool> {
     responses(
         (status = 200, description = "The JSON-RPC response", body = Object),
         (status = 202, description = "A notification or response was accepted"),
-        (status = 404, description = "No such session", body = crate::error::ErrorBody),
+        McpErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]

@@ -17,6 +17,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::api::erasure::ReceiptBody;
 use crate::extract::{ApiJson, ApiPath, ApiQuery, Caller};
 use crate::openapi::foreign;
+use crate::openapi::responses::{Failures, errors, fails};
 use crate::wire::Rfc3339;
 use crate::{ApiError, AppState};
 
@@ -133,6 +134,40 @@ impl Remembered {
     }
 }
 
+/// What remembering answers about the memory itself (the memory layer calls text and tags
+/// settings), over HTTP and as a tool.
+pub(crate) const MEMORY_TEXT: Failures = &[fails(
+    422,
+    "invalid_setting",
+    "The text is blank, a tag is not one word of 1 to 32 characters, or there are too many \
+     tags",
+)];
+
+errors!(
+    RememberErrors = [
+        KEYED,
+        PATH,
+        USER,
+        JSON_BODY,
+        VALUE,
+        WRITES,
+        MEMORY_TEXT,
+        &[
+            fails(
+                404,
+                "session_not_found",
+                "The source session is not one the key reaches"
+            ),
+            fails(404, "message_not_found", "The source message is not stored"),
+            fails(
+                409,
+                "conflict",
+                "The memory this one updates was forgotten meanwhile; sent again, it is remembered anew"
+            )
+        ]
+    ]
+);
+
 /// Remember something about a user
 #[utoipa::path(
     post,
@@ -143,7 +178,7 @@ impl Remembered {
     responses(
         (status = 201, description = "Created", body = Remembered),
         (status = 200, description = "An existing memory was updated or already said this", body = Remembered),
-        (status = 409, description = "The memory this one updates was forgotten meanwhile; sent again, it is remembered anew", body = crate::error::ErrorBody),
+        RememberErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
@@ -294,6 +329,21 @@ pub(crate) struct MemoryList {
     next_after: Option<u64>,
 }
 
+errors!(
+    ListMemoriesErrors = [
+        KEYED,
+        PATH,
+        USER,
+        QUERY,
+        VALUE,
+        &[fails(
+            404,
+            "memory_not_found",
+            "`after` is not one of the user's memories (any more)"
+        )]
+    ]
+);
+
 /// A user's memories
 #[utoipa::path(
     get,
@@ -303,7 +353,7 @@ pub(crate) struct MemoryList {
     params(("user_id" = String, Path, description = "The user"), ListQuery),
     responses(
         (status = 200, description = "A page of memories, oldest first", body = MemoryList),
-        (status = 404, description = "`after` is not one of the user's memories (any more)", body = crate::error::ErrorBody),
+        ListMemoriesErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
@@ -382,6 +432,8 @@ impl MemoryHits {
     }
 }
 
+errors!(SearchMemoriesErrors = [KEYED, PATH, USER, JSON_BODY, VALUE]);
+
 /// Search a user's memories
 ///
 /// By keywords and by meaning, fused; only memories the asking agent may see.
@@ -392,7 +444,7 @@ impl MemoryHits {
     tag = "memories",
     params(("user_id" = String, Path, description = "The user")),
     request_body = SearchBody,
-    responses((status = 200, description = "Best first", body = MemoryHits)),
+    responses((status = 200, description = "Best first", body = MemoryHits), SearchMemoriesErrors),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
 pub(crate) async fn search(
@@ -428,6 +480,18 @@ async fn search_for(
     Ok(MemoryHits::new(hits))
 }
 
+errors!(
+    GetMemoryErrors = [
+        KEYED,
+        PATH,
+        &[fails(
+            404,
+            "memory_not_found",
+            "No such memory (or another user's)"
+        )]
+    ]
+);
+
 /// A memory
 #[utoipa::path(
     get,
@@ -437,7 +501,7 @@ async fn search_for(
     params(("memory_id" = u64, Path, description = "The memory's id")),
     responses(
         (status = 200, description = "The memory", body = MemoryBody),
-        (status = 404, description = "No such memory", body = crate::error::ErrorBody),
+        GetMemoryErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
@@ -468,6 +532,19 @@ fn owned_memory(
         })
 }
 
+errors!(
+    ForgetMemoryErrors = [
+        KEYED,
+        PATH,
+        WRITES,
+        &[fails(
+            404,
+            "memory_not_found",
+            "No such memory (or another user's)"
+        )]
+    ]
+);
+
 /// Forget a memory
 ///
 /// Through the erasure coordinator: answers once no byte of it is left.
@@ -479,7 +556,7 @@ fn owned_memory(
     params(("memory_id" = u64, Path, description = "The memory's id")),
     responses(
         (status = 200, description = "Forgotten", body = ReceiptBody),
-        (status = 404, description = "No such memory", body = crate::error::ErrorBody),
+        ForgetMemoryErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
@@ -516,6 +593,8 @@ pub(crate) struct Ending {
     merging: bool,
 }
 
+errors!(EndSessionErrors = [KEYED, PATH, SESSION]);
+
 /// End a conversation
 ///
 /// Merges the conversation into the rolling summary of its user's conversations with its
@@ -529,7 +608,7 @@ pub(crate) struct Ending {
     params(("session_id" = String, Path, description = "The session's id")),
     responses(
         (status = 202, description = "Merging", body = Ending),
-        (status = 404, description = "No such session", body = crate::error::ErrorBody),
+        EndSessionErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
@@ -574,6 +653,20 @@ pub(crate) struct SessionMemoryBody {
     updated_at: Rfc3339,
 }
 
+errors!(
+    SessionMemoryErrors = [
+        KEYED,
+        PATH,
+        USER,
+        QUERY,
+        &[fails(
+            404,
+            "session_memory_not_found",
+            "No conversation of this user with this agent was ended yet"
+        )]
+    ]
+);
+
 /// A user's session memory with an agent
 #[utoipa::path(
     get,
@@ -582,7 +675,7 @@ pub(crate) struct SessionMemoryBody {
     params(("user_id" = String, Path, description = "The user"), AgentQuery),
     responses(
         (status = 200, description = "The rolling summary of their conversations", body = SessionMemoryBody),
-        (status = 404, description = "No conversation was ended yet", body = crate::error::ErrorBody),
+        SessionMemoryErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]

@@ -27,8 +27,10 @@ use crate::{ApiError, AppState};
 /// and path a handler is routed at and those it is documented at come from the same
 /// attribute, so [`crate::router`] (which builds the router from this table) and
 /// [`crate::openapi`] (which builds the document from it) cannot disagree, and a handler
-/// without an annotation does not compile here. One entry holds the handlers of one path and
-/// only those: `routes!` routes every handler of an entry at every path of the entry.
+/// without an annotation does not compile here. Each annotation also names the handler's
+/// error answers, declared beside it with `errors!` (see `openapi::responses`). One entry
+/// holds the handlers of one path and only those: `routes!` routes every handler of an entry
+/// at every path of the entry.
 pub(crate) const ROUTES: &[Route] = &[
     Route::api(|| routes!(sessions::list_sessions, sessions::create_session)),
     Route::api(|| routes!(sessions::get_session, sessions::delete_session)),

@@ -27,6 +27,7 @@ use utoipa::ToSchema;
 
 use crate::api::runs::{TokenUsage, authorize, run_events};
 use crate::extract::{ApiJson, Caller, header_text};
+use crate::openapi::responses::errors;
 use crate::{ApiError, AppState};
 
 /// The conversation a call continues; a new one when absent. Sent back on every answer.
@@ -445,6 +446,30 @@ fn finish_reason(answer: &memlayer_llm::Completion) -> String {
     }
 }
 
+errors!(
+    ChatCompletionsErrors = [
+        KEYED,
+        JSON_BODY,
+        VALUE,
+        SESSION,
+        WRITES,
+        RUN,
+        crate::api::context::CHANGING_SESSION,
+        &[
+            fails(
+                400,
+                "missing_header",
+                "`x-memlayer-user` or `x-memlayer-agent` is missing (answered before the key is looked at)"
+            ),
+            fails(
+                422,
+                "invalid_messages",
+                "No user message, a blank one or one with NUL, content that is not text, a tool message without its `tool_call_id`, or more than 1,000 messages; nothing stored"
+            )
+        ]
+    ]
+);
+
 /// Chat completion with memory
 ///
 /// OpenAI's chat completions, for an OpenAI SDK with `base_url` `{server}/v1/openai` and a
@@ -481,12 +506,7 @@ fn finish_reason(answer: &memlayer_llm::Completion) -> String {
         (status = 200, description = "The answer, or its `chat.completion.chunk` events with `stream: true`",
             headers(("x-memlayer-session" = String, description = "The session of the turn")),
             content((ChatCompletion = "application/json"), (String = "text/event-stream"))),
-        (status = 400, description = "A malformed body or header, or a required header missing (`missing_header`, answered before the key is looked at)", body = crate::error::ErrorBody),
-        (status = 404, description = "No such session of this user with this agent", body = crate::error::ErrorBody),
-        (status = 422, description = "No user message, a blank one or one with NUL, content that is not text, a tool message without its `tool_call_id`, more than 1,000 messages (`invalid_messages`), `n` other than 1, a temperature outside 0 to 2 (`invalid_value`) or an invalid id; nothing stored", body = crate::error::ErrorBody),
-        (status = 502, description = "The model failed (`upstream_failed`); the failed run is named, the user's message stored", body = crate::error::ErrorBody),
-        (status = 503, description = "No model is configured (`model_not_configured`), or as many runs as the server admits are going on (`overloaded`, with `Retry-After`); nothing stored", body = crate::error::ErrorBody),
-        (status = 504, description = "The model did not answer in time (`upstream_timeout`); the failed run is named", body = crate::error::ErrorBody),
+        ChatCompletionsErrors,
     ),
 )]
 pub(crate) async fn chat_completions(

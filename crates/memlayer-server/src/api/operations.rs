@@ -6,6 +6,7 @@ use axum::http::header;
 use axum::response::{Html, IntoResponse};
 
 use crate::openapi::OPENAPI_JSON;
+use crate::openapi::responses::errors;
 use crate::{ApiError, AppState};
 
 /// The docs page: one self-contained file (its script and style inline, nothing fetched but
@@ -22,6 +23,8 @@ const PAGE_POLICY: &str = "default-src 'none'; script-src 'unsafe-inline'; \
     style-src 'unsafe-inline'; connect-src 'self'; base-uri 'none'; form-action 'none'; \
     frame-ancestors 'none'";
 
+errors!(MetricsErrors = [TIMED]);
+
 /// Prometheus metrics
 ///
 /// Requests by route template, method and status class; latency histograms; requests in
@@ -36,7 +39,7 @@ const PAGE_POLICY: &str = "default-src 'none'; script-src 'unsafe-inline'; \
         description = "The metrics in the OpenMetrics 1.0 text format",
         content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8",
         body = String,
-    )),
+    ), MetricsErrors),
 )]
 pub(crate) async fn metrics(State(state): State<AppState>) -> Result<impl IntoResponse, ApiError> {
     // Reading the pending-embedding count opens a read transaction: keep it off the async
@@ -48,6 +51,8 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Result<impl IntoRe
     Ok(([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text))
 }
 
+errors!(OpenapiJsonErrors = [TIMED]);
+
 /// This OpenAPI document
 #[utoipa::path(
     get,
@@ -57,7 +62,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Result<impl IntoRe
         status = 200,
         description = "The OpenAPI 3.1 document of every route",
         body = Object,
-    )),
+    ), OpenapiJsonErrors),
 )]
 pub(crate) async fn openapi_json() -> impl IntoResponse {
     (
@@ -65,6 +70,8 @@ pub(crate) async fn openapi_json() -> impl IntoResponse {
         OPENAPI_JSON.as_str(),
     )
 }
+
+errors!(DocsErrors = [TIMED]);
 
 /// API documentation page
 ///
@@ -79,11 +86,13 @@ pub(crate) async fn openapi_json() -> impl IntoResponse {
         description = "An HTML page",
         content_type = "text/html",
         body = String,
-    )),
+    ), DocsErrors),
 )]
 pub(crate) async fn docs() -> impl IntoResponse {
     self_contained(DOCS_PAGE)
 }
+
+errors!(AdminErrors = [TIMED]);
 
 /// Admin page
 ///
@@ -100,7 +109,7 @@ pub(crate) async fn docs() -> impl IntoResponse {
         description = "An HTML page",
         content_type = "text/html",
         body = String,
-    )),
+    ), AdminErrors),
 )]
 pub(crate) async fn admin() -> impl IntoResponse {
     self_contained(ADMIN_PAGE)

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::extract::{ApiJson, Caller};
+use crate::openapi::responses::errors;
 use crate::wire::{MessageBody, parse_bound};
 use crate::{ApiError, AppState};
 
@@ -140,6 +141,8 @@ pub(crate) struct RecallResponse {
     degraded: Option<String>,
 }
 
+errors!(RecallErrors = [KEYED, JSON_BODY, VALUE, USER, SESSION]);
+
 /// Hybrid recall
 ///
 /// Finds earlier messages by meaning and by words in one session or across a user's
@@ -150,7 +153,7 @@ pub(crate) struct RecallResponse {
     path = "/v1/recall",
     tag = "recall",
     request_body = RecallRequest,
-    responses((status = 200, description = "The hits, best first", body = RecallResponse)),
+    responses((status = 200, description = "The hits, best first", body = RecallResponse), RecallErrors),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
 pub(crate) async fn recall(

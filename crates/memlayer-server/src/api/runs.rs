@@ -20,6 +20,7 @@ use utoipa::ToSchema;
 use crate::auth::Principal;
 use crate::extract::{ApiJson, ApiPath, Caller};
 use crate::openapi::foreign;
+use crate::openapi::responses::errors;
 use crate::{ApiError, AppState};
 
 /// A user message for the agent.
@@ -108,6 +109,19 @@ impl From<RunOutcome> for RunAnswer {
     }
 }
 
+errors!(
+    RunAgentErrors = [
+        KEYED,
+        PATH,
+        JSON_BODY,
+        VALUE,
+        SESSION,
+        WRITES,
+        RUN,
+        crate::api::context::CHANGING_SESSION
+    ]
+);
+
 /// Run the agent on a user message
 ///
 /// Stores the message (creating the session when none is named) before the model is
@@ -129,11 +143,7 @@ impl From<RunOutcome> for RunAnswer {
     responses(
         (status = 200, description = "The answer, or its event stream with `stream: true`",
             content((RunAnswer = "application/json"), (String = "text/event-stream"))),
-        (status = 404, description = "No such session of this user with this agent", body = crate::error::ErrorBody),
-        (status = 422, description = "An empty message or an invalid id", body = crate::error::ErrorBody),
-        (status = 502, description = "The model failed (`upstream_failed`); the failed run is named", body = crate::error::ErrorBody),
-        (status = 503, description = "No model is configured (`model_not_configured`), or as many runs as the server admits are going on (`overloaded`, with `Retry-After`; nothing stored)", body = crate::error::ErrorBody),
-        (status = 504, description = "The model did not answer in time (`upstream_timeout`); the failed run is named", body = crate::error::ErrorBody),
+        RunAgentErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]

@@ -13,6 +13,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::api::read;
 use crate::extract::{ApiJson, ApiPath, ApiQuery, Caller, Tenant, header_text};
+use crate::openapi::responses::errors;
 use crate::wire::{MessageBody, MessageInput, RunBody, SessionBody, parse_timestamp};
 use crate::{ApiError, AppState};
 use memlayer_erasure::Target;
@@ -52,6 +53,16 @@ impl CreateSessionRequest {
     }
 }
 
+errors!(
+    CreateSessionErrors = [
+        KEYED,
+        JSON_BODY,
+        VALUE,
+        WRITES,
+        &[fails(409, "conflict", "A session with this id exists")]
+    ]
+);
+
 /// Create a session
 #[utoipa::path(
     post,
@@ -60,7 +71,7 @@ impl CreateSessionRequest {
     request_body = CreateSessionRequest,
     responses(
         (status = 201, description = "Created", body = SessionBody),
-        (status = 409, description = "A session with this id exists", body = crate::error::ErrorBody),
+        CreateSessionErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
@@ -110,6 +121,8 @@ pub(crate) struct SessionPage {
     page_size: usize,
 }
 
+errors!(ListSessionsErrors = [KEYED, QUERY, VALUE]);
+
 /// List sessions
 ///
 /// Most recently active first, optionally only one user's or one agent's.
@@ -118,7 +131,7 @@ pub(crate) struct SessionPage {
     path = "/v1/sessions",
     tag = "sessions",
     params(ListSessionsQuery),
-    responses((status = 200, description = "A page of sessions", body = SessionPage)),
+    responses((status = 200, description = "A page of sessions", body = SessionPage), ListSessionsErrors),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
 pub(crate) async fn list_sessions(
@@ -166,6 +179,8 @@ pub(crate) struct SessionWithMessages {
     next_from: Option<u64>,
 }
 
+errors!(GetSessionErrors = [KEYED, PATH, SESSION]);
+
 /// Get a session with its messages
 #[utoipa::path(
     get,
@@ -174,7 +189,7 @@ pub(crate) struct SessionWithMessages {
     params(("session_id" = String, Path, description = "The session's id")),
     responses(
         (status = 200, description = "The session and its first 1,000 messages", body = SessionWithMessages),
-        (status = 404, description = "No such session", body = crate::error::ErrorBody),
+        GetSessionErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
@@ -201,6 +216,8 @@ pub(crate) async fn get_session(
     }))
 }
 
+errors!(DeleteSessionErrors = [KEYED, PATH, SESSION, WRITES]);
+
 /// Delete a session
 ///
 /// Erases the session and everything it owns (messages, runs, vectors, index entries).
@@ -211,7 +228,7 @@ pub(crate) async fn get_session(
     params(("session_id" = String, Path, description = "The session's id")),
     responses(
         (status = 204, description = "Deleted"),
-        (status = 404, description = "No such session", body = crate::error::ErrorBody),
+        DeleteSessionErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
@@ -332,6 +349,34 @@ pub(crate) struct AppendResponse {
     replayed: bool,
 }
 
+errors!(
+    AppendMessagesErrors = [
+        KEYED,
+        PATH,
+        JSON_BODY,
+        VALUE,
+        SESSION,
+        WRITES,
+        &[
+            fails(
+                403,
+                "forbidden",
+                "A user-scoped key appending a `system` or `tool` message, or creating another user's session"
+            ),
+            fails(
+                404,
+                "session_not_found",
+                "No owner (`user_id`, `agent_id`) was given to create it"
+            ),
+            fails(
+                409,
+                "conflict",
+                "The idempotency key was used with another body"
+            )
+        ]
+    ]
+);
+
 /// Append messages
 ///
 /// One message or a batch, stored durably before the answer. An unknown session is created
@@ -349,9 +394,7 @@ pub(crate) struct AppendResponse {
     responses(
         (status = 201, description = "Stored", body = AppendResponse),
         (status = 200, description = "A replay of an earlier append with the same idempotency key", body = AppendResponse),
-        (status = 403, description = "A user-scoped key appending a `system` or `tool` message, or creating another user's session", body = crate::error::ErrorBody),
-        (status = 404, description = "No such session, and no owner given to create it", body = crate::error::ErrorBody),
-        (status = 409, description = "The idempotency key was used with another body", body = crate::error::ErrorBody),
+        AppendMessagesErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
@@ -493,6 +536,8 @@ pub(crate) struct MessagesPage {
     next_from: Option<u64>,
 }
 
+errors!(ListMessagesErrors = [KEYED, PATH, QUERY, VALUE, SESSION]);
+
 /// List messages
 #[utoipa::path(
     get,
@@ -501,7 +546,7 @@ pub(crate) struct MessagesPage {
     params(("session_id" = String, Path, description = "The session's id"), PageQuery),
     responses(
         (status = 200, description = "A page of messages, oldest first", body = MessagesPage),
-        (status = 404, description = "No such session", body = crate::error::ErrorBody),
+        ListMessagesErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
@@ -573,6 +618,25 @@ impl From<RecordRunRequest> for NewRun {
     }
 }
 
+errors!(
+    RecordRunErrors = [
+        KEYED,
+        PATH,
+        JSON_BODY,
+        VALUE,
+        SESSION,
+        WRITES,
+        &[
+            fails(
+                403,
+                "forbidden",
+                "A user-scoped key: runs are the agent backend's records"
+            ),
+            fails(409, "conflict", "A run with this id exists")
+        ]
+    ]
+);
+
 /// Record an agent run
 #[utoipa::path(
     post,
@@ -582,9 +646,7 @@ impl From<RecordRunRequest> for NewRun {
     request_body = RecordRunRequest,
     responses(
         (status = 201, description = "Recorded", body = RunBody),
-        (status = 403, description = "A user-scoped key: runs are the agent backend's records", body = crate::error::ErrorBody),
-        (status = 404, description = "No such session", body = crate::error::ErrorBody),
-        (status = 409, description = "A run with this id exists", body = crate::error::ErrorBody),
+        RecordRunErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service"])),
 )]
@@ -604,6 +666,8 @@ pub(crate) async fn record_run(
     Ok((StatusCode::CREATED, Json(RunBody::new(session_id, run))))
 }
 
+errors!(ListRunsErrors = [KEYED, PATH, QUERY, VALUE, SESSION]);
+
 /// List runs
 #[utoipa::path(
     get,
@@ -612,7 +676,7 @@ pub(crate) async fn record_run(
     params(("session_id" = String, Path, description = "The session's id"), PageQuery),
     responses(
         (status = 200, description = "A page of the session's runs in order; the next page starts at `from` plus the runs returned", body = Vec<RunBody>),
-        (status = 404, description = "No such session", body = crate::error::ErrorBody),
+        ListRunsErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
@@ -642,6 +706,8 @@ pub(crate) struct Cleared {
     pub(crate) load_from: u64,
 }
 
+errors!(ClearSessionErrors = [KEYED, PATH, SESSION, WRITES]);
+
 /// Clear a session's context
 ///
 /// `clear_session`: later context starts after the current last message; everything stays
@@ -653,7 +719,7 @@ pub(crate) struct Cleared {
     params(("session_id" = String, Path, description = "The session's id")),
     responses(
         (status = 200, description = "Cleared", body = Cleared),
-        (status = 404, description = "No such session", body = crate::error::ErrorBody),
+        ClearSessionErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
@@ -709,6 +775,8 @@ pub(crate) struct SearchResults {
     hits: Vec<SearchHit>,
 }
 
+errors!(SearchSessionErrors = [KEYED, PATH, QUERY, VALUE, SESSION]);
+
 /// Search a session's history
 ///
 /// `session_search`: case-insensitive keyword search over the session's whole history,
@@ -720,7 +788,7 @@ pub(crate) struct SearchResults {
     params(("session_id" = String, Path, description = "The session's id"), SearchQuery),
     responses(
         (status = 200, description = "Matches, newest first", body = SearchResults),
-        (status = 404, description = "No such session", body = crate::error::ErrorBody),
+        SearchSessionErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]

@@ -14,6 +14,7 @@ use utoipa::ToSchema;
 use crate::api::read;
 use crate::extract::{Admin, ApiJson, ApiPath, Tenant};
 use crate::openapi::foreign;
+use crate::openapi::responses::errors;
 use crate::{ApiError, AppState};
 
 /// The settings saved at one level and what they lead to.
@@ -28,12 +29,14 @@ pub(crate) struct SettingsResponse {
     effective: ContextSettings,
 }
 
+errors!(TenantSettingsErrors = [KEYED]);
+
 /// Get the tenant's settings
 #[utoipa::path(
     get,
     path = "/v1/settings",
     tag = "settings",
-    responses((status = 200, description = "The saved document and the effective settings", body = SettingsResponse)),
+    responses((status = 200, description = "The saved document and the effective settings", body = SettingsResponse), TenantSettingsErrors),
     security(("bearerAuth" = ["tenant_admin", "service"])),
 )]
 pub(crate) async fn tenant_settings(
@@ -43,6 +46,8 @@ pub(crate) async fn tenant_settings(
     describe(&state, tenant, None).await.map(Json)
 }
 
+errors!(PutTenantSettingsErrors = [KEYED, JSON_BODY, WRITES, SETTING]);
+
 /// Save the tenant's settings
 ///
 /// Replaces the saved document; it must lead to valid settings.
@@ -51,7 +56,7 @@ pub(crate) async fn tenant_settings(
     path = "/v1/settings",
     tag = "settings",
     request_body = crate::openapi::foreign::SettingsDocument,
-    responses((status = 200, description = "Saved", body = SettingsResponse)),
+    responses((status = 200, description = "Saved", body = SettingsResponse), PutTenantSettingsErrors),
     security(("bearerAuth" = ["tenant_admin"])),
 )]
 pub(crate) async fn put_tenant_settings(
@@ -62,12 +67,14 @@ pub(crate) async fn put_tenant_settings(
     save(&state, tenant, None, Some(document)).await.map(Json)
 }
 
+errors!(DeleteTenantSettingsErrors = [KEYED, WRITES]);
+
 /// Remove the tenant's settings
 #[utoipa::path(
     delete,
     path = "/v1/settings",
     tag = "settings",
-    responses((status = 200, description = "Removed: the defaults apply", body = SettingsResponse)),
+    responses((status = 200, description = "Removed: the defaults apply", body = SettingsResponse), DeleteTenantSettingsErrors),
     security(("bearerAuth" = ["tenant_admin"])),
 )]
 pub(crate) async fn delete_tenant_settings(
@@ -77,13 +84,15 @@ pub(crate) async fn delete_tenant_settings(
     save(&state, tenant, None, None).await.map(Json)
 }
 
+errors!(AgentSettingsErrors = [KEYED, PATH]);
+
 /// Get an agent's settings
 #[utoipa::path(
     get,
     path = "/v1/agents/{agent_id}/settings",
     tag = "settings",
     params(("agent_id" = String, Path, description = "The agent's id")),
-    responses((status = 200, description = "The saved document and the effective settings", body = SettingsResponse)),
+    responses((status = 200, description = "The saved document and the effective settings", body = SettingsResponse), AgentSettingsErrors),
     security(("bearerAuth" = ["tenant_admin", "service"])),
 )]
 pub(crate) async fn agent_settings(
@@ -94,6 +103,8 @@ pub(crate) async fn agent_settings(
     describe(&state, tenant, Some(agent_id)).await.map(Json)
 }
 
+errors!(PutAgentSettingsErrors = [KEYED, PATH, JSON_BODY, WRITES, SETTING]);
+
 /// Save an agent's settings
 ///
 /// Replaces the agent's saved document, laid over the tenant's; the result must be valid.
@@ -103,7 +114,7 @@ pub(crate) async fn agent_settings(
     tag = "settings",
     params(("agent_id" = String, Path, description = "The agent's id")),
     request_body = crate::openapi::foreign::SettingsDocument,
-    responses((status = 200, description = "Saved", body = SettingsResponse)),
+    responses((status = 200, description = "Saved", body = SettingsResponse), PutAgentSettingsErrors),
     security(("bearerAuth" = ["tenant_admin"])),
 )]
 pub(crate) async fn put_agent_settings(
@@ -117,13 +128,15 @@ pub(crate) async fn put_agent_settings(
         .map(Json)
 }
 
+errors!(DeleteAgentSettingsErrors = [KEYED, PATH, WRITES]);
+
 /// Remove an agent's settings
 #[utoipa::path(
     delete,
     path = "/v1/agents/{agent_id}/settings",
     tag = "settings",
     params(("agent_id" = String, Path, description = "The agent's id")),
-    responses((status = 200, description = "Removed: the tenant's settings apply", body = SettingsResponse)),
+    responses((status = 200, description = "Removed: the tenant's settings apply", body = SettingsResponse), DeleteAgentSettingsErrors),
     security(("bearerAuth" = ["tenant_admin"])),
 )]
 pub(crate) async fn delete_agent_settings(
@@ -133,6 +146,8 @@ pub(crate) async fn delete_agent_settings(
 ) -> Result<Json<SettingsResponse>, ApiError> {
     save(&state, tenant, Some(agent_id), None).await.map(Json)
 }
+
+errors!(MemoryConfigErrors = [KEYED, PATH]);
 
 /// An agent's memory configuration
 ///
@@ -144,7 +159,7 @@ pub(crate) async fn delete_agent_settings(
     path = "/v1/agents/{agent_id}/memory-config",
     tag = "settings",
     params(("agent_id" = String, Path, description = "The agent's id")),
-    responses((status = 200, description = "The document in force", body = foreign::MemoryConfig)),
+    responses((status = 200, description = "The document in force", body = foreign::MemoryConfig), MemoryConfigErrors),
     security(("bearerAuth" = ["tenant_admin", "service"])),
 )]
 pub(crate) async fn memory_config(
@@ -155,6 +170,28 @@ pub(crate) async fn memory_config(
     let described = describe(&state, tenant, Some(agent_id)).await?;
     Ok(Json(MemoryConfig::from_settings(&described.effective)))
 }
+
+errors!(
+    PutMemoryConfigErrors = [
+        KEYED,
+        PATH,
+        JSON_BODY,
+        WRITES,
+        SETTING,
+        &[
+            fails(
+                422,
+                "invalid_memory_config",
+                "The document is not a memory configuration (the message says why)"
+            ),
+            fails(
+                422,
+                "unknown_memory_type",
+                "A memory type the server does not know"
+            )
+        ]
+    ]
+);
 
 /// Save an agent's memory configuration
 ///
@@ -170,7 +207,7 @@ pub(crate) async fn memory_config(
     tag = "settings",
     params(("agent_id" = String, Path, description = "The agent's id")),
     request_body = foreign::MemoryConfig,
-    responses((status = 200, description = "Saved: the document now in force", body = foreign::MemoryConfig)),
+    responses((status = 200, description = "Saved: the document now in force", body = foreign::MemoryConfig), PutMemoryConfigErrors),
     security(("bearerAuth" = ["tenant_admin"])),
 )]
 pub(crate) async fn put_memory_config(

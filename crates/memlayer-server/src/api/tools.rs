@@ -16,6 +16,7 @@ use crate::api::memories::{MemoryHits, Remembered};
 use crate::api::read;
 use crate::api::sessions::{Cleared, SearchResults};
 use crate::extract::{ApiJson, ApiPath, Caller};
+use crate::openapi::responses::errors;
 use crate::{ApiError, AppState};
 use memlayer_store::Access;
 
@@ -28,13 +29,15 @@ pub(crate) struct Tools {
     system_instruction: &'static str,
 }
 
+errors!(ListToolsErrors = [KEYED]);
+
 /// The agent tools
 #[utoipa::path(
     get,
     path = "/v1/tools",
     operation_id = "list_tools",
     tag = "tools",
-    responses((status = 200, description = "Tool definitions", body = Tools)),
+    responses((status = 200, description = "Tool definitions", body = Tools), ListToolsErrors),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
 pub(crate) async fn tools(
@@ -69,6 +72,28 @@ pub(crate) struct ToolResult {
     content: String,
 }
 
+errors!(
+    CallToolErrors = [
+        KEYED,
+        PATH,
+        JSON_BODY,
+        VALUE,
+        SESSION,
+        WRITES,
+        crate::api::memories::MEMORY_TEXT,
+        &[
+            fails(
+                404,
+                "memory_not_found",
+                "The call names no memory of the session's user"
+            ),
+            fails(409, "conflict", "The memory changed meanwhile"),
+            fails(422, "unknown_tool", "No tool has this name"),
+            fails(422, "invalid_arguments", "The arguments are not the tool's")
+        ]
+    ]
+);
+
 /// Run a tool call
 ///
 /// Executes one tool call of a model against the session, as the session's user and agent.
@@ -81,7 +106,7 @@ pub(crate) struct ToolResult {
     request_body = ToolCall,
     responses(
         (status = 200, description = "The tool's result", body = ToolResult),
-        (status = 404, description = "No such session or memory", body = crate::error::ErrorBody),
+        CallToolErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]

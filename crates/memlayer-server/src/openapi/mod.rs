@@ -6,7 +6,7 @@
 
 mod links;
 mod requests;
-mod responses;
+pub(crate) mod responses;
 
 use std::sync::LazyLock;
 
@@ -28,7 +28,11 @@ use crate::extract::TENANT_HEADER;
             assembly inside a token budget, hybrid recall. Every `/v1` route needs an API key \
             (`Authorization: Bearer <key>`), which decides the tenant and the role: \
             `tenant_admin`, `service` or `user` (one end user's sessions only). Every error \
-            answers `{\"error\": {\"code\": \"...\", \"message\": \"...\"}}`.",
+            answers `{\"error\": {\"code\": \"...\", \"message\": \"...\"}}`; \
+            each operation lists its error answers by status, with the `code`s each can \
+            carry (`500` `internal` under `5XX`). Not listed: `405` `method_not_allowed`, \
+            for a method a path does not serve, and `404` `route_not_found`, for a path no \
+            route serves.",
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
     ),
     components(schemas(ErrorBody)),
@@ -56,12 +60,12 @@ pub fn openapi() -> OpenApi {
 }
 
 /// The document as served at `/openapi.json`, built once: [`openapi`] with its request
-/// schemas made exact (see `requests`), the answers every operation may give under their
-/// own statuses (see `responses`) and its links (see `links`).
+/// schemas made exact (see `requests`), its error answers' headers required (see
+/// `responses`) and its links (see `links`).
 pub(crate) static OPENAPI_JSON: LazyLock<String> = LazyLock::new(|| {
     let mut doc = serde_json::to_value(openapi()).expect("the OpenAPI document serialises");
     requests::make_exact(&mut doc);
-    responses::add(&mut doc);
+    responses::require_headers(&mut doc);
     links::add(&mut doc);
     serde_json::to_string_pretty(&doc).expect("the OpenAPI document serialises")
 });
@@ -132,30 +136,17 @@ fn operations(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
     .flatten()
 }
 
+/// The one error answer an operation does not list by status and code (see `responses`):
+/// `500`, whose details go to the server log only.
 fn add_errors(operation: &mut Operation, error: &dyn Fn(&str) -> utoipa::openapi::Response) {
-    let responses = &mut operation.responses.responses;
-    responses.entry("4XX".into()).or_insert_with(|| {
-        error(
-            "The request is wrong: `400` malformed, `401` no valid API key (with \
-             `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` \
-             unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, \
-             `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate \
-             limit is used up (see `Retry-After`)",
-        )
-        .into()
-    });
-    responses.entry("5XX".into()).or_insert_with(|| {
-        error(
-            "`503` with `overloaded` (too many requests in flight; see `Retry-After`), \
-             `timeout` (the request outlasted the server's limit), `unavailable` (shutting \
-             down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` \
-             `storage_full` (the disk is full: writes are refused until space is freed, reads \
-             go on; see `Retry-After`); with either, an erasure recorded before the disk \
-             stopped it carries its `erasure_id` and finishes by itself once writes resume; \
-             `500` internal (details in the server log)",
-        )
-        .into()
-    });
+    operation
+        .responses
+        .responses
+        .entry("5XX".into())
+        .or_insert_with(|| {
+            error("`500` `internal`: a failure the client cannot fix (details in the server log)")
+                .into()
+        });
 }
 
 fn add_tenant(operation: &mut Operation) {
