@@ -215,7 +215,9 @@ pub(crate) async fn remember(
     responses(
         (status = 201, description = "Created under the key", body = Remembered),
         (status = 200, description = "The memory under the key was updated or already said this", body = Remembered),
-        (status = 409, description = "The memory under the key was forgotten meanwhile; sent again, it is made anew", body = crate::error::ErrorBody),
+        // A put fails as a remember does (its 409: the memory under the key was forgotten
+        // meanwhile; sent again, it is made anew).
+        RememberErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
@@ -238,6 +240,16 @@ pub(crate) struct KeyQuery {
     agent_id: Option<String>,
 }
 
+errors!(
+    GetMemoryByKeyErrors = [
+        KEYED,
+        PATH,
+        USER,
+        QUERY,
+        &[fails(404, "memory_not_found", "No memory is under the key")]
+    ]
+);
+
 /// A memory by its key
 #[utoipa::path(
     get,
@@ -251,7 +263,7 @@ pub(crate) struct KeyQuery {
     ),
     responses(
         (status = 200, description = "The memory last put under the key", body = MemoryBody),
-        (status = 404, description = "No memory is under the key", body = crate::error::ErrorBody),
+        GetMemoryByKeyErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
