@@ -2133,16 +2133,21 @@ export interface operations {
                     "text/html": string;
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `timeout`: The request outlasted the server's limit */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "timeout";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -2171,16 +2176,21 @@ export interface operations {
                     "text/html": string;
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `timeout`: The request outlasted the server's limit */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "timeout";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -2214,16 +2224,21 @@ export interface operations {
                     "application/json": components["schemas"]["Probe"];
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `timeout`: The request outlasted the server's limit */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "timeout";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -2252,16 +2267,21 @@ export interface operations {
                     "application/openmetrics-text; version=1.0.0; charset=utf-8": string;
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `timeout`: The request outlasted the server's limit */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "timeout";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -2290,16 +2310,21 @@ export interface operations {
                     "application/json": Record<string, unknown>;
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `timeout`: The request outlasted the server's limit */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "timeout";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -2333,16 +2358,37 @@ export interface operations {
                     "application/json": components["schemas"]["Probe"];
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `timeout`: The request outlasted the server's limit. `unavailable`: The store cannot be read, or the server is shutting down. `storage_unavailable`: The disk failed */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "timeout" | "unavailable" | "storage_unavailable";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `storage_full`: The disk is full: the store takes no writes */
+            507: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "storage_full";
+                        };
+                    };
+                };
+            };
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -2374,7 +2420,21 @@ export interface operations {
                     "application/octet-stream": number[];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -2384,22 +2444,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description Not an operator key: no tenant's key may take a backup */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may); Not an operator key: no tenant's key may take a backup */
             403: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found";
+                        };
+                    };
+                };
+            };
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2409,13 +2502,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2423,22 +2516,29 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `storage_full`: The disk is full: writes are refused until space is freed, reads go on (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            507: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "storage_full";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -2484,7 +2584,21 @@ export interface operations {
                     "application/json": components["schemas"]["Running"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_query`: The query string does not parse: an unknown parameter or a value of the wrong type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_query";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -2494,13 +2608,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found";
+                        };
+                    };
+                };
+            };
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes. `invalid_value`: A value is out of range, or contradicts another (the message names it) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id" | "invalid_value";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2510,13 +2666,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2524,22 +2680,29 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `storage_full`: The disk is full: writes are refused until space is freed, reads go on (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            507: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "storage_full";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -2574,7 +2737,21 @@ export interface operations {
                     "application/json": components["schemas"]["Stats"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_query`: The query string does not parse: an unknown parameter or a value of the wrong type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_query";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -2584,13 +2761,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found";
+                        };
+                    };
+                };
+            };
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2600,13 +2819,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2614,22 +2833,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -2666,7 +2876,21 @@ export interface operations {
                     "application/json": components["schemas"]["Receipts"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_query`: The query string does not parse: an unknown parameter or a value of the wrong type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_query";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -2676,13 +2900,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found";
+                        };
+                    };
+                };
+            };
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes. `invalid_value`: A value is out of range, or contradicts another (the message names it) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id" | "invalid_value";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2692,13 +2958,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2706,22 +2972,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -2768,7 +3025,21 @@ export interface operations {
                     "application/json": components["schemas"]["Running"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected). `invalid_query`: The query string does not parse: an unknown parameter or a value of the wrong type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path" | "invalid_query";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -2778,20 +3049,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description No such erasure in the tenant */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `erasure_not_found`: No such erasure in the tenant */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "erasure_not_found";
+                        };
+                    };
+                };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2801,13 +3107,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2815,22 +3121,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -2862,7 +3159,21 @@ export interface operations {
                     "application/json": components["schemas"]["Retention"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -2872,13 +3183,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found";
+                        };
+                    };
+                };
+            };
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2888,13 +3241,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2902,22 +3255,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -2953,7 +3297,21 @@ export interface operations {
                     "application/json": components["schemas"]["Retention"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `malformed_json`: The body is not JSON. `invalid_body`: The body is not a JSON object of the request's shape (a missing or unknown field, a value of the wrong type) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "malformed_json" | "invalid_body";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -2963,13 +3321,41 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description The body is larger than the server takes (`max_body_bytes`) */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found";
+                        };
+                    };
+                };
+            };
+            /** @description `payload_too_large`: The body is larger than the server takes (`max_body_bytes`) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -2977,13 +3363,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "payload_too_large";
                         };
                     };
                 };
             };
-            /** @description The body is not sent as `application/json` */
+            /** @description `unsupported_media_type`: The body is not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -2991,13 +3377,27 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unsupported_media_type";
                         };
                     };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes. `invalid_value`: A value is out of range, or contradicts another (the message names it) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id" | "invalid_value";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3007,13 +3407,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3021,22 +3421,29 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `storage_full`: The disk is full: writes are refused until space is freed, reads go on (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            507: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "storage_full";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -3071,7 +3478,21 @@ export interface operations {
                     "application/json": components["schemas"]["MemoryConfig"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -3081,13 +3502,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found";
+                        };
+                    };
+                };
+            };
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3097,13 +3560,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3111,22 +3574,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -3165,7 +3619,21 @@ export interface operations {
                     "application/json": components["schemas"]["MemoryConfig"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected). `malformed_json`: The body is not JSON. `invalid_body`: The body is not a JSON object of the request's shape (a missing or unknown field, a value of the wrong type) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path" | "malformed_json" | "invalid_body";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -3175,13 +3643,41 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description The body is larger than the server takes (`max_body_bytes`) */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found";
+                        };
+                    };
+                };
+            };
+            /** @description `payload_too_large`: The body is larger than the server takes (`max_body_bytes`) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -3189,13 +3685,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "payload_too_large";
                         };
                     };
                 };
             };
-            /** @description The body is not sent as `application/json` */
+            /** @description `unsupported_media_type`: The body is not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -3203,13 +3699,27 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unsupported_media_type";
                         };
                     };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes. `invalid_setting`: A setting is invalid (the message names it). `invalid_memory_config`: The document is not a memory configuration (the message says why). `unknown_memory_type`: A memory type the server does not know */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id" | "invalid_setting" | "invalid_memory_config" | "unknown_memory_type";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3219,13 +3729,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3233,22 +3743,29 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `storage_full`: The disk is full: writes are refused until space is freed, reads go on (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            507: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "storage_full";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -3304,7 +3821,21 @@ export interface operations {
                     };
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected). `malformed_json`: The body is not JSON. `invalid_body`: The body is not a JSON object of the request's shape (a missing or unknown field, a value of the wrong type) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path" | "malformed_json" | "invalid_body";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -3314,22 +3845,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description No such session of this user with this agent */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `session_not_found`: No such session (or another user's) */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "session_not_found";
+                        };
+                    };
                 };
             };
-            /** @description The body is larger than the server takes (`max_body_bytes`) */
+            /** @description `conflict`: Messages of the session kept being erased while its context was built; retry */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "conflict";
+                        };
+                    };
+                };
+            };
+            /** @description `payload_too_large`: The body is larger than the server takes (`max_body_bytes`) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -3337,13 +3901,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "payload_too_large";
                         };
                     };
                 };
             };
-            /** @description The body is not sent as `application/json` */
+            /** @description `unsupported_media_type`: The body is not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -3351,22 +3915,27 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unsupported_media_type";
                         };
                     };
                 };
             };
-            /** @description An empty message or an invalid id */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes. `invalid_value`: A value is out of range, or contradicts another (the message names it) */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id" | "invalid_value";
+                        };
+                    };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3376,49 +3945,71 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description The model failed (`upstream_failed`); the failed run is named */
+            /** @description `upstream_failed`: The model failed; the failed run is named (`run_id`, `session_id`), the user's message stored */
             502: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "upstream_failed";
+                        };
+                    };
                 };
             };
-            /** @description No model is configured (`model_not_configured`), or as many runs as the server admits are going on (`overloaded`, with `Retry-After`; nothing stored) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`); As many runs as the server admits are going on (see `Retry-After`); nothing stored. `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself. `model_not_configured`: No chat model is configured; nothing stored */
             503: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable" | "model_not_configured";
+                        };
+                    };
                 };
             };
-            /** @description The model did not answer in time (`upstream_timeout`); the failed run is named */
+            /** @description `upstream_timeout`: The model did not answer in time; the failed run is named */
             504: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "upstream_timeout";
+                        };
+                    };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `storage_full`: The disk is full: writes are refused until space is freed, reads go on (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            507: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "storage_full";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -3453,7 +4044,21 @@ export interface operations {
                     "application/json": components["schemas"]["SettingsResponse"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -3463,13 +4068,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found";
+                        };
+                    };
+                };
+            };
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3479,13 +4126,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3493,22 +4140,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -3547,7 +4185,21 @@ export interface operations {
                     "application/json": components["schemas"]["SettingsResponse"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected). `malformed_json`: The body is not JSON. `invalid_body`: The body is not a JSON object of the request's shape (a missing or unknown field, a value of the wrong type) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path" | "malformed_json" | "invalid_body";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -3557,13 +4209,41 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description The body is larger than the server takes (`max_body_bytes`) */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found";
+                        };
+                    };
+                };
+            };
+            /** @description `payload_too_large`: The body is larger than the server takes (`max_body_bytes`) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -3571,13 +4251,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "payload_too_large";
                         };
                     };
                 };
             };
-            /** @description The body is not sent as `application/json` */
+            /** @description `unsupported_media_type`: The body is not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -3585,13 +4265,27 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unsupported_media_type";
                         };
                     };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes. `invalid_setting`: A setting is invalid (the message names it) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id" | "invalid_setting";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3601,13 +4295,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3615,22 +4309,29 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `storage_full`: The disk is full: writes are refused until space is freed, reads go on (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            507: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "storage_full";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -3665,7 +4366,21 @@ export interface operations {
                     "application/json": components["schemas"]["SettingsResponse"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -3675,13 +4390,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found";
+                        };
+                    };
+                };
+            };
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3691,13 +4448,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3705,22 +4462,29 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `storage_full`: The disk is full: writes are refused until space is freed, reads go on (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            507: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "storage_full";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -3755,7 +4519,21 @@ export interface operations {
                     "application/json": components["schemas"]["EpisodeBody"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -3765,22 +4543,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description No such episode */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `episode_not_found`: No such episode in the tenant */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "episode_not_found";
+                        };
+                    };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3790,13 +4601,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3804,22 +4615,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -3854,7 +4656,21 @@ export interface operations {
                     "application/json": components["schemas"]["ReceiptBody"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -3864,22 +4680,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description No such episode */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `episode_not_found`: No such episode in the tenant */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "episode_not_found";
+                        };
+                    };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3889,13 +4738,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3903,22 +4752,29 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `storage_full`: The disk is full: writes are refused until space is freed, reads go on (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            507: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "storage_full";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -3950,7 +4806,21 @@ export interface operations {
                     "application/json": components["schemas"]["KeyList"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -3960,13 +4830,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found";
+                        };
+                    };
+                };
+            };
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3976,13 +4888,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3990,22 +4902,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -4041,7 +4944,21 @@ export interface operations {
                     "application/json": components["schemas"]["CreatedKey"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `malformed_json`: The body is not JSON. `invalid_body`: The body is not a JSON object of the request's shape (a missing or unknown field, a value of the wrong type) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "malformed_json" | "invalid_body";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -4051,22 +4968,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description Role `operator`: created only with `memlayer keys create` on the data directory */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may); Role `operator`: created only with `memlayer keys create` on the data directory */
             403: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
                 };
             };
-            /** @description The body is larger than the server takes (`max_body_bytes`) */
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found";
+                        };
+                    };
+                };
+            };
+            /** @description `conflict`: No free key prefix; retry */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "conflict";
+                        };
+                    };
+                };
+            };
+            /** @description `payload_too_large`: The body is larger than the server takes (`max_body_bytes`) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -4074,13 +5024,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "payload_too_large";
                         };
                     };
                 };
             };
-            /** @description The body is not sent as `application/json` */
+            /** @description `unsupported_media_type`: The body is not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -4088,13 +5038,27 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unsupported_media_type";
                         };
                     };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes. `invalid_value`: A value is out of range, or contradicts another (the message names it) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id" | "invalid_value";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -4104,13 +5068,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4118,22 +5082,29 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `storage_full`: The disk is full: writes are refused until space is freed, reads go on (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            507: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "storage_full";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -4168,7 +5139,21 @@ export interface operations {
                     "application/json": components["schemas"]["ApiKey"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -4178,22 +5163,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description No such key in this tenant */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `key_not_found`: No such key in the tenant */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "key_not_found";
+                        };
+                    };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -4203,13 +5221,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4217,22 +5235,29 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `storage_full`: The disk is full: writes are refused until space is freed, reads go on (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            507: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "storage_full";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -4267,7 +5292,21 @@ export interface operations {
                     "application/json": components["schemas"]["MemoryBody"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -4277,22 +5316,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description No such memory */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `memory_not_found`: No such memory (or another user's) */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "memory_not_found";
+                        };
+                    };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -4302,13 +5374,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4316,22 +5388,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -4366,7 +5429,21 @@ export interface operations {
                     "application/json": components["schemas"]["ReceiptBody"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -4376,22 +5453,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description No such memory */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `memory_not_found`: No such memory (or another user's) */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "memory_not_found";
+                        };
+                    };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -4401,13 +5511,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4415,22 +5525,29 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `storage_full`: The disk is full: writes are refused until space is freed, reads go on (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            507: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "storage_full";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -4477,16 +5594,21 @@ export interface operations {
                     };
                 };
             };
-            /** @description A malformed body or header, or a required header missing (`missing_header`, answered before the key is looked at) */
+            /** @description `invalid_header`: A header is not visible ASCII. `malformed_json`: The body is not JSON. `invalid_body`: The body is not a JSON object of the request's shape (a missing or unknown field, a value of the wrong type). `missing_header`: `x-memlayer-user` or `x-memlayer-agent` is missing (answered before the key is looked at) */
             400: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "malformed_json" | "invalid_body" | "missing_header";
+                        };
+                    };
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -4496,22 +5618,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description No such session of this user with this agent */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `session_not_found`: No such session (or another user's) */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "session_not_found";
+                        };
+                    };
                 };
             };
-            /** @description The body is larger than the server takes (`max_body_bytes`) */
+            /** @description `conflict`: Messages of the session kept being erased while its context was built; retry */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "conflict";
+                        };
+                    };
+                };
+            };
+            /** @description `payload_too_large`: The body is larger than the server takes (`max_body_bytes`) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -4519,13 +5674,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "payload_too_large";
                         };
                     };
                 };
             };
-            /** @description The body is not sent as `application/json` */
+            /** @description `unsupported_media_type`: The body is not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -4533,22 +5688,27 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unsupported_media_type";
                         };
                     };
                 };
             };
-            /** @description No user message, a blank one or one with NUL, content that is not text, a tool message without its `tool_call_id`, more than 1,000 messages (`invalid_messages`), `n` other than 1, a temperature outside 0 to 2 (`invalid_value`) or an invalid id; nothing stored */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes. `invalid_value`: A value is out of range, or contradicts another (the message names it). `invalid_messages`: No user message, a blank one or one with NUL, content that is not text, a tool message without its `tool_call_id`, or more than 1,000 messages; nothing stored */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id" | "invalid_value" | "invalid_messages";
+                        };
+                    };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -4558,49 +5718,71 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description The model failed (`upstream_failed`); the failed run is named, the user's message stored */
+            /** @description `upstream_failed`: The model failed; the failed run is named (`run_id`, `session_id`), the user's message stored */
             502: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "upstream_failed";
+                        };
+                    };
                 };
             };
-            /** @description No model is configured (`model_not_configured`), or as many runs as the server admits are going on (`overloaded`, with `Retry-After`); nothing stored */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`); As many runs as the server admits are going on (see `Retry-After`); nothing stored. `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself. `model_not_configured`: No chat model is configured; nothing stored */
             503: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable" | "model_not_configured";
+                        };
+                    };
                 };
             };
-            /** @description The model did not answer in time (`upstream_timeout`); the failed run is named */
+            /** @description `upstream_timeout`: The model did not answer in time; the failed run is named */
             504: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "upstream_timeout";
+                        };
+                    };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `storage_full`: The disk is full: writes are refused until space is freed, reads go on (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            507: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "storage_full";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -4636,7 +5818,21 @@ export interface operations {
                     "application/json": components["schemas"]["RecallResponse"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `malformed_json`: The body is not JSON. `invalid_body`: The body is not a JSON object of the request's shape (a missing or unknown field, a value of the wrong type) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "malformed_json" | "invalid_body";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -4646,13 +5842,41 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description The body is larger than the server takes (`max_body_bytes`) */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `user_not_found`: A user-scoped key names another user. `session_not_found`: No such session (or another user's) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "user_not_found" | "session_not_found";
+                        };
+                    };
+                };
+            };
+            /** @description `payload_too_large`: The body is larger than the server takes (`max_body_bytes`) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -4660,13 +5884,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "payload_too_large";
                         };
                     };
                 };
             };
-            /** @description The body is not sent as `application/json` */
+            /** @description `unsupported_media_type`: The body is not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -4674,13 +5898,27 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unsupported_media_type";
                         };
                     };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes. `invalid_value`: A value is out of range, or contradicts another (the message names it) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id" | "invalid_value";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -4690,13 +5928,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4704,22 +5942,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -4759,7 +5988,21 @@ export interface operations {
                     "application/json": components["schemas"]["SessionPage"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_query`: The query string does not parse: an unknown parameter or a value of the wrong type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_query";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -4769,13 +6012,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found";
+                        };
+                    };
+                };
+            };
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes. `invalid_value`: A value is out of range, or contradicts another (the message names it) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id" | "invalid_value";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -4785,13 +6070,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4799,22 +6084,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -4850,7 +6126,21 @@ export interface operations {
                     "application/json": components["schemas"]["Session"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `malformed_json`: The body is not JSON. `invalid_body`: The body is not a JSON object of the request's shape (a missing or unknown field, a value of the wrong type) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "malformed_json" | "invalid_body";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -4860,22 +6150,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description A session with this id exists */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found";
+                        };
+                    };
+                };
+            };
+            /** @description `conflict`: A session with this id exists */
             409: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "conflict";
+                        };
+                    };
                 };
             };
-            /** @description The body is larger than the server takes (`max_body_bytes`) */
+            /** @description `payload_too_large`: The body is larger than the server takes (`max_body_bytes`) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -4883,13 +6206,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "payload_too_large";
                         };
                     };
                 };
             };
-            /** @description The body is not sent as `application/json` */
+            /** @description `unsupported_media_type`: The body is not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -4897,13 +6220,27 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unsupported_media_type";
                         };
                     };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes. `invalid_value`: A value is out of range, or contradicts another (the message names it) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id" | "invalid_value";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -4913,13 +6250,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4927,22 +6264,29 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `storage_full`: The disk is full: writes are refused until space is freed, reads go on (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            507: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "storage_full";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -4977,7 +6321,21 @@ export interface operations {
                     "application/json": components["schemas"]["SessionWithMessages"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -4987,22 +6345,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description No such session */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `session_not_found`: No such session (or another user's) */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "session_not_found";
+                        };
+                    };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -5012,13 +6403,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -5026,22 +6417,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -5074,7 +6456,21 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -5084,22 +6480,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description No such session */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `session_not_found`: No such session (or another user's) */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "session_not_found";
+                        };
+                    };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -5109,13 +6538,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -5123,22 +6552,29 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `storage_full`: The disk is full: writes are refused until space is freed, reads go on (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            507: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "storage_full";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -5173,7 +6609,21 @@ export interface operations {
                     "application/json": components["schemas"]["Cleared"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -5183,22 +6633,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description No such session */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `session_not_found`: No such session (or another user's) */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "session_not_found";
+                        };
+                    };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -5208,13 +6691,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -5222,22 +6705,29 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `storage_full`: The disk is full: writes are refused until space is freed, reads go on (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            507: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "storage_full";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -5276,7 +6766,21 @@ export interface operations {
                     "application/json": components["schemas"]["ContextResponse"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected). `malformed_json`: The body is not JSON. `invalid_body`: The body is not a JSON object of the request's shape (a missing or unknown field, a value of the wrong type) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path" | "malformed_json" | "invalid_body";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -5286,22 +6790,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description No such session */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `session_not_found`: No such session (or another user's) */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "session_not_found";
+                        };
+                    };
                 };
             };
-            /** @description The body is larger than the server takes (`max_body_bytes`) */
+            /** @description `conflict`: Messages of the session kept being erased while its context was built; retry; The request turns off the PII redaction the saved settings ask for */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "conflict";
+                        };
+                    };
+                };
+            };
+            /** @description `payload_too_large`: The body is larger than the server takes (`max_body_bytes`) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -5309,13 +6846,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "payload_too_large";
                         };
                     };
                 };
             };
-            /** @description The body is not sent as `application/json` */
+            /** @description `unsupported_media_type`: The body is not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -5323,22 +6860,27 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unsupported_media_type";
                         };
                     };
                 };
             };
-            /** @description An invalid setting */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes. `invalid_setting`: A setting is invalid (the message names it) */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id" | "invalid_setting";
+                        };
+                    };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -5348,13 +6890,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -5362,22 +6904,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -5412,7 +6945,21 @@ export interface operations {
                     "application/json": components["schemas"]["Ending"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -5422,22 +6969,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description No such session */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `session_not_found`: No such session (or another user's) */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "session_not_found";
+                        };
+                    };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -5447,13 +7027,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -5461,22 +7041,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -5511,7 +7082,21 @@ export interface operations {
                     "application/json": components["schemas"]["Entities"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -5521,22 +7106,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description No such session */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `session_not_found`: No such session (or another user's) */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "session_not_found";
+                        };
+                    };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -5546,13 +7164,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -5560,22 +7178,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -5628,7 +7237,21 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected). `invalid_mcp_message`: The body is not a JSON-RPC message the server takes */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path" | "invalid_mcp_message";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -5638,22 +7261,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description No such session */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `session_not_found`: No such session (or another user's) */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "session_not_found";
+                        };
+                    };
                 };
             };
-            /** @description The body is larger than the server takes (`max_body_bytes`) */
+            /** @description `not_acceptable`: The `Accept` header allows no JSON answer */
+            406: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "not_acceptable";
+                        };
+                    };
+                };
+            };
+            /** @description `payload_too_large`: The body is larger than the server takes (`max_body_bytes`) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -5661,13 +7317,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "payload_too_large";
                         };
                     };
                 };
             };
-            /** @description The body is not sent as `application/json` */
+            /** @description `unsupported_media_type`: The body is not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -5675,13 +7331,27 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unsupported_media_type";
                         };
                     };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -5691,13 +7361,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -5705,22 +7375,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -5759,7 +7420,21 @@ export interface operations {
                     "application/json": components["schemas"]["MessagesPage"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected). `invalid_query`: The query string does not parse: an unknown parameter or a value of the wrong type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path" | "invalid_query";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -5769,22 +7444,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description No such session */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `session_not_found`: No such session (or another user's) */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "session_not_found";
+                        };
+                    };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes. `invalid_value`: A value is out of range, or contradicts another (the message names it) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id" | "invalid_value";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -5794,13 +7502,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -5808,22 +7516,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -5873,7 +7572,21 @@ export interface operations {
                     "application/json": components["schemas"]["AppendResponse"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected). `malformed_json`: The body is not JSON. `invalid_body`: The body is not a JSON object of the request's shape (a missing or unknown field, a value of the wrong type) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path" | "malformed_json" | "invalid_body";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -5883,40 +7596,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description A user-scoped key appending a `system` or `tool` message, or creating another user's session */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may); A user-scoped key appending a `system` or `tool` message, or creating another user's session */
             403: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
                 };
             };
-            /** @description No such session, and no owner given to create it */
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `session_not_found`: No such session (or another user's); No owner (`user_id`, `agent_id`) was given to create it */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "session_not_found";
+                        };
+                    };
                 };
             };
-            /** @description The idempotency key was used with another body */
+            /** @description `conflict`: The idempotency key was used with another body */
             409: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "conflict";
+                        };
+                    };
                 };
             };
-            /** @description The body is larger than the server takes (`max_body_bytes`) */
+            /** @description `payload_too_large`: The body is larger than the server takes (`max_body_bytes`) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -5924,13 +7652,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "payload_too_large";
                         };
                     };
                 };
             };
-            /** @description The body is not sent as `application/json` */
+            /** @description `unsupported_media_type`: The body is not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -5938,13 +7666,27 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unsupported_media_type";
                         };
                     };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes. `invalid_value`: A value is out of range, or contradicts another (the message names it) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id" | "invalid_value";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -5954,13 +7696,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -5968,22 +7710,29 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `storage_full`: The disk is full: writes are refused until space is freed, reads go on (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            507: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "storage_full";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -6020,7 +7769,21 @@ export interface operations {
                     "application/json": components["schemas"]["ReceiptBody"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -6030,22 +7793,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description No such session or message */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `session_not_found`: No such session (or another user's). `message_not_found`: No such message in the session */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "session_not_found" | "message_not_found";
+                        };
+                    };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -6055,13 +7851,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -6069,22 +7865,29 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `storage_full`: The disk is full: writes are refused until space is freed, reads go on (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            507: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "storage_full";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -6123,7 +7926,21 @@ export interface operations {
                     "application/json": components["schemas"]["Run"][];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected). `invalid_query`: The query string does not parse: an unknown parameter or a value of the wrong type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path" | "invalid_query";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -6133,22 +7950,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description No such session */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `session_not_found`: No such session (or another user's) */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "session_not_found";
+                        };
+                    };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes. `invalid_value`: A value is out of range, or contradicts another (the message names it) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id" | "invalid_value";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -6158,13 +8008,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -6172,22 +8022,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -6226,7 +8067,21 @@ export interface operations {
                     "application/json": components["schemas"]["Run"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected). `malformed_json`: The body is not JSON. `invalid_body`: The body is not a JSON object of the request's shape (a missing or unknown field, a value of the wrong type) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path" | "malformed_json" | "invalid_body";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -6236,40 +8091,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description A user-scoped key: runs are the agent backend's records */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may); A user-scoped key: runs are the agent backend's records */
             403: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
                 };
             };
-            /** @description No such session */
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `session_not_found`: No such session (or another user's) */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "session_not_found";
+                        };
+                    };
                 };
             };
-            /** @description A run with this id exists */
+            /** @description `conflict`: A run with this id exists */
             409: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "conflict";
+                        };
+                    };
                 };
             };
-            /** @description The body is larger than the server takes (`max_body_bytes`) */
+            /** @description `payload_too_large`: The body is larger than the server takes (`max_body_bytes`) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -6277,13 +8147,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "payload_too_large";
                         };
                     };
                 };
             };
-            /** @description The body is not sent as `application/json` */
+            /** @description `unsupported_media_type`: The body is not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -6291,13 +8161,27 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unsupported_media_type";
                         };
                     };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes. `invalid_value`: A value is out of range, or contradicts another (the message names it) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id" | "invalid_value";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -6307,13 +8191,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -6321,22 +8205,29 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `storage_full`: The disk is full: writes are refused until space is freed, reads go on (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            507: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "storage_full";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -6375,7 +8266,21 @@ export interface operations {
                     "application/json": components["schemas"]["SearchResults"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected). `invalid_query`: The query string does not parse: an unknown parameter or a value of the wrong type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path" | "invalid_query";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -6385,22 +8290,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description No such session */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `session_not_found`: No such session (or another user's) */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "session_not_found";
+                        };
+                    };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes. `invalid_value`: A value is out of range, or contradicts another (the message names it) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id" | "invalid_value";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -6410,13 +8348,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -6424,22 +8362,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -6478,7 +8407,21 @@ export interface operations {
                     "application/json": components["schemas"]["ToolResult"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected). `malformed_json`: The body is not JSON. `invalid_body`: The body is not a JSON object of the request's shape (a missing or unknown field, a value of the wrong type) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path" | "malformed_json" | "invalid_body";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -6488,22 +8431,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description No such session or memory */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `session_not_found`: No such session (or another user's). `memory_not_found`: The call names no memory of the session's user */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "session_not_found" | "memory_not_found";
+                        };
+                    };
                 };
             };
-            /** @description The body is larger than the server takes (`max_body_bytes`) */
+            /** @description `conflict`: The memory changed meanwhile */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "conflict";
+                        };
+                    };
+                };
+            };
+            /** @description `payload_too_large`: The body is larger than the server takes (`max_body_bytes`) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -6511,13 +8487,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "payload_too_large";
                         };
                     };
                 };
             };
-            /** @description The body is not sent as `application/json` */
+            /** @description `unsupported_media_type`: The body is not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -6525,13 +8501,27 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unsupported_media_type";
                         };
                     };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes. `invalid_value`: A value is out of range, or contradicts another (the message names it). `invalid_setting`: The text is blank, a tag is not one word of 1 to 32 characters, or there are too many tags. `unknown_tool`: No tool has this name. `invalid_arguments`: The arguments are not the tool's */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id" | "invalid_value" | "invalid_setting" | "unknown_tool" | "invalid_arguments";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -6541,13 +8531,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -6555,22 +8545,29 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `storage_full`: The disk is full: writes are refused until space is freed, reads go on (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            507: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "storage_full";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -6602,7 +8599,21 @@ export interface operations {
                     "application/json": components["schemas"]["SettingsResponse"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -6612,13 +8623,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found";
+                        };
+                    };
+                };
+            };
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -6628,13 +8681,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -6642,22 +8695,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -6693,7 +8737,21 @@ export interface operations {
                     "application/json": components["schemas"]["SettingsResponse"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `malformed_json`: The body is not JSON. `invalid_body`: The body is not a JSON object of the request's shape (a missing or unknown field, a value of the wrong type) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "malformed_json" | "invalid_body";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -6703,13 +8761,41 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description The body is larger than the server takes (`max_body_bytes`) */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found";
+                        };
+                    };
+                };
+            };
+            /** @description `payload_too_large`: The body is larger than the server takes (`max_body_bytes`) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -6717,13 +8803,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "payload_too_large";
                         };
                     };
                 };
             };
-            /** @description The body is not sent as `application/json` */
+            /** @description `unsupported_media_type`: The body is not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -6731,13 +8817,27 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unsupported_media_type";
                         };
                     };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes. `invalid_setting`: A setting is invalid (the message names it) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id" | "invalid_setting";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -6747,13 +8847,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -6761,22 +8861,29 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `storage_full`: The disk is full: writes are refused until space is freed, reads go on (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            507: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "storage_full";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -6808,7 +8915,21 @@ export interface operations {
                     "application/json": components["schemas"]["SettingsResponse"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -6818,13 +8939,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found";
+                        };
+                    };
+                };
+            };
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -6834,13 +8997,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -6848,22 +9011,29 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `storage_full`: The disk is full: writes are refused until space is freed, reads go on (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            507: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "storage_full";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -6895,7 +9065,21 @@ export interface operations {
                     "application/json": components["schemas"]["Tools"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -6905,13 +9089,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found";
+                        };
+                    };
+                };
+            };
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -6921,13 +9147,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -6935,22 +9161,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -6985,7 +9202,21 @@ export interface operations {
                     "application/json": components["schemas"]["ReceiptBody"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -6995,13 +9226,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `user_not_found`: A user-scoped key names another user */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "user_not_found";
+                        };
+                    };
+                };
+            };
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -7011,13 +9284,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -7025,22 +9298,29 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `storage_full`: The disk is full: writes are refused until space is freed, reads go on (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            507: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "storage_full";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -7080,7 +9360,21 @@ export interface operations {
                     "application/json": components["schemas"]["EpisodeList"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected). `invalid_query`: The query string does not parse: an unknown parameter or a value of the wrong type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path" | "invalid_query";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -7090,13 +9384,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found";
+                        };
+                    };
+                };
+            };
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -7106,13 +9442,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -7120,22 +9456,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -7174,7 +9501,21 @@ export interface operations {
                     "application/json": components["schemas"]["EpisodeBody"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected). `malformed_json`: The body is not JSON. `invalid_body`: The body is not a JSON object of the request's shape (a missing or unknown field, a value of the wrong type) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path" | "malformed_json" | "invalid_body";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -7184,13 +9525,41 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description The body is larger than the server takes (`max_body_bytes`) */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `session_not_found`: `source_session_id` names no session of the tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "session_not_found";
+                        };
+                    };
+                };
+            };
+            /** @description `payload_too_large`: The body is larger than the server takes (`max_body_bytes`) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -7198,13 +9567,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "payload_too_large";
                         };
                     };
                 };
             };
-            /** @description The body is not sent as `application/json` */
+            /** @description `unsupported_media_type`: The body is not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -7212,22 +9581,27 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unsupported_media_type";
                         };
                     };
                 };
             };
-            /** @description An invalid field (named in the message) */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes. `invalid_value`: A value is out of range, or contradicts another (the message names it) */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id" | "invalid_value";
+                        };
+                    };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -7237,13 +9611,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -7251,22 +9625,29 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `storage_full`: The disk is full: writes are refused until space is freed, reads go on (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            507: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "storage_full";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -7312,7 +9693,21 @@ export interface operations {
                     "application/json": components["schemas"]["LessonsBody"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected). `invalid_query`: The query string does not parse: an unknown parameter or a value of the wrong type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path" | "invalid_query";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -7322,13 +9717,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found";
+                        };
+                    };
+                };
+            };
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -7338,13 +9775,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -7352,22 +9789,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -7411,7 +9839,21 @@ export interface operations {
                     "application/json": components["schemas"]["MemoryList"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected). `invalid_query`: The query string does not parse: an unknown parameter or a value of the wrong type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path" | "invalid_query";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -7421,22 +9863,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description `after` is not one of the user's memories (any more) */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `user_not_found`: A user-scoped key names another user. `memory_not_found`: `after` is not one of the user's memories (any more) */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "user_not_found" | "memory_not_found";
+                        };
+                    };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes. `invalid_value`: A value is out of range, or contradicts another (the message names it) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id" | "invalid_value";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -7446,13 +9921,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -7460,22 +9935,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -7523,7 +9989,21 @@ export interface operations {
                     "application/json": components["schemas"]["Remembered"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected). `malformed_json`: The body is not JSON. `invalid_body`: The body is not a JSON object of the request's shape (a missing or unknown field, a value of the wrong type) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path" | "malformed_json" | "invalid_body";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -7533,22 +10013,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description The memory this one updates was forgotten meanwhile; sent again, it is remembered anew */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `user_not_found`: A user-scoped key names another user. `session_not_found`: The source session is not one the key reaches. `message_not_found`: The source message is not stored */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "user_not_found" | "session_not_found" | "message_not_found";
+                        };
+                    };
+                };
+            };
+            /** @description `conflict`: The memory this one updates was forgotten meanwhile; sent again, it is remembered anew */
             409: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "conflict";
+                        };
+                    };
                 };
             };
-            /** @description The body is larger than the server takes (`max_body_bytes`) */
+            /** @description `payload_too_large`: The body is larger than the server takes (`max_body_bytes`) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -7556,13 +10069,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "payload_too_large";
                         };
                     };
                 };
             };
-            /** @description The body is not sent as `application/json` */
+            /** @description `unsupported_media_type`: The body is not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -7570,13 +10083,27 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unsupported_media_type";
                         };
                     };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes. `invalid_value`: A value is out of range, or contradicts another (the message names it). `invalid_setting`: The text is blank, a tag is not one word of 1 to 32 characters, or there are too many tags */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id" | "invalid_value" | "invalid_setting";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -7586,13 +10113,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -7600,22 +10127,29 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `storage_full`: The disk is full: writes are refused until space is freed, reads go on (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            507: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "storage_full";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -7655,7 +10189,21 @@ export interface operations {
                     "application/json": components["schemas"]["MemoryBody"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected). `invalid_query`: The query string does not parse: an unknown parameter or a value of the wrong type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path" | "invalid_query";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -7665,22 +10213,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description No memory is under the key */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `user_not_found`: A user-scoped key names another user. `memory_not_found`: No memory is under the key */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "user_not_found" | "memory_not_found";
+                        };
+                    };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -7690,13 +10271,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -7704,22 +10285,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -7769,7 +10341,21 @@ export interface operations {
                     "application/json": components["schemas"]["Remembered"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected). `malformed_json`: The body is not JSON. `invalid_body`: The body is not a JSON object of the request's shape (a missing or unknown field, a value of the wrong type) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path" | "malformed_json" | "invalid_body";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -7779,22 +10365,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description The memory under the key was forgotten meanwhile; sent again, it is made anew */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `user_not_found`: A user-scoped key names another user. `session_not_found`: The source session is not one the key reaches. `message_not_found`: The source message is not stored */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "user_not_found" | "session_not_found" | "message_not_found";
+                        };
+                    };
+                };
+            };
+            /** @description `conflict`: The memory this one updates was forgotten meanwhile; sent again, it is remembered anew */
             409: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "conflict";
+                        };
+                    };
                 };
             };
-            /** @description The body is larger than the server takes (`max_body_bytes`) */
+            /** @description `payload_too_large`: The body is larger than the server takes (`max_body_bytes`) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -7802,13 +10421,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "payload_too_large";
                         };
                     };
                 };
             };
-            /** @description The body is not sent as `application/json` */
+            /** @description `unsupported_media_type`: The body is not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -7816,13 +10435,27 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unsupported_media_type";
                         };
                     };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes. `invalid_value`: A value is out of range, or contradicts another (the message names it). `invalid_setting`: The text is blank, a tag is not one word of 1 to 32 characters, or there are too many tags */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id" | "invalid_value" | "invalid_setting";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -7832,13 +10465,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -7846,22 +10479,29 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
+            /** @description `storage_full`: The disk is full: writes are refused until space is freed, reads go on (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            507: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "storage_full";
+                        };
+                    };
                 };
             };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -7900,7 +10540,21 @@ export interface operations {
                     "application/json": components["schemas"]["MemoryHits"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected). `malformed_json`: The body is not JSON. `invalid_body`: The body is not a JSON object of the request's shape (a missing or unknown field, a value of the wrong type) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path" | "malformed_json" | "invalid_body";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -7910,13 +10564,41 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description The body is larger than the server takes (`max_body_bytes`) */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `user_not_found`: A user-scoped key names another user */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "user_not_found";
+                        };
+                    };
+                };
+            };
+            /** @description `payload_too_large`: The body is larger than the server takes (`max_body_bytes`) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -7924,13 +10606,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "payload_too_large";
                         };
                     };
                 };
             };
-            /** @description The body is not sent as `application/json` */
+            /** @description `unsupported_media_type`: The body is not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -7938,13 +10620,27 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unsupported_media_type";
                         };
                     };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes. `invalid_value`: A value is out of range, or contradicts another (the message names it) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id" | "invalid_value";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -7954,13 +10650,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -7968,22 +10664,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
@@ -8021,7 +10708,21 @@ export interface operations {
                     "application/json": components["schemas"]["SessionMemoryBody"];
                 };
             };
-            /** @description No valid API key: missing, malformed, unknown, revoked or expired */
+            /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected). `invalid_query`: The query string does not parse: an unknown parameter or a value of the wrong type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_header" | "invalid_path" | "invalid_query";
+                        };
+                    };
+                };
+            };
+            /** @description `unauthorized`: No valid API key: missing, malformed, unknown, revoked or expired */
             401: {
                 headers: {
                     /** @description `Bearer realm="memlayer"`, RFC 6750 */
@@ -8031,22 +10732,55 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "unauthorized";
                         };
                     };
                 };
             };
-            /** @description No conversation was ended yet */
+            /** @description `forbidden`: The key's role may not do this (the operation's security lists the roles that may) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "forbidden";
+                        };
+                    };
+                };
+            };
+            /** @description `tenant_not_found`: The `x-memlayer-tenant` header (or `project_id`) names another tenant than the key's. `user_not_found`: A user-scoped key names another user. `session_memory_not_found`: No conversation of this user with this agent was ended yet */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "tenant_not_found" | "user_not_found" | "session_memory_not_found";
+                        };
+                    };
                 };
             };
-            /** @description The key's rate limit is used up */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "invalid_id";
+                        };
+                    };
+                };
+            };
+            /** @description `rate_limited`: The key's rate limit is used up */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -8056,13 +10790,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "rate_limited";
                         };
                     };
                 };
             };
-            /** @description Too many requests in flight (`overloaded`, with `Retry-After`), the request outlasted the server's limit (`timeout`), the server is shutting down (`unavailable`), or the disk failed (`storage_unavailable`, with `Retry-After`) */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -8070,22 +10804,13 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
-                            /** @enum {unknown} */
+                            /** @enum {string} */
                             code?: "overloaded" | "timeout" | "unavailable" | "storage_unavailable";
                         };
                     };
                 };
             };
-            /** @description The request is wrong: `400` malformed, `401` no valid API key (with `WWW-Authenticate: Bearer`), `403` the key's role may not use this route, `404` unknown (or another tenant's or user's), `405` wrong method, `406` the `Accept` header allows no JSON answer, `409` conflict, `413` too large, `415` not JSON, `422` invalid value, `429` the key's rate limit is used up (see `Retry-After`) */
-            "4XX": {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `503` with `overloaded` (too many requests in flight; see `Retry-After`), `timeout` (the request outlasted the server's limit), `unavailable` (shutting down) or `storage_unavailable` (the disk failed; see `Retry-After`); `507` `storage_full` (the disk is full: writes are refused until space is freed, reads go on; see `Retry-After`); with either, an erasure recorded before the disk stopped it carries its `erasure_id` and finishes by itself once writes resume; `500` internal (details in the server log) */
+            /** @description `500` `internal`: a failure the client cannot fix (details in the server log) */
             "5XX": {
                 headers: {
                     [name: string]: unknown;
