@@ -649,3 +649,35 @@ fn a_key_names_what_was_last_put_under_it_and_goes_with_it() {
     assert_error(&get("erin", "drink"), 404, "memory_not_found");
     assert_eq!(scan("keycanary4471"), 0);
 }
+
+/// A search's tag filter is read as tags are stored (trimmed, lowercased), and one no memory
+/// could have is refused as remembering it would be.
+#[test]
+fn tag_filters_match_as_tags_are_stored() {
+    let server = TestServer::start();
+    let (status, _) = remember(
+        &server,
+        "gina",
+        json!({ "text": "Lives in Porto by the sea", "type": "fact", "tags": ["Home"] }),
+    );
+    assert_eq!(status, 201);
+    assert_eq!(
+        search(
+            &server,
+            "gina",
+            json!({ "query": "where", "tags": [" HOME "] })
+        ),
+        ["Lives in Porto by the sea"]
+    );
+    for tags in [
+        json!(["two words"]),
+        json!([""]),
+        json!(["a", "b", "c", "d", "e", "f", "g", "h", "i"]),
+    ] {
+        let answer = server.post(
+            "/v1/users/gina/memories/search",
+            &json!({ "query": "where", "tags": tags }),
+        );
+        assert_error(&answer, 422, "invalid_setting");
+    }
+}

@@ -435,6 +435,10 @@ impl LongTermMemory {
         // An asking agent that could match nothing (an empty id) is a mistake to report, not
         // an answer without the agent's memories.
         memlayer_store::validate_optional_id("agent_id", query.agent_id.as_deref())?;
+        // Tags are stored normalised: a filter is too, and one a memory could not have is
+        // refused as remembering it would be.
+        let tags = query.tags.as_deref().map(normalise_tags).transpose()?;
+        let query = MemoryQuery { tags, ..query };
         if query.k == 0 || query.query.trim().is_empty() {
             return Ok(Vec::new());
         }

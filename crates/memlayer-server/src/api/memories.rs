@@ -444,7 +444,20 @@ impl MemoryHits {
     }
 }
 
-errors!(SearchMemoriesErrors = [KEYED, PATH, USER, JSON_BODY, VALUE]);
+errors!(
+    SearchMemoriesErrors = [
+        KEYED,
+        PATH,
+        USER,
+        JSON_BODY,
+        VALUE,
+        &[fails(
+            422,
+            "invalid_setting",
+            "A tag is not one word of 1 to 32 characters, or there are more than 8"
+        )]
+    ]
+);
 
 /// Search a user's memories
 ///
