@@ -127,6 +127,12 @@ fn an_erased_message_leaves_every_api_and_every_file() {
         400,
         "invalid_path",
     );
+    // Past the most messages a session holds (2^24).
+    assert_error(
+        &server.delete("/v1/sessions/chat/messages/16777216"),
+        422,
+        "invalid_value",
+    );
 }
 
 /// What a client or memlayer copied from a message goes with it: the run records that quote

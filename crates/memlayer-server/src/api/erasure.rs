@@ -132,6 +132,8 @@ errors!(
         PATH,
         SESSION,
         WRITES,
+        // An index past the most messages a session holds.
+        VALUE,
         &[fails(
             404,
             "message_not_found",
