@@ -7827,7 +7827,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes. `invalid_value`: A value is out of range, or contradicts another (the message names it) */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -7836,7 +7836,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
                             /** @enum {string} */
-                            code?: "invalid_id";
+                            code?: "invalid_id" | "invalid_value";
                         };
                     };
                 };
@@ -10626,7 +10626,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes. `invalid_value`: A value is out of range, or contradicts another (the message names it) */
+            /** @description `invalid_id`: An identifier (in the path, the query, a header or the body) is not one the server takes. `invalid_value`: A value is out of range, or contradicts another (the message names it). `invalid_setting`: A tag is not one word of 1 to 32 characters, or there are more than 8 */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -10635,7 +10635,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"] & {
                         error?: {
                             /** @enum {string} */
-                            code?: "invalid_id" | "invalid_value";
+                            code?: "invalid_id" | "invalid_value" | "invalid_setting";
                         };
                     };
                 };
