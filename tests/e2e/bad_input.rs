@@ -644,6 +644,8 @@ fn out_of_range_paging_is_rejected() {
         ("page_size=99999999999999999999999", 400, "invalid_query"),
         ("page=-1", 400, "invalid_query"),
         ("page=18446744073709551616", 400, "invalid_query"),
+        // Beyond the int64 the document gives the page number.
+        ("page=9223372036854775808", 400, "invalid_query"),
         ("colour=red", 400, "invalid_query"),
         ("page_size=0", 422, "invalid_value"),
         ("page_size=101", 422, "invalid_value"),
@@ -657,13 +659,14 @@ fn out_of_range_paging_is_rejected() {
         );
     }
     // A page past the end is empty, however far past.
-    let (status, far) = fixture.server.get("/v1/sessions?page=18446744073709551615");
+    let (status, far) = fixture.server.get("/v1/sessions?page=9223372036854775807");
     assert_eq!((status, &far["content"]), (200, &json!([])), "{far}");
     for (query, status, code) in [
         ("limit=-1", 400, "invalid_query"),
         ("from=-1", 400, "invalid_query"),
         ("limit=99999999999999999999999", 400, "invalid_query"),
         ("from=18446744073709551616", 400, "invalid_query"),
+        ("from=9223372036854775808", 400, "invalid_query"),
         ("offset=3", 400, "invalid_query"),
         ("limit=0", 422, "invalid_value"),
         ("limit=1001", 422, "invalid_value"),
@@ -691,7 +694,7 @@ fn out_of_range_paging_is_rejected() {
     );
     let (status, page) = fixture
         .server
-        .get(&format!("{MESSAGES}?from=18446744073709551615&limit=1000"));
+        .get(&format!("{MESSAGES}?from=9223372036854775807&limit=1000"));
     assert_eq!(
         (status, page),
         (200, json!({ "session_id": "chat-1", "messages": [] }))
@@ -1091,6 +1094,11 @@ fn bad_requests_of_every_kind_leave_the_store_file_unchanged() {
             Method::POST,
             "/v1/recall",
             r#"{"session_id": "chat-1", "query": "x", "exclude_indices": [-1]}"#,
+        ),
+        (
+            Method::POST,
+            "/v1/recall",
+            r#"{"session_id": "chat-1", "query": "x", "exclude_indices": [9223372036854775808]}"#,
         ),
         (
             Method::PUT,

@@ -2,7 +2,7 @@
 //! domain types. Timestamps travel as RFC 3339 strings in UTC with microseconds.
 
 use memlayer_store::{Message, Metadata, Role, Run, RunStatus, Session, SessionState, Timestamp};
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339 as Rfc3339Format;
@@ -41,6 +41,28 @@ impl PartialSchema for Rfc3339 {
 impl ToSchema for Rfc3339 {
     fn name() -> std::borrow::Cow<'static, str> {
         "Timestamp".into()
+    }
+}
+
+/// Reads a non-negative integer, which the document describes as `int64` (utoipa's `u64`):
+/// one past `i64::MAX` is refused as malformed, as the document says, rather than taken.
+pub(crate) fn int64<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    within_int64(u64::deserialize(deserializer)?)
+}
+
+/// [`int64`] for each integer of a list.
+pub(crate) fn int64s<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u64>, D::Error> {
+    Vec::<u64>::deserialize(deserializer)?
+        .into_iter()
+        .map(within_int64)
+        .collect()
+}
+
+fn within_int64<E: serde::de::Error>(value: u64) -> Result<u64, E> {
+    if i64::try_from(value).is_ok() {
+        Ok(value)
+    } else {
+        Err(E::custom(format_args!("{value} is beyond the int64 range")))
     }
 }
 

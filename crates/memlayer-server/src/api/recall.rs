@@ -38,7 +38,7 @@ pub(crate) struct RecallRequest {
     before: Option<String>,
     /// Message indices to leave out (the turns already in the prompt), of the session
     /// `session_id` or, in a user scope, `exclude_session_id` names.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::wire::int64s")]
     exclude_indices: Vec<u64>,
     exclude_session_id: Option<String>,
 }

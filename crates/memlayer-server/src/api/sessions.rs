@@ -99,7 +99,7 @@ pub(crate) struct ListSessionsQuery {
     /// Only this agent's sessions.
     agent_id: Option<String>,
     /// Zero-based.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::wire::int64")]
     #[param(default = 0)]
     page: u64,
     #[serde(default = "default_page_size")]
@@ -500,7 +500,7 @@ fn idempotency_key(
 #[into_params(parameter_in = Query)]
 pub(crate) struct PageQuery {
     /// Where the page starts: a message's index, or a run's 0-based position.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::wire::int64")]
     #[param(default = 0)]
     from: u64,
     #[serde(default = "default_page_limit")]
