@@ -148,6 +148,10 @@ pub async fn serve(
         },
     ));
     let config = state.config().clone();
+    // The first count builds the encoding's tables (90–200 ms); small appends count on the
+    // async workers, which must not stall on that.
+    let encoding = config.token_encoding;
+    let _ = tokio::task::spawn_blocking(move || encoding.count("")).await;
     let served = accept(listener, router(state), &config, shutdown).await;
     let _ = stop_disk.send(());
     let _ = disk.await;
