@@ -28,7 +28,7 @@ pub use cache::CacheStats;
 pub use embedder::{Embedder, EmbedderOptions};
 pub use error::EmbedError;
 pub use model::ModelIdentity;
-pub use pool::{Priority, QueueDepths};
+pub use pool::{Priority, QueueDepths, lower_thread_priority};
 
 #[cfg(any(test, feature = "test-support"))]
 pub mod test_support;

@@ -183,7 +183,7 @@ impl Drop for Pool {
 
 fn work(mut model: TextEmbedding, role: Priority, shared: &Shared) {
     if role == Priority::Background {
-        lower_priority();
+        lower_thread_priority();
     }
     loop {
         let job = {
@@ -206,10 +206,12 @@ fn work(mut model: TextEmbedding, role: Priority, shared: &Shared) {
     }
 }
 
-/// Makes the calling thread [`BACKGROUND_NICENESS`] nicer than it is. On Linux the nice value
-/// belongs to a thread, named by its thread id. Raising it needs no privilege; where the
-/// system refuses anyway, the worker runs at the process's priority, as before this existed.
-fn lower_priority() {
+/// Makes the calling thread [`BACKGROUND_NICENESS`] nicer than it is: the priority of
+/// memlayer's background work, the embedding backlog here and the indexes' graph building, so
+/// that under load the CPU goes to requests first. On Linux the nice value belongs to a
+/// thread, named by its thread id. Raising it needs no privilege; where the system refuses
+/// anyway, the thread runs at the process's priority.
+pub fn lower_thread_priority() {
     let thread = Some(rustix::thread::gettid());
     if let Ok(nice) = rustix::process::getpriority_process(thread) {
         let _ = rustix::process::setpriority_process(thread, (nice + BACKGROUND_NICENESS).min(19));

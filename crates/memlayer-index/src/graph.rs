@@ -4,6 +4,13 @@
 //! hnsw_rs has no deletion and no update: a point, once inserted, stays in the graph until
 //! the graph is dropped. [`crate::VectorIndex`] therefore treats the graph as disposable: it
 //! filters dead slots out at search time and builds a new graph when it compacts.
+//!
+//! Every insertion runs on [`BUILDERS`], threads of background priority: building graphs is
+//! the indexes' upkeep, and under load the CPU belongs to requests first. In a profile of
+//! 64 clients appending over HTTP, graph insertion on rayon's global pool took a quarter of
+//! the server's CPU samples at the requests' priority (2026-11-27, docs/benchmarks.md).
+
+use std::sync::LazyLock;
 
 use hnsw_rs::prelude::{Distance, FilterT, Hnsw};
 
@@ -14,6 +21,19 @@ const MAX_LAYERS: usize = 16;
 
 /// Below this many points a parallel insert costs more in rayon scheduling than it saves.
 const PARALLEL_INSERT_MIN: usize = 64;
+
+/// The threads graphs are built on, one per core, at background priority
+/// ([`memlayer_embed::lower_thread_priority`]). hnsw_rs's parallel insertion runs on
+/// whichever rayon pool calls it. `None` if the threads could not be started: graphs are then
+/// built on the calling thread.
+static BUILDERS: LazyLock<Option<rayon::ThreadPool>> = LazyLock::new(|| {
+    rayon::ThreadPoolBuilder::new()
+        .thread_name(|index| format!("index-graph-{index}"))
+        .start_handler(|_| memlayer_embed::lower_thread_priority())
+        .build()
+        .map_err(|err| tracing::warn!(error = %err, "no graph builder threads; building inline"))
+        .ok()
+});
 
 /// `1 - dot`, clamped at zero, on L2-normalised vectors.
 ///
@@ -60,14 +80,21 @@ impl Graph {
         }
     }
 
-    /// Adds points (vector, slot) to the graph; hnsw_rs copies the vectors.
+    /// Adds points (vector, slot) to the graph on [`BUILDERS`]; hnsw_rs copies the vectors.
+    /// Takes `&self`: hnsw_rs locks inside, so searches go on while the graph grows.
     pub(crate) fn insert(&self, points: &[(&[f32], usize)]) {
-        if points.len() >= PARALLEL_INSERT_MIN {
-            self.hnsw.parallel_insert_slice(&points.to_vec());
-        } else {
-            for &point in points {
-                self.hnsw.insert_slice(point);
+        let insert = || {
+            if points.len() >= PARALLEL_INSERT_MIN {
+                self.hnsw.parallel_insert_slice(&points.to_vec());
+            } else {
+                for &point in points {
+                    self.hnsw.insert_slice(point);
+                }
             }
+        };
+        match &*BUILDERS {
+            Some(builders) => builders.install(insert),
+            None => insert(),
         }
     }
 
@@ -92,5 +119,23 @@ impl Graph {
     /// How many points the graph holds, dead ones included.
     pub(crate) fn len(&self) -> usize {
         self.hnsw.get_nb_point()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BUILDERS;
+
+    #[test]
+    fn graphs_are_built_at_background_priority() {
+        let nice =
+            || rustix::process::getpriority_process(Some(rustix::thread::gettid())).expect("nice");
+        let here = nice();
+        let builders = BUILDERS.as_ref().expect("the builder threads start");
+        let there = builders.install(nice);
+        assert!(
+            there > here || here == 19,
+            "a builder at nice {there}, the caller at {here}"
+        );
     }
 }

@@ -200,6 +200,11 @@ impl<K: KeywordPostings> HybridIndex<K> {
         self.vectors.needs_graph()
     }
 
+    /// Whether the vector side has graph work (see [`VectorIndex::needs_graph_work`]).
+    pub fn needs_graph_work(&self) -> bool {
+        self.vectors.needs_graph_work()
+    }
+
     /// The (at most) `query.k` best documents of `partition` for `query.text` and, when
     /// given, `query.vector`, among those that pass `query.filter`, best first: each side
     /// proposes [`CANDIDATES_PER_SIDE`] (or `k`, if more) candidates, re-ranked with what

@@ -7,10 +7,17 @@
 //! it beside a locked index without holding the lock. Building 112,000 graph points took
 //! about 150 s on this project's 2-core machines (docs/benchmarks.md); under an index-wide
 //! lock that stopped every search for as long, at every start and every erasure.
+//!
+//! Vectors inserted once the graph exists join it the same way, never under the lock: they
+//! form the index's head, the slots past the graph's, which searches scan exactly beside
+//! the graph until [`build_graph_unlocked`] extends the graph over them. Extending under the
+//! index's write lock made every search wait for the insertion of the pipeline's batch.
 
 use std::collections::HashMap;
 use std::fmt;
+use std::ops::Range;
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::dot::{check_unit, dot};
@@ -134,21 +141,39 @@ pub struct VectorIndex {
     slot_of: HashMap<u64, usize>,
     /// Installed by a graph build once the index has more than `hnsw_threshold` live
     /// vectors; dropped by every compaction that squeezes the arena (it holds copies of the
-    /// erased vectors) and when the index is small enough to scan. Invariant: it holds
-    /// every live slot, its data id being the slot, and no slot at or past `ids.len()`.
-    graph: Option<Graph>,
+    /// erased vectors) and when the index is small enough to scan. Shared with the build
+    /// that extends it, which inserts without the index's lock. Invariant: it holds every
+    /// slot below `graph_slots` that was live when it was inserted, its data id being the
+    /// slot; it may also hold slots at or past `graph_slots` (an extension under way),
+    /// which searches take from the head's scan instead.
+    graph: Option<Arc<Graph>>,
+    /// The slots the graph covers: `0..graph_slots`. The slots after it, the head, are
+    /// scanned exactly by every search that goes through the graph. 0 without a graph.
+    graph_slots: usize,
     /// Changes whenever a slot dies or the arena is squeezed: a graph built from vectors
     /// copied before may then hold a vector that is gone, or the wrong slots, and is not
     /// installed.
     generation: u64,
 }
 
-/// A graph being built away from its index ([`VectorIndex::start_graph`]): the graph so
-/// far, the generation of the index it copies, and the first slot it has not seen.
+/// A graph being built or extended away from its index ([`VectorIndex::start_graph_work`]):
+/// the graph so far, what it must still match in the index, and the first slot it has not
+/// seen.
 struct GraphBuild {
-    graph: Graph,
-    generation: u64,
+    graph: Arc<Graph>,
+    kind: BuildKind,
     next_slot: usize,
+}
+
+/// What a [`GraphBuild`] makes, and so what makes it stale.
+enum BuildKind {
+    /// A new graph for an index of this generation: any slot dying meanwhile could leave an
+    /// erased vector in it.
+    New { generation: u64 },
+    /// The index's installed graph, extended over its head. A slot dying meanwhile is a
+    /// tombstone like those the graph already holds; a compaction drops the graph, which
+    /// the extension then no longer finds installed.
+    Extension,
 }
 
 /// Vectors copied out of an index for a [`GraphBuild`], to insert without the index's lock.
@@ -163,6 +188,18 @@ struct GraphChunk {
 }
 
 impl GraphBuild {
+    /// Whether the build still fits `index`: its chunks may be copied and its graph
+    /// installed.
+    fn is_current(&self, index: &VectorIndex) -> bool {
+        match self.kind {
+            BuildKind::New { generation } => generation == index.generation,
+            BuildKind::Extension => index
+                .graph
+                .as_ref()
+                .is_some_and(|graph| Arc::ptr_eq(graph, &self.graph)),
+        }
+    }
+
     fn add(&mut self, chunk: GraphChunk) {
         let points: Vec<(&[f32], usize)> = chunk
             .vectors
@@ -179,6 +216,8 @@ impl GraphBuild {
 pub enum GraphBuilt {
     /// The index now searches through its new graph.
     Installed,
+    /// The index's graph took in the vectors added since it was built or last extended.
+    Extended,
     /// The index has a graph, is small enough to scan, or is gone.
     NotNeeded,
     /// A vector was removed or the index compacted meanwhile, so the graph could hold an
@@ -188,17 +227,18 @@ pub enum GraphBuilt {
     Cancelled,
 }
 
-/// Builds the graph of the index that `index` finds in `lock`'s value, holding the lock
-/// only to copy a chunk of vectors (read) and to install the graph (write): searches and
-/// writers go on while the graph grows, and searches scan exactly until it is installed.
-/// `index_mut` must find the same index as `index`. `cancelled` is asked between chunks.
+/// Builds the graph of the index that `index` finds in `lock`'s value, or extends it over
+/// the vectors added since, holding the lock only to copy a chunk of vectors (read) and to
+/// install the graph or its new extent (write): searches and writers go on while the graph
+/// grows, and searches scan exactly what it does not cover yet. `index_mut` must find the
+/// same index as `index`. `cancelled` is asked between chunks.
 pub fn build_graph_unlocked<T>(
     lock: &IndexLock<T>,
     index: impl Fn(&T) -> Option<&VectorIndex>,
     index_mut: impl FnOnce(&mut T) -> Option<&mut VectorIndex>,
     cancelled: impl Fn() -> bool,
 ) -> GraphBuilt {
-    let Some(mut build) = index(&lock.read()).and_then(VectorIndex::start_graph) else {
+    let Some(mut build) = index(&lock.read()).and_then(VectorIndex::start_graph_work) else {
         return GraphBuilt::NotNeeded;
     };
     loop {
@@ -218,7 +258,7 @@ pub fn build_graph_unlocked<T>(
     let mut guard = lock.write();
     match index_mut(&mut guard) {
         None => GraphBuilt::NotNeeded,
-        Some(index) => index.install_graph(build),
+        Some(index) => index.finish_graph_work(build),
     }
 }
 
@@ -228,7 +268,8 @@ impl fmt::Debug for VectorIndex {
             .field("config", &self.config)
             .field("live", &self.len())
             .field("tombstones", &self.tombstones())
-            .field("graph", &self.graph.as_ref().map(Graph::len))
+            .field("graph", &self.graph.as_ref().map(|graph| graph.len()))
+            .field("graph_slots", &self.graph_slots)
             .field("generation", &self.generation)
             .finish()
     }
@@ -245,6 +286,7 @@ impl VectorIndex {
             live: Vec::new(),
             slot_of: HashMap::new(),
             graph: None,
+            graph_slots: 0,
             generation: next_generation(),
         })
     }
@@ -291,28 +333,54 @@ impl VectorIndex {
         self.graph.is_none() && self.wants_graph()
     }
 
-    /// Builds the graph now if the index needs one. Holds `&mut self` for as long as it
-    /// takes (seconds per 10,000 vectors); an index shared behind a lock is better served
-    /// by [`build_graph_unlocked`].
-    pub fn build_graph(&mut self) {
-        if let Some(build) = self.start_graph() {
-            self.install_graph(build);
-        }
+    /// Whether [`build_graph_unlocked`] has work: a graph to build, or vectors added since
+    /// the graph was built to extend it over.
+    pub fn needs_graph_work(&self) -> bool {
+        self.needs_graph() || (self.graph.is_some() && self.graph_slots < self.ids.len())
     }
 
-    /// An empty graph to build for this index, if it needs one.
-    fn start_graph(&self) -> Option<GraphBuild> {
-        self.needs_graph().then(|| GraphBuild {
-            graph: Graph::new(self.config.graph_params(), self.len()),
-            generation: self.generation,
-            next_slot: 0,
+    /// Builds the graph now if the index needs one, or extends it over every vector added
+    /// since. Holds `&mut self` for as long as it takes (seconds per 10,000 vectors); an
+    /// index shared behind a lock is better served by [`build_graph_unlocked`].
+    pub fn build_graph(&mut self) {
+        let Some(mut build) = self.start_graph_work() else {
+            return;
+        };
+        // Nothing changes under `&mut self`, so every chunk fits.
+        while let Some(chunk) = self.graph_chunk(&build) {
+            let last = chunk.last;
+            build.add(chunk);
+            if last {
+                break;
+            }
+        }
+        self.finish_graph_work(build);
+    }
+
+    /// The graph work this index needs, if any: an empty graph to build, or its graph to
+    /// extend over the head.
+    fn start_graph_work(&self) -> Option<GraphBuild> {
+        if self.needs_graph() {
+            return Some(GraphBuild {
+                graph: Arc::new(Graph::new(self.config.graph_params(), self.len())),
+                kind: BuildKind::New {
+                    generation: self.generation,
+                },
+                next_slot: 0,
+            });
+        }
+        let graph = self.graph.as_ref()?;
+        (self.graph_slots < self.ids.len()).then(|| GraphBuild {
+            graph: Arc::clone(graph),
+            kind: BuildKind::Extension,
+            next_slot: self.graph_slots,
         })
     }
 
     /// Copies of the next live vectors `build` lacks, or `None` if the index changed under
     /// it (a graph built on would be wrong, or hold an erased vector).
     fn graph_chunk(&self, build: &GraphBuild) -> Option<GraphChunk> {
-        if build.generation != self.generation {
+        if !build.is_current(self) {
             return None;
         }
         let end = (build.next_slot + GRAPH_CHUNK).min(self.ids.len());
@@ -333,22 +401,25 @@ impl VectorIndex {
         })
     }
 
-    /// Inserts the slots added since `build`'s last chunk and makes its graph the index's,
-    /// unless the index changed under it or no longer needs a graph.
-    fn install_graph(&mut self, build: GraphBuild) -> GraphBuilt {
-        if build.generation != self.generation {
+    /// Makes `build`'s graph the index's, or its extent the graph's, unless the index
+    /// changed under it or no longer needs a graph. The slots added since its last chunk
+    /// stay in the head, for the next extension.
+    fn finish_graph_work(&mut self, build: GraphBuild) -> GraphBuilt {
+        if !build.is_current(self) {
             return GraphBuilt::Superseded;
         }
-        if !self.needs_graph() {
-            return GraphBuilt::NotNeeded;
+        match build.kind {
+            BuildKind::New { .. } if !self.needs_graph() => GraphBuilt::NotNeeded,
+            BuildKind::New { .. } => {
+                self.graph = Some(build.graph);
+                self.graph_slots = build.next_slot;
+                GraphBuilt::Installed
+            }
+            BuildKind::Extension => {
+                self.graph_slots = build.next_slot;
+                GraphBuilt::Extended
+            }
         }
-        let points: Vec<(&[f32], usize)> = (build.next_slot..self.ids.len())
-            .filter(|&slot| self.live[slot])
-            .map(|slot| (self.vector(slot), slot))
-            .collect();
-        build.graph.insert(&points);
-        self.graph = Some(build.graph);
-        GraphBuilt::Installed
     }
 
     /// Adds the vector of `id`, replacing the one it had.
@@ -359,8 +430,9 @@ impl VectorIndex {
         self.insert_batch([(id, vector)])
     }
 
-    /// Adds many vectors at once; the HNSW graph, if any, is extended in parallel. An id that
-    /// occurs twice keeps its last vector.
+    /// Adds many vectors at once, to the head: searches scan them exactly until
+    /// [`build_graph_unlocked`] takes them into the graph. An id that occurs twice keeps its
+    /// last vector.
     ///
     /// Every vector is checked first: if one is invalid, none is added.
     pub fn insert_batch<'a>(
@@ -371,7 +443,6 @@ impl VectorIndex {
         for (_, vector) in &items {
             self.check_vector(vector)?;
         }
-        let first_new = self.ids.len();
         for (id, vector) in items {
             if let Some(&slot) = self.slot_of.get(&id) {
                 // Re-inserting an unchanged vector (a replay after loading a snapshot) would
@@ -385,15 +456,6 @@ impl VectorIndex {
             self.ids.push(id);
             self.live.push(true);
             self.data.extend_from_slice(vector);
-        }
-        if let Some(graph) = &self.graph {
-            // A slot killed again within the batch is left out: the graph only needs the
-            // live ones.
-            let points: Vec<(&[f32], usize)> = (first_new..self.ids.len())
-                .filter(|&slot| self.live[slot])
-                .map(|slot| (self.vector(slot), slot))
-                .collect();
-            graph.insert(&points);
         }
         self.maintain();
         Ok(())
@@ -423,6 +485,7 @@ impl VectorIndex {
         if self.tombstones() == 0 {
             if !self.wants_graph() {
                 self.graph = None;
+                self.graph_slots = 0;
             }
             return;
         }
@@ -452,8 +515,10 @@ impl VectorIndex {
             .enumerate()
             .map(|(slot, &id)| (id, slot))
             .collect();
-        // Dropping the old graph frees its copies of the erased vectors.
+        // Dropping the old graph frees its copies of the erased vectors (an extension under
+        // way holds it until it finds it gone, at its next chunk).
         self.graph = None;
+        self.graph_slots = 0;
     }
 
     /// The (at most) `k` vectors most similar to `query` among those whose id passes
@@ -547,6 +612,7 @@ impl VectorIndex {
             data: snapshot.data,
             slot_of,
             graph: None,
+            graph_slots: 0,
             generation: next_generation(),
         };
         index.maintain();
@@ -610,13 +676,26 @@ impl VectorIndex {
     }
 
     fn scan(&self, query: &[f32], k: usize, filter: Option<IdFilter<'_>>) -> Vec<(u64, f32)> {
+        self.scan_slots(0..self.ids.len(), query, k, filter)
+    }
+
+    /// The exact top `k` of the live vectors in `slots` that pass `filter`.
+    fn scan_slots(
+        &self,
+        slots: Range<usize>,
+        query: &[f32],
+        k: usize,
+        filter: Option<IdFilter<'_>>,
+    ) -> Vec<(u64, f32)> {
         let mut top = TopK::new(k);
-        let slots = self
-            .ids
+        let dimension = self.config.dimension;
+        let vectors =
+            self.data[slots.start * dimension..slots.end * dimension].chunks_exact(dimension);
+        for ((&id, &live), vector) in self.ids[slots.clone()]
             .iter()
-            .zip(&self.live)
-            .zip(self.data.chunks_exact(self.config.dimension));
-        for ((&id, &live), vector) in slots {
+            .zip(&self.live[slots])
+            .zip(vectors)
+        {
             if live && filter.is_none_or(|f| f(id)) {
                 top.push(id, dot(query, vector));
             }
@@ -634,14 +713,16 @@ impl VectorIndex {
         if k == 0 {
             return Vec::new();
         }
+        // The graph answers for its slots, the exact scan for the head's.
         let keep = |slot: usize| {
-            self.live.get(slot).copied().unwrap_or(false)
-                && filter.is_none_or(|f| f(self.ids[slot]))
+            slot < self.graph_slots && self.live[slot] && filter.is_none_or(|f| f(self.ids[slot]))
         };
-        // Without dead slots and caller filter the graph search may stop early; hnsw_rs
-        // explores further whenever a filter is given, so pass one only when needed.
+        // Without dead slots, caller filter or points past `graph_slots` the graph search
+        // may stop early; hnsw_rs explores further whenever a filter is given, so pass one
+        // only when needed. A slot that was dead when the graph was extended is a tombstone
+        // still, so a graph holding a point past its slots is one whose size differs.
         let slot_filter: Option<&dyn Fn(usize) -> bool> =
-            if filter.is_some() || self.tombstones() > 0 {
+            if filter.is_some() || self.tombstones() > 0 || graph.len() != self.graph_slots {
                 Some(&keep)
             } else {
                 None
@@ -652,7 +733,13 @@ impl VectorIndex {
             .filter(|&slot| keep(slot))
             .map(|slot| (self.ids[slot], dot(query, self.vector(slot))))
             .collect();
-        sort_hits(&mut hits);
+        if self.graph_slots < self.ids.len() {
+            hits.extend(self.scan_slots(self.graph_slots..self.ids.len(), query, k, filter));
+            sort_hits(&mut hits);
+            hits.truncate(k);
+        } else {
+            sort_hits(&mut hits);
+        }
         hits
     }
 }

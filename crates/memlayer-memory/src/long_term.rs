@@ -662,7 +662,7 @@ impl LongTermMemory {
             run_graph_builder(
                 stopped,
                 || {
-                    let wanted = self.read().partitions_needing_graphs();
+                    let wanted = self.read().partitions_where(HybridIndex::needs_graph_work);
                     (!wanted.is_empty()).then_some(wanted)
                 },
                 move |wanted, cancelled| this.build_graphs_of(&wanted, cancelled),
@@ -686,19 +686,20 @@ impl LongTermMemory {
     /// How many users' partitions wait for their graph (their recalls scan exactly until
     /// [`LongTermMemory::keep_graphs_built`] installs it).
     pub fn graphs_pending(&self) -> usize {
-        self.read().partitions_needing_graphs().len()
+        self.read().partitions_where(HybridIndex::needs_graph).len()
     }
 
     /// Builds now every graph a partition needs (what
     /// [`LongTermMemory::keep_graphs_built`] does in the background) and returns how many it
     /// installed. For tools and benchmarks that want the graphs before they search.
     pub fn build_graphs(&self) -> usize {
-        let wanted = self.read().partitions_needing_graphs();
+        let wanted = self.read().partitions_where(HybridIndex::needs_graph);
         self.build_graphs_of(&wanted, || false)
     }
 
-    /// Builds the graphs of the `wanted` (tenant, user) partitions one after another,
-    /// without holding the index lock while a graph grows; returns how many it installed.
+    /// Builds or extends the graphs of the `wanted` (tenant, user) partitions one after
+    /// another, without holding the index lock while a graph grows; returns how many it
+    /// installed.
     fn build_graphs_of(&self, wanted: &[(String, String)], cancelled: impl Fn() -> bool) -> usize {
         let mut installed = 0;
         for (tenant, user_id) in wanted {
@@ -712,7 +713,7 @@ impl LongTermMemory {
                 GraphBuilt::Installed => installed += 1,
                 GraphBuilt::Cancelled => break,
                 // Forgotten meanwhile: the next round sees it again if it still needs one.
-                GraphBuilt::Superseded | GraphBuilt::NotNeeded => {}
+                GraphBuilt::Extended | GraphBuilt::Superseded | GraphBuilt::NotNeeded => {}
             }
         }
         installed
@@ -746,14 +747,14 @@ impl Indexes {
         partition.last_used.store(now, Ordering::Relaxed);
     }
 
-    /// The (tenant, user) of every partition large enough for a graph that has none.
-    fn partitions_needing_graphs(&self) -> Vec<(String, String)> {
+    /// The (tenant, user) of every partition whose index passes `wanted`.
+    fn partitions_where(&self, wanted: impl Fn(&HybridIndex) -> bool) -> Vec<(String, String)> {
         self.partitions
             .iter()
             .flat_map(|(tenant, users)| {
                 users
                     .iter()
-                    .filter(|(_, partition)| partition.index.needs_graph())
+                    .filter(|(_, partition)| wanted(&partition.index))
                     .map(move |(user_id, _)| (tenant.clone(), user_id.clone()))
             })
             .collect()

@@ -158,7 +158,8 @@ impl Recall {
         }
     }
 
-    /// Builds the vector index's graph whenever it needs one, until `stop` turns true. After
+    /// Builds the vector index's graph whenever it needs one, and extends it over the
+    /// vectors the pipeline adds, until `stop` turns true. After
     /// a start it waits for the keyword backfill: without the graph vector searches are only
     /// slower, without the keywords recall misses messages, and the two shared the cores
     /// (keywords complete after 28–30 s instead of 17 s at 57,600 messages).
@@ -166,7 +167,7 @@ impl Recall {
         let this = self.clone();
         run_graph_builder(
             stop,
-            || (!self.keywords_pending() && self.read().hybrid.needs_graph()).then_some(()),
+            || (!self.keywords_pending() && self.read().hybrid.needs_graph_work()).then_some(()),
             move |(), cancelled| this.build_graph(cancelled),
             |outcome, took| match outcome {
                 GraphBuilt::Installed => tracing::info!(
@@ -178,7 +179,7 @@ impl Recall {
                 GraphBuilt::Superseded => {
                     tracing::debug!("vector index changed during the graph build; again");
                 }
-                GraphBuilt::NotNeeded | GraphBuilt::Cancelled => {}
+                GraphBuilt::Extended | GraphBuilt::NotNeeded | GraphBuilt::Cancelled => {}
             },
         )
         .await;

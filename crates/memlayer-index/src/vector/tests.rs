@@ -257,9 +257,14 @@ fn the_graph_follows_the_threshold() {
             id == 40,
             "at {id}: the graph grows once built"
         );
+        assert_eq!(
+            index.needs_graph_work(),
+            id >= 40,
+            "at {id}: or is extended"
+        );
         index.build_graph();
         assert_eq!(index.has_graph(), id >= 40, "at {id}");
-        assert!(!index.needs_graph());
+        assert!(!index.needs_graph() && !index.needs_graph_work());
     }
     // A compaction drops the graph with the erased vectors in it; a large index needs a
     // new one.
@@ -281,7 +286,8 @@ fn shared_index(n: usize) -> (IndexLock<VectorIndex>, Vec<Vec<f32>>) {
     let mut config = config(8, 100);
     config.max_connections = 16;
     config.ef_construction = 64;
-    let vectors = clustered(21, n + 100, 8, 16, 0.1);
+    // Room for what the tests add while a graph is built or extended.
+    let vectors = clustered(21, n + 2_500, 8, 16, 0.1);
     let mut index = VectorIndex::new(config).unwrap();
     index
         .insert_batch(
@@ -312,9 +318,8 @@ fn build_beside(lock: &IndexLock<VectorIndex>, between: impl Fn(usize)) -> Graph
 
 #[test]
 fn a_graph_built_beside_the_lock_takes_in_what_was_added_meanwhile() {
-    // Two chunks and a bit; additions land before the second chunk and before the last
-    // (the slots added after the last chunk are inserted at install, as `build_graph`
-    // inserts every slot).
+    // Two chunks and a bit; additions land before the second chunk and before the last,
+    // so the last chunk reaches them and the graph covers every slot.
     let (lock, vectors) = shared_index(4_500);
     let add = |range: std::ops::Range<usize>| {
         let mut index = lock.write();
@@ -329,7 +334,7 @@ fn a_graph_built_beside_the_lock_takes_in_what_was_added_meanwhile() {
     });
     assert_eq!(outcome, GraphBuilt::Installed);
     let index = lock.into_inner();
-    assert!(index.has_graph());
+    assert!(index.has_graph() && !index.needs_graph_work());
     assert_eq!(index.len(), 4_600);
     for id in (0..4_600).step_by(97).chain(4_590..4_600) {
         // Approximate: among the first five (every one was in a trial run).
@@ -339,6 +344,70 @@ fn a_graph_built_beside_the_lock_takes_in_what_was_added_meanwhile() {
             "vector {id} through the graph: {hits:?}"
         );
     }
+}
+
+#[test]
+fn vectors_added_after_the_graph_are_scanned_until_an_extension_takes_them_in() {
+    let (lock, vectors) = shared_index(4_500);
+    assert_eq!(build_beside(&lock, |_| {}), GraphBuilt::Installed);
+    let add = |range: std::ops::Range<usize>| {
+        let mut index = lock.write();
+        for id in range {
+            index.insert(id as u64, &vectors[id]).unwrap();
+        }
+    };
+    // Past one chunk, so the extension's first chunk is in the graph while the lock is
+    // free before its second.
+    add(4_500..7_000);
+    assert!(lock.read().needs_graph_work());
+    let found_exactly = |id: usize| {
+        let hits = lock.read().search(&vectors[id], 10, None).unwrap();
+        let unique: std::collections::HashSet<u64> = ids(&hits).into_iter().collect();
+        assert_eq!(unique.len(), hits.len(), "no id twice: {hits:?}");
+        assert_eq!(hits[0].0, id as u64, "vector {id} first: {hits:?}");
+    };
+    // From the head's exact scan, before the extension and while it is under way.
+    found_exactly(6_999);
+    let outcome = build_beside(&lock, |chunk| {
+        if chunk == 1 {
+            found_exactly(4_600);
+            found_exactly(6_999);
+        }
+    });
+    assert_eq!(outcome, GraphBuilt::Extended);
+    let index = lock.into_inner();
+    assert!(index.has_graph() && !index.needs_graph_work());
+    for id in (0..7_000).step_by(113) {
+        // Approximate: among the first five.
+        let hits = ids(&index.search(&vectors[id], 5, None).unwrap());
+        assert!(hits.contains(&(id as u64)), "vector {id}: {hits:?}");
+    }
+}
+
+#[test]
+fn a_compaction_during_an_extension_supersedes_it() {
+    let (lock, vectors) = shared_index(4_500);
+    assert_eq!(build_beside(&lock, |_| {}), GraphBuilt::Installed);
+    lock.write().insert(4_500, &vectors[4_500]).unwrap();
+    let outcome = build_beside(&lock, |chunk| {
+        if chunk == 0 {
+            // An erasure drops the graph the extension holds.
+            let mut index = lock.write();
+            assert!(index.remove(7));
+            index.compact();
+        }
+    });
+    assert_eq!(outcome, GraphBuilt::Superseded);
+    let index = lock.into_inner();
+    assert!(!index.has_graph() && index.needs_graph());
+    assert!(
+        index
+            .search(&vectors[7], 10, None)
+            .unwrap()
+            .iter()
+            .all(|h| h.0 != 7)
+    );
+    assert_eq!(index.search(&vectors[4_500], 1, None).unwrap()[0].0, 4_500);
 }
 
 #[test]
@@ -594,6 +663,7 @@ enum Op {
     Insert { id: u64, point: usize },
     Remove { id: u64 },
     Compact,
+    BuildGraph,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -601,6 +671,7 @@ fn op() -> impl Strategy<Value = Op> {
         6 => (0u64..120, 0usize..400).prop_map(|(id, point)| Op::Insert { id, point }),
         3 => (0u64..120).prop_map(|id| Op::Remove { id }),
         1 => Just(Op::Compact),
+        1 => Just(Op::BuildGraph),
     ]
 }
 
@@ -626,9 +697,9 @@ proptest! {
         prop_assert!(mean >= 0.95, "recall@10 {mean}");
     }
 
-    /// Inserts, replacements, removals and compactions against a model: removed ids are
-    /// never returned, exact search equals brute force, and a snapshot round trip gives the
-    /// same exact results.
+    /// Inserts, replacements, removals, compactions and graph builds or extensions against
+    /// a model: removed ids are never returned, nor any id twice, exact search equals brute
+    /// force, and a snapshot round trip gives the same exact results.
     #[test]
     fn workload_matches_the_model(ops in prop::collection::vec(op(), 1..250)) {
         let dimension = 16;
@@ -647,6 +718,7 @@ proptest! {
                     prop_assert_eq!(index.remove(id), model.remove(&id).is_some());
                 }
                 Op::Compact => index.compact(),
+                Op::BuildGraph => index.build_graph(),
             }
             prop_assert_eq!(index.len(), model.len());
         }
@@ -654,6 +726,8 @@ proptest! {
         for query in &queries {
             let approximate = index.search(query, 10, None).unwrap();
             prop_assert!(approximate.iter().all(|h| model.contains_key(&h.0)));
+            let unique: std::collections::BTreeSet<u64> = ids(&approximate).into_iter().collect();
+            prop_assert_eq!(unique.len(), approximate.len());
             let exact = ids(&index.search_exact(query, 10, None).unwrap());
             prop_assert_eq!(&exact, &brute_force(&model, query, 10));
         }
