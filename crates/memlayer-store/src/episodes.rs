@@ -5,10 +5,11 @@
 //! erasures; choosing and rendering the lessons a context shows belongs to the strategies
 //! crate.
 
-use redb::{ReadableTable, WriteTransaction};
+use redb::{ReadTransaction, ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{next_seq, random_id, unused_id};
+use crate::integrity::TablesCheck;
 use crate::model::Access;
 use crate::model::{Timestamp, validate_id, validate_text};
 use crate::record::Record;
@@ -347,4 +348,75 @@ fn unlisted(id: u64) -> StoreError {
         what: "episode indexes",
         detail: format!("episode {id} is listed but not stored"),
     }
+}
+
+/// The episodes' part of [`Memories::check_tables`](crate::Memories::check_tables).
+pub(crate) fn check_episode_tables(txn: &ReadTransaction, check: &mut TablesCheck) -> Result<()> {
+    let episodes = txn.open_table(EPISODES)?;
+    let owners = txn.open_table(EPISODE_OWNERS)?;
+    let tasks = txn.open_table(EPISODE_TASKS)?;
+    let stored = |id: u64| -> Result<Option<EpisodeRecord>> {
+        episodes
+            .get(id)?
+            .map(|value| EpisodeRecord::decode(value.value()))
+            .transpose()
+    };
+    for entry in episodes.iter()? {
+        let (id, value) = entry?;
+        let id = id.value();
+        check.episodes += 1;
+        let record = match EpisodeRecord::decode(value.value()) {
+            Ok(record) => record,
+            Err(err) => {
+                check.problem(format!("episode {id}: {err}"));
+                continue;
+            }
+        };
+        let (tenant, user) = (record.tenant.as_str(), record.user_id.as_str());
+        match owners.get((tenant, user, id))? {
+            None => check.problem(format!("episode {id} is not listed in episode_owner_seqs")),
+            Some(seq) => {
+                let listed = tasks.get((tenant, user, record.task_type.as_str(), seq.value()))?;
+                if listed.map(|listed| listed.value()) != Some(id) {
+                    check.problem(format!(
+                        "episode {id} is not listed in episode_task_seqs at its sequence"
+                    ));
+                }
+            }
+        }
+    }
+    for entry in owners.iter()? {
+        let (key, _) = entry?;
+        let (tenant, user_id, id) = key.value();
+        match stored(id) {
+            Ok(Some(record)) if record.tenant == tenant && record.user_id == user_id => {}
+            Ok(Some(_)) => check.problem(format!(
+                "episode_owner_seqs lists episode {id} under an owner it does not have"
+            )),
+            Ok(None) => check.problem(format!(
+                "episode_owner_seqs lists episode {id}, which is not stored"
+            )),
+            // Reported by the records' pass.
+            Err(_) => {}
+        }
+    }
+    for entry in tasks.iter()? {
+        let (key, id) = entry?;
+        let (tenant, user_id, task_type, _) = key.value();
+        let id = id.value();
+        match stored(id) {
+            Ok(Some(record))
+                if record.tenant == tenant
+                    && record.user_id == user_id
+                    && record.task_type == task_type => {}
+            Ok(Some(_)) => check.problem(format!(
+                "episode_task_seqs lists episode {id} under an owner or task it does not have"
+            )),
+            Ok(None) => check.problem(format!(
+                "episode_task_seqs lists episode {id}, which is not stored"
+            )),
+            Err(_) => {}
+        }
+    }
+    Ok(())
 }

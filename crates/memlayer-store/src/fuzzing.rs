@@ -509,7 +509,8 @@ impl Model {
     }
 
     /// Whether the store holds exactly what the model says, read back through the public read
-    /// paths; the error names the first difference.
+    /// paths, and its memory tables agree with their records; the error names the first
+    /// difference.
     pub fn check(&self, store: &Store) -> std::result::Result<(), String> {
         for (id, expected) in SESSIONS.iter().zip(&self.sessions) {
             let session = store
@@ -623,6 +624,13 @@ impl Model {
                     ));
                 }
             }
+        }
+        let tables = store
+            .memories()
+            .check_tables()
+            .map_err(|err| err.to_string())?;
+        if !tables.is_consistent() {
+            return Err(format!("memory tables: {:?}", tables.problems));
         }
         Ok(())
     }

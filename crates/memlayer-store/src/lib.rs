@@ -24,6 +24,7 @@ mod error;
 pub mod fuzzing;
 mod idle;
 mod ids;
+mod integrity;
 mod keys;
 mod memories;
 mod migrate;
@@ -41,6 +42,7 @@ pub use backup::Backup;
 pub use episodes::{Episode, MAX_EPISODE_TEXT, MAX_LESSON_TEXT, Outcome};
 pub use erasure::{ConversationStats, MessageErased, StoredJob};
 pub use error::{DiskFault, Result, StoreError};
+pub use integrity::TablesCheck;
 pub use keys::{
     ApiKey, BOOTSTRAP_TENANT, Bootstrap, CONFIGURED_KEY_PREFIX, IssuedKey, KEY_SCHEME,
     KeyRejection, KeyRole, MAX_KEY_NAME_LEN, MIN_CONFIGURED_KEY_LEN, NewKey, OPERATOR_TENANT,

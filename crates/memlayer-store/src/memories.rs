@@ -5,10 +5,11 @@
 //! The store keeps them and lists them by owner; deciding what is a duplicate, ranking and
 //! pre-loading belong to the strategies crate.
 
-use redb::{ReadableTable, WriteTransaction};
+use redb::{ReadTransaction, ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{next_seq, random_id, unused_id};
+use crate::integrity::TablesCheck;
 use crate::model::{Access, Timestamp, validate_id, validate_optional_id, validate_text};
 use crate::record::Record;
 use crate::sessions::{not_found, read_session_record};
@@ -874,4 +875,104 @@ impl Eraser {
             })
             .await
     }
+}
+
+/// The memories' part of [`Memories::check_tables`].
+pub(crate) fn check_memory_tables(txn: &ReadTransaction, check: &mut TablesCheck) -> Result<()> {
+    let memories = txn.open_table(MEMORIES)?;
+    let owners = txn.open_table(MEMORY_OWNERS)?;
+    let keys = txn.open_table(MEMORY_KEYS)?;
+    let sources = txn.open_table(MEMORY_SOURCES)?;
+    let stored = |id: u64| -> Result<Option<MemoryRecord>> {
+        memories
+            .get(id)?
+            .map(|value| MemoryRecord::decode(value.value()))
+            .transpose()
+    };
+    for entry in memories.iter()? {
+        let (id, value) = entry?;
+        let id = id.value();
+        check.memories += 1;
+        let record = match MemoryRecord::decode(value.value()) {
+            Ok(record) => record,
+            Err(err) => {
+                check.problem(format!("memory {id}: {err}"));
+                continue;
+            }
+        };
+        if owners
+            .get((record.tenant.as_str(), record.user_id.as_str(), id))?
+            .is_none()
+        {
+            check.problem(format!("memory {id} is not listed in memory_owner_seqs"));
+        }
+        if let Some(key) = &record.key
+            && keys
+                .get(key_entry(&record, key))?
+                .map(|listed| listed.value())
+                != Some(id)
+        {
+            check.problem(format!(
+                "memory {id}: its key does not name it in memory_keys"
+            ));
+        }
+        for session in record.cited_sessions() {
+            if sources
+                .get((record.tenant.as_str(), session, id))?
+                .is_none()
+            {
+                check.problem(format!(
+                    "memory {id}: a session it cites is not listed in memory_sources"
+                ));
+            }
+        }
+    }
+    for entry in owners.iter()? {
+        let (key, _) = entry?;
+        let (tenant, user_id, id) = key.value();
+        match stored(id) {
+            Ok(Some(record)) if record.tenant == tenant && record.user_id == user_id => {}
+            Ok(Some(_)) => check.problem(format!(
+                "memory_owner_seqs lists memory {id} under an owner it does not have"
+            )),
+            Ok(None) => check.problem(format!(
+                "memory_owner_seqs lists memory {id}, which is not stored"
+            )),
+            // Reported by the records' pass.
+            Err(_) => {}
+        }
+    }
+    for entry in keys.iter()? {
+        let (listed, id) = entry?;
+        let (tenant, user_id, agent, key) = listed.value();
+        let id = id.value();
+        match stored(id) {
+            Ok(Some(record))
+                if record.key.as_deref() == Some(key)
+                    && key_entry(&record, key) == (tenant, user_id, agent, key) => {}
+            Ok(Some(_)) => check.problem(format!(
+                "memory_keys names memory {id} by a key or scope it does not have"
+            )),
+            Ok(None) => check.problem(format!(
+                "memory_keys names memory {id}, which is not stored"
+            )),
+            Err(_) => {}
+        }
+    }
+    for entry in sources.iter()? {
+        let (listed, _) = entry?;
+        let (tenant, session, id) = listed.value();
+        match stored(id) {
+            Ok(Some(record))
+                if record.tenant == tenant && record.cited_sessions().contains(session) => {}
+            Ok(Some(_)) => check.problem(format!(
+                "memory_sources lists memory {id} under a session it does not cite"
+            )),
+            Ok(None) => check.problem(format!(
+                "memory_sources lists memory {id}, which is not stored"
+            )),
+            Err(_) => {}
+        }
+    }
+    Ok(())
 }

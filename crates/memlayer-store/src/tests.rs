@@ -2475,3 +2475,140 @@ async fn memories_written_before_keys_read_without_one() {
     assert!(read.key.is_none());
     store.shutdown();
 }
+
+#[tokio::test]
+async fn the_table_check_finds_every_listing_that_disagrees_with_its_record() {
+    use crate::tables::{
+        EPISODE_OWNERS, EPISODE_TASKS, MEMORY_KEYS, MEMORY_OWNERS, MEMORY_SOURCES,
+    };
+
+    let (_dir, store) = open();
+    let all = Access::tenant_wide(TENANT);
+    store
+        .sessions()
+        .append(
+            &all,
+            "s1",
+            append_of(vec![message(Role::User, "hi")], Some(owner("ann", "a"))),
+        )
+        .await
+        .unwrap();
+    let at = crate::Timestamp::from_micros(1_700_000_000_000_000);
+    let cited = crate::Memory {
+        source: Some(("s1".into(), 0)),
+        ..memory("ann", "ann drinks tea", at)
+    };
+    let cited = store.memories().put_memory(cited, &all).await.unwrap();
+    let keyed = crate::Memory {
+        key: Some("pref-key".into()),
+        ..memory("ann", "ann drinks coffee", at)
+    };
+    let keyed = store.memories().put_memory(keyed, &all).await.unwrap();
+    let episode = store
+        .memories()
+        .put_episode(episode("ann", "refund", "ask first"))
+        .await
+        .unwrap();
+    let check = store.memories().check_tables().unwrap();
+    assert!(check.is_consistent(), "{:?}", check.problems);
+    assert_eq!((check.memories, check.episodes), (2, 1));
+
+    // Each damage in turn, with the problem it must add.
+    type Damage = Box<dyn FnOnce(&redb::WriteTransaction) -> crate::Result<()> + Send>;
+    let damages: Vec<(Damage, String)> = vec![
+        (
+            Box::new(move |txn| {
+                txn.open_table(MEMORY_OWNERS)?
+                    .remove((TENANT, "ann", cited))?;
+                Ok(())
+            }),
+            format!("memory {cited} is not listed in memory_owner_seqs"),
+        ),
+        (
+            Box::new(|txn| {
+                txn.open_table(MEMORY_KEYS)?
+                    .remove((TENANT, "ann", "", "pref-key"))?;
+                Ok(())
+            }),
+            format!("memory {keyed}: its key does not name it in memory_keys"),
+        ),
+        (
+            Box::new(move |txn| {
+                txn.open_table(MEMORY_SOURCES)?
+                    .remove((TENANT, "s1", cited))?;
+                Ok(())
+            }),
+            format!("memory {cited}: a session it cites is not listed in memory_sources"),
+        ),
+        (
+            Box::new(|txn| {
+                txn.open_table(MEMORY_OWNERS)?
+                    .insert((TENANT, "bob", 999), 1)?;
+                Ok(())
+            }),
+            "memory_owner_seqs lists memory 999, which is not stored".into(),
+        ),
+        (
+            Box::new(move |txn| {
+                txn.open_table(MEMORY_KEYS)?
+                    .insert((TENANT, "ann", "", "other-key"), keyed)?;
+                Ok(())
+            }),
+            format!("memory_keys names memory {keyed} by a key or scope it does not have"),
+        ),
+        (
+            Box::new(move |txn| {
+                txn.open_table(MEMORY_SOURCES)?
+                    .insert((TENANT, "s2", keyed), ())?;
+                Ok(())
+            }),
+            format!("memory_sources lists memory {keyed} under a session it does not cite"),
+        ),
+        (
+            Box::new(move |txn| {
+                txn.open_table(EPISODE_OWNERS)?
+                    .remove((TENANT, "ann", episode))?;
+                Ok(())
+            }),
+            format!("episode {episode} is not listed in episode_owner_seqs"),
+        ),
+        (
+            Box::new(move |txn| {
+                txn.open_table(EPISODE_TASKS)?
+                    .insert((TENANT, "ann", "upgrade", 77), episode)?;
+                Ok(())
+            }),
+            format!(
+                "episode_task_seqs lists episode {episode} under an owner or task it does not have"
+            ),
+        ),
+    ];
+    let mut expected = Vec::new();
+    for (damage, problem) in damages {
+        store.write(damage).await.unwrap();
+        expected.push(problem);
+        let check = store.memories().check_tables().unwrap();
+        for problem in &expected {
+            assert!(
+                check.problems.contains(problem),
+                "{problem:?} in {:?}",
+                check.problems
+            );
+        }
+        assert_eq!(check.problems.len(), expected.len(), "{:?}", check.problems);
+    }
+    // The report names tables and ids, never what users or callers wrote.
+    let report = store.memories().check_tables().unwrap().problems.join("\n");
+    for private in [
+        "ann",
+        "bob",
+        "tea",
+        "coffee",
+        "pref-key",
+        "other-key",
+        "refund",
+        "s1",
+    ] {
+        assert!(!report.contains(private), "{private} in {report}");
+    }
+}

@@ -5,7 +5,8 @@
 //! vectors, each among its own ten nearest neighbours. Erasures a crash interrupted are
 //! listed: they are not damage (the next start finishes them before it serves), but an
 //! operator should know; while there are any, vectors of sessions the store no longer has
-//! are theirs to remove.
+//! are theirs to remove. The tables listing memories and episodes must agree with the
+//! records they list.
 
 use anyhow::Context;
 use memlayer_embed::{Embedder, EmbedderOptions};
@@ -47,6 +48,21 @@ pub(crate) fn run(args: CheckArgs) -> anyhow::Result<()> {
             pending.len()
         );
     }
+    let tables = store.memories().check_tables()?;
+    println!(
+        "memory tables: {} memories, {} episodes, {} problem(s)",
+        tables.memories,
+        tables.episodes,
+        tables.problems.len()
+    );
+    for problem in tables.problems.iter().take(SHOWN) {
+        println!("memory tables: {problem}");
+    }
+    anyhow::ensure!(
+        tables.is_consistent(),
+        "the memory and episode tables disagree with their records ({} problem(s))",
+        tables.problems.len()
+    );
     let embedder = Embedder::open(&assets, EmbedderOptions::default())
         .context("cannot load the embedding model")?;
     // The check compares vectors only: the keywords, indexed in the background, are never
@@ -91,10 +107,12 @@ pub(crate) fn run(args: CheckArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How many problems or keys a report shows at most: a damaged store can have thousands.
+const SHOWN: usize = 10;
+
 /// How many `keys` there are and the first few, as session key:message index (a damaged
 /// index can list thousands).
 fn first_keys(keys: &[MessageKey]) -> String {
-    const SHOWN: usize = 10;
     let shown: Vec<String> = keys
         .iter()
         .take(SHOWN)
