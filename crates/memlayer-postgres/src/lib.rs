@@ -14,6 +14,7 @@
 mod error;
 mod migrate;
 mod seal;
+mod sessions;
 mod store;
 #[cfg(any(test, feature = "test-cluster"))]
 pub mod test_cluster;
