@@ -2,6 +2,7 @@
 //! own, on a throwaway cluster or on `MEMLAYER_TEST_DATABASE_URL`.
 
 mod migrations;
+mod sealing;
 mod sessions;
 
 use memlayer_store::{Append, NewMessage, NewSession, Role};
