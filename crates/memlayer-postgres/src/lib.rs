@@ -12,6 +12,7 @@
 #![deny(missing_docs)]
 
 mod error;
+mod feed;
 mod migrate;
 mod seal;
 mod sessions;
@@ -20,6 +21,7 @@ mod store;
 pub mod test_cluster;
 
 pub use error::{PostgresError, Result};
+pub use feed::{Change, FeedCursor, FeedPage};
 pub use migrate::SCHEMA_VERSION;
 pub use store::{DEFAULT_POOL_SIZE, PgStore};
 
