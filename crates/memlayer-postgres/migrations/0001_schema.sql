@@ -92,7 +92,9 @@ CREATE TABLE feed (
     first_index bigint NOT NULL,
     count bigint NOT NULL,
     xid xid8 NOT NULL DEFAULT pg_current_xact_id(),
-    PRIMARY KEY (tenant, session_id, first_index)
+    -- With the transaction: a session deleted and created again under its id appends at
+    -- index 0 again, while the old session's rows may still be here.
+    PRIMARY KEY (tenant, session_id, first_index, xid)
 );
 CREATE INDEX feed_by_xid ON feed (xid, tenant, session_id, first_index);
 
@@ -153,7 +155,9 @@ BEGIN
             RETURN QUERY SELECT 'not_found', NULL::bigint, NULL::bigint, NULL::boolean, NULL::uuid, NULL::bytea;
             RETURN;
         END IF;
-        IF p_key_id IS NULL OR p_expected <> 0 THEN
+        -- Only a key made for this append (`p_key` is given for no other) may seal a new
+        -- session: a remembered key may be one destroyed with an erased session of this id.
+        IF p_key IS NULL OR p_expected <> 0 THEN
             RETURN QUERY SELECT 'retry', NULL::bigint, NULL::bigint, NULL::boolean, NULL::uuid, NULL::bytea;
             RETURN;
         END IF;
@@ -219,6 +223,11 @@ BEGIN
                 FROM sessions JOIN data_keys
                     ON data_keys.tenant = sessions.tenant AND data_keys.key_id = sessions.key_id
                 WHERE sessions.tenant = p_tenant AND sessions.session_id = p_session_id;
+            IF NOT FOUND THEN
+                -- Deleted in between: the retry finds it missing, or creates it anew.
+                RETURN QUERY SELECT 'retry', NULL::bigint, NULL::bigint, NULL::boolean,
+                    NULL::uuid, NULL::bytea;
+            END IF;
             RETURN;
         END IF;
     END IF;

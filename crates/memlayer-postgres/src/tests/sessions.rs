@@ -554,3 +554,56 @@ async fn a_ciphertext_moved_to_another_row_is_refused() {
         "{read:?}"
     );
 }
+
+#[tokio::test]
+async fn a_session_deleted_and_created_again_gets_a_new_key() {
+    let db = test_cluster::database().await.unwrap();
+    let store = db.store().await.unwrap();
+    let other_node = db.store().await.unwrap();
+    store
+        .append(&tenant(), "s", creating("one", "alice"))
+        .await
+        .unwrap();
+    let client = db.connect().await.unwrap();
+    let key_of_s = || async {
+        client
+            .query_one("SELECT key_id FROM sessions WHERE session_id = 's'", &[])
+            .await
+            .unwrap()
+            .get::<_, uuid::Uuid>(0)
+    };
+    let first_key = key_of_s().await;
+    // What an erasure will do: the session and its key go.
+    let erase = "DELETE FROM sessions WHERE session_id = 's'; DELETE FROM data_keys;";
+    client.batch_execute(erase).await.unwrap();
+
+    // `store` still remembers the destroyed key; its creating append must not reuse it.
+    let again = store
+        .append(&tenant(), "s", creating("two", "alice"))
+        .await
+        .unwrap();
+    assert_eq!((again.indices(), again.created_session), (0..1, true));
+    let second_key = key_of_s().await;
+    assert_ne!(second_key, first_key);
+    assert_eq!(contents(&store, "s").await, ["two"]);
+
+    // Another node creates it anew while `store` remembers the second key and next index:
+    // the append finds both stale, seals again under the new key, and reads back.
+    client.batch_execute(erase).await.unwrap();
+    other_node
+        .append(&tenant(), "s", creating("three", "alice"))
+        .await
+        .unwrap();
+    let appended = store.append(&tenant(), "s", say("four")).await.unwrap();
+    assert_eq!(appended.indices(), 1..2);
+    assert_ne!(key_of_s().await, second_key);
+    assert_eq!(contents(&store, "s").await, ["three", "four"]);
+
+    // And a session erased for good is not found, whatever the store remembers.
+    client.batch_execute(erase).await.unwrap();
+    let gone = store.append(&tenant(), "s", say("five")).await;
+    assert!(matches!(
+        store_error(gone),
+        StoreError::SessionNotFound { .. }
+    ));
+}
