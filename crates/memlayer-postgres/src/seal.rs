@@ -117,9 +117,9 @@ impl DataKey {
                 },
             )
             // Encryption fails only for inputs of 256 GiB and more.
-            .map_err(|_| PostgresError::Corrupted {
-                what: "message",
-                detail: "too long to seal".into(),
+            .map_err(|_| memlayer_store::StoreError::InvalidInput {
+                field: "content",
+                reason: "too long to encrypt".into(),
             })?;
         let mut sealed = Vec::with_capacity(NONCE_LEN + ciphertext.len());
         sealed.extend_from_slice(&nonce);
