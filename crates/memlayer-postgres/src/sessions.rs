@@ -89,6 +89,12 @@ impl PgStore {
     /// it, in one statement (see `memlayer_append` in the migration) that checks ownership and
     /// the idempotency key, gives the messages the next consecutive indices and records the
     /// change in the feed. With a user-scoped `access` the session must be that user's.
+    ///
+    /// The messages are sealed for their indices before the statement, so the store guesses
+    /// the session's key and next index: one round trip when it created the session or
+    /// appended to it last; one more each time the guess is wrong (the first append of this
+    /// store to an existing session, or another writer appended in between), as the statement
+    /// answers with the current key and index instead of writing.
     pub async fn append(
         &self,
         access: &Access,

@@ -607,3 +607,53 @@ async fn a_session_deleted_and_created_again_gets_a_new_key() {
         StoreError::SessionNotFound { .. }
     ));
 }
+
+#[tokio::test]
+async fn an_append_to_a_session_the_store_knows_is_one_statement() {
+    let db = test_cluster::database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    let name = db.config().get_dbname().unwrap().to_owned();
+    // Count calls of memlayer_append on every connection the stores open from here on.
+    client
+        .batch_execute(&format!(
+            "ALTER DATABASE {name} SET track_functions = 'all'"
+        ))
+        .await
+        .unwrap();
+    let store = db.store().await.unwrap();
+    store
+        .append(&tenant(), "s", creating("0", "alice"))
+        .await
+        .unwrap();
+    for n in 1..10 {
+        store
+            .append(&tenant(), "s", say(&n.to_string()))
+            .await
+            .unwrap();
+    }
+    // A store that never appended to the session learns its key and index first.
+    let other_node = db.store().await.unwrap();
+    other_node.append(&tenant(), "s", say("10")).await.unwrap();
+    // Closing the connections ends their server processes, which report their counts.
+    drop((store, other_node));
+
+    let expected = 10 + 2;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let calls = loop {
+        let calls: i64 = client
+            .query_one(
+                "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_user_functions
+                 WHERE funcname = 'memlayer_append'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if calls >= expected || std::time::Instant::now() > deadline {
+            break calls;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(calls, expected);
+    assert_eq!(contents(&db.store().await.unwrap(), "s").await.len(), 11);
+}
