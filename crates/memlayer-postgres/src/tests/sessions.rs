@@ -657,3 +657,97 @@ async fn an_append_to_a_session_the_store_knows_is_one_statement() {
     assert_eq!(calls, expected);
     assert_eq!(contents(&db.store().await.unwrap(), "s").await.len(), 11);
 }
+
+#[tokio::test]
+async fn a_session_stops_at_the_most_messages_one_can_hold() {
+    let db = test_cluster::database().await.unwrap();
+    let store = db.store().await.unwrap();
+    store
+        .append(&tenant(), "s", creating("first", "alice"))
+        .await
+        .unwrap();
+    // Filling 2^24 messages would take minutes; the count is what the check reads.
+    let almost_full = memlayer_store::MAX_MESSAGES_PER_SESSION as i64 - 1;
+    db.connect()
+        .await
+        .unwrap()
+        .execute("UPDATE sessions SET message_count = $1", &[&almost_full])
+        .await
+        .unwrap();
+    let two = Append {
+        messages: vec![NewMessage::new(Role::User, "x", 1); 2],
+        ..say("")
+    };
+    let full = store.append(&tenant(), "s", two).await;
+    assert!(matches!(
+        store_error(full),
+        StoreError::InvalidInput {
+            field: "messages",
+            ..
+        }
+    ));
+    let last = store.append(&tenant(), "s", say("last")).await.unwrap();
+    assert_eq!(last.first_index, almost_full as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_recorded_while_an_append_ran_undoes_the_append() {
+    let db = test_cluster::database().await.unwrap();
+    let store = Arc::new(db.store().await.unwrap());
+    store
+        .create_session(&tenant(), Some("s"), owner("alice"))
+        .await
+        .unwrap();
+    // Another append under key "k", still uncommitted when this one checks for the key, then
+    // committing while this one waits to record it.
+    let mut other = db.connect().await.unwrap();
+    let racing = other.transaction().await.unwrap();
+    racing
+        .execute(
+            "INSERT INTO idempotency VALUES ('t', 's', 'k', '\\x00', 0, 1, false)",
+            &[],
+        )
+        .await
+        .unwrap();
+    let append = {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move {
+            let keyed = Append {
+                idempotency_key: Some("k".into()),
+                ..say("mine")
+            };
+            store.append(&tenant(), "s", keyed).await
+        })
+    };
+    let watcher = db.connect().await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let waiting: i64 = watcher
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting == 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the append never waited"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    racing.commit().await.unwrap();
+    // Undone and retried, the append finds the key used for another request.
+    let outcome = append.await.unwrap();
+    assert!(matches!(store_error(outcome), StoreError::Conflict(_)));
+    let session = store.session(&tenant(), "s").await.unwrap().unwrap();
+    assert_eq!(
+        session.message_count, 0,
+        "nothing of the undone append is left"
+    );
+    assert_eq!(contents(&store, "s").await, Vec::<String>::new());
+}
