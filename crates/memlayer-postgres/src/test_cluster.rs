@@ -170,12 +170,23 @@ impl Cluster {
 /// The directory of `initdb` and `pg_ctl`: the newest `/usr/lib/postgresql/<version>/bin`
 /// (Debian installs versions side by side there), else the first on `PATH`.
 fn find_binaries() -> std::result::Result<PathBuf, String> {
+    find_binaries_in(
+        Path::new("/usr/lib/postgresql"),
+        std::env::var_os("PATH").as_deref(),
+    )
+}
+
+/// [`find_binaries`] with the versions' directory and `PATH` given.
+fn find_binaries_in(
+    versions_dir: &Path,
+    path: Option<&std::ffi::OsStr>,
+) -> std::result::Result<PathBuf, String> {
     let complete = |dir: &Path| {
         ["initdb", "pg_ctl", "postgres"]
             .iter()
-            .all(|b| dir.join(b).is_file())
+            .all(|program| dir.join(program).is_file())
     };
-    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir(versions_dir)
         .into_iter()
         .flatten()
         .flatten()
@@ -189,8 +200,7 @@ fn find_binaries() -> std::result::Result<PathBuf, String> {
     if let Some((_, bin)) = versions.pop() {
         return Ok(bin);
     }
-    std::env::var_os("PATH")
-        .iter()
+    path.into_iter()
         .flat_map(std::env::split_paths)
         .find(|dir| complete(dir))
         .ok_or_else(|| {
@@ -262,4 +272,44 @@ fn spawn_watchdog(
         .spawn()
         .map(drop)
         .map_err(|err| format!("cannot start the watchdog shell: {err}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn install(bin: &Path) {
+        std::fs::create_dir_all(bin).unwrap();
+        for program in ["initdb", "pg_ctl", "postgres"] {
+            std::fs::write(bin.join(program), "").unwrap();
+        }
+    }
+
+    #[test]
+    fn the_newest_installed_version_wins_then_path() {
+        let root = tempfile::tempdir().unwrap();
+        let versions = root.path().join("postgresql");
+        let elsewhere = root.path().join("elsewhere");
+        install(&elsewhere);
+        let path = std::env::join_paths([root.path().join("empty"), elsewhere.clone()]).unwrap();
+        assert_eq!(find_binaries_in(&versions, Some(&path)), Ok(elsewhere));
+
+        install(&versions.join("9").join("bin"));
+        install(&versions.join("15").join("bin"));
+        // Incomplete: no server program.
+        install(&versions.join("16").join("bin"));
+        std::fs::remove_file(versions.join("16").join("bin").join("postgres")).unwrap();
+        assert_eq!(
+            find_binaries_in(&versions, Some(&path)),
+            Ok(versions.join("15").join("bin")),
+            "numerically newest complete version"
+        );
+    }
+
+    #[test]
+    fn missing_binaries_say_what_to_install() {
+        let root = tempfile::tempdir().unwrap();
+        let err = find_binaries_in(&root.path().join("none"), None).unwrap_err();
+        assert!(err.contains("apt-get install postgresql"), "{err}");
+    }
 }
