@@ -108,28 +108,14 @@ impl PgStore {
             check_owner(access, owner)?;
         }
         let tenant = access.tenant();
-        let now = Timestamp::now();
         let digest = append
             .idempotency_key
             .as_ref()
             .map(|_| request_digest(&append.messages));
-        let count = append.messages.len();
-        let roles: Vec<i16> = append.messages.iter().map(|m| role_code(m.role)).collect();
-        let timestamps = append
-            .messages
-            .iter()
-            .map(|m| micros(m.timestamp.unwrap_or(now)))
-            .collect::<Result<Vec<i64>, StoreError>>()?;
-        let token_counts: Vec<i64> = append
-            .messages
-            .iter()
-            .map(|m| i64::from(m.token_count))
-            .collect();
-        let metadata: Vec<String> = append
-            .messages
-            .iter()
-            .map(|m| metadata_text(&m.metadata))
-            .collect();
+        let now = Timestamp::now();
+        let columns = Columns::of(&append.messages, now)?;
+        let now = micros(now)?;
+        let max_messages = i64::try_from(MAX_MESSAGES_PER_SESSION).unwrap_or(i64::MAX);
         let owner = append.create.as_ref();
         // A creating append brings the key of the session it may create; a key is never
         // taken from `known` for that, so a key destroyed with an erased session is never
@@ -137,8 +123,6 @@ impl PgStore {
         let fresh = owner.map(|_| DataKey::generate()).transpose()?;
         let fresh_guess = || fresh.clone().map(|key| (key, 0));
         let mut guess = self.known.get(tenant, session_id).or_else(fresh_guess);
-        let max_messages = i64::try_from(MAX_MESSAGES_PER_SESSION).unwrap_or(i64::MAX);
-        let now = micros(now)?;
 
         let client = self.pool.get().await?;
         let statement = client.prepare_cached(APPEND).await?;
@@ -146,11 +130,13 @@ impl PgStore {
             let sealed = guess
                 .as_ref()
                 .map(|(key, first)| {
-                    seal_messages(key, tenant, session_id, *first, &append.messages, &metadata)
+                    seal_messages(key, tenant, session_id, *first, &append.messages, &columns)
                 })
                 .transpose()?;
+            let (contents, sealed_metadata) = sealed.map(|s| (s.contents, s.metadata)).unzip();
             let (key_id, new_key, expected) = match &guess {
                 Some((key, first)) => {
+                    // The key's bytes go along only for the key made for this append.
                     let is_fresh = fresh.as_ref().is_some_and(|f| f.id == key.id);
                     (
                         Some(key.id),
@@ -160,7 +146,6 @@ impl PgStore {
                 }
                 None => (None, None, 0),
             };
-            let (contents, metadatas) = sealed.map(|s| (s.contents, s.metadata)).unzip();
             let result = client
                 .query_one(
                     &statement,
@@ -179,11 +164,11 @@ impl PgStore {
                         &digest.as_ref().map(|d| d.as_slice()),
                         &now,
                         &max_messages,
-                        &roles,
+                        &columns.roles,
                         &contents,
-                        &metadatas,
-                        &timestamps,
-                        &token_counts,
+                        &sealed_metadata,
+                        &columns.timestamps,
+                        &columns.token_counts,
                     ],
                 )
                 .await;
@@ -194,45 +179,28 @@ impl PgStore {
                 }
                 Err(err) => return Err(err.into()),
             };
-            let outcome: &str = row.get("outcome");
-            match outcome {
-                "appended" | "replayed" => {
-                    let appended = Appended {
-                        first_index: unsigned(row.get("first_index"))?,
-                        count: unsigned(row.get("count"))?,
-                        created_session: row.get("created_session"),
-                        replayed: outcome == "replayed",
-                    };
+            match Outcome::of(&row)? {
+                Outcome::Done(appended) => {
                     if let (false, Some((key, _))) = (appended.replayed, guess) {
                         self.known
                             .put(tenant, session_id, key, appended.indices().end);
                     }
                     return Ok(appended);
                 }
-                "retry" => {
-                    let stored_key: Option<uuid::Uuid> = row.get("key_id");
-                    guess = match stored_key {
-                        Some(id) => {
-                            let key = DataKey::from_stored(id, row.get("key"))?;
-                            Some((key, unsigned(row.get("first_index"))?))
-                        }
-                        // No session yet (or a creation raced this one): seal for a new one.
-                        None => fresh_guess(),
-                    };
-                }
-                "not_found" => {
+                Outcome::Retry(current) => guess = current.or_else(fresh_guess),
+                Outcome::NotFound => {
                     self.known.forget(tenant, session_id);
                     return Err(not_found(session_id).into());
                 }
-                "taken" => return Err(id_taken(session_id).into()),
-                "idempotency_conflict" => {
+                Outcome::Taken => return Err(id_taken(session_id).into()),
+                Outcome::KeyReused => {
                     let key = append.idempotency_key.as_deref().unwrap_or_default();
                     return Err(StoreError::Conflict(format!(
                         "idempotency key {key:?} was used for a different request"
                     ))
                     .into());
                 }
-                "too_many" => {
+                Outcome::TooMany => {
                     return Err(StoreError::InvalidInput {
                         field: "messages",
                         reason: format!(
@@ -241,12 +209,6 @@ impl PgStore {
                         ),
                     }
                     .into());
-                }
-                other => {
-                    return Err(PostgresError::Corrupted {
-                        what: "append outcome",
-                        detail: format!("memlayer_append answered {other:?} for {count} messages"),
-                    });
                 }
             }
         }
@@ -381,6 +343,82 @@ fn id_taken(session_id: &str) -> StoreError {
     ))
 }
 
+/// The columns of an append's messages that are stored as they are, one array each, and
+/// their metadata as JSON text, to seal.
+struct Columns {
+    roles: Vec<i16>,
+    timestamps: Vec<i64>,
+    token_counts: Vec<i64>,
+    metadata: Vec<String>,
+}
+
+impl Columns {
+    /// `messages`' columns; messages without a time get `now`.
+    fn of(messages: &[NewMessage], now: Timestamp) -> Result<Self, StoreError> {
+        Ok(Self {
+            roles: messages.iter().map(|m| role_code(m.role)).collect(),
+            timestamps: messages
+                .iter()
+                .map(|m| micros(m.timestamp.unwrap_or(now)))
+                .collect::<Result<_, _>>()?,
+            token_counts: messages.iter().map(|m| i64::from(m.token_count)).collect(),
+            metadata: messages
+                .iter()
+                .map(|m| metadata_text(&m.metadata))
+                .collect(),
+        })
+    }
+}
+
+/// What `memlayer_append` answered.
+enum Outcome {
+    /// Appended, or replayed from the idempotency record.
+    Done(Appended),
+    /// Nothing written: the messages were sealed for another key or index. The session's
+    /// current key and next index, or `None` when there is no session (any more, or yet).
+    Retry(Option<(DataKey, u64)>),
+    /// No session, or another user's.
+    NotFound,
+    /// The id belongs to another owner.
+    Taken,
+    /// The idempotency key was used for a different request.
+    KeyReused,
+    /// The session would exceed [`MAX_MESSAGES_PER_SESSION`].
+    TooMany,
+}
+
+impl Outcome {
+    fn of(row: &Row) -> Result<Self> {
+        let outcome: &str = row.get("outcome");
+        Ok(match outcome {
+            "appended" | "replayed" => Self::Done(Appended {
+                first_index: unsigned(row.get("first_index"))?,
+                count: unsigned(row.get("count"))?,
+                created_session: row.get("created_session"),
+                replayed: outcome == "replayed",
+            }),
+            "retry" => Self::Retry(
+                row.get::<_, Option<uuid::Uuid>>("key_id")
+                    .map(|id| {
+                        let key = DataKey::from_stored(id, row.get("key"))?;
+                        Ok::<_, PostgresError>((key, unsigned(row.get("first_index"))?))
+                    })
+                    .transpose()?,
+            ),
+            "not_found" => Self::NotFound,
+            "taken" => Self::Taken,
+            "idempotency_conflict" => Self::KeyReused,
+            "too_many" => Self::TooMany,
+            other => {
+                return Err(PostgresError::Corrupted {
+                    what: "append outcome",
+                    detail: format!("memlayer_append answered {other:?}"),
+                });
+            }
+        })
+    }
+}
+
 /// Each message's content and metadata sealed for its index, counting from `first`.
 fn seal_messages(
     key: &DataKey,
@@ -388,13 +426,13 @@ fn seal_messages(
     session_id: &str,
     first: u64,
     messages: &[NewMessage],
-    metadata: &[String],
+    columns: &Columns,
 ) -> Result<Sealed> {
     let mut sealed = Sealed {
         contents: Vec::with_capacity(messages.len()),
         metadata: Vec::with_capacity(messages.len()),
     };
-    for (offset, (message, metadata)) in messages.iter().zip(metadata).enumerate() {
+    for (offset, (message, metadata)) in messages.iter().zip(&columns.metadata).enumerate() {
         let place = |field| Place {
             tenant,
             session_id,
