@@ -106,9 +106,11 @@ impl Cluster {
         let bin = find_binaries()?;
         // PostgreSQL refuses to run as root; as root (in CI) the cluster runs as `postgres`.
         let as_root = rustix::process::geteuid().is_root();
+        // In /tmp whatever TMPDIR says: the socket's path must stay under the 107 bytes a
+        // unix socket address holds, and the `postgres` user must be able to reach it.
         let dir = tempfile::Builder::new()
             .prefix("memlayer-pg-")
-            .tempdir()
+            .tempdir_in("/tmp")
             .map_err(|err| format!("cannot create a temporary directory: {err}"))?
             // The watchdog removes it, after the cluster stopped.
             .keep();
