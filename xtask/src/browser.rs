@@ -15,7 +15,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 
 use crate::cmd;
 use crate::metadata;
@@ -86,26 +86,5 @@ pub(crate) fn install_missing(chromium: bool) -> anyhow::Result<()> {
     if !npm_runs {
         packages.extend(["nodejs", "npm"]);
     }
-    if packages.is_empty() {
-        return Ok(());
-    }
-    eprintln!("xtask: installing {} with apt-get", packages.join(" "));
-    if !Path::new("/usr/bin/apt-get").exists() {
-        bail!(
-            "this is not a Debian system: install {} yourself",
-            packages.join(" ")
-        );
-    }
-    // A fresh machine may have no package lists yet.
-    let mut update = Command::new("apt-get");
-    update.arg("update");
-    let mut install = Command::new("apt-get");
-    install
-        .args(["install", "-y", "--no-install-recommends"])
-        .args(&packages);
-    for mut apt in [update, install] {
-        apt.env("DEBIAN_FRONTEND", "noninteractive");
-        cmd::run(apt).context("apt-get failed (it needs root)")?;
-    }
-    Ok(())
+    crate::apt::install(&packages)
 }

@@ -15,6 +15,7 @@ use crate::metadata::{self, Package};
 /// the top. The order mirrors `[workspace.dependencies]` in the root manifest.
 const LAYERS: &[(&str, u8)] = &[
     ("memlayer-store", 0),
+    ("memlayer-postgres", 1),
     ("memlayer-embed", 1),
     ("memlayer-index", 1),
     ("memlayer-llm", 1),

@@ -1,0 +1,99 @@
+//! The one error type of the PostgreSQL backend.
+
+use memlayer_store::StoreError;
+
+/// Everything that can go wrong in [`crate::PgStore`].
+///
+/// Caller mistakes (invalid ids and input, an unknown or another user's session, a taken id,
+/// a reused idempotency key) are [`PostgresError::Store`] carrying the very
+/// [`StoreError`] the redb store answers with, so that a caller — and later the server's one
+/// error mapping — cannot tell the backends apart by their answers. The other variants are
+/// failures of the database, the pool or the stored data.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PostgresError {
+    /// The request was refused as the redb store refuses it; nothing was written.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The database URL does not parse.
+    #[error("invalid database URL: {source}")]
+    Url {
+        /// What the driver found wrong with it.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// The connection pool could not be built.
+    #[error("cannot build the connection pool: {source}")]
+    BuildPool {
+        /// Why.
+        #[source]
+        source: deadpool_postgres::BuildError,
+    },
+    /// No connection could be taken from the pool (connecting failed, or it timed out).
+    #[error("no database connection: {source}")]
+    Pool {
+        /// Why.
+        #[source]
+        source: deadpool_postgres::PoolError,
+    },
+    /// A statement failed: connection lost, server error, a constraint.
+    #[error("PostgreSQL failed: {source}")]
+    Database {
+        /// The driver's error, with the server's SQLSTATE when the server answered.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// The database was migrated by a newer memlayer. Nothing was changed.
+    #[error(
+        "the database has schema version {found}, this memlayer knows up to {supported}; \
+         upgrade memlayer to open it"
+    )]
+    NewerSchema {
+        /// The newest version recorded in `schema_migrations`.
+        found: i64,
+        /// The newest version this build has migrations for.
+        supported: i64,
+    },
+    /// A stored value does not decode or does not open under its session's key: the data was
+    /// damaged or altered outside memlayer (a sealed value moved to another row fails here).
+    #[error("corrupted {what}: {detail}")]
+    Corrupted {
+        /// Which kind of value.
+        what: &'static str,
+        /// Why it is refused.
+        detail: String,
+    },
+    /// The operating system's random number generator failed (a data key or a nonce).
+    #[error("the operating system's random number generator failed: {source}")]
+    Random {
+        /// Why.
+        #[source]
+        source: getrandom::Error,
+    },
+    /// Concurrent appends to one session kept moving its next index for longer than an
+    /// append retries; retrying later succeeds.
+    #[error("session {session_id:?} is too busy: concurrent appends kept moving its next index")]
+    Contention {
+        /// The session.
+        session_id: String,
+    },
+    /// The throwaway test cluster could not be started or reached.
+    #[cfg(any(test, feature = "test-cluster"))]
+    #[error("test cluster: {0}")]
+    TestCluster(String),
+}
+
+impl From<tokio_postgres::Error> for PostgresError {
+    fn from(source: tokio_postgres::Error) -> Self {
+        Self::Database { source }
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for PostgresError {
+    fn from(source: deadpool_postgres::PoolError) -> Self {
+        Self::Pool { source }
+    }
+}
+
+/// Shorthand used throughout the crate.
+pub type Result<T, E = PostgresError> = std::result::Result<T, E>;

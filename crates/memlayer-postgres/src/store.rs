@@ -1,0 +1,122 @@
+//! [`PgStore`]: a pool of connections to one migrated database.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::Mutex;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::NoTls;
+
+use crate::seal::DataKey;
+use crate::{PostgresError, Result};
+
+/// Connections the pool opens at most when [`PgStore::connect`] builds it.
+pub const DEFAULT_POOL_SIZE: usize = 16;
+
+/// Sessions whose key and next index an append remembers (see [`KnownSessions`]).
+const KNOWN_SESSIONS: usize = 4_096;
+
+/// memlayer's records in one PostgreSQL database. Cheap to share behind an `Arc`; every call
+/// takes a connection from the pool for its statements only.
+pub struct PgStore {
+    pub(crate) pool: Pool,
+    pub(crate) known: KnownSessions,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("pool", &self.pool.status())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgStore {
+    /// Connects to `database_url` (`postgres://user:password@host/db`, or the key=value
+    /// form; a host starting with `/` is a unix socket directory) with a pool of up to
+    /// `pool_size` connections, and migrates the database.
+    ///
+    /// No TLS yet: the database is expected on a unix socket or a trusted network.
+    pub async fn connect(database_url: &str, pool_size: usize) -> Result<Self> {
+        let config = tokio_postgres::Config::from_str(database_url)
+            .map_err(|source| PostgresError::Url { source })?;
+        Self::connect_config(config, pool_size).await
+    }
+
+    /// [`PgStore::connect`] with a parsed configuration.
+    pub async fn connect_config(config: tokio_postgres::Config, pool_size: usize) -> Result<Self> {
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                // A connection that broke is found by the statement that uses it; checking
+                // each one with a query on every checkout would add a round trip per call.
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(pool_size)
+            .build()
+            .map_err(|source| PostgresError::BuildPool { source })?;
+        Self::open(pool).await
+    }
+
+    /// Migrates the database `pool` connects to, and serves from it.
+    pub async fn open(pool: Pool) -> Result<Self> {
+        let mut client = pool.get().await?;
+        crate::migrate::migrate(&mut client).await?;
+        drop(client);
+        Ok(Self {
+            pool,
+            known: KnownSessions::default(),
+        })
+    }
+
+    /// The pool, for callers that share it.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+}
+
+/// The data key and the next message index of sessions this process appended to: an append
+/// seals its messages for the index it expects before the one statement that stores them, and
+/// a right guess spares it a round trip. A wrong guess costs nothing but a retry — the
+/// statement checks both against the session row — so the entries need no invalidation for
+/// correctness, only a bound on their number. They do hold keys in memory, though: the
+/// erasure that destroys a session's key (a later slice) must forget its entry too.
+#[derive(Default)]
+pub(crate) struct KnownSessions {
+    entries: Mutex<HashMap<(String, String), (DataKey, u64)>>,
+}
+
+impl KnownSessions {
+    pub(crate) fn get(&self, tenant: &str, session_id: &str) -> Option<(DataKey, u64)> {
+        self.lock()
+            .get(&(tenant.to_owned(), session_id.to_owned()))
+            .cloned()
+    }
+
+    pub(crate) fn put(&self, tenant: &str, session_id: &str, key: DataKey, next_index: u64) {
+        let mut entries = self.lock();
+        if entries.len() >= KNOWN_SESSIONS {
+            // Forgetting everything is the cheapest bound: the cost is one retry per session.
+            entries.clear();
+        }
+        entries.insert(
+            (tenant.to_owned(), session_id.to_owned()),
+            (key, next_index),
+        );
+    }
+
+    pub(crate) fn forget(&self, tenant: &str, session_id: &str) {
+        self.lock()
+            .remove(&(tenant.to_owned(), session_id.to_owned()));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), (DataKey, u64)>> {
+        // The map holds guesses only; one a panicking thread left half-written is still safe.
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
