@@ -4,9 +4,8 @@
 
 use memlayer_store::{
     Access, Append, Appended, MAX_MESSAGES_PER_SESSION, Message, Metadata, NewMessage, NewSession,
-    Page, Role, Session, SessionState, StoreError, Timestamp, validate_id,
+    Page, Role, Session, SessionState, StoreError, Timestamp, metadata_to_text, validate_id,
 };
-use sha2::{Digest, Sha256};
 use tokio_postgres::Row;
 
 use crate::seal::{DataKey, Field, Place};
@@ -37,16 +36,7 @@ impl PgStore {
         session_id: Option<&str>,
         new: NewSession,
     ) -> Result<Session> {
-        validate_access(access)?;
-        check_owner(access, &new)?;
-        let session_id = match session_id {
-            Some(id) => {
-                validate_id("session_id", id)?;
-                id.to_owned()
-            }
-            None => uuid::Uuid::new_v4().to_string(),
-        };
-        new.validate()?;
+        let session_id = new.checked_session_id(access, session_id)?;
         let key = DataKey::generate()?;
         let now = micros(Timestamp::now())?;
         let client = self.pool.get().await?;
@@ -72,7 +62,7 @@ impl PgStore {
                     &new.user_id,
                     &new.agent_id,
                     &new.flow_id,
-                    &metadata_text(&new.metadata),
+                    &metadata_to_text(&new.metadata),
                     &now,
                     &key.id,
                     &key.bytes(),
@@ -81,7 +71,7 @@ impl PgStore {
             .await?;
         match row {
             Some(row) => session_from_row(&row),
-            None => Err(id_taken(&session_id).into()),
+            None => Err(StoreError::session_id_taken(&session_id).into()),
         }
     }
 
@@ -101,17 +91,12 @@ impl PgStore {
         session_id: &str,
         append: Append,
     ) -> Result<Appended> {
-        validate_access(access)?;
-        validate_id("session_id", session_id)?;
-        append.validate()?;
-        if let Some(owner) = &append.create {
-            check_owner(access, owner)?;
-        }
+        append.check(access, session_id)?;
         let tenant = access.tenant();
         let digest = append
             .idempotency_key
             .as_ref()
-            .map(|_| request_digest(&append.messages));
+            .map(|_| append.request_digest());
         let now = Timestamp::now();
         let columns = Columns::of(&append.messages, now)?;
         let now = micros(now)?;
@@ -156,7 +141,7 @@ impl PgStore {
                         &owner.map(|o| o.user_id.as_str()),
                         &owner.map(|o| o.agent_id.as_str()),
                         &owner.and_then(|o| o.flow_id.as_deref()),
-                        &owner.map(|o| metadata_text(&o.metadata)),
+                        &owner.map(|o| metadata_to_text(&o.metadata)),
                         &key_id,
                         &new_key,
                         &expected,
@@ -190,9 +175,9 @@ impl PgStore {
                 Outcome::Retry(current) => guess = current.or_else(fresh_guess),
                 Outcome::NotFound => {
                     self.known.forget(tenant, session_id);
-                    return Err(not_found(session_id).into());
+                    return Err(StoreError::session_not_found(session_id).into());
                 }
-                Outcome::Taken => return Err(id_taken(session_id).into()),
+                Outcome::Taken => return Err(StoreError::session_id_taken(session_id).into()),
                 Outcome::KeyReused => {
                     let key = append.idempotency_key.as_deref().unwrap_or_default();
                     return Err(StoreError::Conflict(format!(
@@ -219,7 +204,7 @@ impl PgStore {
 
     /// The session, or `None` if `access` reaches no session with that id.
     pub async fn session(&self, access: &Access, session_id: &str) -> Result<Option<Session>> {
-        validate_access(access)?;
+        access.validate()?;
         validate_id("session_id", session_id)?;
         let client = self.pool.get().await?;
         let row = client
@@ -244,7 +229,7 @@ impl PgStore {
         from: u64,
         limit: usize,
     ) -> Result<Page<Message>> {
-        validate_access(access)?;
+        access.validate()?;
         validate_id("session_id", session_id)?;
         let from = i64::try_from(from).unwrap_or(i64::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
@@ -269,7 +254,7 @@ impl PgStore {
             )
             .await?;
         let Some(first) = rows.first() else {
-            return Err(not_found(session_id).into());
+            return Err(StoreError::session_not_found(session_id).into());
         };
         let total = unsigned(first.get("message_count"))?;
         let key = DataKey::from_stored(first.get("key_id"), first.get("key"))?;
@@ -308,41 +293,6 @@ impl PgStore {
     }
 }
 
-/// Checks the tenant and user ids, as `Access::validate` does in the redb store.
-fn validate_access(access: &Access) -> Result<(), StoreError> {
-    validate_id("tenant", access.tenant())?;
-    if let Some(user) = access.user() {
-        validate_id("user_id", user)?;
-    }
-    Ok(())
-}
-
-/// A user-scoped access creates sessions for its own user only.
-fn check_owner(access: &Access, owner: &NewSession) -> Result<(), StoreError> {
-    if access.sees(&owner.user_id) {
-        Ok(())
-    } else {
-        Err(StoreError::InvalidInput {
-            field: "user_id",
-            reason: "a user-scoped caller creates sessions for its own user only".into(),
-        })
-    }
-}
-
-fn not_found(session_id: &str) -> StoreError {
-    StoreError::SessionNotFound {
-        session_id: session_id.to_owned(),
-    }
-}
-
-/// The answer for a session id in use, whoever's session holds it: a user-scoped caller
-/// learns that the id is taken and nothing else about the session.
-fn id_taken(session_id: &str) -> StoreError {
-    StoreError::Conflict(format!(
-        "session id {session_id:?} is taken; choose another, or let memlayer generate one"
-    ))
-}
-
 /// The columns of an append's messages that are stored as they are, one array each, and
 /// their metadata as JSON text, to seal.
 struct Columns {
@@ -364,7 +314,7 @@ impl Columns {
             token_counts: messages.iter().map(|m| i64::from(m.token_count)).collect(),
             metadata: messages
                 .iter()
-                .map(|m| metadata_text(&m.metadata))
+                .map(|m| metadata_to_text(&m.metadata))
                 .collect(),
         })
     }
@@ -455,28 +405,6 @@ struct Sealed {
     metadata: Vec<Vec<u8>>,
 }
 
-/// What tells a retried append from a different one under the same key: every field of
-/// every message, as the redb store's digest covers them.
-fn request_digest(messages: &[NewMessage]) -> [u8; 16] {
-    let mut hasher = Sha256::new();
-    for message in messages {
-        // Length prefixes keep field boundaries unambiguous.
-        let metadata = metadata_text(&message.metadata);
-        let timestamp = message.timestamp.map_or(0, Timestamp::as_micros);
-        hasher.update(role_code(message.role).to_le_bytes());
-        hasher.update((message.content.len() as u64).to_le_bytes());
-        hasher.update(message.content.as_bytes());
-        hasher.update(message.token_count.to_le_bytes());
-        hasher.update(timestamp.to_le_bytes());
-        hasher.update((metadata.len() as u64).to_le_bytes());
-        hasher.update(metadata.as_bytes());
-    }
-    let digest = hasher.finalize();
-    let mut out = [0; 16];
-    out.copy_from_slice(&digest[..16]);
-    out
-}
-
 /// Roles as stored; never renumber (stored rows and `sessions.last_role` hold these).
 fn role_code(role: Role) -> i16 {
     match role {
@@ -500,10 +428,6 @@ fn role_from_code(code: i16) -> Result<Role> {
             });
         }
     })
-}
-
-fn metadata_text(metadata: &Metadata) -> String {
-    serde_json::to_string(metadata).expect("a JSON map always serialises")
 }
 
 fn metadata_from_bytes(bytes: &[u8]) -> Result<Metadata> {

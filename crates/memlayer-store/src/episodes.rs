@@ -146,7 +146,7 @@ impl Store {
                 let sessions = txn.open_table(SESSIONS)?;
                 let owner = Access::one_user(&*episode.tenant, &*episode.user_id);
                 if read_session_record(&sessions, &owner, session_id)?.is_none() {
-                    return Err(crate::sessions::not_found(session_id));
+                    return Err(StoreError::session_not_found(session_id));
                 }
             }
             let mut episodes = txn.open_table(EPISODES)?;
@@ -388,35 +388,31 @@ pub(crate) fn check_episode_tables(txn: &ReadTransaction, check: &mut TablesChec
     for entry in owners.iter()? {
         let (key, _) = entry?;
         let (tenant, user_id, id) = key.value();
-        match stored(id) {
-            Ok(Some(record)) if record.tenant == tenant && record.user_id == user_id => {}
-            Ok(Some(_)) => check.problem(format!(
-                "episode_owner_seqs lists episode {id} under an owner it does not have"
-            )),
-            Ok(None) => check.problem(format!(
-                "episode_owner_seqs lists episode {id}, which is not stored"
-            )),
-            // Reported by the records' pass.
-            Err(_) => {}
-        }
+        check.listing(
+            "episode_owner_seqs",
+            "episode",
+            id,
+            stored(id),
+            |record| record.tenant == tenant && record.user_id == user_id,
+            "an owner it does not have",
+        );
     }
     for entry in tasks.iter()? {
         let (key, id) = entry?;
         let (tenant, user_id, task_type, _) = key.value();
         let id = id.value();
-        match stored(id) {
-            Ok(Some(record))
-                if record.tenant == tenant
+        check.listing(
+            "episode_task_seqs",
+            "episode",
+            id,
+            stored(id),
+            |record| {
+                record.tenant == tenant
                     && record.user_id == user_id
-                    && record.task_type == task_type => {}
-            Ok(Some(_)) => check.problem(format!(
-                "episode_task_seqs lists episode {id} under an owner or task it does not have"
-            )),
-            Ok(None) => check.problem(format!(
-                "episode_task_seqs lists episode {id}, which is not stored"
-            )),
-            Err(_) => {}
-        }
+                    && record.task_type == task_type
+            },
+            "an owner or task it does not have",
+        );
     }
     Ok(())
 }

@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::ids::{next_seq, random_id, unused_id};
 use crate::model::{Access, MAX_MESSAGES_PER_SESSION, Timestamp, validate_id};
 use crate::record::{ERASED_DIGEST, IdempotencyRecord, Record, RunRecord, SummaryRecord};
-use crate::sessions::{not_found, read_session_record};
+use crate::sessions::read_session_record;
 use crate::store::{Eraser, Sessions, Tenants};
 use crate::tables::{
     ERASURE_IDS, ERASURE_JOBS, ERASURE_RECEIPT_SEQS, ERASURE_RECEIPTS, IDEMPOTENCY, MESSAGES,
@@ -172,7 +172,7 @@ impl Eraser {
             .write_alone(move |txn| {
                 let mut sessions = txn.open_table(SESSIONS)?;
                 let mut record = read_session_record(&sessions, &access, &session_id)?
-                    .ok_or_else(|| not_found(&session_id))?;
+                    .ok_or_else(|| StoreError::session_not_found(&session_id))?;
                 let sid = record.sid;
                 let message = txn.open_table(MESSAGES)?.remove((sid, index))?.is_some();
                 if message {

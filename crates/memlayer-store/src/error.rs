@@ -130,6 +130,22 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// The answer for a session `access` does not reach: missing, or another user's, which
+    /// must look the same.
+    pub fn session_not_found(session_id: &str) -> Self {
+        Self::SessionNotFound {
+            session_id: session_id.to_owned(),
+        }
+    }
+
+    /// The answer for a session id in use, whoever's session holds it: a user-scoped caller
+    /// learns that the id is taken and nothing else about the session.
+    pub fn session_id_taken(session_id: &str) -> Self {
+        Self::Conflict(format!(
+            "session id {session_id:?} is taken; choose another, or let memlayer generate one"
+        ))
+    }
+
     /// The error for a log line: its message without the values clients chose or stored — the
     /// ids and field values caller mistakes quote, the content of a record that does not
     /// decode — which logs must never carry.

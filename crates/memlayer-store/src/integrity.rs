@@ -27,6 +27,26 @@ impl TablesCheck {
     pub(crate) fn problem(&mut self, problem: String) {
         self.problems.push(problem);
     }
+
+    /// Checks an entry of `table` listing the `kind` `id`: its record, as read (`stored`),
+    /// must exist and `fit` the entry; `misfit` says what the entry claims otherwise.
+    pub(crate) fn listing<R>(
+        &mut self,
+        table: &str,
+        kind: &str,
+        id: u64,
+        stored: Result<Option<R>>,
+        fits: impl FnOnce(&R) -> bool,
+        misfit: &str,
+    ) {
+        match stored {
+            Ok(Some(record)) if fits(&record) => {}
+            Ok(Some(_)) => self.problem(format!("{table} lists {kind} {id} under {misfit}")),
+            Ok(None) => self.problem(format!("{table} lists {kind} {id}, which is not stored")),
+            // A record that does not decode is reported by the pass over the records.
+            Err(_) => {}
+        }
+    }
 }
 
 impl Memories<'_> {

@@ -12,7 +12,7 @@ use crate::ids::{next_seq, random_id, unused_id};
 use crate::integrity::TablesCheck;
 use crate::model::{Access, Timestamp, validate_id, validate_optional_id, validate_text};
 use crate::record::Record;
-use crate::sessions::{not_found, read_session_record};
+use crate::sessions::read_session_record;
 use crate::store::{Eraser, Memories};
 use crate::tables::{
     EVERY_AGENT, MEMORIES, MEMORY_KEYS, MEMORY_OWNERS, MEMORY_SOURCES, MESSAGES,
@@ -479,7 +479,7 @@ fn check_source(
     index: u64,
 ) -> Result<()> {
     let record = read_session_record(&txn.open_table(SESSIONS)?, sources, session_id)?
-        .ok_or_else(|| not_found(session_id))?;
+        .ok_or_else(|| StoreError::session_not_found(session_id))?;
     if txn
         .open_table(MESSAGES)?
         .get((record.sid, index))?
@@ -930,49 +930,42 @@ pub(crate) fn check_memory_tables(txn: &ReadTransaction, check: &mut TablesCheck
     for entry in owners.iter()? {
         let (key, _) = entry?;
         let (tenant, user_id, id) = key.value();
-        match stored(id) {
-            Ok(Some(record)) if record.tenant == tenant && record.user_id == user_id => {}
-            Ok(Some(_)) => check.problem(format!(
-                "memory_owner_seqs lists memory {id} under an owner it does not have"
-            )),
-            Ok(None) => check.problem(format!(
-                "memory_owner_seqs lists memory {id}, which is not stored"
-            )),
-            // Reported by the records' pass.
-            Err(_) => {}
-        }
+        check.listing(
+            "memory_owner_seqs",
+            "memory",
+            id,
+            stored(id),
+            |record| record.tenant == tenant && record.user_id == user_id,
+            "an owner it does not have",
+        );
     }
     for entry in keys.iter()? {
         let (listed, id) = entry?;
         let (tenant, user_id, agent, key) = listed.value();
         let id = id.value();
-        match stored(id) {
-            Ok(Some(record))
-                if record.key.as_deref() == Some(key)
-                    && key_entry(&record, key) == (tenant, user_id, agent, key) => {}
-            Ok(Some(_)) => check.problem(format!(
-                "memory_keys names memory {id} by a key or scope it does not have"
-            )),
-            Ok(None) => check.problem(format!(
-                "memory_keys names memory {id}, which is not stored"
-            )),
-            Err(_) => {}
-        }
+        check.listing(
+            "memory_keys",
+            "memory",
+            id,
+            stored(id),
+            |record| {
+                record.key.as_deref() == Some(key)
+                    && key_entry(record, key) == (tenant, user_id, agent, key)
+            },
+            "a key or scope it does not have",
+        );
     }
     for entry in sources.iter()? {
         let (listed, _) = entry?;
         let (tenant, session, id) = listed.value();
-        match stored(id) {
-            Ok(Some(record))
-                if record.tenant == tenant && record.cited_sessions().contains(session) => {}
-            Ok(Some(_)) => check.problem(format!(
-                "memory_sources lists memory {id} under a session it does not cite"
-            )),
-            Ok(None) => check.problem(format!(
-                "memory_sources lists memory {id}, which is not stored"
-            )),
-            Err(_) => {}
-        }
+        check.listing(
+            "memory_sources",
+            "memory",
+            id,
+            stored(id),
+            |record| record.tenant == tenant && record.cited_sessions().contains(session),
+            "a session it does not cite",
+        );
     }
     Ok(())
 }

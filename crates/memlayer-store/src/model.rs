@@ -5,11 +5,17 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
 
 use crate::{Result, StoreError};
 
 /// Free-form JSON attached to a session, message or run (citations, thought process, …).
 pub type Metadata = Map<String, Value>;
+
+/// Metadata as stored: compact JSON text.
+pub fn metadata_to_text(metadata: &Metadata) -> String {
+    serde_json::to_string(metadata).expect("a JSON map always serialises")
+}
 
 /// Microseconds since the Unix epoch, UTC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -107,7 +113,7 @@ impl Access {
     }
 
     /// Checks the tenant id and the user id.
-    pub(crate) fn validate(&self) -> Result<()> {
+    pub fn validate(&self) -> Result<()> {
         validate_id("tenant", &self.tenant)?;
         if let Some(user) = &self.user {
             validate_id("user_id", user)?;
@@ -459,6 +465,36 @@ pub(crate) fn validate_text(field: &'static str, text: &str) -> Result<()> {
 }
 
 impl NewSession {
+    /// The checks before creating a session for this owner under `session_id`, or under a
+    /// new UUIDv4 (122 random bits, so nobody can guess it) when `None`, which it returns:
+    /// `access`, that it may create the session, the id and the owner.
+    pub fn checked_session_id(&self, access: &Access, session_id: Option<&str>) -> Result<String> {
+        access.validate()?;
+        self.check_creator(access)?;
+        let session_id = match session_id {
+            Some(id) => {
+                validate_id("session_id", id)?;
+                id.to_owned()
+            }
+            None => uuid::Uuid::new_v4().to_string(),
+        };
+        self.validate()?;
+        Ok(session_id)
+    }
+
+    /// Whether `access` may create a session for this owner: a user-scoped access creates
+    /// sessions for its own user only.
+    pub fn check_creator(&self, access: &Access) -> Result<()> {
+        if access.sees(&self.user_id) {
+            Ok(())
+        } else {
+            Err(StoreError::InvalidInput {
+                field: "user_id",
+                reason: "a user-scoped caller creates sessions for its own user only".into(),
+            })
+        }
+    }
+
     /// The checks [`Store::create_session`](crate::Store::create_session) and a creating
     /// append run on the owner before anything is queued.
     pub fn validate(&self) -> Result<()> {
@@ -472,6 +508,41 @@ impl NewSession {
 }
 
 impl Append {
+    /// The checks before `access` appends to `session_id`: the access, the id, the append
+    /// itself ([`Append::validate`]) and that `access` may create the session it would
+    /// create.
+    pub fn check(&self, access: &Access, session_id: &str) -> Result<()> {
+        access.validate()?;
+        validate_id("session_id", session_id)?;
+        self.validate()?;
+        if let Some(owner) = &self.create {
+            owner.check_creator(access)?;
+        }
+        Ok(())
+    }
+
+    /// What tells a retried append from a different one under the same idempotency key:
+    /// the first 16 bytes of a SHA-256 over every field of every message, length-prefixed so
+    /// that field boundaries are unambiguous.
+    pub fn request_digest(&self) -> [u8; 16] {
+        let mut hasher = Sha256::new();
+        for message in &self.messages {
+            let metadata = metadata_to_text(&message.metadata);
+            let timestamp = message.timestamp.map_or(0, Timestamp::as_micros);
+            hasher.update([message.role as u8]);
+            hasher.update((message.content.len() as u64).to_le_bytes());
+            hasher.update(message.content.as_bytes());
+            hasher.update(message.token_count.to_le_bytes());
+            hasher.update(timestamp.to_le_bytes());
+            hasher.update((metadata.len() as u64).to_le_bytes());
+            hasher.update(metadata.as_bytes());
+        }
+        let digest = hasher.finalize();
+        let mut out = [0; 16];
+        out.copy_from_slice(&digest[..16]);
+        out
+    }
+
     /// The checks [`Store::append`](crate::Store::append) runs before anything is queued:
     /// message count, content, the owner of a session it creates, the idempotency key.
     pub fn validate(&self) -> Result<()> {

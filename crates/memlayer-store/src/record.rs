@@ -385,10 +385,6 @@ impl Record for SummaryRecord {
     const NAME: &'static str = "summary record";
 }
 
-pub(crate) fn metadata_to_text(metadata: &Metadata) -> String {
-    serde_json::to_string(metadata).expect("a JSON map always serialises")
-}
-
 pub(crate) fn metadata_from_text(what: &'static str, text: &str) -> Result<Metadata> {
     serde_json::from_str(text).map_err(|err| StoreError::Corrupted {
         what,

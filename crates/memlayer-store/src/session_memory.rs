@@ -5,14 +5,14 @@
 use redb::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 
-use crate::Result;
 use crate::model::Access;
 use crate::model::{Timestamp, validate_id, validate_text};
 use crate::record::Record;
-use crate::sessions::{check_version, not_found, read_session_record};
+use crate::sessions::{check_version, read_session_record};
 use crate::snapshot::SessionVersion;
 use crate::store::{Eraser, Memories};
 use crate::tables::{SESSION_MEMORIES, SESSIONS};
+use crate::{Result, StoreError};
 
 /// The rolling summary of a user's conversations with one agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,7 +97,7 @@ impl Memories<'_> {
                 let owner = Access::one_user(&*key.0, &*key.1);
                 for session_id in &record.sessions {
                     let session = read_session_record(&sessions, &owner, session_id)?
-                        .ok_or_else(|| not_found(session_id))?;
+                        .ok_or_else(|| StoreError::session_not_found(session_id))?;
                     if *session_id == merged_id {
                         check_version(&session, merged_version, session_id)?;
                     }

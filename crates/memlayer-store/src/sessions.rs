@@ -3,16 +3,15 @@
 //! with everything it owns), which the [`crate::Eraser`] exposes.
 
 use redb::{ReadableTable, Table, WriteTransaction};
-use sha2::{Digest, Sha256};
 
 use crate::model::{
     Access, Append, Appended, Message, NewMessage, NewRun, NewSession, Page, Role, Run, Session,
     SessionFilter, SessionState, StoredSummary, Timestamp, validate_id, validate_optional_id,
 };
-use crate::model::{MAX_MESSAGES_PER_SESSION, MAX_SESSIONS, validate_text};
+use crate::model::{MAX_MESSAGES_PER_SESSION, MAX_SESSIONS, metadata_to_text, validate_text};
 use crate::record::{
     ERASED_DIGEST, IdempotencyRecord, MessageRecord, OutboxRecord, Record, RunRecord,
-    SessionRecord, SummaryRecord, metadata_from_text, metadata_to_text,
+    SessionRecord, SummaryRecord, metadata_from_text,
 };
 use crate::snapshot::{SessionSnapshot, SessionVersion};
 use crate::tables::{
@@ -36,16 +35,7 @@ impl Sessions<'_> {
         session_id: Option<&str>,
         new: NewSession,
     ) -> Result<Session> {
-        access.validate()?;
-        check_owner(access, &new)?;
-        let session_id = match session_id {
-            Some(id) => {
-                validate_id("session_id", id)?;
-                id.to_owned()
-            }
-            None => uuid::Uuid::new_v4().to_string(),
-        };
-        new.validate()?;
+        let session_id = new.checked_session_id(access, session_id)?;
         let tenant = access.tenant().to_owned();
         self.store
             .write(move |txn| {
@@ -54,7 +44,7 @@ impl Sessions<'_> {
                     .get((tenant.as_str(), session_id.as_str()))?
                     .is_some()
                 {
-                    return Err(id_taken(&session_id));
+                    return Err(StoreError::session_id_taken(&session_id));
                 }
                 let record = new_session_record(txn, &tenant, &session_id, &new, Timestamp::now())?;
                 sessions.insert(
@@ -78,12 +68,7 @@ impl Sessions<'_> {
         session_id: &str,
         append: Append,
     ) -> Result<Appended> {
-        access.validate()?;
-        validate_id("session_id", session_id)?;
-        append.validate()?;
-        if let Some(owner) = &append.create {
-            check_owner(access, owner)?;
-        }
+        append.check(access, session_id)?;
         let access = access.clone();
         let session_id = session_id.to_owned();
         let appended = self
@@ -119,7 +104,7 @@ impl Sessions<'_> {
             .write(move |txn| {
                 let mut sessions = txn.open_table(SESSIONS)?;
                 let mut record = read_session_record(&sessions, &access, &session_id)?
-                    .ok_or_else(|| not_found(&session_id))?;
+                    .ok_or_else(|| StoreError::session_not_found(&session_id))?;
                 let tenant = access.tenant();
                 record.load_from = record.next_index;
                 touch(txn, tenant, &session_id, &mut record, Timestamp::now())?;
@@ -208,7 +193,7 @@ impl Sessions<'_> {
             .write(move |txn| {
                 let sessions = txn.open_table(SESSIONS)?;
                 let record = read_session_record(&sessions, &access, &session_id)?
-                    .ok_or_else(|| not_found(&session_id))?;
+                    .ok_or_else(|| StoreError::session_not_found(&session_id))?;
                 check_version(&record, read, &session_id)?;
                 if first_index > last_index || last_index >= record.next_index {
                     return Err(StoreError::InvalidInput {
@@ -350,20 +335,6 @@ impl Sessions<'_> {
     }
 }
 
-pub(crate) fn not_found(session_id: &str) -> StoreError {
-    StoreError::SessionNotFound {
-        session_id: session_id.to_owned(),
-    }
-}
-
-/// The answer for a session id in use, whoever's session holds it: a user-scoped caller
-/// learns that the id is taken and nothing else about the session.
-fn id_taken(session_id: &str) -> StoreError {
-    StoreError::Conflict(format!(
-        "session id {session_id:?} is taken; choose another, or let memlayer generate one"
-    ))
-}
-
 /// [`StoreError::SessionChanged`] unless `record` is the session at version `read`.
 pub(crate) fn check_version(
     record: &SessionRecord,
@@ -375,18 +346,6 @@ pub(crate) fn check_version(
     } else {
         Err(StoreError::SessionChanged {
             session_id: session_id.to_owned(),
-        })
-    }
-}
-
-/// A user-scoped access creates sessions for its own user only.
-fn check_owner(access: &Access, owner: &NewSession) -> Result<()> {
-    if access.sees(&owner.user_id) {
-        Ok(())
-    } else {
-        Err(StoreError::InvalidInput {
-            field: "user_id",
-            reason: "a user-scoped caller creates sessions for its own user only".into(),
         })
     }
 }
@@ -516,12 +475,12 @@ fn apply_append(
     let digest = append
         .idempotency_key
         .as_ref()
-        .map(|_| request_digest(&append.messages));
+        .map(|_| append.request_digest());
     if let Some(record) = &existing {
         if let Some(owner) = &append.create
             && (owner.user_id != record.user_id || owner.agent_id != record.agent_id)
         {
-            return Err(id_taken(session_id));
+            return Err(StoreError::session_id_taken(session_id));
         }
         if let (Some(key), Some(digest)) = (&append.idempotency_key, &digest)
             && let Some(previous) = txn
@@ -556,8 +515,8 @@ fn apply_append(
         // Another user's session under this id: taken, as for any other owner.
         None if sessions.get((tenant, session_id))?.is_some() => {
             return Err(match append.create {
-                Some(_) => id_taken(session_id),
-                None => not_found(session_id),
+                Some(_) => StoreError::session_id_taken(session_id),
+                None => StoreError::session_not_found(session_id),
             });
         }
         None => match &append.create {
@@ -566,7 +525,7 @@ fn apply_append(
                 add_to_listing(txn, tenant, session_id, &record)?;
                 (record, true)
             }
-            None => return Err(not_found(session_id)),
+            None => return Err(StoreError::session_not_found(session_id)),
         },
     };
 
@@ -635,8 +594,8 @@ fn apply_record_run(
 ) -> Result<Run> {
     let tenant = access.tenant();
     let mut sessions = txn.open_table(SESSIONS)?;
-    let mut record =
-        read_session_record(&sessions, access, session_id)?.ok_or_else(|| not_found(session_id))?;
+    let mut record = read_session_record(&sessions, access, session_id)?
+        .ok_or_else(|| StoreError::session_not_found(session_id))?;
     let run_id = run
         .run_id
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
@@ -674,8 +633,8 @@ fn apply_delete_session(
 ) -> Result<SessionDeleted> {
     let tenant = access.tenant();
     let mut sessions = txn.open_table(SESSIONS)?;
-    let record =
-        read_session_record(&sessions, access, session_id)?.ok_or_else(|| not_found(session_id))?;
+    let record = read_session_record(&sessions, access, session_id)?
+        .ok_or_else(|| StoreError::session_not_found(session_id))?;
     sessions.remove((tenant, session_id))?;
     remove_from_listing(txn, tenant, session_id, &record)?;
     let sid = record.sid;
@@ -757,26 +716,6 @@ fn remove_str_range<V: redb::Value + 'static>(
     Ok(())
 }
 
-fn request_digest(messages: &[NewMessage]) -> [u8; 16] {
-    let mut hasher = Sha256::new();
-    for message in messages {
-        // Length prefixes keep field boundaries unambiguous.
-        let metadata = metadata_to_text(&message.metadata);
-        let timestamp = message.timestamp.map_or(0, Timestamp::as_micros);
-        hasher.update([message.role as u8]);
-        hasher.update((message.content.len() as u64).to_le_bytes());
-        hasher.update(message.content.as_bytes());
-        hasher.update(message.token_count.to_le_bytes());
-        hasher.update(timestamp.to_le_bytes());
-        hasher.update((metadata.len() as u64).to_le_bytes());
-        hasher.update(metadata.as_bytes());
-    }
-    let digest = hasher.finalize();
-    let mut out = [0; 16];
-    out.copy_from_slice(&digest[..16]);
-    out
-}
-
 fn message_record(message: NewMessage, now: Timestamp) -> MessageRecord {
     MessageRecord {
         role: message.role,
@@ -844,7 +783,7 @@ impl Store {
     ) -> Result<SessionSnapshot> {
         self.sessions()
             .snapshot(access, session_id)?
-            .ok_or_else(|| not_found(session_id))
+            .ok_or_else(|| StoreError::session_not_found(session_id))
     }
 
     pub(crate) fn read_existing_session(
@@ -856,7 +795,7 @@ impl Store {
         validate_id("session_id", session_id)?;
         let txn = self.begin_read()?;
         let record = read_session_record(&txn.open_table(SESSIONS)?, access, session_id)?
-            .ok_or_else(|| not_found(session_id))?;
+            .ok_or_else(|| StoreError::session_not_found(session_id))?;
         Ok((txn, record))
     }
 }

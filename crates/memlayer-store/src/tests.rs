@@ -2554,7 +2554,7 @@ async fn the_table_check_finds_every_listing_that_disagrees_with_its_record() {
                     .insert((TENANT, "ann", "", "other-key"), keyed)?;
                 Ok(())
             }),
-            format!("memory_keys names memory {keyed} by a key or scope it does not have"),
+            format!("memory_keys lists memory {keyed} under a key or scope it does not have"),
         ),
         (
             Box::new(move |txn| {
