@@ -135,7 +135,10 @@ impl Cluster {
         run(initdb)?;
         let settings = format!(
             "\n# memlayer test cluster\nlisten_addresses = ''\nunix_socket_directories = '{}'\n\
-             fsync = on\nmax_connections = 300\n",
+             fsync = on\nmax_connections = 300\n\
+             # What erasure needs (src/erasure.rs): removed WAL segments are unlinked, not\n\
+             # renamed for reuse with their bytes; none is kept for standbys.\n\
+             wal_recycle = off\nwal_keep_size = 0\n",
             cluster.dir.display()
         );
         std::fs::OpenOptions::new()
