@@ -5,7 +5,9 @@
 //! to create databases). Otherwise the first test of a process starts a throwaway cluster of
 //! its own, shared by the process's tests: `initdb` into a temporary directory, listening only
 //! on a unix socket there (`listen_addresses = ''`: nothing on the network, no port to
-//! collide with a parallel test process), with fsync on like production. Every test gets a
+//! collide with a parallel test process), with fsync on like production and the settings
+//! erasure needs (`wal_recycle = off`, `wal_keep_size = 0`; a server given by URL must have
+//! them for the erasure tests to pass). Every test gets a
 //! fresh database with a random name, so tests run in parallel without seeing each other's
 //! rows.
 //!
