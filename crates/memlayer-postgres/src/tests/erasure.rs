@@ -227,3 +227,42 @@ async fn a_reclaim_with_the_documented_privileges_waits_for_other_roles_snapshot
     snapshot.commit().await.unwrap();
     assert_eq!(store.reclaim_destroyed_keys().await.unwrap().keys, 1);
 }
+
+/// `VACUUM` of a table the role may not rewrite only warns; a reclaim that trusted it would
+/// give a receipt for keys still in the partition's file.
+#[tokio::test]
+async fn a_reclaim_by_a_role_that_may_not_rewrite_the_keys_is_refused() {
+    let db = test_cluster::database().await.unwrap();
+    let owner_store = db.store().await.unwrap();
+    let admin = db.connect().await.unwrap();
+    let role = format!("writer_{}", uuid::Uuid::new_v4().simple());
+    admin
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN IN ROLE pg_checkpoint, pg_monitor;
+             GRANT EXECUTE ON FUNCTION pg_switch_wal() TO {role};
+             GRANT CREATE ON SCHEMA public TO {role};
+             GRANT ALL ON ALL TABLES IN SCHEMA public TO {role};
+             GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role};"
+        ))
+        .await
+        .unwrap();
+    let mut config = db.config().clone();
+    config.user(&role);
+    let store = PgStore::connect_config(config, 2).await.unwrap();
+    store
+        .append(&tenant(), "s", creating("hello", "alice"))
+        .await
+        .unwrap();
+    store.delete_session(&tenant(), "s").await.unwrap();
+    match store.reclaim_destroyed_keys().await {
+        Err(PostgresError::ErasureNotPermitted { partition }) => {
+            assert!(partition.starts_with("data_keys_"), "{partition}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        owner_store.reclaim_destroyed_keys().await.unwrap().keys,
+        1,
+        "the work stays for a role that may"
+    );
+}
