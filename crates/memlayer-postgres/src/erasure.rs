@@ -14,8 +14,8 @@
 //!    intact), `wal_keep_size = 0`, `archive_mode = off`, no replication slot, no connected
 //!    standby or base backup, and on PostgreSQL 15 `vacuum_defer_cleanup_age = 0`;
 //! 2. waits (briefly) until no transaction that could still see a destroyed key runs (the
-//!    rewrite keeps a tuple some snapshot can see), and checks it may rewrite each partition (a `VACUUM` of a
-//!    table the role does not own only warns);
+//!    rewrite keeps a tuple some snapshot can see), and checks it may rewrite each partition
+//!    (a `VACUUM` of a table the role does not own only warns);
 //! 3. `VACUUM FULL`s each partition that held a destroyed key: the live rows are copied to a
 //!    new file, and at commit the old file is truncated to zero length (it is unlinked after
 //!    the next checkpoint; `mdunlinkfork` in PostgreSQL's md.c);
@@ -25,13 +25,14 @@
 //! 5. checks `pg_wal` holds no segment up to the switched one any more (a second switch and
 //!    checkpoint first if one does), and only then forgets the work and answers.
 //!
-//! The key's id and the partition's name stay in `destroyed_keys` until then: neither is
-//! secret, and a crash between an erasure and its reclaim must not lose the work.
+//! The partition's name and the erasing transaction's id stay in `destroyed_keys` until then:
+//! neither is secret, and a crash between an erasure and its reclaim must not lose the work.
 
 use std::time::{Duration, Instant};
 
 use memlayer_store::{Access, StoreError, validate_id};
 
+use crate::sessions::unsigned;
 use crate::{PgStore, PostgresError, Result};
 
 /// What deleting a session removed.
@@ -152,7 +153,7 @@ impl PgStore {
             return Err(StoreError::session_not_found(session_id).into());
         };
         let key_id: uuid::Uuid = row.get("key_id");
-        let messages = u64::try_from(row.get::<_, i64>("message_count")).unwrap_or_default();
+        let messages = unsigned(row.get("message_count"))?;
         txn.execute(
             "WITH destroyed AS (
                  DELETE FROM data_keys WHERE tenant = $1 AND key_id = $2
@@ -176,10 +177,9 @@ impl PgStore {
     /// Makes the keys destroyed so far (by every node of this database) unrecoverable from
     /// the cluster's files, as the module documentation describes, and answers how many.
     /// Refuses with [`PostgresError::ErasureUnsafe`] on a server that keeps copies it cannot
-    /// remove, [`PostgresError::ErasureBlocked`] while an older transaction runs (it waits two
-    /// seconds for them to end), and
-    /// [`PostgresError::ErasureNotPermitted`] without the privileges; the work stays recorded
-    /// for the next call.
+    /// remove, [`PostgresError::ErasureBlocked`] while an older transaction still runs after
+    /// two seconds, and [`PostgresError::ErasureNotPermitted`] without the privileges; the work
+    /// stays recorded for the next call. Only an `Ok` is a receipt.
     ///
     /// The role needs: ownership of the `data_keys` partitions (the role that migrated owns
     /// them), `pg_checkpoint` (PostgreSQL 15; superuser before), `EXECUTE` on
@@ -320,9 +320,9 @@ async fn server_settings(client: &tokio_postgres::Client) -> Result<ServerSettin
 }
 
 /// Removes every WAL segment written so far from `pg_wal`: ends the current segment, then
-/// checkpoints, which removes the segments before the new redo point's. Checks they are gone;
-/// a checkpoint that was already running when the first was requested can leave them, so a
-/// second round is tried before refusing.
+/// checkpoints, which removes the segments before the new redo point's. Checks they are gone,
+/// since the receipt depends on it; a second round, which should never be needed, is tried
+/// before refusing.
 async fn retire_wal(client: &tokio_postgres::Client) -> Result<()> {
     let mut left = 0;
     for _ in 0..2 {
