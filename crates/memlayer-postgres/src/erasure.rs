@@ -12,7 +12,9 @@
 //! 1. checks the server keeps no copy the reclaim cannot reach ([`ServerSettings::check`]):
 //!    `wal_recycle = off` (a removed WAL segment is otherwise renamed for reuse, its bytes
 //!    intact), `wal_keep_size = 0`, `archive_mode = off`, no replication slot, no connected
-//!    standby or base backup, and on PostgreSQL 15 `vacuum_defer_cleanup_age = 0`;
+//!    standby or base backup, on PostgreSQL 15 `vacuum_defer_cleanup_age = 0`, and no logging
+//!    of statement parameters (`log_parameter_max_length = 0` if statements are logged,
+//!    `log_parameter_max_length_on_error = 0`), as keys are parameters;
 //! 2. waits (briefly) until no transaction that could still see a destroyed key runs (the
 //!    rewrite keeps a tuple some snapshot can see), and checks it may rewrite each partition
 //!    (a `VACUUM` of a table the role does not own only warns);
@@ -72,6 +74,16 @@ pub struct ServerSettings {
     pub replication_slots: i64,
     /// Rows of `pg_stat_replication`: standbys and base backups streaming from the server.
     pub wal_senders: i64,
+    /// `log_statement`.
+    pub log_statement: String,
+    /// `log_min_duration_statement`.
+    pub log_min_duration_statement: String,
+    /// `log_min_duration_sample`.
+    pub log_min_duration_sample: String,
+    /// `log_parameter_max_length`.
+    pub log_parameter_max_length: String,
+    /// `log_parameter_max_length_on_error`.
+    pub log_parameter_max_length_on_error: String,
 }
 
 impl ServerSettings {
@@ -107,6 +119,25 @@ impl ServerSettings {
         if self.wal_senders != 0 {
             let found = self.wal_senders.to_string();
             return refuse("pg_stat_replication", &found, "no standby or base backup");
+        }
+        // A logged statement's parameters (keys are parameters) land in the server's log
+        // files, which no reclaim can rewrite.
+        let statements_logged = matches!(self.log_statement.as_str(), "mod" | "all")
+            || self.log_min_duration_statement != "-1"
+            || self.log_min_duration_sample != "-1";
+        if statements_logged && self.log_parameter_max_length != "0" {
+            return refuse(
+                "log_parameter_max_length",
+                &self.log_parameter_max_length,
+                "0 while statements are logged",
+            );
+        }
+        if self.log_parameter_max_length_on_error != "0" {
+            return refuse(
+                "log_parameter_max_length_on_error",
+                &self.log_parameter_max_length_on_error,
+                "0",
+            );
         }
         Ok(())
     }
@@ -305,7 +336,12 @@ async fn server_settings(client: &tokio_postgres::Client) -> Result<ServerSettin
                     current_setting('archive_mode') AS archive_mode,
                     current_setting('vacuum_defer_cleanup_age', true) AS defer,
                     (SELECT count(*) FROM pg_replication_slots) AS slots,
-                    (SELECT count(*) FROM pg_stat_replication) AS senders",
+                    (SELECT count(*) FROM pg_stat_replication) AS senders,
+                    current_setting('log_statement') AS log_statement,
+                    current_setting('log_min_duration_statement') AS log_min_duration_statement,
+                    current_setting('log_min_duration_sample') AS log_min_duration_sample,
+                    current_setting('log_parameter_max_length') AS log_parameter_max_length,
+                    current_setting('log_parameter_max_length_on_error') AS on_error",
             &[],
         )
         .await?;
@@ -316,6 +352,11 @@ async fn server_settings(client: &tokio_postgres::Client) -> Result<ServerSettin
         vacuum_defer_cleanup_age: row.get("defer"),
         replication_slots: row.get("slots"),
         wal_senders: row.get("senders"),
+        log_statement: row.get("log_statement"),
+        log_min_duration_statement: row.get("log_min_duration_statement"),
+        log_min_duration_sample: row.get("log_min_duration_sample"),
+        log_parameter_max_length: row.get("log_parameter_max_length"),
+        log_parameter_max_length_on_error: row.get("on_error"),
     })
 }
 
@@ -360,6 +401,11 @@ mod tests {
             vacuum_defer_cleanup_age: Some("0".into()),
             replication_slots: 0,
             wal_senders: 0,
+            log_statement: "ddl".into(),
+            log_min_duration_statement: "-1".into(),
+            log_min_duration_sample: "-1".into(),
+            log_parameter_max_length: "-1".into(),
+            log_parameter_max_length_on_error: "0".into(),
         }
     }
 
@@ -369,6 +415,9 @@ mod tests {
         ServerSettings {
             vacuum_defer_cleanup_age: None,
             wal_keep_size: "0MB".into(),
+            // Statements are logged, their parameters not.
+            log_statement: "all".into(),
+            log_parameter_max_length: "0".into(),
             ..safe()
         }
         .check()
@@ -413,6 +462,34 @@ mod tests {
                 "pg_stat_replication",
                 ServerSettings {
                     wal_senders: 1,
+                    ..safe()
+                },
+            ),
+            (
+                "log_parameter_max_length",
+                ServerSettings {
+                    log_statement: "mod".into(),
+                    ..safe()
+                },
+            ),
+            (
+                "log_parameter_max_length",
+                ServerSettings {
+                    log_min_duration_statement: "0".into(),
+                    ..safe()
+                },
+            ),
+            (
+                "log_parameter_max_length",
+                ServerSettings {
+                    log_min_duration_sample: "100ms".into(),
+                    ..safe()
+                },
+            ),
+            (
+                "log_parameter_max_length_on_error",
+                ServerSettings {
+                    log_parameter_max_length_on_error: "-1".into(),
                     ..safe()
                 },
             ),
