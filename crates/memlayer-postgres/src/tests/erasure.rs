@@ -79,7 +79,7 @@ async fn after_a_reclaim_a_deleted_sessions_key_is_in_no_file_of_the_cluster() {
 }
 
 #[tokio::test]
-async fn without_a_reclaim_a_deleted_sessions_key_stays_in_the_files() {
+async fn without_a_reclaim_a_deleted_sessions_key_stays_in_the_files_until_a_later_one() {
     let db = test_cluster::database().await.unwrap();
     let store = db.store().await.unwrap();
     let erased = session_with_key(&db, &store, "erased").await;
@@ -96,6 +96,13 @@ async fn without_a_reclaim_a_deleted_sessions_key_stays_in_the_files() {
         pending, 1,
         "the reclaim's work is recorded with the deletion"
     );
+
+    // A process started later (after a crash, say) finds the work and does it.
+    drop(store);
+    let restarted = db.store().await.unwrap();
+    assert_eq!(restarted.reclaim_destroyed_keys().await.unwrap().keys, 1);
+    let dir = data_directory(&client).await;
+    assert_eq!(found_in_files(&dir, &[&erased]), [false]);
 }
 
 #[tokio::test]
