@@ -77,6 +77,41 @@ pub enum PostgresError {
         /// The session.
         session_id: String,
     },
+    /// A reclaim was refused: the server keeps copies of WAL or data that it cannot remove,
+    /// so it could not promise that destroyed keys are in no file. Nothing was rewritten.
+    #[error(
+        "cannot reclaim destroyed keys: the server has {setting} = {found}, erasure needs \
+         {required}"
+    )]
+    ErasureUnsafe {
+        /// The setting (or the system view) that breaks the promise.
+        setting: &'static str,
+        /// Its value.
+        found: String,
+        /// What erasure needs instead.
+        required: &'static str,
+    },
+    /// A reclaim was refused because transactions older than an erasure still run, and a
+    /// rewrite keeps what they can see; retrying once they ended succeeds.
+    #[error("cannot reclaim destroyed keys yet: {transactions} older transactions still run")]
+    ErasureBlocked {
+        /// How many.
+        transactions: i64,
+    },
+    /// A reclaim was refused because the database role may not rewrite a partition of
+    /// `data_keys` (only its owner, the database's owner and superusers may).
+    #[error("cannot reclaim destroyed keys: the role may not VACUUM {partition}")]
+    ErasureNotPermitted {
+        /// The partition.
+        partition: String,
+    },
+    /// After the reclaim's checkpoints, `pg_wal` still holds segments written before it:
+    /// something the settings check did not see keeps them. No receipt was given.
+    #[error("cannot reclaim destroyed keys: {segments} old WAL segments were kept")]
+    WalRetained {
+        /// How many old segments remained.
+        segments: i64,
+    },
     /// The throwaway test cluster could not be started or reached.
     #[cfg(any(test, feature = "test-cluster"))]
     #[error("test cluster: {0}")]

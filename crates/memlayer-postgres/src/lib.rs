@@ -11,6 +11,7 @@
 
 #![deny(missing_docs)]
 
+mod erasure;
 mod error;
 mod feed;
 mod migrate;
@@ -20,6 +21,7 @@ mod store;
 #[cfg(any(test, feature = "test-cluster"))]
 pub mod test_cluster;
 
+pub use erasure::{Reclaimed, ServerSettings, SessionDeleted};
 pub use error::{PostgresError, Result};
 pub use feed::{Change, FeedCursor, FeedPage};
 pub use migrate::SCHEMA_VERSION;

@@ -11,8 +11,10 @@ use tokio_postgres::Client;
 use crate::{PostgresError, Result};
 
 /// The migrations, in order: version, name, SQL.
-const MIGRATIONS: &[(i64, &str, &str)] =
-    &[(1, "schema", include_str!("../migrations/0001_schema.sql"))];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "schema", include_str!("../migrations/0001_schema.sql")),
+    (2, "erasure", include_str!("../migrations/0002_erasure.sql")),
+];
 
 /// The newest schema version this build knows.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].0;

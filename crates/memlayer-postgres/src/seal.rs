@@ -7,7 +7,7 @@
 //! An erasure therefore cannot make deleted text unrecoverable by deleting rows. It destroys
 //! keys instead (crypto-shredding): every session has its own random 256-bit key in
 //! `data_keys`, whose small hash partitions are all that must be rewritten to get rid of a
-//! destroyed key's bytes; the ciphertext left behind anywhere is then noise.
+//! destroyed key's bytes; the ciphertext left behind anywhere is then noise (`erasure.rs`).
 //!
 //! Each value is XChaCha20-Poly1305 with a random 24-byte nonce (large enough that random
 //! nonces never repeat in practice, so no counter has to be kept consistent across nodes),

@@ -446,7 +446,7 @@ fn micros(timestamp: Timestamp) -> Result<i64, StoreError> {
 }
 
 /// A stored count, index or time, which the schema keeps non-negative.
-fn unsigned(value: i64) -> Result<u64> {
+pub(crate) fn unsigned(value: i64) -> Result<u64> {
     u64::try_from(value).map_err(|_| PostgresError::Corrupted {
         what: "session",
         detail: format!("negative count, index or time {value}"),

@@ -82,8 +82,9 @@ impl PgStore {
 /// seals its messages for the index it expects before the one statement that stores them, and
 /// a right guess spares it a round trip. A wrong guess costs nothing but a retry — the
 /// statement checks both against the session row — so the entries need no invalidation for
-/// correctness, only a bound on their number. They do hold keys in memory, though: the
-/// erasure that destroys a session's key (a later slice) must forget its entry too.
+/// correctness, only a bound on their number. They do hold keys in memory, though:
+/// `PgStore::delete_session` forgets the entry of the session whose key it destroys (another
+/// node's store keeps its entry until its next append to the id finds it stale).
 #[derive(Default)]
 pub(crate) struct KnownSessions {
     entries: Mutex<HashMap<(String, String), (DataKey, u64)>>,

@@ -5,7 +5,9 @@
 //! to create databases). Otherwise the first test of a process starts a throwaway cluster of
 //! its own, shared by the process's tests: `initdb` into a temporary directory, listening only
 //! on a unix socket there (`listen_addresses = ''`: nothing on the network, no port to
-//! collide with a parallel test process), with fsync on like production. Every test gets a
+//! collide with a parallel test process), with fsync on like production and the settings
+//! erasure needs (`wal_recycle = off`, `wal_keep_size = 0`; a server given by URL must have
+//! them for the erasure tests to pass). Every test gets a
 //! fresh database with a random name, so tests run in parallel without seeing each other's
 //! rows.
 //!
@@ -135,7 +137,10 @@ impl Cluster {
         run(initdb)?;
         let settings = format!(
             "\n# memlayer test cluster\nlisten_addresses = ''\nunix_socket_directories = '{}'\n\
-             fsync = on\nmax_connections = 300\n",
+             fsync = on\nmax_connections = 300\n\
+             # What erasure needs (src/erasure.rs): removed WAL segments are unlinked, not\n\
+             # renamed for reuse with their bytes; none is kept for standbys.\n\
+             wal_recycle = off\nwal_keep_size = 0\n",
             cluster.dir.display()
         );
         std::fs::OpenOptions::new()

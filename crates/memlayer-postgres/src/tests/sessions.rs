@@ -5,7 +5,7 @@ use memlayer_store::{
     Access, Append, Message, Metadata, NewMessage, Role, SessionState, StoreError, Timestamp,
 };
 
-use super::{owner, say};
+use super::{creating, owner, say, store_error};
 use crate::test_cluster;
 use crate::{PgStore, PostgresError};
 
@@ -13,13 +13,6 @@ const TENANT: &str = "t";
 
 fn tenant() -> Access {
     Access::tenant_wide(TENANT)
-}
-
-fn creating(text: &str, user: &str) -> Append {
-    Append {
-        create: Some(owner(user)),
-        ..say(text)
-    }
 }
 
 async fn contents(store: &PgStore, session_id: &str) -> Vec<String> {
@@ -36,14 +29,6 @@ async fn all_messages(store: &PgStore, session_id: &str) -> Vec<Message> {
         .await
         .unwrap()
         .items
-}
-
-/// The store error behind `result`'s error, which must be a caller mistake.
-fn store_error<T: std::fmt::Debug>(result: Result<T, PostgresError>) -> StoreError {
-    match result {
-        Err(PostgresError::Store(err)) => err,
-        other => panic!("expected a store error, got {other:?}"),
-    }
 }
 
 #[tokio::test]
@@ -573,9 +558,10 @@ async fn a_session_deleted_and_created_again_gets_a_new_key() {
             .get::<_, uuid::Uuid>(0)
     };
     let first_key = key_of_s().await;
-    // What an erasure will do: the session and its key go.
-    let erase = "DELETE FROM sessions WHERE session_id = 's'; DELETE FROM data_keys;";
-    client.batch_execute(erase).await.unwrap();
+    // Erased through another node: the session and its key go.
+    let tenant_wide = tenant();
+    let erase = || other_node.delete_session(&tenant_wide, "s");
+    erase().await.unwrap();
 
     // `store` still remembers the destroyed key; its creating append must not reuse it.
     let again = store
@@ -589,7 +575,7 @@ async fn a_session_deleted_and_created_again_gets_a_new_key() {
 
     // Another node creates it anew while `store` remembers the second key and next index:
     // the append finds both stale, seals again under the new key, and reads back.
-    client.batch_execute(erase).await.unwrap();
+    erase().await.unwrap();
     other_node
         .append(&tenant(), "s", creating("three", "alice"))
         .await
@@ -600,7 +586,7 @@ async fn a_session_deleted_and_created_again_gets_a_new_key() {
     assert_eq!(contents(&store, "s").await, ["three", "four"]);
 
     // And a session erased for good is not found, whatever the store remembers.
-    client.batch_execute(erase).await.unwrap();
+    erase().await.unwrap();
     let gone = store.append(&tenant(), "s", say("five")).await;
     assert!(matches!(
         store_error(gone),
