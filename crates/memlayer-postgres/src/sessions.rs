@@ -180,21 +180,9 @@ impl PgStore {
                 Outcome::Taken => return Err(StoreError::session_id_taken(session_id).into()),
                 Outcome::KeyReused => {
                     let key = append.idempotency_key.as_deref().unwrap_or_default();
-                    return Err(StoreError::Conflict(format!(
-                        "idempotency key {key:?} was used for a different request"
-                    ))
-                    .into());
+                    return Err(StoreError::idempotency_key_reused(key).into());
                 }
-                Outcome::TooMany => {
-                    return Err(StoreError::InvalidInput {
-                        field: "messages",
-                        reason: format!(
-                            "session {session_id:?} would exceed {MAX_MESSAGES_PER_SESSION} \
-                             messages"
-                        ),
-                    }
-                    .into());
-                }
+                Outcome::TooMany => return Err(StoreError::session_full(session_id).into()),
             }
         }
         Err(PostgresError::Contention {

@@ -146,6 +146,25 @@ impl StoreError {
         ))
     }
 
+    /// The answer for an idempotency key already used for a different request.
+    pub fn idempotency_key_reused(key: &str) -> Self {
+        Self::Conflict(format!(
+            "idempotency key {key:?} was used for a different request"
+        ))
+    }
+
+    /// The answer for an append that would take a session past
+    /// [`MAX_MESSAGES_PER_SESSION`](crate::MAX_MESSAGES_PER_SESSION) messages.
+    pub fn session_full(session_id: &str) -> Self {
+        Self::InvalidInput {
+            field: "messages",
+            reason: format!(
+                "session {session_id:?} would exceed {} messages",
+                crate::MAX_MESSAGES_PER_SESSION
+            ),
+        }
+    }
+
     /// The error for a log line: its message without the values clients chose or stored — the
     /// ids and field values caller mistakes quote, the content of a record that does not
     /// decode — which logs must never carry.

@@ -489,9 +489,7 @@ fn apply_append(
         {
             let previous = IdempotencyRecord::decode(previous.value())?;
             if &previous.request_digest != digest && previous.request_digest != ERASED_DIGEST {
-                return Err(StoreError::Conflict(format!(
-                    "idempotency key {key:?} was used for a different request"
-                )));
+                return Err(StoreError::idempotency_key_reused(key));
             }
             return Ok(Appended {
                 first_index: previous.first_index,
@@ -501,12 +499,7 @@ fn apply_append(
             });
         }
         if record.next_index + append.messages.len() as u64 > MAX_MESSAGES_PER_SESSION {
-            return Err(StoreError::InvalidInput {
-                field: "messages",
-                reason: format!(
-                    "session {session_id:?} would exceed {MAX_MESSAGES_PER_SESSION} messages"
-                ),
-            });
+            return Err(StoreError::session_full(session_id));
         }
     }
     let now = Timestamp::now();
