@@ -200,6 +200,26 @@ impl GraphBuild {
         }
     }
 
+    /// Inserts the chunks `copy_chunk` copies, up to the index's last slot. `Err` says how it
+    /// ended otherwise: `cancelled` said stop, or the index changed under it (no chunk).
+    fn fill(
+        &mut self,
+        copy_chunk: impl Fn(&Self) -> Option<GraphChunk>,
+        cancelled: impl Fn() -> bool,
+    ) -> std::result::Result<(), GraphBuilt> {
+        loop {
+            if cancelled() {
+                return Err(GraphBuilt::Cancelled);
+            }
+            let chunk = copy_chunk(self).ok_or(GraphBuilt::Superseded)?;
+            let last = chunk.last;
+            self.add(chunk);
+            if last {
+                return Ok(());
+            }
+        }
+    }
+
     fn add(&mut self, chunk: GraphChunk) {
         let points: Vec<(&[f32], usize)> = chunk
             .vectors
@@ -241,19 +261,10 @@ pub fn build_graph_unlocked<T>(
     let Some(mut build) = index(&lock.read()).and_then(VectorIndex::start_graph_work) else {
         return GraphBuilt::NotNeeded;
     };
-    loop {
-        if cancelled() {
-            return GraphBuilt::Cancelled;
-        }
-        let chunk = index(&lock.read()).and_then(|index| index.graph_chunk(&build));
-        let Some(chunk) = chunk else {
-            return GraphBuilt::Superseded;
-        };
-        let last = chunk.last;
-        build.add(chunk);
-        if last {
-            break;
-        }
+    let copy_chunk =
+        |build: &GraphBuild| index(&lock.read()).and_then(|index| index.graph_chunk(build));
+    if let Err(ended) = build.fill(copy_chunk, cancelled) {
+        return ended;
     }
     let mut guard = lock.write();
     match index_mut(&mut guard) {
@@ -346,15 +357,13 @@ impl VectorIndex {
         let Some(mut build) = self.start_graph_work() else {
             return;
         };
-        // Nothing changes under `&mut self`, so every chunk fits.
-        while let Some(chunk) = self.graph_chunk(&build) {
-            let last = chunk.last;
-            build.add(chunk);
-            if last {
-                break;
-            }
+        // Nothing changes under `&mut self`: every chunk fits and the build is installed.
+        if build
+            .fill(|build| self.graph_chunk(build), || false)
+            .is_ok()
+        {
+            self.finish_graph_work(build);
         }
-        self.finish_graph_work(build);
     }
 
     /// The graph work this index needs, if any: an empty graph to build, or its graph to

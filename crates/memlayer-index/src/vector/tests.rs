@@ -316,6 +316,18 @@ fn build_beside(lock: &IndexLock<VectorIndex>, between: impl Fn(usize)) -> Graph
     )
 }
 
+/// [`build_beside`], erasing vector 7 (removed, then compacted, as an erasure does) before
+/// chunk `at`.
+fn build_erasing_seven_before(lock: &IndexLock<VectorIndex>, at: usize) -> GraphBuilt {
+    build_beside(lock, |chunk| {
+        if chunk == at {
+            let mut index = lock.write();
+            assert!(index.remove(7));
+            index.compact();
+        }
+    })
+}
+
 #[test]
 fn a_graph_built_beside_the_lock_takes_in_what_was_added_meanwhile() {
     // Two chunks and a bit; additions land before the second chunk and before the last,
@@ -389,14 +401,8 @@ fn a_compaction_during_an_extension_supersedes_it() {
     let (lock, vectors) = shared_index(4_500);
     assert_eq!(build_beside(&lock, |_| {}), GraphBuilt::Installed);
     lock.write().insert(4_500, &vectors[4_500]).unwrap();
-    let outcome = build_beside(&lock, |chunk| {
-        if chunk == 0 {
-            // An erasure drops the graph the extension holds.
-            let mut index = lock.write();
-            assert!(index.remove(7));
-            index.compact();
-        }
-    });
+    // The erasure drops the graph the extension holds.
+    let outcome = build_erasing_seven_before(&lock, 0);
     assert_eq!(outcome, GraphBuilt::Superseded);
     let index = lock.into_inner();
     assert!(!index.has_graph() && index.needs_graph());
@@ -413,14 +419,8 @@ fn a_compaction_during_an_extension_supersedes_it() {
 #[test]
 fn a_removal_during_a_build_supersedes_it_and_the_next_build_installs() {
     let (lock, vectors) = shared_index(4_500);
-    let outcome = build_beside(&lock, |chunk| {
-        if chunk == 1 {
-            // An erasure: the graph under way already holds a copy of vector 7.
-            let mut index = lock.write();
-            assert!(index.remove(7));
-            index.compact();
-        }
-    });
+    // Before the second chunk: the graph under way already holds a copy of vector 7.
+    let outcome = build_erasing_seven_before(&lock, 1);
     assert_eq!(outcome, GraphBuilt::Superseded);
     {
         let index = lock.read();
