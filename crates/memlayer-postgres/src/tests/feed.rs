@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use memlayer_store::Access;
 
-use super::{owner, say};
+use super::{owner, say, until_one_waits_on_a_lock};
 use crate::test_cluster;
 use crate::{Change, FeedCursor, PgStore};
 
@@ -152,34 +152,9 @@ async fn a_transaction_with_a_lower_id_committing_late_is_not_skipped() {
         tokio::spawn(async move { store.append(&tenant(), "slow", say("late")).await.unwrap() })
     };
     let watcher = db.connect().await.unwrap();
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let waiting: i64 = watcher
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity
-                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        if waiting == 1 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the slow append never waited");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_one_waits_on_a_lock(&watcher, "the slow append").await;
     let fast = store.append(&tenant(), "fast", say("early")).await.unwrap();
-    let xids: Vec<(String, i64)> = watcher
-        .query(
-            "SELECT session_id, xid::text::bigint FROM feed ORDER BY xid",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| (row.get(0), row.get(1)))
-        .collect();
+    let xids = feed_rows(&watcher).await;
     assert_eq!(xids.len(), 1, "only the fast append committed: {xids:?}");
 
     // The fast append committed, but a transaction older than it is still running: it is
@@ -195,16 +170,7 @@ async fn a_transaction_with_a_lower_id_committing_late_is_not_skipped() {
 
     hold.commit().await.unwrap();
     let slow = slow.await.unwrap();
-    let ids: Vec<(String, i64)> = watcher
-        .query(
-            "SELECT session_id, xid::text::bigint FROM feed ORDER BY xid",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| (row.get(0), row.get(1)))
-        .collect();
+    let ids = feed_rows(&watcher).await;
     assert_eq!(
         ids.iter().map(|(s, _)| s.as_str()).collect::<Vec<_>>(),
         ["slow", "fast"],
@@ -251,4 +217,18 @@ async fn pages_resume_where_the_last_one_ended() {
     assert_eq!(indices, (0..23).collect::<Vec<_>>());
     assert_eq!(store.feed_since(&cursor, 0).await.unwrap().changes, []);
     assert_eq!(store.feed_since(&cursor, 100).await.unwrap().changes, []);
+}
+
+/// The feed's rows as (session, transaction id), in transaction id order.
+async fn feed_rows(watcher: &tokio_postgres::Client) -> Vec<(String, i64)> {
+    watcher
+        .query(
+            "SELECT session_id, xid::text::bigint FROM feed ORDER BY xid",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect()
 }

@@ -10,7 +10,39 @@ mod sessions;
 
 use memlayer_store::{Append, NewMessage, NewSession, Role, StoreError};
 
-use crate::PostgresError;
+use crate::{PgStore, PostgresError, test_cluster};
+
+/// Waits (a minute at most) until one session of `watcher`'s database waits on a lock: the
+/// statement a test holds back has reached the lock that holds it. `what` names it.
+async fn until_one_waits_on_a_lock(watcher: &tokio_postgres::Client, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let waiting: i64 = watcher
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting == 1 {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what} never waited");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// A store on a database of its own.
+async fn fresh_store() -> PgStore {
+    test_cluster::database()
+        .await
+        .expect("a test database")
+        .store()
+        .await
+        .expect("the store opens")
+}
 
 /// The owner the tests' sessions mostly have.
 fn owner(user: &str) -> NewSession {

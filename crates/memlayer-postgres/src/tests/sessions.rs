@@ -5,7 +5,7 @@ use memlayer_store::{
     Access, Append, Message, Metadata, NewMessage, Role, SessionState, StoreError, Timestamp,
 };
 
-use super::{creating, owner, say, store_error};
+use super::{creating, fresh_store, owner, say, store_error, until_one_waits_on_a_lock};
 use crate::test_cluster;
 use crate::{PgStore, PostgresError};
 
@@ -33,12 +33,7 @@ async fn all_messages(store: &PgStore, session_id: &str) -> Vec<Message> {
 
 #[tokio::test]
 async fn sessions_are_created_read_and_refused_as_on_redb() {
-    let store = test_cluster::database()
-        .await
-        .unwrap()
-        .store()
-        .await
-        .unwrap();
+    let store = fresh_store().await;
     let mut new = owner("alice");
     new.flow_id = Some("flow".into());
     new.metadata.insert("topic".into(), "tea".into());
@@ -119,12 +114,7 @@ async fn sessions_are_created_read_and_refused_as_on_redb() {
 
 #[tokio::test]
 async fn appends_create_on_first_use_and_read_back_every_field() {
-    let store = test_cluster::database()
-        .await
-        .unwrap()
-        .store()
-        .await
-        .unwrap();
+    let store = fresh_store().await;
     let missing = store.append(&tenant(), "s", say("hello")).await;
     assert!(matches!(
         store_error(missing),
@@ -222,12 +212,7 @@ async fn appends_create_on_first_use_and_read_back_every_field() {
 
 #[tokio::test]
 async fn appends_are_refused_as_on_redb_and_leave_nothing() {
-    let store = test_cluster::database()
-        .await
-        .unwrap()
-        .store()
-        .await
-        .unwrap();
+    let store = fresh_store().await;
     store
         .append(&tenant(), "s", creating("mine", "alice"))
         .await
@@ -297,12 +282,7 @@ async fn appends_are_refused_as_on_redb_and_leave_nothing() {
 
 #[tokio::test]
 async fn a_user_scoped_caller_finds_no_other_users_session() {
-    let store = test_cluster::database()
-        .await
-        .unwrap()
-        .store()
-        .await
-        .unwrap();
+    let store = fresh_store().await;
     store
         .append(&tenant(), "s", creating("alice's", "alice"))
         .await
@@ -342,12 +322,7 @@ async fn a_user_scoped_caller_finds_no_other_users_session() {
 
 #[tokio::test]
 async fn a_retried_append_is_answered_from_its_idempotency_record() {
-    let store = test_cluster::database()
-        .await
-        .unwrap()
-        .store()
-        .await
-        .unwrap();
+    let store = fresh_store().await;
     let request = Append {
         idempotency_key: Some("k1".into()),
         ..creating("once", "alice")
@@ -706,26 +681,7 @@ async fn a_key_recorded_while_an_append_ran_undoes_the_append() {
         })
     };
     let watcher = db.connect().await.unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let waiting: i64 = watcher
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity
-                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        if waiting == 1 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the append never waited"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    until_one_waits_on_a_lock(&watcher, "the append").await;
     racing.commit().await.unwrap();
     // Undone and retried, the append finds the key used for another request.
     let outcome = append.await.unwrap();
