@@ -14,7 +14,11 @@
 
 #![deny(missing_docs)]
 
+mod backend;
 mod backup;
+#[cfg(any(test, feature = "conformance"))]
+#[doc(hidden)]
+pub mod conformance;
 mod embeddings;
 mod episodes;
 mod erasure;
@@ -38,6 +42,7 @@ mod tables;
 mod tenants;
 mod writer;
 
+pub use backend::{BoxFuture, SessionBackend, SessionView};
 pub use backup::Backup;
 pub use episodes::{Episode, MAX_EPISODE_TEXT, MAX_LESSON_TEXT, Outcome};
 pub use erasure::{ConversationStats, MessageErased, StoredJob};

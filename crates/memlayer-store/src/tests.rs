@@ -2612,3 +2612,29 @@ async fn the_table_check_finds_every_listing_that_disagrees_with_its_record() {
         assert!(!report.contains(private), "{private} in {report}");
     }
 }
+
+/// The backend contract (`conformance.rs`) on the redb store.
+mod conformance {
+    use super::*;
+
+    /// A store in a directory that lives as long as it does.
+    struct TempStore {
+        store: Store,
+        _dir: TempDir,
+    }
+
+    impl std::ops::Deref for TempStore {
+        type Target = Store;
+
+        fn deref(&self) -> &Store {
+            &self.store
+        }
+    }
+
+    fn temp_store() -> TempStore {
+        let (_dir, store) = open();
+        TempStore { store, _dir }
+    }
+
+    crate::session_conformance!(temp_store());
+}
