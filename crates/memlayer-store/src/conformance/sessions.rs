@@ -1,12 +1,6 @@
-//! The backend contract as tests: every backend of [`crate::backend`] runs these cases and
-//! must answer as the redb store does. A backend's test crate instantiates them with
-//! [`session_conformance!`](crate::session_conformance), one `#[tokio::test]` per case, each
-//! on a store the given expression opens; every case works in a tenant of its own, so the
-//! cases may share a database.
-//!
-//! The cases check what callers see: results, their order and paging, and the error
-//! variant of each refusal (messages are the backends' own).
+//! Sessions, their messages, runs and summaries, idle sessions and snapshots.
 
+use super::{conflict, invalid_input, not_found, refusal, tenant};
 use crate::StoreError;
 use crate::backend::SessionBackend;
 use crate::model::{
@@ -40,15 +34,10 @@ macro_rules! session_conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
                 let subject = $open;
-                $crate::conformance::$case(&*subject).await;
+                $crate::conformance::sessions::$case(&*subject).await;
             }
         )*
     };
-}
-
-/// A tenant no other case uses.
-fn tenant() -> String {
-    format!("conformance-{}", uuid::Uuid::new_v4().simple())
 }
 
 fn owner(user: &str) -> NewSession {
@@ -80,29 +69,6 @@ fn append(messages: Vec<NewMessage>) -> Append {
         create: None,
         idempotency_key: None,
     }
-}
-
-/// The variant of a refusal, for comparing refusals without their messages.
-fn refusal<T: std::fmt::Debug>(result: crate::Result<T>) -> std::mem::Discriminant<StoreError> {
-    match result {
-        Err(err) => std::mem::discriminant(&err),
-        Ok(value) => panic!("expected a refusal, got {value:?}"),
-    }
-}
-
-fn not_found() -> std::mem::Discriminant<StoreError> {
-    std::mem::discriminant(&StoreError::session_not_found("x"))
-}
-
-fn conflict() -> std::mem::Discriminant<StoreError> {
-    std::mem::discriminant(&StoreError::Conflict(String::new()))
-}
-
-fn invalid_input() -> std::mem::Discriminant<StoreError> {
-    std::mem::discriminant(&StoreError::InvalidInput {
-        field: "",
-        reason: String::new(),
-    })
 }
 
 /// Sessions under given and generated ids; an id is the tenant's whoever holds it.

@@ -1,21 +1,6 @@
-//! The boundary between memlayer and where its records are kept, concern by concern: what a
-//! backend other than this crate's redb file (memlayer-postgres) provides so that the same
-//! callers get the same answers from it.
-//!
-//! Each concern is one object-safe trait whose methods mirror a handle of [`Store`] (same
-//! arguments, same validation, same errors, same ownership rule: another user's session is
-//! not found), but are all `async`: a database answers over the network, where this crate's
-//! reads are short and synchronous. [`Store`] implements each trait itself, so both backends
-//! are held to one contract; `conformance` (feature `conformance`) is that contract as a
-//! test suite any backend runs.
-//!
-//! So far: sessions, their messages, runs and summaries, idle sessions and snapshots
-//! ([`SessionBackend`], [`SessionView`]). Tenants, keys, memories, the embedding feed and
-//! the eraser follow; then [`Store`] serves from a backend that implements them all.
+//! Sessions, their messages, runs and summaries, idle sessions and snapshots.
 
-use std::future::Future;
-use std::pin::Pin;
-
+use super::BoxFuture;
 use crate::Result;
 use crate::model::{
     Access, Append, Appended, Message, NewRun, NewSession, Page, Run, Session, SessionFilter,
@@ -23,9 +8,6 @@ use crate::model::{
 };
 use crate::snapshot::{MessageOutline, SessionSnapshot, SessionVersion};
 use crate::store::Store;
-
-/// A boxed future that may move between threads: what the object-safe traits return.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Sessions, their messages, runs and summaries, and idle sessions: [`Store::sessions`]
 /// answered by a backend. Each method's contract is the handle's method of the same name

@@ -1,0 +1,40 @@
+//! The backend contract as tests: every backend of [`crate::backend`] runs these cases and
+//! must answer as the redb store does. A backend's test crate instantiates them with one
+//! macro per concern ([`session_conformance!`](crate::session_conformance)), one
+//! `#[tokio::test]` per case, each on a store the given expression opens; every case works in
+//! a tenant of its own, so the cases may share a database.
+//!
+//! The cases check what callers see: results, their order and paging, and the error
+//! variant of each refusal (messages are the backends' own).
+
+use crate::StoreError;
+
+pub mod sessions;
+
+/// A tenant no other case uses.
+fn tenant() -> String {
+    format!("conformance-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// The variant of a refusal, for comparing refusals without their messages.
+fn refusal<T: std::fmt::Debug>(result: crate::Result<T>) -> std::mem::Discriminant<StoreError> {
+    match result {
+        Err(err) => std::mem::discriminant(&err),
+        Ok(value) => panic!("expected a refusal, got {value:?}"),
+    }
+}
+
+fn not_found() -> std::mem::Discriminant<StoreError> {
+    std::mem::discriminant(&StoreError::session_not_found("x"))
+}
+
+fn conflict() -> std::mem::Discriminant<StoreError> {
+    std::mem::discriminant(&StoreError::Conflict(String::new()))
+}
+
+fn invalid_input() -> std::mem::Discriminant<StoreError> {
+    std::mem::discriminant(&StoreError::InvalidInput {
+        field: "",
+        reason: String::new(),
+    })
+}
