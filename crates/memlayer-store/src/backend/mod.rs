@@ -10,16 +10,19 @@
 //! cases any backend runs.
 //!
 //! So far: sessions, their messages, runs and summaries, idle sessions and snapshots
-//! ([`SessionBackend`], [`SessionView`]). Tenants, keys, memories, the embedding feed and
-//! the eraser follow; then [`Store`] serves from a backend that implements them all.
+//! ([`SessionBackend`], [`SessionView`]); the embedding feed ([`FeedBackend`]). Tenants,
+//! keys, memories and the eraser follow; then [`Store`] serves from a backend that
+//! implements them all.
 //!
 //! [`Store`]: crate::Store
 
 use std::future::Future;
 use std::pin::Pin;
 
+mod feed;
 mod sessions;
 
+pub use feed::FeedBackend;
 pub use sessions::{SessionBackend, SessionView};
 
 /// A boxed future that may move between threads: what the object-safe traits return.

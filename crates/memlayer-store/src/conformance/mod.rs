@@ -9,6 +9,7 @@
 
 use crate::StoreError;
 
+pub mod feed;
 pub mod sessions;
 
 /// A tenant no other case uses.
