@@ -42,7 +42,7 @@ mod tables;
 mod tenants;
 mod writer;
 
-pub use backend::{BoxFuture, FeedBackend, SessionBackend, SessionView};
+pub use backend::{BoxFuture, EraserBackend, FeedBackend, SessionBackend, SessionView};
 pub use backup::Backup;
 pub use episodes::{Episode, MAX_EPISODE_TEXT, MAX_LESSON_TEXT, Outcome};
 pub use erasure::{ConversationStats, MessageErased, StoredJob};

@@ -2638,4 +2638,5 @@ mod conformance {
 
     crate::session_conformance!(temp_store());
     crate::feed_conformance!(temp_store());
+    crate::eraser_conformance!(subject = temp_store(), subject.eraser());
 }

@@ -10,18 +10,20 @@
 //! cases any backend runs.
 //!
 //! So far: sessions, their messages, runs and summaries, idle sessions and snapshots
-//! ([`SessionBackend`], [`SessionView`]); the embedding feed ([`FeedBackend`]). Tenants,
-//! keys, memories and the eraser follow; then [`Store`] serves from a backend that
-//! implements them all.
+//! ([`SessionBackend`], [`SessionView`]); the embedding feed ([`FeedBackend`]); the eraser
+//! ([`EraserBackend`]). Tenants, keys and memories follow; then [`Store`] serves from a
+//! backend that implements them all.
 //!
 //! [`Store`]: crate::Store
 
 use std::future::Future;
 use std::pin::Pin;
 
+mod erasure;
 mod feed;
 mod sessions;
 
+pub use erasure::EraserBackend;
 pub use feed::FeedBackend;
 pub use sessions::{SessionBackend, SessionView};
 

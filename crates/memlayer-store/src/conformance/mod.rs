@@ -9,6 +9,7 @@
 
 use crate::StoreError;
 
+pub mod erasure;
 pub mod feed;
 pub mod sessions;
 
