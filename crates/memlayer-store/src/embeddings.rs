@@ -19,7 +19,7 @@ use crate::record::{
 use crate::sessions::{
     enqueue_for_embedding, message_from_record, read_session_record, remove_range,
 };
-use crate::store::EmbeddingFeed;
+use crate::store::{EmbeddingFeed, wait};
 use crate::tables::{
     MESSAGES, META, MODELS, NEXT_OUTBOX_SEQ_KEY, OUTBOX, OUTBOX_BY_SESSION, SESSION_KEYS, SESSIONS,
     VECTORS, VECTORS_VERSION_KEY,
@@ -30,6 +30,9 @@ impl EmbeddingFeed<'_> {
     /// The oldest appends waiting to be embedded: whole outbox entries, oldest first, until
     /// at least `max_messages` messages are collected (always at least one entry if any).
     pub fn pending_embeddings(self, max_messages: usize) -> Result<Vec<PendingEmbedding>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.feed().pending_embeddings(max_messages));
+        }
         let txn = self.store.begin_read()?;
         let outbox = txn.open_table(OUTBOX)?;
         let keys = txn.open_table(SESSION_KEYS)?;
@@ -69,6 +72,9 @@ impl EmbeddingFeed<'_> {
 
     /// How many appends wait in the outbox (a gauge for metrics and back-pressure).
     pub fn pending_embedding_count(self) -> Result<u64> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.feed().pending_embedding_count());
+        }
         Ok(self.store.begin_read()?.open_table(OUTBOX)?.len()?)
     }
 
@@ -83,6 +89,9 @@ impl EmbeddingFeed<'_> {
         done: Vec<u64>,
         vectors: Vec<(MessageKey, Vec<f32>)>,
     ) -> Result<()> {
+        if let Some(backend) = self.store.backend() {
+            return backend.feed().store_embeddings(model, done, vectors).await;
+        }
         for (key, components) in &vectors {
             if components.len() != model.dimension as usize {
                 return Err(StoreError::InvalidInput {
@@ -128,6 +137,9 @@ impl EmbeddingFeed<'_> {
 
     /// The model the stored vectors were made with, if any vector is stored.
     pub fn vector_model(self) -> Result<Option<EmbeddingModel>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.feed().vector_model());
+        }
         let txn = self.store.begin_read()?;
         let models = txn.open_table(MODELS)?;
         let Some(entry) = models.iter()?.next() else {
@@ -144,6 +156,9 @@ impl EmbeddingFeed<'_> {
     /// Up to `limit` stored vectors in key order, starting after `after`: the pages an index
     /// rebuild reads.
     pub fn vectors(self, after: Option<MessageKey>, limit: usize) -> Result<Vec<StoredVector>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.feed().vectors(after, limit));
+        }
         let txn = self.store.begin_read()?;
         let table = txn.open_table(VECTORS)?;
         keys_after(&table, after)?
@@ -164,6 +179,9 @@ impl EmbeddingFeed<'_> {
 
     /// The session a key's message belongs to, or `None` if it was deleted.
     pub fn session_ref(self, sid: u64) -> Result<Option<SessionRef>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.feed().session_ref(sid));
+        }
         let txn = self.store.begin_read()?;
         let keys = txn.open_table(SESSION_KEYS)?;
         Ok(keys.get(sid)?.map(|names| {
@@ -181,6 +199,9 @@ impl EmbeddingFeed<'_> {
         self,
         sids: &std::collections::BTreeSet<u64>,
     ) -> Result<std::collections::BTreeSet<u64>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.feed().deleted_sessions(sids));
+        }
         let txn = self.store.begin_read()?;
         let keys = txn.open_table(SESSION_KEYS)?;
         let mut deleted = std::collections::BTreeSet::new();
@@ -194,6 +215,9 @@ impl EmbeddingFeed<'_> {
 
     /// The session with surrogate key `sid` and where it lives, or `None` if it was deleted.
     pub fn session_by_key(self, sid: u64) -> Result<Option<(SessionRef, crate::Session)>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.feed().session_by_key(sid));
+        }
         let Some(at) = self.session_ref(sid)? else {
             return Ok(None);
         };
@@ -207,6 +231,9 @@ impl EmbeddingFeed<'_> {
     /// The surrogate key of a session `access` reaches (the session part of its messages'
     /// keys).
     pub fn session_key(self, access: &Access, session_id: &str) -> Result<Option<u64>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.feed().session_key(access, session_id));
+        }
         let txn = self.store.begin_read()?;
         let sessions = txn.open_table(SESSIONS)?;
         Ok(read_session_record(&sessions, access, session_id)?.map(|record| record.sid))
@@ -215,6 +242,9 @@ impl EmbeddingFeed<'_> {
     /// The sequence number of the newest outbox entry ever written (0 before the first).
     /// An index that has applied every entry up to it has seen every committed append.
     pub fn outbox_head(self) -> Result<u64> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.feed().outbox_head());
+        }
         let txn = self.store.begin_read()?;
         let next = txn
             .open_table(META)?
@@ -226,6 +256,9 @@ impl EmbeddingFeed<'_> {
     /// A counter that changes whenever the set of stored vectors does. An index snapshot
     /// taken at one value is exact while the store still has it.
     pub fn vectors_version(self) -> Result<u64> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.feed().vectors_version());
+        }
         let txn = self.store.begin_read()?;
         Ok(txn
             .open_table(META)?
@@ -240,6 +273,9 @@ impl EmbeddingFeed<'_> {
         after: Option<MessageKey>,
         limit: usize,
     ) -> Result<Vec<(MessageKey, crate::Message)>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.feed().all_messages(after, limit));
+        }
         let txn = self.store.begin_read()?;
         let table = txn.open_table(MESSAGES)?;
         keys_after(&table, after)?
@@ -256,6 +292,9 @@ impl EmbeddingFeed<'_> {
     /// The messages behind index hits, in the order given; `None` for a message that no
     /// longer exists.
     pub fn messages_by_key(self, keys: &[MessageKey]) -> Result<Vec<Option<crate::Message>>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.feed().messages_by_key(keys));
+        }
         let txn = self.store.begin_read()?;
         let messages = txn.open_table(MESSAGES)?;
         keys.iter()
@@ -273,6 +312,9 @@ impl EmbeddingFeed<'_> {
     /// Deletes every vector and queues every message for embedding again: `memlayer reindex`,
     /// after the embedding model changed. Returns how many messages were queued.
     pub async fn reset_embeddings(self) -> Result<u64> {
+        if let Some(backend) = self.store.backend() {
+            return backend.feed().reset_embeddings().await;
+        }
         self.store
             .write(|txn| {
                 remove_range(&mut txn.open_table(VECTORS)?, (0, 0)..(u64::MAX, 0))?;

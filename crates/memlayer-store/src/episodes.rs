@@ -253,6 +253,9 @@ impl Memories<'_> {
 impl Eraser {
     /// Deletes an episode of `tenant`; returns whether it existed.
     pub async fn delete_episode(&self, tenant: &str, id: u64) -> Result<bool> {
+        if let Some(backend) = self.store.backend() {
+            return backend.eraser().delete_episode(tenant, id).await;
+        }
         validate_id("tenant", tenant)?;
         let tenant = tenant.to_owned();
         self.store
@@ -282,6 +285,12 @@ impl Eraser {
         user_id: &str,
         session_id: Option<&str>,
     ) -> Result<u64> {
+        if let Some(backend) = self.store.backend() {
+            return backend
+                .eraser()
+                .delete_user_episodes(tenant, user_id, session_id)
+                .await;
+        }
         self.store
             .remove_user_rows(tenant, user_id, session_id, remove_user_episodes)
             .await

@@ -15,7 +15,7 @@ use crate::ids::{next_seq, random_id, unused_id};
 use crate::model::{Access, MAX_MESSAGES_PER_SESSION, Timestamp, validate_id};
 use crate::record::{ERASED_DIGEST, IdempotencyRecord, Record, RunRecord, SummaryRecord};
 use crate::sessions::read_session_record;
-use crate::store::{Eraser, Sessions, Tenants};
+use crate::store::{Eraser, Sessions, Tenants, wait};
 use crate::tables::{
     ERASURE_IDS, ERASURE_JOBS, ERASURE_RECEIPT_SEQS, ERASURE_RECEIPTS, IDEMPOTENCY, MESSAGES,
     NEXT_JOB_SEQ_KEY, RETENTION, RUNS, SESSION_ACTIVITY, SESSION_COUNTS, SESSIONS, SUMMARIES,
@@ -159,6 +159,12 @@ impl Eraser {
         session_id: &str,
         index: u64,
     ) -> Result<MessageErased> {
+        if let Some(backend) = self.store.backend() {
+            return backend
+                .eraser()
+                .erase_message(access, session_id, index)
+                .await;
+        }
         access.validate()?;
         validate_id("session_id", session_id)?;
         if index >= MAX_MESSAGES_PER_SESSION {
@@ -218,6 +224,9 @@ impl Eraser {
 
     /// Ids of every session of a user in a tenant.
     pub fn user_session_ids(&self, tenant: &str, user_id: &str) -> Result<Vec<String>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.eraser().user_session_ids(tenant, user_id));
+        }
         validate_id("tenant", tenant)?;
         validate_id("user_id", user_id)?;
         self.store
@@ -227,6 +236,9 @@ impl Eraser {
     /// Ids of every session of a tenant whose last activity is before `cutoff`, oldest
     /// first.
     pub fn sessions_inactive_before(&self, tenant: &str, cutoff: Timestamp) -> Result<Vec<String>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.eraser().sessions_inactive_before(tenant, cutoff));
+        }
         validate_id("tenant", tenant)?;
         self.store
             .sessions_in_scope(tenant, &scope(None, None), cutoff.as_micros())
@@ -235,16 +247,25 @@ impl Eraser {
     /// Records a job durably and returns its id. Record it before the first step runs, so a
     /// crash in the middle leaves it pending.
     pub async fn record_job(&self, document: Value) -> Result<u64> {
+        if let Some(backend) = self.store.backend() {
+            return backend.eraser().record_job(document).await;
+        }
         self.store.record_job_drawing(document, random_id).await
     }
 
     /// How many jobs are recorded and not finished (a gauge for metrics).
     pub fn pending_job_count(&self) -> Result<u64> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.eraser().pending_job_count());
+        }
         Ok(self.store.begin_read()?.open_table(ERASURE_JOBS)?.len()?)
     }
 
     /// Jobs recorded and not finished, oldest (first recorded) first.
     pub fn pending_jobs(&self) -> Result<Vec<StoredJob>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.eraser().pending_jobs());
+        }
         let txn = self.store.begin_read()?;
         let jobs = txn.open_table(ERASURE_JOBS)?;
         let ids = txn.open_table(ERASURE_IDS)?;
@@ -271,6 +292,9 @@ impl Eraser {
     /// Ends job `id` and keeps its receipt under `tenant`, in one commit: a job is either
     /// pending or has a receipt, never both or neither.
     pub async fn finish_job(&self, id: u64, tenant: &str, receipt: Value) -> Result<()> {
+        if let Some(backend) = self.store.backend() {
+            return backend.eraser().finish_job(id, tenant, receipt).await;
+        }
         validate_id("tenant", tenant)?;
         let bytes = serde_json::to_vec(&receipt).map_err(|err| StoreError::InvalidInput {
             field: "receipt",
@@ -297,6 +321,9 @@ impl Eraser {
 
     /// A tenant's erasure receipts, newest (last recorded) first, at most `limit`.
     pub fn receipts(&self, tenant: &str, limit: usize) -> Result<Vec<Value>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.eraser().receipts(tenant, limit));
+        }
         validate_id("tenant", tenant)?;
         let txn = self.store.begin_read()?;
         let order = txn.open_table(ERASURE_RECEIPT_SEQS)?;
@@ -320,6 +347,9 @@ impl Eraser {
 
     /// Job `id` while it is pending: its document, whatever its tenant.
     pub fn pending_job(&self, id: u64) -> Result<Option<Value>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.eraser().pending_job(id));
+        }
         let txn = self.store.begin_read()?;
         let jobs = txn.open_table(ERASURE_JOBS)?;
         jobs.get(id)?
@@ -329,6 +359,9 @@ impl Eraser {
 
     /// The receipt of job `id` of `tenant`, once it finished.
     pub fn receipt(&self, tenant: &str, id: u64) -> Result<Option<Value>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.eraser().receipt(tenant, id));
+        }
         validate_id("tenant", tenant)?;
         let txn = self.store.begin_read()?;
         let receipts = txn.open_table(ERASURE_RECEIPTS)?;
@@ -420,6 +453,9 @@ impl Tenants<'_> {
 impl Sessions<'_> {
     /// Whether `access` reaches the session (an erasure may run after it was deleted).
     pub fn session_exists(self, access: &Access, session_id: &str) -> Result<bool> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.sessions().session_exists(access, session_id));
+        }
         access.validate()?;
         validate_id("session_id", session_id)?;
         let txn = self.store.begin_read()?;

@@ -127,6 +127,19 @@ pub enum StoreError {
         #[source]
         source: Arc<tokio::task::JoinError>,
     },
+    /// The backend serving the store failed ([`crate::backend`]): the database could not be
+    /// reached, a statement failed, or a stored value does not decode there. Caller mistakes
+    /// never take this form; a backend answers them with the redb store's variants.
+    #[error("the store's backend failed: {source}")]
+    Backend {
+        /// The backend's own error.
+        #[source]
+        source: Arc<dyn std::error::Error + Send + Sync>,
+    },
+    /// The operation belongs to the embedded file and a store served by a backend has no
+    /// such thing (a file backup, disk space); says what to use instead.
+    #[error("not available on a store served by a backend: {0}")]
+    Unsupported(&'static str),
 }
 
 impl StoreError {
@@ -190,7 +203,10 @@ impl StoreError {
             | Self::Closed
             | Self::Busy(_)
             | Self::Random(_)
-            | Self::Task { .. } => self.to_string(),
+            | Self::Task { .. }
+            | Self::Unsupported(_) => self.to_string(),
+            // A backend's message may quote a statement's values.
+            Self::Backend { .. } => "the store's backend failed".to_owned(),
         }
     }
 

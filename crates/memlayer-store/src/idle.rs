@@ -10,7 +10,7 @@ use crate::model::Access;
 use crate::model::{Timestamp, validate_id};
 use crate::record::SessionRecord;
 use crate::sessions::read_session_record;
-use crate::store::Sessions;
+use crate::store::{Sessions, wait};
 use crate::tables::{OPEN_SESSIONS, SESSIONS};
 
 /// Lists a new session as open.
@@ -56,6 +56,9 @@ impl Sessions<'_> {
         cutoff: Timestamp,
         limit: usize,
     ) -> Result<Vec<(String, String)>> {
+        if let Some(backend) = self.store.backend() {
+            return backend.sessions().take_idle_sessions(cutoff, limit).await;
+        }
         self.store
             .write(move |txn| {
                 let mut open = txn.open_table(OPEN_SESSIONS)?;
@@ -78,6 +81,12 @@ impl Sessions<'_> {
 
     /// Marks a session ended: it leaves the open ones. Harmless for an unknown or ended one.
     pub async fn end_session_activity(self, access: &Access, session_id: &str) -> Result<()> {
+        if let Some(backend) = self.store.backend() {
+            return backend
+                .sessions()
+                .end_session_activity(access, session_id)
+                .await;
+        }
         access.validate()?;
         validate_id("session_id", session_id)?;
         let (access, session_id) = (access.clone(), session_id.to_owned());
@@ -95,6 +104,9 @@ impl Sessions<'_> {
 
     /// The last activity of the open session that has been idle longest.
     pub fn oldest_open_activity(self) -> Result<Option<Timestamp>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.sessions().oldest_open_activity());
+        }
         let txn = self.store.begin_read()?;
         let open = txn.open_table(OPEN_SESSIONS)?;
         Ok(open

@@ -812,6 +812,12 @@ impl Eraser {
         session_id: &str,
         index: Option<u64>,
     ) -> Result<Citation> {
+        if let Some(backend) = self.store.backend() {
+            return backend
+                .eraser()
+                .forget_citation(tenant, id, session_id, index)
+                .await;
+        }
         let (tenant, session_id) = (tenant.to_owned(), session_id.to_owned());
         self.store
             .write_alone(move |txn| {
@@ -853,6 +859,9 @@ impl Eraser {
 
     /// Deletes a memory of `tenant`; returns whether it existed.
     pub async fn delete_memory(&self, tenant: &str, id: u64) -> Result<bool> {
+        if let Some(backend) = self.store.backend() {
+            return backend.eraser().delete_memory(tenant, id).await;
+        }
         validate_id("tenant", tenant)?;
         let tenant = tenant.to_owned();
         self.store

@@ -121,6 +121,12 @@ impl Eraser {
         user_id: &str,
         session_id: Option<&str>,
     ) -> Result<u64> {
+        if let Some(backend) = self.store.backend() {
+            return backend
+                .eraser()
+                .drop_session_memories(tenant, user_id, session_id)
+                .await;
+        }
         self.store
             .remove_user_rows(tenant, user_id, session_id, remove_session_memories)
             .await

@@ -22,7 +22,7 @@ use crate::tables::{
 use crate::{Result, StoreError};
 
 use crate::store::{
-    Eraser, MAX_PAGE_SIZE, MAX_SEARCH_QUERY, MAX_SEARCH_WORDS, ReadTxn, Sessions, Store,
+    Eraser, MAX_PAGE_SIZE, MAX_SEARCH_QUERY, MAX_SEARCH_WORDS, ReadTxn, Sessions, Store, wait,
 };
 
 impl Sessions<'_> {
@@ -35,6 +35,12 @@ impl Sessions<'_> {
         session_id: Option<&str>,
         new: NewSession,
     ) -> Result<Session> {
+        if let Some(backend) = self.store.backend() {
+            return backend
+                .sessions()
+                .create_session(access, session_id, new)
+                .await;
+        }
         let session_id = new.checked_session_id(access, session_id)?;
         let tenant = access.tenant().to_owned();
         self.store
@@ -68,13 +74,22 @@ impl Sessions<'_> {
         session_id: &str,
         append: Append,
     ) -> Result<Appended> {
-        append.check(access, session_id)?;
-        let access = access.clone();
-        let session_id = session_id.to_owned();
-        let appended = self
-            .store
-            .write(move |txn| apply_append(txn, &access, &session_id, append))
-            .await?;
+        let appended = match self.store.backend() {
+            Some(backend) => {
+                backend
+                    .sessions()
+                    .append(access, session_id, append)
+                    .await?
+            }
+            None => {
+                append.check(access, session_id)?;
+                let access = access.clone();
+                let session_id = session_id.to_owned();
+                self.store
+                    .write(move |txn| apply_append(txn, &access, &session_id, append))
+                    .await?
+            }
+        };
         if !appended.replayed {
             self.store.count_appended(appended.count);
         }
@@ -83,6 +98,9 @@ impl Sessions<'_> {
 
     /// Records an agent execution in a session.
     pub async fn record_run(self, access: &Access, session_id: &str, run: NewRun) -> Result<Run> {
+        if let Some(backend) = self.store.backend() {
+            return backend.sessions().record_run(access, session_id, run).await;
+        }
         access.validate()?;
         validate_id("session_id", session_id)?;
         run.validate()?;
@@ -96,6 +114,9 @@ impl Sessions<'_> {
     /// Starts later context loads after the session's current last message; the messages
     /// stay stored for audit and search. Returns the index loads now start from.
     pub async fn clear_session(self, access: &Access, session_id: &str) -> Result<u64> {
+        if let Some(backend) = self.store.backend() {
+            return backend.sessions().clear_session(access, session_id).await;
+        }
         access.validate()?;
         validate_id("session_id", session_id)?;
         let access = access.clone();
@@ -125,6 +146,13 @@ impl Sessions<'_> {
         query: &str,
         limit: usize,
     ) -> Result<Vec<Message>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(
+                backend
+                    .sessions()
+                    .search_messages(access, session_id, query, limit),
+            );
+        }
         let invalid = |reason: String| StoreError::InvalidInput {
             field: "query",
             reason,
@@ -167,6 +195,9 @@ impl Sessions<'_> {
 
     /// The session's rolling summary, if one was saved.
     pub fn summary(self, access: &Access, session_id: &str) -> Result<Option<StoredSummary>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.sessions().summary(access, session_id));
+        }
         self.store.existing_snapshot(access, session_id)?.summary()
     }
 
@@ -184,6 +215,12 @@ impl Sessions<'_> {
         first_index: u64,
         last_index: u64,
     ) -> Result<()> {
+        if let Some(backend) = self.store.backend() {
+            return backend
+                .sessions()
+                .save_summary(access, session_id, read, text, first_index, last_index)
+                .await;
+        }
         access.validate()?;
         validate_id("session_id", session_id)?;
         validate_text("summary", &text)?;
@@ -230,6 +267,9 @@ impl Sessions<'_> {
 
     /// The session, or `None` if `access` reaches no session with that id.
     pub fn session(self, access: &Access, session_id: &str) -> Result<Option<Session>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.sessions().session(access, session_id));
+        }
         access.validate()?;
         validate_id("session_id", session_id)?;
         let txn = self.store.begin_read()?;
@@ -247,6 +287,9 @@ impl Sessions<'_> {
         from: u64,
         limit: usize,
     ) -> Result<Vec<Message>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.sessions().messages(access, session_id, from, limit));
+        }
         self.store
             .existing_snapshot(access, session_id)?
             .messages(from, limit)
@@ -262,6 +305,9 @@ impl Sessions<'_> {
         from: u64,
         limit: usize,
     ) -> Result<Vec<Run>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.sessions().runs(access, session_id, from, limit));
+        }
         let (txn, record) = self.store.read_existing_session(access, session_id)?;
         let runs = txn.open_table(RUNS)?;
         let from = from.min(record.next_run);
@@ -282,6 +328,13 @@ impl Sessions<'_> {
         page: u64,
         page_size: usize,
     ) -> Result<Page<Session>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(
+                backend
+                    .sessions()
+                    .list_sessions(access, filter, page, page_size),
+            );
+        }
         access.validate()?;
         let tenant = access.tenant();
         validate_optional_id("user_id", filter.user_id.as_deref())?;
@@ -807,6 +860,9 @@ impl Eraser {
         access: &Access,
         session_id: &str,
     ) -> Result<SessionDeleted> {
+        if let Some(backend) = self.store.backend() {
+            return backend.eraser().delete_session(access, session_id).await;
+        }
         access.validate()?;
         validate_id("session_id", session_id)?;
         let access = access.clone();

@@ -6,10 +6,11 @@
 use redb::ReadOnlyTable;
 
 use crate::Result;
+use crate::backend::SessionView;
 use crate::model::{Access, Message, Role, Session, StoredSummary, Timestamp, validate_id};
 use crate::record::{MessageRecord, Record, SessionRecord, SummaryRecord};
 use crate::sessions::{message_from_record, read_session_record, session_from_record};
-use crate::store::{ReadTxn, Sessions};
+use crate::store::{ReadTxn, Sessions, wait};
 use crate::tables::{MESSAGES, SESSIONS, SUMMARIES};
 
 /// A message without its content and metadata: what windowing and token budgets need.
@@ -54,14 +55,29 @@ impl SessionVersion {
 /// for the reads at hand: a compaction waits for open snapshots.
 pub struct SessionSnapshot {
     session: Session,
-    sid: u64,
-    erasures: u64,
-    txn: ReadTxn,
+    version: SessionVersion,
+    reads: Reads,
+}
+
+/// Where a snapshot's reads go.
+enum Reads {
+    /// A read transaction of the redb file.
+    File(ReadTxn),
+    /// The view a backend took ([`crate::Store::served_by`]).
+    Backend(Box<dyn SessionView>),
 }
 
 impl Sessions<'_> {
     /// A snapshot of the session, or `None` if `access` reaches no session with that id.
     pub fn snapshot(self, access: &Access, session_id: &str) -> Result<Option<SessionSnapshot>> {
+        if let Some(backend) = self.store.backend() {
+            let view = wait(backend.sessions().snapshot(access, session_id))?;
+            return Ok(view.map(|view| SessionSnapshot {
+                session: view.session().clone(),
+                version: view.version(),
+                reads: Reads::Backend(view),
+            }));
+        }
         access.validate()?;
         validate_id("session_id", session_id)?;
         let txn = self.store.begin_read()?;
@@ -71,9 +87,8 @@ impl Sessions<'_> {
             .map(|record| {
                 Ok(SessionSnapshot {
                     session: session_from_record(session_id.to_owned(), &record)?,
-                    sid: record.sid,
-                    erasures: record.erased,
-                    txn,
+                    version: SessionVersion::of(&record),
+                    reads: Reads::File(txn),
                 })
             })
             .transpose()
@@ -88,16 +103,13 @@ impl SessionSnapshot {
 
     /// The version of the session this snapshot reads.
     pub fn version(&self) -> SessionVersion {
-        SessionVersion {
-            sid: self.sid,
-            erasures: self.erasures,
-        }
+        self.version
     }
 
     /// The session's surrogate key (as in [`crate::MessageKey`]): never reused, so it tells
     /// a session from one deleted and created again under the same id.
     pub fn sid(&self) -> u64 {
-        self.sid
+        self.version.sid
     }
 
     /// How many of the session's messages were erased one by one so far. Messages are
@@ -106,13 +118,18 @@ impl SessionSnapshot {
     /// older one's `message_count`: what was read from the first still holds in the second
     /// (with the same `sid` and, for reads from the load checkpoint, the same `load_from`).
     pub fn erasures(&self) -> u64 {
-        self.erasures
+        self.version.erasures
     }
 
     /// Up to `limit` messages from index `from` on, in index order.
     pub fn messages(&self, from: u64, limit: usize) -> Result<Vec<Message>> {
-        self.messages_table()?
-            .range((self.sid, from)..(self.sid, self.session.message_count))?
+        let txn = match &self.reads {
+            Reads::File(txn) => txn,
+            Reads::Backend(view) => return wait(view.messages(from, limit)),
+        };
+        let sid = self.sid();
+        messages_table(txn)?
+            .range((sid, from)..(sid, self.session.message_count))?
             .take(limit)
             .map(|entry| {
                 let (key, value) = entry?;
@@ -123,8 +140,13 @@ impl SessionSnapshot {
 
     /// The outline of every message from index `from` on, in index order.
     pub fn outline(&self, from: u64) -> Result<Vec<MessageOutline>> {
-        self.messages_table()?
-            .range((self.sid, from)..(self.sid, self.session.message_count))?
+        let txn = match &self.reads {
+            Reads::File(txn) => txn,
+            Reads::Backend(view) => return wait(view.outline(from)),
+        };
+        let sid = self.sid();
+        messages_table(txn)?
+            .range((sid, from)..(sid, self.session.message_count))?
             .map(|entry| {
                 let (key, value) = entry?;
                 let (role, timestamp, token_count) = MessageRecord::decode_outline(value.value())?;
@@ -140,10 +162,14 @@ impl SessionSnapshot {
 
     /// The messages at `indices` that exist, in the order asked.
     pub fn messages_at(&self, indices: &[u64]) -> Result<Vec<Message>> {
-        let table = self.messages_table()?;
+        let txn = match &self.reads {
+            Reads::File(txn) => txn,
+            Reads::Backend(view) => return wait(view.messages_at(indices)),
+        };
+        let table = messages_table(txn)?;
         let mut found = Vec::with_capacity(indices.len());
         for &index in indices {
-            if let Some(value) = table.get((self.sid, index))? {
+            if let Some(value) = table.get((self.sid(), index))? {
                 found.push(message_from_record(
                     index,
                     MessageRecord::decode(value.value())?,
@@ -155,9 +181,12 @@ impl SessionSnapshot {
 
     /// The session's rolling summary, if one was saved.
     pub fn summary(&self) -> Result<Option<StoredSummary>> {
-        self.txn
-            .open_table(SUMMARIES)?
-            .get(self.sid)?
+        let txn = match &self.reads {
+            Reads::File(txn) => txn,
+            Reads::Backend(view) => return wait(view.summary()),
+        };
+        txn.open_table(SUMMARIES)?
+            .get(self.sid())?
             .map(|value| {
                 let stored = SummaryRecord::decode(value.value())?;
                 Ok(StoredSummary {
@@ -169,10 +198,10 @@ impl SessionSnapshot {
             })
             .transpose()
     }
+}
 
-    fn messages_table(&self) -> Result<ReadOnlyTable<(u64, u64), &'static [u8]>> {
-        Ok(self.txn.open_table(MESSAGES)?)
-    }
+fn messages_table(txn: &ReadTxn) -> Result<ReadOnlyTable<(u64, u64), &'static [u8]>> {
+    Ok(txn.open_table(MESSAGES)?)
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use redb::{
     WriteTransaction,
 };
 
+use crate::backend::Backend;
 use crate::record::{OutboxRecord, Record};
 use crate::tables::{
     FORMAT_VERSION, FORMAT_VERSION_KEY, META, NEXT_OUTBOX_SEQ_KEY, NEXT_SID_KEY, OUTBOX,
@@ -68,7 +69,8 @@ const REOPEN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// Bound on redb's compaction rounds (each usually moves everything it can).
 const MAX_COMPACTION_ROUNDS: usize = 64;
 
-/// A durable store of sessions, messages and runs in one redb file.
+/// A durable store of sessions, messages and runs in one redb file, or served by another
+/// backend ([`Store::served_by`]: memlayer-postgres) behind the same handles.
 ///
 /// Cheap to clone: clones share the database and the writer thread. Writes are `async` and
 /// resolve once committed to disk; reads are synchronous and short (callers on an async
@@ -87,6 +89,29 @@ pub struct Store {
 }
 
 struct Inner {
+    /// What keeps the records.
+    served_by: ServedBy,
+    /// Messages newly stored by `append` since the store was opened (replays not counted).
+    appended_messages: AtomicU64,
+    /// Whether the [`Eraser`] was taken: there is one, so every removal of text goes through
+    /// its owner.
+    eraser_taken: AtomicBool,
+}
+
+enum ServedBy {
+    /// This crate's redb file.
+    File(RedbFile),
+    /// Another backend; every handle hands its calls to it.
+    Backend {
+        backend: Arc<dyn Backend>,
+        /// Never sends: a backend's failures are each call's own, there is no file to
+        /// reopen ([`Store::refusals`]).
+        refusals: tokio::sync::watch::Sender<Option<StoreError>>,
+    },
+}
+
+/// The redb file, its writer thread and the reads open on it.
+struct RedbFile {
     /// Shared by readers and the writer thread; taken exclusively only by [`Eraser::compact`]
     /// and [`Store::recover`]. `None` only after a reopening failed: every read and write is
     /// refused then, with the failure that started it, until one succeeds.
@@ -96,18 +121,13 @@ struct Inner {
     medium: Medium,
     commit: CommitMode,
     writer: Writer,
-    /// Messages newly stored by `append` since the store was opened (replays not counted).
-    appended_messages: AtomicU64,
-    /// Whether the [`Eraser`] was taken: there is one, so every removal of text goes through
-    /// its owner.
-    eraser_taken: AtomicBool,
     /// Read transactions open now ([`ReadTxn`]). Invariant: [`Store::recover`] closes the
     /// database only while it is zero, since the reopened database would not know of an
     /// older snapshot and could reuse the pages it still reads.
     open_reads: Arc<AtomicUsize>,
 }
 
-/// A read transaction of the store, counted while it lives ([`Inner::open_reads`]).
+/// A read transaction of the store, counted while it lives ([`RedbFile::open_reads`]).
 pub(crate) struct ReadTxn {
     txn: ReadTransaction,
     _open: OpenRead,
@@ -121,7 +141,7 @@ impl std::ops::Deref for ReadTxn {
     }
 }
 
-/// One count of [`Inner::open_reads`], given back on drop.
+/// One count of [`RedbFile::open_reads`], given back on drop.
 struct OpenRead(Arc<AtomicUsize>);
 
 impl Drop for OpenRead {
@@ -233,18 +253,54 @@ impl Store {
                 reason: err.to_string(),
             }
         })?;
-        Ok(Self {
+        Ok(Self::with(ServedBy::File(RedbFile {
+            db,
+            path,
+            medium,
+            commit: options.commit,
+            writer,
+            open_reads: Arc::new(AtomicUsize::new(0)),
+        })))
+    }
+
+    /// A store whose records `backend` keeps: every handle, the eraser and the lifecycle
+    /// calls go to it, with the same answers as from a file. What only a file has (a file
+    /// backup, disk space, reopening after a disk fault, compaction of the file) answers
+    /// [`StoreError::Unsupported`] or has nothing to do.
+    ///
+    /// The handles' synchronous reads wait for the backend's answer on the calling thread:
+    /// call them on the blocking pool ([`Store::read`]) of a multi-threaded Tokio runtime,
+    /// as callers of the file store already do.
+    pub fn served_by(backend: Arc<dyn Backend>) -> Self {
+        let (refusals, _) = tokio::sync::watch::channel(None);
+        Self::with(ServedBy::Backend { backend, refusals })
+    }
+
+    fn with(served_by: ServedBy) -> Self {
+        Self {
             inner: Arc::new(Inner {
-                db,
-                path,
-                medium,
-                commit: options.commit,
-                writer,
+                served_by,
                 appended_messages: AtomicU64::new(0),
                 eraser_taken: AtomicBool::new(false),
-                open_reads: Arc::new(AtomicUsize::new(0)),
             }),
-        })
+        }
+    }
+
+    /// The redb file, or [`StoreError::Unsupported`] naming `what` for a store served by a
+    /// backend.
+    fn file(&self, what: &'static str) -> Result<&RedbFile> {
+        match &self.inner.served_by {
+            ServedBy::File(file) => Ok(file),
+            ServedBy::Backend { .. } => Err(StoreError::Unsupported(what)),
+        }
+    }
+
+    /// The backend serving this store, if another than the file.
+    pub(crate) fn backend(&self) -> Option<&dyn Backend> {
+        match &self.inner.served_by {
+            ServedBy::File(_) => None,
+            ServedBy::Backend { backend, .. } => Some(&**backend),
+        }
     }
 
     /// Sessions, messages, runs and summaries.
@@ -308,12 +364,13 @@ impl Store {
 
     /// A read transaction: a consistent snapshot, for the read paths of every module.
     pub(crate) fn begin_read(&self) -> Result<ReadTxn> {
-        let db = self.inner.db.read().unwrap_or_else(PoisonError::into_inner);
-        let db = db.as_ref().ok_or_else(|| self.inner.writer.refusal())?;
+        let file = self.file(FILE_ONLY)?;
+        let db = file.db.read().unwrap_or_else(PoisonError::into_inner);
+        let db = db.as_ref().ok_or_else(|| file.writer.refusal())?;
         // Counted under the lock, so that a reopening, which holds it exclusively, sees every
         // read that began before it.
-        self.inner.open_reads.fetch_add(1, Ordering::AcqRel);
-        let open = OpenRead(Arc::clone(&self.inner.open_reads));
+        file.open_reads.fetch_add(1, Ordering::AcqRel);
+        let open = OpenRead(Arc::clone(&file.open_reads));
         Ok(ReadTxn {
             txn: db.begin_read()?,
             _open: open,
@@ -326,7 +383,7 @@ impl Store {
         F: FnOnce(&WriteTransaction) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
-        self.inner.writer.submit(work).await
+        self.file(FILE_ONLY)?.writer.submit(work).await
     }
 
     /// Runs an erasing `work` on the writer thread in a transaction of its own (see
@@ -338,13 +395,16 @@ impl Store {
         F: FnOnce(&WriteTransaction) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
-        self.inner.writer.submit_alone(work).await
+        self.file(FILE_ONLY)?.writer.submit_alone(work).await
     }
 
     /// Changes after every successful commit: derived-data workers (the embedding pipeline)
     /// wait on it instead of polling.
     pub fn commits(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.inner.writer.commits()
+        match &self.inner.served_by {
+            ServedBy::File(file) => file.writer.commits(),
+            ServedBy::Backend { backend, .. } => backend.commits(),
+        }
     }
 
     /// Adds `count` newly stored messages to [`Store::appended_messages`].
@@ -360,25 +420,32 @@ impl Store {
         self.inner.appended_messages.load(Ordering::Relaxed)
     }
 
-    /// The file this store lives in.
-    pub fn path(&self) -> &Path {
-        &self.inner.path
+    /// The file this store lives in; `None` when a backend serves it.
+    pub fn path(&self) -> Option<&Path> {
+        self.file(FILE_ONLY).ok().map(|file| file.path.as_path())
     }
 
     /// Commits every write already submitted, then refuses new ones with
     /// [`StoreError::Closed`]. Reads keep working.
     pub fn shutdown(&self) {
-        self.inner.writer.shutdown();
+        match &self.inner.served_by {
+            ServedBy::File(file) => file.writer.shutdown(),
+            ServedBy::Backend { backend, .. } => backend.shutdown(),
+        }
     }
 
     /// Succeeds when the file can be read and writes are still accepted (readiness probe).
     /// After an I/O error redb refuses every write until the file is reopened; this then
     /// fails with [`StoreError::WritesRefused`], whose cause says what the disk did.
     pub fn check_ready(&self) -> Result<()> {
-        if !self.inner.writer.is_open() {
+        let file = match &self.inner.served_by {
+            ServedBy::File(file) => file,
+            ServedBy::Backend { backend, .. } => return wait(backend.check_ready()),
+        };
+        if !file.writer.is_open() {
             return Err(StoreError::Closed);
         }
-        if let Some(err) = self.inner.writer.broken() {
+        if let Some(err) = file.writer.broken() {
             return Err(err);
         }
         self.begin_read()?.open_table(META)?;
@@ -388,8 +455,9 @@ impl Store {
     /// The store file's size and the free space of its file system: cheap (two system
     /// calls), so it can be read at every scrape and probe.
     pub fn disk_space(&self) -> Result<DiskSpace> {
-        let store_bytes = std::fs::metadata(&self.inner.path).map_err(io_error)?.len();
-        let dir = match self.inner.path.parent() {
+        let file = self.file("disk space is the database server's to watch")?;
+        let store_bytes = std::fs::metadata(&file.path).map_err(io_error)?.len();
+        let dir = match file.path.parent() {
             Some(parent) if !parent.as_os_str().is_empty() => parent,
             _ => Path::new("."),
         };
@@ -404,7 +472,10 @@ impl Store {
     /// The reason the store refuses writes, `Some` from a disk failure until
     /// [`Store::recover`] reopened the file; watch it to pause work that writes.
     pub fn refusals(&self) -> tokio::sync::watch::Receiver<Option<StoreError>> {
-        self.inner.writer.refusals()
+        match &self.inner.served_by {
+            ServedBy::File(file) => file.writer.refusals(),
+            ServedBy::Backend { refusals, .. } => refusals.subscribe(),
+        }
     }
 
     /// Resolves once the store accepts writes: at once while it does, else when
@@ -434,21 +505,21 @@ impl Store {
     /// does not pass its checks. The store then refuses every read and write (with the
     /// failure that started it), and only a restart, which checks the file again, can help.
     pub fn recover(&self) -> Result<Recovery> {
-        if self.inner.writer.broken().is_none() {
+        let ServedBy::File(file) = &self.inner.served_by else {
+            // A backend refuses nothing for good: each call fails or succeeds on its own.
+            return Ok(Recovery::Writable);
+        };
+        if file.writer.broken().is_none() {
             return Ok(Recovery::Writable);
         }
-        if let Err(err) = (self.inner.medium.probe)() {
+        if let Err(err) = (file.medium.probe)() {
             return Ok(Recovery::Waiting(io_error(err)));
         }
-        let mut db = self
-            .inner
-            .db
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut db = file.db.write().unwrap_or_else(PoisonError::into_inner);
         // No read begins while the lock is held, so those open drain; reads are short. A
         // long one (a backup streaming) makes this try again at the next call.
         let deadline = std::time::Instant::now() + REOPEN_WAIT;
-        while self.inner.open_reads.load(Ordering::Acquire) > 0 {
+        while file.open_reads.load(Ordering::Acquire) > 0 {
             if std::time::Instant::now() >= deadline {
                 return Ok(Recovery::Waiting(StoreError::Busy(
                     "reads stayed open; the store is reopened once they end".into(),
@@ -458,14 +529,14 @@ impl Store {
         }
         // Closing releases the file's lock, so it can be opened again; it must come first.
         drop(db.take());
-        let reopened = (self.inner.medium.open)().and_then(|database| {
-            prepare(&database, self.inner.commit)?;
+        let reopened = (file.medium.open)().and_then(|database| {
+            prepare(&database, file.commit)?;
             Ok(database)
         });
         match reopened {
             Ok(database) => {
                 *db = Some(database);
-                self.inner.writer.resume();
+                file.writer.resume();
                 Ok(Recovery::Writable)
             }
             Err(err) if err.disk_fault() == Some(DiskFault::Full) => Ok(Recovery::Waiting(err)),
@@ -558,18 +629,15 @@ impl Eraser {
     /// most `COMPACTION_WAIT`), after which it fails with [`StoreError::Busy`] and can be
     /// retried. Returns whether anything was moved.
     pub fn compact(&self) -> Result<bool> {
-        if let Some(refusal) = self.store.inner.writer.broken() {
+        let file = match &self.store.inner.served_by {
+            ServedBy::File(file) => file,
+            ServedBy::Backend { backend, .. } => return wait(backend.eraser().compact()),
+        };
+        if let Some(refusal) = file.writer.broken() {
             return Err(refusal);
         }
-        let mut db = self
-            .store
-            .inner
-            .db
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        let db = db
-            .as_mut()
-            .ok_or_else(|| self.store.inner.writer.refusal())?;
+        let mut db = file.db.write().unwrap_or_else(PoisonError::into_inner);
+        let db = db.as_mut().ok_or_else(|| file.writer.refusal())?;
         let deadline = std::time::Instant::now() + COMPACTION_WAIT;
         let mut moved = false;
         // redb compacts in rounds; each round may free more room for the next.
@@ -591,7 +659,7 @@ impl Eraser {
                 }
                 Err(err) => {
                     let err: StoreError = err.into();
-                    self.store.inner.writer.note_failure(db, &err);
+                    file.writer.note_failure(db, &err);
                     return Err(err);
                 }
             }
@@ -761,6 +829,26 @@ fn index_outbox(
         by_session.insert((record.sid, seq.value()), ())?;
     }
     Ok(())
+}
+
+/// What a store served by a backend answers for the operations of the file alone.
+const FILE_ONLY: &str = "the redb file's own operation (on a database server, use its tools)";
+
+/// Waits on the calling thread for a backend's answer to one of the handles' synchronous
+/// calls. On the blocking pool (where those calls belong, [`Store::read`]) this simply
+/// blocks; on a worker of a multi-threaded runtime it first hands the worker's other tasks
+/// away. Other threads have no runtime to drive the backend, and get
+/// [`StoreError::Unsupported`].
+pub(crate) fn wait<T>(answer: crate::backend::BoxFuture<'_, Result<T>>) -> Result<T> {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let unsupported = StoreError::Unsupported(
+        "a store served by a backend is read from a multi-threaded Tokio runtime",
+    );
+    let handle = Handle::try_current().map_err(|_| unsupported.clone())?;
+    if handle.runtime_flavor() != RuntimeFlavor::MultiThread {
+        return Err(unsupported);
+    }
+    tokio::task::block_in_place(|| handle.block_on(answer))
 }
 
 /// Runs blocking `work` (store reads, index updates, model inference) on the blocking pool and

@@ -2639,4 +2639,63 @@ mod conformance {
     crate::session_conformance!(temp_store());
     crate::feed_conformance!(temp_store());
     crate::eraser_conformance!(subject = temp_store(), subject.eraser());
+
+    /// The same cases on a store served by a backend ([`Store::served_by`]) that is itself a
+    /// file store: every call goes through the handles' dispatch and the traits, and must
+    /// answer exactly as the file does.
+    mod served {
+        use std::sync::Arc;
+
+        use super::{TempStore, open};
+        use crate::backend::{Backend, BoxFuture, EraserBackend, FeedBackend, SessionBackend};
+        use crate::{Eraser, Result, Store};
+
+        struct FileBackend {
+            store: Store,
+            eraser: Eraser,
+        }
+
+        impl Backend for FileBackend {
+            fn sessions(&self) -> &dyn SessionBackend {
+                &self.store
+            }
+
+            fn feed(&self) -> &dyn FeedBackend {
+                &self.store
+            }
+
+            fn eraser(&self) -> &dyn EraserBackend {
+                &self.eraser
+            }
+
+            fn commits(&self) -> tokio::sync::watch::Receiver<u64> {
+                self.store.commits()
+            }
+
+            fn check_ready(&self) -> BoxFuture<'_, Result<()>> {
+                Box::pin(self.store.read(|store| store.check_ready()))
+            }
+
+            fn shutdown(&self) {
+                self.store.shutdown();
+            }
+        }
+
+        fn served_store() -> TempStore {
+            let (_dir, file) = open();
+            let eraser = file.take_eraser().unwrap();
+            let backend = FileBackend {
+                store: file,
+                eraser,
+            };
+            TempStore {
+                store: Store::served_by(Arc::new(backend)),
+                _dir,
+            }
+        }
+
+        crate::session_conformance!(served_store());
+        crate::feed_conformance!(served_store());
+        crate::eraser_conformance!(subject = served_store(), subject.take_eraser().unwrap());
+    }
 }

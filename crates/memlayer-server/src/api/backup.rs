@@ -57,7 +57,10 @@ pub(crate) async fn backup(
         let failed = |err| StoreError::Backup(std::sync::Arc::new(err));
         // Beside the store (same file system, so the same room) and anonymous: the copy has
         // no name, so nothing of it outlives the download, even after a crash.
-        let directory = store.path().parent().unwrap_or(std::path::Path::new("."));
+        let directory = store
+            .path()
+            .and_then(std::path::Path::parent)
+            .unwrap_or(std::path::Path::new("."));
         let file = tempfile::tempfile_in(directory).map_err(failed)?;
         let backup = store.backup(file.try_clone().map_err(failed)?)?;
         Ok((file, backup))

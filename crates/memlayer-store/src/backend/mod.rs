@@ -19,6 +19,8 @@
 use std::future::Future;
 use std::pin::Pin;
 
+use crate::Result;
+
 mod erasure;
 mod feed;
 mod sessions;
@@ -29,3 +31,31 @@ pub use sessions::{SessionBackend, SessionView};
 
 /// A boxed future that may move between threads: what the object-safe traits return.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A backend that serves a whole [`Store`] ([`Store::served_by`]): one object per concern,
+/// and what the store's own lifecycle needs from it.
+///
+/// [`Store`]: crate::Store
+/// [`Store::served_by`]: crate::Store::served_by
+pub trait Backend: Send + Sync {
+    /// Sessions, messages, runs, summaries, idle sessions.
+    fn sessions(&self) -> &dyn SessionBackend;
+
+    /// The embedding pipeline's feed and vectors.
+    fn feed(&self) -> &dyn FeedBackend;
+
+    /// What removes text, and the erasure journal. [`crate::Store::take_eraser`] still
+    /// hands it to one owner only.
+    fn eraser(&self) -> &dyn EraserBackend;
+
+    /// Changes after every commit of this process (or, where the backend can tell, of any),
+    /// for the workers that wait for new work: [`crate::Store::commits`].
+    fn commits(&self) -> tokio::sync::watch::Receiver<u64>;
+
+    /// Succeeds while the backend answers and accepts writes: [`crate::Store::check_ready`].
+    fn check_ready(&self) -> BoxFuture<'_, Result<()>>;
+
+    /// Finishes what was submitted and refuses later writes with
+    /// [`crate::StoreError::Closed`]: [`crate::Store::shutdown`].
+    fn shutdown(&self);
+}

@@ -117,7 +117,7 @@ pub trait SessionBackend: Send + Sync {
         &'a self,
         access: &'a Access,
         session_id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Box<dyn SessionView + 'a>>>>;
+    ) -> BoxFuture<'a, Result<Option<Box<dyn SessionView>>>>;
 
     /// [`crate::Sessions::take_idle_sessions`]. With several callers at once (several nodes
     /// on one database), each idle session is taken by one of them.
@@ -303,7 +303,7 @@ impl SessionBackend for Store {
         &'a self,
         access: &'a Access,
         session_id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Box<dyn SessionView + 'a>>>> {
+    ) -> BoxFuture<'a, Result<Option<Box<dyn SessionView>>>> {
         Box::pin(async move {
             let snapshot = self.sessions().snapshot(access, session_id)?;
             Ok(snapshot.map(|snapshot| Box::new(snapshot) as Box<dyn SessionView>))
