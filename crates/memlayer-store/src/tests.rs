@@ -2637,4 +2637,5 @@ mod conformance {
     }
 
     crate::session_conformance!(temp_store());
+    crate::tenant_conformance!(temp_store());
 }

@@ -10,8 +10,9 @@
 //! cases any backend runs.
 //!
 //! So far: sessions, their messages, runs and summaries, idle sessions and snapshots
-//! ([`SessionBackend`], [`SessionView`]). Tenants, keys, memories, the embedding feed and
-//! the eraser follow; then [`Store`] serves from a backend that implements them all.
+//! ([`SessionBackend`], [`SessionView`]); tenants' settings, retention rules and
+//! conversation stats ([`TenantBackend`]). Keys, memories, the embedding feed and the eraser
+//! follow; then [`Store`] serves from a backend that implements them all.
 //!
 //! [`Store`]: crate::Store
 
@@ -19,8 +20,10 @@ use std::future::Future;
 use std::pin::Pin;
 
 mod sessions;
+mod tenants;
 
 pub use sessions::{SessionBackend, SessionView};
+pub use tenants::TenantBackend;
 
 /// A boxed future that may move between threads: what the object-safe traits return.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -1,8 +1,10 @@
 //! The backend contract as tests: every backend of [`crate::backend`] runs these cases and
 //! must answer as the redb store does. A backend's test crate instantiates them with one
-//! macro per concern ([`session_conformance!`](crate::session_conformance)), one
-//! `#[tokio::test]` per case, each on a store the given expression opens; every case works in
-//! a tenant of its own, so the cases may share a database.
+//! macro per concern ([`session_conformance!`](crate::session_conformance),
+//! [`tenant_conformance!`](crate::tenant_conformance)), one `#[tokio::test]` per case, each on
+//! a store the given expression opens; every case works in a tenant of its own, so the cases
+//! may share a database. What is not per tenant (every tenant's retention rules, operator and
+//! bootstrap keys, every tenant's memories in id order) the cases read filtered to their own.
 //!
 //! The cases check what callers see: results, their order and paging, and the error
 //! variant of each refusal (messages are the backends' own).
@@ -10,6 +12,7 @@
 use crate::StoreError;
 
 pub mod sessions;
+pub mod tenants;
 
 /// A tenant no other case uses.
 fn tenant() -> String {
@@ -35,6 +38,13 @@ fn conflict() -> std::mem::Discriminant<StoreError> {
 fn invalid_input() -> std::mem::Discriminant<StoreError> {
     std::mem::discriminant(&StoreError::InvalidInput {
         field: "",
+        reason: String::new(),
+    })
+}
+
+fn invalid_id() -> std::mem::Discriminant<StoreError> {
+    std::mem::discriminant(&StoreError::InvalidId {
+        kind: "",
         reason: String::new(),
     })
 }
