@@ -2638,4 +2638,5 @@ mod conformance {
 
     crate::session_conformance!(temp_store());
     crate::tenant_conformance!(temp_store());
+    crate::key_conformance!(temp_store());
 }

@@ -11,17 +11,20 @@
 //!
 //! So far: sessions, their messages, runs and summaries, idle sessions and snapshots
 //! ([`SessionBackend`], [`SessionView`]); tenants' settings, retention rules and
-//! conversation stats ([`TenantBackend`]). Keys, memories, the embedding feed and the eraser
-//! follow; then [`Store`] serves from a backend that implements them all.
+//! conversation stats ([`TenantBackend`]); API keys and the bootstrap admin key
+//! ([`KeyBackend`]). Memories, the embedding feed and the eraser follow; then [`Store`]
+//! serves from a backend that implements them all.
 //!
 //! [`Store`]: crate::Store
 
 use std::future::Future;
 use std::pin::Pin;
 
+mod keys;
 mod sessions;
 mod tenants;
 
+pub use keys::KeyBackend;
 pub use sessions::{SessionBackend, SessionView};
 pub use tenants::TenantBackend;
 
