@@ -42,7 +42,9 @@ mod tables;
 mod tenants;
 mod writer;
 
-pub use backend::{BoxFuture, KeyBackend, SessionBackend, SessionView, TenantBackend};
+pub use backend::{
+    BoxFuture, KeyBackend, MemoryBackend, SessionBackend, SessionView, TenantBackend,
+};
 pub use backup::Backup;
 pub use episodes::{Episode, MAX_EPISODE_TEXT, MAX_LESSON_TEXT, Outcome};
 pub use erasure::{ConversationStats, MessageErased, StoredJob};

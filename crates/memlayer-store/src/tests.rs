@@ -2639,4 +2639,5 @@ mod conformance {
     crate::session_conformance!(temp_store());
     crate::tenant_conformance!(temp_store());
     crate::key_conformance!(temp_store());
+    crate::memory_conformance!(temp_store());
 }

@@ -12,8 +12,9 @@
 //! So far: sessions, their messages, runs and summaries, idle sessions and snapshots
 //! ([`SessionBackend`], [`SessionView`]); tenants' settings, retention rules and
 //! conversation stats ([`TenantBackend`]); API keys and the bootstrap admin key
-//! ([`KeyBackend`]). Memories, the embedding feed and the eraser follow; then [`Store`]
-//! serves from a backend that implements them all.
+//! ([`KeyBackend`]); long-term memories, session memories and episodes
+//! ([`MemoryBackend`]). The embedding feed and the eraser (which removes memories and
+//! episodes) follow; then [`Store`] serves from a backend that implements them all.
 //!
 //! [`Store`]: crate::Store
 
@@ -21,10 +22,12 @@ use std::future::Future;
 use std::pin::Pin;
 
 mod keys;
+mod memories;
 mod sessions;
 mod tenants;
 
 pub use keys::KeyBackend;
+pub use memories::MemoryBackend;
 pub use sessions::{SessionBackend, SessionView};
 pub use tenants::TenantBackend;
 

@@ -2,7 +2,8 @@
 //! must answer as the redb store does. A backend's test crate instantiates them with one
 //! macro per concern ([`session_conformance!`](crate::session_conformance),
 //! [`tenant_conformance!`](crate::tenant_conformance),
-//! [`key_conformance!`](crate::key_conformance)), one `#[tokio::test]` per case, each on
+//! [`key_conformance!`](crate::key_conformance),
+//! [`memory_conformance!`](crate::memory_conformance)), one `#[tokio::test]` per case, each on
 //! a store the given expression opens; every case works in a tenant of its own, so the cases
 //! may share a database. What is not per tenant (every tenant's retention rules, operator and
 //! bootstrap keys, every tenant's memories in id order) the cases read filtered to their own.
@@ -13,6 +14,7 @@
 use crate::StoreError;
 
 pub mod keys;
+pub mod memories;
 pub mod sessions;
 pub mod tenants;
 
