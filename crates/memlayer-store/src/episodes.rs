@@ -14,7 +14,7 @@ use crate::model::Access;
 use crate::model::{Timestamp, validate_id, validate_text};
 use crate::record::Record;
 use crate::sessions::read_session_record;
-use crate::store::{Eraser, Memories};
+use crate::store::{Eraser, Memories, wait};
 use crate::tables::{EPISODE_OWNERS, EPISODE_TASKS, EPISODES, NEXT_EPISODE_SEQ_KEY, SESSIONS};
 use crate::{Result, Store, StoreError};
 
@@ -181,11 +181,17 @@ impl Memories<'_> {
     /// Records a new episode and returns its id. A source session must be one of the same
     /// user's sessions (checked in the same transaction, so it cannot be erased in between).
     pub async fn put_episode(self, episode: Episode) -> Result<u64> {
+        if let Some(backend) = self.store.backend() {
+            return backend.memories().put_episode(episode).await;
+        }
         self.store.put_episode_drawing(episode, random_id).await
     }
 
     /// The episode with this id if it belongs to `tenant`.
     pub fn episode(self, tenant: &str, id: u64) -> Result<Option<Episode>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.memories().episode(tenant, id));
+        }
         validate_id("tenant", tenant)?;
         let txn = self.store.begin_read()?;
         let table = txn.open_table(EPISODES)?;
@@ -198,6 +204,9 @@ impl Memories<'_> {
 
     /// Every episode of a user, oldest first.
     pub fn user_episodes(self, tenant: &str, user_id: &str) -> Result<Vec<Episode>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.memories().user_episodes(tenant, user_id));
+        }
         validate_id("tenant", tenant)?;
         validate_id("user_id", user_id)?;
         let txn = self.store.begin_read()?;
@@ -225,8 +234,15 @@ impl Memories<'_> {
         user_id: &str,
         task_type: &str,
         limit: usize,
-        keep: impl Fn(&Episode) -> bool,
+        keep: impl Fn(&Episode) -> bool + Sync,
     ) -> Result<Vec<Episode>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(
+                backend
+                    .memories()
+                    .recent_episodes(tenant, user_id, task_type, limit, &keep),
+            );
+        }
         validate_id("tenant", tenant)?;
         validate_id("user_id", user_id)?;
         validate_id("task_type", task_type)?;

@@ -375,6 +375,9 @@ impl Eraser {
 impl Tenants<'_> {
     /// How many sessions a tenant has and which was active least recently.
     pub fn conversation_stats(self, tenant: &str) -> Result<ConversationStats> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.tenants().conversation_stats(tenant));
+        }
         validate_id("tenant", tenant)?;
         let all = scope(None, None);
         let txn = self.store.begin_read()?;
@@ -396,6 +399,9 @@ impl Tenants<'_> {
 
     /// Sets (or with `None` removes) a tenant's conversation retention in days.
     pub async fn set_retention(self, tenant: &str, days: Option<u32>) -> Result<()> {
+        if let Some(backend) = self.store.backend() {
+            return backend.tenants().set_retention(tenant, days).await;
+        }
         validate_id("tenant", tenant)?;
         let tenant = tenant.to_owned();
         self.store
@@ -417,6 +423,9 @@ impl Tenants<'_> {
 
     /// Every tenant's retention: `(tenant, days, last run)`.
     pub fn retention_rules(self) -> Result<Vec<(String, u32, Timestamp)>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.tenants().retention_rules());
+        }
         let txn = self.store.begin_read()?;
         let table = txn.open_table(RETENTION)?;
         table
@@ -435,6 +444,9 @@ impl Tenants<'_> {
 
     /// Records that a tenant's retention rule ran at `at`.
     pub async fn retention_ran(self, tenant: &str, at: Timestamp) -> Result<()> {
+        if let Some(backend) = self.store.backend() {
+            return backend.tenants().retention_ran(tenant, at).await;
+        }
         validate_id("tenant", tenant)?;
         let tenant = tenant.to_owned();
         self.store

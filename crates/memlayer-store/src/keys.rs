@@ -30,7 +30,7 @@ use subtle::ConstantTimeEq;
 
 use crate::model::{Timestamp, validate_id};
 use crate::record::Record;
-use crate::store::Keys;
+use crate::store::{Keys, wait};
 use crate::tables::{API_KEY_TENANTS, API_KEYS};
 use crate::{Result, StoreError};
 
@@ -401,6 +401,9 @@ fn fresh_material() -> Result<(Vec<String>, String)> {
 impl Keys<'_> {
     /// Creates a key and returns it with its secret, which nothing keeps: show it once.
     pub async fn create_key(self, new: NewKey) -> Result<IssuedKey> {
+        if let Some(backend) = self.store.backend() {
+            return backend.keys().create_key(new).await;
+        }
         new.validate()?;
         let (prefixes, secret) = fresh_material()?;
         self.store
@@ -416,6 +419,9 @@ impl Keys<'_> {
         presented: &str,
         now: Timestamp,
     ) -> Result<std::result::Result<ApiKey, KeyRejection>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.keys().authenticate_key(presented, now));
+        }
         if !well_formed(presented) {
             return Ok(Err(KeyRejection::Malformed));
         }
@@ -455,6 +461,9 @@ impl Keys<'_> {
 
     /// The key stored under `prefix`, of any tenant.
     pub fn key(self, prefix: &str) -> Result<Option<ApiKey>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.keys().key(prefix));
+        }
         let txn = self.store.begin_read()?;
         let keys = txn.open_table(API_KEYS)?;
         keys.get(prefix)?
@@ -465,6 +474,9 @@ impl Keys<'_> {
     /// The keys of `tenant` (of every tenant when `None`), revoked and expired ones included,
     /// oldest first.
     pub fn list_keys(self, tenant: Option<&str>) -> Result<Vec<ApiKey>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.keys().list_keys(tenant));
+        }
         let txn = self.store.begin_read()?;
         let keys = txn.open_table(API_KEYS)?;
         let mut listed = match tenant {
@@ -503,6 +515,9 @@ impl Keys<'_> {
     /// Revoking a revoked key changes nothing. A revoked key is kept, so that listings show
     /// it and its prefix is never handed out again.
     pub async fn revoke_key(self, tenant: Option<&str>, prefix: &str) -> Result<Option<ApiKey>> {
+        if let Some(backend) = self.store.backend() {
+            return backend.keys().revoke_key(tenant, prefix).await;
+        }
         let (tenant, prefix) = (tenant.map(str::to_owned), prefix.to_owned());
         self.store
             .write(move |txn| {
@@ -537,6 +552,9 @@ impl Keys<'_> {
     ///   if no tenant has a key (operator keys administer no tenant), generates one, which
     ///   the caller shows once.
     pub async fn bootstrap_keys(self, configured: Option<&str>) -> Result<Bootstrap> {
+        if let Some(backend) = self.store.backend() {
+            return backend.keys().bootstrap_keys(configured).await;
+        }
         if let Some(key) = configured {
             validate_configured_key(key)?;
         }

@@ -42,7 +42,10 @@ mod tables;
 mod tenants;
 mod writer;
 
-pub use backend::{BoxFuture, EraserBackend, FeedBackend, SessionBackend, SessionView};
+pub use backend::{
+    Backend, BoxFuture, EraserBackend, FeedBackend, KeyBackend, MemoryBackend, SessionBackend,
+    SessionView, TenantBackend,
+};
 pub use backup::Backup;
 pub use episodes::{Episode, MAX_EPISODE_TEXT, MAX_LESSON_TEXT, Outcome};
 pub use erasure::{ConversationStats, MessageErased, StoredJob};

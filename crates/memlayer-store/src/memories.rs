@@ -13,7 +13,7 @@ use crate::integrity::TablesCheck;
 use crate::model::{Access, Timestamp, validate_id, validate_optional_id, validate_text};
 use crate::record::Record;
 use crate::sessions::read_session_record;
-use crate::store::{Eraser, Memories};
+use crate::store::{Eraser, Memories, wait};
 use crate::tables::{
     EVERY_AGENT, MEMORIES, MEMORY_KEYS, MEMORY_OWNERS, MEMORY_SOURCES, MESSAGES,
     NEXT_MEMORY_SEQ_KEY, SESSIONS, UNKNOWN_SOURCE,
@@ -609,6 +609,9 @@ impl Memories<'_> {
     /// [`StoreError::SessionNotFound`] for an unknown session, [`StoreError::InvalidInput`]
     /// for an unknown message.
     pub async fn put_memory(self, memory: Memory, sources: &Access) -> Result<u64> {
+        if let Some(backend) = self.store.backend() {
+            return backend.memories().put_memory(memory, sources).await;
+        }
         self.store
             .put_memory_drawing(memory, sources, random_id)
             .await
@@ -618,6 +621,9 @@ impl Memories<'_> {
     /// source of a replaced text), whoever they are about; with `*`, those
     /// holding replaced texts of unknown source.
     pub fn memories_citing(self, tenant: &str, session_id: &str) -> Result<Vec<u64>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.memories().memories_citing(tenant, session_id));
+        }
         let txn = self.store.begin_read()?;
         let table = txn.open_table(MEMORY_SOURCES)?;
         table
@@ -630,6 +636,9 @@ impl Memories<'_> {
     /// stopped between deleting a session (or a message) and its memories left behind. Reads
     /// every citation: run it when resuming an interrupted erasure.
     pub fn orphaned_citations(self) -> Result<Vec<OrphanedCitation>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.memories().orphaned_citations());
+        }
         let txn = self.store.begin_read()?;
         let citations = txn.open_table(MEMORY_SOURCES)?;
         let sessions = txn.open_table(SESSIONS)?;
@@ -683,6 +692,9 @@ impl Memories<'_> {
 
     /// The memory with this id if it belongs to `tenant`.
     pub fn memory(self, tenant: &str, id: u64) -> Result<Option<Memory>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.memories().memory(tenant, id));
+        }
         validate_id("tenant", tenant)?;
         let txn = self.store.begin_read()?;
         let table = txn.open_table(MEMORIES)?;
@@ -702,6 +714,13 @@ impl Memories<'_> {
         agent_id: Option<&str>,
         key: &str,
     ) -> Result<Option<Memory>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(
+                backend
+                    .memories()
+                    .memory_by_key(tenant, user_id, agent_id, key),
+            );
+        }
         validate_id("tenant", tenant)?;
         validate_id("user_id", user_id)?;
         validate_optional_id("agent_id", agent_id)?;
@@ -727,6 +746,9 @@ impl Memories<'_> {
 
     /// Every memory of a user, oldest (first remembered) first.
     pub fn user_memories(self, tenant: &str, user_id: &str) -> Result<Vec<Memory>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.memories().user_memories(tenant, user_id));
+        }
         self.user_memories_page(tenant, user_id, None, usize::MAX, |_| true)
     }
 
@@ -742,8 +764,15 @@ impl Memories<'_> {
         user_id: &str,
         after: Option<u64>,
         limit: usize,
-        keep: impl Fn(&Memory) -> bool,
+        keep: impl Fn(&Memory) -> bool + Sync,
     ) -> Result<Vec<Memory>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(
+                backend
+                    .memories()
+                    .user_memories_page(tenant, user_id, after, limit, &keep),
+            );
+        }
         validate_id("tenant", tenant)?;
         validate_id("user_id", user_id)?;
         let txn = self.store.begin_read()?;
@@ -787,6 +816,9 @@ impl Memories<'_> {
     /// rebuild reads. Ids are random, so id order is not creation order; the pages cover
     /// every memory stored before the first page was read and not deleted since.
     pub fn memories_after(self, after: u64, limit: usize) -> Result<Vec<Memory>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.memories().memories_after(after, limit));
+        }
         let txn = self.store.begin_read()?;
         let table = txn.open_table(MEMORIES)?;
         table

@@ -10,7 +10,7 @@ use crate::model::{Timestamp, validate_id, validate_text};
 use crate::record::Record;
 use crate::sessions::{check_version, read_session_record};
 use crate::snapshot::SessionVersion;
-use crate::store::{Eraser, Memories};
+use crate::store::{Eraser, Memories, wait};
 use crate::tables::{SESSION_MEMORIES, SESSIONS};
 use crate::{Result, StoreError};
 
@@ -45,6 +45,9 @@ impl Memories<'_> {
         user_id: &str,
         agent_id: &str,
     ) -> Result<Option<SessionMemory>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.memories().session_memory(tenant, user_id, agent_id));
+        }
         validate_id("tenant", tenant)?;
         validate_id("user_id", user_id)?;
         validate_id("agent_id", agent_id)?;
@@ -80,6 +83,12 @@ impl Memories<'_> {
         memory: SessionMemory,
         merged: (&str, SessionVersion),
     ) -> Result<()> {
+        if let Some(backend) = self.store.backend() {
+            return backend
+                .memories()
+                .put_session_memory(tenant, user_id, agent_id, memory, merged)
+                .await;
+        }
         validate_id("tenant", tenant)?;
         validate_id("user_id", user_id)?;
         validate_id("agent_id", agent_id)?;

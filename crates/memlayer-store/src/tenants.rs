@@ -1,6 +1,6 @@
 //! Tenant-wide documents: the saved context settings of a tenant and of its agents.
 
-use crate::store::Tenants;
+use crate::store::{Tenants, wait};
 use crate::tables::{SETTINGS, settings_key};
 use crate::{Metadata, Result, StoreError};
 
@@ -8,6 +8,9 @@ impl Tenants<'_> {
     /// The settings document of a tenant (`agent_id` `None`) or of one of its agents: a JSON
     /// object the caller interprets, or `None` when none was saved.
     pub fn settings(self, tenant: &str, agent_id: Option<&str>) -> Result<Option<Metadata>> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.tenants().settings(tenant, agent_id));
+        }
         let key = settings_key(tenant, agent_id)?;
         let txn = self.store.begin_read()?;
         txn.open_table(SETTINGS)?
@@ -29,6 +32,12 @@ impl Tenants<'_> {
         agent_id: Option<&str>,
         settings: Option<Metadata>,
     ) -> Result<()> {
+        if let Some(backend) = self.store.backend() {
+            return backend
+                .tenants()
+                .put_settings(tenant, agent_id, settings)
+                .await;
+        }
         let key = settings_key(tenant, agent_id)?;
         let tenant = tenant.to_owned();
         let encoded = settings

@@ -2639,6 +2639,9 @@ mod conformance {
     crate::session_conformance!(temp_store());
     crate::feed_conformance!(temp_store());
     crate::eraser_conformance!(subject = temp_store(), subject.eraser());
+    crate::tenant_conformance!(temp_store());
+    crate::key_conformance!(temp_store());
+    crate::memory_conformance!(temp_store());
 
     /// The same cases on a store served by a backend ([`Store::served_by`]) that is itself a
     /// file store: every call goes through the handles' dispatch and the traits, and must
@@ -2647,7 +2650,10 @@ mod conformance {
         use std::sync::Arc;
 
         use super::{TempStore, open};
-        use crate::backend::{Backend, BoxFuture, EraserBackend, FeedBackend, SessionBackend};
+        use crate::backend::{
+            Backend, BoxFuture, EraserBackend, FeedBackend, KeyBackend, MemoryBackend,
+            SessionBackend, TenantBackend,
+        };
         use crate::{Eraser, Result, Store};
 
         struct FileBackend {
@@ -2657,6 +2663,18 @@ mod conformance {
 
         impl Backend for FileBackend {
             fn sessions(&self) -> &dyn SessionBackend {
+                &self.store
+            }
+
+            fn tenants(&self) -> &dyn TenantBackend {
+                &self.store
+            }
+
+            fn keys(&self) -> &dyn KeyBackend {
+                &self.store
+            }
+
+            fn memories(&self) -> &dyn MemoryBackend {
                 &self.store
             }
 
@@ -2697,5 +2715,8 @@ mod conformance {
         crate::session_conformance!(served_store());
         crate::feed_conformance!(served_store());
         crate::eraser_conformance!(subject = served_store(), subject.take_eraser().unwrap());
+        crate::tenant_conformance!(served_store());
+        crate::key_conformance!(served_store());
+        crate::memory_conformance!(served_store());
     }
 }

@@ -10,11 +10,14 @@
 //! cases any backend runs.
 //!
 //! So far: sessions, their messages, runs and summaries, idle sessions and snapshots
-//! ([`SessionBackend`], [`SessionView`]); the embedding feed ([`FeedBackend`]); the eraser
-//! ([`EraserBackend`]). Tenants, keys and memories follow; then [`Store`] serves from a
-//! backend that implements them all.
+//! ([`SessionBackend`], [`SessionView`]); tenants' settings, retention rules and
+//! conversation stats ([`TenantBackend`]); API keys and the bootstrap admin key
+//! ([`KeyBackend`]); long-term memories, session memories and episodes
+//! ([`MemoryBackend`]); the embedding feed ([`FeedBackend`]); the eraser
+//! ([`EraserBackend`]). [`Store::served_by`] serves a whole store from a [`Backend`].
 //!
 //! [`Store`]: crate::Store
+//! [`Store::served_by`]: crate::Store::served_by
 
 use std::future::Future;
 use std::pin::Pin;
@@ -23,11 +26,17 @@ use crate::Result;
 
 mod erasure;
 mod feed;
+mod keys;
+mod memories;
 mod sessions;
+mod tenants;
 
 pub use erasure::EraserBackend;
 pub use feed::FeedBackend;
+pub use keys::KeyBackend;
+pub use memories::MemoryBackend;
 pub use sessions::{SessionBackend, SessionView};
+pub use tenants::TenantBackend;
 
 /// A boxed future that may move between threads: what the object-safe traits return.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -40,6 +49,15 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub trait Backend: Send + Sync {
     /// Sessions, messages, runs, summaries, idle sessions.
     fn sessions(&self) -> &dyn SessionBackend;
+
+    /// Tenants' settings, retention rules and conversation stats.
+    fn tenants(&self) -> &dyn TenantBackend;
+
+    /// API keys.
+    fn keys(&self) -> &dyn KeyBackend;
+
+    /// Long-term memories, session memories and episodes.
+    fn memories(&self) -> &dyn MemoryBackend;
 
     /// The embedding pipeline's feed and vectors.
     fn feed(&self) -> &dyn FeedBackend;
