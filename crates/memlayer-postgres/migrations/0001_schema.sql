@@ -8,11 +8,14 @@
 CREATE TABLE sessions (
     tenant text NOT NULL,
     session_id text NOT NULL,
+    -- The session's surrogate key, never reused: a session deleted and created again under
+    -- its id gets a new one (`memlayer_store::SessionVersion`, and `MessageKey` later).
+    sid bigint GENERATED ALWAYS AS IDENTITY UNIQUE,
     user_id text NOT NULL,
     agent_id text NOT NULL,
     flow_id text,
-    -- The caller's metadata as JSON text: stored as given, like the redb store does.
-    metadata text NOT NULL,
+    -- The caller's metadata as JSON text, sealed under the session's data key (index 0).
+    metadata bytea NOT NULL,
     created_at bigint NOT NULL,
     updated_at bigint NOT NULL,
     -- Also the index the next message gets: appends allocate indices by raising it.
@@ -23,10 +26,17 @@ CREATE TABLE sessions (
     -- The role of the last message (`Role` as numbered in src/sessions.rs): a user message
     -- without an answer after it makes the session's state an incomplete turn.
     last_role smallint,
-    -- The data key that seals this session's messages.
+    -- How many of its messages were erased one by one; with `sid`, the session's version.
+    erased bigint NOT NULL DEFAULT 0 CHECK (erased >= 0),
+    -- The data key that seals this session's messages and metadata.
     key_id uuid NOT NULL,
     PRIMARY KEY (tenant, session_id)
 );
+-- Listings, most recently active first, for the tenant, a user or an agent. Session ids
+-- compare bytewise (as in the redb store), whatever the database's collation.
+CREATE INDEX sessions_by_activity ON sessions (tenant, updated_at, session_id COLLATE "C");
+CREATE INDEX sessions_by_user ON sessions (tenant, user_id, updated_at, session_id COLLATE "C");
+CREATE INDEX sessions_by_agent ON sessions (tenant, agent_id, updated_at, session_id COLLATE "C");
 
 -- The data keys, one per session. Destroying a row makes everything sealed under it
 -- unreadable (crypto-shredding); hash partitions keep the rewrite an erasure needs to the few
@@ -118,7 +128,8 @@ CREATE FUNCTION memlayer_append(
     p_create_user text,
     p_create_agent text,
     p_create_flow text,
-    p_create_metadata text,
+    -- Sealed under `p_key` for the session's metadata place.
+    p_create_metadata bytea,
     p_key_id uuid,
     p_key bytea,
     p_expected bigint,

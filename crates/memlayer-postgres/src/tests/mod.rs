@@ -4,8 +4,10 @@
 mod erasure;
 mod feed;
 mod files;
+mod listing;
 mod migrations;
 mod sealing;
+mod search;
 mod sessions;
 
 use memlayer_store::{Append, NewMessage, NewSession, Role, StoreError};
