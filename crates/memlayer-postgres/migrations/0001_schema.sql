@@ -1,5 +1,5 @@
--- Schema v1: sessions, their sealed messages, idempotency records, the data keys that seal
--- them, the change feed, and the one function that appends.
+-- Schema v1: sessions, their sealed messages, runs and summaries, idempotency records, the
+-- data keys that seal them, the change feed, and the one function that appends.
 --
 -- The tenant leads every primary key, so the tables can later be distributed by tenant (Citus)
 -- with every statement touching one tenant's rows. Times are microseconds since the Unix epoch,
@@ -28,7 +28,7 @@ CREATE TABLE sessions (
     last_role smallint,
     -- How many of its messages were erased one by one; with `sid`, the session's version.
     erased bigint NOT NULL DEFAULT 0 CHECK (erased >= 0),
-    -- The data key that seals this session's messages and metadata.
+    -- The data key that seals this session's messages, metadata, runs and summary.
     key_id uuid NOT NULL,
     PRIMARY KEY (tenant, session_id)
 );
@@ -76,6 +76,39 @@ CREATE TABLE messages (
     "timestamp" bigint NOT NULL,
     token_count bigint NOT NULL,
     PRIMARY KEY (tenant, session_id, idx),
+    FOREIGN KEY (tenant, session_id) REFERENCES sessions ON DELETE CASCADE
+);
+
+-- Agent executions, in the order they were recorded (`position`, from 0: the session's
+-- `run_count` before it). Content, tool calls, error and metadata are sealed under the
+-- session's data key for their position; content and error are NULL when the run has none.
+CREATE TABLE runs (
+    tenant text NOT NULL,
+    session_id text NOT NULL,
+    position bigint NOT NULL,
+    run_id text NOT NULL,
+    -- `RunStatus` as numbered in src/runs.rs.
+    status smallint NOT NULL,
+    content bytea,
+    tool_calls bytea NOT NULL,
+    error bytea,
+    metadata bytea NOT NULL,
+    created_at bigint NOT NULL,
+    redacted boolean NOT NULL DEFAULT false,
+    PRIMARY KEY (tenant, session_id, position),
+    UNIQUE (tenant, session_id, run_id),
+    FOREIGN KEY (tenant, session_id) REFERENCES sessions ON DELETE CASCADE
+);
+
+-- A session's rolling summary, sealed under its data key for `last_index`.
+CREATE TABLE summaries (
+    tenant text NOT NULL,
+    session_id text NOT NULL,
+    text bytea NOT NULL,
+    first_index bigint NOT NULL,
+    last_index bigint NOT NULL,
+    created_at bigint NOT NULL,
+    PRIMARY KEY (tenant, session_id),
     FOREIGN KEY (tenant, session_id) REFERENCES sessions ON DELETE CASCADE
 );
 

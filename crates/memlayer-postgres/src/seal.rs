@@ -1,5 +1,5 @@
-//! Sealed content: a message's content and metadata and a session's metadata are stored only
-//! encrypted, under a data key of their session.
+//! Sealed content: a message's content and metadata, a session's metadata, a run's texts and a
+//! summary are stored only encrypted, under a data key of their session.
 //!
 //! PostgreSQL never overwrites what it deletes: a deleted or updated tuple stays in its page
 //! until vacuum reuses the space, and its bytes also live on in the write-ahead log, in
@@ -12,7 +12,8 @@
 //! Each value is XChaCha20-Poly1305 with a random 24-byte nonce (large enough that random
 //! nonces never repeat in practice, so no counter has to be kept consistent across nodes),
 //! stored as nonce then ciphertext and tag. The associated data names the tenant, session,
-//! index (a message's index, 0 for the session's metadata) and field, so a ciphertext copied into another row, or a content swapped with a
+//! index (a message's index, a run's position, a summary's last index, 0 for the session's
+//! metadata) and field, so a ciphertext copied into another row, or a content swapped with a
 //! metadata, fails to open instead of being read as that row's.
 
 use chacha20poly1305::aead::{Aead, Payload};
@@ -35,6 +36,16 @@ pub(crate) enum Field {
     Metadata,
     /// The session's metadata, at index 0.
     SessionMetadata,
+    /// A run's content, at its position.
+    RunContent,
+    /// A run's tool calls.
+    RunToolCalls,
+    /// A run's error.
+    RunError,
+    /// A run's metadata.
+    RunMetadata,
+    /// The summary's text, at its last index.
+    Summary,
 }
 
 impl Field {
@@ -44,6 +55,11 @@ impl Field {
             Self::Content => 0,
             Self::Metadata => 1,
             Self::SessionMetadata => 2,
+            Self::RunContent => 3,
+            Self::RunToolCalls => 4,
+            Self::RunError => 5,
+            Self::RunMetadata => 6,
+            Self::Summary => 7,
         }
     }
 
@@ -52,6 +68,10 @@ impl Field {
         match self {
             Self::Content | Self::Metadata => "sealed message",
             Self::SessionMetadata => "sealed session metadata",
+            Self::RunContent | Self::RunToolCalls | Self::RunError | Self::RunMetadata => {
+                "sealed run"
+            }
+            Self::Summary => "sealed summary",
         }
     }
 }
@@ -197,6 +217,8 @@ mod tests {
             place(4, Field::Content),
             place(3, Field::Metadata),
             place(3, Field::SessionMetadata),
+            place(3, Field::RunContent),
+            place(3, Field::Summary),
         ] {
             assert!(key.open(wrong, &sealed).is_err(), "{wrong:?}");
         }

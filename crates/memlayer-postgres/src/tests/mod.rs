@@ -6,9 +6,11 @@ mod feed;
 mod files;
 mod listing;
 mod migrations;
+mod runs;
 mod sealing;
 mod search;
 mod sessions;
+mod summaries;
 
 use memlayer_store::{Append, NewMessage, NewSession, Role, StoreError};
 
