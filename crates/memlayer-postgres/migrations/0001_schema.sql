@@ -28,6 +28,8 @@ CREATE TABLE sessions (
     last_role smallint,
     -- How many of its messages were erased one by one; with `sid`, the session's version.
     erased bigint NOT NULL DEFAULT 0 CHECK (erased >= 0),
+    -- Ended (idle too long, or by request): no longer among the open sessions, for good.
+    ended boolean NOT NULL DEFAULT false,
     -- The data key that seals this session's messages, metadata, runs and summary.
     key_id uuid NOT NULL,
     PRIMARY KEY (tenant, session_id)
@@ -37,6 +39,9 @@ CREATE TABLE sessions (
 CREATE INDEX sessions_by_activity ON sessions (tenant, updated_at, session_id COLLATE "C");
 CREATE INDEX sessions_by_user ON sessions (tenant, user_id, updated_at, session_id COLLATE "C");
 CREATE INDEX sessions_by_agent ON sessions (tenant, agent_id, updated_at, session_id COLLATE "C");
+-- Open sessions by last activity, across tenants: finding the idle ones reads only them.
+CREATE INDEX open_sessions ON sessions (updated_at, tenant COLLATE "C", session_id COLLATE "C")
+    WHERE NOT ended;
 
 -- The data keys, one per session. Destroying a row makes everything sealed under it
 -- unreadable (crypto-shredding); hash partitions keep the rewrite an erasure needs to the few

@@ -1,8 +1,8 @@
 //! memlayer's records in PostgreSQL, for operators who run memlayer on a database server
 //! instead of its embedded redb file: the schema and its migrations, sessions and their
-//! messages, runs and summaries, listings and search, content sealed under per-session data
-//! keys (so that erasure can be crypto-shredding, see `seal`), and the change feed that
-//! derived data follows.
+//! messages, runs and summaries, listings, search and idle sessions, content sealed under
+//! per-session data keys (so that erasure can be crypto-shredding, see `seal`), and the
+//! change feed that derived data follows.
 //!
 //! It must not depend on HTTP, embeddings or indexes. Of memlayer's crates it uses only
 //! `memlayer-store`, whose domain types (`Access`, `NewSession`, `Session`, `Append`,
@@ -16,6 +16,7 @@
 mod erasure;
 mod error;
 mod feed;
+mod idle;
 mod migrate;
 mod runs;
 mod seal;

@@ -4,6 +4,7 @@
 mod erasure;
 mod feed;
 mod files;
+mod idle;
 mod listing;
 mod migrations;
 mod runs;
