@@ -6,7 +6,7 @@
 
 use memlayer_store::{Access, Timestamp};
 
-use crate::sessions::{micros, unsigned};
+use crate::sessions::unsigned;
 use crate::{PgStore, Result};
 
 impl PgStore {
@@ -20,7 +20,8 @@ impl PgStore {
         cutoff: Timestamp,
         limit: usize,
     ) -> Result<Vec<(String, String)>> {
-        let cutoff = micros(cutoff)?;
+        // Stored times fit a bigint; any later cutoff finds what the largest one finds.
+        let cutoff = i64::try_from(cutoff.as_micros()).unwrap_or(i64::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let client = self.pool.get().await?;
         let rows = client
