@@ -1,5 +1,5 @@
--- Schema v1: sessions, their sealed messages, idempotency records, the data keys that seal
--- them, the change feed, and the one function that appends.
+-- Schema v1: sessions, their sealed messages, runs and summaries, idempotency records, the
+-- data keys that seal them, the change feed, and the one function that appends.
 --
 -- The tenant leads every primary key, so the tables can later be distributed by tenant (Citus)
 -- with every statement touching one tenant's rows. Times are microseconds since the Unix epoch,
@@ -8,11 +8,14 @@
 CREATE TABLE sessions (
     tenant text NOT NULL,
     session_id text NOT NULL,
+    -- The session's surrogate key, never reused: a session deleted and created again under
+    -- its id gets a new one (`memlayer_store::SessionVersion`, and `MessageKey` later).
+    sid bigint GENERATED ALWAYS AS IDENTITY UNIQUE,
     user_id text NOT NULL,
     agent_id text NOT NULL,
     flow_id text,
-    -- The caller's metadata as JSON text: stored as given, like the redb store does.
-    metadata text NOT NULL,
+    -- The caller's metadata as JSON text, sealed under the session's data key (index 0).
+    metadata bytea NOT NULL,
     created_at bigint NOT NULL,
     updated_at bigint NOT NULL,
     -- Also the index the next message gets: appends allocate indices by raising it.
@@ -23,10 +26,22 @@ CREATE TABLE sessions (
     -- The role of the last message (`Role` as numbered in src/sessions.rs): a user message
     -- without an answer after it makes the session's state an incomplete turn.
     last_role smallint,
-    -- The data key that seals this session's messages.
+    -- How many of its messages were erased one by one; with `sid`, the session's version.
+    erased bigint NOT NULL DEFAULT 0 CHECK (erased >= 0),
+    -- Ended (idle too long, or by request): no longer among the open sessions, for good.
+    ended boolean NOT NULL DEFAULT false,
+    -- The data key that seals this session's messages, metadata, runs and summary.
     key_id uuid NOT NULL,
     PRIMARY KEY (tenant, session_id)
 );
+-- Listings, most recently active first, for the tenant, a user or an agent. Session ids
+-- compare bytewise (as in the redb store), whatever the database's collation.
+CREATE INDEX sessions_by_activity ON sessions (tenant, updated_at, session_id COLLATE "C");
+CREATE INDEX sessions_by_user ON sessions (tenant, user_id, updated_at, session_id COLLATE "C");
+CREATE INDEX sessions_by_agent ON sessions (tenant, agent_id, updated_at, session_id COLLATE "C");
+-- Open sessions by last activity, across tenants: finding the idle ones reads only them.
+CREATE INDEX open_sessions ON sessions (updated_at, tenant COLLATE "C", session_id COLLATE "C")
+    WHERE NOT ended;
 
 -- The data keys, one per session. Destroying a row makes everything sealed under it
 -- unreadable (crypto-shredding); hash partitions keep the rewrite an erasure needs to the few
@@ -66,6 +81,39 @@ CREATE TABLE messages (
     "timestamp" bigint NOT NULL,
     token_count bigint NOT NULL,
     PRIMARY KEY (tenant, session_id, idx),
+    FOREIGN KEY (tenant, session_id) REFERENCES sessions ON DELETE CASCADE
+);
+
+-- Agent executions, in the order they were recorded (`position`, from 0: the session's
+-- `run_count` before it). Content, tool calls, error and metadata are sealed under the
+-- session's data key for their position; content and error are NULL when the run has none.
+CREATE TABLE runs (
+    tenant text NOT NULL,
+    session_id text NOT NULL,
+    position bigint NOT NULL,
+    run_id text NOT NULL,
+    -- `RunStatus` as numbered in src/runs.rs.
+    status smallint NOT NULL,
+    content bytea,
+    tool_calls bytea NOT NULL,
+    error bytea,
+    metadata bytea NOT NULL,
+    created_at bigint NOT NULL,
+    redacted boolean NOT NULL DEFAULT false,
+    PRIMARY KEY (tenant, session_id, position),
+    UNIQUE (tenant, session_id, run_id),
+    FOREIGN KEY (tenant, session_id) REFERENCES sessions ON DELETE CASCADE
+);
+
+-- A session's rolling summary, sealed under its data key for `last_index`.
+CREATE TABLE summaries (
+    tenant text NOT NULL,
+    session_id text NOT NULL,
+    text bytea NOT NULL,
+    first_index bigint NOT NULL,
+    last_index bigint NOT NULL,
+    created_at bigint NOT NULL,
+    PRIMARY KEY (tenant, session_id),
     FOREIGN KEY (tenant, session_id) REFERENCES sessions ON DELETE CASCADE
 );
 
@@ -118,7 +166,8 @@ CREATE FUNCTION memlayer_append(
     p_create_user text,
     p_create_agent text,
     p_create_flow text,
-    p_create_metadata text,
+    -- Sealed under `p_key` for the session's metadata place.
+    p_create_metadata bytea,
     p_key_id uuid,
     p_key bytea,
     p_expected bigint,

@@ -151,8 +151,8 @@ fn is_key_partition(name: &str) -> bool {
 }
 
 impl PgStore {
-    /// Deletes a session with its messages, idempotency records and feed rows, and destroys
-    /// its data key, in one transaction. With a user-scoped `access` another user's session
+    /// Deletes a session with its messages, runs, summary, idempotency records and feed rows,
+    /// and destroys its data key, in one transaction. With a user-scoped `access` another user's session
     /// is not found, as in the redb store.
     ///
     /// The feed rows go too: a reader must not be sent to a session that is gone, and removing
@@ -170,8 +170,8 @@ impl PgStore {
         let mut client = self.pool.get().await?;
         let txn = client.transaction().await?;
         // First, so that the session's row lock keeps appends out until the commit; the
-        // statements after it then see every message an append committed before. Messages
-        // and idempotency records go by ON DELETE CASCADE.
+        // statements after it then see every message an append committed before. Messages,
+        // runs, the summary and idempotency records go by ON DELETE CASCADE.
         let Some(row) = txn
             .query_opt(
                 "DELETE FROM sessions

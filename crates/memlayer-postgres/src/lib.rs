@@ -1,23 +1,28 @@
 //! memlayer's records in PostgreSQL, for operators who run memlayer on a database server
 //! instead of its embedded redb file: the schema and its migrations, sessions and their
-//! messages, content sealed under per-session data keys (so that erasure can be
-//! crypto-shredding, see `seal`), and the change feed that derived data follows.
+//! messages, runs and summaries, listings, search and idle sessions, content sealed under
+//! per-session data keys (so that erasure can be crypto-shredding, see `seal`), and the
+//! change feed that derived data follows.
 //!
 //! It must not depend on HTTP, embeddings or indexes. Of memlayer's crates it uses only
 //! `memlayer-store`, whose domain types (`Access`, `NewSession`, `Session`, `Append`,
-//! `Appended`, `NewMessage`, `Message`, `Page`, `Timestamp`) and validation it reuses, and whose
-//! `StoreError` it answers caller mistakes with, so that the two backends cannot drift apart in
-//! what they accept or how they refuse it.
+//! `Appended`, `NewMessage`, `Message`, `NewRun`, `Run`, `StoredSummary`, `SessionVersion`,
+//! `SessionFilter`, `Page`, `Timestamp`) and validation it reuses, and whose `StoreError` it
+//! answers caller mistakes with, so that the two backends cannot drift apart in what they
+//! accept or how they refuse it.
 
 #![deny(missing_docs)]
 
 mod erasure;
 mod error;
 mod feed;
+mod idle;
 mod migrate;
+mod runs;
 mod seal;
 mod sessions;
 mod store;
+mod summaries;
 #[cfg(any(test, feature = "test-cluster"))]
 pub mod test_cluster;
 

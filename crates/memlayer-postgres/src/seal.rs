@@ -1,5 +1,5 @@
-//! Sealed content: a message's content and metadata are stored only encrypted, under a data
-//! key of their session.
+//! Sealed content: a message's content and metadata, a session's metadata, a run's texts and a
+//! summary are stored only encrypted, under a data key of their session.
 //!
 //! PostgreSQL never overwrites what it deletes: a deleted or updated tuple stays in its page
 //! until vacuum reuses the space, and its bytes also live on in the write-ahead log, in
@@ -12,8 +12,9 @@
 //! Each value is XChaCha20-Poly1305 with a random 24-byte nonce (large enough that random
 //! nonces never repeat in practice, so no counter has to be kept consistent across nodes),
 //! stored as nonce then ciphertext and tag. The associated data names the tenant, session,
-//! message index and field, so a ciphertext copied into another row, or a content swapped
-//! with a metadata, fails to open instead of being read as that row's.
+//! index (a message's index, a run's position, a summary's last index, 0 for the session's
+//! metadata) and field, so a ciphertext copied into another row, or a content swapped with a
+//! metadata, fails to open instead of being read as that row's.
 
 use chacha20poly1305::aead::{Aead, Payload};
 use chacha20poly1305::{Key, KeyInit, XChaCha20Poly1305, XNonce};
@@ -26,11 +27,53 @@ const NONCE_LEN: usize = 24;
 /// Tag of the associated data's layout, so a later layout can never collide with this one.
 const AAD_VERSION: &[u8] = b"memlayer-postgres seal v1\0";
 
-/// Which value of a message is sealed; part of the associated data.
+/// Which value is sealed; part of the associated data. Never renumber (see `code`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Field {
+    /// A message's content.
     Content,
+    /// A message's metadata.
     Metadata,
+    /// The session's metadata, at index 0.
+    SessionMetadata,
+    /// A run's content, at its position.
+    RunContent,
+    /// A run's tool calls.
+    RunToolCalls,
+    /// A run's error.
+    RunError,
+    /// A run's metadata.
+    RunMetadata,
+    /// The summary's text, at its last index.
+    Summary,
+}
+
+impl Field {
+    /// The field's byte in the associated data.
+    fn code(self) -> u8 {
+        match self {
+            Self::Content => 0,
+            Self::Metadata => 1,
+            Self::SessionMetadata => 2,
+            Self::RunContent => 3,
+            Self::RunToolCalls => 4,
+            Self::RunError => 5,
+            Self::RunMetadata => 6,
+            Self::Summary => 7,
+        }
+    }
+
+    /// What a value that fails to open is called in the error.
+    fn what(self) -> &'static str {
+        match self {
+            Self::Content | Self::Metadata => "sealed message",
+            Self::SessionMetadata => "sealed session metadata",
+            Self::RunContent | Self::RunToolCalls | Self::RunError | Self::RunMetadata => {
+                "sealed run"
+            }
+            Self::Summary => "sealed summary",
+        }
+    }
 }
 
 /// Where a sealed value belongs; the associated data binds it there.
@@ -52,10 +95,7 @@ impl Place<'_> {
             aad.extend_from_slice(part.as_bytes());
         }
         aad.extend_from_slice(&self.index.to_le_bytes());
-        aad.push(match self.field {
-            Field::Content => 0,
-            Field::Metadata => 1,
-        });
+        aad.push(self.field.code());
         aad
     }
 }
@@ -131,8 +171,8 @@ impl DataKey {
     /// place, under another key, or altered.
     pub(crate) fn open(&self, place: Place<'_>, sealed: &[u8]) -> Result<Vec<u8>> {
         let refused = |detail: &str| PostgresError::Corrupted {
-            what: "sealed message",
-            detail: format!("message {}: {detail}", place.index),
+            what: place.field.what(),
+            detail: format!("{:?} at {}: {detail}", place.field, place.index),
         };
         if sealed.len() < NONCE_LEN {
             return Err(refused("shorter than a nonce"));
@@ -173,7 +213,13 @@ mod tests {
             key.open(place(3, Field::Content), &sealed).unwrap(),
             b"hello"
         );
-        for wrong in [place(4, Field::Content), place(3, Field::Metadata)] {
+        for wrong in [
+            place(4, Field::Content),
+            place(3, Field::Metadata),
+            place(3, Field::SessionMetadata),
+            place(3, Field::RunContent),
+            place(3, Field::Summary),
+        ] {
             assert!(key.open(wrong, &sealed).is_err(), "{wrong:?}");
         }
         let moved = Place {

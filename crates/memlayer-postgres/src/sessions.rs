@@ -4,7 +4,8 @@
 
 use memlayer_store::{
     Access, Append, Appended, MAX_MESSAGES_PER_SESSION, Message, Metadata, NewMessage, NewSession,
-    Page, Role, Session, SessionState, StoreError, Timestamp, metadata_to_text, validate_id,
+    Page, Role, SearchQuery, Session, SessionFilter, SessionState, SessionVersion, StoreError,
+    Timestamp, metadata_to_text,
 };
 use tokio_postgres::Row;
 
@@ -24,8 +25,21 @@ const APPEND: &str = "SELECT outcome, first_index, count, created_session, key_i
      FROM memlayer_append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, \
                           $15, $16, $17, $18, $19)";
 
+/// The columns [`session_from_row`] reads, besides the key.
 const SESSION_COLUMNS: &str = "session_id, user_id, agent_id, flow_id, metadata, created_at, \
      updated_at, message_count, run_count, load_from, last_role";
+
+/// The columns [`session_from_row`] reads, of `sessions s JOIN data_keys k` ([`WITH_KEY`]).
+const SESSION_KEY_COLUMNS: &str = "s.session_id, s.user_id, s.agent_id, s.flow_id, s.metadata, \
+     s.created_at, s.updated_at, s.message_count, s.run_count, s.load_from, s.last_role, \
+     s.key_id, k.key";
+
+/// Sessions with their data keys.
+pub(crate) const WITH_KEY: &str =
+    "sessions s JOIN data_keys k ON k.tenant = s.tenant AND k.key_id = s.key_id";
+
+/// How many messages a search decrypts per round trip.
+const SEARCH_BATCH: i32 = 256;
 
 impl PgStore {
     /// Creates a session under `session_id`, or under a new UUIDv4 when `None`, with a new
@@ -38,6 +52,7 @@ impl PgStore {
     ) -> Result<Session> {
         let session_id = new.checked_session_id(access, session_id)?;
         let key = DataKey::generate()?;
+        let metadata = seal_session_metadata(&key, access.tenant(), &session_id, &new)?;
         let now = micros(Timestamp::now())?;
         let client = self.pool.get().await?;
         // One statement: the key is stored only if the session is.
@@ -62,7 +77,7 @@ impl PgStore {
                     &new.user_id,
                     &new.agent_id,
                     &new.flow_id,
-                    &metadata_to_text(&new.metadata),
+                    &metadata,
                     &now,
                     &key.id,
                     &key.bytes(),
@@ -70,7 +85,7 @@ impl PgStore {
             )
             .await?;
         match row {
-            Some(row) => session_from_row(&row),
+            Some(row) => session_from_row(&row, access.tenant(), &key),
             None => Err(StoreError::session_id_taken(&session_id).into()),
         }
     }
@@ -106,6 +121,10 @@ impl PgStore {
         // taken from `known` for that, so a key destroyed with an erased session is never
         // reused by a new one under the same id.
         let fresh = owner.map(|_| DataKey::generate()).transpose()?;
+        let create_metadata = owner
+            .zip(fresh.as_ref())
+            .map(|(owner, key)| seal_session_metadata(key, tenant, session_id, owner))
+            .transpose()?;
         let fresh_guess = || fresh.clone().map(|key| (key, 0));
         let mut guess = self.known.get(tenant, session_id).or_else(fresh_guess);
 
@@ -141,7 +160,7 @@ impl PgStore {
                         &owner.map(|o| o.user_id.as_str()),
                         &owner.map(|o| o.agent_id.as_str()),
                         &owner.and_then(|o| o.flow_id.as_deref()),
-                        &owner.map(|o| metadata_to_text(&o.metadata)),
+                        &create_metadata,
                         &key_id,
                         &new_key,
                         &expected,
@@ -192,20 +211,201 @@ impl PgStore {
 
     /// The session, or `None` if `access` reaches no session with that id.
     pub async fn session(&self, access: &Access, session_id: &str) -> Result<Option<Session>> {
-        access.validate()?;
-        validate_id("session_id", session_id)?;
+        access.check_session(session_id)?;
         let client = self.pool.get().await?;
         let row = client
             .query_opt(
                 &format!(
-                    "SELECT {SESSION_COLUMNS} FROM sessions
-                     WHERE tenant = $1 AND session_id = $2
-                       AND ($3::text IS NULL OR user_id = $3)"
+                    "SELECT {SESSION_KEY_COLUMNS} FROM {WITH_KEY}
+                     WHERE s.tenant = $1 AND s.session_id = $2
+                       AND ($3::text IS NULL OR s.user_id = $3)"
                 ),
                 &[&access.tenant(), &session_id, &access.user()],
             )
             .await?;
-        row.as_ref().map(session_from_row).transpose()
+        row.as_ref()
+            .map(|row| session_from_row(row, access.tenant(), &key_from_row(row)?))
+            .transpose()
+    }
+
+    /// Whether `access` reaches a session with that id.
+    pub async fn session_exists(&self, access: &Access, session_id: &str) -> Result<bool> {
+        access.check_session(session_id)?;
+        let client = self.pool.get().await?;
+        let row = client
+            .query_opt(
+                "SELECT 1 FROM sessions
+                 WHERE tenant = $1 AND session_id = $2 AND ($3::text IS NULL OR user_id = $3)",
+                &[&access.tenant(), &session_id, &access.user()],
+            )
+            .await?;
+        Ok(row.is_some())
+    }
+
+    /// The session's version (surrogate key and erasure count), which a summary computed
+    /// from what is read now is saved with; `None` if `access` reaches no session with that
+    /// id.
+    pub async fn version(
+        &self,
+        access: &Access,
+        session_id: &str,
+    ) -> Result<Option<SessionVersion>> {
+        access.check_session(session_id)?;
+        let client = self.pool.get().await?;
+        let row = client
+            .query_opt(
+                "SELECT sid, erased FROM sessions
+                 WHERE tenant = $1 AND session_id = $2 AND ($3::text IS NULL OR user_id = $3)",
+                &[&access.tenant(), &session_id, &access.user()],
+            )
+            .await?;
+        row.map(|row| {
+            Ok(SessionVersion::new(
+                unsigned(row.get("sid"))?,
+                unsigned(row.get("erased"))?,
+            ))
+        })
+        .transpose()
+    }
+
+    /// Starts later context loads after the session's current last message; the messages
+    /// stay stored for audit and search. Returns the index loads now start from. Counts as
+    /// activity.
+    pub async fn clear_session(&self, access: &Access, session_id: &str) -> Result<u64> {
+        access.check_session(session_id)?;
+        let now = micros(Timestamp::now())?;
+        let client = self.pool.get().await?;
+        let row = client
+            .query_opt(
+                "UPDATE sessions
+                 SET load_from = message_count, updated_at = greatest(updated_at, $4)
+                 WHERE tenant = $1 AND session_id = $2 AND ($3::text IS NULL OR user_id = $3)
+                 RETURNING load_from",
+                &[&access.tenant(), &session_id, &access.user(), &now],
+            )
+            .await?;
+        match row {
+            Some(row) => unsigned(row.get("load_from")),
+            None => Err(StoreError::session_not_found(session_id).into()),
+        }
+    }
+
+    /// Up to `limit` messages of a session, newest first, whose content contains every word
+    /// of `query` ignoring case ([`SearchQuery`]): the whole history, cleared and summarised
+    /// parts included. Content is sealed, so the messages are read newest first in batches
+    /// and opened here, until `limit` matched or none is left; one read-only transaction at
+    /// one snapshot checks the session and reads them.
+    pub async fn search_messages(
+        &self,
+        access: &Access,
+        session_id: &str,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<Message>> {
+        let query = SearchQuery::parse(query)?;
+        access.check_session(session_id)?;
+        let tenant = access.tenant();
+        let mut client = self.pool.get().await?;
+        let txn = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await?;
+        let Some(session) = txn
+            .query_opt(
+                &format!(
+                    "SELECT s.message_count, s.key_id, k.key FROM {WITH_KEY}
+                     WHERE s.tenant = $1 AND s.session_id = $2
+                       AND ($3::text IS NULL OR s.user_id = $3)"
+                ),
+                &[&tenant, &session_id, &access.user()],
+            )
+            .await?
+        else {
+            return Err(StoreError::session_not_found(session_id).into());
+        };
+        let key = key_from_row(&session)?;
+        let mut hits = Vec::new();
+        if limit == 0 {
+            return Ok(hits);
+        }
+        let statement = txn
+            .prepare(
+                "SELECT idx, role, content, metadata, \"timestamp\", token_count FROM messages
+                 WHERE tenant = $1 AND session_id = $2 ORDER BY idx DESC",
+            )
+            .await?;
+        let portal = txn.bind(&statement, &[&tenant, &session_id]).await?;
+        'batches: loop {
+            let rows = txn.query_portal(&portal, SEARCH_BATCH).await?;
+            for row in &rows {
+                let index = unsigned(row.get("idx"))?;
+                let content = open_content(&key, tenant, session_id, index, row)?;
+                if query.matches(&content) {
+                    hits.push(message_from_row(&key, tenant, session_id, row, content)?);
+                    if hits.len() >= limit {
+                        break 'batches;
+                    }
+                }
+            }
+            if rows.len() < SEARCH_BATCH as usize {
+                break;
+            }
+        }
+        Ok(hits)
+    }
+
+    /// One page of the sessions matching `filter` that `access` reaches, most recently
+    /// active first (ties: greater session id first), with how many match in all; pages are
+    /// numbered from 0 ([`SessionFilter::listing`] checks the request). One statement, so
+    /// the page and the total agree.
+    pub async fn list_sessions(
+        &self,
+        access: &Access,
+        filter: &SessionFilter,
+        page: u64,
+        page_size: usize,
+    ) -> Result<Page<Session>> {
+        let Some(listing) = filter.listing(access, page, page_size)? else {
+            return Ok(Page {
+                items: Vec::new(),
+                total: 0,
+            });
+        };
+        let tenant = access.tenant();
+        let skip = i64::try_from(listing.skip).unwrap_or(i64::MAX);
+        let take = i64::try_from(listing.page_size).unwrap_or(i64::MAX);
+        let client = self.pool.get().await?;
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT c.total, p.* FROM (
+                         SELECT count(*) AS total FROM sessions
+                         WHERE tenant = $1 AND ($2::text IS NULL OR user_id = $2)
+                           AND ($3::text IS NULL OR agent_id = $3)
+                     ) c
+                     LEFT JOIN LATERAL (
+                         SELECT {SESSION_KEY_COLUMNS} FROM {WITH_KEY}
+                         WHERE s.tenant = $1 AND ($2::text IS NULL OR s.user_id = $2)
+                           AND ($3::text IS NULL OR s.agent_id = $3)
+                         ORDER BY s.updated_at DESC, s.session_id COLLATE \"C\" DESC
+                         OFFSET $4 LIMIT $5
+                     ) p ON true
+                     ORDER BY p.updated_at DESC, p.session_id COLLATE \"C\" DESC"
+                ),
+                &[&tenant, &listing.user_id, &listing.agent_id, &skip, &take],
+            )
+            .await?;
+        let total = rows
+            .first()
+            .map_or(Ok(0), |row| unsigned(row.get("total")))?;
+        let items = rows
+            .iter()
+            .filter(|row| row.get::<_, Option<&str>>("session_id").is_some())
+            .map(|row| session_from_row(row, tenant, &key_from_row(row)?))
+            .collect::<Result<_>>()?;
+        Ok(Page { items, total })
     }
 
     /// Up to `limit` messages of a session from index `from` on, in index order, and the
@@ -217,8 +417,7 @@ impl PgStore {
         from: u64,
         limit: usize,
     ) -> Result<Page<Message>> {
-        access.validate()?;
-        validate_id("session_id", session_id)?;
+        access.check_session(session_id)?;
         let from = i64::try_from(from).unwrap_or(i64::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let client = self.pool.get().await?;
@@ -245,37 +444,15 @@ impl PgStore {
             return Err(StoreError::session_not_found(session_id).into());
         };
         let total = unsigned(first.get("message_count"))?;
-        let key = DataKey::from_stored(first.get("key_id"), first.get("key"))?;
+        let key = key_from_row(first)?;
+        let tenant = access.tenant();
         let mut items = Vec::with_capacity(rows.len());
         for row in &rows {
             let Some(index) = row.get::<_, Option<i64>>("idx") else {
                 continue;
             };
-            let index = unsigned(index)?;
-            let place = |field| Place {
-                tenant: access.tenant(),
-                session_id,
-                index,
-                field,
-            };
-            let content = key.open(place(Field::Content), row.get("content"))?;
-            let metadata = key.open(place(Field::Metadata), row.get("metadata"))?;
-            items.push(Message {
-                index,
-                role: role_from_code(row.get("role"))?,
-                content: String::from_utf8(content).map_err(|err| PostgresError::Corrupted {
-                    what: "message",
-                    detail: format!("content of message {index} is not UTF-8: {err}"),
-                })?,
-                timestamp: Timestamp::from_micros(unsigned(row.get("timestamp"))?),
-                token_count: u32::try_from(row.get::<_, i64>("token_count")).map_err(|_| {
-                    PostgresError::Corrupted {
-                        what: "message",
-                        detail: format!("token count of message {index} out of range"),
-                    }
-                })?,
-                metadata: metadata_from_bytes(&metadata)?,
-            });
+            let content = open_content(&key, tenant, session_id, unsigned(index)?, row)?;
+            items.push(message_from_row(&key, tenant, session_id, row, content)?);
         }
         Ok(Page { items, total })
     }
@@ -418,7 +595,88 @@ fn role_from_code(code: i16) -> Result<Role> {
     })
 }
 
-fn metadata_from_bytes(bytes: &[u8]) -> Result<Metadata> {
+/// The content of the message in `row` (columns `idx` and `content`), opened.
+fn open_content(
+    key: &DataKey,
+    tenant: &str,
+    session_id: &str,
+    index: u64,
+    row: &Row,
+) -> Result<String> {
+    let place = Place {
+        tenant,
+        session_id,
+        index,
+        field: Field::Content,
+    };
+    String::from_utf8(key.open(place, row.get("content"))?).map_err(|err| {
+        PostgresError::Corrupted {
+            what: "message",
+            detail: format!("content of message {index} is not UTF-8: {err}"),
+        }
+    })
+}
+
+/// The message in `row` (the columns of `messages`), whose content was opened already.
+fn message_from_row(
+    key: &DataKey,
+    tenant: &str,
+    session_id: &str,
+    row: &Row,
+    content: String,
+) -> Result<Message> {
+    let index = unsigned(row.get("idx"))?;
+    let place = Place {
+        tenant,
+        session_id,
+        index,
+        field: Field::Metadata,
+    };
+    let metadata = key.open(place, row.get("metadata"))?;
+    Ok(Message {
+        index,
+        role: role_from_code(row.get("role"))?,
+        content,
+        timestamp: Timestamp::from_micros(unsigned(row.get("timestamp"))?),
+        token_count: u32::try_from(row.get::<_, i64>("token_count")).map_err(|_| {
+            PostgresError::Corrupted {
+                what: "message",
+                detail: format!("token count of message {index} out of range"),
+            }
+        })?,
+        metadata: metadata_from_bytes(&metadata)?,
+    })
+}
+
+/// The data key in `row`'s `key_id` and `key` columns.
+pub(crate) fn key_from_row(row: &Row) -> Result<DataKey> {
+    DataKey::from_stored(row.get("key_id"), row.get("key"))
+}
+
+/// Where a session's metadata is sealed.
+fn session_metadata_place<'a>(tenant: &'a str, session_id: &'a str) -> Place<'a> {
+    Place {
+        tenant,
+        session_id,
+        index: 0,
+        field: Field::SessionMetadata,
+    }
+}
+
+/// The metadata of a new session, sealed under its key.
+fn seal_session_metadata(
+    key: &DataKey,
+    tenant: &str,
+    session_id: &str,
+    new: &NewSession,
+) -> Result<Vec<u8>> {
+    key.seal(
+        session_metadata_place(tenant, session_id),
+        metadata_to_text(&new.metadata).as_bytes(),
+    )
+}
+
+pub(crate) fn metadata_from_bytes(bytes: &[u8]) -> Result<Metadata> {
     serde_json::from_slice(bytes).map_err(|err| PostgresError::Corrupted {
         what: "metadata",
         detail: err.to_string(),
@@ -426,7 +684,7 @@ fn metadata_from_bytes(bytes: &[u8]) -> Result<Metadata> {
 }
 
 /// A time as PostgreSQL's bigint holds it; times past the year 294,000 are refused.
-fn micros(timestamp: Timestamp) -> Result<i64, StoreError> {
+pub(crate) fn micros(timestamp: Timestamp) -> Result<i64, StoreError> {
     i64::try_from(timestamp.as_micros()).map_err(|_| StoreError::InvalidInput {
         field: "timestamp",
         reason: "out of range".into(),
@@ -441,20 +699,25 @@ pub(crate) fn unsigned(value: i64) -> Result<u64> {
     })
 }
 
-fn session_from_row(row: &Row) -> Result<Session> {
+/// The session in `row` ([`SESSION_COLUMNS`]) of `tenant`, whose metadata `key` opens.
+fn session_from_row(row: &Row, tenant: &str, key: &DataKey) -> Result<Session> {
     let last_role = row
         .get::<_, Option<i16>>("last_role")
         .map(role_from_code)
         .transpose()?;
-    let metadata: &str = row.get("metadata");
+    let session_id: String = row.get("session_id");
+    let metadata = key.open(
+        session_metadata_place(tenant, &session_id),
+        row.get("metadata"),
+    )?;
     Ok(Session {
-        id: row.get("session_id"),
+        id: session_id,
         user_id: row.get("user_id"),
         agent_id: row.get("agent_id"),
         flow_id: row.get("flow_id"),
         created_at: Timestamp::from_micros(unsigned(row.get("created_at"))?),
         updated_at: Timestamp::from_micros(unsigned(row.get("updated_at"))?),
-        metadata: metadata_from_bytes(metadata.as_bytes())?,
+        metadata: metadata_from_bytes(&metadata)?,
         message_count: unsigned(row.get("message_count"))?,
         run_count: unsigned(row.get("run_count"))?,
         load_from: unsigned(row.get("load_from"))?,

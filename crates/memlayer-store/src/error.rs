@@ -159,6 +159,13 @@ impl StoreError {
         ))
     }
 
+    /// The answer for a run id already used in the session.
+    pub fn run_id_taken(run_id: &str, session_id: &str) -> Self {
+        Self::Conflict(format!(
+            "run {run_id:?} already exists in session {session_id:?}"
+        ))
+    }
+
     /// The answer for an idempotency key already used for a different request.
     pub fn idempotency_key_reused(key: &str) -> Self {
         Self::Conflict(format!(

@@ -62,8 +62,9 @@ pub use memories::{
 pub use model::{
     Access, Append, Appended, EmbeddingModel, MAX_ID_LEN, MAX_MESSAGES_PER_APPEND,
     MAX_MESSAGES_PER_SESSION, Message, MessageKey, Metadata, NewMessage, NewRun, NewSession, Page,
-    PendingEmbedding, Role, Run, RunStatus, Session, SessionFilter, SessionRef, SessionState,
-    StoredSummary, StoredVector, Timestamp, metadata_to_text, validate_id, validate_optional_id,
+    PendingEmbedding, Role, Run, RunStatus, SearchQuery, Session, SessionFilter, SessionListing,
+    SessionRef, SessionState, StoredSummary, StoredVector, Timestamp, metadata_to_text,
+    validate_id, validate_optional_id,
 };
 pub use session_memory::SessionMemory;
 pub use sessions::SessionDeleted;

@@ -120,6 +120,13 @@ impl Access {
         }
         Ok(())
     }
+
+    /// The checks before a call reads or writes the session `session_id` through this
+    /// access: the access itself, then the session id.
+    pub fn check_session(&self, session_id: &str) -> Result<()> {
+        self.validate()?;
+        validate_id("session_id", session_id)
+    }
 }
 
 /// Who a new session belongs to. Required to create a session, explicitly or on first use.
@@ -304,6 +311,101 @@ pub struct SessionFilter {
     pub agent_id: Option<String>,
 }
 
+/// What one page of a session listing reads, once its request passed
+/// [`SessionFilter::listing`]: the sessions of `user_id` (if given) and `agent_id` (if given)
+/// in the access's tenant, most recently active first, skipping `skip` of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionListing<'a> {
+    /// Only this user's sessions: the access's own user, or the filter's.
+    pub user_id: Option<&'a str>,
+    /// Only this agent's sessions.
+    pub agent_id: Option<&'a str>,
+    /// Sessions before the page (saturating: a page past the end is empty, however far).
+    pub skip: usize,
+    /// Sessions on the page, 1 to [`MAX_PAGE_SIZE`](crate::MAX_PAGE_SIZE).
+    pub page_size: usize,
+}
+
+impl SessionFilter {
+    /// The checks before `access` lists page `page` (from 0) of `page_size` sessions matching
+    /// this filter, and what the page reads. `None` when it finds nothing whatever is stored:
+    /// a user-scoped access that names another user finds nothing, whether or not that user
+    /// has sessions.
+    pub fn listing<'a>(
+        &'a self,
+        access: &'a Access,
+        page: u64,
+        page_size: usize,
+    ) -> Result<Option<SessionListing<'a>>> {
+        access.validate()?;
+        validate_optional_id("user_id", self.user_id.as_deref())?;
+        validate_optional_id("agent_id", self.agent_id.as_deref())?;
+        if !(1..=crate::MAX_PAGE_SIZE).contains(&page_size) {
+            return Err(StoreError::InvalidInput {
+                field: "page_size",
+                reason: format!("must be between 1 and {}", crate::MAX_PAGE_SIZE),
+            });
+        }
+        let user_id = match (access.user(), self.user_id.as_deref()) {
+            (Some(own), Some(named)) if own != named => return Ok(None),
+            (own, named) => own.or(named),
+        };
+        Ok(Some(SessionListing {
+            user_id,
+            agent_id: self.agent_id.as_deref(),
+            skip: usize::try_from(page)
+                .unwrap_or(usize::MAX)
+                .saturating_mul(page_size),
+            page_size,
+        }))
+    }
+}
+
+/// A session search's query, checked: 1 to [`MAX_SEARCH_WORDS`](crate::MAX_SEARCH_WORDS)
+/// distinct words in at most [`MAX_SEARCH_QUERY`](crate::MAX_SEARCH_QUERY) characters. A
+/// message matches when its content contains every word, ignoring case.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SearchQuery {
+    words: Vec<String>,
+}
+
+impl SearchQuery {
+    /// `query` split into its distinct lowercase words, or why it is refused.
+    pub fn parse(query: &str) -> Result<Self> {
+        let invalid = |reason: String| StoreError::InvalidInput {
+            field: "query",
+            reason,
+        };
+        if query.chars().count() > crate::MAX_SEARCH_QUERY {
+            return Err(invalid(format!(
+                "must be at most {} characters",
+                crate::MAX_SEARCH_QUERY
+            )));
+        }
+        let mut words: Vec<String> = query.split_whitespace().map(str::to_lowercase).collect();
+        words.sort_unstable();
+        words.dedup();
+        if words.is_empty() {
+            return Err(invalid("must contain a word".into()));
+        }
+        if words.len() > crate::MAX_SEARCH_WORDS {
+            return Err(invalid(format!(
+                "must contain at most {} distinct words",
+                crate::MAX_SEARCH_WORDS
+            )));
+        }
+        Ok(Self { words })
+    }
+
+    /// Whether `content` contains every word, ignoring case.
+    pub fn matches(&self, content: &str) -> bool {
+        let content = content.to_lowercase();
+        self.words
+            .iter()
+            .all(|word| content.contains(word.as_str()))
+    }
+}
+
 /// One page of a listing and the size of the whole listing.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Page<T> {
@@ -414,6 +516,38 @@ pub struct StoredSummary {
     pub last_index: u64,
     /// When it was written.
     pub created_at: Timestamp,
+}
+
+impl StoredSummary {
+    /// The checks before `access` saves `text` as the summary of `session_id`, before the
+    /// session is read.
+    pub fn check_new(access: &Access, session_id: &str, text: &str) -> Result<()> {
+        access.check_session(session_id)?;
+        validate_text("summary", text)
+    }
+
+    /// Refuses a summary of `first_index..=last_index` unless those are messages of a
+    /// session holding `message_count`.
+    pub fn check_range(first_index: u64, last_index: u64, message_count: u64) -> Result<()> {
+        if first_index > last_index || last_index >= message_count {
+            return Err(StoreError::InvalidInput {
+                field: "summary range",
+                reason: format!(
+                    "{first_index}..={last_index} is not within the session's {message_count} \
+                     messages"
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether the session's current summary, covering `current` (`first_index`,
+    /// `last_index`), stays instead of a new one reaching `last_index`: two context requests
+    /// may summarise the same turns at once, and a summary never moves the checkpoint back —
+    /// unless the current one predates the last clear (starts before `load_from`).
+    pub fn keeps_current(current: Option<(u64, u64)>, load_from: u64, last_index: u64) -> bool {
+        current.is_some_and(|(first, last)| last > last_index && first >= load_from)
+    }
 }
 
 /// Longest identifier accepted, in bytes.
@@ -572,6 +706,13 @@ impl Append {
 }
 
 impl NewRun {
+    /// The checks before `access` records this run in `session_id`: the access, the id and
+    /// the run itself ([`NewRun::validate`]).
+    pub fn check(&self, access: &Access, session_id: &str) -> Result<()> {
+        access.check_session(session_id)?;
+        self.validate()
+    }
+
     /// The checks [`Store::record_run`](crate::Store::record_run) runs before anything is
     /// queued.
     pub fn validate(&self) -> Result<()> {

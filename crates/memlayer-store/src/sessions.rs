@@ -5,10 +5,10 @@
 use redb::{ReadableTable, Table, WriteTransaction};
 
 use crate::model::{
-    Access, Append, Appended, Message, NewMessage, NewRun, NewSession, Page, Role, Run, Session,
-    SessionFilter, SessionState, StoredSummary, Timestamp, validate_id, validate_optional_id,
+    Access, Append, Appended, Message, NewMessage, NewRun, NewSession, Page, Role, Run,
+    SearchQuery, Session, SessionFilter, SessionState, StoredSummary, Timestamp, validate_id,
 };
-use crate::model::{MAX_MESSAGES_PER_SESSION, MAX_SESSIONS, metadata_to_text, validate_text};
+use crate::model::{MAX_MESSAGES_PER_SESSION, MAX_SESSIONS, metadata_to_text};
 use crate::record::{
     ERASED_DIGEST, IdempotencyRecord, MessageRecord, OutboxRecord, Record, RunRecord,
     SessionRecord, SummaryRecord, metadata_from_text,
@@ -21,9 +21,7 @@ use crate::tables::{
 };
 use crate::{Result, StoreError};
 
-use crate::store::{
-    Eraser, MAX_PAGE_SIZE, MAX_SEARCH_QUERY, MAX_SEARCH_WORDS, ReadTxn, Sessions, Store, wait,
-};
+use crate::store::{Eraser, ReadTxn, Sessions, Store, wait};
 
 impl Sessions<'_> {
     /// Creates a session under `session_id`, or under a new UUIDv4 (122 random bits, so
@@ -101,9 +99,7 @@ impl Sessions<'_> {
         if let Some(backend) = self.store.backend() {
             return backend.sessions().record_run(access, session_id, run).await;
         }
-        access.validate()?;
-        validate_id("session_id", session_id)?;
-        run.validate()?;
+        run.check(access, session_id)?;
         let access = access.clone();
         let session_id = session_id.to_owned();
         self.store
@@ -117,8 +113,7 @@ impl Sessions<'_> {
         if let Some(backend) = self.store.backend() {
             return backend.sessions().clear_session(access, session_id).await;
         }
-        access.validate()?;
-        validate_id("session_id", session_id)?;
+        access.check_session(session_id)?;
         let access = access.clone();
         let session_id = session_id.to_owned();
         self.store
@@ -137,8 +132,8 @@ impl Sessions<'_> {
 
     /// Up to `limit` messages of a session, newest first, whose content contains every word
     /// of `query` ignoring case: the whole history, cleared and summarised parts included.
-    /// A query holds 1 to [`MAX_SEARCH_WORDS`] distinct words in at most
-    /// [`MAX_SEARCH_QUERY`] characters.
+    /// A query holds 1 to [`MAX_SEARCH_WORDS`](crate::MAX_SEARCH_WORDS) distinct words in at most
+    /// [`MAX_SEARCH_QUERY`](crate::MAX_SEARCH_QUERY) characters ([`SearchQuery`]).
     pub fn search_messages(
         self,
         access: &Access,
@@ -153,26 +148,7 @@ impl Sessions<'_> {
                     .search_messages(access, session_id, query, limit),
             );
         }
-        let invalid = |reason: String| StoreError::InvalidInput {
-            field: "query",
-            reason,
-        };
-        if query.chars().count() > MAX_SEARCH_QUERY {
-            return Err(invalid(format!(
-                "must be at most {MAX_SEARCH_QUERY} characters"
-            )));
-        }
-        let mut words: Vec<String> = query.split_whitespace().map(str::to_lowercase).collect();
-        words.sort_unstable();
-        words.dedup();
-        if words.is_empty() {
-            return Err(invalid("must contain a word".into()));
-        }
-        if words.len() > MAX_SEARCH_WORDS {
-            return Err(invalid(format!(
-                "must contain at most {MAX_SEARCH_WORDS} distinct words"
-            )));
-        }
+        let query = SearchQuery::parse(query)?;
         let (txn, record) = self.store.read_existing_session(access, session_id)?;
         let messages = txn.open_table(MESSAGES)?;
         let mut hits = Vec::new();
@@ -185,8 +161,7 @@ impl Sessions<'_> {
             }
             let (key, value) = entry?;
             let stored = MessageRecord::decode(value.value())?;
-            let content = stored.content.to_lowercase();
-            if words.iter().all(|word| content.contains(word.as_str())) {
+            if query.matches(&stored.content) {
                 hits.push(message_from_record(key.value().1, stored)?);
             }
         }
@@ -221,9 +196,7 @@ impl Sessions<'_> {
                 .save_summary(access, session_id, read, text, first_index, last_index)
                 .await;
         }
-        access.validate()?;
-        validate_id("session_id", session_id)?;
-        validate_text("summary", &text)?;
+        StoredSummary::check_new(access, session_id, &text)?;
         let access = access.clone();
         let session_id = session_id.to_owned();
         self.store
@@ -232,15 +205,7 @@ impl Sessions<'_> {
                 let record = read_session_record(&sessions, &access, &session_id)?
                     .ok_or_else(|| StoreError::session_not_found(&session_id))?;
                 check_version(&record, read, &session_id)?;
-                if first_index > last_index || last_index >= record.next_index {
-                    return Err(StoreError::InvalidInput {
-                        field: "summary range",
-                        reason: format!(
-                            "{first_index}..={last_index} is not within the session's {} messages",
-                            record.next_index
-                        ),
-                    });
-                }
+                StoredSummary::check_range(first_index, last_index, record.next_index)?;
                 let mut summaries = txn.open_table(SUMMARIES)?;
                 // Two context requests may summarise the same turns at once; a summary never
                 // moves the checkpoint back.
@@ -248,9 +213,8 @@ impl Sessions<'_> {
                     .get(record.sid)?
                     .map(|value| SummaryRecord::decode(value.value()))
                     .transpose()?;
-                if current
-                    .is_some_and(|c| c.last_index > last_index && c.first_index >= record.load_from)
-                {
+                let current = current.map(|c| (c.first_index, c.last_index));
+                if StoredSummary::keeps_current(current, record.load_from, last_index) {
                     return Ok(());
                 }
                 let stored = SummaryRecord {
@@ -335,30 +299,14 @@ impl Sessions<'_> {
                     .list_sessions(access, filter, page, page_size),
             );
         }
-        access.validate()?;
-        let tenant = access.tenant();
-        validate_optional_id("user_id", filter.user_id.as_deref())?;
-        validate_optional_id("agent_id", filter.agent_id.as_deref())?;
-        if !(1..=MAX_PAGE_SIZE).contains(&page_size) {
-            return Err(StoreError::InvalidInput {
-                field: "page_size",
-                reason: format!("must be between 1 and {MAX_PAGE_SIZE}"),
+        let Some(listing) = filter.listing(access, page, page_size)? else {
+            return Ok(Page {
+                items: Vec::new(),
+                total: 0,
             });
-        }
-        // A page past the end is empty, however far past.
-        let skip = usize::try_from(page)
-            .unwrap_or(usize::MAX)
-            .saturating_mul(page_size);
-        let user_id = match (access.user(), filter.user_id.as_deref()) {
-            (Some(own), Some(named)) if own != named => {
-                return Ok(Page {
-                    items: Vec::new(),
-                    total: 0,
-                });
-            }
-            (own, named) => own.or(named),
         };
-        let scope = scope(user_id, filter.agent_id.as_deref());
+        let tenant = access.tenant();
+        let scope = scope(listing.user_id, listing.agent_id);
         let txn = self.store.begin_read()?;
         let total = txn
             .open_table(SESSION_COUNTS)?
@@ -369,8 +317,8 @@ impl Sessions<'_> {
         let items = activity
             .range((tenant, scope.as_str(), 0, "")..(tenant, scope.as_str(), u64::MAX, ""))?
             .rev()
-            .skip(skip)
-            .take(page_size)
+            .skip(listing.skip)
+            .take(listing.page_size)
             .map(|entry| {
                 let (key, ()) = entry.map(|(key, _)| (key, ()))?;
                 let (_, _, _, session_id) = key.value();
@@ -647,9 +595,7 @@ fn apply_record_run(
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let mut run_ids = txn.open_table(RUN_IDS)?;
     if run_ids.get((record.sid, run_id.as_str()))?.is_some() {
-        return Err(StoreError::Conflict(format!(
-            "run {run_id:?} already exists in session {session_id:?}"
-        )));
+        return Err(StoreError::run_id_taken(&run_id, session_id));
     }
     let now = Timestamp::now();
     let seq = record.next_run;

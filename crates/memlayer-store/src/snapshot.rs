@@ -43,6 +43,13 @@ pub struct SessionVersion {
 }
 
 impl SessionVersion {
+    /// The version of the session with surrogate key `sid` after `erasures` of its messages
+    /// were erased: for a backend other than redb (PostgreSQL keeps both on the session's
+    /// row) to hand out the versions its reads were made at and check them on a save.
+    pub fn new(sid: u64, erasures: u64) -> Self {
+        Self { sid, erasures }
+    }
+
     pub(crate) fn of(record: &SessionRecord) -> Self {
         Self {
             sid: record.sid,

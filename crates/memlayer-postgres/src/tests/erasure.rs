@@ -1,9 +1,10 @@
 use std::path::PathBuf;
 
-use memlayer_store::{Access, StoreError};
+use memlayer_store::{Access, Append, NewRun, RunStatus, StoreError};
 
 use super::files::{data_directory, files_with, found_in_files};
 use super::{creating, owner, say, store_error};
+use crate::seal::{DataKey, Field, Place};
 use crate::test_cluster::{self, TestDatabase};
 use crate::{PgStore, PostgresError, Reclaimed};
 
@@ -31,13 +32,102 @@ async fn session_with_key(db: &TestDatabase, store: &PgStore, session_id: &str) 
         .get(0)
 }
 
+/// Gives session `session_id` metadata, a run and a summary, each holding a canary text, and
+/// answers the canaries.
+async fn with_run_and_summary(store: &PgStore, session_id: &str) -> [String; 3] {
+    let canary = |what: &str| format!("{what}-canary-{}", uuid::Uuid::new_v4().simple());
+    let canaries = [canary("session"), canary("run"), canary("summary")];
+    let tenant = tenant();
+    let mut new = owner("alice");
+    new.metadata
+        .insert("note".into(), canaries[0].clone().into());
+    store
+        .append(
+            &tenant,
+            session_id,
+            Append {
+                create: Some(new),
+                ..say("secret")
+            },
+        )
+        .await
+        .unwrap();
+    let run = NewRun {
+        run_id: Some("r1".into()),
+        status: RunStatus::Completed,
+        content: Some(canaries[1].clone()),
+        tool_calls: vec![],
+        error: None,
+        metadata: Default::default(),
+    };
+    store.record_run(&tenant, session_id, run).await.unwrap();
+    let read = store.version(&tenant, session_id).await.unwrap().unwrap();
+    store
+        .save_summary(&tenant, session_id, read, canaries[2].clone(), 0, 0)
+        .await
+        .unwrap();
+    canaries
+}
+
+/// The session's sealed metadata, run content and summary as stored, each opened with the
+/// key whose bytes are `key`: what an attacker holding those bytes reads.
+async fn opened_with(client: &tokio_postgres::Client, session_id: &str, key: &[u8]) -> Vec<String> {
+    let row = client
+        .query_one(
+            "SELECT s.key_id, s.metadata, r.content, m.text, m.last_index
+             FROM sessions s
+             JOIN runs r ON r.tenant = s.tenant AND r.session_id = s.session_id
+             JOIN summaries m ON m.tenant = s.tenant AND m.session_id = s.session_id
+             WHERE s.session_id = $1",
+            &[&session_id],
+        )
+        .await
+        .unwrap();
+    let key = DataKey::from_stored(row.get("key_id"), key).unwrap();
+    let last_index: i64 = row.get("last_index");
+    [
+        (Field::SessionMetadata, 0, "metadata"),
+        (Field::RunContent, 0, "content"),
+        (Field::Summary, last_index as u64, "text"),
+    ]
+    .into_iter()
+    .map(|(field, index, column)| {
+        let place = Place {
+            tenant: "t",
+            session_id,
+            index,
+            field,
+        };
+        String::from_utf8(key.open(place, row.get(column)).unwrap()).unwrap()
+    })
+    .collect()
+}
+
 #[tokio::test]
 async fn after_a_reclaim_a_deleted_sessions_key_is_in_no_file_of_the_cluster() {
     let db = test_cluster::database().await.unwrap();
     let store = db.store().await.unwrap();
-    let erased = session_with_key(&db, &store, "erased").await;
+    let canaries = with_run_and_summary(&store, "erased").await;
+    let erased: Vec<u8> = db
+        .connect()
+        .await
+        .unwrap()
+        .query_one(
+            "SELECT k.key FROM sessions s
+             JOIN data_keys k ON k.tenant = s.tenant AND k.key_id = s.key_id
+             WHERE s.session_id = 'erased'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
     let kept = session_with_key(&db, &store, "kept").await;
     let client = db.connect().await.unwrap();
+    // The session's metadata, run and summary are sealed under the one key the erasure
+    // destroys: whoever has its bytes reads every canary.
+    let opened = opened_with(&client, "erased", &erased).await;
+    assert!(opened[0].contains(&canaries[0]), "{opened:?}");
+    assert_eq!(opened[1..], canaries[1..]);
     // What autovacuum does to a busy table: statistics of two keys would hold both as the
     // column's histogram, in `pg_statistic`, which no reclaim rewrites.
     client.batch_execute("ANALYZE data_keys").await.unwrap();
@@ -49,6 +139,17 @@ async fn after_a_reclaim_a_deleted_sessions_key_is_in_no_file_of_the_cluster() {
     );
 
     store.delete_session(&tenant(), "erased").await.unwrap();
+    for table in ["runs", "summaries"] {
+        let left: i64 = client
+            .query_one(
+                &format!("SELECT count(*) FROM {table} WHERE session_id = 'erased'"),
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(left, 0, "{table} go with their session");
+    }
     let reclaimed = store.reclaim_destroyed_keys().await.unwrap();
     assert_eq!(reclaimed.keys, 1);
     assert_eq!(reclaimed.partitions.len(), 1);

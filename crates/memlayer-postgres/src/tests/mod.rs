@@ -4,9 +4,14 @@
 mod erasure;
 mod feed;
 mod files;
+mod idle;
+mod listing;
 mod migrations;
+mod runs;
 mod sealing;
+mod search;
 mod sessions;
+mod summaries;
 
 use memlayer_store::{Append, NewMessage, NewSession, Role, StoreError};
 
