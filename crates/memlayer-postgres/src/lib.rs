@@ -13,6 +13,7 @@
 
 #![deny(missing_docs)]
 
+mod backend;
 mod erasure;
 mod error;
 mod feed;
@@ -21,6 +22,7 @@ mod migrate;
 mod runs;
 mod seal;
 mod sessions;
+mod snapshot;
 mod store;
 mod summaries;
 #[cfg(any(test, feature = "test-cluster"))]
@@ -30,6 +32,7 @@ pub use erasure::{Reclaimed, ServerSettings, SessionDeleted};
 pub use error::{PostgresError, Result};
 pub use feed::{Change, FeedCursor, FeedPage};
 pub use migrate::SCHEMA_VERSION;
+pub use snapshot::PgSnapshot;
 pub use store::{DEFAULT_POOL_SIZE, PgStore};
 
 #[cfg(test)]

@@ -30,7 +30,7 @@ const SESSION_COLUMNS: &str = "session_id, user_id, agent_id, flow_id, metadata,
      updated_at, message_count, run_count, load_from, last_role";
 
 /// The columns [`session_from_row`] reads, of `sessions s JOIN data_keys k` ([`WITH_KEY`]).
-const SESSION_KEY_COLUMNS: &str = "s.session_id, s.user_id, s.agent_id, s.flow_id, s.metadata, \
+pub(crate) const SESSION_KEY_COLUMNS: &str = "s.session_id, s.user_id, s.agent_id, s.flow_id, s.metadata, \
      s.created_at, s.updated_at, s.message_count, s.run_count, s.load_from, s.last_role, \
      s.key_id, k.key";
 
@@ -580,7 +580,7 @@ fn role_code(role: Role) -> i16 {
     }
 }
 
-fn role_from_code(code: i16) -> Result<Role> {
+pub(crate) fn role_from_code(code: i16) -> Result<Role> {
     Ok(match code {
         0 => Role::System,
         1 => Role::User,
@@ -596,7 +596,7 @@ fn role_from_code(code: i16) -> Result<Role> {
 }
 
 /// The content of the message in `row` (columns `idx` and `content`), opened.
-fn open_content(
+pub(crate) fn open_content(
     key: &DataKey,
     tenant: &str,
     session_id: &str,
@@ -618,7 +618,7 @@ fn open_content(
 }
 
 /// The message in `row` (the columns of `messages`), whose content was opened already.
-fn message_from_row(
+pub(crate) fn message_from_row(
     key: &DataKey,
     tenant: &str,
     session_id: &str,
@@ -700,7 +700,7 @@ pub(crate) fn unsigned(value: i64) -> Result<u64> {
 }
 
 /// The session in `row` ([`SESSION_COLUMNS`]) of `tenant`, whose metadata `key` opens.
-fn session_from_row(row: &Row, tenant: &str, key: &DataKey) -> Result<Session> {
+pub(crate) fn session_from_row(row: &Row, tenant: &str, key: &DataKey) -> Result<Session> {
     let last_role = row
         .get::<_, Option<i16>>("last_role")
         .map(role_from_code)

@@ -4,7 +4,9 @@
 
 use memlayer_store::{Access, SessionVersion, StoreError, StoredSummary, Timestamp};
 
-use crate::seal::{Field, Place};
+use tokio_postgres::Row;
+
+use crate::seal::{DataKey, Field, Place};
 use crate::sessions::{WITH_KEY, key_from_row, micros, unsigned};
 use crate::{PgStore, PostgresError, Result};
 
@@ -34,26 +36,7 @@ impl PgStore {
         else {
             return Err(StoreError::session_not_found(session_id).into());
         };
-        let Some(sealed) = row.get::<_, Option<&[u8]>>("text") else {
-            return Ok(None);
-        };
-        let last_index = unsigned(row.get("last_index"))?;
-        let place = Place {
-            tenant,
-            session_id,
-            index: last_index,
-            field: Field::Summary,
-        };
-        let text = key_from_row(&row)?.open(place, sealed)?;
-        Ok(Some(StoredSummary {
-            text: String::from_utf8(text).map_err(|err| PostgresError::Corrupted {
-                what: "summary",
-                detail: format!("not UTF-8: {err}"),
-            })?,
-            first_index: unsigned(row.get("first_index"))?,
-            last_index,
-            created_at: Timestamp::from_micros(unsigned(row.get("created_at"))?),
-        }))
+        summary_from_row(&key_from_row(&row)?, tenant, session_id, &row)
     }
 
     /// Replaces the session's rolling summary with one covering `first_index..=last_index`,
@@ -133,4 +116,34 @@ impl PgStore {
         txn.commit().await?;
         Ok(())
     }
+}
+
+/// The summary in `row` (columns `text`, `first_index`, `last_index`, `created_at` of
+/// `summaries`, all null when the session has none), opened with the session's `key`.
+pub(crate) fn summary_from_row(
+    key: &DataKey,
+    tenant: &str,
+    session_id: &str,
+    row: &Row,
+) -> Result<Option<StoredSummary>> {
+    let Some(sealed) = row.get::<_, Option<&[u8]>>("text") else {
+        return Ok(None);
+    };
+    let last_index = unsigned(row.get("last_index"))?;
+    let place = Place {
+        tenant,
+        session_id,
+        index: last_index,
+        field: Field::Summary,
+    };
+    let text = key.open(place, sealed)?;
+    Ok(Some(StoredSummary {
+        text: String::from_utf8(text).map_err(|err| PostgresError::Corrupted {
+            what: "summary",
+            detail: format!("not UTF-8: {err}"),
+        })?,
+        first_index: unsigned(row.get("first_index"))?,
+        last_index,
+        created_at: Timestamp::from_micros(unsigned(row.get("created_at"))?),
+    }))
 }

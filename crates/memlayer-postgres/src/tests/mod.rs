@@ -1,6 +1,7 @@
 //! Tests against a real PostgreSQL (`crate::test_cluster`): each test has a database of its
 //! own, on a throwaway cluster or on `MEMLAYER_TEST_DATABASE_URL`.
 
+mod conformance;
 mod erasure;
 mod feed;
 mod files;
@@ -11,6 +12,7 @@ mod runs;
 mod sealing;
 mod search;
 mod sessions;
+mod snapshot;
 mod summaries;
 
 use memlayer_store::{Append, NewMessage, NewSession, Role, StoreError};

@@ -1,0 +1,8 @@
+//! The backend contract: memlayer-store's conformance cases, each on a database of its own,
+//! answered as the redb store answers them.
+
+use std::sync::Arc;
+
+use super::fresh_store;
+
+memlayer_store::session_conformance!(Arc::new(fresh_store().await));
