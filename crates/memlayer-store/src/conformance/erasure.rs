@@ -5,12 +5,13 @@
 
 use serde_json::json;
 
+use super::feed::embed_everything;
 use super::{not_found, refusal, tenant};
 use crate::StoreError;
 use crate::backend::{EraserBackend, FeedBackend, SessionBackend};
 use crate::model::{
-    Access, Append, EmbeddingModel, MessageKey, Metadata, NewMessage, NewRun, NewSession, Role,
-    RunStatus, Timestamp,
+    Access, Append, MessageKey, Metadata, NewMessage, NewRun, NewSession, Role, RunStatus,
+    Timestamp,
 };
 
 /// One `#[tokio::test]` per eraser case. `$subject` is bound to what `$open` evaluates to
@@ -81,22 +82,7 @@ where
         )
         .await
         .unwrap();
-    let pending = backend.pending_embeddings(1_000).await.unwrap();
-    let done = pending.iter().map(|entry| entry.seq).collect();
-    let vectors = pending
-        .iter()
-        .flat_map(|entry| &entry.messages)
-        .map(|(key, _)| (*key, vec![1.0, 0.0]))
-        .collect();
-    let model = EmbeddingModel {
-        name: "test".into(),
-        sha256: "aa".into(),
-        dimension: 2,
-    };
-    backend
-        .store_embeddings(model, done, vectors)
-        .await
-        .unwrap();
+    embed_everything(backend, "aa").await;
     let run = NewRun {
         run_id: None,
         status: RunStatus::Completed,

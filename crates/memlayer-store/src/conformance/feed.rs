@@ -73,6 +73,21 @@ where
         .unwrap();
 }
 
+/// Stores a vector by model `sha256` for every message waiting, and ends their entries.
+pub(super) async fn embed_everything<B: FeedBackend + ?Sized>(backend: &B, sha256: &str) {
+    let pending = backend.pending_embeddings(1_000).await.unwrap();
+    let done = pending.iter().map(|entry| entry.seq).collect();
+    let vectors = pending
+        .iter()
+        .flat_map(|entry| &entry.messages)
+        .map(|(key, _)| (*key, vec![0.0, 0.0, 1.0]))
+        .collect();
+    backend
+        .store_embeddings(model(sha256), done, vectors)
+        .await
+        .unwrap();
+}
+
 async fn sid<B: FeedBackend + ?Sized>(backend: &B, access: &Access, id: &str) -> u64 {
     backend.session_key(access, id).await.unwrap().unwrap()
 }
@@ -281,17 +296,7 @@ where
     let ada = Access::one_user(&tenant, "ada");
     conversation(backend, &ada, "s1", &["one", "two"]).await;
     conversation(backend, &ada, "s2", &["three"]).await;
-    let pending = backend.pending_embeddings(100).await.unwrap();
-    let done = pending.iter().map(|entry| entry.seq).collect();
-    let vectors = pending
-        .iter()
-        .flat_map(|entry| &entry.messages)
-        .map(|(key, _)| (*key, vec![0.0, 0.0, 1.0]))
-        .collect();
-    backend
-        .store_embeddings(model("aa"), done, vectors)
-        .await
-        .unwrap();
+    embed_everything(backend, "aa").await;
     assert_eq!(backend.pending_embedding_count().await.unwrap(), 0);
     assert_eq!(backend.vectors(None, 10).await.unwrap().len(), 3);
 
@@ -306,16 +311,6 @@ where
         .sum();
     assert_eq!(queued, 3);
     // Another model may store vectors now.
-    let pending = backend.pending_embeddings(100).await.unwrap();
-    let done = pending.iter().map(|entry| entry.seq).collect();
-    let vectors = pending
-        .iter()
-        .flat_map(|entry| &entry.messages)
-        .map(|(key, _)| (*key, vec![1.0, 0.0, 0.0]))
-        .collect();
-    backend
-        .store_embeddings(model("bb"), done, vectors)
-        .await
-        .unwrap();
+    embed_everything(backend, "bb").await;
     assert_eq!(backend.vector_model().await.unwrap(), Some(model("bb")));
 }

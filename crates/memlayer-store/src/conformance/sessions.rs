@@ -63,6 +63,15 @@ fn run(run_id: Option<&str>) -> NewRun {
     }
 }
 
+/// Creates session "s" of "ada", reached by `ada`, holding `messages`.
+async fn create_with(backend: &dyn SessionBackend, ada: &Access, messages: Vec<NewMessage>) {
+    let create = Append {
+        create: Some(owner("ada")),
+        ..append(messages)
+    };
+    backend.append(ada, "s", create).await.unwrap();
+}
+
 fn append(messages: Vec<NewMessage>) -> Append {
     Append {
         messages,
@@ -335,17 +344,12 @@ pub async fn runs_in_recorded_order(backend: &dyn SessionBackend) {
 pub async fn clearing_moves_the_load_checkpoint(backend: &dyn SessionBackend) {
     let tenant = tenant();
     let ada = Access::one_user(&tenant, "ada");
-    backend
-        .append(
-            &ada,
-            "s",
-            Append {
-                create: Some(owner("ada")),
-                ..append(vec![say(Role::User, "a"), say(Role::Assistant, "b")])
-            },
-        )
-        .await
-        .unwrap();
+    create_with(
+        backend,
+        &ada,
+        vec![say(Role::User, "a"), say(Role::Assistant, "b")],
+    )
+    .await;
     assert_eq!(backend.clear_session(&ada, "s").await.unwrap(), 2);
     let session = backend.session(&ada, "s").await.unwrap().unwrap();
     assert_eq!((session.load_from, session.message_count), (2, 2));
@@ -366,17 +370,12 @@ pub async fn searching_messages(backend: &dyn SessionBackend) {
         "LISBON hotel booked",
         "flight cancelled",
     ];
-    backend
-        .append(
-            &ada,
-            "s",
-            Append {
-                create: Some(owner("ada")),
-                ..append(texts.iter().map(|t| say(Role::User, t)).collect())
-            },
-        )
-        .await
-        .unwrap();
+    create_with(
+        backend,
+        &ada,
+        texts.iter().map(|t| say(Role::User, t)).collect(),
+    )
+    .await;
     let found = |hits: Vec<crate::Message>| hits.into_iter().map(|m| m.index).collect::<Vec<_>>();
     assert_eq!(
         found(
@@ -428,17 +427,12 @@ pub async fn searching_messages(backend: &dyn SessionBackend) {
 pub async fn summaries(backend: &dyn SessionBackend) {
     let tenant = tenant();
     let ada = Access::one_user(&tenant, "ada");
-    backend
-        .append(
-            &ada,
-            "s",
-            Append {
-                create: Some(owner("ada")),
-                ..append((0..6).map(|n| say(Role::User, &format!("m{n}"))).collect())
-            },
-        )
-        .await
-        .unwrap();
+    create_with(
+        backend,
+        &ada,
+        (0..6).map(|n| say(Role::User, &format!("m{n}"))).collect(),
+    )
+    .await;
     assert_eq!(backend.summary(&ada, "s").await.unwrap(), None);
     let version = backend
         .snapshot(&ada, "s")
@@ -597,17 +591,12 @@ pub async fn listing_sessions(backend: &dyn SessionBackend) {
 pub async fn snapshots_agree_with_themselves(backend: &dyn SessionBackend) {
     let tenant = tenant();
     let ada = Access::one_user(&tenant, "ada");
-    backend
-        .append(
-            &ada,
-            "s",
-            Append {
-                create: Some(owner("ada")),
-                ..append(vec![say(Role::User, "one"), say(Role::Assistant, "two")])
-            },
-        )
-        .await
-        .unwrap();
+    create_with(
+        backend,
+        &ada,
+        vec![say(Role::User, "one"), say(Role::Assistant, "two")],
+    )
+    .await;
     let view = backend.snapshot(&ada, "s").await.unwrap().unwrap();
     backend
         .append(&ada, "s", append(vec![say(Role::User, "three")]))
