@@ -14,6 +14,7 @@ mod search;
 mod sessions;
 mod snapshot;
 mod summaries;
+mod tenants_keys;
 
 use memlayer_store::{Append, NewMessage, NewSession, Role, StoreError};
 
