@@ -15,6 +15,7 @@
 #![deny(missing_docs)]
 
 mod backend;
+mod backend_tenants;
 mod erasure;
 mod error;
 mod feed;

@@ -2,6 +2,7 @@
 //! own, on a throwaway cluster or on `MEMLAYER_TEST_DATABASE_URL`.
 
 mod conformance;
+mod conformance_tenants;
 mod erasure;
 mod feed;
 mod files;
