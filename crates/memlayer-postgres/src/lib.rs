@@ -1,8 +1,9 @@
 //! memlayer's records in PostgreSQL, for operators who run memlayer on a database server
 //! instead of its embedded redb file: the schema and its migrations, sessions and their
 //! messages, runs and summaries, listings, search and idle sessions, content sealed under
-//! per-session data keys (so that erasure can be crypto-shredding, see `seal`), and the
-//! change feed that derived data follows.
+//! per-session data keys (so that erasure can be crypto-shredding, see `seal`), the
+//! change feed that derived data follows, tenants' settings (sealed under a per-tenant key)
+//! and retention rules, and API keys (only their SHA-256).
 //!
 //! It must not depend on HTTP, embeddings or indexes. Of memlayer's crates it uses only
 //! `memlayer-store`, whose domain types (`Access`, `NewSession`, `Session`, `Append`,
@@ -14,10 +15,12 @@
 #![deny(missing_docs)]
 
 mod backend;
+mod backend_tenants;
 mod erasure;
 mod error;
 mod feed;
 mod idle;
+mod keys;
 mod migrate;
 mod runs;
 mod seal;
@@ -25,6 +28,7 @@ mod sessions;
 mod snapshot;
 mod store;
 mod summaries;
+mod tenants;
 #[cfg(any(test, feature = "test-cluster"))]
 pub mod test_cluster;
 

@@ -14,6 +14,11 @@ use crate::{PostgresError, Result};
 const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "schema", include_str!("../migrations/0001_schema.sql")),
     (2, "erasure", include_str!("../migrations/0002_erasure.sql")),
+    (
+        3,
+        "tenants_keys",
+        include_str!("../migrations/0003_tenants_keys.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.

@@ -46,6 +46,9 @@ pub(crate) enum Field {
     RunMetadata,
     /// The summary's text, at its last index.
     Summary,
+    /// A tenant's or agent's settings document: the place's session is the document's
+    /// scope (`*` or `a/<agent_id>`), at index 0.
+    Settings,
 }
 
 impl Field {
@@ -60,6 +63,7 @@ impl Field {
             Self::RunError => 5,
             Self::RunMetadata => 6,
             Self::Summary => 7,
+            Self::Settings => 8,
         }
     }
 
@@ -72,6 +76,7 @@ impl Field {
                 "sealed run"
             }
             Self::Summary => "sealed summary",
+            Self::Settings => "sealed settings",
         }
     }
 }

@@ -2,6 +2,7 @@
 //! own, on a throwaway cluster or on `MEMLAYER_TEST_DATABASE_URL`.
 
 mod conformance;
+mod conformance_tenants;
 mod erasure;
 mod feed;
 mod files;
@@ -14,6 +15,7 @@ mod search;
 mod sessions;
 mod snapshot;
 mod summaries;
+mod tenants_keys;
 
 use memlayer_store::{Append, NewMessage, NewSession, Role, StoreError};
 
