@@ -7,31 +7,20 @@
 //! migration). Nothing is cached either: every authentication reads the key's row, so a
 //! revocation holds from the next request on, on every node.
 //!
-//! The redb store keeps its key checks (`well_formed`, the generated shape, `NewKey`'s
-//! validation) private, so they are repeated here, to the letter; they belong in
-//! memlayer-store as shared functions, as the session checks are.
+//! The checks and the key's shape are memlayer-store's own (`well_formed_key`,
+//! `generated_key_prefix`, `NewKey::validate`, `key_digest`, `fresh_key_material`), so both
+//! backends accept and refuse the same keys.
 
 use memlayer_store::{
-    ApiKey, BOOTSTRAP_TENANT, Bootstrap, CONFIGURED_KEY_PREFIX, IssuedKey, KEY_SCHEME,
-    KeyRejection, KeyRole, MAX_KEY_NAME_LEN, NewKey, OPERATOR_TENANT, StoreError, Timestamp,
-    validate_configured_key, validate_id,
+    ApiKey, BOOTSTRAP_TENANT, Bootstrap, CONFIGURED_KEY_PREFIX, IssuedKey, KeyRejection, KeyRole,
+    NewKey, OPERATOR_TENANT, StoreError, Timestamp, fresh_key_material, generated_key_prefix,
+    issued_key_text, key_digest, validate_configured_key, validate_id, well_formed_key,
 };
-use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio_postgres::Row;
 
 use crate::sessions::{micros, unsigned};
 use crate::{PgStore, PostgresError, Result};
-
-/// Longest key accepted anywhere; longer input is refused before it is hashed.
-const MAX_KEY_LEN: usize = 256;
-/// Random bytes of a generated prefix (16 hex digits).
-const PREFIX_BYTES: usize = 8;
-/// Random bytes of a generated secret (64 hex digits, 256 bits).
-const SECRET_BYTES: usize = 32;
-/// Prefixes a new key tries, in case one is taken: four 64-bit prefixes all taken would take
-/// billions of keys.
-const PREFIX_CANDIDATES: usize = 4;
 
 /// The advisory lock bootstraps hold, so that nodes starting at once take turns and at most
 /// one generates a key: "mlkeyboo" in ASCII, beside the migrations' "memlayer".
@@ -69,89 +58,6 @@ fn role_from_code(code: i16) -> Result<KeyRole> {
             });
         }
     })
-}
-
-fn hash(key: &str) -> [u8; 32] {
-    Sha256::digest(key.as_bytes()).into()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
-}
-
-fn random_hex<const N: usize>() -> Result<String> {
-    let mut bytes = [0u8; N];
-    getrandom::fill(&mut bytes).map_err(|source| PostgresError::Random { source })?;
-    Ok(hex(&bytes))
-}
-
-/// The prefix of a generated key (`mlk_<16 hex>_<64 hex>`), or `None` for anything else.
-fn generated_prefix(key: &str) -> Option<&str> {
-    let rest = key.strip_prefix(KEY_SCHEME)?;
-    let (prefix, secret) = rest.split_once('_')?;
-    let hex_of = |text: &str, len: usize| {
-        text.len() == len && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-    };
-    (hex_of(prefix, PREFIX_BYTES * 2) && hex_of(secret, SECRET_BYTES * 2)).then_some(prefix)
-}
-
-/// Whether `key` could be a key at all: 1 to 256 visible ASCII characters.
-fn well_formed(key: &str) -> bool {
-    !key.is_empty() && key.len() <= MAX_KEY_LEN && key.bytes().all(|b| b.is_ascii_graphic())
-}
-
-/// `NewKey`'s checks in the redb store: the role decides the tenant and the user; names are
-/// short visible text.
-fn validate(new: &NewKey) -> Result<(), StoreError> {
-    match new.role {
-        KeyRole::Operator if new.tenant != OPERATOR_TENANT => {
-            return Err(StoreError::InvalidInput {
-                field: "tenant",
-                reason: format!(
-                    "an operator key belongs to no tenant (tenant {OPERATOR_TENANT:?})"
-                ),
-            });
-        }
-        KeyRole::Operator => {}
-        // `*` is not a valid id either: only operator keys have it.
-        _ => validate_id("tenant", &new.tenant)?,
-    }
-    match (&new.role, &new.user_id) {
-        (KeyRole::User, Some(user)) => validate_id("user_id", user)?,
-        (KeyRole::User, None) => {
-            return Err(StoreError::InvalidInput {
-                field: "user_id",
-                reason: "a user key needs the user it acts for".into(),
-            });
-        }
-        (_, Some(_)) => {
-            return Err(StoreError::InvalidInput {
-                field: "user_id",
-                reason: format!("only user keys have a user, not {} keys", new.role),
-            });
-        }
-        (_, None) => {}
-    }
-    if let Some(name) = &new.name
-        && (name.trim().is_empty()
-            || name.chars().count() > MAX_KEY_NAME_LEN
-            || name.chars().any(char::is_control))
-    {
-        return Err(StoreError::InvalidInput {
-            field: "name",
-            reason: format!("must be 1 to {MAX_KEY_NAME_LEN} characters, none of them control"),
-        });
-    }
-    Ok(())
-}
-
-/// Random material for one new key: candidate prefixes (a taken one is retried with the
-/// next) and the secret.
-fn fresh_material() -> Result<(Vec<String>, String)> {
-    let prefixes = (0..PREFIX_CANDIDATES)
-        .map(|_| random_hex::<PREFIX_BYTES>())
-        .collect::<Result<_>>()?;
-    Ok((prefixes, random_hex::<SECRET_BYTES>()?))
 }
 
 /// The key in `row` ([`KEY_COLUMNS`]), without its digest.
@@ -196,8 +102,8 @@ async fn create_in(
     let created_at = micros(now)?;
     let expires_at = new.expires_at.map(micros).transpose()?;
     for prefix in prefixes {
-        let whole = format!("{KEY_SCHEME}{prefix}_{secret}");
-        let digest = hash(&whole);
+        let whole = issued_key_text(&prefix, secret);
+        let digest = key_digest(&whole);
         let row = client
             .query_opt(
                 &format!(
@@ -232,8 +138,8 @@ async fn create_in(
 impl PgStore {
     /// Creates a key and returns it with its secret, which nothing keeps: show it once.
     pub async fn create_key(&self, new: NewKey) -> Result<IssuedKey> {
-        validate(&new)?;
-        let (prefixes, secret) = fresh_material()?;
+        new.validate()?;
+        let (prefixes, secret) = fresh_key_material()?;
         let client = self.pool.get().await?;
         create_in(&**client, new, prefixes, &secret, Timestamp::now()).await
     }
@@ -247,14 +153,14 @@ impl PgStore {
         presented: &str,
         now: Timestamp,
     ) -> Result<std::result::Result<ApiKey, KeyRejection>> {
-        if !well_formed(presented) {
+        if !well_formed_key(presented) {
             return Ok(Err(KeyRejection::Malformed));
         }
-        let digest = hash(presented);
+        let digest = key_digest(presented);
         // A generated key names its row; anything else can only be the configured key, which
         // may also have the generated shape (an operator reusing a generated key).
         let mut candidates = vec![CONFIGURED_KEY_PREFIX];
-        if let Some(prefix) = generated_prefix(presented) {
+        if let Some(prefix) = generated_key_prefix(presented) {
             candidates.insert(0, prefix);
         }
         let client = self.pool.get().await?;
@@ -357,8 +263,8 @@ impl PgStore {
         if let Some(key) = configured {
             validate_configured_key(key)?;
         }
-        let digest = configured.map(hash);
-        let (prefixes, secret) = fresh_material()?;
+        let digest = configured.map(key_digest);
+        let (prefixes, secret) = fresh_key_material()?;
         let mut client = self.pool.get().await?;
         let txn = client.transaction().await?;
         txn.execute("SELECT pg_advisory_xact_lock($1)", &[&BOOTSTRAP_LOCK])

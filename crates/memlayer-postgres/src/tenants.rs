@@ -3,7 +3,9 @@
 //! migration `0003_tenants_keys.sql` for why one key per tenant), the conversation retention
 //! rules, and conversation stats read from the sessions.
 
-use memlayer_store::{ConversationStats, Metadata, StoreError, Timestamp, validate_id};
+use memlayer_store::{
+    ConversationStats, Metadata, StoreError, Timestamp, settings_scope, validate_id,
+};
 use tokio_postgres::Transaction;
 
 use crate::seal::{DataKey, Field, Place};
@@ -13,19 +15,6 @@ use crate::{PgStore, PostgresError, Result};
 /// Attempts at finding or creating a tenant's key before giving up: each one that loses did so
 /// because a concurrent writer committed the key, which the next attempt reads.
 const KEY_ATTEMPTS: usize = 3;
-
-/// The scope a settings document is saved under (as the redb store's `settings_key`), after
-/// checking the ids.
-fn settings_scope(tenant: &str, agent_id: Option<&str>) -> Result<String, StoreError> {
-    validate_id("tenant", tenant)?;
-    match agent_id {
-        Some(agent) => {
-            validate_id("agent_id", agent)?;
-            Ok(format!("a/{agent}"))
-        }
-        None => Ok("*".to_owned()),
-    }
-}
 
 /// Where a settings document is sealed: its tenant and scope.
 fn settings_place<'a>(tenant: &'a str, scope: &'a str) -> Place<'a> {

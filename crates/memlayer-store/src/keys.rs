@@ -237,7 +237,9 @@ impl KeyRecord {
     }
 }
 
-fn hash(key: &str) -> [u8; 32] {
+/// What a store keeps of a key: the SHA-256 of the whole key, never the key. Both backends
+/// store and compare this (in constant time).
+pub fn key_digest(key: &str) -> [u8; 32] {
     Sha256::digest(key.as_bytes()).into()
 }
 
@@ -251,8 +253,13 @@ fn random_hex<const N: usize>() -> Result<String> {
     Ok(hex(&bytes))
 }
 
+/// The whole text of a generated key, `mlk_<prefix>_<secret>`.
+pub fn issued_key_text(prefix: &str, secret: &str) -> String {
+    format!("{KEY_SCHEME}{prefix}_{secret}")
+}
+
 /// The prefix of a generated key (`mlk_<16 hex>_<64 hex>`), or `None` for anything else.
-fn generated_prefix(key: &str) -> Option<&str> {
+pub fn generated_key_prefix(key: &str) -> Option<&str> {
     let rest = key.strip_prefix(KEY_SCHEME)?;
     let (prefix, secret) = rest.split_once('_')?;
     let hex_of = |text: &str, len: usize| {
@@ -261,8 +268,9 @@ fn generated_prefix(key: &str) -> Option<&str> {
     (hex_of(prefix, PREFIX_BYTES * 2) && hex_of(secret, SECRET_BYTES * 2)).then_some(prefix)
 }
 
-/// Whether `key` could be a key at all: 1 to 256 visible ASCII characters.
-fn well_formed(key: &str) -> bool {
+/// Whether `key` could be a key at all: 1 to 256 visible ASCII characters. Anything else is
+/// refused before it is hashed.
+pub fn well_formed_key(key: &str) -> bool {
     !key.is_empty() && key.len() <= MAX_KEY_LEN && key.bytes().all(|b| b.is_ascii_graphic())
 }
 
@@ -274,7 +282,7 @@ pub fn validate_configured_key(key: &str) -> Result<()> {
             reason,
         })
     };
-    if !well_formed(key) {
+    if !well_formed_key(key) {
         return invalid(format!(
             "must be 1 to {MAX_KEY_LEN} visible ASCII characters (no spaces)"
         ));
@@ -289,7 +297,9 @@ pub fn validate_configured_key(key: &str) -> Result<()> {
 }
 
 impl NewKey {
-    fn validate(&self) -> Result<()> {
+    /// The checks before a key is created: the role decides the tenant and the user; names
+    /// are short visible text.
+    pub fn validate(&self) -> Result<()> {
         match self.role {
             KeyRole::Operator if self.tenant != OPERATOR_TENANT => {
                 return Err(StoreError::InvalidInput {
@@ -361,13 +371,13 @@ fn create_in(
     drop(keys);
     // Four 64-bit prefixes all taken would take billions of keys; refuse rather than loop.
     let prefix = free.ok_or_else(|| StoreError::Conflict("no free key prefix; retry".into()))?;
-    let whole = format!("{KEY_SCHEME}{prefix}_{secret}");
+    let whole = issued_key_text(&prefix, secret);
     let record = KeyRecord {
         tenant: new.tenant,
         role: new.role,
         user_id: new.user_id,
         name: new.name,
-        hash: hash(&whole),
+        hash: key_digest(&whole),
         created_at: now.as_micros(),
         expires_at: new.expires_at.map(Timestamp::as_micros),
         revoked_at: None,
@@ -391,7 +401,9 @@ fn any_tenant_key(txn: &WriteTransaction) -> Result<bool> {
 
 /// Random material for one new key: candidate prefixes (a collision is retried with the
 /// next) and the secret.
-fn fresh_material() -> Result<(Vec<String>, String)> {
+/// Random material for one new key: candidate prefixes (a taken one is retried with the
+/// next) and the secret. [`issued_key_text`] puts a prefix and the secret together.
+pub fn fresh_key_material() -> Result<(Vec<String>, String)> {
     let prefixes = (0..4)
         .map(|_| random_hex::<PREFIX_BYTES>())
         .collect::<Result<_>>()?;
@@ -405,7 +417,7 @@ impl Keys<'_> {
             return backend.keys().create_key(new).await;
         }
         new.validate()?;
-        let (prefixes, secret) = fresh_material()?;
+        let (prefixes, secret) = fresh_key_material()?;
         self.store
             .write(move |txn| create_in(txn, new, prefixes, &secret, Timestamp::now()))
             .await
@@ -422,16 +434,16 @@ impl Keys<'_> {
         if let Some(backend) = self.store.backend() {
             return wait(backend.keys().authenticate_key(presented, now));
         }
-        if !well_formed(presented) {
+        if !well_formed_key(presented) {
             return Ok(Err(KeyRejection::Malformed));
         }
-        let digest = hash(presented);
+        let digest = key_digest(presented);
         let txn = self.store.begin_read()?;
         let keys = txn.open_table(API_KEYS)?;
         // A generated key names its record; anything else can only be the configured key,
         // which may also have the generated shape (an operator reusing a generated key).
         let mut candidates = vec![CONFIGURED_KEY_PREFIX];
-        if let Some(prefix) = generated_prefix(presented) {
+        if let Some(prefix) = generated_key_prefix(presented) {
             candidates.insert(0, prefix);
         }
         let mut found = None;
@@ -558,8 +570,8 @@ impl Keys<'_> {
         if let Some(key) = configured {
             validate_configured_key(key)?;
         }
-        let digest = configured.map(hash);
-        let (prefixes, secret) = fresh_material()?;
+        let digest = configured.map(key_digest);
+        let (prefixes, secret) = fresh_key_material()?;
         self.store
             .write(move |txn| {
                 let now = Timestamp::now();
@@ -642,7 +654,7 @@ mod tests {
         let (dir, store) = store();
         let issued = store.keys().create_key(service("acme")).await.unwrap();
         let prefix = issued.key.prefix.clone();
-        assert_eq!(generated_prefix(&issued.secret), Some(prefix.as_str()));
+        assert_eq!(generated_key_prefix(&issued.secret), Some(prefix.as_str()));
         assert_eq!(issued.secret.len(), 4 + 16 + 1 + 64);
         let now = Timestamp::now();
         assert_eq!(

@@ -54,7 +54,8 @@ pub use integrity::TablesCheck;
 pub use keys::{
     ApiKey, BOOTSTRAP_TENANT, Bootstrap, CONFIGURED_KEY_PREFIX, IssuedKey, KEY_SCHEME,
     KeyRejection, KeyRole, MAX_KEY_NAME_LEN, MIN_CONFIGURED_KEY_LEN, NewKey, OPERATOR_TENANT,
-    validate_configured_key,
+    fresh_key_material, generated_key_prefix, issued_key_text, key_digest, validate_configured_key,
+    well_formed_key,
 };
 pub use memories::{
     Citation, MAX_MEMORY_HISTORY, Memory, MemoryKind, OrphanedCitation, ReplacedText,
@@ -73,7 +74,7 @@ pub use store::{
     CommitMode, DiskSpace, EmbeddingFeed, Eraser, Keys, MAX_PAGE_SIZE, MAX_SEARCH_QUERY,
     MAX_SEARCH_WORDS, Memories, Recovery, Sessions, Store, StoreOptions, Tenants, blocking,
 };
-pub use tables::UNKNOWN_SOURCE;
+pub use tables::{UNKNOWN_SOURCE, settings_scope};
 
 #[cfg(test)]
 mod faults;

@@ -94,8 +94,9 @@ pub(crate) const SUMMARIES: TableDefinition<u64, &[u8]> = TableDefinition::new("
 /// of its agents (scope `a/<agent_id>`). The store keeps it opaque; the strategies read it.
 pub(crate) const SETTINGS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("settings");
 
-/// The scope a settings document is saved under, after checking the ids.
-pub(crate) fn settings_key(tenant: &str, agent_id: Option<&str>) -> crate::Result<String> {
+/// The scope a settings document is saved under, after checking the ids: `*` for the
+/// tenant's, `a/<agent_id>` for an agent's (both backends key documents by it).
+pub fn settings_scope(tenant: &str, agent_id: Option<&str>) -> crate::Result<String> {
     crate::model::validate_id("tenant", tenant)?;
     if let Some(agent) = agent_id {
         crate::model::validate_id("agent_id", agent)?;

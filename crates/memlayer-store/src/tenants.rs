@@ -1,7 +1,7 @@
 //! Tenant-wide documents: the saved context settings of a tenant and of its agents.
 
 use crate::store::{Tenants, wait};
-use crate::tables::{SETTINGS, settings_key};
+use crate::tables::{SETTINGS, settings_scope};
 use crate::{Metadata, Result, StoreError};
 
 impl Tenants<'_> {
@@ -11,7 +11,7 @@ impl Tenants<'_> {
         if let Some(backend) = self.store.backend() {
             return wait(backend.tenants().settings(tenant, agent_id));
         }
-        let key = settings_key(tenant, agent_id)?;
+        let key = settings_scope(tenant, agent_id)?;
         let txn = self.store.begin_read()?;
         txn.open_table(SETTINGS)?
             .get((tenant, key.as_str()))?
@@ -38,7 +38,7 @@ impl Tenants<'_> {
                 .put_settings(tenant, agent_id, settings)
                 .await;
         }
-        let key = settings_key(tenant, agent_id)?;
+        let key = settings_scope(tenant, agent_id)?;
         let tenant = tenant.to_owned();
         let encoded = settings
             .map(|document| serde_json::to_vec(&document))
