@@ -20,6 +20,7 @@ mod erasure;
 mod error;
 mod feed;
 mod idle;
+mod jobs;
 mod keys;
 mod migrate;
 mod runs;

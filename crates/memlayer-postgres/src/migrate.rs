@@ -19,6 +19,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "tenants_keys",
         include_str!("../migrations/0003_tenants_keys.sql"),
     ),
+    (
+        6,
+        "erasure_jobs",
+        include_str!("../migrations/0006_erasure_jobs.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.

@@ -691,6 +691,11 @@ pub(crate) fn micros(timestamp: Timestamp) -> Result<i64, StoreError> {
     })
 }
 
+/// An index, id or count as a bigint parameter; beyond `i64::MAX` means "all".
+pub(crate) fn bigint(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
 /// A stored count, index or time, which the schema keeps non-negative.
 pub(crate) fn unsigned(value: i64) -> Result<u64> {
     u64::try_from(value).map_err(|_| PostgresError::Corrupted {

@@ -10,8 +10,8 @@ use memlayer_store::{
 
 use crate::seal::DataKey;
 use crate::sessions::{
-    SESSION_KEY_COLUMNS, WITH_KEY, key_from_row, message_from_row, open_content, role_from_code,
-    session_from_row, unsigned,
+    SESSION_KEY_COLUMNS, WITH_KEY, bigint, key_from_row, message_from_row, open_content,
+    role_from_code, session_from_row, unsigned,
 };
 use crate::summaries::summary_from_row;
 use crate::{PgStore, PostgresError, Result};
@@ -209,9 +209,4 @@ impl Drop for ReadOnly {
             Err(_) => drop(Object::take(client)),
         }
     }
-}
-
-/// An index or a count as a bigint parameter; beyond `i64::MAX` means "all".
-fn bigint(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
 }

@@ -7,6 +7,7 @@ mod erasure;
 mod feed;
 mod files;
 mod idle;
+mod jobs;
 mod listing;
 mod migrations;
 mod runs;
