@@ -14,13 +14,17 @@
 #![deny(missing_docs)]
 
 mod backend;
+mod backend_memories;
+mod episodes;
 mod erasure;
 mod error;
 mod feed;
 mod idle;
+mod memories;
 mod migrate;
 mod runs;
 mod seal;
+mod session_memory;
 mod sessions;
 mod snapshot;
 mod store;

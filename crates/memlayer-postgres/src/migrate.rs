@@ -14,6 +14,11 @@ use crate::{PostgresError, Result};
 const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "schema", include_str!("../migrations/0001_schema.sql")),
     (2, "erasure", include_str!("../migrations/0002_erasure.sql")),
+    (
+        4,
+        "memories",
+        include_str!("../migrations/0004_memories.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.

@@ -46,6 +46,12 @@ pub(crate) enum Field {
     RunMetadata,
     /// The summary's text, at its last index.
     Summary,
+    /// A long-term memory's body, at its id (session id empty).
+    Memory,
+    /// An episode's body, at its id (session id empty).
+    Episode,
+    /// A session memory's body, at 0, "user/agent" as the session id.
+    SessionMemory,
 }
 
 impl Field {
@@ -60,6 +66,10 @@ impl Field {
             Self::RunError => 5,
             Self::RunMetadata => 6,
             Self::Summary => 7,
+            // Apart from the session fields, so that other concerns' fields can take 8 on.
+            Self::Memory => 40,
+            Self::Episode => 41,
+            Self::SessionMemory => 42,
         }
     }
 
@@ -72,6 +82,9 @@ impl Field {
                 "sealed run"
             }
             Self::Summary => "sealed summary",
+            Self::Memory => "sealed memory",
+            Self::Episode => "sealed episode",
+            Self::SessionMemory => "sealed session memory",
         }
     }
 }

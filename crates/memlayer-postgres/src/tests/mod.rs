@@ -2,11 +2,13 @@
 //! own, on a throwaway cluster or on `MEMLAYER_TEST_DATABASE_URL`.
 
 mod conformance;
+mod conformance_memories;
 mod erasure;
 mod feed;
 mod files;
 mod idle;
 mod listing;
+mod memories;
 mod migrations;
 mod runs;
 mod sealing;
