@@ -29,10 +29,11 @@ struct Body {
     created_at: u64,
 }
 
-fn episode_place(tenant: &str, id: u64) -> Place<'_> {
+/// Where an episode's body is sealed: its tenant, its user (in the session's place) and id.
+fn episode_place<'a>(tenant: &'a str, user_id: &'a str, id: u64) -> Place<'a> {
     Place {
         tenant,
-        session_id: "",
+        session_id: user_id,
         index: id,
         field: Field::Episode,
     }
@@ -42,12 +43,13 @@ fn episode_from_row(row: &Row) -> Result<Episode> {
     let key = key_from_row(row)?;
     let tenant: String = row.get("tenant");
     let id = unsigned(row.get("id"))?;
-    let json = key.open(episode_place(&tenant, id), row.get("body"))?;
+    let user_id: String = row.get("user_id");
+    let json = key.open(episode_place(&tenant, &user_id, id), row.get("body"))?;
     let body: Body = serde_json::from_slice(&json).map_err(|err| corrupted("episode", err))?;
     Ok(Episode {
         id,
         tenant,
-        user_id: row.get("user_id"),
+        user_id,
         agent_id: row.get("agent_id"),
         task_type: row.get("task_type"),
         description: body.description,
@@ -70,7 +72,10 @@ fn seal_episode(key: &DataKey, episode: &Episode) -> Result<Vec<u8>> {
         created_at: episode.created_at.as_micros(),
     };
     let json = serde_json::to_vec(&body).map_err(|err| corrupted("episode", err))?;
-    key.seal(episode_place(&episode.tenant, episode.id), &json)
+    key.seal(
+        episode_place(&episode.tenant, &episode.user_id, episode.id),
+        &json,
+    )
 }
 
 /// The redb store's checks of a new episode (`Episode::validate`, private there).

@@ -57,10 +57,12 @@ struct Replaced {
     source: Option<(String, u64)>,
 }
 
-fn memory_place(tenant: &str, id: u64) -> Place<'_> {
+/// Where a memory's body is sealed: its tenant, its user (in the session's place: a
+/// memory never changes user) and its id.
+fn memory_place<'a>(tenant: &'a str, user_id: &'a str, id: u64) -> Place<'a> {
     Place {
         tenant,
-        session_id: "",
+        session_id: user_id,
         index: id,
         field: Field::Memory,
     }
@@ -86,7 +88,10 @@ fn seal_memory(key: &DataKey, memory: &Memory) -> Result<Vec<u8>> {
         vector: memory.vector.iter().map(|f| f.to_bits()).collect(),
     };
     let json = serde_json::to_vec(&body).map_err(|err| corrupted("memory", err))?;
-    key.seal(memory_place(&memory.tenant, memory.id), &json)
+    key.seal(
+        memory_place(&memory.tenant, &memory.user_id, memory.id),
+        &json,
+    )
 }
 
 pub(crate) fn corrupted(what: &'static str, err: impl std::fmt::Display) -> PostgresError {
@@ -101,13 +106,14 @@ fn memory_from_row(row: &Row) -> Result<(Memory, DataKey)> {
     let key = key_from_row(row)?;
     let tenant: String = row.get("tenant");
     let id = unsigned(row.get("id"))?;
-    let json = key.open(memory_place(&tenant, id), row.get("body"))?;
+    let user_id: String = row.get("user_id");
+    let json = key.open(memory_place(&tenant, &user_id, id), row.get("body"))?;
     let body: Body = serde_json::from_slice(&json).map_err(|err| corrupted("memory", err))?;
     let memory = Memory {
         id,
         revision: unsigned(row.get("revision"))?,
         tenant,
-        user_id: row.get("user_id"),
+        user_id,
         agent_id: row.get("agent_id"),
         text: body.text,
         kind: body.kind,

@@ -46,9 +46,9 @@ pub(crate) enum Field {
     RunMetadata,
     /// The summary's text, at its last index.
     Summary,
-    /// A long-term memory's body, at its id (session id empty).
+    /// A long-term memory's body, at its id, its user as the session id.
     Memory,
-    /// An episode's body, at its id (session id empty).
+    /// An episode's body, at its id, its user as the session id.
     Episode,
     /// A session memory's body, at 0, "user/agent" as the session id.
     SessionMemory,

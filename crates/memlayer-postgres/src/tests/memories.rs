@@ -592,3 +592,86 @@ async fn filtered_pages_read_past_one_batch() {
     assert_eq!(found, ["lesson 200", "lesson 100"]);
     assert_eq!(store.user_episodes("t", "ann").await.unwrap().len(), 300);
 }
+
+#[tokio::test]
+async fn citations_of_deleted_sessions_and_messages_are_orphaned() {
+    let db = test_cluster::database().await.unwrap();
+    let store = db.store().await.unwrap();
+    for session in ["s", "u"] {
+        store
+            .append(&all(), session, creating("one", "ann"))
+            .await
+            .unwrap();
+        store.append(&all(), session, say("two")).await.unwrap();
+    }
+    let new = Memory {
+        source: Some(("s".into(), 0)),
+        history: vec![ReplacedText {
+            text: "old".into(),
+            replaced_at: Timestamp::from_micros(1),
+            source: Some(("u".into(), 1)),
+        }],
+        ..memory("ann", "now")
+    };
+    let id = store.put_memory(new, &all()).await.unwrap();
+    assert!(store.orphaned_citations().await.unwrap().is_empty());
+    store.delete_session(&all(), "s").await.unwrap();
+    // What a message erasure leaves until the memories citing it are rewritten.
+    db.connect()
+        .await
+        .unwrap()
+        .execute(
+            "DELETE FROM messages WHERE session_id = 'u' AND idx = 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    let orphans: Vec<_> = store
+        .orphaned_citations()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| (o.tenant, o.memory_id, o.session_id, o.index))
+        .collect();
+    assert_eq!(
+        orphans,
+        [
+            ("t".to_owned(), id, "s".to_owned(), None),
+            ("t".to_owned(), id, "u".to_owned(), Some(1)),
+        ]
+    );
+    assert_eq!(
+        store.forget_citation("t", id, "u", Some(1)).await.unwrap(),
+        Citation::Rewritten
+    );
+    assert_eq!(
+        store.forget_citation("t", id, "s", None).await.unwrap(),
+        Citation::Deleted {
+            user_id: "ann".into()
+        }
+    );
+    assert!(store.orphaned_citations().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_body_moved_to_another_users_row_does_not_open() {
+    let db = test_cluster::database().await.unwrap();
+    let store = db.store().await.unwrap();
+    let id = store
+        .put_memory(memory("ann", "ann's"), &all())
+        .await
+        .unwrap();
+    db.connect()
+        .await
+        .unwrap()
+        .execute(
+            "UPDATE memories SET user_id = 'bob' WHERE id = $1",
+            &[&(id as i64)],
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.memory("t", id).await,
+        Err(crate::PostgresError::Corrupted { .. })
+    ));
+}
