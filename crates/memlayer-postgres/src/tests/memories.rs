@@ -675,3 +675,70 @@ async fn a_body_moved_to_another_users_row_does_not_open() {
         Err(crate::PostgresError::Corrupted { .. })
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writes_citing_a_session_deleted_meanwhile_are_refused() {
+    let db = test_cluster::database().await.unwrap();
+    let store = std::sync::Arc::new(db.store().await.unwrap());
+    store
+        .append(&all(), "s", creating("one", "ann"))
+        .await
+        .unwrap();
+    let version = store.version(&all(), "s").await.unwrap().unwrap();
+    // A deletion of the session, begun before the writes check it and committed after.
+    let mut holder = db.connect().await.unwrap();
+    let deleting = holder.transaction().await.unwrap();
+    deleting
+        .execute(
+            "DELETE FROM sessions WHERE tenant = 't' AND session_id = 's'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let cites = Memory {
+        source: Some(("s".into(), 0)),
+        ..memory("ann", "from s")
+    };
+    let merged = SessionMemory {
+        text: "from s".into(),
+        sessions: vec!["s".into()],
+        updated_at: Timestamp::from_micros(1),
+    };
+    let writes = [
+        tokio::spawn({
+            let store = store.clone();
+            async move { store.put_memory(cites, &all()).await.map(drop) }
+        }),
+        tokio::spawn({
+            let store = store.clone();
+            async move {
+                store
+                    .put_episode(episode("ann", "x", Some("s")))
+                    .await
+                    .map(drop)
+            }
+        }),
+        tokio::spawn({
+            let store = store.clone();
+            async move {
+                store
+                    .put_session_memory("t", "ann", "agent", merged, ("s", version))
+                    .await
+            }
+        }),
+    ];
+    until_waiting(&db.connect().await.unwrap(), 3).await;
+    deleting.commit().await.unwrap();
+    for write in writes {
+        assert!(matches!(
+            store_error(write.await.unwrap()),
+            StoreError::SessionNotFound { .. }
+        ));
+    }
+    assert!(store.user_memories("t", "ann").await.unwrap().is_empty());
+    assert!(store.user_episodes("t", "ann").await.unwrap().is_empty());
+    assert_eq!(
+        store.session_memory("t", "ann", "agent").await.unwrap(),
+        None
+    );
+}
