@@ -434,6 +434,14 @@ impl PgStore {
         let revision = i64::try_from(record.revision).map_err(|_| changed())?;
 
         let Some((stored, old_key)) = stored else {
+            // One new memory of a user at a time, until the commit: a user's memories then
+            // commit in `seq` order, so a page read after memory X never misses one saved
+            // later with a lower `seq` (redb serializes every write; this, the user's).
+            txn.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))",
+                &[&tenant, &memory.user_id],
+            )
+            .await?;
             if memory.key.is_some()
                 && let Some(row) = txn
                     .query_opt(
