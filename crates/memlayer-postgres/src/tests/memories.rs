@@ -743,3 +743,38 @@ async fn writes_citing_a_session_deleted_meanwhile_are_refused() {
         None
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_stores_saving_a_first_session_memory_both_succeed_one_after_the_other() {
+    let db = test_cluster::database().await.unwrap();
+    let (a, b) = (
+        std::sync::Arc::new(db.store().await.unwrap()),
+        std::sync::Arc::new(db.store().await.unwrap()),
+    );
+    a.append(&all(), "s", creating("one", "ann")).await.unwrap();
+    let version = a.version(&all(), "s").await.unwrap().unwrap();
+    for round in 0..10 {
+        let agent = format!("agent{round}");
+        let save = |store: std::sync::Arc<PgStore>, text: &'static str| {
+            let agent = agent.clone();
+            let memory = SessionMemory {
+                text: text.into(),
+                sessions: vec!["s".into()],
+                updated_at: Timestamp::from_micros(1),
+            };
+            tokio::spawn(async move {
+                store
+                    .put_session_memory("t", "ann", &agent, memory, ("s", version))
+                    .await
+            })
+        };
+        let (x, y) = (save(a.clone(), "a"), save(b.clone(), "b"));
+        x.await.unwrap().unwrap();
+        y.await.unwrap().unwrap();
+        let saved = a.session_memory("t", "ann", &agent).await.unwrap().unwrap();
+        assert!(["a", "b"].contains(&saved.text.as_str()));
+    }
+    let client = db.connect().await.unwrap();
+    // One key per session memory, and the session's: no key of a lost insert is left.
+    assert_eq!(count(&client, "SELECT count(*) FROM data_keys").await, 11);
+}
