@@ -15,16 +15,20 @@
 #![deny(missing_docs)]
 
 mod backend;
+mod backend_memories;
 mod backend_tenants;
+mod episodes;
 mod erasure;
 mod error;
 mod feed;
 mod idle;
 mod jobs;
 mod keys;
+mod memories;
 mod migrate;
 mod runs;
 mod seal;
+mod session_memory;
 mod sessions;
 mod snapshot;
 mod store;

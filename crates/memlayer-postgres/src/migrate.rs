@@ -20,6 +20,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../migrations/0003_tenants_keys.sql"),
     ),
     (
+        4,
+        "memories",
+        include_str!("../migrations/0004_memories.sql"),
+    ),
+    (
         6,
         "erasure_jobs",
         include_str!("../migrations/0006_erasure_jobs.sql"),

@@ -49,6 +49,12 @@ pub(crate) enum Field {
     /// A tenant's or agent's settings document: the place's session is the document's
     /// scope (`*` or `a/<agent_id>`), at index 0.
     Settings,
+    /// A long-term memory's body, at its id, its user as the session id.
+    Memory,
+    /// An episode's body, at its id, its user as the session id.
+    Episode,
+    /// A session memory's body, at 0, "user/agent" as the session id.
+    SessionMemory,
 }
 
 impl Field {
@@ -64,6 +70,10 @@ impl Field {
             Self::RunMetadata => 6,
             Self::Summary => 7,
             Self::Settings => 8,
+            // Apart from the session fields, so that other concerns' fields can take 8 on.
+            Self::Memory => 40,
+            Self::Episode => 41,
+            Self::SessionMemory => 42,
         }
     }
 
@@ -77,6 +87,9 @@ impl Field {
             }
             Self::Summary => "sealed summary",
             Self::Settings => "sealed settings",
+            Self::Memory => "sealed memory",
+            Self::Episode => "sealed episode",
+            Self::SessionMemory => "sealed session memory",
         }
     }
 }

@@ -3,12 +3,14 @@
 
 mod conformance;
 mod conformance_tenants;
+mod conformance_memories;
 mod erasure;
 mod feed;
 mod files;
 mod idle;
 mod jobs;
 mod listing;
+mod memories;
 mod migrations;
 mod runs;
 mod sealing;
