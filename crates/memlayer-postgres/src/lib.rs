@@ -14,6 +14,8 @@
 #![deny(missing_docs)]
 
 mod backend;
+mod backend_feed;
+mod embeddings;
 mod erasure;
 mod error;
 mod feed;

@@ -14,6 +14,7 @@ use crate::{PostgresError, Result};
 const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "schema", include_str!("../migrations/0001_schema.sql")),
     (2, "erasure", include_str!("../migrations/0002_erasure.sql")),
+    (5, "feed", include_str!("../migrations/0005_feed.sql")),
 ];
 
 /// The newest schema version this build knows.

@@ -46,6 +46,8 @@ pub(crate) enum Field {
     RunMetadata,
     /// The summary's text, at its last index.
     Summary,
+    /// A message's embedding (src/embeddings.rs), derived from its content.
+    Vector,
 }
 
 impl Field {
@@ -60,6 +62,8 @@ impl Field {
             Self::RunError => 5,
             Self::RunMetadata => 6,
             Self::Summary => 7,
+            // Apart from the small codes, which other fields take in order.
+            Self::Vector => 64,
         }
     }
 
@@ -72,6 +76,7 @@ impl Field {
                 "sealed run"
             }
             Self::Summary => "sealed summary",
+            Self::Vector => "sealed vector",
         }
     }
 }
@@ -219,6 +224,7 @@ mod tests {
             place(3, Field::SessionMetadata),
             place(3, Field::RunContent),
             place(3, Field::Summary),
+            place(3, Field::Vector),
         ] {
             assert!(key.open(wrong, &sealed).is_err(), "{wrong:?}");
         }

@@ -2,6 +2,8 @@
 //! own, on a throwaway cluster or on `MEMLAYER_TEST_DATABASE_URL`.
 
 mod conformance;
+mod conformance_feed;
+mod embeddings;
 mod erasure;
 mod feed;
 mod files;
