@@ -591,17 +591,21 @@ impl PgStore {
     pub async fn reset_embeddings(&self) -> Result<u64> {
         let mut client = self.pool.get().await?;
         let txn = client.transaction().await?;
-        // Vectors, then outbox rows, then the state row: the order every writer locks them in.
-        txn.execute("DELETE FROM embedding_vectors", &[]).await?;
-        txn.execute("DELETE FROM embedding_outbox", &[]).await?;
+        // Sessions, vectors, outbox rows, then the state row: the order every writer locks
+        // them in (an erasure: the session, its messages, their vectors, its outbox rows).
+        // The sessions queued are locked (as the outbox's foreign key would lock them), so a
+        // deletion either waits for the reset or committed before and its session is skipped.
         let row = txn
             .query_one(
-                "WITH queued AS (
+                "WITH live AS (
+                     SELECT tenant, sid, message_count FROM sessions
+                     WHERE message_count > 0
+                     FOR KEY SHARE
+                 ), queued AS (
                      INSERT INTO embedding_outbox (tenant, ord, sid, first_index, count)
                          SELECT tenant, row_number() OVER (ORDER BY sid) - 1, sid, 0,
                                 message_count
-                         FROM sessions
-                         WHERE message_count > 0
+                         FROM live
                          RETURNING ord, count
                  )
                  SELECT coalesce(sum(count), 0)::bigint AS messages,
@@ -610,6 +614,12 @@ impl PgStore {
                 &[],
             )
             .await?;
+        txn.execute("DELETE FROM embedding_vectors", &[]).await?;
+        txn.execute(
+            "DELETE FROM embedding_outbox WHERE xid <> pg_current_xact_id()",
+            &[],
+        )
+        .await?;
         let entries: i64 = row.get("entries");
         if entries > 1 << ORD_BITS {
             return Err(StoreError::Conflict(format!(

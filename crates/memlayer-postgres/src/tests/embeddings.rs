@@ -310,3 +310,107 @@ async fn stored_vectors_reach_no_file_of_the_cluster_while_plain_bytes_do() {
     expected.push(true);
     assert_eq!(found, expected, "found in {}", data_directory.display());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_models_racing_to_store_first_one_wins_the_other_is_refused() {
+    let db = test_cluster::database().await.unwrap();
+    let store = Arc::new(db.store().await.unwrap());
+    store
+        .append(&tenant(), "s", creating("one", "ada"))
+        .await
+        .unwrap();
+    let entries = pending(&store, 1).await;
+    let key = entries[0].messages[0].0;
+    let racers: Vec<_> = ["aa", "bb"]
+        .into_iter()
+        .map(|sha256| {
+            let store = Arc::clone(&store);
+            let model = EmbeddingModel {
+                sha256: sha256.into(),
+                ..model()
+            };
+            let seq = entries[0].seq;
+            tokio::spawn(async move {
+                let stored = store
+                    .store_embeddings(model.clone(), vec![seq], vec![(key, vec![0.0, 1.0, 0.0])])
+                    .await;
+                (model, stored)
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    for racer in racers {
+        let (model, stored) = racer.await.unwrap();
+        match stored {
+            Ok(()) => winners.push(model),
+            Err(PostgresError::Store(memlayer_store::StoreError::Conflict(_))) => {}
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "{winners:?}");
+    assert_eq!(
+        store.vector_model().await.unwrap().as_ref(),
+        winners.first()
+    );
+    assert_eq!(store.vectors(None, 10).await.unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reset_racing_stores_and_deletions_neither_fails_nor_deadlocks() {
+    const ROUNDS: usize = 8;
+    let db = test_cluster::database().await.unwrap();
+    let store = Arc::new(db.store().await.unwrap());
+    for round in 0..ROUNDS {
+        for n in 0..3 {
+            let id = format!("s{round}-{n}");
+            store
+                .append(&tenant(), &id, creating("one", "ada"))
+                .await
+                .unwrap();
+        }
+        let entries = pending(&store, 3).await;
+        // Vectors exist already for some of them, so the reset and the store meet on rows.
+        embed(&store, &entries[..1]).await;
+        let storing = {
+            let store = Arc::clone(&store);
+            let entries = entries[1..].to_vec();
+            tokio::spawn(async move { embed(&store, &entries).await })
+        };
+        let resetting = {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move { store.reset_embeddings().await.unwrap() })
+        };
+        let deleting = {
+            let store = Arc::clone(&store);
+            let id = format!("s{round}-0");
+            tokio::spawn(async move { store.delete_session(&tenant(), &id).await.unwrap() })
+        };
+        storing.await.unwrap();
+        resetting.await.unwrap();
+        deleting.await.unwrap();
+        // Whatever the order, every message of a live session is embedded or queued again
+        // (entries become deliverable once other tests' older transactions end).
+        let live = 2 * (round as u64 + 1);
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let queued: u64 = store
+                .pending_embeddings(10_000)
+                .await
+                .unwrap()
+                .iter()
+                .map(|entry| entry.messages.len() as u64)
+                .sum();
+            let stored = store.vectors(None, 10_000).await.unwrap().len() as u64;
+            if queued + stored >= live {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{round}: {queued} + {stored} < {live}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let all = pending(&store, 1).await;
+        embed(&store, &all).await;
+    }
+}
