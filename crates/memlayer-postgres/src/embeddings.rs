@@ -29,7 +29,9 @@
 //!
 //! The costs: an append is embedded (and a read-your-writes wait ends) only once every
 //! transaction that started writing before it has ended, so a long transaction anywhere in the
-//! cluster holds the pipeline back; and positions need `xid < 2^40` (a trillion transactions)
+//! cluster holds the pipeline back ([`PgStore::pending_embeddings`] waits up to a second for
+//! such transactions when committed entries are not yet deliverable, then answers with what
+//! is); and positions need `xid < 2^40` (a trillion transactions)
 //! and fewer than 2^24 rows per transaction (a reset queues one row per session), refused
 //! beyond.
 //!

@@ -1,8 +1,9 @@
 //! memlayer's records in PostgreSQL, for operators who run memlayer on a database server
 //! instead of its embedded redb file: the schema and its migrations, sessions and their
 //! messages, runs and summaries, listings, search and idle sessions, content sealed under
-//! per-session data keys (so that erasure can be crypto-shredding, see `seal`), and the
-//! change feed that derived data follows.
+//! per-session data keys (so that erasure can be crypto-shredding, see `seal`), the
+//! change feed that derived data follows, and the embedding pipeline's side of it (queued
+//! appends, sealed vectors, look-ups by surrogate key).
 //!
 //! It must not depend on HTTP, embeddings or indexes. Of memlayer's crates it uses only
 //! `memlayer-store`, whose domain types (`Access`, `NewSession`, `Session`, `Append`,
