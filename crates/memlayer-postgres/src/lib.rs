@@ -4,6 +4,8 @@
 //! per-session data keys (so that erasure can be crypto-shredding, see `seal`), the
 //! change feed that derived data follows, tenants' settings (sealed under a per-tenant key)
 //! and retention rules, and API keys (only their SHA-256).
+//! change feed that derived data follows, and the embedding pipeline's side of it (queued
+//! appends, sealed vectors, look-ups by surrogate key).
 //!
 //! It must not depend on HTTP, embeddings or indexes. Of memlayer's crates it uses only
 //! `memlayer-store`, whose domain types (`Access`, `NewSession`, `Session`, `Append`,
@@ -15,8 +17,10 @@
 #![deny(missing_docs)]
 
 mod backend;
+mod backend_feed;
 mod backend_memories;
 mod backend_tenants;
+mod embeddings;
 mod episodes;
 mod erasure;
 mod error;

@@ -24,6 +24,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "memories",
         include_str!("../migrations/0004_memories.sql"),
     ),
+    (5, "feed", include_str!("../migrations/0005_feed.sql")),
     (
         6,
         "erasure_jobs",

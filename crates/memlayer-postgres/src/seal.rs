@@ -55,6 +55,8 @@ pub(crate) enum Field {
     Episode,
     /// A session memory's body, at 0, "user/agent" as the session id.
     SessionMemory,
+    /// A message's embedding (src/embeddings.rs), derived from its content.
+    Vector,
 }
 
 impl Field {
@@ -70,10 +72,10 @@ impl Field {
             Self::RunMetadata => 6,
             Self::Summary => 7,
             Self::Settings => 8,
-            // Apart from the session fields, so that other concerns' fields can take 8 on.
-            Self::Memory => 40,
-            Self::Episode => 41,
-            Self::SessionMemory => 42,
+            Self::Memory => 9,
+            Self::Episode => 10,
+            Self::SessionMemory => 11,
+            Self::Vector => 12,
         }
     }
 
@@ -90,6 +92,7 @@ impl Field {
             Self::Memory => "sealed memory",
             Self::Episode => "sealed episode",
             Self::SessionMemory => "sealed session memory",
+            Self::Vector => "sealed vector",
         }
     }
 }
@@ -237,6 +240,7 @@ mod tests {
             place(3, Field::SessionMetadata),
             place(3, Field::RunContent),
             place(3, Field::Summary),
+            place(3, Field::Vector),
         ] {
             assert!(key.open(wrong, &sealed).is_err(), "{wrong:?}");
         }

@@ -2,8 +2,10 @@
 //! own, on a throwaway cluster or on `MEMLAYER_TEST_DATABASE_URL`.
 
 mod conformance;
-mod conformance_tenants;
+mod conformance_feed;
 mod conformance_memories;
+mod conformance_tenants;
+mod embeddings;
 mod erasure;
 mod feed;
 mod files;

@@ -1,0 +1,416 @@
+//! The embedding feed beyond the conformance cases: positions when transactions commit out of
+//! order, erasures, races with deletion, the surrogate key's bound, and sealing on disk.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use memlayer_store::{Access, EmbeddingModel, MessageKey, PendingEmbedding};
+
+use super::files::{data_directory, found_in_files};
+use super::{creating, say};
+use crate::{PgStore, PostgresError, test_cluster};
+
+/// How long a test waits for entries it expects: transactions of tests running in parallel
+/// on the same cluster hold the horizon back while they run.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn tenant() -> Access {
+    Access::tenant_wide("t")
+}
+
+fn model() -> EmbeddingModel {
+    EmbeddingModel {
+        name: "test-model".into(),
+        sha256: "aa".into(),
+        dimension: 3,
+    }
+}
+
+/// The pending entries, once there are `expected` of them (or the patience ran out).
+async fn pending(store: &PgStore, expected: usize) -> Vec<PendingEmbedding> {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let pending = store.pending_embeddings(1_000).await.unwrap();
+        if pending.len() >= expected || Instant::now() >= deadline {
+            return pending;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Stores a vector for every message of `entries`, and removes them from the outbox.
+async fn embed(store: &PgStore, entries: &[PendingEmbedding]) {
+    let done = entries.iter().map(|entry| entry.seq).collect();
+    let vectors = entries
+        .iter()
+        .flat_map(|entry| &entry.messages)
+        .map(|(key, _)| (*key, vec![1.0, 2.0, 3.0]))
+        .collect();
+    store
+        .store_embeddings(model(), done, vectors)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_committing_after_a_newer_one_is_delivered_before_it_never_skipped() {
+    let db = test_cluster::database().await.unwrap();
+    let store = db.store().await.unwrap();
+    store
+        .append(&tenant(), "s1", creating("one", "ada"))
+        .await
+        .unwrap();
+    let first = pending(&store, 1).await;
+    embed(&store, &first).await;
+
+    // An older transaction that has not yet appended: it holds a transaction id below the
+    // next append's.
+    let mut client = db.connect().await.unwrap();
+    let older = client.transaction().await.unwrap();
+    older
+        .query_one("SELECT pg_current_xact_id()", &[])
+        .await
+        .unwrap();
+    store
+        .append(&tenant(), "s2", creating("two", "ada"))
+        .await
+        .unwrap();
+    let head = store.outbox_head().await.unwrap();
+    // The newer append committed, so the head covers it; it is not delivered while the older
+    // transaction may still add an entry below it.
+    assert!(head > first[0].seq);
+    assert!(store.pending_embeddings(100).await.unwrap().is_empty());
+
+    // The older transaction appends (as memlayer_append does: a feed row) and commits last.
+    older
+        .execute(
+            "INSERT INTO feed (tenant, session_id, first_index, count) VALUES ('t', 's1', 0, 1)",
+            &[],
+        )
+        .await
+        .unwrap();
+    older.commit().await.unwrap();
+    let delivered = pending(&store, 2).await;
+    let sessions: Vec<_> = delivered
+        .iter()
+        .map(|entry| entry.session.as_ref().unwrap().session_id.as_str())
+        .collect();
+    assert_eq!(sessions, ["s1", "s2"], "in position order");
+    assert!(delivered[0].seq < delivered[1].seq);
+    assert_eq!(
+        delivered[1].seq, head,
+        "the head was the newer append's position"
+    );
+    // What a pipeline that applied up to the head has applied includes the late commit.
+    assert!(delivered[0].seq <= head);
+    assert_eq!(store.outbox_head().await.unwrap(), head);
+    embed(&store, &delivered).await;
+    assert_eq!(store.outbox_head().await.unwrap(), 0, "nothing waits");
+    assert_eq!(store.pending_embedding_count().await.unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn erasures_take_vectors_and_queued_entries_and_change_the_version() {
+    let db = test_cluster::database().await.unwrap();
+    let store = db.store().await.unwrap();
+    store
+        .append(&tenant(), "gone", creating("one", "ada"))
+        .await
+        .unwrap();
+    store.append(&tenant(), "gone", say("two")).await.unwrap();
+    store
+        .append(&tenant(), "kept", creating("three", "ada"))
+        .await
+        .unwrap();
+    store.append(&tenant(), "kept", say("four")).await.unwrap();
+    let entries = pending(&store, 4).await;
+    assert_eq!(entries.len(), 4);
+    let gone = store.session_key(&tenant(), "gone").await.unwrap().unwrap();
+    let kept = store.session_key(&tenant(), "kept").await.unwrap().unwrap();
+    // Vectors for the first entry of each session; the second ones stay queued.
+    let first_of_each: Vec<_> = entries
+        .iter()
+        .filter(|entry| entry.messages[0].0.index() == 0)
+        .cloned()
+        .collect();
+    embed(&store, &first_of_each).await;
+    assert_eq!(store.vectors(None, 10).await.unwrap().len(), 2);
+
+    let version = store.vectors_version().await.unwrap();
+    store.delete_session(&tenant(), "gone").await.unwrap();
+    let left: Vec<_> = store
+        .vectors(None, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|v| v.key)
+        .collect();
+    assert_eq!(left, [MessageKey::new(kept, 0)]);
+    assert_ne!(store.vectors_version().await.unwrap(), version);
+    assert_eq!(
+        store.pending_embedding_count().await.unwrap(),
+        1,
+        "the deleted session's entry left the outbox with it"
+    );
+    assert_eq!(
+        store.deleted_sessions(&[gone].into()).await.unwrap(),
+        [gone].into()
+    );
+    assert_eq!(
+        store
+            .messages_by_key(&[MessageKey::new(gone, 0), MessageKey::new(kept, 1)])
+            .await
+            .unwrap()
+            .iter()
+            .map(|m| m.as_ref().map(|m| m.content.clone()))
+            .collect::<Vec<_>>(),
+        [None, Some("four".to_owned())]
+    );
+
+    // One message erased, whoever erases it: its vector goes, and the version moves.
+    let version = store.vectors_version().await.unwrap();
+    let client = db.connect().await.unwrap();
+    client
+        .execute(
+            "DELETE FROM messages WHERE tenant = 't' AND session_id = 'kept' AND idx = 0",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(store.vectors(None, 10).await.unwrap().is_empty());
+    assert_ne!(store.vectors_version().await.unwrap(), version);
+    // A deletion that takes no vector leaves the version alone.
+    let version = store.vectors_version().await.unwrap();
+    client
+        .execute(
+            "DELETE FROM messages WHERE tenant = 't' AND session_id = 'kept' AND idx = 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.vectors_version().await.unwrap(), version);
+    // The entry of the erased message has nothing left to embed.
+    let rest = pending(&store, 1).await;
+    embed(&store, &rest).await;
+    assert!(store.vectors(None, 10).await.unwrap().is_empty());
+    assert_eq!(store.pending_embedding_count().await.unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn storing_vectors_races_session_deletion_without_failing() {
+    const ROUNDS: usize = 12;
+    let db = test_cluster::database().await.unwrap();
+    let store = Arc::new(db.store().await.unwrap());
+    let other = Arc::new(db.store().await.unwrap());
+    for round in 0..ROUNDS {
+        let id = format!("s{round}");
+        store
+            .append(&tenant(), &id, creating("one", "ada"))
+            .await
+            .unwrap();
+        store.append(&tenant(), &id, say("two")).await.unwrap();
+        let entries = pending(&store, 2).await;
+        assert_eq!(entries.len(), 2);
+        let storing = {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move { embed(&store, &entries).await })
+        };
+        let deleting = {
+            let other = Arc::clone(&other);
+            tokio::spawn(async move { other.delete_session(&tenant(), &id).await.unwrap() })
+        };
+        storing.await.unwrap();
+        deleting.await.unwrap();
+        assert!(store.vectors(None, 10).await.unwrap().is_empty(), "{round}");
+        assert_eq!(store.pending_embedding_count().await.unwrap(), 0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_surrogate_key_a_message_key_cannot_hold_is_refused() {
+    let db = test_cluster::database().await.unwrap();
+    let store = db.store().await.unwrap();
+    let client = db.connect().await.unwrap();
+    client
+        .batch_execute("ALTER TABLE sessions ALTER COLUMN sid RESTART WITH 1099511627776")
+        .await
+        .unwrap();
+    store
+        .append(&tenant(), "big", creating("one", "ada"))
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.session_key(&tenant(), "big").await,
+        Err(PostgresError::Corrupted { .. })
+    ));
+    assert!(matches!(
+        store.all_messages(None, 10).await,
+        Err(PostgresError::Corrupted { .. })
+    ));
+}
+
+/// A vector of `n` random components, each a normal float (no NaN, no infinity).
+fn random_vector(n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            let bits = u32::from_le_bytes(uuid::Uuid::new_v4().as_bytes()[..4].try_into().unwrap());
+            // Sign and mantissa random, exponent in [0.5, 2).
+            f32::from_bits((bits & 0x807f_ffff) | 0x3f00_0000)
+        })
+        .collect()
+}
+
+fn bytes_of(components: &[f32]) -> Vec<u8> {
+    components.iter().flat_map(|c| c.to_le_bytes()).collect()
+}
+
+#[tokio::test]
+async fn stored_vectors_reach_no_file_of_the_cluster_while_plain_bytes_do() {
+    let db = test_cluster::database().await.unwrap();
+    let store = db.store().await.unwrap();
+    store
+        .append(&tenant(), "s", creating("one", "ada"))
+        .await
+        .unwrap();
+    let entries = pending(&store, 1).await;
+    let sealed = random_vector(8);
+    let eight = EmbeddingModel {
+        dimension: 8,
+        ..model()
+    };
+    store
+        .store_embeddings(
+            eight,
+            vec![entries[0].seq],
+            vec![(entries[0].messages[0].0, sealed.clone())],
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.vectors(None, 1).await.unwrap()[0].components, sealed);
+
+    let client = db.connect().await.unwrap();
+    // The control: the same scan finds bytes stored as they are.
+    let control = bytes_of(&random_vector(8));
+    client
+        .execute("CREATE TABLE scratch (bytes bytea)", &[])
+        .await
+        .unwrap();
+    client
+        .execute("INSERT INTO scratch VALUES ($1)", &[&control])
+        .await
+        .unwrap();
+    let data_directory = data_directory(&client).await;
+    let whole = bytes_of(&sealed);
+    // The whole vector, and every two adjacent components (eight bytes, unlikely by chance).
+    let mut needles: Vec<&[u8]> = vec![&whole];
+    needles.extend(whole.windows(8).step_by(4));
+    needles.push(&control);
+    let found = found_in_files(&data_directory, &needles);
+    let mut expected = vec![false; needles.len() - 1];
+    expected.push(true);
+    assert_eq!(found, expected, "found in {}", data_directory.display());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_models_racing_to_store_first_one_wins_the_other_is_refused() {
+    let db = test_cluster::database().await.unwrap();
+    let store = Arc::new(db.store().await.unwrap());
+    store
+        .append(&tenant(), "s", creating("one", "ada"))
+        .await
+        .unwrap();
+    let entries = pending(&store, 1).await;
+    let key = entries[0].messages[0].0;
+    let racers: Vec<_> = ["aa", "bb"]
+        .into_iter()
+        .map(|sha256| {
+            let store = Arc::clone(&store);
+            let model = EmbeddingModel {
+                sha256: sha256.into(),
+                ..model()
+            };
+            let seq = entries[0].seq;
+            tokio::spawn(async move {
+                let stored = store
+                    .store_embeddings(model.clone(), vec![seq], vec![(key, vec![0.0, 1.0, 0.0])])
+                    .await;
+                (model, stored)
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    for racer in racers {
+        let (model, stored) = racer.await.unwrap();
+        match stored {
+            Ok(()) => winners.push(model),
+            Err(PostgresError::Store(memlayer_store::StoreError::Conflict(_))) => {}
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "{winners:?}");
+    assert_eq!(
+        store.vector_model().await.unwrap().as_ref(),
+        winners.first()
+    );
+    assert_eq!(store.vectors(None, 10).await.unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reset_racing_stores_and_deletions_neither_fails_nor_deadlocks() {
+    const ROUNDS: usize = 8;
+    let db = test_cluster::database().await.unwrap();
+    let store = Arc::new(db.store().await.unwrap());
+    for round in 0..ROUNDS {
+        for n in 0..3 {
+            let id = format!("s{round}-{n}");
+            store
+                .append(&tenant(), &id, creating("one", "ada"))
+                .await
+                .unwrap();
+        }
+        let entries = pending(&store, 3).await;
+        // Vectors exist already for some of them, so the reset and the store meet on rows.
+        embed(&store, &entries[..1]).await;
+        let storing = {
+            let store = Arc::clone(&store);
+            let entries = entries[1..].to_vec();
+            tokio::spawn(async move { embed(&store, &entries).await })
+        };
+        let resetting = {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move { store.reset_embeddings().await.unwrap() })
+        };
+        let deleting = {
+            let store = Arc::clone(&store);
+            let id = format!("s{round}-0");
+            tokio::spawn(async move { store.delete_session(&tenant(), &id).await.unwrap() })
+        };
+        storing.await.unwrap();
+        resetting.await.unwrap();
+        deleting.await.unwrap();
+        // Whatever the order, every message of a live session is embedded or queued again
+        // (entries become deliverable once other tests' older transactions end).
+        let live = 2 * (round as u64 + 1);
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let queued: u64 = store
+                .pending_embeddings(10_000)
+                .await
+                .unwrap()
+                .iter()
+                .map(|entry| entry.messages.len() as u64)
+                .sum();
+            let stored = store.vectors(None, 10_000).await.unwrap().len() as u64;
+            if queued + stored >= live {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{round}: {queued} + {stored} < {live}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let all = pending(&store, 1).await;
+        embed(&store, &all).await;
+    }
+}
