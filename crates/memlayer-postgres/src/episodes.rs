@@ -3,12 +3,13 @@
 
 use memlayer_store::{
     Episode, MAX_EPISODE_TEXT, MAX_LESSON_TEXT, Outcome, StoreError, Timestamp, validate_id,
-    validate_optional_id,
+    validate_optional_id, validate_text,
 };
 use serde::{Deserialize, Serialize};
 use tokio_postgres::Row;
 
-use crate::memories::{BATCH, corrupted, destroy_keys, new_key, random_id, signed, validate_text};
+use crate::erasure::{destroy_keys, new_key};
+use crate::memories::{BATCH, corrupted, random_id, signed};
 use crate::seal::{DataKey, Field, Place};
 use crate::sessions::{key_from_row, unsigned};
 use crate::{PgStore, Result};

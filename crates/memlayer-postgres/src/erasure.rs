@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use memlayer_store::{Access, StoreError, validate_id};
 
+use crate::seal::DataKey;
 use crate::sessions::unsigned;
 use crate::{PgStore, PostgresError, Result};
 
@@ -185,15 +186,7 @@ impl PgStore {
         };
         let key_id: uuid::Uuid = row.get("key_id");
         let messages = unsigned(row.get("message_count"))?;
-        txn.execute(
-            "WITH destroyed AS (
-                 DELETE FROM data_keys WHERE tenant = $1 AND key_id = $2
-                 RETURNING tableoid::regclass::text AS partition
-             )
-             INSERT INTO destroyed_keys (partition) SELECT partition FROM destroyed",
-            &[&tenant, &key_id],
-        )
-        .await?;
+        destroy_keys(&txn, tenant, &[key_id]).await?;
         txn.execute(
             "DELETE FROM feed WHERE tenant = $1 AND session_id = $2",
             &[&tenant, &session_id],
@@ -387,6 +380,43 @@ async fn retire_wal(client: &tokio_postgres::Client) -> Result<()> {
         }
     }
     Err(PostgresError::WalRetained { segments: left })
+}
+
+/// A new data key of `tenant`, stored by `txn`.
+pub(crate) async fn new_key(
+    txn: &tokio_postgres::Transaction<'_>,
+    tenant: &str,
+) -> Result<DataKey> {
+    let key = DataKey::generate()?;
+    txn.execute(
+        "INSERT INTO data_keys (tenant, key_id, key) VALUES ($1, $2, $3)",
+        &[&tenant, &key.id, &key.bytes()],
+    )
+    .await?;
+    Ok(key)
+}
+
+/// Destroys data keys of `tenant` in `txn`, recording their partitions for
+/// [`PgStore::reclaim_destroyed_keys`], which then removes them from every file: how every
+/// erasure destroys what it erases.
+pub(crate) async fn destroy_keys(
+    txn: &tokio_postgres::Transaction<'_>,
+    tenant: &str,
+    key_ids: &[uuid::Uuid],
+) -> Result<()> {
+    if key_ids.is_empty() {
+        return Ok(());
+    }
+    txn.execute(
+        "WITH destroyed AS (
+             DELETE FROM data_keys WHERE tenant = $1 AND key_id = ANY($2)
+             RETURNING tableoid::regclass::text AS partition
+         )
+         INSERT INTO destroyed_keys (partition) SELECT partition FROM destroyed",
+        &[&tenant, &key_ids],
+    )
+    .await?;
+    Ok(())
 }
 
 #[cfg(test)]

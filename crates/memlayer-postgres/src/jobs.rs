@@ -5,11 +5,9 @@
 use memlayer_store::{StoreError, StoredJob, Timestamp, validate_id};
 use serde_json::Value;
 
+use crate::memories::random_id;
 use crate::sessions::{bigint, micros, unsigned};
 use crate::{PgStore, PostgresError, Result};
-
-/// Ids are drawn below 2^53, so that JSON clients read them exactly.
-const ID_SPACE: u64 = 1 << 53;
 
 /// Draws before giving up on a free id: with ids drawn from 2^53, even one taken draw in a
 /// lifetime is unlikely.
@@ -27,11 +25,11 @@ impl PgStore {
                 .execute(
                     "INSERT INTO erasure_jobs (id, document) VALUES ($1, $2)
                      ON CONFLICT (id) DO NOTHING",
-                    &[&bigint(id), &document],
+                    &[&id, &document],
                 )
                 .await?;
             if inserted == 1 {
-                return Ok(id);
+                return unsigned(id);
             }
         }
         Err(StoreError::Conflict("no free erasure id was drawn; retry".into()).into())
@@ -171,12 +169,6 @@ impl PgStore {
             .await?;
         Ok(rows.iter().map(|row| row.get("session_id")).collect())
     }
-}
-
-fn random_id() -> Result<u64> {
-    let mut bytes = [0u8; 8];
-    getrandom::fill(&mut bytes).map_err(|source| PostgresError::Random { source })?;
-    Ok(u64::from_le_bytes(bytes) % ID_SPACE)
 }
 
 fn json_text(field: &'static str, value: &Value) -> Result<String, StoreError> {

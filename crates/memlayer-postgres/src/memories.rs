@@ -12,12 +12,13 @@ use std::collections::BTreeSet;
 
 use memlayer_store::{
     Access, Citation, MAX_MEMORY_HISTORY, Memory, MemoryKind, OrphanedCitation, ReplacedText,
-    StoreError, Timestamp, validate_id, validate_optional_id,
+    StoreError, Timestamp, validate_id, validate_optional_id, validate_text,
 };
 use serde::{Deserialize, Serialize};
 use tokio_postgres::Row;
 use tokio_postgres::error::SqlState;
 
+use crate::erasure::{destroy_keys, new_key};
 use crate::seal::{DataKey, Field, Place};
 use crate::sessions::{key_from_row, unsigned};
 use crate::{PgStore, PostgresError, Result};
@@ -161,53 +162,6 @@ pub(crate) fn random_id() -> Result<i64> {
             return Ok(id as i64);
         }
     }
-}
-
-/// A new data key of `tenant`, stored by `txn`.
-pub(crate) async fn new_key(
-    txn: &tokio_postgres::Transaction<'_>,
-    tenant: &str,
-) -> Result<DataKey> {
-    let key = DataKey::generate()?;
-    txn.execute(
-        "INSERT INTO data_keys (tenant, key_id, key) VALUES ($1, $2, $3)",
-        &[&tenant, &key.id, &key.bytes()],
-    )
-    .await?;
-    Ok(key)
-}
-
-/// Destroys data keys of `tenant` in `txn`, recording their partitions for
-/// [`PgStore::reclaim_destroyed_keys`] as `delete_session` does.
-pub(crate) async fn destroy_keys(
-    txn: &tokio_postgres::Transaction<'_>,
-    tenant: &str,
-    key_ids: &[uuid::Uuid],
-) -> Result<()> {
-    if key_ids.is_empty() {
-        return Ok(());
-    }
-    txn.execute(
-        "WITH destroyed AS (
-             DELETE FROM data_keys WHERE tenant = $1 AND key_id = ANY($2)
-             RETURNING tableoid::regclass::text AS partition
-         )
-         INSERT INTO destroyed_keys (partition) SELECT partition FROM destroyed",
-        &[&tenant, &key_ids],
-    )
-    .await?;
-    Ok(())
-}
-
-/// The NUL check redb's `validate_text` makes.
-pub(crate) fn validate_text(field: &'static str, text: &str) -> Result<(), StoreError> {
-    if text.contains('\0') {
-        return Err(StoreError::InvalidInput {
-            field,
-            reason: "must not contain NUL characters".into(),
-        });
-    }
-    Ok(())
 }
 
 /// Whether `err` is a unique violation of index `constraint`.

@@ -1,10 +1,13 @@
 //! Session memories: one rolling summary per user and agent, with the sessions merged into
 //! it, sealed under a data key of its own (see migrations/0004_memories.sql).
 
-use memlayer_store::{SessionMemory, SessionVersion, StoreError, Timestamp, validate_id};
+use memlayer_store::{
+    SessionMemory, SessionVersion, StoreError, Timestamp, validate_id, validate_text,
+};
 use serde::{Deserialize, Serialize};
 
-use crate::memories::{corrupted, destroy_keys, new_key, validate_text, violates};
+use crate::erasure::{destroy_keys, new_key};
+use crate::memories::{corrupted, violates};
 use crate::seal::{DataKey, Field, Place};
 use crate::sessions::{key_from_row, unsigned};
 use crate::{PgStore, Result};

@@ -65,7 +65,7 @@ pub use model::{
     MAX_MESSAGES_PER_SESSION, Message, MessageKey, Metadata, NewMessage, NewRun, NewSession, Page,
     PendingEmbedding, Role, Run, RunStatus, SearchQuery, Session, SessionFilter, SessionListing,
     SessionRef, SessionState, StoredSummary, StoredVector, Timestamp, metadata_to_text,
-    validate_id, validate_optional_id,
+    validate_id, validate_optional_id, validate_text,
 };
 pub use session_memory::SessionMemory;
 pub use sessions::SessionDeleted;

@@ -587,8 +587,8 @@ pub fn validate_optional_id(kind: &'static str, id: Option<&str>) -> Result<()> 
     id.map_or(Ok(()), |id| validate_id(kind, id))
 }
 
-/// Checks free text (message content, run content): no NUL characters.
-pub(crate) fn validate_text(field: &'static str, text: &str) -> Result<()> {
+/// Checks free text (message content, run content, memories): no NUL characters.
+pub fn validate_text(field: &'static str, text: &str) -> Result<()> {
     if text.contains('\0') {
         return Err(StoreError::InvalidInput {
             field,
