@@ -214,19 +214,7 @@ impl PgStore {
         done: Vec<u64>,
         mut vectors: Vec<(MessageKey, Vec<f32>)>,
     ) -> Result<()> {
-        for (key, components) in &vectors {
-            if components.len() != model.dimension as usize {
-                return Err(StoreError::InvalidInput {
-                    field: "vector",
-                    reason: format!(
-                        "message {key:?} has {} components, the model {}",
-                        components.len(),
-                        model.dimension
-                    ),
-                }
-                .into());
-            }
-        }
+        model.check_vectors(&vectors)?;
         // In key order, so that two stores lock the rows they share in the same order.
         vectors.sort_by_key(|(key, _)| *key);
         vectors.dedup_by_key(|(key, _)| *key);

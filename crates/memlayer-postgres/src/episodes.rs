@@ -1,10 +1,7 @@
 //! Episodes: what an agent did for a user on one kind of task and the lesson it drew,
 //! sealed under a data key per episode (see migrations/0004_memories.sql).
 
-use memlayer_store::{
-    Episode, MAX_EPISODE_TEXT, MAX_LESSON_TEXT, Outcome, StoreError, Timestamp, validate_id,
-    validate_optional_id, validate_text,
-};
+use memlayer_store::{Episode, Outcome, StoreError, Timestamp, validate_id};
 use serde::{Deserialize, Serialize};
 use tokio_postgres::Row;
 
@@ -79,41 +76,12 @@ fn seal_episode(key: &DataKey, episode: &Episode) -> Result<Vec<u8>> {
     )
 }
 
-/// The redb store's checks of a new episode (`Episode::validate`, private there).
-fn validate(episode: &Episode) -> Result<(), StoreError> {
-    validate_id("tenant", &episode.tenant)?;
-    validate_id("user_id", &episode.user_id)?;
-    validate_optional_id("agent_id", episode.agent_id.as_deref())?;
-    validate_id("task_type", &episode.task_type)?;
-    validate_optional_id("source_session_id", episode.source_session.as_deref())?;
-    bounded("description", &episode.description, MAX_EPISODE_TEXT, false)?;
-    bounded("reflection", &episode.reflection, MAX_EPISODE_TEXT, true)?;
-    bounded("lesson", &episode.lesson, MAX_LESSON_TEXT, false)
-}
-
-fn bounded(
-    field: &'static str,
-    text: &str,
-    max: usize,
-    may_be_empty: bool,
-) -> Result<(), StoreError> {
-    validate_text(field, text)?;
-    let invalid = |reason: String| Err(StoreError::InvalidInput { field, reason });
-    if !may_be_empty && text.trim().is_empty() {
-        return invalid("must not be empty".into());
-    }
-    if text.chars().count() > max {
-        return invalid(format!("must be at most {max} characters"));
-    }
-    Ok(())
-}
-
 impl PgStore {
     /// Records a new episode and returns its random id. A source session must be one of
     /// the same user's (checked and share-locked in the same transaction, so its deletion
     /// waits for this one and then finds the episode).
     pub async fn put_episode(&self, episode: Episode) -> Result<u64> {
-        validate(&episode)?;
+        episode.validate()?;
         let tenant = episode.tenant.as_str();
         let mut client = self.pool.get().await?;
         let txn = client.transaction().await?;

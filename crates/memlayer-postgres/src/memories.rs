@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 
 use memlayer_store::{
     Access, Citation, MAX_MEMORY_HISTORY, Memory, MemoryKind, OrphanedCitation, ReplacedText,
-    StoreError, Timestamp, validate_id, validate_optional_id, validate_text,
+    StoreError, Timestamp, validate_id, validate_optional_id,
 };
 use serde::{Deserialize, Serialize};
 use tokio_postgres::Row;
@@ -257,20 +257,7 @@ impl PgStore {
     /// foreign memory or a taken key, [`StoreError::SessionNotFound`] and
     /// [`StoreError::MessageNotFound`] for a source out of reach). One transaction.
     pub async fn put_memory(&self, memory: Memory, sources: &Access) -> Result<u64> {
-        validate_id("tenant", &memory.tenant)?;
-        if sources.tenant() != memory.tenant {
-            return Err(StoreError::InvalidInput {
-                field: "tenant",
-                reason: "a memory cites sessions of its own tenant only".into(),
-            }
-            .into());
-        }
-        validate_id("user_id", &memory.user_id)?;
-        validate_optional_id("agent_id", memory.agent_id.as_deref())?;
-        validate_text("memory", &memory.text)?;
-        if let Some(key) = &memory.key {
-            validate_id("key", key)?;
-        }
+        memory.check(sources)?;
         for _ in 0..RETRIES {
             match self.try_put_memory(&memory, sources).await {
                 Ok(Put::Saved(id)) => return Ok(id),

@@ -26,6 +26,25 @@ use crate::tables::{
 };
 use crate::{Result, StoreError};
 
+impl EmbeddingModel {
+    /// Refuses vectors that are not of this model's dimension, before anything is stored.
+    pub fn check_vectors(&self, vectors: &[(MessageKey, Vec<f32>)]) -> Result<()> {
+        for (key, components) in vectors {
+            if components.len() != self.dimension as usize {
+                return Err(StoreError::InvalidInput {
+                    field: "vector",
+                    reason: format!(
+                        "message {key:?} has {} components, the model {}",
+                        components.len(),
+                        self.dimension
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
 impl EmbeddingFeed<'_> {
     /// The oldest appends waiting to be embedded: whole outbox entries, oldest first, until
     /// at least `max_messages` messages are collected (always at least one entry if any).
@@ -92,18 +111,7 @@ impl EmbeddingFeed<'_> {
         if let Some(backend) = self.store.backend() {
             return backend.feed().store_embeddings(model, done, vectors).await;
         }
-        for (key, components) in &vectors {
-            if components.len() != model.dimension as usize {
-                return Err(StoreError::InvalidInput {
-                    field: "vector",
-                    reason: format!(
-                        "message {key:?} has {} components, the model {}",
-                        components.len(),
-                        model.dimension
-                    ),
-                });
-            }
-        }
+        model.check_vectors(&vectors)?;
         self.store
             .write(move |txn| {
                 let model_id = register_model(txn, &model)?;

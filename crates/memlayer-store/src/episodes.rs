@@ -105,7 +105,8 @@ impl EpisodeRecord {
 }
 
 impl Episode {
-    fn validate(&self) -> Result<()> {
+    /// The checks before an episode is recorded: ids, and texts within their bounds.
+    pub fn validate(&self) -> Result<()> {
         validate_id("tenant", &self.tenant)?;
         validate_id("user_id", &self.user_id)?;
         if let Some(agent) = &self.agent_id {

@@ -490,6 +490,27 @@ fn check_source(
     Ok(())
 }
 
+impl Memory {
+    /// The checks before a memory is stored, citing sessions `sources` reaches: ids, its
+    /// text, and a tenant of its own.
+    pub fn check(&self, sources: &Access) -> Result<()> {
+        validate_id("tenant", &self.tenant)?;
+        if sources.tenant() != self.tenant {
+            return Err(StoreError::InvalidInput {
+                field: "tenant",
+                reason: "a memory cites sessions of its own tenant only".into(),
+            });
+        }
+        validate_id("user_id", &self.user_id)?;
+        validate_optional_id("agent_id", self.agent_id.as_deref())?;
+        validate_text("memory", &self.text)?;
+        if let Some(key) = &self.key {
+            validate_id("key", key)?;
+        }
+        Ok(())
+    }
+}
+
 impl Store {
     /// [`Store::put_memory`] with ids from `draw` (tests force collisions with it).
     pub(crate) async fn put_memory_drawing(
@@ -498,22 +519,8 @@ impl Store {
         sources: &Access,
         draw: impl FnMut() -> Result<u64> + Send + 'static,
     ) -> Result<u64> {
-        validate_id("tenant", &memory.tenant)?;
-        if sources.tenant() != memory.tenant {
-            return Err(StoreError::InvalidInput {
-                field: "tenant",
-                reason: "a memory cites sessions of its own tenant only".into(),
-            });
-        }
+        memory.check(sources)?;
         let sources = sources.clone();
-        validate_id("user_id", &memory.user_id)?;
-        if let Some(agent) = &memory.agent_id {
-            validate_id("agent_id", agent)?;
-        }
-        validate_text("memory", &memory.text)?;
-        if let Some(key) = &memory.key {
-            validate_id("key", key)?;
-        }
         self.write(move |txn| {
             let changed = || StoreError::MemoryChanged {
                 memory_id: memory.id,
