@@ -5,7 +5,7 @@ use memlayer_store::{Episode, Outcome, StoreError, Timestamp, validate_id};
 use serde::{Deserialize, Serialize};
 use tokio_postgres::Row;
 
-use crate::erasure::{destroy_keys, new_key};
+use crate::erasure::new_key;
 use crate::memories::{BATCH, corrupted, random_id, signed};
 use crate::seal::{DataKey, Field, Place};
 use crate::sessions::{key_from_row, unsigned};
@@ -245,20 +245,14 @@ impl PgStore {
         let Some(id) = signed(id) else {
             return Ok(false);
         };
-        let mut client = self.pool.get().await?;
-        let txn = client.transaction().await?;
-        let Some(row) = txn
-            .query_opt(
+        let deleted = self
+            .delete_sealed_rows(
+                tenant,
                 "DELETE FROM episodes WHERE tenant = $1 AND id = $2 RETURNING key_id",
                 &[&tenant, &id],
             )
-            .await?
-        else {
-            return Ok(false);
-        };
-        destroy_keys(&txn, tenant, &[row.get(0)]).await?;
-        txn.commit().await?;
-        Ok(true)
+            .await?;
+        Ok(deleted == 1)
     }
 
     /// Deletes a user's episodes, all or (with `session_id`) those drawn from that session,
@@ -271,22 +265,13 @@ impl PgStore {
     ) -> Result<u64> {
         validate_id("tenant", tenant)?;
         validate_id("user_id", user_id)?;
-        let mut client = self.pool.get().await?;
-        let txn = client.transaction().await?;
-        let keys: Vec<uuid::Uuid> = txn
-            .query(
-                "DELETE FROM episodes
-                 WHERE tenant = $1 AND user_id = $2
-                   AND ($3::text IS NULL OR source_session = $3)
-                 RETURNING key_id",
-                &[&tenant, &user_id, &session_id],
-            )
-            .await?
-            .iter()
-            .map(|row| row.get(0))
-            .collect();
-        destroy_keys(&txn, tenant, &keys).await?;
-        txn.commit().await?;
-        Ok(keys.len() as u64)
+        self.delete_sealed_rows(
+            tenant,
+            "DELETE FROM episodes
+             WHERE tenant = $1 AND user_id = $2 AND ($3::text IS NULL OR source_session = $3)
+             RETURNING key_id",
+            &[&tenant, &user_id, &session_id],
+        )
+        .await
     }
 }

@@ -382,6 +382,29 @@ async fn retire_wal(client: &tokio_postgres::Client) -> Result<()> {
     Err(PostgresError::WalRetained { segments: left })
 }
 
+impl PgStore {
+    /// Runs `delete`, a `DELETE … RETURNING key_id` of rows of `tenant` each sealed under a
+    /// key of its own, and destroys those keys, in one transaction; returns how many rows.
+    pub(crate) async fn delete_sealed_rows(
+        &self,
+        tenant: &str,
+        delete: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<u64> {
+        let mut client = self.pool.get().await?;
+        let txn = client.transaction().await?;
+        let keys: Vec<uuid::Uuid> = txn
+            .query(delete, params)
+            .await?
+            .iter()
+            .map(|row| row.get("key_id"))
+            .collect();
+        destroy_keys(&txn, tenant, &keys).await?;
+        txn.commit().await?;
+        Ok(keys.len() as u64)
+    }
+}
+
 /// A new data key of `tenant`, stored by `txn`.
 pub(crate) async fn new_key(
     txn: &tokio_postgres::Transaction<'_>,

@@ -721,19 +721,13 @@ impl PgStore {
         let Some(id) = signed(id) else {
             return Ok(false);
         };
-        let mut client = self.pool.get().await?;
-        let txn = client.transaction().await?;
-        let Some(row) = txn
-            .query_opt(
+        let deleted = self
+            .delete_sealed_rows(
+                tenant,
                 "DELETE FROM memories WHERE tenant = $1 AND id = $2 RETURNING key_id",
                 &[&tenant, &id],
             )
-            .await?
-        else {
-            return Ok(false);
-        };
-        destroy_keys(&txn, tenant, &[row.get(0)]).await?;
-        txn.commit().await?;
-        Ok(true)
+            .await?;
+        Ok(deleted == 1)
     }
 }

@@ -196,21 +196,13 @@ impl PgStore {
     ) -> Result<u64> {
         validate_id("tenant", tenant)?;
         validate_id("user_id", user_id)?;
-        let mut client = self.pool.get().await?;
-        let txn = client.transaction().await?;
-        let keys: Vec<uuid::Uuid> = txn
-            .query(
-                "DELETE FROM session_memories
-                 WHERE tenant = $1 AND user_id = $2 AND ($3::text IS NULL OR $3 = ANY(sessions))
-                 RETURNING key_id",
-                &[&tenant, &user_id, &session_id],
-            )
-            .await?
-            .iter()
-            .map(|row| row.get(0))
-            .collect();
-        destroy_keys(&txn, tenant, &keys).await?;
-        txn.commit().await?;
-        Ok(keys.len() as u64)
+        self.delete_sealed_rows(
+            tenant,
+            "DELETE FROM session_memories
+             WHERE tenant = $1 AND user_id = $2 AND ($3::text IS NULL OR $3 = ANY(sessions))
+             RETURNING key_id",
+            &[&tenant, &user_id, &session_id],
+        )
+        .await
     }
 }
