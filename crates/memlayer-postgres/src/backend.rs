@@ -24,8 +24,9 @@ impl From<PostgresError> for StoreError {
     }
 }
 
-/// `result` with a backend failure as a [`StoreError`].
-fn store<T>(result: crate::Result<T>) -> memlayer_store::Result<T> {
+/// `result` with a backend failure as a [`StoreError`]: what every trait method of this
+/// crate answers.
+pub(crate) fn store<T>(result: crate::Result<T>) -> memlayer_store::Result<T> {
     result.map_err(StoreError::from)
 }
 

@@ -6,15 +6,11 @@ use std::collections::BTreeSet;
 
 use memlayer_store::{
     Access, BoxFuture, EmbeddingModel, FeedBackend, Message, MessageKey, PendingEmbedding, Session,
-    SessionRef, StoreError, StoredVector,
+    SessionRef, StoredVector,
 };
 
 use crate::PgStore;
-
-/// `result` with a backend failure as a [`StoreError`].
-fn store<T>(result: crate::Result<T>) -> memlayer_store::Result<T> {
-    result.map_err(StoreError::from)
-}
+use crate::backend::store;
 
 impl FeedBackend for PgStore {
     fn pending_embeddings(

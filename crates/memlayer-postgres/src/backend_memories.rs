@@ -4,15 +4,11 @@
 
 use memlayer_store::{
     Access, BoxFuture, Episode, Memory, MemoryBackend, OrphanedCitation, SessionMemory,
-    SessionVersion, StoreError,
+    SessionVersion,
 };
 
 use crate::PgStore;
-
-/// `result` with a backend failure as a [`StoreError`].
-fn store<T>(result: crate::Result<T>) -> memlayer_store::Result<T> {
-    result.map_err(StoreError::from)
-}
+use crate::backend::store;
 
 impl MemoryBackend for PgStore {
     fn put_memory<'a>(

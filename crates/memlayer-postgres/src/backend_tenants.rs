@@ -5,15 +5,11 @@
 
 use memlayer_store::{
     ApiKey, Bootstrap, BoxFuture, ConversationStats, IssuedKey, KeyBackend, KeyRejection, Metadata,
-    NewKey, StoreError, TenantBackend, Timestamp,
+    NewKey, TenantBackend, Timestamp,
 };
 
 use crate::PgStore;
-
-/// `result` with a backend failure as a [`StoreError`].
-fn store<T>(result: crate::Result<T>) -> memlayer_store::Result<T> {
-    result.map_err(StoreError::from)
-}
+use crate::backend::store;
 
 impl TenantBackend for PgStore {
     fn settings<'a>(
