@@ -5,9 +5,9 @@
 use memlayer_store::{StoreError, StoredJob, Timestamp, validate_id};
 use serde_json::Value;
 
-use crate::memories::random_id;
+use crate::memories::{corrupted, random_id};
 use crate::sessions::{bigint, micros, unsigned};
-use crate::{PgStore, PostgresError, Result};
+use crate::{PgStore, Result};
 
 /// Draws before giving up on a free id: with ids drawn from 2^53, even one taken draw in a
 /// lifetime is unlikely.
@@ -179,12 +179,6 @@ fn json_text(field: &'static str, value: &Value) -> Result<String, StoreError> {
 }
 
 fn parse_json(what: &'static str, text: Option<&str>) -> Result<Value> {
-    let text = text.ok_or_else(|| PostgresError::Corrupted {
-        what,
-        detail: "missing".into(),
-    })?;
-    serde_json::from_str(text).map_err(|err| PostgresError::Corrupted {
-        what,
-        detail: err.to_string(),
-    })
+    let text = text.ok_or_else(|| corrupted(what, "missing"))?;
+    serde_json::from_str(text).map_err(|err| corrupted(what, err))
 }
