@@ -119,12 +119,15 @@ CREATE TABLE summaries (
 
 -- What a keyed append did, so that its retry answers the same without writing again. The
 -- digest covers the request's messages, so a different request under the same key is told
--- apart.
+-- apart. It is keyed with the session's data key (an HMAC), so a digest left in an old row
+-- version confirms no guess once an erasure destroyed that key; NULL once a message of the
+-- session was erased (the re-key cannot key it again): a retry then answers the first result
+-- whatever its body.
 CREATE TABLE idempotency (
     tenant text NOT NULL,
     session_id text NOT NULL,
     key text NOT NULL,
-    digest bytea NOT NULL,
+    digest bytea,
     first_index bigint NOT NULL,
     count bigint NOT NULL,
     created_session boolean NOT NULL,
@@ -236,12 +239,15 @@ BEGIN
             RETURN QUERY SELECT 'taken', NULL::bigint, NULL::bigint, NULL::boolean, NULL::uuid, NULL::bytea;
             RETURN;
         END IF;
-        IF p_idempotency_key IS NOT NULL THEN
+        -- Digests are compared only under the session's current key (they are keyed with
+        -- it); with another key the update below answers the current one, and the retry
+        -- comes back here.
+        IF p_idempotency_key IS NOT NULL AND p_key_id IS NOT DISTINCT FROM s.key_id THEN
             SELECT * INTO previous FROM idempotency
                 WHERE idempotency.tenant = p_tenant AND idempotency.session_id = p_session_id
                   AND idempotency.key = p_idempotency_key;
             IF FOUND THEN
-                IF previous.digest <> p_digest THEN
+                IF previous.digest IS NOT NULL AND previous.digest <> p_digest THEN
                     RETURN QUERY SELECT 'idempotency_conflict', NULL::bigint, NULL::bigint,
                         NULL::boolean, NULL::uuid, NULL::bytea;
                 ELSE

@@ -17,6 +17,14 @@ impl From<PostgresError> for StoreError {
     fn from(err: PostgresError) -> Self {
         match err {
             PostgresError::Store(err) => err,
+            PostgresError::Pool {
+                source: deadpool_postgres::PoolError::Closed,
+            } => StoreError::Closed,
+            // What the erasure coordinator retries, as it does a redb compaction that reads
+            // held up.
+            PostgresError::ErasureBlocked { transactions } => {
+                StoreError::Busy(format!("{transactions} older transactions still run"))
+            }
             other => StoreError::Backend {
                 source: Arc::new(other),
             },

@@ -222,14 +222,20 @@ impl PgStore {
             done.iter().filter_map(|&seq| place_of(seq)).unzip();
         let mut client = self.pool.get().await?;
         let txn = client.transaction().await?;
-        // Locks, in this order, like every other writer of these tables: the messages (so a
-        // concurrent deletion waits, or has happened and the message is skipped), the
-        // vectors, the outbox rows, and last the state row.
+        // Locks, in this order, like every other writer of these tables: the sessions (so a
+        // re-key, `rekey`, waits, or has committed and the key read below is the new one),
+        // the messages (so a concurrent deletion waits, or has happened and the message is
+        // skipped), the vectors, the outbox rows, and last the state row.
         if !vectors.is_empty() {
             let sids: Vec<i64> = vectors
                 .iter()
                 .map(|(key, _)| i64::try_from(key.session()).unwrap_or(i64::MAX))
                 .collect();
+            txn.execute(
+                "SELECT 1 FROM sessions WHERE sid = ANY($1) ORDER BY sid FOR KEY SHARE",
+                &[&sids],
+            )
+            .await?;
             let indices: Vec<i64> = vectors
                 .iter()
                 .map(|(key, _)| i64::try_from(key.index()).unwrap_or(i64::MAX))

@@ -11,6 +11,12 @@ use crate::seal::{DataKey, Field, Place};
 use crate::sessions::{key_from_row, unsigned};
 use crate::{PgStore, Result};
 
+/// Deletes the episodes of tenant `$1` and user `$2` drawn from session `$3` (or, when
+/// NULL, from any), returning their keys for `delete_sealed_rows`.
+pub(crate) const DELETE_USER_EPISODES: &str = "DELETE FROM episodes
+     WHERE tenant = $1 AND user_id = $2 AND ($3::text IS NULL OR source_session = $3)
+     RETURNING key_id";
+
 const EPISODE_COLUMNS: &str = "e.tenant, e.id, e.user_id, e.agent_id, e.task_type, \
      e.source_session, e.key_id, e.body, k.key, e.seq";
 
@@ -267,9 +273,7 @@ impl PgStore {
         validate_id("user_id", user_id)?;
         self.delete_sealed_rows(
             tenant,
-            "DELETE FROM episodes
-             WHERE tenant = $1 AND user_id = $2 AND ($3::text IS NULL OR source_session = $3)
-             RETURNING key_id",
+            DELETE_USER_EPISODES,
             &[&tenant, &user_id, &session_id],
         )
         .await

@@ -32,22 +32,13 @@
 
 use std::time::{Duration, Instant};
 
-use memlayer_store::{Access, StoreError, validate_id};
+use memlayer_store::{Access, SessionDeleted, StoreError};
 
+use crate::episodes::DELETE_USER_EPISODES;
 use crate::seal::DataKey;
+use crate::session_memory::DROP_SESSION_MEMORIES;
 use crate::sessions::unsigned;
 use crate::{PgStore, PostgresError, Result};
-
-/// What deleting a session removed.
-///
-/// Not `memlayer_store::SessionDeleted`: that one carries redb's surrogate key for the
-/// derived indexes and counts episodes and session memories, which this backend does not
-/// store yet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SessionDeleted {
-    /// The session's message count when it was deleted.
-    pub messages: u64,
-}
 
 /// The receipt of [`PgStore::reclaim_destroyed_keys`]: the bytes of these destroyed keys are
 /// in no file of the cluster any more.
@@ -152,50 +143,59 @@ fn is_key_partition(name: &str) -> bool {
 }
 
 impl PgStore {
-    /// Deletes a session with its messages, runs, summary, idempotency records and feed rows,
-    /// and destroys its data key, in one transaction. With a user-scoped `access` another user's session
-    /// is not found, as in the redb store.
+    /// Deletes a session with its messages, runs, summary, idempotency records, feed rows
+    /// and vectors, the episodes drawn from it and the session memories it was merged into,
+    /// and destroys their data keys, in one transaction. With a user-scoped `access` another
+    /// user's session is not found, as in the redb store.
     ///
     /// The feed rows go too: a reader must not be sent to a session that is gone, and removing
     /// rows changes nothing for other sessions' rows (cursors compare positions, not rows).
     ///
-    /// The key's bytes remain in the cluster's files until [`Self::reclaim_destroyed_keys`].
+    /// The keys' bytes remain in the cluster's files until [`Self::reclaim_destroyed_keys`].
     pub async fn delete_session(
         &self,
         access: &Access,
         session_id: &str,
     ) -> Result<SessionDeleted> {
-        access.validate()?;
-        validate_id("session_id", session_id)?;
+        access.check_session(session_id)?;
         let tenant = access.tenant();
         let mut client = self.pool.get().await?;
         let txn = client.transaction().await?;
         // First, so that the session's row lock keeps appends out until the commit; the
         // statements after it then see every message an append committed before. Messages,
-        // runs, the summary and idempotency records go by ON DELETE CASCADE.
+        // vectors, runs, the summary, idempotency records and queued embeddings go by
+        // ON DELETE CASCADE.
         let Some(row) = txn
             .query_opt(
                 "DELETE FROM sessions
                  WHERE tenant = $1 AND session_id = $2 AND ($3::text IS NULL OR user_id = $3)
-                 RETURNING key_id, message_count",
+                 RETURNING sid, user_id, key_id",
                 &[&tenant, &session_id, &access.user()],
             )
             .await?
         else {
             return Err(StoreError::session_not_found(session_id).into());
         };
-        let key_id: uuid::Uuid = row.get("key_id");
-        let messages = unsigned(row.get("message_count"))?;
-        destroy_keys(&txn, tenant, &[key_id]).await?;
+        let user_id: String = row.get("user_id");
+        destroy_keys(&txn, tenant, &[row.get("key_id")]).await?;
         txn.execute(
             "DELETE FROM feed WHERE tenant = $1 AND session_id = $2",
             &[&tenant, &session_id],
         )
         .await?;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+            [&tenant, &user_id, &Some(session_id)];
+        let episodes = delete_sealed_rows_in(&txn, tenant, DELETE_USER_EPISODES, &params).await?;
+        let session_memories =
+            delete_sealed_rows_in(&txn, tenant, DROP_SESSION_MEMORIES, &params).await?;
         txn.commit().await?;
         // After the commit: a failed deletion keeps the key, and the entry is only a guess.
         self.known.forget(tenant, session_id);
-        Ok(SessionDeleted { messages })
+        Ok(SessionDeleted {
+            sid: unsigned(row.get("sid"))?,
+            episodes,
+            session_memories,
+        })
     }
 
     /// Makes the keys destroyed so far (by every node of this database) unrecoverable from
@@ -383,8 +383,7 @@ async fn retire_wal(client: &tokio_postgres::Client) -> Result<()> {
 }
 
 impl PgStore {
-    /// Runs `delete`, a `DELETE … RETURNING key_id` of rows of `tenant` each sealed under a
-    /// key of its own, and destroys those keys, in one transaction; returns how many rows.
+    /// [`delete_sealed_rows_in`] in a transaction of its own.
     pub(crate) async fn delete_sealed_rows(
         &self,
         tenant: &str,
@@ -393,16 +392,28 @@ impl PgStore {
     ) -> Result<u64> {
         let mut client = self.pool.get().await?;
         let txn = client.transaction().await?;
-        let keys: Vec<uuid::Uuid> = txn
-            .query(delete, params)
-            .await?
-            .iter()
-            .map(|row| row.get("key_id"))
-            .collect();
-        destroy_keys(&txn, tenant, &keys).await?;
+        let deleted = delete_sealed_rows_in(&txn, tenant, delete, params).await?;
         txn.commit().await?;
-        Ok(keys.len() as u64)
+        Ok(deleted)
     }
+}
+
+/// Runs `delete`, a `DELETE … RETURNING key_id` of rows of `tenant` each sealed under a key
+/// of its own, and destroys those keys, in `txn`; returns how many rows.
+pub(crate) async fn delete_sealed_rows_in(
+    txn: &tokio_postgres::Transaction<'_>,
+    tenant: &str,
+    delete: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<u64> {
+    let keys: Vec<uuid::Uuid> = txn
+        .query(delete, params)
+        .await?
+        .iter()
+        .map(|row| row.get("key_id"))
+        .collect();
+    destroy_keys(txn, tenant, &keys).await?;
+    Ok(keys.len() as u64)
 }
 
 /// A new data key of `tenant`, stored by `txn`.

@@ -2,10 +2,11 @@
 //! instead of its embedded redb file: the schema and its migrations, sessions and their
 //! messages, runs and summaries, listings, search and idle sessions, content sealed under
 //! per-session data keys (so that erasure can be crypto-shredding, see `seal`), the
-//! change feed that derived data follows, tenants' settings (sealed under a per-tenant key)
-//! and retention rules, and API keys (only their SHA-256).
 //! change feed that derived data follows, and the embedding pipeline's side of it (queued
-//! appends, sealed vectors, look-ups by surrogate key).
+//! appends, sealed vectors, look-ups by surrogate key), tenants' settings (sealed under a
+//! per-tenant key) and retention rules, API keys (only their SHA-256), memories, session
+//! memories and episodes, and the erasure jobs' journal. `PgStore` serves a whole
+//! `memlayer_store::Store` through its backend boundary (`Store::served_by`).
 //!
 //! It must not depend on HTTP, embeddings or indexes. Of memlayer's crates it uses only
 //! `memlayer-store`, whose domain types (`Access`, `NewSession`, `Session`, `Append`,
@@ -17,6 +18,7 @@
 #![deny(missing_docs)]
 
 mod backend;
+mod backend_erasure;
 mod backend_feed;
 mod backend_memories;
 mod backend_tenants;
@@ -30,6 +32,7 @@ mod jobs;
 mod keys;
 mod memories;
 mod migrate;
+mod rekey;
 mod runs;
 mod seal;
 mod session_memory;
@@ -41,7 +44,7 @@ mod tenants;
 #[cfg(any(test, feature = "test-cluster"))]
 pub mod test_cluster;
 
-pub use erasure::{Reclaimed, ServerSettings, SessionDeleted};
+pub use erasure::{Reclaimed, ServerSettings};
 pub use error::{PostgresError, Result};
 pub use feed::{Change, FeedCursor, FeedPage};
 pub use migrate::SCHEMA_VERSION;

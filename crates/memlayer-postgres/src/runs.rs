@@ -6,7 +6,9 @@ use memlayer_store::{Access, NewRun, Run, RunStatus, StoreError, Timestamp, meta
 use tokio_postgres::Row;
 
 use crate::seal::{DataKey, Field, Place};
-use crate::sessions::{WITH_KEY, key_from_row, metadata_from_bytes, micros, unsigned};
+use crate::sessions::{
+    WITH_KEY, key_from_row, locked_session_key, metadata_from_bytes, micros, unsigned,
+};
 use crate::{PgStore, PostgresError, Result};
 
 impl PgStore {
@@ -26,17 +28,15 @@ impl PgStore {
         let txn = client.transaction().await?;
         // The row lock keeps the session's other runs out until the commit: positions stay
         // dense, and the id check below holds.
-        let Some(session) = txn
-            .query_opt(
-                &format!(
-                    "SELECT s.run_count, s.key_id, k.key FROM {WITH_KEY}
-                     WHERE s.tenant = $1 AND s.session_id = $2
-                       AND ($3::text IS NULL OR s.user_id = $3)
-                     FOR UPDATE OF s"
-                ),
-                &[&tenant, &session_id, &access.user()],
-            )
-            .await?
+        let Some((session, key)) = locked_session_key(
+            &txn,
+            "SELECT run_count, key_id FROM sessions
+             WHERE tenant = $1 AND session_id = $2 AND ($3::text IS NULL OR user_id = $3)
+             FOR UPDATE",
+            access,
+            session_id,
+        )
+        .await?
         else {
             return Err(StoreError::session_not_found(session_id).into());
         };
@@ -51,7 +51,6 @@ impl PgStore {
         }
         let position: i64 = session.get("run_count");
         let index = unsigned(position)?;
-        let key = key_from_row(&session)?;
         let place = |field| Place {
             tenant,
             session_id,

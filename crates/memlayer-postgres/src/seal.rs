@@ -18,12 +18,16 @@
 
 use chacha20poly1305::aead::{Aead, Payload};
 use chacha20poly1305::{Key, KeyInit, XChaCha20Poly1305, XNonce};
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
 
 use crate::{PostgresError, Result};
 
 /// Bytes of a data key.
 pub(crate) const KEY_LEN: usize = 32;
 const NONCE_LEN: usize = 24;
+/// Keeps the key's HMAC digests apart from any other use of it.
+const IDEMPOTENCY_DIGEST_LABEL: &[u8] = b"memlayer-postgres idempotency digest v1\0";
 /// Tag of the associated data's layout, so a later layout can never collide with this one.
 const AAD_VERSION: &[u8] = b"memlayer-postgres seal v1\0";
 
@@ -161,6 +165,18 @@ impl DataKey {
 
     fn cipher(&self) -> XChaCha20Poly1305 {
         XChaCha20Poly1305::new(Key::from_slice(&self.bytes))
+    }
+
+    /// The idempotency digest of an append whose request digest is `request`
+    /// (`memlayer_store::Append::request_digest`): keyed with this key, so that once an
+    /// erasure destroyed it, the digests old row versions keep confirm no guess of the
+    /// erased text.
+    pub(crate) fn idempotency_digest(&self, request: &[u8]) -> Vec<u8> {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.bytes)
+            .expect("HMAC takes keys of any length");
+        mac.update(IDEMPOTENCY_DIGEST_LABEL);
+        mac.update(request);
+        mac.finalize().into_bytes().to_vec()
     }
 
     /// `plaintext` encrypted for `place`: nonce, then ciphertext and tag.

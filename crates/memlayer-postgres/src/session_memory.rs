@@ -12,6 +12,12 @@ use crate::seal::{DataKey, Field, Place};
 use crate::sessions::{key_from_row, unsigned};
 use crate::{PgStore, Result};
 
+/// Deletes the session memories of tenant `$1` and user `$2` into which session `$3` (or,
+/// when NULL, any session) was merged, returning their keys for `delete_sealed_rows`.
+pub(crate) const DROP_SESSION_MEMORIES: &str = "DELETE FROM session_memories
+     WHERE tenant = $1 AND user_id = $2 AND ($3::text IS NULL OR $3 = ANY(sessions))
+     RETURNING key_id";
+
 #[derive(Serialize, Deserialize)]
 struct Body {
     text: String,
@@ -198,9 +204,7 @@ impl PgStore {
         validate_id("user_id", user_id)?;
         self.delete_sealed_rows(
             tenant,
-            "DELETE FROM session_memories
-             WHERE tenant = $1 AND user_id = $2 AND ($3::text IS NULL OR $3 = ANY(sessions))
-             RETURNING key_id",
+            DROP_SESSION_MEMORIES,
             &[&tenant, &user_id, &session_id],
         )
         .await

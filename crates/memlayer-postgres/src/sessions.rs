@@ -108,7 +108,7 @@ impl PgStore {
     ) -> Result<Appended> {
         append.check(access, session_id)?;
         let tenant = access.tenant();
-        let digest = append
+        let request_digest = append
             .idempotency_key
             .as_ref()
             .map(|_| append.request_digest());
@@ -138,6 +138,11 @@ impl PgStore {
                 })
                 .transpose()?;
             let (contents, sealed_metadata) = sealed.map(|s| (s.contents, s.metadata)).unzip();
+            // Keyed with the guessed key: the statement compares digests only under the
+            // session's current key.
+            let digest = request_digest
+                .zip(guess.as_ref())
+                .map(|(request, (key, _))| key.idempotency_digest(&request));
             let (key_id, new_key, expected) = match &guess {
                 Some((key, first)) => {
                     // The key's bytes go along only for the key made for this append.
@@ -165,7 +170,7 @@ impl PgStore {
                         &new_key,
                         &expected,
                         &append.idempotency_key,
-                        &digest.as_ref().map(|d| d.as_slice()),
+                        &digest,
                         &now,
                         &max_messages,
                         &columns.roles,
@@ -188,6 +193,7 @@ impl PgStore {
                     if let (false, Some((key, _))) = (appended.replayed, guess) {
                         self.known
                             .put(tenant, session_id, key, appended.indices().end);
+                        self.count_commit();
                     }
                     return Ok(appended);
                 }
@@ -646,6 +652,38 @@ pub(crate) fn message_from_row(
         })?,
         metadata: metadata_from_bytes(&metadata)?,
     })
+}
+
+/// Runs `lock`, a statement taking the row lock of session `$2` of tenant `$1` (of user `$3`
+/// when not NULL) that returns its `key_id`, then reads that key in a statement of its own.
+/// `None` when `access` reaches no such session.
+///
+/// Not one statement with the key joined: a lock that waited for a re-key (`rekey`) sees the
+/// session's new key id, but a joined row of `data_keys` as the statement's snapshot had it,
+/// the old key, so the session would look gone. The second statement's snapshot is taken
+/// under the lock, after any re-key that committed first.
+pub(crate) async fn locked_session_key(
+    txn: &tokio_postgres::Transaction<'_>,
+    lock: &str,
+    access: &Access,
+    session_id: &str,
+) -> Result<Option<(Row, DataKey)>> {
+    let tenant = access.tenant();
+    let Some(row) = txn
+        .query_opt(lock, &[&tenant, &session_id, &access.user()])
+        .await?
+    else {
+        return Ok(None);
+    };
+    let key_id: uuid::Uuid = row.get("key_id");
+    let key = txn
+        .query_one(
+            "SELECT key FROM data_keys WHERE tenant = $1 AND key_id = $2",
+            &[&tenant, &key_id],
+        )
+        .await?;
+    let key = DataKey::from_stored(key_id, key.get("key"))?;
+    Ok(Some((row, key)))
 }
 
 /// The data key in `row`'s `key_id` and `key` columns.

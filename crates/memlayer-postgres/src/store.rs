@@ -21,6 +21,9 @@ const KNOWN_SESSIONS: usize = 4_096;
 pub struct PgStore {
     pub(crate) pool: Pool,
     pub(crate) known: KnownSessions,
+    /// Counts the appends this store committed, for the workers that wait for new work
+    /// (`memlayer_store::Backend::commits`); other nodes' appends are found by their polls.
+    pub(crate) commits: tokio::sync::watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -69,12 +72,32 @@ impl PgStore {
         Ok(Self {
             pool,
             known: KnownSessions::default(),
+            commits: tokio::sync::watch::Sender::new(0),
         })
     }
 
     /// The pool, for callers that share it.
     pub fn pool(&self) -> &Pool {
         &self.pool
+    }
+
+    /// Succeeds while the database answers a statement on a pooled connection (the
+    /// readiness probe); after [`Self::close`], [`memlayer_store::StoreError::Closed`].
+    pub async fn check_ready(&self) -> Result<()> {
+        self.pool.get().await?.execute("SELECT 1", &[]).await?;
+        Ok(())
+    }
+
+    /// Closes the pool: statements already running finish on their connections, every
+    /// later call (reads too, unlike the redb store) is refused with
+    /// [`memlayer_store::StoreError::Closed`].
+    pub fn close(&self) {
+        self.pool.close();
+    }
+
+    /// Tells the workers waiting for new work that an append committed.
+    pub(crate) fn count_commit(&self) {
+        self.commits.send_modify(|commits| *commits += 1);
     }
 }
 

@@ -7,7 +7,7 @@ use memlayer_store::{Access, SessionVersion, StoreError, StoredSummary, Timestam
 use tokio_postgres::Row;
 
 use crate::seal::{DataKey, Field, Place};
-use crate::sessions::{WITH_KEY, key_from_row, micros, unsigned};
+use crate::sessions::{WITH_KEY, key_from_row, locked_session_key, micros, unsigned};
 use crate::{PgStore, PostgresError, Result};
 
 impl PgStore {
@@ -58,20 +58,18 @@ impl PgStore {
         let created_at = micros(Timestamp::now())?;
         let mut client = self.pool.get().await?;
         let txn = client.transaction().await?;
-        let Some(row) = txn
-            .query_opt(
-                &format!(
-                    "SELECT s.sid, s.erased, s.message_count, s.load_from, s.key_id, k.key,
-                            m.first_index, m.last_index
-                     FROM {WITH_KEY}
-                     LEFT JOIN summaries m ON m.tenant = s.tenant AND m.session_id = s.session_id
-                     WHERE s.tenant = $1 AND s.session_id = $2
-                       AND ($3::text IS NULL OR s.user_id = $3)
-                     FOR UPDATE OF s"
-                ),
-                &[&tenant, &session_id, &access.user()],
-            )
-            .await?
+        let Some((row, key)) = locked_session_key(
+            &txn,
+            "SELECT s.sid, s.erased, s.message_count, s.load_from, s.key_id,
+                    m.first_index, m.last_index
+             FROM sessions s
+             LEFT JOIN summaries m ON m.tenant = s.tenant AND m.session_id = s.session_id
+             WHERE s.tenant = $1 AND s.session_id = $2 AND ($3::text IS NULL OR s.user_id = $3)
+             FOR UPDATE OF s",
+            access,
+            session_id,
+        )
+        .await?
         else {
             return Err(StoreError::session_not_found(session_id).into());
         };
@@ -99,7 +97,7 @@ impl PgStore {
             index: last_index,
             field: Field::Summary,
         };
-        let sealed = key_from_row(&row)?.seal(place, text.as_bytes())?;
+        let sealed = key.seal(place, text.as_bytes())?;
         let (first, last) = (
             i64::try_from(first_index).unwrap_or(i64::MAX),
             i64::try_from(last_index).unwrap_or(i64::MAX),

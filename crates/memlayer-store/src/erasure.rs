@@ -41,6 +41,20 @@ pub struct MessageErased {
     pub runs_redacted: u64,
 }
 
+impl MessageErased {
+    /// The checks before erasing message `index` of a session, which every backend makes.
+    pub fn check_request(access: &Access, session_id: &str, index: u64) -> Result<()> {
+        access.check_session(session_id)?;
+        if index >= MAX_MESSAGES_PER_SESSION {
+            return Err(StoreError::InvalidInput {
+                field: "index",
+                reason: format!("must be below {MAX_MESSAGES_PER_SESSION}"),
+            });
+        }
+        Ok(())
+    }
+}
+
 /// A tenant's conversations at a glance.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConversationStats {
@@ -165,14 +179,7 @@ impl Eraser {
                 .erase_message(access, session_id, index)
                 .await;
         }
-        access.validate()?;
-        validate_id("session_id", session_id)?;
-        if index >= MAX_MESSAGES_PER_SESSION {
-            return Err(StoreError::InvalidInput {
-                field: "index",
-                reason: format!("must be below {MAX_MESSAGES_PER_SESSION}"),
-            });
-        }
+        MessageErased::check_request(access, session_id, index)?;
         let (access, session_id) = (access.clone(), session_id.to_owned());
         self.store
             .write_alone(move |txn| {

@@ -6,3 +6,10 @@ use std::sync::Arc;
 use super::fresh_store;
 
 memlayer_store::session_conformance!(Arc::new(fresh_store().await));
+memlayer_store::eraser_conformance!(
+    subject = Arc::new(fresh_store().await),
+    // Through a store it serves: the eraser is what `Store::take_eraser` hands out.
+    memlayer_store::Store::served_by(subject.clone())
+        .take_eraser()
+        .unwrap()
+);

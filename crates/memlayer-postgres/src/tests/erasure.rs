@@ -8,7 +8,7 @@ use crate::seal::{DataKey, Field, Place};
 use crate::test_cluster::{self, TestDatabase};
 use crate::{PgStore, PostgresError, Reclaimed};
 
-fn tenant() -> Access {
+pub(super) fn tenant() -> Access {
     Access::tenant_wide("t")
 }
 
@@ -18,6 +18,11 @@ async fn session_with_key(db: &TestDatabase, store: &PgStore, session_id: &str) 
         .append(&tenant(), session_id, creating("secret", "alice"))
         .await
         .unwrap();
+    key_of(db, session_id).await
+}
+
+/// The bytes of session `session_id`'s data key as stored.
+pub(super) async fn key_of(db: &TestDatabase, session_id: &str) -> Vec<u8> {
     db.connect()
         .await
         .unwrap()
@@ -34,7 +39,7 @@ async fn session_with_key(db: &TestDatabase, store: &PgStore, session_id: &str) 
 
 /// Gives session `session_id` metadata, a run and a summary, each holding a canary text, and
 /// answers the canaries.
-async fn with_run_and_summary(store: &PgStore, session_id: &str) -> [String; 3] {
+pub(super) async fn with_run_and_summary(store: &PgStore, session_id: &str) -> [String; 3] {
     let canary = |what: &str| format!("{what}-canary-{}", uuid::Uuid::new_v4().simple());
     let canaries = [canary("session"), canary("run"), canary("summary")];
     let tenant = tenant();
@@ -217,8 +222,9 @@ async fn a_deleted_session_is_gone_and_its_id_gets_a_new_key() {
         .await
         .unwrap();
 
+    let sid = store.session_key(&tenant(), "s").await.unwrap();
     let deleted = store.delete_session(&tenant(), "s").await.unwrap();
-    assert_eq!(deleted.messages, 2);
+    assert_eq!(Some(deleted.sid), sid);
     assert_eq!(store.session(&tenant(), "s").await.unwrap(), None);
     for result in [
         store.messages(&tenant(), "s", 0, 10).await.map(drop),

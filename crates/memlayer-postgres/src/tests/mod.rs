@@ -14,6 +14,7 @@ mod jobs;
 mod listing;
 mod memories;
 mod migrations;
+mod rekey;
 mod runs;
 mod sealing;
 mod search;
@@ -29,6 +30,11 @@ use crate::{PgStore, PostgresError, test_cluster};
 /// Waits (a minute at most) until one session of `watcher`'s database waits on a lock: the
 /// statement a test holds back has reached the lock that holds it. `what` names it.
 async fn until_one_waits_on_a_lock(watcher: &tokio_postgres::Client, what: &str) {
+    until_waiting_on_locks(watcher, 1, what).await;
+}
+
+/// Waits (a minute at most) until `sessions` sessions of `watcher`'s database wait on locks.
+async fn until_waiting_on_locks(watcher: &tokio_postgres::Client, sessions: i64, what: &str) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
         let waiting: i64 = watcher
@@ -40,7 +46,7 @@ async fn until_one_waits_on_a_lock(watcher: &tokio_postgres::Client, what: &str)
             .await
             .unwrap()
             .get(0);
-        if waiting == 1 {
+        if waiting == sessions {
             return;
         }
         assert!(std::time::Instant::now() < deadline, "{what} never waited");
