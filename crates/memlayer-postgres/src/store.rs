@@ -46,6 +46,30 @@ impl PgStore {
         Self::connect_config(config, pool_size).await
     }
 
+    /// Where `database_url` points, for people to read: the database and its hosts, never the
+    /// user or a password.
+    pub fn location(database_url: &str) -> Result<String> {
+        let config = tokio_postgres::Config::from_str(database_url)
+            .map_err(|source| PostgresError::Url { source })?;
+        let hosts: Vec<String> = config
+            .get_hosts()
+            .iter()
+            .map(|host| match host {
+                tokio_postgres::config::Host::Tcp(name) => name.clone(),
+                tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+            })
+            .collect();
+        Ok(format!(
+            "PostgreSQL database {} on {}",
+            config.get_dbname().unwrap_or("(the user's)"),
+            if hosts.is_empty() {
+                "localhost".to_owned()
+            } else {
+                hosts.join(", ")
+            }
+        ))
+    }
+
     /// [`PgStore::connect`] with a parsed configuration.
     pub async fn connect_config(config: tokio_postgres::Config, pool_size: usize) -> Result<Self> {
         let manager = Manager::from_config(

@@ -7,7 +7,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use memlayer_store::{DiskSpace, Store};
+use memlayer_store::{DiskSpace, Store, StoreError};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -89,6 +89,8 @@ pub(crate) async fn watch_disk_space(
                 }
                 low = now_low;
             }
+            // A database's disk is its server's to watch.
+            Err(StoreError::Unsupported(_)) => return,
             Err(err) => tracing::debug!(error = %err.for_log(), "cannot read the free disk space"),
         }
         tokio::select! {

@@ -39,6 +39,7 @@ pub(crate) const CODES: &[&str] = &[
     "overloaded",
     "storage_full",
     "storage_unavailable",
+    "not_implemented",
     "timeout",
     "model_not_configured",
     "upstream_timeout",
@@ -181,8 +182,8 @@ pub enum ApiError {
     /// resumes by itself once the device takes writes again; reads of what is stored go on
     /// where the device still reads. The detail is logged, never sent.
     #[error(
-        "the server's disk failed: writes resume by themselves once it works again; retry \
-         later (appends with the same idempotency key)"
+        "the server's storage (its disk or its database) failed: writes resume by themselves \
+         once it works again; retry later (appends with the same idempotency key)"
     )]
     StorageUnavailable {
         /// What the store said, for the log.
@@ -190,6 +191,10 @@ pub enum ApiError {
         /// The erasure this interrupted after recording it, which finishes by itself.
         erasure_id: Option<u64>,
     },
+    /// `501`: the store this server runs on cannot do this (a file backup of a store in
+    /// PostgreSQL).
+    #[error("{0}")]
+    NotImplemented(String),
     /// `503` with `Retry-After`: as many requests as the server admits are in flight, or as
     /// many agent runs are going on. The request was refused at once, never queued.
     #[error("the server is handling as many requests as it admits; retry in a moment")]
@@ -255,6 +260,7 @@ impl ApiError {
             Self::StorageUnavailable { .. } => {
                 (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable")
             }
+            Self::NotImplemented(_) => (StatusCode::NOT_IMPLEMENTED, "not_implemented"),
             Self::Timeout(_) => (StatusCode::SERVICE_UNAVAILABLE, "timeout"),
             Self::ModelNotConfigured => (StatusCode::SERVICE_UNAVAILABLE, "model_not_configured"),
             Self::Upstream { timeout: true, .. } => {
@@ -284,7 +290,7 @@ impl ApiError {
                 self.to_string()
             }
             Self::StorageUnavailable { detail, .. } => {
-                tracing::warn!(%detail, "request failed: the disk failed");
+                tracing::warn!(%detail, "request failed: the storage failed");
                 self.to_string()
             }
             other => other.to_string(),
@@ -383,6 +389,14 @@ impl From<StoreError> for ApiError {
                 Self::Conflict(format!("{err}; retry the request"))
             }
             StoreError::Closed => Self::Unavailable("the server is shutting down".into()),
+            StoreError::Unsupported(what) => {
+                Self::NotImplemented(format!("not possible on this server's store: {what}"))
+            }
+            // The database failed or cannot be reached: like a failing disk, it passes.
+            StoreError::Backend { .. } => Self::StorageUnavailable {
+                detail: err.for_log(),
+                erasure_id: None,
+            },
             other => match other.disk_fault() {
                 Some(DiskFault::Full) => Self::StorageFull {
                     detail: other.for_log(),

@@ -23,6 +23,8 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use memlayer_store::StoreError;
+
 use crate::AppState;
 
 /// Prefix of every metric name.
@@ -301,6 +303,8 @@ pub(crate) fn render(state: &AppState) -> Result<String, String> {
                 );
             }
         }
+        // A database's disk is its server's to watch.
+        Err(StoreError::Unsupported(_)) => {}
         Err(err) => tracing::warn!(error = %err.for_log(), "metrics: cannot read the disk space"),
     }
     // A failed read leaves that one figure out rather than failing the scrape.

@@ -884,6 +884,41 @@ async fn disk_faults_answer_typed_errors_with_retry_after() {
     assert_eq!(body["error"]["code"], "storage_full", "{body}");
 }
 
+/// A database that fails or cannot be reached passes like a failing disk (`503
+/// storage_unavailable`, `Retry-After`), and its message stays in the log: a database error
+/// can quote a statement's values. What only a store file can do is `501 not_implemented`.
+#[tokio::test]
+async fn a_failing_database_and_a_file_only_operation_answer_typed_errors() {
+    use axum::response::IntoResponse;
+    use memlayer_store::StoreError;
+
+    let answer = |err: StoreError| async move {
+        let (parts, body) = crate::ApiError::from(err).into_response().into_parts();
+        Answer {
+            status: parts.status,
+            headers: parts.headers,
+            bytes: axum::body::to_bytes(body, usize::MAX).await.unwrap(),
+        }
+    };
+    let secret = "a value the statement quoted";
+    let failed = answer(StoreError::Backend {
+        source: std::sync::Arc::new(std::io::Error::other(secret)),
+    })
+    .await;
+    failed.assert_error(StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable");
+    assert_eq!(failed.header("retry-after"), Some("5"));
+    assert!(!failed.json().to_string().contains(secret));
+
+    let unsupported = answer(StoreError::Unsupported("a file backup")).await;
+    unsupported.assert_error(StatusCode::NOT_IMPLEMENTED, "not_implemented");
+    assert!(
+        unsupported.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("a file backup")
+    );
+}
+
 /// Free disk space below the configured share is a warning in `/readyz`, which stays ready,
 /// and a `low` flag in the stats' disk figures; with the warning off there is neither.
 #[tokio::test]

@@ -25,7 +25,7 @@ pub(crate) struct DataArgs {
     /// [default: ./memlayer-data].
     #[arg(long, env = "MEMLAYER_DATA_DIR")]
     data_dir: Option<PathBuf>,
-    /// TOML file with any of: listen, data_dir, assets_dir, model_dir, onnxruntime,
+    /// TOML file with any of: listen, data_dir, database_url, assets_dir, model_dir, onnxruntime,
     /// max_body_bytes, token_encoding, request_timeout_secs, max_in_flight, max_agent_runs,
     /// header_read_timeout_secs, max_connections, session_idle_timeout_secs, rate_limit_per_second, rate_limit_burst,
     /// disk_warning_free_percent, memory_resident_budget, admin_key, and
@@ -67,6 +67,12 @@ pub(crate) struct ServeArgs {
     listen: Option<SocketAddr>,
     #[command(flatten)]
     data: DataArgs,
+    /// Keep the records in this PostgreSQL database instead of the store file
+    /// (`postgres://user:password@host/db`, or `host=/run/postgresql dbname=memlayer`); the
+    /// data directory then holds only the vector index snapshot. Prefer the environment
+    /// variable or the config file: a flag's value is visible in the process list.
+    #[arg(long, env = "MEMLAYER_DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
     #[command(flatten)]
     assets: AssetArgs,
     /// Largest request body in bytes [default: 1048576].
@@ -187,6 +193,7 @@ impl AssetArgs {
 struct FileSettings {
     listen: Option<SocketAddr>,
     data_dir: Option<PathBuf>,
+    database_url: Option<String>,
     assets_dir: Option<PathBuf>,
     model_dir: Option<PathBuf>,
     onnxruntime: Option<PathBuf>,
@@ -241,6 +248,9 @@ impl std::fmt::Debug for Secret {
 pub(crate) struct Settings {
     pub(crate) listen: SocketAddr,
     pub(crate) data_dir: PathBuf,
+    /// The PostgreSQL database holding the records, if one is configured; else the store
+    /// file in `data_dir`.
+    pub(crate) database_url: Option<Secret>,
     pub(crate) assets: Assets,
     pub(crate) server: ServerConfig,
     /// The operator's admin key, if configured (see `keys::bootstrap`).
@@ -333,6 +343,7 @@ impl Settings {
                 .or(file.listen)
                 .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("the default address parses")),
             data_dir: resolve_data_dir(args.data.data_dir, file.data_dir),
+            database_url: args.database_url.or(file.database_url).map(Secret),
             assets,
             server: ServerConfig {
                 max_body_bytes,
@@ -552,6 +563,31 @@ mod tests {
         assert_eq!(settings.data_dir, PathBuf::from("/from/flag"));
         assert_eq!(settings.server.token_encoding, TokenEncoding::O200kBase);
         assert!(settings.server.summarizer_model.is_none());
+    }
+
+    #[test]
+    fn a_database_url_comes_from_the_flag_then_the_file_and_is_never_printed() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("memlayer.toml");
+        std::fs::write(
+            &file,
+            "database_url = \"postgres://u:filepw@db/memlayer\"\n",
+        )
+        .unwrap();
+        let config = file.to_str().unwrap();
+        let from_file = resolve(&["--config", config]).unwrap();
+        let url = from_file.database_url.as_ref().unwrap();
+        assert_eq!(url.expose(), "postgres://u:filepw@db/memlayer");
+        assert!(!format!("{from_file:?}").contains("filepw"));
+        let flagged = resolve(&["--config", config, "--database-url", "host=/tmp dbname=x"]);
+        assert_eq!(
+            flagged.unwrap().database_url.unwrap().expose(),
+            "host=/tmp dbname=x"
+        );
+        assert!(
+            resolve(&[]).unwrap().database_url.is_none(),
+            "the file by default"
+        );
     }
 
     #[test]

@@ -27,6 +27,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use memlayer_embed::{Embedder, EmbedderOptions};
 use memlayer_index::{Recall, RecallOptions};
+use memlayer_postgres::PgStore;
 use memlayer_server::AppState;
 use memlayer_store::Store;
 use tracing_subscriber::EnvFilter;
@@ -257,21 +258,23 @@ fn serve(settings: Settings) -> anyhow::Result<()> {
             settings.data_dir.display()
         )
     })?;
-    let store_path = settings.data_dir.join(STORE_FILE);
-    let store = Store::open(&store_path)
-        .with_context(|| format!("cannot open the store {}", store_path.display()))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let (store, location) = open_store(&settings, &runtime)?;
     settings.assets.check()?;
     let embedder = Embedder::open(&settings.assets, EmbedderOptions::default())
         .context("cannot load the embedding model")?;
     let options = RecallOptions::default()
         .with_snapshot(settings.data_dir.join(SNAPSHOT_FILE))
         .with_keywords_in_background();
-    let recall = Recall::open(store.clone(), embedder, options)
-        .context("cannot build the recall indexes")?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    // In the runtime's context: a store in PostgreSQL answers the synchronous reads that
+    // building the indexes makes through it.
+    let recall = {
+        let _runtime = runtime.enter();
+        Recall::open(store.clone(), embedder, options).context("cannot build the recall indexes")?
+    };
     runtime.block_on(async {
         // Installed before the listening line is printed, so a signal sent as soon as the
         // server is reachable is already a graceful shutdown.
@@ -283,10 +286,10 @@ fn serve(settings: Settings) -> anyhow::Result<()> {
         let address = listener.local_addr()?;
         // Scripts and tests read these two lines to find the server and its data.
         println!("memlayer listening on http://{address}");
-        println!("memlayer data in {}", store_path.display());
+        println!("memlayer data in {location}");
         // After those two lines: a generated admin key is printed once, here.
         keys::bootstrap(&store, admin_key).await?;
-        tracing::info!(%address, store = %store_path.display(), "serving");
+        tracing::info!(%address, store = %location, "serving");
         let state = AppState::new(store, recall, settings.server)
             .context("cannot build the long-term memory indexes")?;
         memlayer_server::serve(listener, state, shutdown)
@@ -295,6 +298,28 @@ fn serve(settings: Settings) -> anyhow::Result<()> {
         println!("memlayer stopped; every acknowledged write is committed");
         Ok(())
     })
+}
+
+/// The store `serve` keeps its records in, and where that is for people to read: the
+/// PostgreSQL database when one is configured, else the store file in the data directory.
+fn open_store(
+    settings: &Settings,
+    runtime: &tokio::runtime::Runtime,
+) -> anyhow::Result<(Store, String)> {
+    let Some(url) = &settings.database_url else {
+        let path = settings.data_dir.join(STORE_FILE);
+        let store = Store::open(&path)
+            .with_context(|| format!("cannot open the store {}", path.display()))?;
+        return Ok((store, path.display().to_string()));
+    };
+    let location = PgStore::location(url.expose()).context("invalid database URL")?;
+    let database = runtime
+        .block_on(PgStore::connect(
+            url.expose(),
+            memlayer_postgres::DEFAULT_POOL_SIZE,
+        ))
+        .with_context(|| format!("cannot open the store in the {location}"))?;
+    Ok((Store::served_by(std::sync::Arc::new(database)), location))
 }
 
 /// Flags of `memlayer verify-erasure`.

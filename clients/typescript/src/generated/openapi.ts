@@ -119,7 +119,8 @@ export interface paths {
          * @description The store can be read and still accepts writes; with a `warning` while free disk space
          *     is below the configured threshold. Not ready: `503 unavailable` while
          *     shutting down or when the store cannot be read, `507 storage_full` while the disk is full
-         *     and `503 storage_unavailable` while it fails writes (both with `Retry-After`; reads go on).
+         *     and `503 storage_unavailable` while it fails writes or the store's database cannot be
+         *     reached (both with `Retry-After`; reads go on).
          */
         get: operations["ready"];
         put?: never;
@@ -2358,7 +2359,7 @@ export interface operations {
                     "application/json": components["schemas"]["Probe"];
                 };
             };
-            /** @description `timeout`: The request outlasted the server's limit. `unavailable`: The store cannot be read, or the server is shutting down. `storage_unavailable`: The disk failed */
+            /** @description `timeout`: The request outlasted the server's limit. `unavailable`: The store cannot be read, or the server is shutting down. `storage_unavailable`: The disk or the database failed */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2508,7 +2509,21 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `not_implemented`: The store is a PostgreSQL database: back it up with its own tools */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"] & {
+                        error?: {
+                            /** @enum {string} */
+                            code?: "not_implemented";
+                        };
+                    };
+                };
+            };
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2672,7 +2687,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2825,7 +2840,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2964,7 +2979,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3113,7 +3128,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3247,7 +3262,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3413,7 +3428,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3566,7 +3581,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3735,7 +3750,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3965,7 +3980,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`); As many runs as the server admits are going on (see `Retry-After`); nothing stored. `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself. `model_not_configured`: No chat model is configured; nothing stored */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`); As many runs as the server admits are going on (see `Retry-After`); nothing stored. `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself. `model_not_configured`: No chat model is configured; nothing stored */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4132,7 +4147,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4301,7 +4316,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4454,7 +4469,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4607,7 +4622,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4744,7 +4759,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4894,7 +4909,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -5074,7 +5089,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -5227,7 +5242,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -5380,7 +5395,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -5517,7 +5532,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -5738,7 +5753,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`); As many runs as the server admits are going on (see `Retry-After`); nothing stored. `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself. `model_not_configured`: No chat model is configured; nothing stored */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`); As many runs as the server admits are going on (see `Retry-After`); nothing stored. `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself. `model_not_configured`: No chat model is configured; nothing stored */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -5934,7 +5949,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -6076,7 +6091,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -6256,7 +6271,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -6409,7 +6424,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -6544,7 +6559,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -6697,7 +6712,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -6896,7 +6911,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -7033,7 +7048,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -7170,7 +7185,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -7367,7 +7382,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -7508,7 +7523,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -7702,7 +7717,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -7857,7 +7872,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -8014,7 +8029,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -8197,7 +8212,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -8354,7 +8369,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -8537,7 +8552,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -8687,7 +8702,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -8853,7 +8868,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -9003,7 +9018,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -9153,7 +9168,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -9290,7 +9305,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -9448,7 +9463,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -9617,7 +9632,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -9781,7 +9796,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -9927,7 +9942,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -10119,7 +10134,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -10277,7 +10292,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -10471,7 +10486,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -10656,7 +10671,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -10796,7 +10811,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;

@@ -18,11 +18,18 @@ errors!(
     BackupErrors = [
         KEYED,
         WRITES,
-        &[fails(
-            403,
-            "forbidden",
-            "Not an operator key: no tenant's key may take a backup"
-        )]
+        &[
+            fails(
+                403,
+                "forbidden",
+                "Not an operator key: no tenant's key may take a backup"
+            ),
+            fails(
+                501,
+                "not_implemented",
+                "The store is a PostgreSQL database: back it up with its own tools"
+            )
+        ]
     ]
 );
 

@@ -47,7 +47,11 @@ errors!(
                 "unavailable",
                 "The store cannot be read, or the server is shutting down"
             ),
-            fails(503, "storage_unavailable", "The disk failed"),
+            fails(
+                503,
+                "storage_unavailable",
+                "The disk or the database failed"
+            ),
             fails(
                 507,
                 "storage_full",
@@ -62,7 +66,8 @@ errors!(
 /// The store can be read and still accepts writes; with a `warning` while free disk space
 /// is below the configured threshold. Not ready: `503 unavailable` while
 /// shutting down or when the store cannot be read, `507 storage_full` while the disk is full
-/// and `503 storage_unavailable` while it fails writes (both with `Retry-After`; reads go on).
+/// and `503 storage_unavailable` while it fails writes or the store's database cannot be
+/// reached (both with `Retry-After`; reads go on).
 #[utoipa::path(
     get,
     path = "/readyz",

@@ -83,8 +83,8 @@ pub(crate) const KEYED: Failures = &[
     fails(
         503,
         "storage_unavailable",
-        "The disk failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` \
-         and finishes by itself",
+        "The disk or the database failed (see `Retry-After`); an erasure it stopped carries \
+         its `erasure_id` and finishes by itself",
     ),
 ];
 
