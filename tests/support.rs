@@ -11,6 +11,12 @@
 //! Each server owns its runtime rather than borrowing the test's: shutting that runtime down
 //! after a stop guarantees every task (and so every clone of the `Store`) is gone, so the redb
 //! file can be reopened in the same process without racing the last connection task.
+//!
+//! With `MEMLAYER_E2E_BACKEND=postgres` ([`on_postgres`]) every server keeps its records in a
+//! PostgreSQL database of its own instead (`memlayer_postgres::test_cluster`: a throwaway
+//! cluster per test process, or `MEMLAYER_TEST_DATABASE_URL`), through
+//! `Store::served_by` as `memlayer serve --database-url` does; a restart reopens the same
+//! database. `cargo xtask test` runs the suite both ways.
 
 #![deny(missing_docs)]
 
@@ -48,6 +54,21 @@ pub fn bearer(key: &str) -> String {
     format!("Bearer {key}")
 }
 
+/// The variable that selects the backend the servers keep their records in.
+pub const BACKEND_VARIABLE: &str = "MEMLAYER_E2E_BACKEND";
+
+/// Whether this run's servers keep their records in PostgreSQL ([`BACKEND_VARIABLE`] is
+/// `postgres`), not in a redb file. Tests of what only the file has (its bytes, its disk)
+/// check the database's counterpart instead, or say why there is none.
+pub fn on_postgres() -> bool {
+    match std::env::var(BACKEND_VARIABLE) {
+        Ok(value) if value == "postgres" => true,
+        Ok(value) if value == "redb" || value.is_empty() => false,
+        Ok(other) => panic!("{BACKEND_VARIABLE} is redb or postgres, not {other:?}"),
+        Err(_) => false,
+    }
+}
+
 /// The real embedding model, loaded once per test binary and shared by every server (an
 /// `Embedder` is a handle to worker threads that outlive any one runtime).
 fn embedder() -> Embedder {
@@ -65,6 +86,8 @@ pub struct TestServer {
     /// `tenant_admin` keys made by [`TestServer::tenant_key`], by tenant; they live in the
     /// store, so they survive restarts.
     tenant_keys: Mutex<HashMap<String, String>>,
+    /// The records' database when [`on_postgres`]; kept across restarts.
+    database: Option<memlayer_postgres::test_cluster::TestDatabase>,
     /// Removed on drop, after `Drop` has stopped the server.
     dir: TempDir,
 }
@@ -131,12 +154,21 @@ impl TestServer {
             .timeout(REQUEST_TIMEOUT)
             .build()
             .expect("build the HTTP client");
+        let database = on_postgres().then(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime to create the database")
+                .block_on(memlayer_postgres::test_cluster::database())
+                .expect("a test database")
+        });
         let mut server = Self {
             running: None,
             config,
             client,
             anonymous,
             tenant_keys: Mutex::new(HashMap::new()),
+            database,
             dir,
         };
         server.running = Some(server.launch());
@@ -144,18 +176,29 @@ impl TestServer {
     }
 
     fn launch(&self) -> Running {
-        let store = Store::open(self.store_path()).expect("open the store");
-        let options = RecallOptions::default()
-            .with_snapshot(self.dir.path().join("vectors.idx"))
-            .with_keywords_in_background();
-        let recall =
-            Recall::open(store.clone(), embedder(), options).expect("build the recall indexes");
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("test-server")
             .enable_all()
             .build()
             .expect("start the server's runtime");
+        let store = match &self.database {
+            None => Store::open(self.store_path()).expect("open the store"),
+            Some(database) => Store::served_by(std::sync::Arc::new(
+                runtime
+                    .block_on(database.store())
+                    .expect("open the store in the test database"),
+            )),
+        };
+        let options = RecallOptions::default()
+            .with_snapshot(self.dir.path().join("vectors.idx"))
+            .with_keywords_in_background();
+        // In the runtime's context, as `memlayer serve` opens them: a store in PostgreSQL
+        // answers the synchronous reads of the build through it.
+        let recall = {
+            let _runtime = runtime.enter();
+            Recall::open(store.clone(), embedder(), options).expect("build the recall indexes")
+        };
         let listener = runtime
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .expect("bind 127.0.0.1:0");
@@ -192,6 +235,85 @@ impl TestServer {
     /// The redb file the server stores into.
     pub fn store_path(&self) -> PathBuf {
         self.dir.path().join("memlayer.redb")
+    }
+
+    /// How many times `text` occurs in the bytes of the files the server keeps records in:
+    /// the store file and the vector snapshot; on PostgreSQL the snapshot and every file of
+    /// the cluster's data directory, the write-ahead log included.
+    pub fn occurrences_in_files(&self, text: &str) -> usize {
+        let mut files = vec![self.dir.path().join("vectors.idx")];
+        match &self.database {
+            None => files.push(self.store_path()),
+            Some(database) => files.extend(files_under(&self.query_one(
+                database,
+                "SELECT current_setting('data_directory')",
+                |row| PathBuf::from(row.get::<_, String>(0)),
+            ))),
+        }
+        let files: Vec<&std::path::Path> = files.iter().map(PathBuf::as_path).collect();
+        memlayer_erasure::scan_files(&files, text.as_bytes())
+            .expect("read the server's files")
+            .len()
+    }
+
+    /// Before an erasure: the store file holds `text` (the control: the scan sees what is
+    /// stored); on PostgreSQL no file of the cluster does, as content is stored only sealed.
+    pub fn assert_stored(&self, text: &str) {
+        let found = self.occurrences_in_files(text);
+        if self.database.is_some() {
+            assert_eq!(found, 0, "{text:?} is stored sealed, never in plain");
+        } else {
+            assert!(
+                found > 0,
+                "the control: the scan finds {text:?} while it is stored"
+            );
+        }
+    }
+
+    /// After an erasure's receipt: no file holds `text`, and on PostgreSQL every key an
+    /// erasure destroyed is out of the cluster's files too (the receipt waited for the
+    /// reclaim).
+    pub fn assert_erased_from_files(&self, text: &str) {
+        assert_eq!(
+            self.occurrences_in_files(text),
+            0,
+            "{text:?} left in a file"
+        );
+        if let Some(keys) = self.keys_awaiting_reclaim() {
+            assert_eq!(keys, 0, "destroyed keys still in the cluster's files");
+        }
+    }
+
+    /// On PostgreSQL, how many data keys erasures destroyed whose bytes a reclaim has not yet
+    /// removed from the cluster's files (0 once every erasure's receipt is out); `None` on the
+    /// store file.
+    pub fn keys_awaiting_reclaim(&self) -> Option<i64> {
+        self.database.as_ref().map(|database| {
+            self.query_one(database, "SELECT count(*) FROM destroyed_keys", |row| {
+                row.get(0)
+            })
+        })
+    }
+
+    /// `read` of the one row `statement` answers on the test database, from a plain
+    /// connection of the test's own.
+    fn query_one<T>(
+        &self,
+        database: &memlayer_postgres::test_cluster::TestDatabase,
+        statement: &str,
+        read: impl FnOnce(&tokio_postgres::Row) -> T,
+    ) -> T {
+        self.running().runtime.block_on(async {
+            let client = database
+                .connect()
+                .await
+                .expect("connect to the test database");
+            let row = client
+                .query_one(statement, &[])
+                .await
+                .expect("the statement");
+            read(&row)
+        })
     }
 
     /// The shared HTTP client (cheap to clone, safe to use from many threads). It sends
@@ -371,6 +493,23 @@ impl Drop for TestServer {
             running.runtime.shutdown_timeout(STOP_TIMEOUT);
         }
     }
+}
+
+/// Every file under `dir`, at any depth.
+fn files_under(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.to_owned()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read a directory of the cluster") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    files
 }
 
 /// Messages as (role, content) pairs; a message without text has an empty content.

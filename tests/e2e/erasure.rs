@@ -3,19 +3,10 @@
 //! user; afterwards no API returns it and no byte of the store or index files holds it.
 //! Purge, stats, receipts and retention for tenant admins.
 
-use memlayer_erasure::scan_files;
 use memlayer_tests::{TestServer, assert_error, json};
 use serde_json::Value;
 
 /// Occurrences of `text` in the server's store and index snapshot files.
-fn in_files(server: &TestServer, text: &str) -> usize {
-    let store = server.store_path();
-    let snapshot = store.with_file_name("vectors.idx");
-    scan_files(&[store.as_path(), snapshot.as_path()], text.as_bytes())
-        .unwrap()
-        .len()
-}
-
 fn append(server: &TestServer, session: &str, user: &str, messages: Value) {
     let body = json!({ "user_id": user, "agent_id": "support", "messages": messages });
     let (status, answer) = server.post(&format!("/v1/sessions/{session}/messages"), &body);
@@ -58,6 +49,20 @@ fn visible(server: &TestServer, session: &str, user: &str, canary: &str) -> Vec<
     seen
 }
 
+/// The control of every file scan here: on either backend the scan reads the files the
+/// records are in (a user id is stored in plain on both).
+#[test]
+fn the_file_scan_reads_the_files_the_records_are_in() {
+    let server = TestServer::start();
+    append(
+        &server,
+        "scanned",
+        "scancontrol7731",
+        json!([{ "role": "user", "content": "hello" }]),
+    );
+    assert!(server.occurrences_in_files("scancontrol7731") > 0);
+}
+
 #[test]
 fn an_erased_message_leaves_every_api_and_every_file() {
     let server = TestServer::start();
@@ -87,7 +92,7 @@ fn an_erased_message_leaves_every_api_and_every_file() {
     );
     let summary = &summarised["messages"][0]["content"];
     assert!(summary.to_string().contains(canary), "{summary}");
-    assert!(in_files(&server, canary) > 0);
+    server.assert_stored(canary);
     assert!(!visible(&server, "chat", "alice", canary).is_empty());
 
     let (status, receipt) = server.delete("/v1/sessions/chat/messages/2");
@@ -99,7 +104,7 @@ fn an_erased_message_leaves_every_api_and_every_file() {
         visible(&server, "chat", "alice", canary),
         Vec::<String>::new()
     );
-    assert_eq!(in_files(&server, canary), 0);
+    server.assert_erased_from_files(canary);
 
     // The rest of the session is intact, indices unchanged.
     let (_, session) = server.get("/v1/sessions/chat");
@@ -172,7 +177,7 @@ fn copies_of_an_erased_message_in_runs_and_idempotency_records_go_with_it() {
         409,
         "conflict",
     );
-    assert!(in_files(&server, canary) > 0);
+    server.assert_stored(canary);
 
     let (status, receipt) = server.delete("/v1/sessions/chat/messages/0");
     assert_eq!(status, 200, "{receipt}");
@@ -190,7 +195,7 @@ fn copies_of_an_erased_message_in_runs_and_idempotency_records_go_with_it() {
             "{replay}"
         );
     }
-    assert_eq!(in_files(&server, canary), 0);
+    server.assert_erased_from_files(canary);
     // The message that stayed, and the session, are untouched.
     let (_, session) = server.get("/v1/sessions/chat");
     assert_eq!(
@@ -248,8 +253,8 @@ fn memory_texts_go_with_the_conversation_they_came_from_whoever_they_are_about()
         json!({ "text": quoted, "type": "relationship", "source": { "session_id": "first", "index": 0 } }),
     );
     let dave_memory = about_dave["memory"]["memory_id"].clone();
-    assert!(in_files(&server, "contacted by phone") > 0);
-    assert!(in_files(&server, "xdave77canary") > 0);
+    server.assert_stored("contacted by phone");
+    server.assert_stored("xdave77canary");
 
     let (status, receipt) = server.delete("/v1/sessions/first");
     assert_eq!(status, 204, "{receipt}");
@@ -266,8 +271,8 @@ fn memory_texts_go_with_the_conversation_they_came_from_whoever_they_are_about()
     assert_eq!(status, 404);
     let (_, dave) = server.get("/v1/users/dave/memories");
     assert_eq!(dave["memories"], json!([]), "{dave}");
-    assert_eq!(in_files(&server, "contacted by phone"), 0);
-    assert_eq!(in_files(&server, "xdave77canary"), 0);
+    server.assert_erased_from_files("contacted by phone");
+    server.assert_erased_from_files("xdave77canary");
     // A source that no longer exists is refused: nothing can cite the erased conversation.
     let (status, answer) = server.post(
         "/v1/users/carol/memories",
@@ -306,7 +311,7 @@ fn erasing_a_user_removes_all_their_sessions_and_nobody_elses() {
         json!({ "kind": "user", "user_id": "alice" })
     );
     assert_error(&server.get("/v1/sessions/a1"), 404, "session_not_found");
-    assert_eq!(in_files(&server, canary), 0);
+    server.assert_erased_from_files(canary);
     let (_, recalled) = server.post(
         "/v1/recall",
         &json!({ "user_id": "alice", "query": canary }),
@@ -349,7 +354,7 @@ fn purge_stats_and_retention_for_tenant_admins() {
     let (_, stats) = server.get("/v1/admin/conversations/stats");
     assert_eq!(stats["total_conversations"], 0);
     assert!(stats.get("oldest_conversation").is_none());
-    assert_eq!(in_files(&server, "purge-canary-"), 0);
+    server.assert_erased_from_files("purge-canary-");
     assert_error(
         &server.delete("/v1/admin/conversations/purge"),
         400,
@@ -429,7 +434,7 @@ fn a_purge_that_outlasts_half_the_request_timeout_answers_202_and_finishes() {
         server.get(&format!("/v1/admin/erasures/{id}")),
         (200, receipt)
     );
-    assert_eq!(in_files(&server, "long-purge-canary-"), 0);
+    server.assert_erased_from_files("long-purge-canary-");
     assert_error(
         &server.get(&format!("/v1/admin/erasures/{}", id + 1)),
         404,

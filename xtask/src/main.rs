@@ -267,20 +267,33 @@ fn test(root: &Path) -> anyhow::Result<()> {
             "warnings",
         ],
     ];
-    let run_step = |args: &[&str]| {
-        let step = format!("cargo {}", args.join(" "));
+    let run_step = |args: &[&str], env: &[(&str, &str)]| {
+        let settings: Vec<String> = env
+            .iter()
+            .map(|(name, value)| format!("{name}={value} "))
+            .collect();
+        let step = format!("{}cargo {}", settings.concat(), args.join(" "));
         eprintln!("xtask: running `{step}`");
         let mut command = cmd::cargo_command(root);
-        command.args(args).env("MEMLAYER_ASSETS_DIR", &assets);
+        command
+            .args(args)
+            .env("MEMLAYER_ASSETS_DIR", &assets)
+            .envs(env.iter().copied());
         cmd::run(command).with_context(|| format!("CI step `{step}` failed"))
     };
     for args in steps {
-        run_step(args)?;
+        run_step(args, &[])?;
     }
     // memlayer-postgres's tests start a throwaway PostgreSQL cluster; a fresh machine has
     // none installed. After the checks, so a formatting slip still fails in seconds.
     apt::install_postgres_if_missing()?;
-    run_step(&["test", "--workspace"])?;
+    run_step(&["test", "--workspace"], &[])?;
+    // The end-to-end suite again, every server's records in a database of a throwaway
+    // PostgreSQL cluster (`tests/support.rs`): the same API on both backends.
+    run_step(
+        &["test", "-p", "memlayer-tests", "--test", "e2e"],
+        &[("MEMLAYER_E2E_BACKEND", "postgres")],
+    )?;
     // The server as the official SDKs see it, after the end-to-end tests of its routes.
     clients::run(root, clients::Types::Check).context("CI step `cargo xtask clients` failed")?;
     // The full run is `cargo xtask crash --release` (100 kills); CI's seed changes with every
