@@ -81,7 +81,7 @@ impl PgStore {
     pub async fn pending_embeddings(&self, max_messages: usize) -> Result<Vec<PendingEmbedding>> {
         let wanted = max_messages.max(1);
         let started = Instant::now();
-        let mut client = self.pool.get().await?;
+        let mut client = self.connection().await?;
         let (txn, entries) = loop {
             // One snapshot for the horizon, the entries and their messages.
             let txn = client
@@ -194,7 +194,7 @@ impl PgStore {
 
     /// How many appends wait to be embedded (a gauge), those not yet deliverable included.
     pub async fn pending_embedding_count(&self) -> Result<u64> {
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let row = client
             .query_one("SELECT count(*) FROM embedding_outbox", &[])
             .await?;
@@ -220,7 +220,7 @@ impl PgStore {
         vectors.dedup_by_key(|(key, _)| *key);
         let (done_xids, done_ords): (Vec<i64>, Vec<i64>) =
             done.iter().filter_map(|&seq| place_of(seq)).unzip();
-        let mut client = self.pool.get().await?;
+        let mut client = self.connection().await?;
         let txn = client.transaction().await?;
         // Locks, in this order, like every other writer of these tables: the sessions (so a
         // re-key, `rekey`, waits, or has committed and the key read below is the new one),
@@ -329,7 +329,7 @@ impl PgStore {
 
     /// The model the stored vectors were made with, once any was stored (until a reset).
     pub async fn vector_model(&self) -> Result<Option<EmbeddingModel>> {
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let row = client
             .query_one(
                 "SELECT model_name, model_sha256, model_dimension FROM embedding_state",
@@ -361,7 +361,7 @@ impl PgStore {
         limit: usize,
     ) -> Result<Vec<StoredVector>> {
         let (sid, index) = cursor(after);
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let rows = client
             .query(
                 "SELECT v.sid, v.idx, v.components, m.role, m.\"timestamp\",
@@ -403,7 +403,7 @@ impl PgStore {
         let Ok(sid) = i64::try_from(sid) else {
             return Ok(None);
         };
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let row = client
             .query_opt(
                 "SELECT tenant, session_id FROM sessions WHERE sid = $1",
@@ -422,7 +422,7 @@ impl PgStore {
             .iter()
             .filter_map(|&sid| i64::try_from(sid).ok())
             .collect();
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let rows = client
             .query("SELECT sid FROM sessions WHERE sid = ANY($1)", &[&asked])
             .await?;
@@ -438,7 +438,7 @@ impl PgStore {
         let Ok(sid) = i64::try_from(sid) else {
             return Ok(None);
         };
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let row = client
             .query_opt(
                 &format!("SELECT s.tenant, {SESSION_KEY_COLUMNS} FROM {WITH_KEY} WHERE s.sid = $1"),
@@ -463,7 +463,7 @@ impl PgStore {
     /// session has none for a user-scoped access.
     pub async fn session_key(&self, access: &Access, session_id: &str) -> Result<Option<u64>> {
         access.check_session(session_id)?;
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let row = client
             .query_opt(
                 "SELECT sid FROM sessions
@@ -482,7 +482,7 @@ impl PgStore {
     /// none waits: every append committed before the call is at or below it, or was
     /// embedded already (see the module documentation).
     pub async fn outbox_head(&self) -> Result<u64> {
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let row = client
             .query_opt(
                 "SELECT xid::text::bigint AS xid, ord FROM embedding_outbox
@@ -497,7 +497,7 @@ impl PgStore {
     /// A counter that changes whenever the set of stored vectors does, in the same
     /// transaction.
     pub async fn vectors_version(&self) -> Result<u64> {
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let row = client
             .query_one("SELECT vectors_version FROM embedding_state", &[])
             .await?;
@@ -513,7 +513,7 @@ impl PgStore {
         limit: usize,
     ) -> Result<Vec<(MessageKey, Message)>> {
         let (sid, index) = cursor(after);
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let rows = client
             .query(
                 &format!(
@@ -556,7 +556,7 @@ impl PgStore {
             .iter()
             .map(|key| i64::try_from(key.index()).unwrap_or(i64::MAX))
             .collect();
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let rows = client
             .query(
                 &format!(
@@ -585,7 +585,7 @@ impl PgStore {
     /// how many messages were queued (erased ones count, as in the redb store, which also
     /// queues by index range).
     pub async fn reset_embeddings(&self) -> Result<u64> {
-        let mut client = self.pool.get().await?;
+        let mut client = self.connection().await?;
         let txn = client.transaction().await?;
         // Sessions, vectors, outbox rows, then the state row: the order every writer locks
         // them in (an erasure: the session, its messages, their vectors, its outbox rows).

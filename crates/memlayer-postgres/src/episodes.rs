@@ -89,7 +89,7 @@ impl PgStore {
     pub async fn put_episode(&self, episode: Episode) -> Result<u64> {
         episode.validate()?;
         let tenant = episode.tenant.as_str();
-        let mut client = self.pool.get().await?;
+        let mut client = self.connection().await?;
         let txn = client.transaction().await?;
         if let Some(session_id) = &episode.source_session {
             let found = txn
@@ -141,7 +141,7 @@ impl PgStore {
         let Some(id) = signed(id) else {
             return Ok(None);
         };
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         client
             .query_opt(
                 &format!(
@@ -194,7 +194,7 @@ impl PgStore {
         if limit == 0 {
             return Ok(found);
         }
-        let mut client = self.pool.get().await?;
+        let mut client = self.connection().await?;
         let txn = client
             .build_transaction()
             .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)

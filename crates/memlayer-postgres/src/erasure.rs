@@ -159,7 +159,7 @@ impl PgStore {
     ) -> Result<SessionDeleted> {
         access.check_session(session_id)?;
         let tenant = access.tenant();
-        let mut client = self.pool.get().await?;
+        let mut client = self.connection().await?;
         let txn = client.transaction().await?;
         // First, so that the session's row lock keeps appends out until the commit; the
         // statements after it then see every message an append committed before. Messages,
@@ -211,7 +211,7 @@ impl PgStore {
     /// an exclusive lock (appends creating sessions there wait) and forces two WAL switches
     /// and checkpoints at most: run it in batches, not after every erasure.
     pub async fn reclaim_destroyed_keys(&self) -> Result<Reclaimed> {
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         server_settings(&client).await?.check()?;
         let work = client
             .query(
@@ -390,7 +390,7 @@ impl PgStore {
         delete: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<u64> {
-        let mut client = self.pool.get().await?;
+        let mut client = self.connection().await?;
         let txn = client.transaction().await?;
         let deleted = delete_sealed_rows_in(&txn, tenant, delete, params).await?;
         txn.commit().await?;

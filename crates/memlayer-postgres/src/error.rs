@@ -112,6 +112,16 @@ pub enum PostgresError {
         /// How many old segments remained.
         segments: i64,
     },
+    /// The thread that drives the connections could not be started.
+    #[error("cannot start the database I/O thread: {source}")]
+    IoThread {
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The thread that drives the connections is gone (the store is being dropped).
+    #[error("the database I/O thread is gone")]
+    IoThreadGone,
     /// The throwaway test cluster could not be started or reached.
     #[cfg(any(test, feature = "test-cluster"))]
     #[error("test cluster: {0}")]

@@ -81,7 +81,7 @@ impl PgStore {
                 cursor: cursor.clone(),
             });
         }
-        let mut client = self.pool.get().await?;
+        let mut client = self.connection().await?;
         // One snapshot for both statements: the horizon and the rows below it.
         let txn = client
             .build_transaction()

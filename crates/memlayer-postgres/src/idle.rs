@@ -23,7 +23,7 @@ impl PgStore {
         // Stored times fit a bigint; any later cutoff finds what the largest one finds.
         let cutoff = i64::try_from(cutoff.as_micros()).unwrap_or(i64::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let rows = client
             .query(
                 "WITH idle AS (
@@ -54,7 +54,7 @@ impl PgStore {
     /// user's or an ended one.
     pub async fn end_session_activity(&self, access: &Access, session_id: &str) -> Result<()> {
         access.check_session(session_id)?;
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         client
             .execute(
                 "UPDATE sessions SET ended = true
@@ -68,7 +68,7 @@ impl PgStore {
 
     /// The last activity of the open session that has been idle longest.
     pub async fn oldest_open_activity(&self) -> Result<Option<Timestamp>> {
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let row = client
             .query_one("SELECT min(updated_at) FROM sessions WHERE NOT ended", &[])
             .await?;

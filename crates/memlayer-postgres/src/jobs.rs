@@ -18,7 +18,7 @@ impl PgStore {
     /// before the first step runs, so a crash in the middle leaves it pending.
     pub async fn record_job(&self, document: Value) -> Result<u64> {
         let document = json_text("job", &document)?;
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         for _ in 0..ID_ATTEMPTS {
             let id = random_id()?;
             let inserted = client
@@ -37,7 +37,7 @@ impl PgStore {
 
     /// How many jobs are recorded and not finished.
     pub async fn pending_job_count(&self) -> Result<u64> {
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let row = client
             .query_one(
                 "SELECT count(*) FROM erasure_jobs WHERE receipt IS NULL",
@@ -49,7 +49,7 @@ impl PgStore {
 
     /// Jobs recorded and not finished, oldest (first recorded) first.
     pub async fn pending_jobs(&self) -> Result<Vec<StoredJob>> {
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let rows = client
             .query(
                 "SELECT id, document FROM erasure_jobs WHERE receipt IS NULL ORDER BY seq",
@@ -68,7 +68,7 @@ impl PgStore {
 
     /// Job `id` while it is pending: its document, whatever its tenant.
     pub async fn pending_job(&self, id: u64) -> Result<Option<Value>> {
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let row = client
             .query_opt(
                 "SELECT document FROM erasure_jobs WHERE id = $1 AND receipt IS NULL",
@@ -84,7 +84,7 @@ impl PgStore {
     pub async fn finish_job(&self, id: u64, tenant: &str, receipt: Value) -> Result<()> {
         validate_id("tenant", tenant)?;
         let receipt = json_text("receipt", &receipt)?;
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let finished = client
             .execute(
                 "UPDATE erasure_jobs SET document = NULL, tenant = $2, receipt = $3
@@ -105,7 +105,7 @@ impl PgStore {
     /// A tenant's erasure receipts, newest (last recorded) first, at most `limit`.
     pub async fn receipts(&self, tenant: &str, limit: usize) -> Result<Vec<Value>> {
         validate_id("tenant", tenant)?;
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let rows = client
             .query(
                 "SELECT receipt FROM erasure_jobs
@@ -122,7 +122,7 @@ impl PgStore {
     /// The receipt of job `id` of `tenant`, once it finished.
     pub async fn receipt(&self, tenant: &str, id: u64) -> Result<Option<Value>> {
         validate_id("tenant", tenant)?;
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let row = client
             .query_opt(
                 "SELECT receipt FROM erasure_jobs
@@ -138,7 +138,7 @@ impl PgStore {
     pub async fn user_session_ids(&self, tenant: &str, user_id: &str) -> Result<Vec<String>> {
         validate_id("tenant", tenant)?;
         validate_id("user_id", user_id)?;
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let rows = client
             .query(
                 "SELECT session_id FROM sessions WHERE tenant = $1 AND user_id = $2
@@ -159,7 +159,7 @@ impl PgStore {
         validate_id("tenant", tenant)?;
         // A cutoff past what a bigint holds is after every activity.
         let cutoff = micros(cutoff).unwrap_or(i64::MAX);
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let rows = client
             .query(
                 "SELECT session_id FROM sessions WHERE tenant = $1 AND updated_at < $2

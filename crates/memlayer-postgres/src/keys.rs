@@ -140,7 +140,7 @@ impl PgStore {
     pub async fn create_key(&self, new: NewKey) -> Result<IssuedKey> {
         new.validate()?;
         let (prefixes, secret) = fresh_key_material()?;
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         create_in(&**client, new, prefixes, &secret, Timestamp::now()).await
     }
 
@@ -163,7 +163,7 @@ impl PgStore {
         if let Some(prefix) = generated_key_prefix(presented) {
             candidates.insert(0, prefix);
         }
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let rows = client.query(AUTHENTICATE, &[&candidates]).await?;
         let mut found = None;
         for prefix in candidates {
@@ -191,7 +191,7 @@ impl PgStore {
 
     /// The key stored under `prefix`, of any tenant.
     pub async fn key(&self, prefix: &str) -> Result<Option<ApiKey>> {
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         client
             .query_opt(
                 &format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE prefix = $1"),
@@ -208,7 +208,7 @@ impl PgStore {
     /// people.
     pub async fn list_keys(&self, tenant: Option<&str>) -> Result<Vec<ApiKey>> {
         let order = "ORDER BY created_at, prefix COLLATE \"C\"";
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let rows = match tenant {
             Some(tenant) => {
                 validate_id("tenant", tenant)?;
@@ -235,7 +235,7 @@ impl PgStore {
     /// so that listings show it and its prefix is never handed out again.
     pub async fn revoke_key(&self, tenant: Option<&str>, prefix: &str) -> Result<Option<ApiKey>> {
         let now = micros(Timestamp::now())?;
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         client
             .query_opt(
                 &format!(
@@ -265,7 +265,7 @@ impl PgStore {
         }
         let digest = configured.map(key_digest);
         let (prefixes, secret) = fresh_key_material()?;
-        let mut client = self.pool.get().await?;
+        let mut client = self.connection().await?;
         let txn = client.transaction().await?;
         txn.execute("SELECT pg_advisory_xact_lock($1)", &[&BOOTSTRAP_LOCK])
             .await?;

@@ -279,7 +279,7 @@ impl PgStore {
 
     /// The id of the memory holding `memory`'s key in its scope.
     async fn keyed_id(&self, memory: &Memory) -> Result<Option<u64>> {
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let row = client
             .query_opt(
                 "SELECT id FROM memories
@@ -304,7 +304,7 @@ impl PgStore {
             }
             .into()
         };
-        let mut client = self.pool.get().await?;
+        let mut client = self.connection().await?;
         let txn = client.transaction().await?;
         let stored = if memory.id == 0 {
             None
@@ -465,7 +465,7 @@ impl PgStore {
     /// The memories of `tenant` citing session `session_id` (as their source or a replaced
     /// text's), whoever they are about, in id order.
     pub async fn memories_citing(&self, tenant: &str, session_id: &str) -> Result<Vec<u64>> {
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         client
             .query(
                 "SELECT DISTINCT id FROM memory_citations
@@ -481,7 +481,7 @@ impl PgStore {
     /// Citations of every tenant of sessions or messages no longer stored: what an erasure
     /// interrupted between deleting text and forgetting its citations left behind.
     pub async fn orphaned_citations(&self) -> Result<Vec<OrphanedCitation>> {
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         client
             .query(
                 "SELECT DISTINCT c.tenant, c.session_id, c.id,
@@ -513,7 +513,7 @@ impl PgStore {
         let Some(id) = signed(id) else {
             return Ok(None);
         };
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let row = client
             .query_opt(
                 &format!(
@@ -538,7 +538,7 @@ impl PgStore {
         validate_id("user_id", user_id)?;
         validate_optional_id("agent_id", agent_id)?;
         validate_id("key", key)?;
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let row = client
             .query_opt(
                 &format!(
@@ -572,7 +572,7 @@ impl PgStore {
     ) -> Result<Vec<Memory>> {
         validate_id("tenant", tenant)?;
         validate_id("user_id", user_id)?;
-        let mut client = self.pool.get().await?;
+        let mut client = self.connection().await?;
         let txn = client
             .build_transaction()
             .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
@@ -631,7 +631,7 @@ impl PgStore {
             return Ok(Vec::new());
         };
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         client
             .query(
                 &format!(
@@ -661,7 +661,7 @@ impl PgStore {
         let Some(row_id) = signed(id) else {
             return Ok(Citation::Untouched);
         };
-        let mut client = self.pool.get().await?;
+        let mut client = self.connection().await?;
         let txn = client.transaction().await?;
         let Some(row) = txn
             .query_opt(

@@ -89,7 +89,7 @@ impl PgStore {
     ) -> Result<MessageErased> {
         MessageErased::check_request(access, session_id, index)?;
         let tenant = access.tenant();
-        let mut client = self.pool.get().await?;
+        let mut client = self.connection().await?;
         let txn = client.transaction().await?;
         let Some((row, old_key)) = locked_session_key(
             &txn,

@@ -24,7 +24,7 @@ impl PgStore {
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let now = Timestamp::now();
         let created_at = micros(now)?;
-        let mut client = self.pool.get().await?;
+        let mut client = self.connection().await?;
         let txn = client.transaction().await?;
         // The row lock keeps the session's other runs out until the commit: positions stay
         // dense, and the id check below holds.
@@ -118,7 +118,7 @@ impl PgStore {
         let tenant = access.tenant();
         let from = i64::try_from(from).unwrap_or(i64::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let rows = client
             .query(
                 &format!(

@@ -45,7 +45,7 @@ impl PgStore {
         validate_id("tenant", tenant)?;
         validate_id("user_id", user_id)?;
         validate_id("agent_id", agent_id)?;
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let Some(row) = client
             .query_opt(
                 "SELECT sm.sessions, sm.key_id, sm.body, k.key
@@ -110,7 +110,7 @@ impl PgStore {
         memory: &SessionMemory,
         merged: (&str, SessionVersion),
     ) -> Result<()> {
-        let mut client = self.pool.get().await?;
+        let mut client = self.connection().await?;
         let txn = client.transaction().await?;
         let rows = txn
             .query(

@@ -54,7 +54,7 @@ impl PgStore {
         let key = DataKey::generate()?;
         let metadata = seal_session_metadata(&key, access.tenant(), &session_id, &new)?;
         let now = micros(Timestamp::now())?;
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         // One statement: the key is stored only if the session is.
         let row = client
             .query_opt(
@@ -128,7 +128,7 @@ impl PgStore {
         let fresh_guess = || fresh.clone().map(|key| (key, 0));
         let mut guess = self.known.get(tenant, session_id).or_else(fresh_guess);
 
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let statement = client.prepare_cached(APPEND).await?;
         for _ in 0..MAX_APPEND_ATTEMPTS {
             let sealed = guess
@@ -218,7 +218,7 @@ impl PgStore {
     /// The session, or `None` if `access` reaches no session with that id.
     pub async fn session(&self, access: &Access, session_id: &str) -> Result<Option<Session>> {
         access.check_session(session_id)?;
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let row = client
             .query_opt(
                 &format!(
@@ -237,7 +237,7 @@ impl PgStore {
     /// Whether `access` reaches a session with that id.
     pub async fn session_exists(&self, access: &Access, session_id: &str) -> Result<bool> {
         access.check_session(session_id)?;
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let row = client
             .query_opt(
                 "SELECT 1 FROM sessions
@@ -257,7 +257,7 @@ impl PgStore {
         session_id: &str,
     ) -> Result<Option<SessionVersion>> {
         access.check_session(session_id)?;
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let row = client
             .query_opt(
                 "SELECT sid, erased FROM sessions
@@ -280,7 +280,7 @@ impl PgStore {
     pub async fn clear_session(&self, access: &Access, session_id: &str) -> Result<u64> {
         access.check_session(session_id)?;
         let now = micros(Timestamp::now())?;
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let row = client
             .query_opt(
                 "UPDATE sessions
@@ -311,7 +311,7 @@ impl PgStore {
         let query = SearchQuery::parse(query)?;
         access.check_session(session_id)?;
         let tenant = access.tenant();
-        let mut client = self.pool.get().await?;
+        let mut client = self.connection().await?;
         let txn = client
             .build_transaction()
             .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
@@ -382,7 +382,7 @@ impl PgStore {
         let tenant = access.tenant();
         let skip = i64::try_from(listing.skip).unwrap_or(i64::MAX);
         let take = i64::try_from(listing.page_size).unwrap_or(i64::MAX);
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let rows = client
             .query(
                 &format!(
@@ -426,7 +426,7 @@ impl PgStore {
         access.check_session(session_id)?;
         let from = i64::try_from(from).unwrap_or(i64::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let rows = client
             .query(
                 "SELECT s.message_count, s.key_id, k.key, m.idx, m.role, m.content, m.metadata,

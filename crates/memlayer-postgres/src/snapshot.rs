@@ -38,7 +38,7 @@ impl PgStore {
     /// A snapshot of the session, or `None` if `access` reaches no session with that id.
     pub async fn snapshot(&self, access: &Access, session_id: &str) -> Result<Option<PgSnapshot>> {
         access.check_session(session_id)?;
-        let txn = ReadOnly::begin(self.pool.get().await?).await?;
+        let txn = ReadOnly::begin(self.connection().await?).await?;
         let row = txn
             .client()
             .query_opt(

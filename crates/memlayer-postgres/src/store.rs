@@ -24,6 +24,38 @@ pub struct PgStore {
     /// Counts the appends this store committed, for the workers that wait for new work
     /// (`memlayer_store::Backend::commits`); other nodes' appends are found by their polls.
     pub(crate) commits: tokio::sync::watch::Sender<u64>,
+    io: IoThread,
+}
+
+/// The thread whose runtime drives every connection's socket. Not the caller's runtime:
+/// memlayer's synchronous reads wait for the database on that runtime's threads, and a
+/// request can block a worker on an index lock held by such a reader; were the sockets
+/// driven by the same workers, the answer the reader waits for could never arrive.
+struct IoThread {
+    handle: tokio::runtime::Handle,
+    /// Dropped with the store: the thread then ends, and its runtime with it.
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl IoThread {
+    fn start() -> Result<Self> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|source| PostgresError::IoThread { source })?;
+        let handle = runtime.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("memlayer-postgres-io".into())
+            .spawn(move || {
+                let _ = runtime.block_on(stopped);
+            })
+            .map_err(|source| PostgresError::IoThread { source })?;
+        Ok(Self {
+            handle,
+            _stop: stop,
+        })
+    }
 }
 
 impl std::fmt::Debug for PgStore {
@@ -90,14 +122,29 @@ impl PgStore {
 
     /// Migrates the database `pool` connects to, and serves from it.
     pub async fn open(pool: Pool) -> Result<Self> {
-        let mut client = pool.get().await?;
-        crate::migrate::migrate(&mut client).await?;
-        drop(client);
-        Ok(Self {
+        let store = Self {
             pool,
             known: KnownSessions::default(),
             commits: tokio::sync::watch::Sender::new(0),
-        })
+            io: IoThread::start()?,
+        };
+        let mut client = store.connection().await?;
+        crate::migrate::migrate(&mut client).await?;
+        drop(client);
+        Ok(store)
+    }
+
+    /// A connection of the pool. A new one is made on the store's own I/O thread
+    /// ([`IoThread`]), whose runtime alone drives its socket.
+    pub(crate) async fn connection(&self) -> Result<deadpool_postgres::Object> {
+        let pool = self.pool.clone();
+        let got = self
+            .io
+            .handle
+            .spawn(async move { pool.get().await })
+            .await
+            .map_err(|_| PostgresError::IoThreadGone)?;
+        Ok(got?)
     }
 
     /// The pool, for callers that share it.
@@ -108,7 +155,7 @@ impl PgStore {
     /// Succeeds while the database answers a statement on a pooled connection (the
     /// readiness probe); after [`Self::close`], [`memlayer_store::StoreError::Closed`].
     pub async fn check_ready(&self) -> Result<()> {
-        self.pool.get().await?.execute("SELECT 1", &[]).await?;
+        self.connection().await?.execute("SELECT 1", &[]).await?;
         Ok(())
     }
 

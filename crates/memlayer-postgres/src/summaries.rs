@@ -20,7 +20,7 @@ impl PgStore {
     ) -> Result<Option<StoredSummary>> {
         access.check_session(session_id)?;
         let tenant = access.tenant();
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let Some(row) = client
             .query_opt(
                 &format!(
@@ -56,7 +56,7 @@ impl PgStore {
         StoredSummary::check_new(access, session_id, &text)?;
         let tenant = access.tenant();
         let created_at = micros(Timestamp::now())?;
-        let mut client = self.pool.get().await?;
+        let mut client = self.connection().await?;
         let txn = client.transaction().await?;
         let Some((row, key)) = locked_session_key(
             &txn,

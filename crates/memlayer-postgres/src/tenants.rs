@@ -73,7 +73,7 @@ impl PgStore {
     /// `None` when none was saved.
     pub async fn settings(&self, tenant: &str, agent_id: Option<&str>) -> Result<Option<Metadata>> {
         let scope = settings_scope(tenant, agent_id)?;
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let Some(row) = client
             .query_opt(
                 "SELECT s.document, s.key_id, k.key FROM settings s
@@ -104,7 +104,7 @@ impl PgStore {
         settings: Option<Metadata>,
     ) -> Result<()> {
         let scope = settings_scope(tenant, agent_id)?;
-        let mut client = self.pool.get().await?;
+        let mut client = self.connection().await?;
         let Some(document) = settings else {
             client
                 .execute(
@@ -137,7 +137,7 @@ impl PgStore {
     /// them). One statement; the count reads the tenant's entries of `sessions_by_activity`.
     pub async fn conversation_stats(&self, tenant: &str) -> Result<ConversationStats> {
         validate_id("tenant", tenant)?;
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let row = client
             .query_one(
                 "SELECT (SELECT count(*) FROM sessions WHERE tenant = $1) AS total,
@@ -168,7 +168,7 @@ impl PgStore {
     /// rule keeps when it last ran; a rule set again after its removal starts over.
     pub async fn set_retention(&self, tenant: &str, days: Option<u32>) -> Result<()> {
         validate_id("tenant", tenant)?;
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         match days {
             Some(days) => {
                 client
@@ -191,7 +191,7 @@ impl PgStore {
     /// Every tenant's retention: `(tenant, days, last run)`, by tenant (bytewise), time 0 for
     /// a rule that never ran. As in the redb store, not paged: one row per tenant with a rule.
     pub async fn retention_rules(&self) -> Result<Vec<(String, u32, Timestamp)>> {
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         client
             .query(
                 "SELECT tenant, days, last_run FROM retention ORDER BY tenant COLLATE \"C\"",
@@ -215,7 +215,7 @@ impl PgStore {
     pub async fn retention_ran(&self, tenant: &str, at: Timestamp) -> Result<()> {
         validate_id("tenant", tenant)?;
         let at = micros(at)?;
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         client
             .execute(
                 "UPDATE retention SET last_run = $2 WHERE tenant = $1",

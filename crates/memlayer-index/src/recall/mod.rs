@@ -211,6 +211,20 @@ struct Owner {
     agent_id: String,
 }
 
+impl Owner {
+    /// The owner of session `sid` as `store` has it, or `None` if the session is gone.
+    fn in_store(store: &Store, sid: u64) -> Result<Option<Self>> {
+        Ok(store.feed().session_by_key(sid)?.map(|(at, session)| Self {
+            user: TenantUser {
+                tenant: at.tenant.clone(),
+                user_id: session.user_id,
+            },
+            at,
+            agent_id: session.agent_id,
+        }))
+    }
+}
+
 /// What recall searches, all under one lock. Every key is a message key
 /// ([`MessageKey::as_u64`]).
 struct Indexes {
@@ -286,7 +300,9 @@ impl Recall {
             let Some((last, _)) = page.last() else { break };
             after = Some(*last);
             for (key, message) in &page {
-                indexes.add_message(&store, *key, message, with_keywords)?;
+                indexes.add_message(*key, message, with_keywords, || {
+                    Owner::in_store(&store, key.session())
+                })?;
             }
         }
         // Every committed append is now keyword-indexed; vectors exist for all but the
@@ -352,36 +368,23 @@ impl Indexes {
         };
     }
 
-    /// Adds a message's text and filter fields, learning its session's owner on first sight.
-    fn add_text(&mut self, store: &Store, key: MessageKey, message: &Message) -> Result<()> {
-        self.add_message(store, key, message, true)
-    }
-
     /// Adds a message's filter fields, and its text `with_keywords`, learning its session's
-    /// owner on first sight.
+    /// owner on first sight from `owner` (`None`: the session is gone, deleted meanwhile, and
+    /// the message is not indexed).
     fn add_message(
         &mut self,
-        store: &Store,
         key: MessageKey,
         message: &Message,
         with_keywords: bool,
+        owner: impl FnOnce() -> Result<Option<Owner>>,
     ) -> Result<()> {
         let owner = match self.owners.entry(key.session()) {
             std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
             std::collections::hash_map::Entry::Vacant(entry) => {
-                // A message whose session is already gone (deleted meanwhile) is not indexed.
-                let Some((at, session)) = store.feed().session_by_key(key.session())? else {
+                let Some(owner) = owner()? else {
                     return Ok(());
                 };
-                let user = TenantUser {
-                    tenant: at.tenant.clone(),
-                    user_id: session.user_id,
-                };
-                entry.insert(Owner {
-                    at,
-                    user,
-                    agent_id: session.agent_id,
-                })
+                entry.insert(owner)
             }
         };
         if with_keywords {

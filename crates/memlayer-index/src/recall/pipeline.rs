@@ -3,14 +3,14 @@
 //! [`RecallOptions::keywords_in_background`], the builder of the vector index's graph, and
 //! the vector snapshot (saved here, loaded by [`Recall::open`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::time::{Duration, Instant};
 
 use memlayer_store::{Message, MessageKey, PendingEmbedding, Store, blocking};
 use tokio::sync::watch;
 
-use super::{Recall, RecallOptions};
+use super::{Owner, Recall, RecallOptions};
 use crate::background::pause;
 use crate::hybrid::KeywordPostings;
 use crate::{
@@ -205,12 +205,32 @@ impl Recall {
                 .store
                 .feed()
                 .pending_embeddings(this.inner.options.batch_messages)?;
+            // The owners of sessions new to the indexes are read before the lock is taken:
+            // a store in a database answers over the network, and nothing may wait for it
+            // under the index lock (a request blocked on the lock can hold the very runtime
+            // worker that answer needs).
+            let unknown: BTreeSet<u64> = {
+                let indexes = this.read();
+                batch
+                    .iter()
+                    .flat_map(|pending| &pending.messages)
+                    .map(|(key, _)| key.session())
+                    .filter(|sid| !indexes.owners.contains_key(sid))
+                    .collect()
+            };
+            let mut owners = unknown
+                .into_iter()
+                .map(|sid| Ok((sid, Owner::in_store(&this.inner.store, sid)?)))
+                .collect::<Result<HashMap<_, _>>>()?;
             // Keywords first: they cost microseconds, and a query that cannot wait for the
-            // embeddings still finds the newest messages by their words.
+            // embeddings still finds the newest messages by their words. A session unknown
+            // here but not read above was forgotten meanwhile: its messages are not indexed.
             let mut indexes = this.write();
             for pending in &batch {
                 for (key, message) in &pending.messages {
-                    indexes.add_text(&this.inner.store, *key, message)?;
+                    indexes.add_message(*key, message, true, || {
+                        Ok(owners.remove(&key.session()).flatten())
+                    })?;
                 }
             }
             Ok(batch)

@@ -5,7 +5,9 @@
 use std::collections::HashSet;
 use std::ops::ControlFlow;
 
-use memlayer_store::{Access, MAX_MESSAGES_PER_SESSION, MessageKey, StoreError, blocking};
+use memlayer_store::{
+    Access, MAX_MESSAGES_PER_SESSION, MessageKey, SessionRef, StoreError, blocking,
+};
 
 use super::{Excluded, Recall, RecallHit, RecallQuery, Recalled, Scope, TenantUser};
 use crate::{HybridQuery, IndexError, Result, Retriever};
@@ -246,14 +248,21 @@ impl Recall {
             },
         )?;
         let keys: Vec<MessageKey> = fused.iter().map(|f| MessageKey::from_u64(f.id)).collect();
+        let places: Vec<Option<SessionRef>> = keys
+            .iter()
+            .map(|key| Some(indexes.owners.get(&key.session())?.at.clone()))
+            .collect();
+        // Not under the index lock: a store in a database answers over the network, and a
+        // writer waiting for the lock would hold up every reader meanwhile.
+        drop(indexes);
         let messages = self.inner.store.feed().messages_by_key(&keys)?;
         let hits = fused
             .iter()
-            .zip(keys)
+            .zip(places)
             .zip(messages)
-            .filter_map(|((fused, key), message)| {
+            .filter_map(|((fused, place), message)| {
                 Some(RecallHit {
-                    session: indexes.owners.get(&key.session())?.at.clone(),
+                    session: place?,
                     message: message?,
                     score: fused.score,
                     keyword_rank: fused.rank(Retriever::Keyword),
