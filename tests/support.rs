@@ -244,11 +244,25 @@ impl TestServer {
         let mut files = vec![self.dir.path().join("vectors.idx")];
         match &self.database {
             None => files.push(self.store_path()),
-            Some(database) => files.extend(files_under(&self.query_one(
-                database,
-                "SELECT current_setting('data_directory')",
-                |row| PathBuf::from(row.get::<_, String>(0)),
-            ))),
+            Some(database) => {
+                // Rows written so far reach their table files: a WAL record can be split by
+                // a WAL page header, so its text need not be whole in `pg_wal`.
+                self.running().runtime.block_on(async {
+                    let client = database
+                        .connect()
+                        .await
+                        .expect("connect to the test database");
+                    client
+                        .batch_execute("CHECKPOINT")
+                        .await
+                        .expect("a checkpoint");
+                });
+                files.extend(files_under(&self.query_one(
+                    database,
+                    "SELECT current_setting('data_directory')",
+                    |row| PathBuf::from(row.get::<_, String>(0)),
+                )));
+            }
         }
         let files: Vec<&std::path::Path> = files.iter().map(PathBuf::as_path).collect();
         memlayer_erasure::scan_files(&files, text.as_bytes())
