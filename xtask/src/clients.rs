@@ -33,14 +33,14 @@
 //! time; the embedding assets must be in place (`cargo xtask setup`, which `cargo xtask test`
 //! runs first).
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::Command;
 
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
 use crate::cmd;
+use crate::helper::Helper;
 use crate::metadata;
 use crate::server::{ADMIN_KEY, Server};
 
@@ -278,47 +278,21 @@ fn install_package(venv: &Path, package: &Path) -> anyhow::Result<std::path::Pat
     Ok(python)
 }
 
-/// The `fake-upstream` process; it exits when its standard input closes, which dropping
-/// this does.
+/// The `fake-upstream` process, and the addresses it printed.
 struct FakeUpstream {
-    child: Child,
+    /// Stops it when dropped.
+    _process: Helper,
     address: Fake,
 }
 
 impl FakeUpstream {
     fn start(binary: &Path) -> anyhow::Result<Self> {
-        let mut child = Command::new(binary)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("could not start {}", binary.display()))?;
-        let stdout = child.stdout.take().context("stdout is piped")?;
-        match first_line(stdout) {
-            Ok(address) => Ok(Self { child, address }),
-            Err(error) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                Err(error)
-            }
-        }
-    }
-}
-
-fn first_line(stdout: ChildStdout) -> anyhow::Result<Fake> {
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line)?;
-    if line.is_empty() {
-        bail!("fake-upstream exited before printing its address");
-    }
-    serde_json::from_str(&line).with_context(|| format!("fake-upstream printed {line:?}"))
-}
-
-impl Drop for FakeUpstream {
-    fn drop(&mut self) {
-        // Closing its input asks it to stop; a kill is the fallback that never fails.
-        drop(self.child.stdin.take());
-        if self.child.wait().is_err() {
-            let _ = self.child.kill();
-        }
+        let process = Helper::start(binary)?;
+        let address = serde_json::from_str(&process.line)
+            .with_context(|| format!("fake-upstream printed {:?}", process.line))?;
+        Ok(Self {
+            _process: process,
+            address,
+        })
     }
 }

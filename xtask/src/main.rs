@@ -18,6 +18,7 @@ mod contract;
 mod crash;
 mod dist;
 mod fuzz;
+mod helper;
 mod load;
 mod metadata;
 mod python;

@@ -15,7 +15,7 @@ use anyhow::{Context, bail};
 
 /// A release build with an empty data directory starts in well under a second; this bound
 /// only keeps a broken server from hanging the benchmark.
-const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long a graceful shutdown may take before the server is killed. The server finishes
 /// in-flight requests and waits for its indexing pipeline and maintenance tasks to stop:

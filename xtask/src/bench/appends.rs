@@ -5,7 +5,9 @@
 //! Every append is a durable commit on the server, so the numbers are durable appends.
 //! `--baseline` runs the same scenarios against another build of the server (an older
 //! commit's) first, each on its own fresh data directory, for a side-by-side comparison in
-//! one run on the same machine. The report ends with the store's commit modes measured in
+//! one run on the same machine; `--postgres` runs them once more with this build's records in
+//! a database of a throwaway PostgreSQL cluster (`test-database`, from the tests package),
+//! for the two backends side by side. The report ends with the store's commit modes measured in
 //! process by memlayer-bench (`commit-modes`).
 
 use std::path::{Path, PathBuf};
@@ -15,8 +17,9 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 
 use super::load::{self, Scenario, ScenarioResult, Workload};
-use crate::server::Server;
-use crate::{cmd, metadata};
+use crate::helper::Helper;
+use crate::server::{STARTUP_TIMEOUT, Server};
+use crate::{apt, cmd, metadata};
 
 /// Run one after the other against the same server: the context client shows the latency of
 /// assembling a turn of a 100-exchange session and the recall clients that of a search of the
@@ -55,26 +58,48 @@ struct BuildResults {
     results: Vec<ScenarioResult>,
 }
 
-pub(crate) fn run(root: &Path, seconds: u64, baseline: Option<&Path>) -> anyhow::Result<()> {
+pub(crate) fn run(
+    root: &Path,
+    seconds: u64,
+    baseline: Option<&Path>,
+    postgres: bool,
+) -> anyhow::Result<()> {
     let measured = Duration::from_secs(seconds);
     cmd::cargo(root, &["build", "--release", "-p", "memlayer"])?;
     let target_dir = metadata::read(root)?.target_directory;
     let current = target_dir.join("release").join("memlayer");
-    let mut builds: Vec<(String, PathBuf)> = Vec::new();
+    // The database (and its cluster) lives until the end of the run.
+    let database = if postgres {
+        apt::install_postgres_if_missing()?;
+        cmd::cargo(
+            root,
+            &["build", "-p", "memlayer-tests", "--bin", "test-database"],
+        )?;
+        Some(Helper::start(
+            &target_dir.join("debug").join("test-database"),
+        )?)
+    } else {
+        None
+    };
+    let mut builds: Vec<(String, PathBuf, Option<&str>)> = Vec::new();
     if let Some(baseline) = baseline {
         let label = format!("baseline (`{}`)", baseline.display());
-        builds.push((label, baseline.to_owned()));
+        builds.push((label, baseline.to_owned(), None));
     }
-    builds.push(("this build".to_owned(), current));
+    builds.push(("this build".to_owned(), current.clone(), None));
+    if let Some(database) = &database {
+        let label = "this build, records in PostgreSQL (`--database-url`)".to_owned();
+        builds.push((label, current, Some(database.line.as_str())));
+    }
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("could not start the client runtime")?;
     let mut measured_builds = Vec::new();
-    for (label, binary) in builds {
+    for (label, binary, database_url) in builds {
         eprintln!("xtask: {label}");
-        let results = measure(&runtime, &target_dir, &binary, measured)?;
+        let results = measure(&runtime, &target_dir, &binary, database_url, measured)?;
         measured_builds.push(BuildResults { label, results });
     }
     eprintln!("xtask: commit modes of the store, in process");
@@ -97,6 +122,7 @@ fn measure(
     runtime: &tokio::runtime::Runtime,
     target_dir: &Path,
     binary: &Path,
+    database_url: Option<&str>,
     measured: Duration,
 ) -> anyhow::Result<Vec<ScenarioResult>> {
     // The server's log goes to a file: at 64 clients a per-request log line would drown the
@@ -106,7 +132,11 @@ fn measure(
         .prefix("memlayer-bench-")
         .tempdir()
         .context("could not create the benchmark's data directory")?;
-    let server = Server::start(binary, data_dir.path(), &log)?;
+    let env: Vec<(&str, &str)> = database_url
+        .map(|url| ("MEMLAYER_DATABASE_URL", url))
+        .into_iter()
+        .collect();
+    let server = Server::start_with(binary, data_dir.path(), &log, STARTUP_TIMEOUT, &env)?;
     eprintln!(
         "xtask: server listening on {} (log: {})",
         server.addr(),

@@ -20,7 +20,8 @@ use clap::Subcommand;
 
 pub(crate) use load::{percentile, sentence};
 
-use crate::{cmd, metadata, setup};
+use crate::helper::Helper;
+use crate::{apt, cmd, metadata, setup};
 
 #[derive(Subcommand)]
 pub(crate) enum Benchmark {
@@ -34,6 +35,10 @@ pub(crate) enum Benchmark {
         /// for a side-by-side comparison in one run.
         #[arg(long)]
         baseline: Option<PathBuf>,
+        /// Measure this build a second time with its records in PostgreSQL (a database of a
+        /// throwaway cluster, `--database-url`), beside the store file in the same run.
+        #[arg(long)]
+        postgres: bool,
     },
     /// Embedding throughput, Rust against Python onnxruntime on the same model.
     Embed {
@@ -70,6 +75,10 @@ pub(crate) enum Benchmark {
         /// Another build of `memlayer` (an older commit's) to measure the same way first.
         #[arg(long)]
         baseline: Option<PathBuf>,
+        /// Measure this build a second time with its records in PostgreSQL (a database of a
+        /// throwaway cluster), beside the store file in the same run.
+        #[arg(long)]
+        postgres: bool,
     },
     /// How long a store of each size takes to open, to check and to serve again.
     Recovery {
@@ -103,14 +112,20 @@ impl Benchmark {
 
 pub(crate) fn run(root: &Path, benchmark: Benchmark) -> anyhow::Result<()> {
     match benchmark {
-        Benchmark::Appends { seconds, baseline } => {
-            appends::run(root, seconds, baseline.as_deref())
-        }
+        Benchmark::Appends {
+            seconds,
+            baseline,
+            postgres,
+        } => appends::run(root, seconds, baseline.as_deref(), postgres),
         Benchmark::Embed { args } => in_process(root, "embed", &args),
         Benchmark::Index { args } => in_process(root, "index", &args),
         Benchmark::Context { args } => in_process(root, "context", &args),
         Benchmark::Memory { args } => in_process(root, "memory", &args),
-        Benchmark::Purge { sessions, baseline } => purge::run(root, sessions, baseline.as_deref()),
+        Benchmark::Purge {
+            sessions,
+            baseline,
+            postgres,
+        } => purge::run(root, sessions, baseline.as_deref(), postgres),
         Benchmark::Recovery {
             sizes_mib,
             baseline,
@@ -153,6 +168,17 @@ fn in_process_output(root: &Path, args: &[&str]) -> anyhow::Result<String> {
 }
 
 /// The 1-minute load average, the first field of `/proc/loadavg`.
+/// A database of a throwaway PostgreSQL cluster (the tests package's `test-database`), for a
+/// server under test to keep its records in; its first line is the connection string.
+fn test_database(root: &Path, target_dir: &Path) -> anyhow::Result<Helper> {
+    apt::install_postgres_if_missing()?;
+    cmd::cargo(
+        root,
+        &["build", "-p", "memlayer-tests", "--bin", "test-database"],
+    )?;
+    Helper::start(&target_dir.join("debug").join("test-database"))
+}
+
 pub(crate) fn load_average() -> anyhow::Result<String> {
     let text = std::fs::read_to_string("/proc/loadavg").context("could not read /proc/loadavg")?;
     Ok(text

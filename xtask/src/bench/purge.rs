@@ -9,7 +9,10 @@
 //! conversations still wait in the embedding outbox — the case a bulk import followed by a
 //! purge creates, and the one where a delete that scanned the whole outbox per session was
 //! quadratic. `--baseline` runs the same measurement with another build of the server (an
-//! older commit's) right before, for a before/after comparison in one run.
+//! older commit's) right before, for a before/after comparison in one run; `--postgres`
+//! measures this build once more with its records in PostgreSQL (a database of a throwaway
+//! cluster), where the sizes are the database's and the purge's receipt waits for the
+//! reclaim of the destroyed keys.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -22,6 +25,7 @@ use anyhow::{Context, bail, ensure};
 use serde::Serialize;
 
 use super::{load_average, sentence};
+use crate::helper::Helper;
 use crate::server::{Server, admin_client};
 use crate::{cmd, metadata};
 
@@ -60,7 +64,12 @@ struct Measured {
     bytes_after: u64,
 }
 
-pub(crate) fn run(root: &Path, sessions: usize, baseline: Option<&Path>) -> anyhow::Result<()> {
+pub(crate) fn run(
+    root: &Path,
+    sessions: usize,
+    baseline: Option<&Path>,
+    postgres: bool,
+) -> anyhow::Result<()> {
     ensure!(sessions > 0, "give at least one session");
     cmd::cargo(root, &["build", "--release", "-p", "memlayer"])?;
     let target_dir = metadata::read(root)?.target_directory;
@@ -71,27 +80,60 @@ pub(crate) fn run(root: &Path, sessions: usize, baseline: Option<&Path>) -> anyh
         .build()
         .context("could not start the client runtime")?;
     let load_before = load_average()?;
-    let mut builds: Vec<(String, PathBuf)> = Vec::new();
+    let mut builds: Vec<(String, PathBuf, Option<Helper>)> = Vec::new();
     if let Some(baseline) = baseline {
         builds.push((
             format!("baseline (`{}`)", baseline.display()),
             baseline.to_owned(),
+            None,
         ));
     }
-    builds.push(("this build".to_owned(), current));
+    builds.push(("this build".to_owned(), current.clone(), None));
+    if postgres {
+        let database = super::test_database(root, &target_dir)?;
+        builds.push(("this build, PostgreSQL".to_owned(), current, Some(database)));
+    }
     let mut results = Vec::new();
-    for (label, binary) in builds {
+    for (label, binary, mut database) in builds {
         eprintln!("xtask: {label}: {sessions} conversations, then a purge");
-        results.push(runtime.block_on(measure(label, &binary, &log, sessions))?);
+        let store = match database.as_mut() {
+            Some(database) => Records::Database(database),
+            None => Records::File,
+        };
+        results.push(runtime.block_on(measure(label, &binary, store, &log, sessions))?);
     }
     let load_after = load_average()?;
     println!("{}", report(&results, sessions, [load_before, load_after]));
     Ok(())
 }
 
+/// Where the server under test keeps its records.
+enum Records<'a> {
+    /// The store file in its data directory.
+    File,
+    /// The database of a `test-database` helper.
+    Database(&'a mut Helper),
+}
+
+impl Records<'_> {
+    /// The records' size in bytes: the store file's, or the database's.
+    fn size(&mut self, data_dir: &Path) -> anyhow::Result<u64> {
+        match self {
+            Self::File => Ok(std::fs::metadata(data_dir.join("memlayer.redb"))?.len()),
+            Self::Database(database) => {
+                let answer = database.ask("size")?;
+                answer
+                    .parse()
+                    .with_context(|| format!("test-database answered {answer:?} for its size"))
+            }
+        }
+    }
+}
+
 async fn measure(
     label: String,
     binary: &Path,
+    mut records: Records<'_>,
     log: &Path,
     sessions: usize,
 ) -> anyhow::Result<Measured> {
@@ -99,24 +141,21 @@ async fn measure(
         .prefix("memlayer-bench-purge-")
         .tempdir()
         .context("could not create the benchmark's data directory")?;
-    let store_file = data_dir.path().join("memlayer.redb");
     // A purge longer than half the request timeout answers 202 and goes on (it is polled
     // below); a long timeout keeps the answer to the one request for most sizes.
     let timeout = PURGE_TIMEOUT.as_secs().to_string();
-    let server = Server::start_with(
-        binary,
-        data_dir.path(),
-        log,
-        STARTUP_TIMEOUT,
-        &[("MEMLAYER_REQUEST_TIMEOUT_SECS", &timeout)],
-    )?;
+    let mut env = vec![("MEMLAYER_REQUEST_TIMEOUT_SECS", timeout.as_str())];
+    if let Records::Database(database) = &records {
+        env.push(("MEMLAYER_DATABASE_URL", database.line.as_str()));
+    }
+    let server = Server::start_with(binary, data_dir.path(), log, STARTUP_TIMEOUT, &env)?;
     let http = admin_client(APPEND_TIMEOUT)?;
 
     let start = Instant::now();
     append_all(&http, server.addr(), sessions).await?;
     let load = start.elapsed();
     let pending_at_purge = pending_embeddings(&http, server.addr()).await;
-    let bytes_before = std::fs::metadata(&store_file)?.len();
+    let bytes_before = records.size(data_dir.path())?;
 
     eprintln!("xtask: purging");
     let purge_client = admin_client(PURGE_TIMEOUT)?;
@@ -145,7 +184,7 @@ async fn measure(
     }
     let purge = start.elapsed();
     let count = |name: &str| body["counts"][name].as_u64().unwrap_or_default();
-    let bytes_after = std::fs::metadata(&store_file)?.len();
+    let bytes_after = records.size(data_dir.path())?;
     server.stop()?;
     let measured = Measured {
         label,
@@ -253,7 +292,7 @@ fn report(results: &[Measured], sessions: usize, load: [String; 2]) -> String {
     );
     let _ = writeln!(
         out,
-        "| server | append s | appends/s | waiting to be embedded at purge | file before MiB | purge s | conversations/s | messages erased | file after MiB | reclaimed MiB |"
+        "| server | append s | appends/s | waiting to be embedded at purge | store before MiB | purge s | conversations/s | messages erased | store after MiB | reclaimed MiB |"
     );
     let _ = writeln!(
         out,
@@ -285,7 +324,9 @@ fn report(results: &[Measured], sessions: usize, load: [String; 2]) -> String {
              and followed a `202` to the receipt; the time is to the receipt either way)."
         );
     }
-    if let [baseline, current] = results {
+    if let [baseline, current, ..] = results
+        && baseline.label.starts_with("baseline")
+    {
         let _ = writeln!(
             out,
             "\nPurge time, this build / baseline: {:.3}×.",
