@@ -247,7 +247,7 @@ impl TestServer {
             Some(database) => {
                 // Rows written so far reach their table files: a WAL record can be split by
                 // a WAL page header, so its text need not be whole in `pg_wal`.
-                self.running().runtime.block_on(async {
+                let dir = self.running().runtime.block_on(async {
                     let client = database
                         .connect()
                         .await
@@ -256,12 +256,13 @@ impl TestServer {
                         .batch_execute("CHECKPOINT")
                         .await
                         .expect("a checkpoint");
+                    let row = client
+                        .query_one("SELECT current_setting('data_directory')", &[])
+                        .await
+                        .expect("the data directory");
+                    PathBuf::from(row.get::<_, String>(0))
                 });
-                files.extend(files_under(&self.query_one(
-                    database,
-                    "SELECT current_setting('data_directory')",
-                    |row| PathBuf::from(row.get::<_, String>(0)),
-                )));
+                files.extend(files_under(&dir));
             }
         }
         let files: Vec<&std::path::Path> = files.iter().map(PathBuf::as_path).collect();

@@ -38,18 +38,23 @@ struct SealedTable {
     index: &'static str,
     /// The sealed columns (NULL where a value is absent), and what each holds.
     columns: &'static [(&'static str, Field)],
+    /// What every row is written back holding instead of its values, column by column; `None`
+    /// keeps the values.
+    replaced_by: Option<&'static [Option<&'static [u8]>]>,
 }
 
 const MESSAGES: SealedTable = SealedTable {
     table: "messages",
     index: "idx",
     columns: &[("content", Field::Content), ("metadata", Field::Metadata)],
+    replaced_by: None,
 };
 
 const VECTORS: SealedTable = SealedTable {
     table: "embedding_vectors",
     index: "idx",
     columns: &[("components", Field::Vector)],
+    replaced_by: None,
 };
 
 const RUNS: SealedTable = SealedTable {
@@ -61,17 +66,16 @@ const RUNS: SealedTable = SealedTable {
         ("error", Field::RunError),
         ("metadata", Field::RunMetadata),
     ],
+    // Redacted: no free text (see `memlayer_store::Run::redacted`); the caller marks them.
+    replaced_by: Some(&[None, Some(b"[]"), None, Some(b"{}")]),
 };
 
 const SUMMARY: SealedTable = SealedTable {
     table: "summaries",
     index: "last_index",
     columns: &[("text", Field::Summary)],
+    replaced_by: None,
 };
-
-/// What a redacted run holds, column by column as in [`RUNS`]: no free text (see
-/// `memlayer_store::Run::redacted`).
-const REDACTED_RUN: [Option<&[u8]>; 4] = [None, Some(b"[]"), None, Some(b"{}")];
 
 impl PgStore {
     /// Erases message `index` of a session with what was made from it, with the redb
@@ -93,7 +97,7 @@ impl PgStore {
         let txn = client.transaction().await?;
         let Some((row, old_key)) = locked_session_key(
             &txn,
-            "SELECT sid, user_id, key_id FROM sessions
+            "SELECT sid, user_id, key_id, metadata FROM sessions
              WHERE tenant = $1 AND session_id = $2 AND ($3::text IS NULL OR user_id = $3)
              FOR UPDATE",
             access,
@@ -153,7 +157,9 @@ impl PgStore {
             session.reseal(&VECTORS, &old_key, &new_key).await?;
             session.reseal(&RUNS, &old_key, &new_key).await?;
             session.reseal(&SUMMARY, &old_key, &new_key).await?;
-            session.move_to(&old_key, &new_key).await?;
+            session
+                .move_to(row.get("metadata"), &old_key, &new_key)
+                .await?;
             destroy_keys(&txn, tenant, &[old_key.id]).await?;
         } else if runs_redacted > 0 {
             session.reseal(&RUNS, &old_key, &old_key).await?;
@@ -181,7 +187,7 @@ struct SessionRows<'a> {
 
 impl SessionRows<'_> {
     /// Opens every value of `table` in the session under `from` and writes it back sealed
-    /// under `to`, in batches; runs are written back redacted (the caller marked them).
+    /// under `to`, in batches (or, for a table with `replaced_by`, writes that instead).
     async fn reseal(&self, table: &SealedTable, from: &DataKey, to: &DataKey) -> Result<()> {
         let columns: Vec<&str> = table.columns.iter().map(|(name, _)| *name).collect();
         let select = format!(
@@ -209,7 +215,6 @@ impl SessionRows<'_> {
                 .join(", "),
             columns = columns.join(", "),
         );
-        let redact = table.table == RUNS.table;
         let mut after = -1_i64;
         loop {
             let rows = self
@@ -234,8 +239,8 @@ impl SessionRows<'_> {
                     let place = |key: &DataKey, value: &[u8]| -> Result<Vec<u8>> {
                         key.seal(self.place(index, *field), value)
                     };
-                    let value: Option<Vec<u8>> = if redact {
-                        REDACTED_RUN[n].map(|plain| place(to, plain)).transpose()?
+                    let value: Option<Vec<u8>> = if let Some(replaced_by) = table.replaced_by {
+                        replaced_by[n].map(|plain| place(to, plain)).transpose()?
                     } else {
                         row.get::<_, Option<&[u8]>>(n + 1)
                             .map(|stored| {
@@ -257,18 +262,12 @@ impl SessionRows<'_> {
         }
     }
 
-    /// Re-seals the session's metadata under `to` and makes `to` the session's key; the
-    /// erasure counts as a change of the session (its `erased` moves on).
-    async fn move_to(&self, from: &DataKey, to: &DataKey) -> Result<()> {
-        let row = self
-            .txn
-            .query_one(
-                "SELECT metadata FROM sessions WHERE tenant = $1 AND session_id = $2",
-                &[&self.tenant, &self.session_id],
-            )
-            .await?;
+    /// Re-seals the session's metadata (`sealed_metadata`, as read under the row lock) under
+    /// `to` and makes `to` the session's key; the erasure counts as a change of the session
+    /// (its `erased` moves on).
+    async fn move_to(&self, sealed_metadata: &[u8], from: &DataKey, to: &DataKey) -> Result<()> {
         let place = self.place(0, Field::SessionMetadata);
-        let metadata = to.seal(place, &from.open(place, row.get("metadata"))?)?;
+        let metadata = to.seal(place, &from.open(place, sealed_metadata)?)?;
         self.txn
             .execute(
                 "UPDATE sessions SET key_id = $3, metadata = $4, erased = erased + 1
