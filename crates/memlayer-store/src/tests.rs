@@ -2639,6 +2639,7 @@ mod conformance {
     crate::session_conformance!(temp_store());
     crate::feed_conformance!(temp_store());
     crate::eraser_conformance!(subject = temp_store(), subject.eraser());
+    crate::model_conformance!(subject = temp_store(), subject.eraser());
     crate::tenant_conformance!(temp_store());
     crate::key_conformance!(temp_store());
     crate::memory_conformance!(temp_store());
@@ -2715,6 +2716,7 @@ mod conformance {
         crate::session_conformance!(served_store());
         crate::feed_conformance!(served_store());
         crate::eraser_conformance!(subject = served_store(), subject.take_eraser().unwrap());
+        crate::model_conformance!(subject = served_store(), subject.take_eraser().unwrap());
         crate::tenant_conformance!(served_store());
         crate::key_conformance!(served_store());
         crate::memory_conformance!(served_store());

@@ -13,3 +13,9 @@ memlayer_store::eraser_conformance!(
         .take_eraser()
         .unwrap()
 );
+memlayer_store::model_conformance!(
+    subject = Arc::new(fresh_store().await),
+    memlayer_store::Store::served_by(subject.clone())
+        .take_eraser()
+        .unwrap()
+);

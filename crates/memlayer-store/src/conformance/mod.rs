@@ -4,7 +4,8 @@
 //! [`tenant_conformance!`](crate::tenant_conformance),
 //! [`key_conformance!`](crate::key_conformance),
 //! [`memory_conformance!`](crate::memory_conformance)), one `#[tokio::test]` per case, each on
-//! a store the given expression opens; every case works in a tenant of its own, so the cases
+//! a store the given expression opens, and random programs checked against a model of the
+//! sessions ([`model_conformance!`](crate::model_conformance)); every case works in a tenant of its own, so the cases
 //! may share a database. What is not per tenant (every tenant's retention rules, operator and
 //! bootstrap keys, every tenant's memories in id order) the cases read filtered to their own.
 //!
@@ -17,6 +18,7 @@ pub mod erasure;
 pub mod feed;
 pub mod keys;
 pub mod memories;
+pub mod model;
 pub mod sessions;
 pub mod tenants;
 
