@@ -7,29 +7,13 @@
 //! directory.
 
 use memlayer_postgres::test_cluster;
-use tokio_postgres::config::Host;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let database = runtime.block_on(test_cluster::database())?;
-    let config = database.config();
-    let hosts: Vec<String> = config
-        .get_hosts()
-        .iter()
-        .map(|host| match host {
-            Host::Tcp(name) => name.clone(),
-            Host::Unix(path) => path.display().to_string(),
-        })
-        .collect();
-    let mut url = format!("host={}", hosts.join(","));
-    if let Some(user) = config.get_user() {
-        url.push_str(&format!(" user={user}"));
-    }
-    if let Some(dbname) = config.get_dbname() {
-        url.push_str(&format!(" dbname={dbname}"));
-    }
+    let url = database.url();
     println!("{url}");
     // One request a line, until end of file (the parent closed the pipe or exited).
     for request in std::io::stdin().lines() {

@@ -23,6 +23,7 @@ use std::process::{Command, Stdio};
 use std::str::FromStr;
 use std::sync::OnceLock;
 
+use tokio_postgres::config::Host;
 use tokio_postgres::{Config, NoTls};
 
 use crate::{PgStore, PostgresError, Result};
@@ -45,6 +46,28 @@ impl TestDatabase {
     /// Where to connect.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// A connection string (`host=… user=… dbname=…`) naming this database, for a memlayer
+    /// process's `MEMLAYER_DATABASE_URL`.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .config
+            .get_hosts()
+            .iter()
+            .map(|host| match host {
+                Host::Tcp(name) => name.clone(),
+                Host::Unix(path) => path.display().to_string(),
+            })
+            .collect();
+        let mut url = format!("host={}", hosts.join(","));
+        if let Some(user) = self.config.get_user() {
+            url.push_str(&format!(" user={user}"));
+        }
+        if let Some(dbname) = self.config.get_dbname() {
+            url.push_str(&format!(" dbname={dbname}"));
+        }
+        url
     }
 
     /// A migrated store on this database, with a pool of a few connections.

@@ -52,6 +52,34 @@ impl DataArgs {
     }
 }
 
+/// Where the records are: the store file in the data directory, or a PostgreSQL database;
+/// for the commands that work on either (`serve`, `keys`).
+#[derive(Debug, Args)]
+pub(crate) struct StoreArgs {
+    #[command(flatten)]
+    pub(crate) data: DataArgs,
+    /// Keep the records in this PostgreSQL database instead of the store file
+    /// (`postgres://user:password@host/db`, or `host=/run/postgresql dbname=memlayer`); the
+    /// data directory then holds only the vector index snapshot. Prefer the environment
+    /// variable or the config file: a flag's value is visible in the process list.
+    #[arg(long, env = "MEMLAYER_DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
+}
+
+impl StoreArgs {
+    /// The database, by flag or environment, then the config file; `None` for the store file.
+    pub(crate) fn database_url(&self) -> anyhow::Result<Option<Secret>> {
+        Ok(resolve_database_url(
+            self.database_url.clone(),
+            self.data.file()?.database_url,
+        ))
+    }
+}
+
+fn resolve_database_url(given: Option<String>, from_file: Option<String>) -> Option<Secret> {
+    given.or(from_file).map(Secret)
+}
+
 fn resolve_data_dir(given: Option<PathBuf>, from_file: Option<PathBuf>) -> PathBuf {
     given
         .or(from_file)
@@ -66,13 +94,7 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "MEMLAYER_LISTEN")]
     listen: Option<SocketAddr>,
     #[command(flatten)]
-    data: DataArgs,
-    /// Keep the records in this PostgreSQL database instead of the store file
-    /// (`postgres://user:password@host/db`, or `host=/run/postgresql dbname=memlayer`); the
-    /// data directory then holds only the vector index snapshot. Prefer the environment
-    /// variable or the config file: a flag's value is visible in the process list.
-    #[arg(long, env = "MEMLAYER_DATABASE_URL", hide_env_values = true)]
-    database_url: Option<String>,
+    store: StoreArgs,
     #[command(flatten)]
     assets: AssetArgs,
     /// Largest request body in bytes [default: 1048576].
@@ -259,7 +281,7 @@ pub(crate) struct Settings {
 
 impl Settings {
     pub(crate) fn resolve(args: ServeArgs) -> anyhow::Result<Self> {
-        let file = args.data.file()?;
+        let file = args.store.data.file()?;
         // Before any of the file's fields are moved out below.
         let assets = args.assets.resolve(&file);
         let defaults = ServerConfig::default();
@@ -342,8 +364,8 @@ impl Settings {
                 .listen
                 .or(file.listen)
                 .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("the default address parses")),
-            data_dir: resolve_data_dir(args.data.data_dir, file.data_dir),
-            database_url: args.database_url.or(file.database_url).map(Secret),
+            data_dir: resolve_data_dir(args.store.data.data_dir, file.data_dir),
+            database_url: resolve_database_url(args.store.database_url, file.database_url),
             assets,
             server: ServerConfig {
                 max_body_bytes,

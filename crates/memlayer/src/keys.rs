@@ -1,20 +1,25 @@
-//! `memlayer keys`: API keys managed in the data directory, for operators (the first keys of
-//! a tenant, a lost admin key, an emergency revocation), and the admin key set-up at each
-//! start of `memlayer serve`.
+//! `memlayer keys`: API keys managed in the store itself, for operators (the first keys of a
+//! tenant, a lost admin key, an emergency revocation, the operator's keys, which no HTTP
+//! route makes), and the admin key set-up at each start of `memlayer serve`.
 //!
-//! These commands open the store file, which a running server holds exclusively; while it
-//! runs, the same is done over HTTP (`POST`, `GET /v1/keys`, `DELETE /v1/keys/{prefix}`).
+//! On the store file these commands need the server stopped, since it holds the file
+//! exclusively; while it runs, the same is done over HTTP (`POST`, `GET /v1/keys`,
+//! `DELETE /v1/keys/{prefix}`). On PostgreSQL they work beside running servers, which read
+//! keys from the database at every request, so a revocation holds at the next one.
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use memlayer_store::{ApiKey, Bootstrap, KeyRole, NewKey, OPERATOR_TENANT, Store, Timestamp};
 
-use crate::config::DataArgs;
+use crate::config::StoreArgs;
 
 /// What `keys --help` says about the running server.
-const STOPPED_SERVER: &str = "These commands open the store file in the data directory, which a \
-running `memlayer serve` holds exclusively: stop the server first, or use the HTTP API while it \
-runs (POST /v1/keys, GET /v1/keys, DELETE /v1/keys/{prefix}, with a tenant_admin key).";
+const STOPPED_SERVER: &str = "On the store file in the data directory, which a running `memlayer \
+serve` holds exclusively, these commands need the server stopped: stop it first, or use the \
+HTTP API while it runs (POST /v1/keys, GET /v1/keys, DELETE /v1/keys/{prefix}, with a \
+tenant_admin key). On a PostgreSQL database (--database-url, MEMLAYER_DATABASE_URL or \
+database_url in the config file) they work beside running servers, and a revocation holds at \
+their next request.";
 
 const MICROS_PER_DAY: u64 = 86_400 * 1_000_000;
 /// Longest expiry accepted: a hundred years.
@@ -47,7 +52,7 @@ pub(crate) enum KeysCommand {
 #[derive(Args)]
 pub(crate) struct CreateArgs {
     #[command(flatten)]
-    data: DataArgs,
+    store: StoreArgs,
     /// The tenant (project) the key acts for; required, except for an operator key, which
     /// belongs to no tenant.
     #[arg(long)]
@@ -71,7 +76,7 @@ pub(crate) struct CreateArgs {
 #[derive(Args)]
 pub(crate) struct ListArgs {
     #[command(flatten)]
-    data: DataArgs,
+    store: StoreArgs,
     /// Only this tenant's keys [default: every tenant's].
     #[arg(long)]
     tenant: Option<String>,
@@ -80,7 +85,7 @@ pub(crate) struct ListArgs {
 #[derive(Args)]
 pub(crate) struct RevokeArgs {
     #[command(flatten)]
-    data: DataArgs,
+    store: StoreArgs,
     /// The key's prefix.
     prefix: String,
 }
@@ -93,9 +98,32 @@ pub(crate) fn run(command: KeysCommand) -> anyhow::Result<()> {
     }
 }
 
-/// Opens the store of `data`, failing with what to do if the server holds it.
-fn open(data: &DataArgs, create: bool) -> anyhow::Result<Store> {
-    let dir = data.data_dir()?;
+/// Runs `work` on the store `args` names and shuts the store down, committing what it
+/// wrote: the database, or the store file (created first when `create`), failing with what
+/// to do if the server holds it.
+fn with_store<T, F, Fut>(args: &StoreArgs, create: bool, work: F) -> anyhow::Result<T>
+where
+    F: FnOnce(Store) -> Fut,
+    Fut: Future<Output = memlayer_store::Result<T>>,
+{
+    // Multi-threaded: a store in PostgreSQL answers a synchronous read by waiting for it
+    // on the runtime's blocking pool.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let store = match args.database_url()? {
+        Some(url) => crate::open_database(&url, &runtime)?.0,
+        None => open_file(args, create)?,
+    };
+    let outcome = runtime.block_on(work(store.clone()));
+    store.shutdown();
+    Ok(outcome?)
+}
+
+fn open_file(args: &StoreArgs, create: bool) -> anyhow::Result<Store> {
+    let dir = args.data.data_dir()?;
     let path = dir.join(crate::STORE_FILE);
     if create {
         std::fs::create_dir_all(&dir)
@@ -110,19 +138,6 @@ fn open(data: &DataArgs, create: bool) -> anyhow::Result<Store> {
             path.display()
         )
     })
-}
-
-/// Runs `work` on the store and shuts it down, committing what it wrote.
-fn with_store<T>(
-    store: Store,
-    work: impl std::future::Future<Output = memlayer_store::Result<T>>,
-) -> anyhow::Result<T> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .context("cannot start the async runtime")?;
-    let outcome = runtime.block_on(work);
-    store.shutdown();
-    Ok(outcome?)
 }
 
 fn create(args: CreateArgs) -> anyhow::Result<()> {
@@ -141,7 +156,6 @@ fn create(args: CreateArgs) -> anyhow::Result<()> {
         (_, Some(tenant)) => tenant,
         (role, None) => anyhow::bail!("a {role} key needs --tenant, the tenant it acts for"),
     };
-    let store = open(&args.data, true)?;
     let new = NewKey {
         tenant,
         role: args.role,
@@ -149,7 +163,9 @@ fn create(args: CreateArgs) -> anyhow::Result<()> {
         name: args.name,
         expires_at,
     };
-    let issued = with_store(store.clone(), store.keys().create_key(new))?;
+    let issued = with_store(&args.store, true, |store| async move {
+        store.keys().create_key(new).await
+    })?;
     eprintln!(
         "created {} (shown only now: memlayer keeps only its hash)",
         describe(&issued.key)
@@ -159,10 +175,12 @@ fn create(args: CreateArgs) -> anyhow::Result<()> {
 }
 
 fn list(args: &ListArgs) -> anyhow::Result<()> {
-    let store = open(&args.data, false)?;
-    let keys = store.keys().list_keys(args.tenant.as_deref());
-    store.shutdown();
-    let keys = keys?;
+    let tenant = args.tenant.clone();
+    let keys = with_store(&args.store, false, |store| async move {
+        store
+            .read(move |store| store.keys().list_keys(tenant.as_deref()))
+            .await
+    })?;
     let now = Timestamp::now();
     let rows: Vec<[String; 8]> = keys
         .iter()
@@ -201,8 +219,9 @@ fn list(args: &ListArgs) -> anyhow::Result<()> {
 }
 
 fn revoke(args: &RevokeArgs) -> anyhow::Result<()> {
-    let store = open(&args.data, false)?;
-    let revoked = with_store(store.clone(), store.keys().revoke_key(None, &args.prefix))?;
+    let revoked = with_store(&args.store, false, |store| async move {
+        store.keys().revoke_key(None, &args.prefix).await
+    })?;
     let key = revoked.with_context(|| format!("no key with prefix {:?}", args.prefix))?;
     println!("revoked {}", describe(&key));
     Ok(())

@@ -312,6 +312,15 @@ fn open_store(
             .with_context(|| format!("cannot open the store {}", path.display()))?;
         return Ok((store, path.display().to_string()));
     };
+    open_database(url, runtime)
+}
+
+/// The store in the PostgreSQL database at `url` (migrated first), and where that is for
+/// people to read (never the user or a password).
+fn open_database(
+    url: &config::Secret,
+    runtime: &tokio::runtime::Runtime,
+) -> anyhow::Result<(Store, String)> {
     let location = PgStore::location(url.expose()).context("invalid database URL")?;
     let database = runtime
         .block_on(PgStore::connect(

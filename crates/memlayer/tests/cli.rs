@@ -761,6 +761,73 @@ fn keys_are_managed_in_the_data_directory_while_the_server_is_stopped() {
     }
 }
 
+/// On PostgreSQL `memlayer keys` works beside running servers: an operator key made before
+/// the first start, a tenant's key made while the server runs works at once, and its
+/// revocation holds at the next request, without a restart.
+#[test]
+fn keys_on_postgres_work_beside_a_running_server() {
+    let database = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(memlayer_postgres::test_cluster::database())
+        .expect("a test database");
+    let database_url = database.url();
+    let keys = |args: &[&str]| {
+        let output = memlayer(&[&["keys"][..], args].concat())
+            .env("MEMLAYER_DATABASE_URL", &database_url)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "keys {args:?}: {output:?}");
+        String::from_utf8(output.stdout).unwrap().trim().to_owned()
+    };
+    let operator = keys(&["create", "--role", "operator", "--name", "ops"]);
+    assert!(operator.starts_with("mlk_"), "{operator}");
+
+    let temp = tempfile::tempdir().unwrap();
+    let (mut server, url) = Process::serve_with(temp.path(), |command| {
+        command.env("MEMLAYER_DATABASE_URL", &database_url);
+    });
+    let service = keys(&["create", "--tenant", "acme", "--role", "service"]);
+    let prefix = service.split('_').nth(1).unwrap().to_owned();
+    let appended = client_with_key(&service)
+        .post(format!("{url}/v1/sessions/k1/messages"))
+        .json(&json!({ "role": "user", "content": "hi", "user_id": "u", "agent_id": "a" }))
+        .send()
+        .unwrap();
+    assert_eq!(appended.status().as_u16(), 201);
+    let listing = keys(&["list", "--tenant", "acme"]);
+    assert!(
+        listing.contains(&prefix) && listing.contains("active") && !listing.contains(&service),
+        "{listing}"
+    );
+    // The operator's key is the operator's: the backup route takes it (and answers that a
+    // database is backed up by its own tools), where the admin key is forbidden.
+    let backup = |key: &str| {
+        client_with_key(key)
+            .post(format!("{url}/v1/admin/backup"))
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!((backup(&operator), backup(ADMIN_KEY)), (501, 403));
+
+    keys(&["revoke", &prefix]);
+    let refused = client_with_key(&service)
+        .get(format!("{url}/v1/sessions/k1"))
+        .send()
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 401);
+    assert!(keys(&["list", "--tenant", "acme"]).contains("revoked"));
+    server.terminate();
+    assert_eq!(server.wait_for_exit().0.code(), Some(0));
+    assert!(
+        !temp.path().join("memlayer.redb").exists(),
+        "the keys are in the database, not in a store file"
+    );
+}
+
 /// With `MEMLAYER_LOG_FORMAT=json` every log line is one JSON object a collector can parse,
 /// with its level and message, and a message's content appears in none of them.
 #[test]
