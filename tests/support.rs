@@ -141,7 +141,30 @@ impl TestServer {
         Self::in_dir(config, dir)
     }
 
+    /// Starts a server with [`config`] keeping its records in `database`, whatever
+    /// [`on_postgres`] says (for tests of what only a database does: restarts).
+    pub fn on_database(database: memlayer_postgres::test_cluster::TestDatabase) -> Self {
+        let dir = tempfile::tempdir().expect("create a temporary data directory");
+        Self::in_dir_on(config(), dir, Some(database))
+    }
+
     fn in_dir(config: ServerConfig, dir: TempDir) -> Self {
+        let database = on_postgres().then(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime to create the database")
+                .block_on(memlayer_postgres::test_cluster::database())
+                .expect("a test database")
+        });
+        Self::in_dir_on(config, dir, database)
+    }
+
+    fn in_dir_on(
+        config: ServerConfig,
+        dir: TempDir,
+        database: Option<memlayer_postgres::test_cluster::TestDatabase>,
+    ) -> Self {
         let mut authorization =
             HeaderValue::from_str(&bearer(ADMIN_KEY)).expect("the key is a header value");
         authorization.set_sensitive(true);
@@ -154,14 +177,6 @@ impl TestServer {
             .timeout(REQUEST_TIMEOUT)
             .build()
             .expect("build the HTTP client");
-        let database = on_postgres().then(|| {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime to create the database")
-                .block_on(memlayer_postgres::test_cluster::database())
-                .expect("a test database")
-        });
         let mut server = Self {
             running: None,
             config,

@@ -13,6 +13,9 @@ mod idempotency;
 mod bad_input;
 // Everything acknowledged survives a restart on the same file, including one in mid-load.
 mod durability;
+// PostgreSQL stopped under the server: 503s meanwhile, then recovery by itself, and an
+// interrupted erasure finished soon after.
+mod database;
 // Many clients at once: no lost or duplicated message, gapless indices, per-client order.
 mod concurrency;
 // Hybrid recall with the real embedding model: by meaning and by words, scoped, forgotten on

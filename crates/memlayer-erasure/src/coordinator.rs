@@ -96,6 +96,10 @@ struct Inner {
     running: std::sync::Mutex<HashSet<u64>>,
     /// Erasures finished (receipt written) since this coordinator was made.
     finished: AtomicU64,
+    /// Signalled when a run fails and leaves its job pending, so that the maintenance task
+    /// retries it soon rather than at its next scheduled pass: a database that was restarted
+    /// sends no signal of its own when it answers again.
+    left_pending: tokio::sync::Notify,
 }
 
 /// Marks a job as running for as long as it lives.
@@ -135,6 +139,7 @@ impl Coordinator {
                 compacted: tokio::sync::Mutex::new(0),
                 running: std::sync::Mutex::new(HashSet::new()),
                 finished: AtomicU64::new(0),
+                left_pending: tokio::sync::Notify::new(),
             }),
         }
     }
@@ -158,6 +163,12 @@ impl Coordinator {
     /// made: the erasure counter of the metrics.
     pub fn finished(&self) -> u64 {
         self.inner.finished.load(Ordering::Relaxed)
+    }
+
+    /// Resolves when a run failed and left its job pending (at once if one did since the
+    /// last call), for the maintenance task.
+    pub(crate) async fn left_pending(&self) {
+        self.inner.left_pending.notified().await;
     }
 
     /// How many erasure jobs are recorded and not finished (a store read): running, or
@@ -261,9 +272,12 @@ impl Coordinator {
     ) -> Result<Receipt, ErasureError> {
         self.run_steps(id, document, resumed)
             .await
-            .map_err(|source| ErasureError::Pending {
-                id,
-                source: Box::new(source),
+            .map_err(|source| {
+                self.inner.left_pending.notify_one();
+                ErasureError::Pending {
+                    id,
+                    source: Box::new(source),
+                }
             })
     }
 

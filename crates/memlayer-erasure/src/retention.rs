@@ -33,6 +33,10 @@ fn purge_request(tenant: &str, days: u32, requested_by: &str, now: Timestamp) ->
 const RETENTION_PERIOD: Duration = Duration::from_secs(24 * 60 * 60);
 /// How often the scheduler looks for a rule that is due.
 const CHECK_EVERY: Duration = Duration::from_secs(15 * 60);
+/// After a pass that left erasures pending, the first wait before the next one; it doubles
+/// up to [`RETRY_MAX`] while they stay pending.
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(60);
 const MICROS_PER_DAY: u64 = 24 * 60 * 60 * 1_000_000;
 
 /// A tenant's retention rule.
@@ -110,27 +114,46 @@ impl Coordinator {
             .await
     }
 
-    /// Until `shutdown` resolves, every few minutes and whenever the store takes writes again
-    /// after a disk fault: finishes erasures left pending (by a crash, a compaction postponed
-    /// by busy reads, or a full disk) and applies due retention rules. Failures are logged
-    /// and retried at the next check.
+    /// Until `shutdown` resolves, every few minutes, whenever the store takes writes again
+    /// after a disk fault, and soon after a run left its job pending: finishes erasures left
+    /// pending (by a crash, a compaction postponed by busy reads, a full disk or a database
+    /// that did not answer) and applies due retention rules. A pass that could not finish
+    /// them is retried after a backoff ([`RETRY_FIRST`], doubling up to [`RETRY_MAX`]).
     pub async fn run_maintenance(self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
         // Kept across passes, so that a fault and its recovery during a pass are seen too.
         let mut refusals = self.store().refusals();
+        let mut backoff = RETRY_FIRST;
         loop {
             refusals.borrow_and_update();
-            if let Err(err) = self.resume().await {
+            let resumed = self.resume().await;
+            if let Err(err) = &resumed {
                 tracing::error!(error = %err.for_log(), "resuming pending erasures failed; it is retried");
             }
             if let Err(err) = self.apply_due_retention(Timestamp::now()).await {
                 tracing::error!(error = %err.for_log(), "retention pass failed; it is retried");
             }
+            let next_pass = if resumed.is_ok() {
+                backoff = RETRY_FIRST;
+                CHECK_EVERY
+            } else {
+                let wait = backoff;
+                backoff = (backoff * 2).min(RETRY_MAX);
+                wait
+            };
             tokio::select! {
                 () = &mut shutdown => return,
-                () = tokio::time::sleep(CHECK_EVERY) => {}
+                () = tokio::time::sleep(next_pass) => {}
                 // An erasure a full disk interrupted finishes as soon as space is back.
                 () = writes_resumed(&mut refusals) => {}
+                // A request's erasure failed part-way (a failed pass notifies too, but then
+                // waits out its backoff); a moment later, the next pass finishes it.
+                () = self.left_pending(), if resumed.is_ok() => {
+                    tokio::select! {
+                        () = &mut shutdown => return,
+                        () = tokio::time::sleep(RETRY_FIRST) => {}
+                    }
+                }
             }
         }
     }

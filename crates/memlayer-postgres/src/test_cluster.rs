@@ -83,16 +83,18 @@ impl TestDatabase {
 
 /// A new database on the test server.
 pub async fn database() -> Result<TestDatabase> {
-    let admin = match std::env::var(DATABASE_URL_VARIABLE) {
-        Ok(url) => Config::from_str(&url).map_err(|source| PostgresError::Url { source })?,
-        Err(_) => {
-            let cluster = CLUSTER
-                .get_or_init(Cluster::start)
-                .as_ref()
-                .map_err(|message| PostgresError::TestCluster(message.clone()))?;
-            cluster.admin_config()
+    match std::env::var(DATABASE_URL_VARIABLE) {
+        Ok(url) => {
+            create_database(Config::from_str(&url).map_err(|source| PostgresError::Url { source })?)
+                .await
         }
-    };
+        Err(_) => TestCluster::shared()?.database().await,
+    }
+}
+
+/// A database of a new name on the server `admin` connects to (as a user that may create
+/// databases).
+async fn create_database(admin: Config) -> Result<TestDatabase> {
     let name = format!("memlayer_test_{}", uuid::Uuid::new_v4().simple());
     connect(&admin)
         .await?
@@ -113,21 +115,65 @@ async fn connect(config: &Config) -> Result<tokio_postgres::Client> {
     Ok(client)
 }
 
-/// The process's throwaway cluster, or why it could not be started (kept, so that every test
-/// reports it rather than starting another).
-static CLUSTER: OnceLock<std::result::Result<Cluster, String>> = OnceLock::new();
+/// The process's shared throwaway cluster, or why it could not be started (kept, so that
+/// every test reports it rather than starting another).
+static CLUSTER: OnceLock<std::result::Result<TestCluster, String>> = OnceLock::new();
 
 /// The cluster's superuser, also the operating system user it runs as when tests run as root.
 const SUPERUSER: &str = "postgres";
 
+/// A throwaway PostgreSQL cluster: the process's shared one ([`TestCluster::shared`]), or one
+/// of a test's own ([`TestCluster::start`]) that the test may stop as a power cut would
+/// without disturbing the tests that share the other.
 #[derive(Debug)]
-struct Cluster {
+pub struct TestCluster {
     /// The directory holding the data directory, the log and the socket.
     dir: PathBuf,
+    pg_ctl: PathBuf,
+    /// Whether it runs as [`SUPERUSER`] because this process is root.
+    as_root: bool,
+    /// Whether dropping it stops it (a test's own; the shared one lives in a static).
+    owned: bool,
 }
 
-impl Cluster {
-    fn start() -> std::result::Result<Self, String> {
+impl TestCluster {
+    /// The process's shared cluster, started by the first caller.
+    pub fn shared() -> Result<&'static Self> {
+        CLUSTER
+            .get_or_init(|| Self::init(false))
+            .as_ref()
+            .map_err(|message| PostgresError::TestCluster(message.clone()))
+    }
+
+    /// A new cluster of the caller's own, stopped and removed when it is dropped (or, like
+    /// the shared one, when the process ends).
+    pub fn start() -> Result<Self> {
+        Self::init(true).map_err(PostgresError::TestCluster)
+    }
+
+    /// A new database on this cluster.
+    pub async fn database(&self) -> Result<TestDatabase> {
+        create_database(self.admin_config()).await
+    }
+
+    /// Stops the cluster as a power cut would (`pg_ctl stop -m immediate`: no shutdown
+    /// checkpoint; the next start recovers from the WAL).
+    pub fn crash(&self) -> Result<()> {
+        self.pg_ctl(&["--mode", "immediate", "--wait", "stop"])
+            .map_err(PostgresError::TestCluster)
+    }
+
+    /// Starts the cluster again after [`TestCluster::crash`], once it accepts connections.
+    pub fn restart(&self) -> Result<()> {
+        self.pg_ctl(&["--wait", "start"])
+            .map_err(PostgresError::TestCluster)
+    }
+
+    /// The cluster's directory: its data directory (`data`), log and socket.
+    pub fn directory(&self) -> &Path {
+        &self.dir
+    }
+    fn init(owned: bool) -> std::result::Result<Self, String> {
         let bin = find_binaries()?;
         // PostgreSQL refuses to run as root; as root (in CI) the cluster runs as `postgres`.
         let as_root = rustix::process::geteuid().is_root();
@@ -139,16 +185,20 @@ impl Cluster {
             .map_err(|err| format!("cannot create a temporary directory: {err}"))?
             // The watchdog removes it, after the cluster stopped.
             .keep();
-        let cluster = Self { dir };
+        let cluster = Self {
+            dir,
+            pg_ctl: bin.join("pg_ctl"),
+            as_root,
+            owned,
+        };
         if as_root {
             let mut chown = Command::new("chown");
             chown.arg(format!("{SUPERUSER}:")).arg(&cluster.dir);
             run(chown)?;
         }
         let data = cluster.dir.join("data");
-        let pg_ctl = bin.join("pg_ctl");
         // The watchdog first: from here on the directory is removed whatever happens.
-        spawn_watchdog(&pg_ctl, &data, &cluster.dir, as_root)?;
+        spawn_watchdog(&cluster.pg_ctl, &data, &cluster.dir, as_root)?;
         let mut initdb = command(as_root, &bin.join("initdb"));
         initdb
             .arg("--pgdata")
@@ -171,20 +221,21 @@ impl Cluster {
             .open(data.join("postgresql.conf"))
             .and_then(|mut file| std::io::Write::write_all(&mut file, settings.as_bytes()))
             .map_err(|err| format!("cannot write postgresql.conf: {err}"))?;
-        let mut start = command(as_root, &pg_ctl);
-        start
-            .arg("--pgdata")
-            .arg(&data)
-            .arg("--log")
-            .arg(cluster.dir.join("postgres.log"))
-            .args(["--wait", "start"]);
-        run(start).map_err(|err| {
-            format!(
-                "{err}; the server's log is {}",
-                cluster.dir.join("postgres.log").display()
-            )
-        })?;
+        cluster.pg_ctl(&["--wait", "start"])?;
         Ok(cluster)
+    }
+
+    /// Runs `pg_ctl` on the cluster with `args`; a failure names the server's log.
+    fn pg_ctl(&self, args: &[&str]) -> std::result::Result<(), String> {
+        let log = self.dir.join("postgres.log");
+        let mut pg_ctl = command(self.as_root, &self.pg_ctl);
+        pg_ctl
+            .arg("--pgdata")
+            .arg(self.dir.join("data"))
+            .arg("--log")
+            .arg(&log)
+            .args(args);
+        run(pg_ctl).map_err(|err| format!("{err}; the server's log is {}", log.display()))
     }
 
     fn admin_config(&self) -> Config {
@@ -194,6 +245,17 @@ impl Cluster {
             .user(SUPERUSER)
             .dbname("postgres");
         config
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        if self.owned {
+            // A throwaway cluster needs no clean shutdown; the watchdog would do the same
+            // when the process ends.
+            let _ = self.crash();
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
