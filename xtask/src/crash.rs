@@ -13,6 +13,13 @@
 //! - every few kills, with the server down: `memlayer check` finds the vector index a start
 //!   would load equal to the stored vectors (each among its own ten nearest), and no byte of
 //!   any erased text is left in the store file or the index snapshot.
+//!
+//! With `--postgres` the records are in a database of a throwaway PostgreSQL cluster, and the
+//! kills rotate between the server alone, the database and the server together, and the
+//! database alone (`pg_ctl stop -m immediate`, as a power cut: no shutdown checkpoint) while
+//! the server keeps running and must recover by itself. The same checks hold, except
+//! `memlayer check`, which reads the store file; the byte scans cover every file of the
+//! cluster, where no planted text may be in plain at all (content is stored sealed).
 
 mod client;
 mod verify;
@@ -25,7 +32,8 @@ use anyhow::{Context, bail};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::server::{ADMIN_KEY, Server};
+use crate::helper::Helper;
+use crate::server::{ADMIN_KEY, STARTUP_TIMEOUT, Server};
 use crate::{cmd, metadata};
 use client::{ClientState, Http, TOKEN_PREFIX};
 
@@ -42,6 +50,65 @@ pub(crate) struct Options {
     pub(crate) clients: usize,
     pub(crate) seed: u64,
     pub(crate) release: bool,
+    pub(crate) postgres: bool,
+}
+
+/// Where the server keeps its records.
+enum Records {
+    /// The store file in the data directory.
+    File,
+    /// A database of a throwaway PostgreSQL cluster (the `test-database` helper).
+    Postgres(Helper),
+}
+
+impl Records {
+    /// What the server's environment needs for these records.
+    fn env(&self) -> Vec<(&str, &str)> {
+        match self {
+            Self::File => Vec::new(),
+            Self::Postgres(cluster) => vec![("MEMLAYER_DATABASE_URL", cluster.line.as_str())],
+        }
+    }
+
+    /// Asks the cluster to `crash` or `start`.
+    fn cluster(&mut self, request: &str) -> anyhow::Result<()> {
+        let Self::Postgres(cluster) = self else {
+            bail!("no database to {request}");
+        };
+        let answer = cluster.ask(request)?;
+        if answer != "ok" {
+            bail!("the test cluster's {request}: {answer}");
+        }
+        Ok(())
+    }
+}
+
+/// What a kill stops.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    Server,
+    /// The database at once, then the server, which restarts only after the database.
+    Both,
+    /// The database alone: the server keeps running and must recover when it is back.
+    Database,
+}
+
+impl Fault {
+    fn describe(self) -> &'static str {
+        match self {
+            Self::Server => "the server",
+            Self::Both => "the database and the server",
+            Self::Database => "the database",
+        }
+    }
+
+    fn of(kill: usize, records: &Records) -> Self {
+        match (records, kill % 3) {
+            (Records::File, _) | (Records::Postgres(_), 0) => Self::Server,
+            (Records::Postgres(_), 1) => Self::Both,
+            (Records::Postgres(_), _) => Self::Database,
+        }
+    }
 }
 
 /// Figures of a run.
@@ -53,7 +120,8 @@ struct Tally {
     file_checks: usize,
     /// Planted texts the file checks' byte scans found (live ones: erased ones fail the run).
     tokens_scanned: usize,
-    /// From spawning the server to its first successful `/readyz`, after each crash.
+    /// From spawning the server (or, when only the database was stopped, from its restart)
+    /// to the first successful `/readyz`, after each crash.
     recoveries: Vec<Duration>,
 }
 
@@ -68,6 +136,11 @@ pub(crate) fn run(root: &Path, options: &Options) -> anyhow::Result<()> {
     cmd::cargo(root, &build)?;
     let target = metadata::read(root)?.target_directory;
     let binary = target.join(profile).join("memlayer");
+    let mut records = if options.postgres {
+        Records::Postgres(Helper::test_database(root, &target)?)
+    } else {
+        Records::File
+    };
     let logs = target.join("crash-logs");
     // Logs of an earlier run would be mistaken for this one's.
     let _ = std::fs::remove_dir_all(&logs);
@@ -76,7 +149,7 @@ pub(crate) fn run(root: &Path, options: &Options) -> anyhow::Result<()> {
         .prefix("memlayer-crash-")
         .tempdir()
         .context("could not create the data directory")?;
-    let outcome = run_in(&binary, data.path(), &logs, options);
+    let outcome = run_in(&binary, data.path(), &mut records, &logs, options);
     if outcome.is_err() {
         // The failing store is the evidence: keep it for `memlayer check` and a byte search.
         let kept = data.keep();
@@ -85,8 +158,14 @@ pub(crate) fn run(root: &Path, options: &Options) -> anyhow::Result<()> {
     outcome
 }
 
-fn run_in(binary: &Path, data: &Path, logs: &Path, options: &Options) -> anyhow::Result<()> {
-    let purge_key = create_purge_key(binary, data)?;
+fn run_in(
+    binary: &Path,
+    data: &Path,
+    records: &mut Records,
+    logs: &Path,
+    options: &Options,
+) -> anyhow::Result<()> {
+    let purge_key = create_purge_key(binary, data, records)?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -104,7 +183,12 @@ fn run_in(binary: &Path, data: &Path, logs: &Path, options: &Options) -> anyhow:
     let mut tally = Tally::default();
     let log = |n: usize, what: &str| logs.join(format!("{n:03}-{what}.log"));
     eprintln!(
-        "xtask: crash test, {} kills, {} clients + 1 purging, seed {}, data in {}, logs in {}",
+        "xtask: crash test{}, {} kills, {} clients + 1 purging, seed {}, data in {}, logs in {}",
+        if options.postgres {
+            " on PostgreSQL"
+        } else {
+            ""
+        },
         options.kills,
         options.clients,
         options.seed,
@@ -112,30 +196,48 @@ fn run_in(binary: &Path, data: &Path, logs: &Path, options: &Options) -> anyhow:
         logs.display()
     );
 
-    let mut server = Server::start(binary, data, &log(0, "start"))?;
+    let start = |records: &Records, log: &Path| {
+        Server::start_with(binary, data, log, STARTUP_TIMEOUT, &records.env())
+    };
+    let mut server = start(records, &log(0, "start"))?;
     for kill in 1..=options.kills {
         let mut handles = Vec::new();
         for state in states.drain(..) {
             handles.push(runtime.spawn(client::run(Http::new(server.addr())?, state)));
         }
         std::thread::sleep(Duration::from_millis(rng.random_range(300..1_500)));
-        server.kill()?;
+        let fault = Fault::of(kill, records);
+        if fault != Fault::Server {
+            records.cluster("crash")?;
+        }
+        if fault != Fault::Database {
+            server.kill()?;
+        }
+        // With the database down the clients' requests fail, and each stops at its first
+        // failure, as it does when the server dies.
         for handle in handles {
             states.push(runtime.block_on(handle).context("a client panicked")?);
         }
         tally.uncertain += states.iter().filter(|s| s.uncertain.is_some()).count() as u64;
+        if fault != Fault::Server {
+            records.cluster("start")?;
+        }
 
         if kill % FILE_CHECK_EVERY == 0 {
-            tally.tokens_scanned += check_files(binary, data, &states, &log(kill, "check"))?;
+            let check = log(kill, "check");
+            tally.tokens_scanned += check_files(binary, data, records, &states, &check)?;
             tally.file_checks += 1;
         }
-        if kill % START_KILL_EVERY == 0 {
+        if fault != Fault::Database && kill % START_KILL_EVERY == 0 {
             let after = Duration::from_millis(rng.random_range(0..1_500));
-            Server::kill_during_start(binary, data, &log(kill, "start-killed"), after)?;
+            let killed = log(kill, "start-killed");
+            Server::kill_during_start(binary, data, &killed, after, &records.env())?;
             tally.start_kills += 1;
         }
         let started = Instant::now();
-        server = Server::start(binary, data, &log(kill, "start"))?;
+        if fault != Fault::Database {
+            server = start(records, &log(kill, "start"))?;
+        }
         let http = Http::new(server.addr())?;
         runtime.block_on(wait_ready(&http))?;
         tally.recoveries.push(started.elapsed());
@@ -159,23 +261,26 @@ fn run_in(binary: &Path, data: &Path, logs: &Path, options: &Options) -> anyhow:
         }
         tally.acknowledged = states.iter().map(|s| s.acknowledged).sum();
         eprintln!(
-            "xtask: kill {kill}/{}: {} operations acknowledged so far, recovered in {:.2} s, \
-             no violation",
+            "xtask: kill {kill}/{} ({}): {} operations acknowledged so far, recovered in \
+             {:.2} s, no violation",
             options.kills,
+            fault.describe(),
             tally.acknowledged,
             tally.recoveries.last().map_or(0.0, Duration::as_secs_f64)
         );
     }
     server.stop()?;
-    check_files(binary, data, &states, &log(options.kills + 1, "check"))?;
+    let check = log(options.kills + 1, "check");
+    tally.tokens_scanned += check_files(binary, data, records, &states, &check)?;
     tally.file_checks += 1;
-    report(options, &tally, &states, data);
+    report(options, &tally, &states, data_size(data, records)?);
     Ok(())
 }
 
 /// A tenant_admin key of the purging client's tenant, made as an operator would.
-fn create_purge_key(binary: &Path, data: &Path) -> anyhow::Result<String> {
+fn create_purge_key(binary: &Path, data: &Path, records: &Records) -> anyhow::Result<String> {
     let mut command = Command::new(binary);
+    command.envs(records.env());
     command
         .args([
             "keys",
@@ -208,27 +313,32 @@ async fn wait_ready(http: &Http) -> anyhow::Result<()> {
     }
 }
 
-/// With the server down: `memlayer check` on the data directory, and a byte scan of the data
+/// `memlayer check` on the data directory (with the server down), and a byte scan of the data
 /// files for every erased text's token. Returns how many planted tokens the scan found (all
-/// of live texts), which shows that it does find text.
+/// of live texts), which shows that it does find text. On PostgreSQL, where `check` does not
+/// apply, the scan also reads every file of the cluster, and any planted text found is in
+/// plain where content must be sealed.
 fn check_files(
     binary: &Path,
     data: &Path,
+    records: &mut Records,
     states: &[ClientState],
     log: &Path,
 ) -> anyhow::Result<usize> {
-    let mut command = Command::new(binary);
-    command.arg("check").arg("--data-dir").arg(data);
-    let output = command
-        .output()
-        .with_context(|| format!("could not run {command:?}"))?;
-    std::fs::write(log, [&output.stdout[..], &output.stderr[..]].concat())?;
-    if !output.status.success() {
-        bail!(
-            "`memlayer check` failed after a crash:\n{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
+    if let Records::File = records {
+        let mut command = Command::new(binary);
+        command.arg("check").arg("--data-dir").arg(data);
+        let output = command
+            .output()
+            .with_context(|| format!("could not run {command:?}"))?;
+        std::fs::write(log, [&output.stdout[..], &output.stderr[..]].concat())?;
+        if !output.status.success() {
+            bail!(
+                "`memlayer check` failed after a crash:\n{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
     }
     let erased: std::collections::HashMap<&str, &str> = states
         .iter()
@@ -239,9 +349,12 @@ fn check_files(
         })
         .collect();
     let mut found = 0;
-    for file in data_files(data) {
-        let bytes =
-            std::fs::read(&file).with_context(|| format!("could not read {}", file.display()))?;
+    for file in data_files(data, records)? {
+        // A cluster's file may vanish while it runs (a WAL segment retired, a temporary file).
+        let bytes = match std::fs::read(&file) {
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
+            read => read.with_context(|| format!("could not read {}", file.display()))?,
+        };
         let tokens: Vec<&str> = tokens_in(&bytes).collect();
         found += tokens.len();
         let left: Vec<String> = tokens
@@ -255,15 +368,61 @@ fn check_files(
                 file.display()
             );
         }
+        if let (Records::Postgres(_), Some(token)) = (&*records, tokens.first()) {
+            bail!("{token} is in plain in {}", file.display());
+        }
     }
     Ok(found)
 }
 
-fn data_files(data: &Path) -> impl Iterator<Item = PathBuf> {
-    ["memlayer.redb", "vectors.idx"]
+/// The data directory's files: the store file (unless the records are in PostgreSQL) and the
+/// vector index snapshot.
+const DATA_FILES: [&str; 2] = ["memlayer.redb", "vectors.idx"];
+
+/// The files holding the records and what is derived from them: the data directory's, and
+/// on PostgreSQL every file of the cluster.
+fn data_files(data: &Path, records: &mut Records) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = DATA_FILES
         .into_iter()
         .map(|name| data.join(name))
         .filter(|path| path.exists())
+        .collect();
+    if let Records::Postgres(cluster) = records {
+        let mut pending = vec![PathBuf::from(cluster.ask("directory")?)];
+        while let Some(dir) = pending.pop() {
+            for entry in std::fs::read_dir(&dir)
+                .with_context(|| format!("could not list {}", dir.display()))?
+            {
+                let entry = entry?;
+                let kind = entry.file_type()?;
+                // Not the server's socket, which holds nothing and cannot be read.
+                if kind.is_dir() {
+                    pending.push(entry.path());
+                } else if kind.is_file() {
+                    files.push(entry.path());
+                }
+            }
+        }
+    }
+    Ok(files)
+}
+
+/// What the records take: the data directory's files, or on PostgreSQL the database's size
+/// and the data directory's snapshot.
+fn data_size(data: &Path, records: &mut Records) -> anyhow::Result<u64> {
+    let local: u64 = DATA_FILES
+        .into_iter()
+        .filter_map(|name| std::fs::metadata(data.join(name)).ok())
+        .map(|m| m.len())
+        .sum();
+    let database = match records {
+        Records::File => 0,
+        Records::Postgres(cluster) => cluster
+            .ask("size")?
+            .parse()
+            .context("the test database's size is not a number")?,
+    };
+    Ok(local + database)
 }
 
 /// Every planted token in `bytes`: the prefix and the 16 hex digits after it.
@@ -277,7 +436,7 @@ fn tokens_in(bytes: &[u8]) -> impl Iterator<Item = &str> {
         .filter_map(move |(at, _)| std::str::from_utf8(bytes.get(at..at + length)?).ok())
 }
 
-fn report(options: &Options, tally: &Tally, states: &[ClientState], data: &Path) {
+fn report(options: &Options, tally: &Tally, states: &[ClientState], size: u64) {
     let mut recoveries = tally.recoveries.clone();
     recoveries.sort();
     let median = recoveries
@@ -285,10 +444,6 @@ fn report(options: &Options, tally: &Tally, states: &[ClientState], data: &Path)
         .copied()
         .unwrap_or_default();
     let max = recoveries.last().copied().unwrap_or_default();
-    let size: u64 = data_files(data)
-        .filter_map(|f| std::fs::metadata(f).ok())
-        .map(|m| m.len())
-        .sum();
     let erased: usize = states.iter().map(|s| s.erased.len()).sum();
     let messages: usize = states
         .iter()
@@ -305,21 +460,36 @@ fn report(options: &Options, tally: &Tally, states: &[ClientState], data: &Path)
         "- server build: {}",
         if options.release { "release" } else { "debug" }
     );
-    println!(
-        "- {} SIGKILLs while {} clients + 1 purging client ran, {} more during start-up; \
-         {} file checks with the server down (their byte scans found {} planted texts, none \
-         of them erased)",
-        options.kills, options.clients, tally.start_kills, tally.file_checks, tally.tokens_scanned
-    );
+    if options.postgres {
+        println!(
+            "- {} kills while {} clients + 1 purging client ran, in turn of the server \
+             (SIGKILL), PostgreSQL and the server, PostgreSQL alone (`pg_ctl stop -m \
+             immediate`, the server kept running); {} more of the server during start-up; {} \
+             byte scans of every file of the cluster and the data directory found no planted \
+             text in plain",
+            options.kills, options.clients, tally.start_kills, tally.file_checks
+        );
+    } else {
+        println!(
+            "- {} SIGKILLs while {} clients + 1 purging client ran, {} more during start-up; \
+             {} file checks with the server down (their byte scans found {} planted texts, \
+             none of them erased)",
+            options.kills,
+            options.clients,
+            tally.start_kills,
+            tally.file_checks,
+            tally.tokens_scanned
+        );
+    }
     println!(
         "- {} operations acknowledged, {} in flight at a kill (settled after the restart), \
-         {messages} live messages, {erased} erased texts, data files {:.1} MiB",
+         {messages} live messages, {erased} erased texts, data {:.1} MiB",
         tally.acknowledged,
         tally.uncertain,
         size as f64 / (1024.0 * 1024.0)
     );
     println!(
-        "- recovery (spawn to ready): median {:.2} s, max {:.2} s",
+        "- recovery (server spawned, or database back, to ready): median {:.2} s, max {:.2} s",
         median.as_secs_f64(),
         max.as_secs_f64()
     );

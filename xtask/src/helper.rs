@@ -41,6 +41,18 @@ impl Helper {
         }
     }
 
+    /// A database of a throwaway PostgreSQL cluster (the tests package's `test-database`,
+    /// built here), for a server under test to keep its records in; its first line is the
+    /// connection string. Installs PostgreSQL when it is missing.
+    pub(crate) fn test_database(root: &Path, target_dir: &Path) -> anyhow::Result<Self> {
+        crate::apt::install_postgres_if_missing()?;
+        crate::cmd::cargo(
+            root,
+            &["build", "-p", "memlayer-tests", "--bin", "test-database"],
+        )?;
+        Self::start(&target_dir.join("debug").join("test-database"))
+    }
+
     /// Sends `request` as a line and answers the line the helper prints back.
     pub(crate) fn ask(&mut self, request: &str) -> anyhow::Result<String> {
         let stdin = self

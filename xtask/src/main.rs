@@ -97,6 +97,10 @@ enum Task {
         /// Run a release build of the server instead of the debug build the tests use.
         #[arg(long)]
         release: bool,
+        /// Keep the records in a throwaway PostgreSQL cluster, which the run also stops at
+        /// once (`pg_ctl stop -m immediate`) under load, with or without the server.
+        #[arg(long)]
+        postgres: bool,
     },
     /// Test the admin page in headless Chromium against the real server (installs Debian's
     /// chromium and the pinned playwright-core when missing).
@@ -173,6 +177,7 @@ fn main() -> anyhow::Result<ExitCode> {
             clients,
             seed,
             release,
+            postgres,
         } => crash::run(
             &root,
             &crash::Options {
@@ -180,6 +185,7 @@ fn main() -> anyhow::Result<ExitCode> {
                 clients,
                 seed,
                 release,
+                postgres,
             },
         )?,
         Task::Load {
@@ -230,6 +236,10 @@ fn main() -> anyhow::Result<ExitCode> {
 
 /// Kills of the server in `cargo xtask test`'s crash test.
 const CI_CRASH_KILLS: usize = 20;
+
+/// Kills in `cargo xtask test`'s crash test on PostgreSQL (of the server, the database or
+/// both).
+const CI_POSTGRES_CRASH_KILLS: usize = 9;
 
 /// Examples schemathesis generates per operation and phase, in CI and by default.
 const CI_CONTRACT_EXAMPLES: u32 = 100;
@@ -307,8 +317,15 @@ fn test(root: &Path) -> anyhow::Result<()> {
         clients: 6,
         seed,
         release: false,
+        postgres: false,
     };
     crash::run(root, &options).context("CI step `cargo xtask crash` failed")?;
+    let on_postgres = crash::Options {
+        kills: CI_POSTGRES_CRASH_KILLS,
+        postgres: true,
+        ..options
+    };
+    crash::run(root, &on_postgres).context("CI step `cargo xtask crash --postgres` failed")?;
     // A short pass that catches what a change broke in the parsers and the store; the long
     // runs are `cargo xtask fuzz --seconds 600` (docs/fuzzing.md).
     fuzz::run(root, CI_FUZZ_SECONDS).context("CI step `cargo xtask fuzz` failed")?;

@@ -83,14 +83,16 @@ impl Server {
 
     /// Starts the server and kills it with SIGKILL `after` the spawn, wherever its start-up
     /// has got to by then (opening and repairing the store, loading the model and the index,
-    /// finishing interrupted erasures, serving).
+    /// finishing interrupted erasures, serving); `env` is added to its environment, as in
+    /// [`start_with`](Self::start_with).
     pub(crate) fn kill_during_start(
         binary: &Path,
         data_dir: &Path,
         log: &Path,
         after: Duration,
+        env: &[(&str, &str)],
     ) -> anyhow::Result<()> {
-        let mut child = spawn(binary, data_dir, log, &[])?;
+        let mut child = spawn(binary, data_dir, log, env)?;
         thread::sleep(after);
         // A start that already failed is reported by the next one, which must succeed.
         let _ = child.kill();
@@ -136,7 +138,7 @@ impl Server {
 
     /// Kills the server with SIGKILL, as a crash or the OOM killer would: nothing is flushed,
     /// no snapshot saved.
-    pub(crate) fn kill(mut self) -> anyhow::Result<()> {
+    pub(crate) fn kill(&mut self) -> anyhow::Result<()> {
         self.child.kill().context("could not kill the server")?;
         self.child.wait()?;
         Ok(())

@@ -19,7 +19,7 @@ use anyhow::{Context, bail};
 use super::load::{self, Scenario, ScenarioResult, Workload};
 use crate::helper::Helper;
 use crate::server::{STARTUP_TIMEOUT, Server};
-use crate::{apt, cmd, metadata};
+use crate::{cmd, metadata};
 
 /// Run one after the other against the same server: the context client shows the latency of
 /// assembling a turn of a 100-exchange session and the recall clients that of a search of the
@@ -70,14 +70,7 @@ pub(crate) fn run(
     let current = target_dir.join("release").join("memlayer");
     // The database (and its cluster) lives until the end of the run.
     let database = if postgres {
-        apt::install_postgres_if_missing()?;
-        cmd::cargo(
-            root,
-            &["build", "-p", "memlayer-tests", "--bin", "test-database"],
-        )?;
-        Some(Helper::start(
-            &target_dir.join("debug").join("test-database"),
-        )?)
+        Some(Helper::test_database(root, &target_dir)?)
     } else {
         None
     };

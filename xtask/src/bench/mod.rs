@@ -20,8 +20,7 @@ use clap::Subcommand;
 
 pub(crate) use load::{percentile, sentence};
 
-use crate::helper::Helper;
-use crate::{apt, cmd, metadata, setup};
+use crate::{cmd, metadata, setup};
 
 #[derive(Subcommand)]
 pub(crate) enum Benchmark {
@@ -168,17 +167,6 @@ fn in_process_output(root: &Path, args: &[&str]) -> anyhow::Result<String> {
 }
 
 /// The 1-minute load average, the first field of `/proc/loadavg`.
-/// A database of a throwaway PostgreSQL cluster (the tests package's `test-database`), for a
-/// server under test to keep its records in; its first line is the connection string.
-fn test_database(root: &Path, target_dir: &Path) -> anyhow::Result<Helper> {
-    apt::install_postgres_if_missing()?;
-    cmd::cargo(
-        root,
-        &["build", "-p", "memlayer-tests", "--bin", "test-database"],
-    )?;
-    Helper::start(&target_dir.join("debug").join("test-database"))
-}
-
 pub(crate) fn load_average() -> anyhow::Result<String> {
     let text = std::fs::read_to_string("/proc/loadavg").context("could not read /proc/loadavg")?;
     Ok(text

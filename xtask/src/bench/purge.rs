@@ -90,7 +90,7 @@ pub(crate) fn run(
     }
     builds.push(("this build".to_owned(), current.clone(), None));
     if postgres {
-        let database = super::test_database(root, &target_dir)?;
+        let database = Helper::test_database(root, &target_dir)?;
         builds.push(("this build, PostgreSQL".to_owned(), current, Some(database)));
     }
     let mut results = Vec::new();

@@ -106,6 +106,8 @@ pub(crate) struct ClientState {
     /// the data files.
     pub(crate) erased: BTreeMap<String, String>,
     pub(crate) uncertain: Option<Op>,
+    /// The erasure the server recorded for `uncertain` without finishing it.
+    pub(crate) recorded_erasure: Option<u64>,
     pub(crate) acknowledged: u64,
     /// Contradictions between an answer and the model, found while running.
     pub(crate) violations: Vec<String>,
@@ -133,6 +135,7 @@ impl ClientState {
             memories: BTreeMap::new(),
             erased: BTreeMap::new(),
             uncertain: None,
+            recorded_erasure: None,
             acknowledged: 0,
             violations: Vec::new(),
         };
@@ -351,6 +354,9 @@ pub(crate) enum Answer {
     Refused(u16, Value),
     /// No answer: the connection broke (the server died) or the request timed out.
     Lost,
+    /// The server recorded an erasure and could not finish it now (its storage failed); it
+    /// finishes by itself, and its receipt is then at `GET /v1/admin/erasures/{id}`.
+    Recorded(u64),
 }
 
 impl Http {
@@ -391,6 +397,9 @@ impl Http {
         };
         match status {
             200..300 => Answer::Done(body),
+            500.. if body["error"]["erasure_id"].is_u64() => {
+                Answer::Recorded(body["error"]["erasure_id"].as_u64().unwrap_or_default())
+            }
             // A timeout or an overload answer says nothing of whether the write happened.
             408 | 500.. => Answer::Lost,
             _ => Answer::Refused(status, body),
@@ -468,6 +477,11 @@ pub(crate) async fn run(http: Http, mut state: ClientState) -> ClientState {
             }
             Answer::Lost => {
                 state.uncertain = Some(op);
+                return state;
+            }
+            Answer::Recorded(erasure) => {
+                state.uncertain = Some(op);
+                state.recorded_erasure = Some(erasure);
                 return state;
             }
         }

@@ -16,6 +16,14 @@ pub(crate) async fn settle(http: &Http, state: &mut ClientState) {
     let Some(op) = state.uncertain.take() else {
         return;
     };
+    if let Some(erasure) = state.recorded_erasure.take()
+        && let Err(violation) = finished(http, state, erasure).await
+    {
+        state
+            .violations
+            .push(format!("client {}: {violation}", state.id));
+        return;
+    }
     let violation = match op {
         Op::Append { .. } => match http.perform(state, &op).await {
             Answer::Done(answer) => {
@@ -23,7 +31,7 @@ pub(crate) async fn settle(http: &Http, state: &mut ClientState) {
                 None
             }
             Answer::Refused(status, body) => Some(format!("retry refused ({status}): {body}")),
-            Answer::Lost => Some("retry unanswered".to_owned()),
+            Answer::Lost | Answer::Recorded(_) => Some("retry unanswered".to_owned()),
         },
         Op::EraseMessage { ref session, index } => match messages(http, state, session).await {
             Ok(Some(stored)) => {
@@ -89,6 +97,29 @@ pub(crate) async fn settle(http: &Http, state: &mut ClientState) {
             "client {}: settling the operation in flight at the kill: {violation}",
             state.id
         ));
+    }
+}
+
+/// Waits for erasure `id`, which the server recorded and could not finish at a fault, to
+/// finish by itself, as the server promised: a minute at most, polling its receipt.
+async fn finished(http: &Http, state: &ClientState, id: u64) -> Result<(), String> {
+    let path = format!("/v1/admin/erasures/{id}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        match http.send(&state.key, Method::GET, &path, None, None).await {
+            // `202` with `status: running` until its receipt is written.
+            Answer::Done(body) if body["status"] != "running" => return Ok(()),
+            Answer::Done(_) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            Answer::Done(_) => {
+                return Err(format!(
+                    "erasure {id} is still pending a minute after the fault"
+                ));
+            }
+            Answer::Refused(status, body) => return Err(format!("GET {path}: {status} {body}")),
+            Answer::Lost | Answer::Recorded(_) => return Err(format!("GET {path}: no answer")),
+        }
     }
 }
 
@@ -242,7 +273,7 @@ async fn get(http: &Http, state: &ClientState, path: &str) -> Result<Option<Valu
         Answer::Done(body) => Ok(Some(body)),
         Answer::Refused(404, _) => Ok(None),
         Answer::Refused(status, body) => Err(format!("GET {path}: {status} {body}")),
-        Answer::Lost => Err(format!("GET {path}: no answer")),
+        Answer::Lost | Answer::Recorded(_) => Err(format!("GET {path}: no answer")),
     }
 }
 
