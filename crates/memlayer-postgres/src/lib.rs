@@ -49,7 +49,7 @@ pub use error::{PostgresError, Result};
 pub use feed::{Change, FeedCursor, FeedPage};
 pub use migrate::SCHEMA_VERSION;
 pub use snapshot::PgSnapshot;
-pub use store::{DEFAULT_POOL_SIZE, PgStore};
+pub use store::{DEFAULT_POOL_SIZE, POOL_WAIT, PgStore};
 
 #[cfg(test)]
 mod tests;

@@ -13,6 +13,11 @@ use crate::{PostgresError, Result};
 /// Connections the pool opens at most when [`PgStore::connect`] builds it.
 pub const DEFAULT_POOL_SIZE: usize = 16;
 
+/// Longest a call waits for a connection: for a free one of a full pool, or for a new one to
+/// be made. Then it fails (`503`, which clients retry) rather than holding its request for as
+/// long as the pool stays starved or the database unreachable.
+pub const POOL_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Sessions whose key and next index an append remembers (see [`KnownSessions`]).
 const KNOWN_SESSIONS: usize = 4_096;
 
@@ -115,6 +120,11 @@ impl PgStore {
         );
         let pool = Pool::builder(manager)
             .max_size(pool_size)
+            .wait_timeout(Some(POOL_WAIT))
+            .create_timeout(Some(POOL_WAIT))
+            // The timeouts' timer: every checkout runs on the store's I/O thread, a Tokio
+            // runtime with its timer enabled.
+            .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|source| PostgresError::BuildPool { source })?;
         Self::open(pool).await

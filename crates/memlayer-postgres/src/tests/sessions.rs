@@ -693,3 +693,25 @@ async fn a_key_recorded_while_an_append_ran_undoes_the_append() {
     );
     assert_eq!(contents(&store, "s").await, Vec::<String>::new());
 }
+
+/// A call that finds every connection of the pool taken waits [`crate::store::POOL_WAIT`] at
+/// most, then fails as a storage failure (`503`, retried by clients), instead of holding its
+/// request for as long as the pool stays starved.
+#[tokio::test]
+async fn a_starved_pool_fails_a_call_after_its_wait_instead_of_holding_it() {
+    let db = test_cluster::database().await.unwrap();
+    let store = PgStore::connect_config(db.config().clone(), 1)
+        .await
+        .unwrap();
+    let taken = store.connection().await.unwrap();
+    let started = std::time::Instant::now();
+    let starved = tokio::time::timeout(crate::store::POOL_WAIT * 3, store.session(&tenant(), "s"))
+        .await
+        .expect("the call still waits for a connection");
+    let waited = started.elapsed();
+    let err = StoreError::from(starved.expect_err("no connection was free"));
+    assert!(matches!(err, StoreError::Backend { .. }), "{err:?}");
+    assert!(waited >= crate::store::POOL_WAIT, "waited {waited:?}");
+    drop(taken);
+    assert_eq!(store.session(&tenant(), "s").await.unwrap(), None);
+}
