@@ -8,7 +8,8 @@
 //! The appends arrive far faster than the model embeds them, so when the purge starts most
 //! conversations still wait in the embedding outbox — the case a bulk import followed by a
 //! purge creates, and the one where a delete that scanned the whole outbox per session was
-//! quadratic. `--baseline` runs the same measurement with another build of the server (an
+//! quadratic. Before the purge, [`MESSAGE_ERASURES`] single messages are erased one after
+//! another, each timed from the request to its receipt. `--baseline` runs the same measurement with another build of the server (an
 //! older commit's) right before, for a before/after comparison in one run; `--postgres`
 //! measures this build once more with its records in PostgreSQL (a database of a throwaway
 //! cluster), where the sizes are the database's and the purge's receipt waits for the
@@ -34,6 +35,8 @@ const CLIENTS: usize = 64;
 /// A purge of 100,000 conversations writes for minutes; the request must outlast it.
 const PURGE_TIMEOUT: Duration = Duration::from_secs(3_600);
 const APPEND_TIMEOUT: Duration = Duration::from_secs(60);
+/// Single messages erased, one at a time, before the purge.
+const MESSAGE_ERASURES: usize = 10;
 /// Users the conversations are spread over.
 const USERS: usize = 1_000;
 /// The fresh server starts in seconds; this only bounds a broken start.
@@ -58,6 +61,8 @@ struct Measured {
     load: Duration,
     pending_at_purge: Option<u64>,
     bytes_before: u64,
+    /// Each single message's erasure, request to receipt, sorted.
+    message_erasures: Vec<Duration>,
     purge: Duration,
     erased_sessions: u64,
     erased_messages: u64,
@@ -157,6 +162,26 @@ async fn measure(
     let pending_at_purge = pending_embeddings(&http, server.addr()).await;
     let bytes_before = records.size(data_dir.path())?;
 
+    let mut message_erasures = Vec::new();
+    for session in 0..MESSAGE_ERASURES.min(sessions) {
+        let start = Instant::now();
+        let response = http
+            .delete(format!(
+                "http://{}/v1/sessions/purge-{session}/messages/0",
+                server.addr()
+            ))
+            .send()
+            .await?;
+        let status = response.status();
+        ensure!(
+            status == reqwest::StatusCode::OK,
+            "a message's erasure answered {status}: {}",
+            response.text().await?
+        );
+        message_erasures.push(start.elapsed());
+    }
+    message_erasures.sort();
+
     eprintln!("xtask: purging");
     let purge_client = admin_client(PURGE_TIMEOUT)?;
     let start = Instant::now();
@@ -191,6 +216,7 @@ async fn measure(
         load,
         pending_at_purge,
         bytes_before,
+        message_erasures,
         purge,
         erased_sessions: count("sessions"),
         erased_messages: count("messages"),
@@ -284,24 +310,28 @@ fn report(results: &[Measured], sessions: usize, load: [String; 2]) -> String {
         out,
         "Command: `cargo xtask {}`. Load average {} before / {} after. Release server on a \
          fresh data directory; {sessions} conversations of two messages (one append each, \
-         {CLIENTS} clients), then `DELETE /v1/admin/conversations/purge?older_than_days=0`, \
-         which answers once every conversation is erased and the store file compacted.\n",
+         {CLIENTS} clients), then {MESSAGE_ERASURES} single messages erased one after another \
+         (`DELETE /v1/sessions/{{id}}/messages/0`, request to receipt), then `DELETE \
+         /v1/admin/conversations/purge?older_than_days=0`, which answers once every \
+         conversation is erased and the store file compacted.\n",
         command.join(" "),
         load[0],
         load[1],
     );
     let _ = writeln!(
         out,
-        "| server | append s | appends/s | waiting to be embedded at purge | store before MiB | purge s | conversations/s | messages erased | store after MiB | reclaimed MiB |"
+        "| server | append s | appends/s | waiting to be embedded at purge | store before MiB | message erasure ms (median / max) | purge s | conversations/s | messages erased | store after MiB | reclaimed MiB |"
     );
     let _ = writeln!(
         out,
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     for result in results {
+        let erasures = &result.message_erasures;
+        let millis = |d: Option<&Duration>| d.map_or(0.0, |d| d.as_secs_f64() * 1e3);
         let _ = writeln!(
             out,
-            "| {} | {:.1} | {:.0} | {} | {:.1} | {:.2} | {:.0} | {} | {:.1} | {:.1} |",
+            "| {} | {:.1} | {:.0} | {} | {:.1} | {:.0} / {:.0} | {:.2} | {:.0} | {} | {:.1} | {:.1} |",
             result.label,
             result.load.as_secs_f64(),
             sessions as f64 / result.load.as_secs_f64(),
@@ -309,6 +339,8 @@ fn report(results: &[Measured], sessions: usize, load: [String; 2]) -> String {
                 .pending_at_purge
                 .map_or_else(|| "?".to_owned(), |n| n.to_string()),
             mib(result.bytes_before),
+            millis(erasures.get(erasures.len() / 2)),
+            millis(erasures.last()),
             result.purge.as_secs_f64(),
             result.erased_sessions as f64 / result.purge.as_secs_f64(),
             result.erased_messages,
