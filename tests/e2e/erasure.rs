@@ -138,6 +138,13 @@ fn an_erased_message_leaves_every_api_and_every_file() {
         422,
         "invalid_value",
     );
+    // The session's own erasure counts the 63 messages it still held, not the erased one.
+    assert_eq!(server.delete("/v1/sessions/chat").0, 204);
+    let (status, receipts) = server.get("/v1/admin/erasures?limit=1");
+    assert_eq!(status, 200, "{receipts}");
+    let newest = &receipts["erasures"][0];
+    assert_eq!(newest["counts"]["sessions"], 1, "{receipts}");
+    assert_eq!(newest["counts"]["messages"], 63, "{receipts}");
 }
 
 /// What a client or memlayer copied from a message goes with it: the run records that quote

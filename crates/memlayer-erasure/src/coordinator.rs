@@ -500,15 +500,14 @@ impl Coordinator {
                 let sessions = store.sessions();
                 let session = sessions.session(&reach, &id)?;
                 let summary = sessions.summary(&reach, &id).ok().flatten();
-                Ok(session.map(|s| (s.message_count, summary.is_some())))
+                Ok(session.map(|_| summary.is_some()))
             })
             .await?;
-        let Some((messages, summary)) = before else {
+        let Some(summary) = before else {
             return Ok(None);
         };
         let mut counts = Counts {
             sessions: 1,
-            messages,
             summaries: u64::from(summary),
             ..Counts::default()
         };
@@ -516,6 +515,7 @@ impl Coordinator {
         // in the commit that deletes it, so none recorded meanwhile survives.
         let deleted = match self.inner.eraser.delete_session(access, session_id).await {
             Ok(deleted) => {
+                counts.messages = deleted.messages;
                 counts.episodes = deleted.episodes;
                 counts.session_memories = deleted.session_memories;
                 Some(deleted.sid)
@@ -524,7 +524,6 @@ impl Coordinator {
             // before that still counts here.
             Err(StoreError::SessionNotFound { .. }) => {
                 counts.sessions = 0;
-                counts.messages = 0;
                 counts.summaries = 0;
                 None
             }

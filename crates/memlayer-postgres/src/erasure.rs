@@ -165,11 +165,19 @@ impl PgStore {
         // statements after it then see every message an append committed before. Messages,
         // vectors, runs, the summary, idempotency records and queued embeddings go by
         // ON DELETE CASCADE.
+        // The count reads the statement's snapshot, from before the cascade: the messages
+        // the session still held.
         let Some(row) = txn
             .query_opt(
-                "DELETE FROM sessions
-                 WHERE tenant = $1 AND session_id = $2 AND ($3::text IS NULL OR user_id = $3)
-                 RETURNING sid, user_id, key_id",
+                "WITH gone AS (
+                     DELETE FROM sessions
+                     WHERE tenant = $1 AND session_id = $2 AND ($3::text IS NULL OR user_id = $3)
+                     RETURNING sid, user_id, key_id
+                 )
+                 SELECT sid, user_id, key_id,
+                        (SELECT count(*) FROM messages
+                         WHERE tenant = $1 AND session_id = $2) AS messages
+                 FROM gone",
                 &[&tenant, &session_id, &access.user()],
             )
             .await?
@@ -193,6 +201,7 @@ impl PgStore {
         self.known.forget(tenant, session_id);
         Ok(SessionDeleted {
             sid: unsigned(row.get("sid"))?,
+            messages: unsigned(row.get("messages"))?,
             episodes,
             session_memories,
         })

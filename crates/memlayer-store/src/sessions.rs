@@ -630,7 +630,7 @@ fn apply_delete_session(
     sessions.remove((tenant, session_id))?;
     remove_from_listing(txn, tenant, session_id, &record)?;
     let sid = record.sid;
-    remove_range(&mut txn.open_table(MESSAGES)?, (sid, 0)..(sid + 1, 0))?;
+    let messages = remove_range(&mut txn.open_table(MESSAGES)?, (sid, 0)..(sid + 1, 0))?;
     remove_range(&mut txn.open_table(RUNS)?, (sid, 0)..(sid + 1, 0))?;
     remove_str_range(&mut txn.open_table(RUN_IDS)?, sid)?;
     remove_str_range(&mut txn.open_table(IDEMPOTENCY)?, sid)?;
@@ -654,6 +654,7 @@ fn apply_delete_session(
     )?;
     Ok(SessionDeleted {
         sid,
+        messages,
         episodes,
         session_memories,
     })
@@ -664,6 +665,8 @@ fn apply_delete_session(
 pub struct SessionDeleted {
     /// The session's surrogate key, for removing its messages from indexes.
     pub sid: u64,
+    /// How many messages it still held (those erased before are not counted again).
+    pub messages: u64,
     /// How many episodes drawn from the session were deleted with it.
     pub episodes: u64,
     /// How many of the user's session memories the session was merged into were dropped
@@ -694,9 +697,13 @@ impl Store {
 pub(crate) fn remove_range(
     table: &mut Table<'_, (u64, u64), &'static [u8]>,
     range: std::ops::Range<(u64, u64)>,
-) -> Result<()> {
-    table.retain_in(range, |_, _| false)?;
-    Ok(())
+) -> Result<u64> {
+    let mut removed = 0;
+    table.retain_in(range, |_, _| {
+        removed += 1;
+        false
+    })?;
+    Ok(removed)
 }
 
 /// Removes every `(sid, _)` key of a table keyed by `(sid, string)`.

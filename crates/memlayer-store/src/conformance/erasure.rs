@@ -221,10 +221,14 @@ where
         .await
         .unwrap();
 
+    // One of its four messages erased before: the deletion counts the three it removed.
+    eraser.erase_message(&ada, "s", 1).await.unwrap();
+
     let bob = Access::one_user(&tenant, "bob");
     assert_eq!(refusal(eraser.delete_session(&bob, "s").await), not_found());
     let deleted = eraser.delete_session(&ada, "s").await.unwrap();
     assert_eq!(deleted.sid, sid);
+    assert_eq!(deleted.messages, 3);
 
     assert_eq!(backend.session(&ada, "s").await.unwrap(), None);
     assert_eq!(
