@@ -1274,6 +1274,32 @@ fn bad_requests_of_every_kind_leave_the_store_file_unchanged() {
         422,
         "invalid_value",
     );
+    // A blank memory query could only match nothing, which a caller would read as "nothing
+    // is remembered": refused on both routes that recall memories, as /v1/recall refuses one.
+    for (what, query) in [
+        ("a blank", " \n\t"),
+        ("an empty", ""),
+        ("a NUL-bearing", "tea\u{0}"),
+    ] {
+        expect(
+            &format!("{what} memory search query"),
+            server.post(
+                "/v1/users/alice/memories/search",
+                &json!({ "query": query }),
+            ),
+            422,
+            "invalid_value",
+        );
+        expect(
+            &format!("{what} memory_recall query"),
+            server.post(
+                "/v1/sessions/chat-1/tools/call",
+                &json!({ "name": "memory_recall", "arguments": { "query": query } }),
+            ),
+            422,
+            "invalid_value",
+        );
+    }
 
     let wrong: Vec<String> = answers
         .iter()

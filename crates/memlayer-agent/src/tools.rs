@@ -312,9 +312,18 @@ impl Tools {
         })
     }
 
-    /// Hybrid recall of a user's memories, at most [`MAX_MEMORY_HITS`].
+    /// Hybrid recall of a user's memories, at most [`MAX_MEMORY_HITS`]. A blank query is
+    /// refused, as `/v1/recall` refuses one: it could only match nothing, which a caller
+    /// would read as "nothing is remembered".
     pub async fn recall(&self, query: MemoryQuery) -> Result<Vec<MemoryHit>, AgentError> {
         check_count("k", query.k, MAX_MEMORY_HITS)?;
+        memlayer_store::validate_text("query", &query.query)?;
+        if query.query.trim().is_empty() {
+            return Err(AgentError::invalid(
+                "invalid_value",
+                "query must not be blank",
+            ));
+        }
         Ok(self.memories.recall(query).await?)
     }
 

@@ -22,8 +22,11 @@ use memlayer_store::{
     MAX_MESSAGES_PER_SESSION, MAX_SEARCH_QUERY, MAX_SEARCH_WORDS,
 };
 
-/// Text with something other than whitespace in it, and no NUL.
-pub(crate) const NOT_BLANK: &str = r"^[^\x00]*[^\s\x85\x00][^\x00]*$";
+/// Text with something other than whitespace in it, and no NUL. Whitespace is spelled out
+/// as the server's `str::trim` reads it (Unicode White_Space): `\s` differs between regex
+/// engines (ECMAScript's includes U+FEFF, Python's U+001C–U+001F), and a client validating
+/// with either would otherwise disagree with the server about what is blank.
+pub(crate) const NOT_BLANK: &str = r"^[^\x00]*[^\x00\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\x00]*$";
 
 /// Text without NUL characters (the store refuses them in messages).
 pub(crate) const NO_NUL: &str = r"^[^\x00]*$";
