@@ -2,8 +2,11 @@
 //! the store file once per batch of erasures.
 
 use std::collections::HashSet;
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError};
+use std::time::Duration;
 
 use memlayer_index::Recall;
 use memlayer_memory::{FactCache, LongTermMemory};
@@ -20,6 +23,18 @@ const COMPACTION_ATTEMPTS: usize = 3;
 
 /// Sessions a purge or a user's erasure erases at once.
 const SESSIONS_AT_ONCE: usize = 64;
+
+/// How long a node's claim on a job lasts unless renewed ([`Eraser::claim_job`]): nodes
+/// sharing a store leave a job to its holder for this long after its last renewal, so a job
+/// whose node died is another's within this and [`ORPHANS_CHECKED_EVERY`].
+const LEASE: Duration = Duration::from_secs(15);
+/// How often a running job's lease is renewed: a third of it, so two missed renewals (a
+/// slow database) still do not let it run out.
+const RENEW_EVERY: Duration = Duration::from_secs(5);
+/// How often the maintenance task looks for pending jobs nobody runs.
+pub(crate) const ORPHANS_CHECKED_EVERY: Duration = Duration::from_secs(5);
+/// How often an erasure whose job another node runs looks for its receipt.
+const RECEIPT_POLL: Duration = Duration::from_millis(100);
 
 /// What erasing one session removed.
 struct ErasedSession {
@@ -94,6 +109,9 @@ struct Inner {
     /// Jobs running in this process, which `resume` must leave to their runner: one job
     /// never runs twice at once.
     running: std::sync::Mutex<HashSet<u64>>,
+    /// This coordinator's name in job leases, random per start: on a store several nodes
+    /// share, a job runs where its lease is held (`run_leased`), once.
+    holder: String,
     /// Erasures finished (receipt written) since this coordinator was made.
     finished: AtomicU64,
     /// Signalled when a run fails and leaves its job pending, so that the maintenance task
@@ -138,6 +156,11 @@ impl Coordinator {
                 tickets: AtomicU64::new(0),
                 compacted: tokio::sync::Mutex::new(0),
                 running: std::sync::Mutex::new(HashSet::new()),
+                holder: format!(
+                    "{:016x}{:016x}",
+                    RandomState::new().hash_one(std::process::id()),
+                    Timestamp::now().as_micros()
+                ),
                 finished: AtomicU64::new(0),
                 left_pending: tokio::sync::Notify::new(),
             }),
@@ -154,9 +177,24 @@ impl Coordinator {
     /// A session or message that does not exist (any more) is not an error for the job
     /// itself; callers that want `404` for an unknown session check first.
     pub async fn erase(&self, request: ErasureRequest) -> Result<Receipt, ErasureError> {
+        let tenant = request.tenant.clone();
         let (id, document) = self.record(request).await?;
         let _running = Running::claim(&self.inner.running, id);
-        self.run(id, &document, false).await
+        match self.run_leased(id, &document, false).await? {
+            Some(receipt) => Ok(receipt),
+            None => self.receipt_from_elsewhere(&tenant, id).await,
+        }
+    }
+
+    /// The receipt of job `id`, which another node took before this one claimed it (its
+    /// maintenance pass found it pending between the record and the claim): waits for it.
+    async fn receipt_from_elsewhere(&self, tenant: &str, id: u64) -> Result<Receipt, ErasureError> {
+        loop {
+            if let Some(Status::Done(receipt)) = self.status(tenant, id).await? {
+                return Ok(*receipt);
+            }
+            tokio::time::sleep(RECEIPT_POLL).await;
+        }
     }
 
     /// How many erasures this coordinator finished (their receipts written) since it was
@@ -171,6 +209,16 @@ impl Coordinator {
         self.inner.left_pending.notified().await;
     }
 
+    /// How many jobs run in this process now.
+    pub(crate) fn running_here(&self) -> u64 {
+        let running = self
+            .inner
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        running.len() as u64
+    }
+
     /// How many erasure jobs are recorded and not finished (a store read): running, or
     /// waiting for a retry.
     pub fn pending(&self) -> Result<u64, ErasureError> {
@@ -181,11 +229,15 @@ impl Coordinator {
     /// goes on when the caller stops waiting (a purge of many conversations can outlast an
     /// HTTP request). Its receipt is then found with [`Coordinator::status`].
     pub async fn start(&self, request: ErasureRequest) -> Result<RunningErasure, ErasureError> {
+        let tenant = request.tenant.clone();
         let (id, document) = self.record(request).await?;
         let this = self.clone();
         let done = tokio::spawn(async move {
             let _running = Running::claim(&this.inner.running, id);
-            this.run(id, &document, false).await
+            match this.run_leased(id, &document, false).await? {
+                Some(receipt) => Ok(receipt),
+                None => this.receipt_from_elsewhere(&tenant, id).await,
+            }
         });
         Ok(RunningErasure { id, done })
     }
@@ -248,8 +300,9 @@ impl Coordinator {
                     reason: err.to_string(),
                 }
             })?;
-            tracing::info!(job = job.id, "resuming an interrupted erasure");
-            receipts.push(self.run(job.id, &document, true).await?);
+            if let Some(receipt) = self.run_leased(job.id, &document, true).await? {
+                receipts.push(receipt);
+            }
         }
         Ok(receipts)
     }
@@ -262,23 +315,49 @@ impl Coordinator {
         values.into_iter().map(decode_receipt).collect()
     }
 
-    /// Runs the recorded job `id` to its end; a failure leaves it pending
-    /// ([`ErasureError::Pending`]).
-    async fn run(
+    /// Runs the recorded job `id` to its end under this node's lease, renewed while it runs;
+    /// `None` when another node's lease on it is live (that node runs it). A failure leaves
+    /// it pending ([`ErasureError::Pending`]).
+    async fn run_leased(
         &self,
         id: u64,
         document: &JobDocument,
         resumed: bool,
-    ) -> Result<Receipt, ErasureError> {
-        self.run_steps(id, document, resumed)
+    ) -> Result<Option<Receipt>, ErasureError> {
+        let pending = |source: ErasureError| {
+            self.inner.left_pending.notify_one();
+            ErasureError::Pending {
+                id,
+                source: Box::new(source),
+            }
+        };
+        let eraser = &self.inner.eraser;
+        let holder = self.inner.holder.as_str();
+        if !eraser
+            .claim_job(id, holder, LEASE)
             .await
-            .map_err(|source| {
-                self.inner.left_pending.notify_one();
-                ErasureError::Pending {
-                    id,
-                    source: Box::new(source),
+            .map_err(|err| pending(err.into()))?
+        {
+            return Ok(None);
+        }
+        if resumed {
+            tracing::info!(job = id, "resuming an interrupted erasure");
+        }
+        let renewing = async {
+            loop {
+                tokio::time::sleep(RENEW_EVERY).await;
+                // A failed renewal is retried at the next; should the lease run out
+                // meanwhile, another node may run the job beside this one: its steps are
+                // idempotent, and the first to finish writes the one receipt.
+                if let Err(err) = eraser.claim_job(id, holder, LEASE).await {
+                    tracing::warn!(job = id, error = %err.for_log(), "renewing an erasure's lease failed");
                 }
-            })
+            }
+        };
+        tokio::select! {
+            outcome = self.run_steps(id, document, resumed) => outcome.map(Some).map_err(pending),
+            never = renewing => never,
+        }
     }
 
     async fn run_steps(
@@ -429,7 +508,11 @@ impl Coordinator {
 
         receipt.completed_at = Timestamp::now().as_micros();
         let value = serde_json::to_value(&receipt).map_err(ErasureError::Encode)?;
-        self.inner.eraser.finish_job(id, tenant, value).await?;
+        if !self.inner.eraser.finish_job(id, tenant, value).await? {
+            // Another node finished it first (this node's lease had run out): its receipt is
+            // the job's one.
+            return self.receipt_from_elsewhere(tenant, id).await;
+        }
         self.inner.finished.fetch_add(1, Ordering::Relaxed);
         tracing::info!(
             job = id,

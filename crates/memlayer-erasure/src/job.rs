@@ -140,8 +140,8 @@ pub struct Receipt {
     pub counts: Counts,
     /// The sessions removed entirely.
     pub session_ids: Vec<String>,
-    /// Whether the job was interrupted (a crash) and completed after a restart; its counts
-    /// then cover only the part done after the restart.
+    /// Whether the job was interrupted (a crash) and completed after a restart, or by
+    /// another node sharing the store; its counts then cover only the part done after.
     pub resumed: bool,
 }
 

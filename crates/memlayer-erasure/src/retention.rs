@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use memlayer_store::{StoreError, Timestamp};
 
+use crate::coordinator::ORPHANS_CHECKED_EVERY;
 use crate::job::{ErasureRequest, Receipt, Target};
 use crate::{Coordinator, ErasureError, RunningErasure};
 
@@ -153,6 +154,26 @@ impl Coordinator {
                         () = &mut shutdown => return,
                         () = tokio::time::sleep(RETRY_FIRST) => {}
                     }
+                }
+                // A job whose node died (on a store several nodes share) is this one's once
+                // its lease ran out.
+                () = self.orphaned_job() => {}
+            }
+        }
+    }
+
+    /// Resolves when, at a check every [`ORPHANS_CHECKED_EVERY`], more jobs are pending
+    /// than run here: one run by another node, or left by one that died (`resume` takes
+    /// those whose lease ran out). One small read per check.
+    async fn orphaned_job(&self) {
+        loop {
+            tokio::time::sleep(ORPHANS_CHECKED_EVERY).await;
+            let this = self.clone();
+            match memlayer_store::blocking(move || this.pending()).await {
+                Ok(pending) if pending > self.running_here() => return,
+                Ok(_) => {}
+                Err(err) => {
+                    tracing::debug!(error = %err.for_log(), "counting pending erasures failed");
                 }
             }
         }

@@ -3,6 +3,8 @@
 //! (`erasure.rs`, `rekey.rs`, `memories.rs`, `episodes.rs`, `session_memory.rs`, `jobs.rs`);
 //! `compact` is [`PgStore::reclaim_destroyed_keys`].
 
+use std::time::Duration;
+
 use memlayer_store::{
     Access, Backend, BoxFuture, Citation, EraserBackend, FeedBackend, KeyBackend, MemoryBackend,
     MessageErased, SessionBackend, SessionDeleted, StoredJob, TenantBackend, Timestamp,
@@ -116,12 +118,21 @@ impl EraserBackend for PgStore {
         Box::pin(async move { store(self.pending_job(id).await) })
     }
 
+    fn claim_job<'a>(
+        &'a self,
+        id: u64,
+        holder: &'a str,
+        lease: Duration,
+    ) -> BoxFuture<'a, memlayer_store::Result<bool>> {
+        Box::pin(async move { store(self.claim_job(id, holder, lease).await) })
+    }
+
     fn finish_job<'a>(
         &'a self,
         id: u64,
         tenant: &'a str,
         receipt: Value,
-    ) -> BoxFuture<'a, memlayer_store::Result<()>> {
+    ) -> BoxFuture<'a, memlayer_store::Result<bool>> {
         Box::pin(async move { store(self.finish_job(id, tenant, receipt).await) })
     }
 

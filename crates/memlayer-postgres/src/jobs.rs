@@ -2,6 +2,8 @@
 //! semantics of memlayer-store's `Eraser` (`record_job` … `receipt`, `user_session_ids`,
 //! `sessions_inactive_before`); the table is in `migrations/0006_erasure_jobs.sql`.
 
+use std::time::Duration;
+
 use memlayer_store::{StoreError, StoredJob, Timestamp, validate_id};
 use serde_json::Value;
 
@@ -81,25 +83,52 @@ impl PgStore {
 
     /// Ends job `id` and keeps its receipt under `tenant`, in one statement: a job is either
     /// pending or has a receipt, never both or neither. The job's document goes.
-    pub async fn finish_job(&self, id: u64, tenant: &str, receipt: Value) -> Result<()> {
+    pub async fn finish_job(&self, id: u64, tenant: &str, receipt: Value) -> Result<bool> {
         validate_id("tenant", tenant)?;
         let receipt = json_text("receipt", &receipt)?;
         let client = self.connection().await?;
-        let finished = client
-            .execute(
-                "UPDATE erasure_jobs SET document = NULL, tenant = $2, receipt = $3
-                 WHERE id = $1",
+        // One statement: of two holders finishing at once, the row lock orders them and the
+        // second finds the receipt there (`updated` false) and leaves it.
+        let row = client
+            .query_opt(
+                "WITH job AS (SELECT id FROM erasure_jobs WHERE id = $1),
+                 finished AS (
+                     UPDATE erasure_jobs
+                     SET document = NULL, tenant = $2, receipt = $3,
+                         holder = NULL, lease_until = NULL
+                     WHERE id = $1 AND receipt IS NULL
+                     RETURNING id
+                 )
+                 SELECT EXISTS (SELECT 1 FROM finished) AS updated FROM job",
                 &[&bigint(id), &tenant, &receipt],
             )
             .await?;
-        if finished == 0 {
-            return Err(StoreError::InvalidInput {
+        match row {
+            Some(row) => Ok(row.get("updated")),
+            None => Err(StoreError::InvalidInput {
                 field: "job",
                 reason: format!("erasure {id} was never recorded"),
             }
-            .into());
+            .into()),
         }
-        Ok(())
+    }
+
+    /// Whether `holder` may run job `id` now: takes or renews its lease until `lease` from
+    /// now, by the database's clock, unless the job finished or another holder's lease is
+    /// still live (migrations/0007_job_leases.sql).
+    pub async fn claim_job(&self, id: u64, holder: &str, lease: Duration) -> Result<bool> {
+        let millis = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
+        let client = self.connection().await?;
+        let claimed = client
+            .execute(
+                "UPDATE erasure_jobs
+                 SET holder = $2, lease_until = clock_timestamp() + $3::bigint * interval '1 millisecond'
+                 WHERE id = $1 AND receipt IS NULL
+                   AND (holder IS NULL OR holder = $2 OR lease_until < clock_timestamp())",
+                &[&bigint(id), &holder, &millis],
+            )
+            .await?;
+        Ok(claimed == 1)
     }
 
     /// A tenant's erasure receipts, newest (last recorded) first, at most `limit`.

@@ -30,6 +30,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "erasure_jobs",
         include_str!("../migrations/0006_erasure_jobs.sql"),
     ),
+    (
+        7,
+        "job_leases",
+        include_str!("../migrations/0007_job_leases.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.

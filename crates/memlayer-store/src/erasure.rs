@@ -7,6 +7,7 @@
 //! documents the coordinator defines; the store only keeps them.
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use redb::{ReadableTable, ReadableTableMetadata, WriteTransaction};
 use serde_json::Value;
@@ -296,9 +297,24 @@ impl Eraser {
         Ok(pending.into_iter().map(|(_, job)| job).collect())
     }
 
+    /// Whether `holder` may run job `id` now, taking (or renewing) its lease for `lease`:
+    /// `false` once it finished, or while another holder's lease is live. Nodes sharing a
+    /// store run each job once this way, and a job whose holder died is another's once its
+    /// lease ran out. A redb file is held by one process, whose coordinator runs a job once
+    /// by itself: here a job is claimable while it is pending.
+    pub async fn claim_job(&self, id: u64, holder: &str, lease: Duration) -> Result<bool> {
+        if let Some(backend) = self.store.backend() {
+            return backend.eraser().claim_job(id, holder, lease).await;
+        }
+        let eraser = self.clone();
+        crate::blocking(move || Ok(eraser.pending_job(id)?.is_some())).await
+    }
+
     /// Ends job `id` and keeps its receipt under `tenant`, in one commit: a job is either
-    /// pending or has a receipt, never both or neither.
-    pub async fn finish_job(&self, id: u64, tenant: &str, receipt: Value) -> Result<()> {
+    /// pending or has a receipt, never both or neither. Answers `false`, keeping the first
+    /// receipt, when the job had finished already (a holder whose lease ran out finishing
+    /// after another node did): a job has exactly one receipt.
+    pub async fn finish_job(&self, id: u64, tenant: &str, receipt: Value) -> Result<bool> {
         if let Some(backend) = self.store.backend() {
             return backend.eraser().finish_job(id, tenant, receipt).await;
         }
@@ -316,12 +332,14 @@ impl Eraser {
                         reason: format!("erasure {id} was never recorded"),
                     }
                 })?;
-                txn.open_table(ERASURE_JOBS)?.remove(id)?;
+                if txn.open_table(ERASURE_JOBS)?.remove(id)?.is_none() {
+                    return Ok(false);
+                }
                 txn.open_table(ERASURE_RECEIPTS)?
                     .insert((tenant.as_str(), id), bytes.as_slice())?;
                 txn.open_table(ERASURE_RECEIPT_SEQS)?
                     .insert((tenant.as_str(), seq), id)?;
-                Ok(())
+                Ok(true)
             })
             .await
     }

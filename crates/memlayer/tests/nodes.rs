@@ -1,7 +1,8 @@
 //! Several `memlayer serve` processes on one PostgreSQL database, as behind a load balancer:
 //! they share nothing but the database, so what one acknowledges the others serve, an
 //! idempotency key holds whichever node a retry reaches, and a key revoked on one is refused
-//! by all at the next request. Three nodes on loopback ports; each test has a database of
+//! by all at the next request, and a purge whose node dies is finished by another, with one
+//! receipt. Three nodes on loopback ports; each test has a database of
 //! its own in the suite's throwaway cluster.
 
 mod process;
@@ -17,7 +18,7 @@ use process::*;
 /// database holds only the vector snapshot).
 struct Nodes {
     urls: Urls,
-    _processes: Vec<Process>,
+    processes: Vec<Process>,
     _dirs: Vec<tempfile::TempDir>,
     _database: TestDatabase,
 }
@@ -51,7 +52,7 @@ impl Nodes {
         let (processes, urls) = started.into_iter().unzip();
         Self {
             urls: Urls(urls),
-            _processes: processes,
+            processes,
             _dirs: dirs,
             _database: database,
         }
@@ -242,4 +243,86 @@ fn a_key_revoked_on_one_node_is_refused_by_every_node_at_once() {
     // A moment later, too: no node caches an answer for the key.
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(list_sessions(1), 401);
+}
+
+/// Sessions the purge test makes: enough that the purge is still running when its node is
+/// killed (it erases 64 at a time, each a transaction).
+const PURGED: usize = 800;
+
+fn sessions_left(nodes: &Nodes, node: usize) -> u64 {
+    let (status, listed) = get(&nodes.url(node, "/v1/sessions?page_size=1"));
+    assert_eq!(status, 200, "{listed}");
+    listed["total_elements"].as_u64().unwrap()
+}
+
+/// A purge whose node is killed part-way is finished by another node once the dead node's
+/// lease on the job ran out (15 s), and the job has one receipt.
+#[test]
+fn a_purge_whose_node_is_killed_is_finished_by_another_with_one_receipt() {
+    let mut nodes = Nodes::start(3);
+    std::thread::scope(|scope| {
+        for part in 0..8 {
+            let nodes = &nodes.urls;
+            scope.spawn(move || {
+                for n in (part..PURGED).step_by(8) {
+                    let answer = send(
+                        client()
+                            .post(nodes.url(n % 3, &format!("/v1/sessions/old-{n}/messages")))
+                            .json(&json!({
+                                "role": "user", "content": "to be purged",
+                                "user_id": format!("u{}", n % 7), "agent_id": "a",
+                            })),
+                    );
+                    assert_eq!(answer.0, 201, "{}", answer.1);
+                }
+            });
+        }
+    });
+    assert_eq!(sessions_left(&nodes, 1), PURGED as u64);
+
+    // The purge runs in node 0's background: its answer never comes, node 0 dies once the
+    // purge has erased some sessions and before it erased them all.
+    let purge_url = nodes.url(0, "/v1/admin/conversations/purge?older_than_days=0");
+    std::thread::spawn(move || {
+        let _ = client().delete(purge_url).send();
+    });
+    let started = std::time::Instant::now();
+    loop {
+        let left = sessions_left(&nodes, 1);
+        if left < PURGED as u64 {
+            assert!(left > 0, "the purge ended before its node could be killed");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the purge never started"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    nodes.processes[0].child.kill().unwrap();
+    nodes.processes[0].child.wait().unwrap();
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let receipts = loop {
+        let (status, listed) = get(&nodes.url(2, "/v1/admin/erasures"));
+        assert_eq!(status, 200, "{listed}");
+        let receipts = listed["erasures"].as_array().unwrap().clone();
+        if !receipts.is_empty() {
+            break receipts;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no node finished the purge within 60 s of its node's death"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(receipts.len(), 1, "{receipts:?}");
+    assert_eq!(receipts[0]["resumed"], json!(true), "{receipts:?}");
+    for node in [1, 2] {
+        assert_eq!(sessions_left(&nodes, node), 0, "node {node}");
+    }
+    // The one receipt, a moment later: the other live node did not run the job again.
+    std::thread::sleep(Duration::from_secs(6));
+    let (_, listed) = get(&nodes.url(1, "/v1/admin/erasures"));
+    assert_eq!(listed["erasures"].as_array().unwrap().len(), 1, "{listed}");
 }

@@ -1652,7 +1652,10 @@ export interface components {
             erasure_id: number;
             requested_at: components["schemas"]["Timestamp"];
             requested_by: string;
-            /** @description Whether a crash interrupted it and it completed after the restart. */
+            /**
+             * @description Whether a crash interrupted it and it completed after the restart, or on another
+             *     node after its node died.
+             */
             resumed: boolean;
             /** @description Sessions removed entirely. */
             session_ids: string[];

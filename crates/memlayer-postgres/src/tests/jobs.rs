@@ -1,5 +1,7 @@
 //! The erasure jobs' journal and the session listings erasure jobs start from.
 
+use std::time::Duration;
+
 use memlayer_store::{Access, StoreError, Timestamp};
 use serde_json::json;
 
@@ -41,6 +43,39 @@ async fn a_finished_jobs_document_is_gone_and_unknown_jobs_are_refused() {
         .unwrap()
         .get(0);
     assert_eq!(documents, 0);
+}
+
+/// Nodes sharing the database run a job once: while one holds a live lease nobody else
+/// may claim the job; once the lease ran out (its holder died) another node takes it, and
+/// then the first may not take it back.
+#[tokio::test]
+async fn a_jobs_lease_keeps_other_nodes_off_until_it_runs_out() {
+    let store = fresh_store().await;
+    let job = store.record_job(json!({"erase": "purge"})).await.unwrap();
+    let short = Duration::from_millis(300);
+    assert!(store.claim_job(job, "node-a", short).await.unwrap());
+    assert!(!store.claim_job(job, "node-b", short).await.unwrap());
+    assert!(
+        store.claim_job(job, "node-a", short).await.unwrap(),
+        "renewed"
+    );
+    tokio::time::sleep(short * 2).await;
+    assert!(
+        store
+            .claim_job(job, "node-b", Duration::from_secs(60))
+            .await
+            .unwrap()
+    );
+    assert!(!store.claim_job(job, "node-a", short).await.unwrap());
+    // Never recorded: nobody's.
+    assert!(!store.claim_job(job ^ 1, "node-a", short).await.unwrap());
+    assert!(
+        store
+            .finish_job(job, "t", json!({"receipt": 1}))
+            .await
+            .unwrap()
+    );
+    assert!(!store.claim_job(job, "node-b", short).await.unwrap());
 }
 
 #[tokio::test]

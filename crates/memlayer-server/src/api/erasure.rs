@@ -68,7 +68,8 @@ pub(crate) struct ReceiptBody {
     counts: Counts,
     /// Sessions removed entirely.
     session_ids: Vec<String>,
-    /// Whether a crash interrupted it and it completed after the restart.
+    /// Whether a crash interrupted it and it completed after the restart, or on another
+    /// node after its node died.
     resumed: bool,
 }
 

@@ -6,6 +6,8 @@
 //! files (redb rewrites its file; a database that never zeroes deleted rows destroys keys
 //! and rewrites what held them); an erasure is acknowledged only after it.
 
+use std::time::Duration;
+
 use serde_json::Value;
 
 use super::BoxFuture;
@@ -94,13 +96,21 @@ pub trait EraserBackend: Send + Sync {
     /// [`crate::Eraser::pending_job`].
     fn pending_job(&self, id: u64) -> BoxFuture<'_, Result<Option<Value>>>;
 
+    /// [`crate::Eraser::claim_job`].
+    fn claim_job<'a>(
+        &'a self,
+        id: u64,
+        holder: &'a str,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<bool>>;
+
     /// [`crate::Eraser::finish_job`].
     fn finish_job<'a>(
         &'a self,
         id: u64,
         tenant: &'a str,
         receipt: Value,
-    ) -> BoxFuture<'a, Result<()>>;
+    ) -> BoxFuture<'a, Result<bool>>;
 
     /// [`crate::Eraser::receipts`].
     fn receipts<'a>(&'a self, tenant: &'a str, limit: usize) -> BoxFuture<'a, Result<Vec<Value>>>;
@@ -214,12 +224,21 @@ impl EraserBackend for Eraser {
         Box::pin(crate::blocking(move || eraser.pending_job(id)))
     }
 
+    fn claim_job<'a>(
+        &'a self,
+        id: u64,
+        holder: &'a str,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(Eraser::claim_job(self, id, holder, lease))
+    }
+
     fn finish_job<'a>(
         &'a self,
         id: u64,
         tenant: &'a str,
         receipt: Value,
-    ) -> BoxFuture<'a, Result<()>> {
+    ) -> BoxFuture<'a, Result<bool>> {
         Box::pin(Eraser::finish_job(self, id, tenant, receipt))
     }
 

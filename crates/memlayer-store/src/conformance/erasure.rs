@@ -361,10 +361,26 @@ where
         Some(json!({"erase": "second"}))
     );
 
-    eraser
-        .finish_job(first, &tenant, json!({"receipt": 1}))
-        .await
-        .unwrap();
+    let lease = std::time::Duration::from_secs(60);
+    assert!(eraser.claim_job(first, "node-a", lease).await.unwrap());
+    // The holder renews its own lease.
+    assert!(eraser.claim_job(first, "node-a", lease).await.unwrap());
+    assert!(
+        eraser
+            .finish_job(first, &tenant, json!({"receipt": 1}))
+            .await
+            .unwrap()
+    );
+    // A second finish (a holder whose lease ran out, finishing after another) keeps the
+    // first receipt; a finished job is nobody's to claim.
+    assert!(
+        !eraser
+            .finish_job(first, &tenant, json!({"receipt": "again"}))
+            .await
+            .unwrap()
+    );
+    assert!(!eraser.claim_job(first, "node-a", lease).await.unwrap());
+    assert!(!eraser.claim_job(first, "node-b", lease).await.unwrap());
     assert_eq!(eraser.pending_job(first).await.unwrap(), None);
     assert_eq!(eraser.pending_job_count().await.unwrap(), 1);
     assert_eq!(
@@ -374,10 +390,12 @@ where
     assert_eq!(eraser.receipt(&self::tenant(), first).await.unwrap(), None);
     assert_eq!(eraser.receipt(&tenant, second).await.unwrap(), None);
 
-    eraser
-        .finish_job(second, &tenant, json!({"receipt": 2}))
-        .await
-        .unwrap();
+    assert!(
+        eraser
+            .finish_job(second, &tenant, json!({"receipt": 2}))
+            .await
+            .unwrap()
+    );
     assert_eq!(
         eraser.receipts(&tenant, 10).await.unwrap(),
         [json!({"receipt": 2}), json!({"receipt": 1})]
