@@ -144,7 +144,7 @@ fn measure(
             WARM_UP.as_secs(),
             measured.as_secs()
         );
-        let result = runtime.block_on(load::run(server.addr(), scenario, WARM_UP, measured))?;
+        let result = runtime.block_on(load::run(&[server.addr()], scenario, WARM_UP, measured))?;
         results.push(result);
     }
     server.stop()?;

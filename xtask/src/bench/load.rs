@@ -126,19 +126,24 @@ pub(crate) struct ScenarioResult {
 
 /// Runs one scenario: every client sends requests until the deadline, and only requests
 /// started after the warm-up are counted. The sessions a context is asked of are filled
-/// first, outside the clock.
+/// first, outside the clock. Client `n` talks to `servers[n % servers.len()]`: several
+/// nodes serving one database share the clients as a load balancer would.
 pub(crate) async fn run(
-    addr: SocketAddr,
+    servers: &[SocketAddr],
     scenario: Scenario,
     warm_up: Duration,
     measured: Duration,
 ) -> anyhow::Result<ScenarioResult> {
     // `no_proxy` keeps a proxy from the environment from intercepting 127.0.0.1 traffic.
     let http = crate::server::admin_client(REQUEST_TIMEOUT)?;
+    anyhow::ensure!(!servers.is_empty(), "no server to load");
+    let server = |client: usize| servers[client % servers.len()];
     let session = |client: usize| {
         format!(
-            "http://{addr}/v1/sessions/bench-{:?}-c{}-{client}",
-            scenario.workload, scenario.clients
+            "http://{}/v1/sessions/bench-{:?}-c{}-{client}",
+            server(client),
+            scenario.workload,
+            scenario.clients
         )
     };
     if scenario.workload.reads_a_filled_session() {
@@ -147,7 +152,9 @@ pub(crate) async fn run(
         }
         // A context's recall waits (up to a bound) for the session's messages to be
         // embedded: measured while the embedder is behind, it would time that wait.
-        wait_for_embeddings(&http, addr).await?;
+        for &addr in servers {
+            wait_for_embeddings(&http, addr).await?;
+        }
     }
     let start = Instant::now();
     let measure_from = start + warm_up;
@@ -158,7 +165,9 @@ pub(crate) async fn run(
             let url = match scenario.workload {
                 Workload::Append => format!("{}/messages", session(client)),
                 Workload::Context => format!("{}/context", session(client)),
-                Workload::Recall | Workload::RecallRepeated => format!("http://{addr}/v1/recall"),
+                Workload::Recall | Workload::RecallRepeated => {
+                    format!("http://{}/v1/recall", server(client))
+                }
             };
             let run = Client {
                 http: http.clone(),

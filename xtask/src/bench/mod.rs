@@ -1,7 +1,8 @@
 //! `cargo xtask bench <benchmark>`: every benchmark behind one command. The ones that measure
 //! through HTTP and process control run here — durable appends against a release server
-//! (`appends`, with the store's commit modes from memlayer-bench), a purge through the server
-//! (`purge`) and a store's recovery (`recovery`, whose store memlayer-bench fills) — and the
+//! (`appends`, with the store's commit modes from memlayer-bench), appends through several
+//! nodes on one PostgreSQL database (`nodes`), a purge through the server (`purge`) and a
+//! store's recovery (`recovery`, whose store memlayer-bench fills) — and the
 //! in-process ones (`embed`, `index`, `context`, `memory`) are memlayer-bench's, run as a
 //! release-built child process so that xtask links no memlayer crate. `all` runs them all and
 //! writes docs/benchmarks.md.
@@ -9,6 +10,7 @@
 mod all;
 mod appends;
 pub(crate) mod load;
+mod nodes;
 mod purge;
 mod recovery;
 
@@ -79,6 +81,16 @@ pub(crate) enum Benchmark {
         #[arg(long)]
         postgres: bool,
     },
+    /// Durable HTTP appends through 1, 2, … nodes sharing one PostgreSQL database (a
+    /// throwaway cluster), the clients spread over the nodes.
+    Nodes {
+        /// How long each scenario is measured, after a one-second warm-up.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// The most nodes measured: every count from 1 up to it.
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+    },
     /// How long a store of each size takes to open, to check and to serve again.
     Recovery {
         /// Store file sizes in MiB, increasing; one data directory is grown through them.
@@ -104,7 +116,11 @@ impl Benchmark {
     pub(crate) fn measures_in_xtask(&self) -> bool {
         matches!(
             self,
-            Self::Appends { .. } | Self::Purge { .. } | Self::Recovery { .. } | Self::All { .. }
+            Self::Appends { .. }
+                | Self::Nodes { .. }
+                | Self::Purge { .. }
+                | Self::Recovery { .. }
+                | Self::All { .. }
         )
     }
 }
@@ -125,6 +141,7 @@ pub(crate) fn run(root: &Path, benchmark: Benchmark) -> anyhow::Result<()> {
             baseline,
             postgres,
         } => purge::run(root, sessions, baseline.as_deref(), postgres),
+        Benchmark::Nodes { seconds, nodes } => nodes::run(root, seconds, nodes),
         Benchmark::Recovery {
             sizes_mib,
             baseline,
