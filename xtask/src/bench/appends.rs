@@ -11,7 +11,6 @@
 //! process by memlayer-bench (`commit-modes`).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -155,21 +154,7 @@ fn measure(
 }
 
 fn print_report(seconds: u64, builds: &[BuildResults], commit_modes: &str) -> anyhow::Result<()> {
-    let command_line: Vec<String> = std::env::args().skip(1).collect();
-    let mut date = Command::new("date");
-    date.args(["-u", "+%Y-%m-%d %H:%M:%S UTC"]);
-    let date = cmd::output(date)?;
-    let cpus = std::thread::available_parallelism().map_or(0, usize::from);
-
-    println!("## memlayer HTTP append, context and recall benchmark");
-    println!();
-    println!("- command: `cargo xtask {}`", command_line.join(" "));
-    println!("- date: {}", date.trim());
-    println!(
-        "- machine: {cpus} CPUs (available parallelism), {} {}",
-        std::env::consts::OS,
-        std::env::consts::ARCH
-    );
+    load::print_heading("memlayer HTTP append, context and recall benchmark", "")?;
     println!(
         "- load: `append`: `POST /v1/sessions/{{id}}/messages`, one session per client; \
          `context`: `POST /v1/sessions/{{id}}/context` (combined strategy, a query) of a \
@@ -184,22 +169,7 @@ fn print_report(seconds: u64, builds: &[BuildResults], commit_modes: &str) -> an
         "- every append is a durable (fsync'd) commit; latency counts successful requests only"
     );
     for build in builds {
-        println!();
-        println!("### {}", build.label);
-        println!();
-        println!(
-            "| workload | clients | requests | errors | requests/s | p50 ms | p90 ms | p95 ms | p99 ms | max ms |"
-        );
-        println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
-        for result in &build.results {
-            println!("{}", result.table_row());
-        }
-        for result in &build.results {
-            for line in result.error_lines() {
-                println!();
-                println!("{line}");
-            }
-        }
+        load::print_results(&build.label, &build.results);
     }
     println!();
     println!("### Store commit modes (in process, no HTTP)");

@@ -345,12 +345,52 @@ pub(crate) fn percentile(sorted: &[Duration], p: f64) -> Option<Duration> {
     Some(sorted[rank.saturating_sub(1).min(last)])
 }
 
+/// Prints a report's heading: `title`, the command that ran it, the date and the machine
+/// (`machine` follows the CPU count and the platform).
+pub(crate) fn print_heading(title: &str, machine: &str) -> anyhow::Result<()> {
+    let command_line: Vec<String> = std::env::args().skip(1).collect();
+    let mut date = std::process::Command::new("date");
+    date.args(["-u", "+%Y-%m-%d %H:%M:%S UTC"]);
+    let date = crate::cmd::output(date)?;
+    let cpus = std::thread::available_parallelism().map_or(0, usize::from);
+    println!("## {title}");
+    println!();
+    println!("- command: `cargo xtask {}`", command_line.join(" "));
+    println!("- date: {}", date.trim());
+    println!(
+        "- machine: {cpus} CPUs (available parallelism), {} {}{machine}",
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    );
+    Ok(())
+}
+
+/// Prints `results` as a markdown table under `heading`, then one line per kind of failure.
+pub(crate) fn print_results(heading: &str, results: &[ScenarioResult]) {
+    println!();
+    println!("### {heading}");
+    println!();
+    println!(
+        "| workload | clients | requests | errors | requests/s | p50 ms | p90 ms | p95 ms | p99 ms | max ms |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for result in results {
+        println!("{}", result.table_row());
+    }
+    for result in results {
+        for line in result.error_lines() {
+            println!();
+            println!("{line}");
+        }
+    }
+}
+
 impl ScenarioResult {
     pub(crate) fn error_count(&self) -> u64 {
         self.errors.0.values().map(|(count, _)| count).sum()
     }
 
-    pub(crate) fn table_row(&self) -> String {
+    fn table_row(&self) -> String {
         let ms = |p: f64| {
             percentile(&self.latencies, p).map_or_else(
                 || "-".to_owned(),
@@ -373,7 +413,7 @@ impl ScenarioResult {
     }
 
     /// One line per kind of failure, with the first example the clients saw.
-    pub(crate) fn error_lines(&self) -> Vec<String> {
+    fn error_lines(&self) -> Vec<String> {
         self.errors
             .0
             .iter()

@@ -5,7 +5,6 @@
 //! of their own.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -97,22 +96,10 @@ pub(crate) fn run(root: &Path, seconds: u64, max_nodes: usize) -> anyhow::Result
 }
 
 fn print_report(seconds: u64, counts: &[(usize, Vec<ScenarioResult>)]) -> anyhow::Result<()> {
-    let command_line: Vec<String> = std::env::args().skip(1).collect();
-    let mut date = Command::new("date");
-    date.args(["-u", "+%Y-%m-%d %H:%M:%S UTC"]);
-    let date = cmd::output(date)?;
-    let cpus = std::thread::available_parallelism().map_or(0, usize::from);
-
-    println!("## memlayer nodes on one PostgreSQL database: appends");
-    println!();
-    println!("- command: `cargo xtask {}`", command_line.join(" "));
-    println!("- date: {}", date.trim());
-    println!(
-        "- machine: {cpus} CPUs (available parallelism), {} {}; the nodes (release builds), \
-         PostgreSQL and the clients all share them",
-        std::env::consts::OS,
-        std::env::consts::ARCH
-    );
+    load::print_heading(
+        "memlayer nodes on one PostgreSQL database: appends",
+        "; the nodes (release builds), PostgreSQL and the clients all share them",
+    )?;
     println!(
         "- load: `POST /v1/sessions/{{id}}/messages`, one session per client, client n \
          through node n mod N; {} s warm-up then {seconds} s measured per scenario; every \
@@ -121,22 +108,7 @@ fn print_report(seconds: u64, counts: &[(usize, Vec<ScenarioResult>)]) -> anyhow
         WARM_UP.as_secs()
     );
     for (nodes, results) in counts {
-        println!();
-        println!("### {nodes} node(s)");
-        println!();
-        println!(
-            "| workload | clients | requests | errors | requests/s | p50 ms | p90 ms | p95 ms | p99 ms | max ms |"
-        );
-        println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
-        for result in results {
-            println!("{}", result.table_row());
-        }
-        for result in results {
-            for line in result.error_lines() {
-                println!();
-                println!("{line}");
-            }
-        }
+        load::print_results(&format!("{nodes} node(s)"), results);
     }
     Ok(())
 }
