@@ -161,10 +161,15 @@ impl TestServer {
     }
 
     fn in_dir_on(
-        config: ServerConfig,
+        mut config: ServerConfig,
         dir: TempDir,
         database: Option<memlayer_postgres::test_cluster::TestDatabase>,
     ) -> Self {
+        // The same across restarts, as `memlayer serve` keeps it in its data directory: a
+        // restarted server resumes its own interrupted erasures at once.
+        config
+            .node_id
+            .get_or_insert_with(|| dir.path().display().to_string());
         let mut authorization =
             HeaderValue::from_str(&bearer(ADMIN_KEY)).expect("the key is a header value");
         authorization.set_sensitive(true);

@@ -145,8 +145,17 @@ impl Drop for Running<'_> {
 
 impl Coordinator {
     /// A coordinator erasing with the store's `eraser`, from the indexes of `recall`, from the
-    /// long-term `memories` (both over that store) and from the context builder's `facts`.
-    pub fn new(eraser: Eraser, recall: Recall, memories: LongTermMemory, facts: FactCache) -> Self {
+    /// long-term `memories` (both over that store) and from the context builder's `facts`,
+    /// holding job leases as `holder` (a random name when `None`; see [`Eraser::claim_job`]):
+    /// a name kept across restarts lets a restarted node resume its own interrupted jobs at
+    /// once, where another node waits for their lease to run out.
+    pub fn new(
+        eraser: Eraser,
+        recall: Recall,
+        memories: LongTermMemory,
+        facts: FactCache,
+        holder: Option<String>,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 eraser,
@@ -156,11 +165,13 @@ impl Coordinator {
                 tickets: AtomicU64::new(0),
                 compacted: tokio::sync::Mutex::new(0),
                 running: std::sync::Mutex::new(HashSet::new()),
-                holder: format!(
-                    "{:016x}{:016x}",
-                    RandomState::new().hash_one(std::process::id()),
-                    Timestamp::now().as_micros()
-                ),
+                holder: holder.unwrap_or_else(|| {
+                    format!(
+                        "{:016x}{:016x}",
+                        RandomState::new().hash_one(std::process::id()),
+                        Timestamp::now().as_micros()
+                    )
+                }),
                 finished: AtomicU64::new(0),
                 left_pending: tokio::sync::Notify::new(),
             }),

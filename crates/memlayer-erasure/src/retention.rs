@@ -156,8 +156,8 @@ impl Coordinator {
                     }
                 }
                 // A job whose node died (on a store several nodes share) is this one's once
-                // its lease ran out.
-                () = self.orphaned_job() => {}
+                // its lease ran out. After a failed pass the backoff decides when to retry.
+                () = self.orphaned_job(), if resumed.is_ok() => {}
             }
         }
     }

@@ -51,6 +51,7 @@ impl Fixture {
                 recall.clone(),
                 memories.clone(),
                 memlayer_memory::FactCache::default(),
+                None,
             ),
             memories,
             dir,

@@ -67,6 +67,12 @@ pub struct ServerConfig {
     /// warns and `/readyz` says so (still ready), before the disk fills up and writes are
     /// refused; zero never warns. At most 100.
     pub disk_warning_free_percent: u8,
+    /// This server's name in the leases of erasure jobs on a store several servers share
+    /// (`memlayer_store::Eraser::claim_job`). Keep it across restarts (`memlayer serve`
+    /// keeps it in the data directory): a restarted server then resumes its own interrupted
+    /// erasures at once, before serving, where another name would wait for their lease to
+    /// run out. `None`: a new random name at every start.
+    pub node_id: Option<String>,
 }
 
 /// The per-key rate limit of a server on its defaults: 100 requests a second, in bursts of
@@ -109,6 +115,7 @@ impl Default for ServerConfig {
             // one is some hundreds of appends), and on a large one, time to notice.
             disk_warning_free_percent: 10,
             memory_resident_budget: memlayer_memory::DEFAULT_RESIDENT_MEMORIES,
+            node_id: None,
         }
     }
 }
@@ -147,6 +154,7 @@ impl AppState {
             recall.clone(),
             memories.clone(),
             contexts.fact_cache().clone(),
+            config.node_id.clone(),
         );
         let agent = Agent::new(
             contexts.clone(),

@@ -381,6 +381,8 @@ impl Settings {
                 max_connections,
                 disk_warning_free_percent,
                 memory_resident_budget,
+                // `serve` names the node once it has the data directory.
+                node_id: None,
             },
             admin_key: admin_key.map(Secret),
         })

@@ -19,6 +19,8 @@ mod transfer;
 const STORE_FILE: &str = "memlayer.redb";
 /// The vector index snapshot inside the data directory.
 const SNAPSHOT_FILE: &str = "vectors.idx";
+/// This node's name in job leases, when the records are in a database (see [`node_id`]).
+const NODE_ID_FILE: &str = "node-id";
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -251,13 +253,16 @@ fn main() -> ExitCode {
     }
 }
 
-fn serve(settings: Settings) -> anyhow::Result<()> {
+fn serve(mut settings: Settings) -> anyhow::Result<()> {
     std::fs::create_dir_all(&settings.data_dir).with_context(|| {
         format!(
             "cannot create the data directory {}",
             settings.data_dir.display()
         )
     })?;
+    if settings.database_url.is_some() {
+        settings.server.node_id = Some(node_id(&settings.data_dir)?);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -298,6 +303,26 @@ fn serve(settings: Settings) -> anyhow::Result<()> {
         println!("memlayer stopped; every acknowledged write is committed");
         Ok(())
     })
+}
+
+/// This node's name in erasure jobs' leases on a database several nodes share, kept in the
+/// data directory so that a restarted node resumes its own interrupted erasures at once
+/// (`ServerConfig::node_id`); made (random) at the first start.
+fn node_id(data_dir: &std::path::Path) -> anyhow::Result<String> {
+    let path = data_dir.join(NODE_ID_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(id) if !id.trim().is_empty() => return Ok(id.trim().to_owned()),
+        Ok(_) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+        Err(err) => return Err(err).with_context(|| format!("cannot read {}", path.display())),
+    }
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    // Written whole, then renamed: a crash leaves the old file or the new one.
+    let written = path.with_extension("tmp");
+    std::fs::write(&written, &id)
+        .and_then(|()| std::fs::rename(&written, &path))
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(id)
 }
 
 /// The store `serve` keeps its records in, and where that is for people to read: the

@@ -19,8 +19,8 @@ use process::*;
 struct Nodes {
     urls: Urls,
     processes: Vec<Process>,
-    _dirs: Vec<tempfile::TempDir>,
-    _database: TestDatabase,
+    dirs: Vec<tempfile::TempDir>,
+    database: TestDatabase,
 }
 
 impl Nodes {
@@ -44,9 +44,7 @@ impl Nodes {
                 .map(|dir| {
                     let url = &url;
                     scope.spawn(move || {
-                        Process::serve_with(dir.path(), |command| {
-                            command.env("MEMLAYER_DATABASE_URL", url);
-                        })
+                        Process::serve_with(dir.path(), |command| node(command, url))
                     })
                 })
                 .collect();
@@ -56,14 +54,38 @@ impl Nodes {
         Self {
             urls: Urls(urls),
             processes,
-            _dirs: dirs,
-            _database: database,
+            dirs,
+            database,
         }
     }
 
     fn url(&self, node: usize, path: &str) -> String {
         self.urls.url(node, path)
     }
+
+    /// Kills `node` (SIGKILL).
+    fn kill(&mut self, node: usize) {
+        self.processes[node].child.kill().unwrap();
+        self.processes[node].child.wait().unwrap();
+    }
+
+    /// Starts `node` again on its data directory, after [`Nodes::kill`]; it listens on a
+    /// new port.
+    fn restart(&mut self, node: usize) {
+        let url = self.database.url();
+        let (process, address) =
+            Process::serve_with(self.dirs[node].path(), |command| self::node(command, &url));
+        self.processes[node] = process;
+        self.urls.0[node] = address;
+    }
+}
+
+/// `memlayer serve` as a node on the database at `url`, without the per-key rate limit: the
+/// tests send hundreds of requests a second with one key, and a node's limit is its own.
+fn node(command: &mut std::process::Command, url: &str) {
+    command
+        .env("MEMLAYER_DATABASE_URL", url)
+        .env("MEMLAYER_RATE_LIMIT_PER_SECOND", "0");
 }
 
 /// A runtime for the test's own calls to the database helpers.
@@ -266,19 +288,18 @@ fn sessions_left(nodes: &Nodes, node: usize) -> u64 {
     listed["total_elements"].as_u64().unwrap()
 }
 
-/// A purge whose node is killed part-way is finished by another node once the dead node's
-/// lease on the job ran out (15 s), and the job has one receipt.
-#[test]
-fn a_purge_whose_node_is_killed_is_finished_by_another_with_one_receipt() {
-    let mut nodes = Nodes::start(3);
+/// Fills [`PURGED`] sessions through every node, starts a purge of them all on `node` and
+/// kills that node once the purge has erased some of them and not all.
+fn kill_during_a_purge(nodes: &mut Nodes, node: usize) {
+    let count = nodes.urls.0.len();
     std::thread::scope(|scope| {
         for part in 0..8 {
-            let nodes = &nodes.urls;
+            let urls = &nodes.urls;
             scope.spawn(move || {
                 for n in (part..PURGED).step_by(8) {
                     let answer = send(
                         client()
-                            .post(nodes.url(n % 3, &format!("/v1/sessions/old-{n}/messages")))
+                            .post(urls.url(n % count, &format!("/v1/sessions/old-{n}/messages")))
                             .json(&json!({
                                 "role": "user", "content": "to be purged",
                                 "user_id": format!("u{}", n % 7), "agent_id": "a",
@@ -289,17 +310,17 @@ fn a_purge_whose_node_is_killed_is_finished_by_another_with_one_receipt() {
             });
         }
     });
-    assert_eq!(sessions_left(&nodes, 1), PURGED as u64);
+    let watcher = (node + 1) % count;
+    assert_eq!(sessions_left(nodes, watcher), PURGED as u64);
 
-    // The purge runs in node 0's background: its answer never comes, node 0 dies once the
-    // purge has erased some sessions and before it erased them all.
-    let purge_url = nodes.url(0, "/v1/admin/conversations/purge?older_than_days=0");
+    // The purge runs in the node's background: its answer never comes.
+    let purge_url = nodes.url(node, "/v1/admin/conversations/purge?older_than_days=0");
     std::thread::spawn(move || {
         let _ = client().delete(purge_url).send();
     });
     let started = std::time::Instant::now();
     loop {
-        let left = sessions_left(&nodes, 1);
+        let left = sessions_left(nodes, watcher);
         if left < PURGED as u64 {
             assert!(left > 0, "the purge ended before its node could be killed");
             break;
@@ -310,14 +331,26 @@ fn a_purge_whose_node_is_killed_is_finished_by_another_with_one_receipt() {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
-    nodes.processes[0].child.kill().unwrap();
-    nodes.processes[0].child.wait().unwrap();
+    nodes.kill(node);
+}
+
+/// The erasures' receipts `node` lists.
+fn receipts_on(nodes: &Nodes, node: usize) -> Vec<Value> {
+    let (status, listed) = get(&nodes.url(node, "/v1/admin/erasures"));
+    assert_eq!(status, 200, "{listed}");
+    listed["erasures"].as_array().unwrap().clone()
+}
+
+/// A purge whose node is killed part-way is finished by another node once the dead node's
+/// lease on the job ran out (15 s), and the job has one receipt.
+#[test]
+fn a_purge_whose_node_is_killed_is_finished_by_another_with_one_receipt() {
+    let mut nodes = Nodes::start(3);
+    kill_during_a_purge(&mut nodes, 0);
 
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let receipts = loop {
-        let (status, listed) = get(&nodes.url(2, "/v1/admin/erasures"));
-        assert_eq!(status, 200, "{listed}");
-        let receipts = listed["erasures"].as_array().unwrap().clone();
+        let receipts = receipts_on(&nodes, 2);
         if !receipts.is_empty() {
             break receipts;
         }
@@ -334,8 +367,27 @@ fn a_purge_whose_node_is_killed_is_finished_by_another_with_one_receipt() {
     }
     // The one receipt, a moment later: the other live node did not run the job again.
     std::thread::sleep(Duration::from_secs(6));
-    let (_, listed) = get(&nodes.url(1, "/v1/admin/erasures"));
-    assert_eq!(listed["erasures"].as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(receipts_on(&nodes, 1).len(), 1);
+}
+
+/// A node killed during a purge and started again on its data directory finishes the purge
+/// before it serves, as a server on a store file does: it keeps its name in the job leases
+/// (the data directory's `node-id`), so its own lease does not hold it off for 15 s. A client
+/// that lost the purge's answer and then finds every session still there may go on using
+/// them; a purge finishing later would erase what it wrote since.
+#[test]
+fn a_node_restarted_after_a_kill_finishes_its_purge_before_serving() {
+    let mut nodes = Nodes::start(1);
+    kill_during_a_purge(&mut nodes, 0);
+    nodes.restart(0);
+    let receipts = receipts_on(&nodes, 0);
+    assert_eq!(
+        receipts.len(),
+        1,
+        "finished before the first request: {receipts:?}"
+    );
+    assert_eq!(receipts[0]["resumed"], json!(true), "{receipts:?}");
+    assert_eq!(sessions_left(&nodes, 0), 0);
 }
 
 /// PostgreSQL stopped as a power cut would under appends through three nodes, then started
