@@ -109,8 +109,9 @@ struct Inner {
     /// Jobs running in this process, which `resume` must leave to their runner: one job
     /// never runs twice at once.
     running: std::sync::Mutex<HashSet<u64>>,
-    /// This coordinator's name in job leases, random per start: on a store several nodes
-    /// share, a job runs where its lease is held (`run_leased`), once.
+    /// This coordinator's name in job leases, kept across restarts when the server is given
+    /// one, else random per start: on a store several nodes share, a job runs where its
+    /// lease is held (`run_leased`), once.
     holder: String,
     /// Erasures finished (receipt written) since this coordinator was made.
     finished: AtomicU64,
@@ -188,17 +189,26 @@ impl Coordinator {
     /// A session or message that does not exist (any more) is not an error for the job
     /// itself; callers that want `404` for an unknown session check first.
     pub async fn erase(&self, request: ErasureRequest) -> Result<Receipt, ErasureError> {
-        let tenant = request.tenant.clone();
         let (id, document) = self.record(request).await?;
         let _running = Running::claim(&self.inner.running, id);
-        match self.run_leased(id, &document, false).await? {
+        self.run_recorded(id, &document).await
+    }
+
+    /// Runs job `id`, which this coordinator just recorded, to its receipt: here, or, should
+    /// another node have taken it first, there.
+    async fn run_recorded(&self, id: u64, document: &JobDocument) -> Result<Receipt, ErasureError> {
+        match self.run_leased(id, document, false).await? {
             Some(receipt) => Ok(receipt),
-            None => self.receipt_from_elsewhere(&tenant, id).await,
+            None => {
+                self.receipt_from_elsewhere(&document.request.tenant, id)
+                    .await
+            }
         }
     }
 
     /// The receipt of job `id`, which another node took before this one claimed it (its
-    /// maintenance pass found it pending between the record and the claim): waits for it.
+    /// maintenance pass found it pending between the record and the claim), or finished
+    /// before this one (whose lease had run out): waits for it.
     async fn receipt_from_elsewhere(&self, tenant: &str, id: u64) -> Result<Receipt, ErasureError> {
         loop {
             if let Some(Status::Done(receipt)) = self.status(tenant, id).await? {
@@ -240,15 +250,11 @@ impl Coordinator {
     /// goes on when the caller stops waiting (a purge of many conversations can outlast an
     /// HTTP request). Its receipt is then found with [`Coordinator::status`].
     pub async fn start(&self, request: ErasureRequest) -> Result<RunningErasure, ErasureError> {
-        let tenant = request.tenant.clone();
         let (id, document) = self.record(request).await?;
         let this = self.clone();
         let done = tokio::spawn(async move {
             let _running = Running::claim(&this.inner.running, id);
-            match this.run_leased(id, &document, false).await? {
-                Some(receipt) => Ok(receipt),
-                None => this.receipt_from_elsewhere(&tenant, id).await,
-            }
+            this.run_recorded(id, &document).await
         });
         Ok(RunningErasure { id, done })
     }
