@@ -2,8 +2,6 @@
 //! the store file once per batch of erasures.
 
 use std::collections::HashSet;
-use std::collections::hash_map::RandomState;
-use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
@@ -109,9 +107,8 @@ struct Inner {
     /// Jobs running in this process, which `resume` must leave to their runner: one job
     /// never runs twice at once.
     running: std::sync::Mutex<HashSet<u64>>,
-    /// This coordinator's name in job leases, kept across restarts when the server is given
-    /// one, else random per start: on a store several nodes share, a job runs where its
-    /// lease is held (`run_leased`), once.
+    /// This coordinator's name in job leases: on a store several nodes share, a job runs
+    /// where its lease is held (`run_leased`), once.
     holder: String,
     /// Erasures finished (receipt written) since this coordinator was made.
     finished: AtomicU64,
@@ -147,15 +144,15 @@ impl Drop for Running<'_> {
 impl Coordinator {
     /// A coordinator erasing with the store's `eraser`, from the indexes of `recall`, from the
     /// long-term `memories` (both over that store) and from the context builder's `facts`,
-    /// holding job leases as `holder` (a random name when `None`; see [`Eraser::claim_job`]):
-    /// a name kept across restarts lets a restarted node resume its own interrupted jobs at
-    /// once, where another node waits for their lease to run out.
+    /// holding job leases as `holder` (see [`Eraser::claim_job`]): a name kept across
+    /// restarts lets a restarted node resume its own interrupted jobs at once, where another
+    /// node waits for their lease to run out.
     pub fn new(
         eraser: Eraser,
         recall: Recall,
         memories: LongTermMemory,
         facts: FactCache,
-        holder: Option<String>,
+        holder: String,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -166,13 +163,7 @@ impl Coordinator {
                 tickets: AtomicU64::new(0),
                 compacted: tokio::sync::Mutex::new(0),
                 running: std::sync::Mutex::new(HashSet::new()),
-                holder: holder.unwrap_or_else(|| {
-                    format!(
-                        "{:016x}{:016x}",
-                        RandomState::new().hash_one(std::process::id()),
-                        Timestamp::now().as_micros()
-                    )
-                }),
+                holder,
                 finished: AtomicU64::new(0),
                 left_pending: tokio::sync::Notify::new(),
             }),

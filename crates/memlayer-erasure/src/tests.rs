@@ -51,7 +51,7 @@ impl Fixture {
                 recall.clone(),
                 memories.clone(),
                 memlayer_memory::FactCache::default(),
-                None,
+                "erasure-tests".to_owned(),
             ),
             memories,
             dir,

@@ -154,7 +154,10 @@ impl AppState {
             recall.clone(),
             memories.clone(),
             contexts.fact_cache().clone(),
-            config.node_id.clone(),
+            config
+                .node_id
+                .clone()
+                .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string()),
         );
         let agent = Agent::new(
             contexts.clone(),

@@ -317,7 +317,8 @@ fn node_id(data_dir: &std::path::Path) -> anyhow::Result<String> {
         Err(err) => return Err(err).with_context(|| format!("cannot read {}", path.display())),
     }
     let id = uuid::Uuid::new_v4().simple().to_string();
-    // Written whole, then renamed: a crash leaves the old file or the new one.
+    // Written, then renamed: a crash leaves no file, or one the next start reads (an empty
+    // one, unsynced before a power cut, is replaced as a missing one is).
     let written = path.with_extension("tmp");
     std::fs::write(&written, &id)
         .and_then(|()| std::fs::rename(&written, &path))

@@ -410,18 +410,7 @@ fn nodes_recover_by_themselves_when_the_database_restarts_under_load() {
                     let mut acknowledged = Vec::new();
                     let mut after_restart = 0;
                     let deadline = std::time::Instant::now() + Duration::from_secs(120);
-                    let http = reqwest::blocking::Client::builder()
-                        .timeout(Duration::from_secs(15))
-                        .default_headers(
-                            [(
-                                reqwest::header::AUTHORIZATION,
-                                format!("Bearer {ADMIN_KEY}").parse().unwrap(),
-                            )]
-                            .into_iter()
-                            .collect(),
-                        )
-                        .build()
-                        .unwrap();
+                    let http = client();
                     for n in 0.. {
                         let content = format!("w{writer} n{n}");
                         // Retried with its key until acknowledged, on the writer's node and
