@@ -5,8 +5,8 @@
 use std::collections::BTreeSet;
 
 use memlayer_store::{
-    Access, BoxFuture, EmbeddingModel, FeedBackend, Message, MessageKey, PendingEmbedding, Session,
-    SessionRef, StoredVector,
+    Access, BoxFuture, EmbeddingModel, FeedBackend, FollowedFeed, Message, MessageKey,
+    PendingEmbedding, Session, SessionRef, StoredVector,
 };
 
 use crate::PgStore;
@@ -73,6 +73,18 @@ impl FeedBackend for PgStore {
 
     fn outbox_head(&self) -> BoxFuture<'_, memlayer_store::Result<u64>> {
         Box::pin(async move { store(self.outbox_head().await) })
+    }
+
+    fn embedded_through(&self) -> BoxFuture<'_, memlayer_store::Result<u64>> {
+        Box::pin(async move { store(self.embedded_through().await) })
+    }
+
+    fn embedded_after(
+        &self,
+        after: u64,
+        max_entries: usize,
+    ) -> BoxFuture<'_, memlayer_store::Result<Option<FollowedFeed>>> {
+        Box::pin(async move { store(self.embedded_after(after, max_entries).await).map(Some) })
     }
 
     fn vectors_version(&self) -> BoxFuture<'_, memlayer_store::Result<u64>> {

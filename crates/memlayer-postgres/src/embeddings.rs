@@ -15,25 +15,49 @@
 //! be such a position, not just a name.
 //!
 //! A row's position is therefore its transaction id (`xid8`) and its ordinal among that
-//! transaction's rows: `seq = xid << 24 | ord`. [`PgStore::pending_embeddings`] delivers only
+//! transaction's rows: `seq = xid << 24 | ord`. [`PgStore::embedded_after`] delivers only
 //! rows of transactions below the oldest one still running (`pg_snapshot_xmin`, as the change
 //! feed does), in position order. Below that horizon every transaction has ended, so no row
 //! can appear later at a position below one delivered: once the pipeline applied everything
 //! up to a position, it has applied every row at or below it.
 //!
-//! [`PgStore::outbox_head`] is the highest position of a committed row still waiting, or 0 when
-//! none waits. Every append committed before the call either still waits (at or below the
-//! head) or was stored by the pipeline already (so its position is at or below what the
-//! pipeline applied). Unlike the redb head, this one can move back when entries leave; it is
+//! [`PgStore::outbox_head`] is the highest position of a committed row still in the outbox, or
+//! 0 when none is. Every append committed before the call is at or below it, or its row was
+//! pruned (below). Unlike the redb head, this one can move back when rows are pruned; it is
 //! reachable: the pipeline catches up with it once the transactions below it have ended.
 //!
-//! The costs: an append is embedded (and a read-your-writes wait ends) only once every
+//! The costs: an append is indexed (and a read-your-writes wait ends) only once every
 //! transaction that started writing before it has ended, so a long transaction anywhere in the
-//! cluster holds the pipeline back ([`PgStore::pending_embeddings`] waits up to a second for
+//! cluster holds the pipeline back ([`PgStore::embedded_after`] waits up to a second for
 //! such transactions when committed entries are not yet deliverable, then answers with what
 //! is); and positions need `xid < 2^40` (a trillion transactions)
 //! and fewer than 2^24 rows per transaction (a reset queues one row per session), refused
 //! beyond.
+//!
+//! # Several nodes
+//!
+//! Every node on the database indexes every append, but each is embedded once. The outbox is
+//! shared work and a shared log:
+//! - [`PgStore::pending_embeddings`] claims the oldest rows nobody is embedding (a lease,
+//!   `claimed_until`, by the database's clock; `SKIP LOCKED`, so two nodes never wait for each
+//!   other) and [`PgStore::store_embeddings`] stores their vectors and marks them
+//!   `embedded_at`, in one transaction. A node that dies with a claim leaves its rows to
+//!   another once the lease runs out.
+//! - [`PgStore::embedded_after`] is how a node's indexes follow: the rows after its position,
+//!   below the horizon, in position order, with their messages and stored vectors, stopping
+//!   before the first row not embedded yet. The node indexes them (its own as well: adding is
+//!   idempotent) and its position, the pipeline's progress, is the last row applied. So
+//!   [`PgStore::outbox_head`] read on one node is a read-your-writes bound on every node.
+//! - Erasures are entries too: triggers on `sessions` and `messages` deletes write a removal
+//!   row (done when written, so never claimed) in the erasing transaction, and every node
+//!   following past it takes the session or message out of its indexes. Rows hold surrogate
+//!   keys and indices, never content.
+//! - A node starts following at [`PgStore::embedded_through`], read before it loads the
+//!   stored vectors: every row at or below it was embedded before the load read the vectors.
+//! - Embedded rows are pruned after a retention (ten minutes), and only below the horizon
+//!   and below the first row still waiting, so a starting node's position is above every row
+//!   pruned. `embedding_state.pruned_through` keeps the highest position pruned: a node whose
+//!   position is below it missed rows and rebuilds its indexes.
 //!
 //! # Vectors
 //!
@@ -43,12 +67,13 @@
 //! vectors, by whoever does it, raises `vectors_version` in its transaction (a deferred
 //! trigger, see migrations/0005_feed.sql).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use memlayer_store::{
-    Access, EmbeddingModel, MAX_MESSAGES_PER_SESSION, Message, MessageKey, PendingEmbedding,
-    Session, SessionRef, StoreError, StoredVector, Timestamp,
+    Access, EmbeddedAppend, EmbeddingModel, FollowedFeed, MAX_MESSAGES_PER_SESSION, Message,
+    MessageKey, PendingEmbedding, Removal, Session, SessionRef, StoreError, StoredVector,
+    Timestamp,
 };
 use tokio_postgres::{IsolationLevel, Row};
 
@@ -63,9 +88,17 @@ use crate::{PgStore, PostgresError, Result};
 const ORD_BITS: u32 = 24;
 /// Positions hold transaction ids below this.
 const MAX_XID: i64 = 1 << (64 - ORD_BITS);
-/// How long [`PgStore::pending_embeddings`] waits at most for older transactions to end when
-/// committed entries are not yet deliverable.
+/// How long [`PgStore::embedded_after`] waits at most for the next entry when it is being
+/// embedded, or committed but above the horizon.
 const HORIZON_WAIT: Duration = Duration::from_secs(1);
+/// How long a node's claim on entries ([`PgStore::pending_embeddings`]) keeps other nodes off
+/// them: far longer than a batch takes to embed; a dead node's entries wait this long.
+const CLAIM: Duration = Duration::from_secs(30);
+/// How long an embedded entry stays for other nodes to follow: a node that falls further
+/// behind misses entries and must rebuild its indexes.
+const RETENTION: Duration = Duration::from_secs(600);
+/// How often a store prunes embedded entries at most.
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
 /// Surrogate keys a [`MessageKey`] can hold: the bits its index leaves.
 const MAX_SID: u64 = u64::MAX / MAX_MESSAGES_PER_SESSION;
 
@@ -74,129 +107,159 @@ const MESSAGE_COLUMNS: &str =
     "m.idx, m.role, m.content, m.metadata, m.\"timestamp\", m.token_count";
 
 impl PgStore {
-    /// The oldest appends waiting to be embedded, whole, in position order (see the module
-    /// documentation), until at least `max_messages` messages are collected (at least one
-    /// entry if any waits). An entry of a session deleted since has no session and no
-    /// messages; messages erased since are left out.
+    /// Claims the oldest appends no node is embedding, whole, in position order, until at
+    /// least `max_messages` messages are collected (at least one entry if any waits), and
+    /// answers them to be embedded (see "Several nodes" in the module documentation). An entry
+    /// of a session deleted since has no session and no messages; messages erased since are
+    /// left out.
     pub async fn pending_embeddings(&self, max_messages: usize) -> Result<Vec<PendingEmbedding>> {
-        let wanted = max_messages.max(1);
+        let wanted = i64::try_from(max_messages.max(1)).unwrap_or(i64::MAX);
+        let mut client = self.connection().await?;
+        let txn = client.transaction().await?;
+        // Entries another node is claiming right now are skipped, not waited for; the rows
+        // locked but not claimed (past the messages wanted) are free again at the commit.
+        let mut entries = txn
+            .query(
+                &format!(
+                    "WITH candidates AS (
+                         SELECT xid, ord, count FROM embedding_outbox
+                         WHERE embedded_at IS NULL
+                           AND (claimed_until IS NULL OR claimed_until < clock_timestamp())
+                         ORDER BY xid, ord
+                         LIMIT $1
+                         FOR UPDATE SKIP LOCKED
+                     ), taken AS (
+                         SELECT xid, ord,
+                                sum(count) OVER (ORDER BY xid, ord) - count AS before
+                         FROM candidates
+                     )
+                     UPDATE embedding_outbox o
+                     SET claimed_until = clock_timestamp() + interval '{} seconds'
+                     FROM taken
+                     WHERE o.xid = taken.xid AND o.ord = taken.ord AND taken.before < $1
+                     RETURNING o.xid::text::bigint AS xid, o.ord, o.sid, o.first_index, o.count",
+                    CLAIM.as_secs()
+                ),
+                &[&wanted],
+            )
+            .await?;
+        entries.sort_by_key(|entry| (entry.get::<_, i64>("xid"), entry.get::<_, i64>("ord")));
+        let pending = appends(&txn, &entries).await?;
+        txn.commit().await?;
+        Ok(pending)
+    }
+
+    /// The entries after position `after`, in position order below the horizon, at most
+    /// `max_entries`, stopping before the first one not embedded yet: appends, whoever
+    /// embedded them, with their messages and stored vectors, and removals (see "Several
+    /// nodes" in the module documentation). One snapshot.
+    pub async fn embedded_after(&self, after: u64, max_entries: usize) -> Result<FollowedFeed> {
+        let wanted = i64::try_from(max_entries.max(1)).unwrap_or(i64::MAX);
+        let (after_xid, after_ord) = place_of(after).unwrap_or((MAX_XID, 0));
+        let after_xid = after_xid.to_string();
         let started = Instant::now();
         let mut client = self.connection().await?;
         let (txn, entries) = loop {
-            // One snapshot for the horizon, the entries and their messages.
+            // One snapshot for the horizon, the entries, their messages and vectors.
             let txn = client
                 .build_transaction()
                 .isolation_level(IsolationLevel::RepeatableRead)
                 .read_only(true)
                 .start()
                 .await?;
-            // Every entry holds a message at least, so `wanted` entries are enough.
-            let entries = txn
+            let mut entries = txn
                 .query(
-                    "SELECT xid::text::bigint AS xid, ord, sid, first_index, count
+                    "SELECT xid::text::bigint AS xid, ord, sid, first_index, count, removal,
+                            embedded_at IS NOT NULL AS embedded
                      FROM embedding_outbox
-                     WHERE xid < pg_snapshot_xmin(pg_current_snapshot())
+                     WHERE (xid, ord) > ($1::text::xid8, $2::bigint)
+                       AND xid < pg_snapshot_xmin(pg_current_snapshot())
                      ORDER BY xid, ord
-                     LIMIT $1",
-                    &[&i64::try_from(wanted).unwrap_or(i64::MAX)],
+                     LIMIT $3",
+                    &[&after_xid, &after_ord, &wanted],
                 )
                 .await?;
-            if entries.len() >= wanted || started.elapsed() >= HORIZON_WAIT {
+            if let Some(waiting) = entries
+                .iter()
+                .position(|entry| !entry.get::<_, bool>("embedded"))
+            {
+                entries.truncate(waiting);
+            }
+            if !entries.is_empty() {
                 break (txn, entries);
             }
-            // Committed entries above the horizon wait only for older transactions, mostly
-            // ones about to end: wait a little for them rather than leave them to a later
-            // call.
+            // The next entry is being embedded, or committed entries wait above the horizon
+            // for older transactions, mostly ones about to end: wait a little for them rather
+            // than leave them to a later call.
             let waiting: bool = txn
                 .query_one(
                     "SELECT EXISTS (SELECT 1 FROM embedding_outbox
-                                    WHERE xid >= pg_snapshot_xmin(pg_current_snapshot()))",
-                    &[],
+                                    WHERE (xid, ord) > ($1::text::xid8, $2::bigint))",
+                    &[&after_xid, &after_ord],
                 )
                 .await?
                 .get(0);
-            if !waiting {
+            if !waiting || started.elapsed() >= HORIZON_WAIT {
                 break (txn, entries);
             }
             txn.commit().await?;
             tokio::time::sleep(Duration::from_millis(5)).await;
         };
-        if entries.is_empty() {
-            txn.commit().await?;
-            return Ok(Vec::new());
-        }
-        let mut sids = Vec::with_capacity(entries.len());
-        let mut firsts = Vec::with_capacity(entries.len());
-        let mut counts = Vec::with_capacity(entries.len());
-        for entry in &entries {
-            sids.push(entry.get::<_, i64>("sid"));
-            firsts.push(entry.get::<_, i64>("first_index"));
-            counts.push(entry.get::<_, i64>("count"));
-        }
-        let rows = txn
-            .query(
-                &format!(
-                    "SELECT w.n, s.tenant, s.session_id, s.key_id, k.key, {MESSAGE_COLUMNS}
-                     FROM unnest($1::bigint[], $2::bigint[], $3::bigint[])
-                          WITH ORDINALITY AS w(sid, first_index, count, n)
-                     JOIN sessions s ON s.sid = w.sid
-                     JOIN data_keys k ON k.tenant = s.tenant AND k.key_id = s.key_id
-                     LEFT JOIN messages m
-                       ON m.tenant = s.tenant AND m.session_id = s.session_id
-                      AND m.idx >= w.first_index AND m.idx < w.first_index + w.count
-                     ORDER BY w.n, m.idx"
-                ),
-                &[&sids, &firsts, &counts],
-            )
-            .await?;
+        let pruned_through: i64 = txn
+            .query_one("SELECT pruned_through FROM embedding_state", &[])
+            .await?
+            .get(0);
+        let through = match entries.last() {
+            Some(last) => Some(position(last.get("xid"), last.get("ord"))?),
+            None => None,
+        };
+        let (removed, added): (Vec<Row>, Vec<Row>) = entries
+            .into_iter()
+            .partition(|entry| entry.get::<_, Option<&str>>("removal").is_some());
+        let pending = appends(&txn, &added).await?;
+        let vectors = stored_vectors(&txn, &pending).await?;
         txn.commit().await?;
-        let mut pending: Vec<PendingEmbedding> = Vec::with_capacity(entries.len());
-        for entry in &entries {
-            pending.push(PendingEmbedding {
-                seq: position(entry.get("xid"), entry.get("ord"))?,
-                session: None,
-                messages: Vec::new(),
-            });
-        }
-        for row in &rows {
-            let n = usize::try_from(row.get::<_, i64>("n") - 1).unwrap_or(usize::MAX);
-            let entry = pending.get_mut(n).ok_or_else(|| PostgresError::Corrupted {
-                what: "embedding outbox",
-                detail: format!("no entry {n}"),
-            })?;
-            let tenant: String = row.get("tenant");
-            let session_id: String = row.get("session_id");
-            let sid = unsigned(sids[n])?;
-            if let Some(index) = row.get::<_, Option<i64>>("idx") {
-                let key = key_from_row(row)?;
-                let index = unsigned(index)?;
-                let content = open_content(&key, &tenant, &session_id, index, row)?;
-                let message = message_from_row(&key, &tenant, &session_id, row, content)?;
-                entry.messages.push((message_key(sid, index)?, message));
-            }
-            entry
-                .session
-                .get_or_insert(SessionRef { tenant, session_id });
-        }
-        // Whole entries until enough messages are collected, as the redb store takes them.
-        let mut collected = 0;
-        let mut taken = 0;
-        for entry in &pending {
-            if collected >= wanted {
-                break;
-            }
-            collected += entry.messages.len();
-            taken += 1;
-        }
-        pending.truncate(taken);
-        Ok(pending)
+        let mut vectors: HashMap<MessageKey, Vec<f32>> = vectors.into_iter().collect();
+        let appends = pending
+            .into_iter()
+            .map(|append| {
+                let vectors = append
+                    .messages
+                    .iter()
+                    .filter_map(|(key, _)| Some((*key, vectors.remove(key)?)))
+                    .collect();
+                EmbeddedAppend { append, vectors }
+            })
+            .collect();
+        let removals = removed
+            .iter()
+            .map(|entry| {
+                let sid = unsigned(entry.get("sid"))?;
+                match entry.get::<_, &str>("removal") {
+                    "session" => Ok(Removal::Session(checked_sid(sid)?)),
+                    _ => Ok(Removal::Message(message_key(
+                        sid,
+                        unsigned(entry.get("first_index"))?,
+                    )?)),
+                }
+            })
+            .collect::<Result<_>>()?;
+        Ok(FollowedFeed {
+            appends,
+            removals,
+            through,
+            missed: unsigned(pruned_through)? > after,
+        })
     }
 
-    /// How many appends wait to be embedded (a gauge), those not yet deliverable included.
+    /// How many appends wait to be embedded (a gauge), those being embedded included.
     pub async fn pending_embedding_count(&self) -> Result<u64> {
         let client = self.connection().await?;
         let row = client
-            .query_one("SELECT count(*) FROM embedding_outbox", &[])
+            .query_one(
+                "SELECT count(*) FROM embedding_outbox WHERE embedded_at IS NULL",
+                &[],
+            )
             .await?;
         unsigned(row.get(0))
     }
@@ -286,9 +349,11 @@ impl PgStore {
             .await?;
         }
         if !done_xids.is_empty() {
+            // Kept, for the other nodes to follow, until pruned.
             txn.execute(
-                "DELETE FROM embedding_outbox o
-                 USING unnest($1::bigint[], $2::bigint[]) AS d(xid, ord)
+                "UPDATE embedding_outbox o
+                 SET embedded_at = clock_timestamp(), claimed_until = NULL
+                 FROM unnest($1::bigint[], $2::bigint[]) AS d(xid, ord)
                  WHERE o.xid = d.xid::text::xid8 AND o.ord = d.ord",
                 &[&done_xids, &done_ords],
             )
@@ -324,7 +389,66 @@ impl PgStore {
             .into());
         }
         txn.commit().await?;
-        Ok(())
+        drop(client);
+        self.prune_feed().await
+    }
+
+    /// Deletes the entries embedded longer than [`RETENTION`] ago, at most once every
+    /// [`PRUNE_EVERY`] from this store, and raises `pruned_through` to the highest position
+    /// deleted, in one transaction. Only entries below both the horizon and the first entry
+    /// still waiting go: a node starting later starts following above every one of them
+    /// ([`Self::embedded_through`]), so only a node that fell behind by the retention can find
+    /// an entry it did not follow pruned.
+    pub(crate) async fn prune_feed(&self) -> Result<()> {
+        {
+            let mut pruned_at = self
+                .feed_pruned_at
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if pruned_at.is_some_and(|at| at.elapsed() < PRUNE_EVERY) {
+                return Ok(());
+            }
+            *pruned_at = Some(Instant::now());
+        }
+        let mut client = self.connection().await?;
+        let txn = client.transaction().await?;
+        // Rows locked by another transaction (a session's deletion cascading) are left for a
+        // later pass rather than waited for.
+        let pruned = txn
+            .query_opt(
+                &format!(
+                    "WITH first_waiting AS (
+                         SELECT xid, ord FROM embedding_outbox WHERE embedded_at IS NULL
+                         ORDER BY xid, ord LIMIT 1
+                     ), old AS (
+                         SELECT xid, ord FROM embedding_outbox o
+                         WHERE o.embedded_at < clock_timestamp() - interval '{} seconds'
+                           AND o.xid < pg_snapshot_xmin(pg_current_snapshot())
+                           AND NOT EXISTS (SELECT 1 FROM first_waiting w
+                                           WHERE (o.xid, o.ord) >= (w.xid, w.ord))
+                         FOR UPDATE SKIP LOCKED
+                     ), gone AS (
+                         DELETE FROM embedding_outbox o USING old
+                         WHERE o.xid = old.xid AND o.ord = old.ord
+                         RETURNING o.xid, o.ord
+                     )
+                     SELECT xid::text::bigint AS xid, ord FROM gone
+                     ORDER BY xid DESC, ord DESC LIMIT 1",
+                    RETENTION.as_secs()
+                ),
+                &[],
+            )
+            .await?;
+        let Some(highest) = pruned else {
+            return Ok(txn.commit().await?);
+        };
+        let highest = position(highest.get("xid"), highest.get("ord"))?;
+        txn.execute(
+            "UPDATE embedding_state SET pruned_through = greatest(pruned_through, $1)",
+            &[&i64::try_from(highest).unwrap_or(i64::MAX)],
+        )
+        .await?;
+        Ok(txn.commit().await?)
     }
 
     /// The model the stored vectors were made with, once any was stored (until a reset).
@@ -379,19 +503,12 @@ impl PgStore {
             .await?;
         rows.iter()
             .map(|row| {
-                let sid = unsigned(row.get("sid"))?;
-                let index = unsigned(row.get("idx"))?;
-                let tenant: String = row.get("tenant");
-                let session_id: String = row.get("session_id");
-                let bytes = key_from_row(row)?.open(
-                    vector_place(&tenant, &session_id, index),
-                    row.get("components"),
-                )?;
+                let (key, components) = vector_from_row(row)?;
                 Ok(StoredVector {
-                    key: message_key(sid, index)?,
+                    key,
                     role: role_from_code(row.get("role"))?,
                     timestamp: Timestamp::from_micros(unsigned(row.get("timestamp"))?),
-                    components: components_from_bytes(&bytes)?,
+                    components,
                 })
             })
             .collect()
@@ -478,9 +595,9 @@ impl PgStore {
         .transpose()
     }
 
-    /// The highest position of a committed append still waiting to be embedded, or 0 when
-    /// none waits: every append committed before the call is at or below it, or was
-    /// embedded already (see the module documentation).
+    /// The highest position of a committed entry still in the outbox, or 0 when none is:
+    /// every append committed before the call is at or below it, or was pruned (see the
+    /// module documentation).
     pub async fn outbox_head(&self) -> Result<u64> {
         let client = self.connection().await?;
         let row = client
@@ -492,6 +609,32 @@ impl PgStore {
             )
             .await?;
         row.map_or(Ok(0), |row| position(row.get("xid"), row.get("ord")))
+    }
+
+    /// A position at or below which every entry is embedded, its vectors stored (see the
+    /// module documentation): below the first entry still waiting and below the horizon. A
+    /// node reads it before it loads the stored vectors and follows the outbox from there.
+    pub async fn embedded_through(&self) -> Result<u64> {
+        let client = self.connection().await?;
+        let row = client
+            .query_one(
+                "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS horizon,
+                        w.xid, w.ord
+                 FROM (SELECT 1) AS one
+                 LEFT JOIN LATERAL (
+                     SELECT xid::text::bigint AS xid, ord FROM embedding_outbox
+                     WHERE embedded_at IS NULL
+                     ORDER BY xid, ord LIMIT 1
+                 ) w ON true",
+                &[],
+            )
+            .await?;
+        let horizon = position(row.get("horizon"), 0)?;
+        let first_waiting = match row.get::<_, Option<i64>>("xid") {
+            Some(xid) => position(xid, row.get("ord"))?,
+            None => horizon,
+        };
+        Ok(horizon.min(first_waiting).saturating_sub(1))
     }
 
     /// A counter that changes whenever the set of stored vectors does, in the same
@@ -611,11 +754,23 @@ impl PgStore {
             )
             .await?;
         txn.execute("DELETE FROM embedding_vectors", &[]).await?;
-        txn.execute(
-            "DELETE FROM embedding_outbox WHERE xid <> pg_current_xact_id()",
-            &[],
-        )
-        .await?;
+        // Every node following the outbox holds vectors of the old model: the entries go as
+        // if pruned, so that each finds it missed them and rebuilds.
+        let removed = txn
+            .query_opt(
+                "WITH gone AS (
+                     DELETE FROM embedding_outbox WHERE xid <> pg_current_xact_id()
+                     RETURNING xid, ord
+                 )
+                 SELECT xid::text::bigint AS xid, ord FROM gone
+                 ORDER BY xid DESC, ord DESC LIMIT 1",
+                &[],
+            )
+            .await?;
+        let pruned_through = match removed {
+            Some(row) => position(row.get("xid"), row.get("ord"))?,
+            None => 0,
+        };
         let entries: i64 = row.get("entries");
         if entries > 1 << ORD_BITS {
             return Err(StoreError::Conflict(format!(
@@ -628,13 +783,122 @@ impl PgStore {
             .await?;
         txn.execute(
             "UPDATE embedding_state
-             SET model_name = NULL, model_sha256 = NULL, model_dimension = NULL",
-            &[],
+             SET model_name = NULL, model_sha256 = NULL, model_dimension = NULL,
+                 pruned_through = greatest(pruned_through, $1)",
+            &[&i64::try_from(pruned_through).unwrap_or(i64::MAX)],
         )
         .await?;
         txn.commit().await?;
         unsigned(row.get("messages"))
     }
+}
+
+/// The appends the outbox rows `entries` (`xid`, `ord`, `sid`, `first_index`, `count`) name,
+/// in their order, with their messages read in `txn`: no session and no messages for a session
+/// deleted since, no erased message.
+async fn appends(
+    txn: &tokio_postgres::Transaction<'_>,
+    entries: &[Row],
+) -> Result<Vec<PendingEmbedding>> {
+    let mut pending = Vec::with_capacity(entries.len());
+    if entries.is_empty() {
+        return Ok(pending);
+    }
+    let mut sids = Vec::with_capacity(entries.len());
+    let mut firsts = Vec::with_capacity(entries.len());
+    let mut counts = Vec::with_capacity(entries.len());
+    for entry in entries {
+        sids.push(entry.get::<_, i64>("sid"));
+        firsts.push(entry.get::<_, i64>("first_index"));
+        counts.push(entry.get::<_, i64>("count"));
+        pending.push(PendingEmbedding {
+            seq: position(entry.get("xid"), entry.get("ord"))?,
+            session: None,
+            messages: Vec::new(),
+        });
+    }
+    let rows = txn
+        .query(
+            &format!(
+                "SELECT w.n, s.tenant, s.session_id, s.key_id, k.key, {MESSAGE_COLUMNS}
+                 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[])
+                      WITH ORDINALITY AS w(sid, first_index, count, n)
+                 JOIN sessions s ON s.sid = w.sid
+                 JOIN data_keys k ON k.tenant = s.tenant AND k.key_id = s.key_id
+                 LEFT JOIN messages m
+                   ON m.tenant = s.tenant AND m.session_id = s.session_id
+                  AND m.idx >= w.first_index AND m.idx < w.first_index + w.count
+                 ORDER BY w.n, m.idx"
+            ),
+            &[&sids, &firsts, &counts],
+        )
+        .await?;
+    for row in &rows {
+        let n = usize::try_from(row.get::<_, i64>("n") - 1).unwrap_or(usize::MAX);
+        let entry = pending.get_mut(n).ok_or_else(|| PostgresError::Corrupted {
+            what: "embedding outbox",
+            detail: format!("no entry {n}"),
+        })?;
+        let tenant: String = row.get("tenant");
+        let session_id: String = row.get("session_id");
+        let sid = unsigned(sids[n])?;
+        if let Some(index) = row.get::<_, Option<i64>>("idx") {
+            let key = key_from_row(row)?;
+            let index = unsigned(index)?;
+            let content = open_content(&key, &tenant, &session_id, index, row)?;
+            let message = message_from_row(&key, &tenant, &session_id, row, content)?;
+            entry.messages.push((message_key(sid, index)?, message));
+        }
+        entry
+            .session
+            .get_or_insert(SessionRef { tenant, session_id });
+    }
+    Ok(pending)
+}
+
+/// The stored vectors of the messages of `appends`, read in `txn`, opened.
+async fn stored_vectors(
+    txn: &tokio_postgres::Transaction<'_>,
+    appends: &[PendingEmbedding],
+) -> Result<Vec<(MessageKey, Vec<f32>)>> {
+    let (sids, indices): (Vec<i64>, Vec<i64>) = appends
+        .iter()
+        .flat_map(|append| &append.messages)
+        .map(|(key, _)| {
+            (
+                i64::try_from(key.session()).unwrap_or(i64::MAX),
+                i64::try_from(key.index()).unwrap_or(i64::MAX),
+            )
+        })
+        .unzip();
+    if sids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = txn
+        .query(
+            "SELECT v.sid, v.idx, v.components, s.tenant, s.session_id, s.key_id, k.key
+             FROM unnest($1::bigint[], $2::bigint[]) AS w(sid, idx)
+             JOIN embedding_vectors v ON v.sid = w.sid AND v.idx = w.idx
+             JOIN sessions s ON s.tenant = v.tenant AND s.session_id = v.session_id
+             JOIN data_keys k ON k.tenant = s.tenant AND k.key_id = s.key_id",
+            &[&sids, &indices],
+        )
+        .await?;
+    rows.iter().map(vector_from_row).collect()
+}
+
+/// The vector in `row` (`sid`, `idx`, `components`, `tenant`, `session_id` and the key),
+/// opened.
+fn vector_from_row(row: &Row) -> Result<(MessageKey, Vec<f32>)> {
+    let sid = unsigned(row.get("sid"))?;
+    let index = unsigned(row.get("idx"))?;
+    let tenant: String = row.get("tenant");
+    let session_id: String = row.get("session_id");
+    let bytes = key_from_row(row)?.open(
+        vector_place(&tenant, &session_id, index),
+        row.get("components"),
+    )?;
+    Ok((message_key(sid, index)?, components_from_bytes(&bytes)?))
 }
 
 /// The position of the outbox row of transaction `xid` with ordinal `ord`.
@@ -652,7 +916,7 @@ fn position(xid: i64, ord: i64) -> Result<u64> {
 }
 
 /// The transaction id and ordinal of position `seq`; `None` for one no row can have.
-fn place_of(seq: u64) -> Option<(i64, i64)> {
+pub(crate) fn place_of(seq: u64) -> Option<(i64, i64)> {
     let xid = i64::try_from(seq >> ORD_BITS).ok()?;
     let ord = i64::try_from(seq & ((1 << ORD_BITS) - 1)).ok()?;
     Some((xid, ord))

@@ -163,8 +163,9 @@ impl PgStore {
         let txn = client.transaction().await?;
         // First, so that the session's row lock keeps appends out until the commit; the
         // statements after it then see every message an append committed before. Messages,
-        // vectors, runs, the summary, idempotency records and queued embeddings go by
-        // ON DELETE CASCADE.
+        // vectors, runs, the summary and idempotency records go by ON DELETE CASCADE; a
+        // trigger drops the appends still waiting to be embedded and records the removal
+        // for the other nodes' indexes (migrations/0008_shared_feed.sql).
         // The count reads the statement's snapshot, from before the cascade: the messages
         // the session still held.
         let Some(row) = txn

@@ -35,6 +35,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "job_leases",
         include_str!("../migrations/0007_job_leases.sql"),
     ),
+    (
+        8,
+        "shared_feed",
+        include_str!("../migrations/0008_shared_feed.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.

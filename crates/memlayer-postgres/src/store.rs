@@ -29,6 +29,8 @@ pub struct PgStore {
     /// Counts the appends this store committed, for the workers that wait for new work
     /// (`memlayer_store::Backend::commits`); other nodes' appends are found by their polls.
     pub(crate) commits: tokio::sync::watch::Sender<u64>,
+    /// When this store last pruned the embedding outbox (src/embeddings.rs).
+    pub(crate) feed_pruned_at: Mutex<Option<std::time::Instant>>,
     io: IoThread,
 }
 
@@ -136,6 +138,7 @@ impl PgStore {
             pool,
             known: KnownSessions::default(),
             commits: tokio::sync::watch::Sender::new(0),
+            feed_pruned_at: Mutex::new(None),
             io: IoThread::start()?,
         };
         let mut client = store.connection().await?;

@@ -11,7 +11,8 @@
 use redb::{ReadableTable, ReadableTableMetadata, WriteTransaction};
 
 use crate::model::{
-    Access, EmbeddingModel, MessageKey, PendingEmbedding, SessionRef, StoredVector, Timestamp,
+    Access, EmbeddingModel, FollowedFeed, MessageKey, PendingEmbedding, SessionRef, StoredVector,
+    Timestamp,
 };
 use crate::record::{
     MessageRecord, ModelRecord, OutboxRecord, Record, SessionRecord, VectorRecord,
@@ -48,6 +49,11 @@ impl EmbeddingModel {
 impl EmbeddingFeed<'_> {
     /// The oldest appends waiting to be embedded: whole outbox entries, oldest first, until
     /// at least `max_messages` messages are collected (always at least one entry if any).
+    ///
+    /// A store several processes write (a database) claims the entries it answers for this
+    /// process for a while, so that processes share the work: no call answers them again
+    /// until their vectors are stored or the claim runs out. The redb file answers them
+    /// again until they are stored.
     pub fn pending_embeddings(self, max_messages: usize) -> Result<Vec<PendingEmbedding>> {
         if let Some(backend) = self.store.backend() {
             return wait(backend.feed().pending_embeddings(max_messages));
@@ -254,11 +260,34 @@ impl EmbeddingFeed<'_> {
             return wait(backend.feed().outbox_head());
         }
         let txn = self.store.begin_read()?;
-        let next = txn
-            .open_table(META)?
-            .get(NEXT_OUTBOX_SEQ_KEY)?
-            .map_or(1, |v| v.value());
-        Ok(next - 1)
+        next_outbox_seq(&txn).map(|next| next - 1)
+    }
+
+    /// A position at or below which every outbox entry's vectors are stored (those of
+    /// messages not erased since): an index that loads the stored vectors after reading it
+    /// has applied every entry up to it. Read it before loading them.
+    pub fn embedded_through(self) -> Result<u64> {
+        if let Some(backend) = self.store.backend() {
+            return wait(backend.feed().embedded_through());
+        }
+        let txn = self.store.begin_read()?;
+        if let Some((seq, _)) = txn.open_table(OUTBOX)?.first()? {
+            return Ok(seq.value() - 1);
+        }
+        next_outbox_seq(&txn).map(|next| next - 1)
+    }
+
+    /// For a store several processes write (a database), what changed after position
+    /// `after`, in position order, at most `max_entries` entries, stopping before the first
+    /// append not embedded yet: the appends, whoever embedded them, with their stored
+    /// vectors, and the erasures. `None` for a store with one writer (the redb file), whose
+    /// pipeline's own batches ([`Self::pending_embeddings`]) are every append and whose
+    /// process does every erasure.
+    pub fn embedded_after(self, after: u64, max_entries: usize) -> Result<Option<FollowedFeed>> {
+        match self.store.backend() {
+            Some(backend) => wait(backend.feed().embedded_after(after, max_entries)),
+            None => Ok(None),
+        }
     }
 
     /// A counter that changes whenever the set of stored vectors does. An index snapshot
@@ -393,4 +422,12 @@ fn keys_after<'t>(
         Some(key) => table.range((key.session(), key.index() + 1)..)?,
         None => table.range::<(u64, u64)>(..)?,
     })
+}
+
+/// The sequence number the next outbox entry gets.
+fn next_outbox_seq(txn: &redb::ReadTransaction) -> Result<u64> {
+    Ok(txn
+        .open_table(META)?
+        .get(NEXT_OUTBOX_SEQ_KEY)?
+        .map_or(1, |v| v.value()))
 }

@@ -492,6 +492,43 @@ pub struct PendingEmbedding {
     pub messages: Vec<(MessageKey, Message)>,
 }
 
+/// An append whose vectors are stored, as an index following a store shared by several
+/// processes reads it ([`crate::EmbeddingFeed::embedded_after`]): whichever process embedded
+/// it, the follower indexes it without embedding it again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EmbeddedAppend {
+    /// The append: its position, session and messages (those not erased since).
+    pub append: PendingEmbedding,
+    /// The stored vectors of its messages.
+    pub vectors: Vec<(MessageKey, Vec<f32>)>,
+}
+
+/// What a follower of a shared store reads after its position
+/// ([`crate::EmbeddingFeed::embedded_after`]).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct FollowedFeed {
+    /// The embedded appends after the position, in position order, up to the first one not
+    /// embedded yet.
+    pub appends: Vec<EmbeddedAppend>,
+    /// What was erased among those entries: to be taken out of the indexes.
+    pub removals: Vec<Removal>,
+    /// The position of the last entry read, appends and removals alike: once the follower
+    /// applied them, it has applied every entry up to it. `None` when there was nothing new.
+    pub through: Option<u64>,
+    /// Whether entries after the position were pruned before the follower read them: its
+    /// indexes miss those changes until they are rebuilt from the store.
+    pub missed: bool,
+}
+
+/// What another process erased, as a follower of a shared store reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    /// The session with this surrogate key was deleted, every message with it.
+    Session(u64),
+    /// One message was erased.
+    Message(MessageKey),
+}
+
 /// A stored embedding.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredVector {

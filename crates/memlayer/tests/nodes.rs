@@ -1,5 +1,6 @@
 //! Several `memlayer serve` processes on one PostgreSQL database, as behind a load balancer.
-//! They share nothing but the database: what one acknowledges the others serve; an
+//! They share nothing but the database: what one acknowledges the others serve, recall
+//! included; an
 //! idempotency key holds whichever node a retry reaches; a key revoked on one is refused by
 //! all at the next request; a purge whose node dies is finished by another, with one
 //! receipt; and every node recovers by itself from a database restart. Three nodes on
@@ -234,6 +235,91 @@ fn appends_through_three_nodes_stay_dense_and_store_each_key_once() {
 
 /// A key made on one node works on every node; revoked on one, every node refuses it at
 /// the next request (nothing about keys is cached on a node).
+/// An append acknowledged by one node is found by meaning on the others at their next
+/// request: every node's indexes follow the shared outbox (the append is embedded once, by
+/// whichever node claims it), and a recall first waits for the outbox's head as the database
+/// has it (read-your-writes across nodes). An erasure through one node is followed the same
+/// way: the others take it out of their indexes.
+#[test]
+fn an_append_on_one_node_is_recalled_on_the_others_and_its_erasure_leaves_them_all() {
+    let nodes = Nodes::start(3);
+    let mut messages = vec![json!({
+        "role": "user",
+        "content": "We fly to Lisbon in May for our anniversary.",
+    })];
+    for n in 0..10 {
+        messages.push(json!({ "role": "assistant", "content": format!("Noted, item {n}.") }));
+        messages.push(json!({ "role": "user", "content": format!("Next, item {n}.") }));
+    }
+    let (status, body) = post(
+        &nodes.url(0, "/v1/sessions/trip/messages"),
+        &json!({ "user_id": "ada", "agent_id": "a", "messages": messages }),
+    );
+    assert_eq!(status, 201, "{body}");
+    for node in [1, 2] {
+        let (status, answer) = post(
+            &nodes.url(node, "/v1/recall"),
+            &json!({ "user_id": "ada", "query": "a holiday in Portugal" }),
+        );
+        assert_eq!(status, 200, "{answer}");
+        let top = &answer["hits"][0];
+        assert_eq!(top["index"], 0, "node {node}: {answer}");
+        assert!(top["vector_rank"].is_u64(), "found by meaning: {answer}");
+        assert!(answer["degraded"].is_null(), "{answer}");
+    }
+    // A context built on another node recalls the turn its window left out.
+    let (status, answer) = post(
+        &nodes.url(2, "/v1/sessions/trip/context"),
+        &json!({
+            "query": "Where are we going on holiday?",
+            "format": "text",
+            "settings": { "max_turns": 2 },
+        }),
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        answer["text"].as_str().unwrap().contains("Lisbon"),
+        "{answer}"
+    );
+
+    // Deleted through one node, the conversation leaves every node's indexes (vectors,
+    // keywords, the snapshot) by itself, within seconds.
+    let deleted = client()
+        .delete(nodes.url(1, "/v1/sessions/trip"))
+        .send()
+        .unwrap();
+    assert_eq!(deleted.status().as_u16(), 204);
+    let vectors = |node: usize| -> String {
+        let metrics = client()
+            .get(nodes.url(node, "/metrics"))
+            .send()
+            .unwrap()
+            .text()
+            .unwrap();
+        metrics
+            .lines()
+            .find(|line| line.starts_with("memlayer_index_vectors "))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    for node in [0, 2] {
+        while vectors(node) != "memlayer_index_vectors 0" {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "node {node}: {}",
+                vectors(node)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let (status, answer) = post(
+            &nodes.url(node, "/v1/recall"),
+            &json!({ "user_id": "ada", "query": "Lisbon" }),
+        );
+        assert_eq!((status, &answer["hits"]), (200, &json!([])), "{answer}");
+    }
+}
+
 #[test]
 fn a_key_revoked_on_one_node_is_refused_by_every_node_at_once() {
     let nodes = Nodes::start(3);

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use memlayer_store::{MessageKey, blocking};
+use memlayer_store::{MessageKey, Removal, blocking};
 
 use super::{Indexes, Recall};
 use crate::Result;
@@ -16,7 +16,7 @@ impl Recall {
     /// called this once per session rewrote the whole snapshot (and rebuilt the graph) per
     /// session.
     pub async fn forget_sessions(&self, tenant: &str, sids: Vec<u64>) -> Result<()> {
-        self.forget(tenant, sids.clone(), move |indexes| {
+        self.forget(&[tenant], sids.clone(), move |indexes| {
             sids.iter()
                 .flat_map(|&sid| indexes.docs.range(MessageKey::session_range(sid)))
                 .map(|(key, _)| *key)
@@ -50,35 +50,83 @@ impl Recall {
             Ok(this.inner.store.feed().deleted_sessions(&indexed)?)
         })
         .await?;
-        self.forget(tenant, deleted.iter().copied().collect(), move |indexes| {
-            let keys: BTreeSet<u64> = indexes
-                .hybrid
-                .vectors()
-                .ids()
-                .chain(indexes.docs.keys().copied())
-                .filter(|&id| deleted.contains(&MessageKey::from_u64(id).session()))
-                .collect();
-            keys.into_iter().collect()
-        })
+        self.forget(
+            &[tenant],
+            deleted.iter().copied().collect(),
+            move |indexes| {
+                let keys: BTreeSet<u64> = indexes
+                    .hybrid
+                    .vectors()
+                    .ids()
+                    .chain(indexes.docs.keys().copied())
+                    .filter(|&id| deleted.contains(&MessageKey::from_u64(id).session()))
+                    .collect();
+                keys.into_iter().collect()
+            },
+        )
         .await
     }
 
     /// Removes one message of `tenant` from the indexes and rewrites the snapshot without it.
     /// Call it after the store erased the message.
     pub async fn forget_message(&self, tenant: &str, key: MessageKey) -> Result<()> {
-        self.forget(tenant, Vec::new(), move |_| vec![key.as_u64()])
+        self.forget(&[tenant], Vec::new(), move |_| vec![key.as_u64()])
             .await
+    }
+
+    /// Takes out of the indexes what another process sharing the store erased (see
+    /// [`memlayer_store::EmbeddingFeed::embedded_after`]), as [`Recall::forget_sessions`] and
+    /// [`Recall::forget_message`] do for this process's erasures, and rewrites the snapshot.
+    pub(super) async fn forget_removed(&self, removals: Vec<Removal>) -> Result<()> {
+        let sessions: Vec<u64> = removals
+            .iter()
+            .filter_map(|removal| match removal {
+                Removal::Session(sid) => Some(*sid),
+                Removal::Message(_) => None,
+            })
+            .collect();
+        // The tenants whose cached vectors go: those of the sessions the indexes know.
+        let tenants: BTreeSet<String> = {
+            let indexes = self.read();
+            removals
+                .iter()
+                .filter_map(|removal| {
+                    let sid = match removal {
+                        Removal::Session(sid) => *sid,
+                        Removal::Message(key) => key.session(),
+                    };
+                    Some(indexes.owners.get(&sid)?.at.tenant.clone())
+                })
+                .collect()
+        };
+        let tenants: Vec<&str> = tenants.iter().map(String::as_str).collect();
+        self.forget(&tenants, sessions, move |indexes| {
+            removals
+                .iter()
+                .flat_map(|removal| -> Vec<u64> {
+                    match removal {
+                        Removal::Session(sid) => indexes
+                            .docs
+                            .range(MessageKey::session_range(*sid))
+                            .map(|(key, _)| *key)
+                            .collect(),
+                        Removal::Message(key) => vec![key.as_u64()],
+                    }
+                })
+                .collect()
+        })
+        .await
     }
 
     /// Removes the keys `select` picks from both indexes, then the owners of `sessions`,
     /// compacts the vector index so that not even its graph keeps a copy of an erased
-    /// vector, empties `tenant`'s part of the embedder's cache (which holds vectors by the
-    /// hash of their text; the erased texts were embedded under their tenant, and only
+    /// vector, empties the `tenants`' part of the embedder's cache (which holds vectors by
+    /// the hash of their text; the erased texts were embedded under their tenant, and only
     /// there), and saves the snapshot. Erasure calls it again after the pipeline caught up,
     /// so a batch in flight cannot put a key back: removal is idempotent.
     async fn forget(
         &self,
-        tenant: &str,
+        tenants: &[&str],
         sessions: Vec<u64>,
         select: impl FnOnce(&Indexes) -> Vec<u64> + Send + 'static,
     ) -> Result<()> {
@@ -98,7 +146,9 @@ impl Recall {
             Ok(())
         })
         .await?;
-        self.inner.embedder.clear_cache(tenant);
+        for tenant in tenants {
+            self.inner.embedder.clear_cache(tenant);
+        }
         self.save_snapshot().await;
         Ok(())
     }

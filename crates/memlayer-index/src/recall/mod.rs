@@ -8,6 +8,12 @@
 //! indexed (read-your-writes); if embedding is behind it answers from keywords for the newest
 //! messages and says so.
 //!
+//! On a store several processes write (PostgreSQL), the outbox is shared: the pipeline embeds
+//! the appends it claims, then follows every append any process embedded, in position order,
+//! with its stored vectors. Every process's indexes thus hold every append, and the
+//! read-your-writes head read by one bounds them all. A process that fell behind by more than
+//! the store keeps entries rebuilds its indexes from the store.
+//!
 //! The keyword index is partitioned by the tenant and user owning each message's session, and
 //! a query searches its scope's partition only (a scope is always one user's): its scores
 //! come from that user's messages alone, so one tenant cannot tell from them how common a
@@ -180,7 +186,6 @@ pub struct Recalled {
 /// messages stored before the start are all in the keyword index (`backfilled`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Progress {
-    keywords: u64,
     vectors: u64,
     backfilled: bool,
 }
@@ -256,6 +261,9 @@ struct Inner {
     options: RecallOptions,
     indexes: IndexLock<Indexes>,
     progress: watch::Sender<Progress>,
+    /// Told when a query waits for appends the indexes lack: on a store other processes
+    /// write, the pipeline then looks for them at once instead of at its next poll.
+    awaited: tokio::sync::Notify,
 }
 
 /// Hybrid recall over one store. Cheap to clone.
@@ -285,33 +293,11 @@ impl Recall {
                 configured: format!("{} ({})", model.name, model.sha256),
             });
         }
-        let config = VectorConfig::new(identity.dimension);
-        let vectors = load_vectors(&store, &options, config)?;
-        let mut indexes = Indexes {
-            hybrid: HybridIndex::new(vectors),
-            docs: BTreeMap::new(),
-            owners: HashMap::new(),
-            dirty: false,
-        };
         let with_keywords = !options.keywords_in_background;
-        let mut after = None;
-        loop {
-            let page = store.feed().all_messages(after, 4_096)?;
-            let Some((last, _)) = page.last() else { break };
-            after = Some(*last);
-            for (key, message) in &page {
-                indexes.add_message(*key, message, with_keywords, || {
-                    Owner::in_store(&store, key.session())
-                })?;
-            }
-        }
-        // Every committed append is now keyword-indexed; vectors exist for all but the
-        // appends still in the outbox.
-        let head = store.feed().outbox_head()?;
-        let first_pending = store.feed().pending_embeddings(1)?.first().map(|p| p.seq);
+        let (indexes, vectors) =
+            Indexes::load(&store, &options, identity.dimension, with_keywords)?;
         let progress = Progress {
-            keywords: head,
-            vectors: first_pending.map_or(head, |seq| seq - 1),
+            vectors,
             backfilled: with_keywords,
         };
         Ok(Self {
@@ -322,6 +308,7 @@ impl Recall {
                 options,
                 indexes: IndexLock::new(indexes),
                 progress: watch::channel(progress).0,
+                awaited: tokio::sync::Notify::new(),
             }),
         })
     }
@@ -358,6 +345,38 @@ impl Recall {
 }
 
 impl Indexes {
+    /// The indexes of every message `store` holds, their texts only `with_keywords`, the
+    /// vectors from the snapshot while it is exact; and the outbox position they cover: every
+    /// entry up to it has its vectors in them.
+    fn load(
+        store: &Store,
+        options: &RecallOptions,
+        dimension: usize,
+        with_keywords: bool,
+    ) -> Result<(Self, u64)> {
+        // Before the vectors: what was embedded by then is in what they load.
+        let covered = store.feed().embedded_through()?;
+        let vectors = load_vectors(store, options, VectorConfig::new(dimension))?;
+        let mut indexes = Self {
+            hybrid: HybridIndex::new(vectors),
+            docs: BTreeMap::new(),
+            owners: HashMap::new(),
+            dirty: false,
+        };
+        let mut after = None;
+        loop {
+            let page = store.feed().all_messages(after, 4_096)?;
+            let Some((last, _)) = page.last() else { break };
+            after = Some(*last);
+            for (key, message) in &page {
+                indexes.add_message(*key, message, with_keywords, || {
+                    Owner::in_store(store, key.session())
+                })?;
+            }
+        }
+        Ok((indexes, covered))
+    }
+
     /// Takes message `key` out of every index.
     fn remove_message(&mut self, key: u64) {
         self.docs.remove(&key);
@@ -387,10 +406,10 @@ impl Indexes {
                 entry.insert(owner)
             }
         };
-        if with_keywords {
-            self.hybrid
-                .keywords_mut()
-                .add(&owner.user, key.as_u64(), &message.content);
+        // Once: a node following a shared store meets its own appends again.
+        let keywords = self.hybrid.keywords_mut();
+        if with_keywords && !keywords.contains(&owner.user, key.as_u64()) {
+            keywords.add(&owner.user, key.as_u64(), &message.content);
         }
         self.docs.insert(
             key.as_u64(),

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use memlayer_store::{Message, MessageKey, PendingEmbedding, Store, blocking};
 use tokio::sync::watch;
 
-use super::{Owner, Recall, RecallOptions};
+use super::{Indexes, Owner, Recall, RecallOptions};
 use crate::background::pause;
 use crate::hybrid::KeywordPostings;
 use crate::{
@@ -52,6 +52,7 @@ impl Recall {
                     tokio::select! {
                         () = &mut shutdown => break,
                         changed = commits.changed() => if changed.is_err() { break },
+                        () = self.inner.awaited.notified() => {}
                         // A commit may have happened between the empty read and the wait.
                         () = tokio::time::sleep(Duration::from_secs(1)) => {}
                     }
@@ -196,8 +197,28 @@ impl Recall {
         )
     }
 
-    /// Indexes one batch from the outbox. Returns false when the outbox was empty.
+    /// Embeds one batch from the outbox and, on a store several processes write, applies
+    /// what every process embedded since the last step. Returns false when there was nothing
+    /// to do.
     async fn step(&self) -> Result<bool> {
+        let embedded = self.embed_batch().await?;
+        let applied = match self.follow().await? {
+            Some(followed) => followed,
+            // One writer: its batches are every append, in order.
+            None => embedded,
+        };
+        if let Some(last_seq) = applied {
+            self.inner
+                .progress
+                .send_modify(|progress| progress.vectors = progress.vectors.max(last_seq));
+        }
+        Ok(embedded.is_some() || applied.is_some())
+    }
+
+    /// Embeds the oldest appends waiting (on a shared store: those this process claimed),
+    /// indexes them, and stores their vectors. Returns the last position of the batch, `None`
+    /// when nothing waited.
+    async fn embed_batch(&self) -> Result<Option<u64>> {
         let this = self.clone();
         let batch = blocking(move || -> Result<_> {
             let batch = this
@@ -205,44 +226,15 @@ impl Recall {
                 .store
                 .feed()
                 .pending_embeddings(this.inner.options.batch_messages)?;
-            // The owners of sessions new to the indexes are read before the lock is taken:
-            // a store in a database answers over the network, and nothing may wait for it
-            // under the index lock (a request blocked on the lock can hold the very runtime
-            // worker that answer needs).
-            let unknown: BTreeSet<u64> = {
-                let indexes = this.read();
-                batch
-                    .iter()
-                    .flat_map(|pending| &pending.messages)
-                    .map(|(key, _)| key.session())
-                    .filter(|sid| !indexes.owners.contains_key(sid))
-                    .collect()
-            };
-            let mut owners = unknown
-                .into_iter()
-                .map(|sid| Ok((sid, Owner::in_store(&this.inner.store, sid)?)))
-                .collect::<Result<HashMap<_, _>>>()?;
             // Keywords first: they cost microseconds, and a query that cannot wait for the
-            // embeddings still finds the newest messages by their words. A session unknown
-            // here but not read above was forgotten meanwhile: its messages are not indexed.
-            let mut indexes = this.write();
-            for pending in &batch {
-                for (key, message) in &pending.messages {
-                    indexes.add_message(*key, message, true, || {
-                        Ok(owners.remove(&key.session()).flatten())
-                    })?;
-                }
-            }
+            // embeddings still finds the newest messages by their words.
+            this.index_messages(batch.iter(), &[])?;
             Ok(batch)
         })
         .await?;
         let Some(last_seq) = batch.last().map(|p| p.seq) else {
-            return Ok(false);
+            return Ok(None);
         };
-        self.inner
-            .progress
-            .send_modify(|progress| progress.keywords = progress.keywords.max(last_seq));
-
         let keyed = self.embed_by_tenant(&batch).await?;
         let done = batch.iter().map(|pending| pending.seq).collect();
         self.inner
@@ -251,24 +243,126 @@ impl Recall {
             .store_embeddings(self.inner.model.clone(), done, keyed.clone())
             .await?;
         let this = self.clone();
-        blocking(move || -> Result<_> {
-            let mut indexes = this.write();
-            // A session deleted while its messages were being embedded is gone from the
-            // store; its vectors were dropped there and must not enter the index either.
-            let live: Vec<(u64, &[f32])> = keyed
-                .iter()
-                .filter(|(key, _)| indexes.docs.contains_key(&key.as_u64()))
-                .map(|(key, vector)| (key.as_u64(), vector.as_slice()))
-                .collect();
-            indexes.hybrid.vectors_mut().insert_batch(live)?;
-            indexes.dirty = true;
-            Ok(())
+        blocking(move || this.index_messages(std::iter::empty(), &keyed)).await?;
+        Ok(Some(last_seq))
+    }
+
+    /// On a store several processes write, applies what changed after the position applied
+    /// so far: indexes the appends, whoever embedded them (this process's own again: adding
+    /// is idempotent), and takes out what other processes erased. Returns the last position
+    /// applied (`None`: nothing new); `None` for a store with one writer. Rebuilds the
+    /// indexes from the store when entries this process did not apply were pruned.
+    async fn follow(&self) -> Result<Option<Option<u64>>> {
+        let this = self.clone();
+        let after = self.inner.progress.borrow().vectors;
+        let followed = blocking(move || {
+            this.inner
+                .store
+                .feed()
+                .embedded_after(after, this.inner.options.batch_messages)
         })
         .await?;
-        self.inner
-            .progress
-            .send_modify(|progress| progress.vectors = progress.vectors.max(last_seq));
-        Ok(true)
+        let Some(followed) = followed else {
+            return Ok(None);
+        };
+        if followed.missed {
+            return self.rebuild().await.map(|covered| Some(Some(covered)));
+        }
+        let Some(through) = followed.through else {
+            return Ok(Some(None));
+        };
+        let this = self.clone();
+        let appends = followed.appends;
+        blocking(move || {
+            let vectors: Vec<_> = appends
+                .iter()
+                .flat_map(|embedded| embedded.vectors.iter().cloned())
+                .collect();
+            this.index_messages(appends.iter().map(|e| &e.append), &vectors)
+        })
+        .await?;
+        if !followed.removals.is_empty() {
+            self.forget_removed(followed.removals).await?;
+        }
+        Ok(Some(Some(through)))
+    }
+
+    /// Indexes the messages of `appends` (read from the store before), texts and filter
+    /// fields, then `vectors` of messages the index has. The owners of sessions new to the
+    /// indexes are read before the lock is taken: a store in a database answers over the
+    /// network, and nothing may wait for it under the index lock (a request blocked on the
+    /// lock can hold the very runtime worker that answer needs). A session unknown here but
+    /// not read above was forgotten meanwhile: its messages are not indexed; nor is the
+    /// vector of a message deleted while it was being embedded (the store dropped it too).
+    fn index_messages<'a>(
+        &self,
+        appends: impl Iterator<Item = &'a PendingEmbedding> + Clone,
+        vectors: &[(MessageKey, Vec<f32>)],
+    ) -> Result<()> {
+        let unknown: BTreeSet<u64> = {
+            let indexes = self.read();
+            appends
+                .clone()
+                .flat_map(|pending| &pending.messages)
+                .map(|(key, _)| key.session())
+                .filter(|sid| !indexes.owners.contains_key(sid))
+                .collect()
+        };
+        let mut owners = unknown
+            .into_iter()
+            .map(|sid| Ok((sid, Owner::in_store(&self.inner.store, sid)?)))
+            .collect::<Result<HashMap<_, _>>>()?;
+        let mut indexes = self.write();
+        for pending in appends {
+            for (key, message) in &pending.messages {
+                indexes.add_message(*key, message, true, || {
+                    Ok(owners.remove(&key.session()).flatten())
+                })?;
+            }
+        }
+        if vectors.is_empty() {
+            return Ok(());
+        }
+        let live: Vec<(u64, &[f32])> = vectors
+            .iter()
+            .filter(|(key, _)| indexes.docs.contains_key(&key.as_u64()))
+            .map(|(key, vector)| (key.as_u64(), vector.as_slice()))
+            .collect();
+        indexes.hybrid.vectors_mut().insert_batch(live)?;
+        indexes.dirty = true;
+        Ok(())
+    }
+
+    /// Builds the indexes again from the store and puts them in place of these, after this
+    /// process missed entries of a shared outbox (it fell behind by more than the store keeps
+    /// them). Returns the position the new indexes cover.
+    async fn rebuild(&self) -> Result<u64> {
+        tracing::warn!(
+            "this node fell behind the shared embedding outbox by more than it keeps; \
+             rebuilding the recall indexes from the store"
+        );
+        let started = Instant::now();
+        let this = self.clone();
+        let covered = blocking(move || -> Result<_> {
+            let dimension = usize::try_from(this.inner.model.dimension).unwrap_or(usize::MAX);
+            let (mut fresh, covered) =
+                Indexes::load(&this.inner.store, &this.inner.options, dimension, true)?;
+            fresh.dirty = true;
+            *this.write() = fresh;
+            Ok(covered)
+        })
+        .await?;
+        // Not `max`: the new indexes cover what they loaded, which may be less than the
+        // position the old ones claimed.
+        self.inner.progress.send_modify(|progress| {
+            progress.vectors = covered;
+            progress.backfilled = true;
+        });
+        tracing::info!(
+            seconds = started.elapsed().as_secs_f64(),
+            "recall indexes rebuilt"
+        );
+        Ok(covered)
     }
 
     /// Embeds the messages of `batch`, each under its session's tenant (the embedder's cache

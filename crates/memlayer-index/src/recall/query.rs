@@ -123,6 +123,7 @@ impl Recall {
     /// passes; says what is missing if it does.
     async fn wait_for_head(&self, head: u64) -> Result<Option<String>> {
         let mut progress = self.inner.progress.subscribe();
+        self.inner.awaited.notify_one();
         // The guard `wait_for` returns must not live across the next await (it is not Send).
         let caught_up = matches!(
             tokio::time::timeout(

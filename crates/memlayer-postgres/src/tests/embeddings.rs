@@ -4,10 +4,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use memlayer_store::{Access, EmbeddingModel, MessageKey, PendingEmbedding};
+use memlayer_store::{Access, EmbeddingModel, FollowedFeed, MessageKey, PendingEmbedding, Removal};
 
 use super::files::{data_directory, found_in_files};
 use super::{creating, say};
+use crate::embeddings::place_of;
 use crate::{PgStore, PostgresError, test_cluster};
 
 /// How long a test waits for entries it expects: transactions of tests running in parallel
@@ -26,15 +27,31 @@ fn model() -> EmbeddingModel {
     }
 }
 
-/// The pending entries, once there are `expected` of them (or the patience ran out).
+/// The entries this store claims, once it has claimed `expected` of them (or the patience
+/// ran out).
 async fn pending(store: &PgStore, expected: usize) -> Vec<PendingEmbedding> {
     let deadline = Instant::now() + PATIENCE;
+    let mut claimed = Vec::new();
     loop {
-        let pending = store.pending_embeddings(1_000).await.unwrap();
-        if pending.len() >= expected || Instant::now() >= deadline {
-            return pending;
+        claimed.extend(store.pending_embeddings(1_000).await.unwrap());
+        if claimed.len() >= expected || Instant::now() >= deadline {
+            claimed.sort_by_key(|entry: &PendingEmbedding| entry.seq);
+            return claimed;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// What a node following from `after` finds, once it finds `expected` entries, appends and
+/// removals (or the patience ran out).
+async fn followed(store: &PgStore, after: u64, expected: usize) -> FollowedFeed {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let followed = store.embedded_after(after, 1_000).await.unwrap();
+        let found = followed.appends.len() + followed.removals.len();
+        if found >= expected || Instant::now() >= deadline {
+            return followed;
+        }
     }
 }
 
@@ -52,8 +69,25 @@ async fn embed(store: &PgStore, entries: &[PendingEmbedding]) {
         .unwrap();
 }
 
+/// The sessions of `followed`'s appends, in order.
+fn sessions_of(followed: &FollowedFeed) -> Vec<&str> {
+    followed
+        .appends
+        .iter()
+        .map(|embedded| {
+            embedded
+                .append
+                .session
+                .as_ref()
+                .unwrap()
+                .session_id
+                .as_str()
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_append_committing_after_a_newer_one_is_delivered_before_it_never_skipped() {
+async fn an_append_committing_after_a_newer_one_is_followed_before_it_never_skipped() {
     let db = test_cluster::database().await.unwrap();
     let store = db.store().await.unwrap();
     store
@@ -62,6 +96,9 @@ async fn an_append_committing_after_a_newer_one_is_delivered_before_it_never_ski
         .unwrap();
     let first = pending(&store, 1).await;
     embed(&store, &first).await;
+    let start = followed(&store, 0, 1).await;
+    assert_eq!(sessions_of(&start), ["s1"]);
+    let cursor = first[0].seq;
 
     // An older transaction that has not yet appended: it holds a transaction id below the
     // next append's.
@@ -76,10 +113,21 @@ async fn an_append_committing_after_a_newer_one_is_delivered_before_it_never_ski
         .await
         .unwrap();
     let head = store.outbox_head().await.unwrap();
-    // The newer append committed, so the head covers it; it is not delivered while the older
-    // transaction may still add an entry below it.
-    assert!(head > first[0].seq);
-    assert!(store.pending_embeddings(100).await.unwrap().is_empty());
+    assert!(head > cursor);
+    // The newer append committed, so the head covers it, and it can be embedded at once; it
+    // is not followed while the older transaction may still add an entry below it.
+    let newer = pending(&store, 1).await;
+    assert_eq!(newer[0].seq, head);
+    embed(&store, &newer).await;
+    assert!(
+        store
+            .embedded_after(cursor, 100)
+            .await
+            .unwrap()
+            .appends
+            .is_empty()
+    );
+    assert!(store.embedded_through().await.unwrap() < head);
 
     // The older transaction appends (as memlayer_append does: a feed row) and commits last.
     older
@@ -90,23 +138,218 @@ async fn an_append_committing_after_a_newer_one_is_delivered_before_it_never_ski
         .await
         .unwrap();
     older.commit().await.unwrap();
-    let delivered = pending(&store, 2).await;
-    let sessions: Vec<_> = delivered
-        .iter()
-        .map(|entry| entry.session.as_ref().unwrap().session_id.as_str())
-        .collect();
-    assert_eq!(sessions, ["s1", "s2"], "in position order");
-    assert!(delivered[0].seq < delivered[1].seq);
+    let late = pending(&store, 1).await;
+    assert!(late[0].seq < head);
+    // Not embedded yet: a follower stops before it, however much is embedded after it.
+    assert!(
+        store
+            .embedded_after(cursor, 100)
+            .await
+            .unwrap()
+            .appends
+            .is_empty()
+    );
+    embed(&store, &late).await;
+    let delivered = followed(&store, cursor, 2).await;
+    assert_eq!(sessions_of(&delivered), ["s1", "s2"], "in position order");
+    assert!(!delivered.missed);
+    let seqs: Vec<u64> = delivered.appends.iter().map(|e| e.append.seq).collect();
     assert_eq!(
-        delivered[1].seq, head,
+        seqs,
+        [late[0].seq, head],
         "the head was the newer append's position"
     );
-    // What a pipeline that applied up to the head has applied includes the late commit.
-    assert!(delivered[0].seq <= head);
+    // Each comes with the vectors stored for it.
+    for embedded in &delivered.appends {
+        let keys: Vec<MessageKey> = embedded
+            .append
+            .messages
+            .iter()
+            .map(|(key, _)| *key)
+            .collect();
+        let vectors: Vec<MessageKey> = embedded.vectors.iter().map(|(key, _)| *key).collect();
+        assert_eq!(vectors, keys);
+        assert!(embedded.vectors.iter().all(|(_, v)| v == &[1.0, 2.0, 3.0]));
+    }
+    // Entries stay for the other nodes: the head stays, nothing waits.
     assert_eq!(store.outbox_head().await.unwrap(), head);
-    embed(&store, &delivered).await;
-    assert_eq!(store.outbox_head().await.unwrap(), 0, "nothing waits");
     assert_eq!(store.pending_embedding_count().await.unwrap(), 0);
+    assert!(store.pending_embeddings(100).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_split_the_embedding_work_and_each_follows_all_of_it() {
+    let db = test_cluster::database().await.unwrap();
+    let a = db.store().await.unwrap();
+    let b = db.store().await.unwrap();
+    let through = a.embedded_through().await.unwrap();
+    for n in 0..6 {
+        a.append(&tenant(), &format!("s{n}"), creating("hello", "ada"))
+            .await
+            .unwrap();
+    }
+    // Each claim takes whole entries until it holds the messages asked for, and never an
+    // entry another node holds.
+    let on_a = a.pending_embeddings(2).await.unwrap();
+    let on_b = b.pending_embeddings(3).await.unwrap();
+    assert_eq!((on_a.len(), on_b.len()), (2, 3));
+    assert!(on_a.iter().all(|x| on_b.iter().all(|y| x.seq != y.seq)));
+    // B's entries are embedded first: a follower stops before A's, which are not.
+    embed(&b, &on_b).await;
+    assert!(
+        b.embedded_after(through, 100)
+            .await
+            .unwrap()
+            .appends
+            .is_empty()
+    );
+    embed(&a, &on_a).await;
+    // The last entry was claimed by nobody yet.
+    let last = pending(&b, 1).await;
+    embed(&b, &last).await;
+    for node in [&a, &b] {
+        let all = followed(node, through, 6).await;
+        assert_eq!(sessions_of(&all), ["s0", "s1", "s2", "s3", "s4", "s5"]);
+        assert!(all.appends.iter().all(|e| e.vectors.len() == 1));
+    }
+    // Once the transactions of other tests on the cluster have ended, a start follows from
+    // above the last entry.
+    let head = a.outbox_head().await.unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    while a.embedded_through().await.unwrap() < head {
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn erasures_are_followed_as_removals_and_drop_what_still_waits() {
+    let db = test_cluster::database().await.unwrap();
+    let store = db.store().await.unwrap();
+    store
+        .append(&tenant(), "a", creating("one", "ada"))
+        .await
+        .unwrap();
+    store.append(&tenant(), "a", say("two")).await.unwrap();
+    store
+        .append(&tenant(), "b", creating("three", "ada"))
+        .await
+        .unwrap();
+    let entries = pending(&store, 3).await;
+    embed(&store, &entries).await;
+    let a = store.session_key(&tenant(), "a").await.unwrap().unwrap();
+    let b = store.session_key(&tenant(), "b").await.unwrap().unwrap();
+    // One more append of b waits, claimed by nobody: the deletion takes it along.
+    store.append(&tenant(), "b", say("four")).await.unwrap();
+    assert_eq!(store.pending_embedding_count().await.unwrap(), 1);
+
+    store.erase_message(&tenant(), "a", 1).await.unwrap();
+    store.delete_session(&tenant(), "b").await.unwrap();
+    assert_eq!(store.pending_embedding_count().await.unwrap(), 0);
+    // A follower from the start: the appends as they are now (the erased message and the
+    // deleted session's are gone), then the two removals, in the order they committed.
+    let all = followed(&store, 0, 5).await;
+    assert_eq!(all.appends.len(), 3, "{all:?}");
+    let indexed: Vec<Vec<MessageKey>> = all
+        .appends
+        .iter()
+        .map(|e| e.append.messages.iter().map(|(key, _)| *key).collect())
+        .collect();
+    assert_eq!(indexed, [vec![MessageKey::new(a, 0)], vec![], vec![]]);
+    assert_eq!(
+        all.removals,
+        [Removal::Message(MessageKey::new(a, 1)), Removal::Session(b)]
+    );
+    let head = store.outbox_head().await.unwrap();
+    assert_eq!(
+        all.through,
+        Some(head),
+        "the last removal is the last entry"
+    );
+    assert!(
+        store
+            .embedded_after(head, 10)
+            .await
+            .unwrap()
+            .through
+            .is_none()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_lease_ran_out_is_taken_by_another_node() {
+    let db = test_cluster::database().await.unwrap();
+    let a = db.store().await.unwrap();
+    let b = db.store().await.unwrap();
+    a.append(&tenant(), "s", creating("hello", "ada"))
+        .await
+        .unwrap();
+    let claimed = pending(&a, 1).await;
+    assert!(
+        b.pending_embeddings(10).await.unwrap().is_empty(),
+        "A holds it"
+    );
+    // A died: its lease runs out (by the database's clock).
+    let client = db.connect().await.unwrap();
+    client
+        .execute(
+            "UPDATE embedding_outbox SET claimed_until = clock_timestamp() - interval '1 second'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let taken = b.pending_embeddings(10).await.unwrap();
+    assert_eq!(
+        taken.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        [claimed[0].seq]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pruned_entries_are_missed_by_a_follower_behind_them_but_never_by_a_start() {
+    let db = test_cluster::database().await.unwrap();
+    let store = db.store().await.unwrap();
+    for n in 0..3 {
+        store
+            .append(&tenant(), &format!("s{n}"), creating("hello", "ada"))
+            .await
+            .unwrap();
+    }
+    let entries = pending(&store, 3).await;
+    embed(&store, &entries).await;
+    let client = db.connect().await.unwrap();
+    // The first two were embedded longer ago than the retention; the third just now.
+    client
+        .execute(
+            "UPDATE embedding_outbox SET embedded_at = embedded_at - interval '1 hour'
+             WHERE (xid, ord) <= ($1::text::xid8, $2)",
+            &[
+                &place_of(entries[1].seq).unwrap().0.to_string(),
+                &place_of(entries[1].seq).unwrap().1,
+            ],
+        )
+        .await
+        .unwrap();
+    // Stores prune at most once a minute (this one did when it stored the vectors), and
+    // only below the horizon, which other tests' transactions on the cluster hold back.
+    let deadline = Instant::now() + PATIENCE;
+    let behind = loop {
+        *store.feed_pruned_at.lock().unwrap() = None;
+        store.prune_feed().await.unwrap();
+        let behind = store.embedded_after(0, 100).await.unwrap();
+        if behind.missed || Instant::now() >= deadline {
+            break behind;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(behind.missed, "a follower at 0 missed two entries");
+    assert_eq!(sessions_of(&behind), ["s2"]);
+    let after_them = store.embedded_after(entries[1].seq, 100).await.unwrap();
+    assert!(!after_them.missed);
+    // A node starting now follows from above every pruned entry.
+    let start = store.embedded_through().await.unwrap();
+    assert!(start >= entries[1].seq);
+    assert!(!store.embedded_after(start, 100).await.unwrap().missed);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -190,7 +433,11 @@ async fn erasures_take_vectors_and_queued_entries_and_change_the_version() {
         .unwrap();
     assert_eq!(store.vectors_version().await.unwrap(), version);
     // The entry of the erased message has nothing left to embed.
-    let rest = pending(&store, 1).await;
+    let rest: Vec<_> = entries
+        .iter()
+        .filter(|entry| entry.messages[0].0.index() == 1)
+        .cloned()
+        .collect();
     embed(&store, &rest).await;
     assert!(store.vectors(None, 10).await.unwrap().is_empty());
     assert_eq!(store.pending_embedding_count().await.unwrap(), 0);
@@ -392,13 +639,12 @@ async fn a_reset_racing_stores_and_deletions_neither_fails_nor_deadlocks() {
         // (entries become deliverable once other tests' older transactions end).
         let live = 2 * (round as u64 + 1);
         let deadline = Instant::now() + PATIENCE;
+        let mut claimed = Vec::new();
         loop {
-            let queued: u64 = store
-                .pending_embeddings(10_000)
-                .await
-                .unwrap()
+            claimed.extend(store.pending_embeddings(10_000).await.unwrap());
+            let queued: u64 = claimed
                 .iter()
-                .map(|entry| entry.messages.len() as u64)
+                .map(|entry: &PendingEmbedding| entry.messages.len() as u64)
                 .sum();
             let stored = store.vectors(None, 10_000).await.unwrap().len() as u64;
             if queued + stored >= live {
@@ -410,7 +656,6 @@ async fn a_reset_racing_stores_and_deletions_neither_fails_nor_deadlocks() {
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let all = pending(&store, 1).await;
-        embed(&store, &all).await;
+        embed(&store, &claimed).await;
     }
 }

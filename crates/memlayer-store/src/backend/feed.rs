@@ -14,8 +14,8 @@ use std::collections::BTreeSet;
 use super::BoxFuture;
 use crate::Result;
 use crate::model::{
-    Access, EmbeddingModel, Message, MessageKey, PendingEmbedding, Session, SessionRef,
-    StoredVector,
+    Access, EmbeddingModel, FollowedFeed, Message, MessageKey, PendingEmbedding, Session,
+    SessionRef, StoredVector,
 };
 use crate::store::Store;
 
@@ -73,6 +73,16 @@ pub trait FeedBackend: Send + Sync {
 
     /// [`crate::EmbeddingFeed::vectors_version`].
     fn vectors_version(&self) -> BoxFuture<'_, Result<u64>>;
+
+    /// [`crate::EmbeddingFeed::embedded_through`].
+    fn embedded_through(&self) -> BoxFuture<'_, Result<u64>>;
+
+    /// [`crate::EmbeddingFeed::embedded_after`].
+    fn embedded_after(
+        &self,
+        after: u64,
+        max_entries: usize,
+    ) -> BoxFuture<'_, Result<Option<FollowedFeed>>>;
 
     /// [`crate::EmbeddingFeed::all_messages`].
     fn all_messages(
@@ -156,6 +166,18 @@ impl FeedBackend for Store {
 
     fn vectors_version(&self) -> BoxFuture<'_, Result<u64>> {
         Box::pin(self.read(|store| store.feed().vectors_version()))
+    }
+
+    fn embedded_through(&self) -> BoxFuture<'_, Result<u64>> {
+        Box::pin(self.read(|store| store.feed().embedded_through()))
+    }
+
+    fn embedded_after(
+        &self,
+        after: u64,
+        max_entries: usize,
+    ) -> BoxFuture<'_, Result<Option<FollowedFeed>>> {
+        Box::pin(self.read(move |store| store.feed().embedded_after(after, max_entries)))
     }
 
     fn all_messages(
