@@ -85,20 +85,34 @@ impl Recall {
                 Removal::Message(_) => None,
             })
             .collect();
-        // The tenants whose cached vectors go: those of the sessions the indexes know.
-        let tenants: BTreeSet<String> = {
+        // What the indexes hold of what was erased, and the tenants whose cached vectors go.
+        // Nothing, for this process's own erasures (taken out already): then there is nothing
+        // to compact or to save again.
+        let (held, tenants) = {
             let indexes = self.read();
-            removals
-                .iter()
-                .filter_map(|removal| {
-                    let sid = match removal {
-                        Removal::Session(sid) => *sid,
-                        Removal::Message(key) => key.session(),
-                    };
-                    Some(indexes.owners.get(&sid)?.at.tenant.clone())
-                })
-                .collect()
+            let mut held = false;
+            let mut tenants = BTreeSet::new();
+            for removal in &removals {
+                let sid = match removal {
+                    // Every message the indexes have has its session's owner.
+                    Removal::Session(sid) => {
+                        held |= indexes.owners.contains_key(sid);
+                        *sid
+                    }
+                    Removal::Message(key) => {
+                        held |= indexes.holds(key.as_u64());
+                        key.session()
+                    }
+                };
+                if let Some(owner) = indexes.owners.get(&sid) {
+                    tenants.insert(owner.at.tenant.clone());
+                }
+            }
+            (held, tenants)
         };
+        if !held {
+            return Ok(());
+        }
         let tenants: Vec<&str> = tenants.iter().map(String::as_str).collect();
         self.forget(&tenants, sessions, move |indexes| {
             removals

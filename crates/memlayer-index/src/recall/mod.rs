@@ -345,6 +345,11 @@ impl Recall {
 }
 
 impl Indexes {
+    /// Whether any index holds message `key`.
+    fn holds(&self, key: u64) -> bool {
+        self.docs.contains_key(&key) || self.hybrid.vectors().contains(key)
+    }
+
     /// The indexes of every message `store` holds, their texts only `with_keywords`, the
     /// vectors from the snapshot while it is exact; and the outbox position they cover: every
     /// entry up to it has its vectors in them.

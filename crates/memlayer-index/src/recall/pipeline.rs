@@ -21,6 +21,9 @@ use crate::{
 /// messages, some 35 ms at the rate a start indexed them (288 MB in about 15 s), which is
 /// the longest a search waits for it.
 const KEYWORD_BACKFILL_PAGE: usize = 128;
+
+/// Pages of the shared outbox a pipeline step follows at most (see [`Recall::follow`]).
+const FOLLOWED_PAGES: usize = 16;
 impl Recall {
     /// Runs the indexing pipeline, and the builder of the vector index's graph beside it,
     /// until `shutdown` resolves, then saves a snapshot. Spawn it on the async runtime that
@@ -248,43 +251,52 @@ impl Recall {
     }
 
     /// On a store several processes write, applies what changed after the position applied
-    /// so far: indexes the appends, whoever embedded them (this process's own again: adding
-    /// is idempotent), and takes out what other processes erased. Returns the last position
-    /// applied (`None`: nothing new); `None` for a store with one writer. Rebuilds the
-    /// indexes from the store when entries this process did not apply were pruned.
+    /// so far, up to [`FOLLOWED_PAGES`] pages: indexes the appends, whoever embedded them
+    /// (this process's own again: adding is idempotent), and takes out what other processes
+    /// erased, once for all the pages (a purge's thousands of removals cost one compaction
+    /// and one snapshot). Returns the last position applied (`None`: nothing new); `None` for
+    /// a store with one writer. Rebuilds the indexes from the store when entries this process
+    /// did not apply were pruned.
     async fn follow(&self) -> Result<Option<Option<u64>>> {
-        let this = self.clone();
-        let after = self.inner.progress.borrow().vectors;
-        let followed = blocking(move || {
-            this.inner
-                .store
-                .feed()
-                .embedded_after(after, this.inner.options.batch_messages)
-        })
-        .await?;
-        let Some(followed) = followed else {
-            return Ok(None);
-        };
-        if followed.missed {
-            return self.rebuild().await.map(|covered| Some(Some(covered)));
+        let page = self.inner.options.batch_messages;
+        let mut after = self.inner.progress.borrow().vectors;
+        let mut through = None;
+        let mut removals = Vec::new();
+        for _ in 0..FOLLOWED_PAGES {
+            let this = self.clone();
+            let followed =
+                blocking(move || this.inner.store.feed().embedded_after(after, page)).await?;
+            let Some(followed) = followed else {
+                return Ok(None);
+            };
+            if followed.missed {
+                return self.rebuild().await.map(|covered| Some(Some(covered)));
+            }
+            let Some(last) = followed.through else {
+                break;
+            };
+            let read = followed.appends.len() + followed.removals.len();
+            let this = self.clone();
+            let appends = followed.appends;
+            blocking(move || {
+                let vectors: Vec<_> = appends
+                    .iter()
+                    .flat_map(|embedded| embedded.vectors.iter().cloned())
+                    .collect();
+                this.index_messages(appends.iter().map(|e| &e.append), &vectors)
+            })
+            .await?;
+            removals.extend(followed.removals);
+            (after, through) = (last, Some(last));
+            // A short page: caught up for now.
+            if read < page {
+                break;
+            }
         }
-        let Some(through) = followed.through else {
-            return Ok(Some(None));
-        };
-        let this = self.clone();
-        let appends = followed.appends;
-        blocking(move || {
-            let vectors: Vec<_> = appends
-                .iter()
-                .flat_map(|embedded| embedded.vectors.iter().cloned())
-                .collect();
-            this.index_messages(appends.iter().map(|e| &e.append), &vectors)
-        })
-        .await?;
-        if !followed.removals.is_empty() {
-            self.forget_removed(followed.removals).await?;
+        if !removals.is_empty() {
+            self.forget_removed(removals).await?;
         }
-        Ok(Some(Some(through)))
+        Ok(Some(through))
     }
 
     /// Indexes the messages of `appends` (read from the store before), texts and filter
