@@ -82,7 +82,8 @@ pub(crate) enum Benchmark {
         postgres: bool,
     },
     /// Durable HTTP appends through 1, 2, … nodes sharing one PostgreSQL database (a
-    /// throwaway cluster), the clients spread over the nodes.
+    /// throwaway cluster), the clients spread over the nodes, and the feed lag from one node
+    /// to another's recall.
     Nodes {
         /// How long each scenario is measured, after a one-second warm-up.
         #[arg(long, default_value_t = 10)]
@@ -90,6 +91,9 @@ pub(crate) enum Benchmark {
         /// The most nodes measured: every count from 1 up to it.
         #[arg(long, default_value_t = 3)]
         nodes: usize,
+        /// Another build of `memlayer` (an older commit's) to measure the same way first.
+        #[arg(long)]
+        baseline: Option<PathBuf>,
     },
     /// How long a store of each size takes to open, to check and to serve again.
     Recovery {
@@ -141,7 +145,11 @@ pub(crate) fn run(root: &Path, benchmark: Benchmark) -> anyhow::Result<()> {
             baseline,
             postgres,
         } => purge::run(root, sessions, baseline.as_deref(), postgres),
-        Benchmark::Nodes { seconds, nodes } => nodes::run(root, seconds, nodes),
+        Benchmark::Nodes {
+            seconds,
+            nodes,
+            baseline,
+        } => nodes::run(root, seconds, nodes, baseline.as_deref()),
         Benchmark::Recovery {
             sizes_mib,
             baseline,
