@@ -134,18 +134,7 @@ fn measure(
         server.addr(),
         log.display()
     );
-    let mut results = Vec::new();
-    for scenario in SCENARIOS {
-        eprintln!(
-            "xtask: {} by {} client(s), {} s warm-up then {} s measured",
-            scenario.workload.name(),
-            scenario.clients,
-            WARM_UP.as_secs(),
-            measured.as_secs()
-        );
-        let result = runtime.block_on(load::run(&[server.addr()], scenario, WARM_UP, measured))?;
-        results.push(result);
-    }
+    let results = load::run_each(runtime, &[server.addr()], &SCENARIOS, WARM_UP, measured)?;
     server.stop()?;
     data_dir
         .close()

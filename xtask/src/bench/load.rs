@@ -196,6 +196,29 @@ pub(crate) async fn run(
     })
 }
 
+/// Runs each of `scenarios` in turn against `servers` (see [`run`]), saying which on stderr.
+pub(crate) fn run_each(
+    runtime: &tokio::runtime::Runtime,
+    servers: &[SocketAddr],
+    scenarios: &[Scenario],
+    warm_up: Duration,
+    measured: Duration,
+) -> anyhow::Result<Vec<ScenarioResult>> {
+    scenarios
+        .iter()
+        .map(|&scenario| {
+            eprintln!(
+                "xtask: {} by {} client(s), {} s warm-up then {} s measured",
+                scenario.workload.name(),
+                scenario.clients,
+                warm_up.as_secs(),
+                measured.as_secs()
+            );
+            runtime.block_on(run(servers, scenario, warm_up, measured))
+        })
+        .collect()
+}
+
 /// Appends [`CONTEXT_TURNS`] exchanges to the session at `url` in one batch.
 async fn fill(http: &reqwest::Client, url: &str, client: usize) -> anyhow::Result<()> {
     let messages = (0..CONTEXT_TURNS)

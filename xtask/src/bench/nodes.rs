@@ -148,17 +148,7 @@ fn measure(
         }
         _ => Vec::new(),
     };
-    let mut results = Vec::new();
-    for scenario in SCENARIOS {
-        eprintln!(
-            "xtask: {} by {} client(s), {} s warm-up then {} s measured",
-            scenario.workload.name(),
-            scenario.clients,
-            WARM_UP.as_secs(),
-            measured.as_secs()
-        );
-        results.push(runtime.block_on(load::run(&addrs, scenario, WARM_UP, measured))?);
-    }
+    let results = load::run_each(runtime, &addrs, &SCENARIOS, WARM_UP, measured)?;
     for server in servers {
         server.stop()?;
     }
