@@ -18,8 +18,7 @@ impl Recall {
     pub async fn forget_sessions(&self, tenant: &str, sids: Vec<u64>) -> Result<()> {
         self.forget(&[tenant], sids.clone(), move |indexes| {
             sids.iter()
-                .flat_map(|&sid| indexes.docs.range(MessageKey::session_range(sid)))
-                .map(|(key, _)| *key)
+                .flat_map(|&sid| indexes.session_keys(sid))
                 .collect()
         })
         .await
@@ -119,11 +118,7 @@ impl Recall {
                 .iter()
                 .flat_map(|removal| -> Vec<u64> {
                     match removal {
-                        Removal::Session(sid) => indexes
-                            .docs
-                            .range(MessageKey::session_range(*sid))
-                            .map(|(key, _)| *key)
-                            .collect(),
+                        Removal::Session(sid) => indexes.session_keys(*sid).collect(),
                         Removal::Message(key) => vec![key.as_u64()],
                     }
                 })

@@ -345,6 +345,13 @@ impl Recall {
 }
 
 impl Indexes {
+    /// The keys of the messages of session `sid` the indexes have.
+    fn session_keys(&self, sid: u64) -> impl Iterator<Item = u64> + '_ {
+        self.docs
+            .range(MessageKey::session_range(sid))
+            .map(|(key, _)| *key)
+    }
+
     /// Whether any index holds message `key`.
     fn holds(&self, key: u64) -> bool {
         self.docs.contains_key(&key) || self.hybrid.vectors().contains(key)
