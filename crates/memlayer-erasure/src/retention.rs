@@ -69,23 +69,28 @@ impl Coordinator {
     }
 
     /// Runs every rule whose last run is a day or more before `now`, and returns what they
-    /// erased.
+    /// erased. A run is claimed in the store before its purge starts, so that of nodes
+    /// sharing the store one runs it (one receipt); a node that dies between the claim and
+    /// recording the purge's job leaves that day's run to the next day's, which erases what
+    /// it would have.
     pub async fn apply_due_retention(&self, now: Timestamp) -> Result<Vec<Receipt>, ErasureError> {
         let mut receipts = Vec::new();
         for rule in self.retention_rules().await? {
             let due = now.as_micros().saturating_sub(rule.last_run.as_micros())
                 >= RETENTION_PERIOD.as_micros() as u64;
-            if !due {
+            if !due
+                || !self
+                    .store()
+                    .tenants()
+                    .claim_retention(&rule.tenant, rule.last_run, now)
+                    .await?
+            {
                 continue;
             }
             receipts.push(
                 self.purge(&rule.tenant, rule.days, "retention", now)
                     .await?,
             );
-            self.store()
-                .tenants()
-                .retention_ran(&rule.tenant, now)
-                .await?;
         }
         Ok(receipts)
     }

@@ -50,12 +50,13 @@ impl TenantBackend for PgStore {
         Box::pin(async move { store(self.retention_rules().await) })
     }
 
-    fn retention_ran<'a>(
+    fn claim_retention<'a>(
         &'a self,
         tenant: &'a str,
+        last_run: Timestamp,
         at: Timestamp,
-    ) -> BoxFuture<'a, memlayer_store::Result<()>> {
-        Box::pin(async move { store(self.retention_ran(tenant, at).await) })
+    ) -> BoxFuture<'a, memlayer_store::Result<bool>> {
+        Box::pin(async move { store(self.claim_retention(tenant, last_run, at).await) })
     }
 }
 

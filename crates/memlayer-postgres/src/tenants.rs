@@ -211,17 +211,26 @@ impl PgStore {
             .collect()
     }
 
-    /// Records that a tenant's retention rule ran at `at`; nothing for a tenant without one.
-    pub async fn retention_ran(&self, tenant: &str, at: Timestamp) -> Result<()> {
+    /// Records that a tenant's retention rule runs at `at`, only while its last run is still
+    /// `last_run`: true for the one caller (of every node) that claimed this run; false for a
+    /// tenant without a rule.
+    pub async fn claim_retention(
+        &self,
+        tenant: &str,
+        last_run: Timestamp,
+        at: Timestamp,
+    ) -> Result<bool> {
         validate_id("tenant", tenant)?;
-        let at = micros(at)?;
+        let (last_run, at) = (micros(last_run)?, micros(at)?);
         let client = self.connection().await?;
-        client
+        // One statement: of nodes claiming at once, the row lock orders them, and the later
+        // ones find `last_run` changed.
+        let claimed = client
             .execute(
-                "UPDATE retention SET last_run = $2 WHERE tenant = $1",
-                &[&tenant, &at],
+                "UPDATE retention SET last_run = $3 WHERE tenant = $1 AND last_run = $2",
+                &[&tenant, &last_run, &at],
             )
             .await?;
-        Ok(())
+        Ok(claimed == 1)
     }
 }

@@ -467,21 +467,35 @@ impl Tenants<'_> {
             .collect()
     }
 
-    /// Records that a tenant's retention rule ran at `at`.
-    pub async fn retention_ran(self, tenant: &str, at: Timestamp) -> Result<()> {
+    /// Records that a tenant's retention rule runs at `at`, only while its last run is still
+    /// `last_run` (as [`Self::retention_rules`] read it): true for the one caller that claimed
+    /// this run, whichever process it is in, so a run that fell due runs once; false for a
+    /// tenant without a rule.
+    pub async fn claim_retention(
+        self,
+        tenant: &str,
+        last_run: Timestamp,
+        at: Timestamp,
+    ) -> Result<bool> {
         if let Some(backend) = self.store.backend() {
-            return backend.tenants().retention_ran(tenant, at).await;
+            return backend
+                .tenants()
+                .claim_retention(tenant, last_run, at)
+                .await;
         }
         validate_id("tenant", tenant)?;
         let tenant = tenant.to_owned();
         self.store
             .write(move |txn| {
                 let mut table = txn.open_table(RETENTION)?;
-                let days = table.get(tenant.as_str())?.map(|v| v.value().0);
-                if let Some(days) = days {
-                    table.insert(tenant.as_str(), (days, at.as_micros()))?;
+                let rule = table.get(tenant.as_str())?.map(|v| v.value());
+                match rule {
+                    Some((days, ran)) if ran == last_run.as_micros() => {
+                        table.insert(tenant.as_str(), (days, at.as_micros()))?;
+                        Ok(true)
+                    }
+                    _ => Ok(false),
                 }
-                Ok(())
             })
             .await
     }

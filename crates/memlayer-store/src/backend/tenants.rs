@@ -38,8 +38,13 @@ pub trait TenantBackend: Send + Sync {
     /// [`crate::Tenants::retention_rules`]: every tenant's.
     fn retention_rules(&self) -> BoxFuture<'_, Result<Vec<(String, u32, Timestamp)>>>;
 
-    /// [`crate::Tenants::retention_ran`].
-    fn retention_ran<'a>(&'a self, tenant: &'a str, at: Timestamp) -> BoxFuture<'a, Result<()>>;
+    /// [`crate::Tenants::claim_retention`].
+    fn claim_retention<'a>(
+        &'a self,
+        tenant: &'a str,
+        last_run: Timestamp,
+        at: Timestamp,
+    ) -> BoxFuture<'a, Result<bool>>;
 }
 
 /// The redb store as a tenant backend. Its reads run on the blocking pool ([`Store::read`]),
@@ -83,7 +88,12 @@ impl TenantBackend for Store {
         Box::pin(self.read(|store| store.tenants().retention_rules()))
     }
 
-    fn retention_ran<'a>(&'a self, tenant: &'a str, at: Timestamp) -> BoxFuture<'a, Result<()>> {
-        Box::pin(self.tenants().retention_ran(tenant, at))
+    fn claim_retention<'a>(
+        &'a self,
+        tenant: &'a str,
+        last_run: Timestamp,
+        at: Timestamp,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(self.tenants().claim_retention(tenant, last_run, at))
     }
 }

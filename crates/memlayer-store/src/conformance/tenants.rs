@@ -139,7 +139,16 @@ pub async fn retention_rules(backend: &dyn TenantBackend) {
     assert_eq!(rules().await, expected);
 
     let at = Timestamp::from_micros(1_700_000_000_000_000);
-    backend.retention_ran(&tenant, at).await.unwrap();
+    assert!(backend.claim_retention(&tenant, never, at).await.unwrap());
+    // A second claim of the same run (another node's, which read the rule before) loses.
+    assert!(!backend.claim_retention(&tenant, never, at).await.unwrap());
+    let later = Timestamp::from_micros(at.as_micros() + 1);
+    assert!(
+        !backend
+            .claim_retention(&tenant, never, later)
+            .await
+            .unwrap()
+    );
     backend.set_retention(&tenant, Some(7)).await.unwrap();
     let mut expected = vec![(tenant.clone(), 7, at), (other.clone(), 90, never)];
     expected.sort();
@@ -147,8 +156,8 @@ pub async fn retention_rules(backend: &dyn TenantBackend) {
 
     backend.set_retention(&tenant, None).await.unwrap();
     assert_eq!(rules().await, [(other.clone(), 90, never)]);
-    // Without a rule, a run is not recorded (and makes none).
-    backend.retention_ran(&tenant, at).await.unwrap();
+    // Without a rule, a run is not claimed (and makes none).
+    assert!(!backend.claim_retention(&tenant, never, at).await.unwrap());
     assert_eq!(rules().await, [(other.clone(), 90, never)]);
     // A rule set again starts over.
     backend.set_retention(&tenant, Some(1)).await.unwrap();
@@ -160,7 +169,10 @@ pub async fn retention_rules(backend: &dyn TenantBackend) {
         refusal(backend.set_retention("a/b", Some(1)).await),
         invalid_id()
     );
-    assert_eq!(refusal(backend.retention_ran("", at).await), invalid_id());
+    assert_eq!(
+        refusal(backend.claim_retention("", never, at).await),
+        invalid_id()
+    );
 }
 
 /// How many sessions a tenant has, of every user, and which was active least recently.
