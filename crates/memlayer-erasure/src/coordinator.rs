@@ -513,6 +513,8 @@ impl Coordinator {
             self.inner.recall.forget_message(tenant, key).await?;
         }
         self.compact().await?;
+        // On a database several nodes share: the other live nodes took it out of theirs.
+        self.inner.recall.wait_for_followers().await?;
 
         receipt.completed_at = Timestamp::now().as_micros();
         let value = serde_json::to_value(&receipt).map_err(ErasureError::Encode)?;

@@ -54,6 +54,13 @@ pub enum IndexError {
     /// Embedding failed.
     #[error(transparent)]
     Embed(#[from] memlayer_embed::EmbedError),
+    /// Other live nodes sharing the store have not applied this node's latest changes (an
+    /// erasure's removals) within the wait: the caller leaves its work pending and retries.
+    #[error("{nodes} other node(s) sharing the store have not applied the latest erasure yet")]
+    FollowersBehind {
+        /// How many live nodes were still behind.
+        nodes: u64,
+    },
     /// An embedding task of the indexing pipeline panicked or was cancelled.
     #[error("indexing pipeline: an embedding task failed: {0}")]
     Pipeline(#[source] tokio::task::JoinError),
@@ -72,6 +79,7 @@ impl IndexError {
             | Self::Io(_)
             | Self::ModelMismatch { .. }
             | Self::Embed(_)
+            | Self::FollowersBehind { .. }
             | Self::Pipeline(_) => self.to_string(),
         }
     }

@@ -103,12 +103,17 @@ impl ContextBuilder {
     /// A builder reading `store`, recalling through `recall` (which must index that store),
     /// generated text counted with `encoding`, summarising with the extractive summariser.
     pub fn new(store: Store, recall: Recall, encoding: TokenEncoding) -> Self {
+        let facts = FactCache::default();
+        // What other nodes sharing the store erase leaves the fact sheets as it leaves the
+        // indexes (this node's own erasures drop them through `fact_cache`).
+        let following = facts.clone();
+        recall.on_followed_removals(move |removals| following.forget_removed(removals));
         Self {
             store,
             recall,
             summarizer: None,
             memories: None,
-            facts: FactCache::default(),
+            facts,
             encoding,
         }
     }

@@ -10,15 +10,16 @@
 //! than the snapshot has. Stored messages are never changed, only appended or erased, so
 //! that holds exactly when every message the entry read is still stored. Erasure removes
 //! entries outright ([`FactCache::forget_session`], [`FactCache::forget_user`],
-//! [`FactCache::clear`]) so that no fact of an erased message stays in memory, and each of
-//! those calls starts a new epoch: a turn that read its snapshot before an erasure and
+//! [`FactCache::clear`]; on a database several nodes share, [`FactCache::forget_removed`] for
+//! what other nodes erased, as recall follows it) so that no fact of an erased message stays
+//! in memory, and each of those calls starts a new epoch: a turn that read its snapshot before an erasure and
 //! stores its entry after it would otherwise bring the erased facts back, so an entry is
 //! stored only if no erasure happened since the turn began its read.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use memlayer_store::{Message, MessageOutline};
+use memlayer_store::{Message, MessageOutline, Removal};
 
 use crate::entities::FactSheet;
 
@@ -234,6 +235,22 @@ impl FactCache {
         inner.outlines = inner.entries.values().map(|e| e.outlines.len()).sum();
     }
 
+    /// Drops the entries of the sessions another node erased from (a whole session, or
+    /// one of its messages), as this node's indexes follow it.
+    pub fn forget_removed(&self, removals: &[Removal]) {
+        let sids: HashSet<u64> = removals
+            .iter()
+            .map(|removal| match removal {
+                Removal::Session(sid) => *sid,
+                Removal::Message(key) => key.session(),
+            })
+            .collect();
+        let mut inner = self.lock();
+        inner.epoch += 1;
+        inner.entries.retain(|_, entry| !sids.contains(&entry.sid));
+        inner.outlines = inner.entries.values().map(|e| e.outlines.len()).sum();
+    }
+
     /// Drops every entry (a purge).
     pub fn clear(&self) {
         let mut inner = self.lock();
@@ -346,6 +363,31 @@ mod tests {
         let sheet = turn(&cache, &key(0, 1, &after), &after);
         assert_eq!(sheet, FactSheet::from_messages(&after));
         assert!(!sheet.entries().contains_key("email"));
+    }
+
+    #[test]
+    fn what_another_node_erased_leaves_the_entries_of_its_sessions_only() {
+        let cache = FactCache::default();
+        let messages = vec![user(0, "My email is ada@example.org")];
+        let session = |name: &str, sid: u64| SessionKey {
+            session_id: name.into(),
+            sid,
+            ..key(0, 0, &messages)
+        };
+        for (name, sid) in [("a", 1), ("b", 2), ("c", 3)] {
+            turn(&cache, &session(name, sid), &messages);
+        }
+        let epoch = cache.lock().epoch;
+        cache.forget_removed(&[
+            Removal::Session(1),
+            Removal::Message(memlayer_store::MessageKey::new(3, 0)),
+        ]);
+        let inner = cache.lock();
+        let kept: Vec<&str> = inner.entries.keys().map(|(_, s)| s.as_str()).collect();
+        assert_eq!(kept, ["b"]);
+        assert_eq!(inner.outlines, 1);
+        // A turn that read before it stores nothing afterwards.
+        assert_eq!(inner.epoch, epoch + 1);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! src/backend.rs.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use memlayer_store::{
     Access, BoxFuture, EmbeddingModel, FeedBackend, FollowedFeed, Message, MessageKey,
@@ -89,6 +90,26 @@ impl FeedBackend for PgStore {
 
     fn vectors_version(&self) -> BoxFuture<'_, memlayer_store::Result<u64>> {
         Box::pin(async move { store(self.vectors_version().await) })
+    }
+
+    fn follower_seen<'a>(
+        &'a self,
+        node: &'a str,
+        followed: u64,
+        lapse: Duration,
+    ) -> BoxFuture<'a, memlayer_store::Result<Option<bool>>> {
+        Box::pin(async move { store(self.follower_seen(node, followed, lapse).await).map(Some) })
+    }
+
+    fn followers_behind<'a>(
+        &'a self,
+        position: u64,
+        lapse: Duration,
+        except: &'a str,
+    ) -> BoxFuture<'a, memlayer_store::Result<Option<u64>>> {
+        Box::pin(
+            async move { store(self.followers_behind(position, lapse, except).await).map(Some) },
+        )
     }
 
     fn all_messages(

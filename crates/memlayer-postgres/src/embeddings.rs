@@ -410,6 +410,7 @@ impl PgStore {
             }
             *pruned_at = Some(Instant::now());
         }
+        self.forget_gone_followers().await?;
         let mut client = self.connection().await?;
         let txn = client.transaction().await?;
         // Rows locked by another transaction (a session's deletion cascading) are left for a

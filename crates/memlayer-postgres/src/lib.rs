@@ -27,6 +27,7 @@ mod episodes;
 mod erasure;
 mod error;
 mod feed;
+mod followers;
 mod idle;
 mod jobs;
 mod keys;

@@ -40,6 +40,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "shared_feed",
         include_str!("../migrations/0008_shared_feed.sql"),
     ),
+    (
+        9,
+        "followers",
+        include_str!("../migrations/0009_followers.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.

@@ -80,8 +80,22 @@ impl PgStore {
     ///
     /// No TLS yet: the database is expected on a unix socket or a trusted network.
     pub async fn connect(database_url: &str, pool_size: usize) -> Result<Self> {
-        let config = tokio_postgres::Config::from_str(database_url)
+        Self::connect_named(database_url, pool_size, "memlayer").await
+    }
+
+    /// [`PgStore::connect`] with connections named `application_name` (unless the URL names
+    /// them): what `pg_stat_activity` shows, so an operator (or a test) tells the nodes
+    /// sharing a database apart.
+    pub async fn connect_named(
+        database_url: &str,
+        pool_size: usize,
+        application_name: &str,
+    ) -> Result<Self> {
+        let mut config = tokio_postgres::Config::from_str(database_url)
             .map_err(|source| PostgresError::Url { source })?;
+        if config.get_application_name().is_none() {
+            config.application_name(application_name);
+        }
         Self::connect_config(config, pool_size).await
     }
 

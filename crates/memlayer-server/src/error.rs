@@ -97,7 +97,8 @@ pub(crate) struct ErrorDetail {
     #[serde(skip_serializing_if = "Option::is_none")]
     session_id: Option<String>,
     /// For an erasure the disk interrupted (`storage_full`, `storage_unavailable`) after it
-    /// was recorded: it finishes by itself once writes resume, and
+    /// was recorded, or that other nodes sharing the database have not applied yet: it
+    /// finishes by itself once writes resume (or the nodes caught up), and
     /// `GET /v1/admin/erasures/{erasure_id}` gives its receipt then.
     #[serde(skip_serializing_if = "Option::is_none")]
     erasure_id: Option<u64>,
@@ -182,13 +183,27 @@ pub enum ApiError {
     /// resumes by itself once the device takes writes again; reads of what is stored go on
     /// where the device still reads. The detail is logged, never sent.
     #[error(
-        "the server's storage (its disk or its database) failed: writes resume by themselves \
-         once it works again; retry later (appends with the same idempotency key)"
+        "the server's storage (its disk or its database) failed or is busy: writes resume by \
+         themselves once it works again; retry later (appends with the same idempotency key)"
     )]
     StorageUnavailable {
         /// What the store said, for the log.
         detail: String,
         /// The erasure this interrupted after recording it, which finishes by itself.
+        erasure_id: Option<u64>,
+    },
+    /// `503 storage_unavailable` with `Retry-After`: an erasure is done on this node and in
+    /// the database, but other live nodes sharing the database have not applied it yet (they
+    /// lag behind the shared outbox). It stays recorded and finishes by itself once they
+    /// have, or once they stop being live.
+    #[error(
+        "{nodes} other node(s) sharing the database have not applied this erasure yet; \
+         retry later"
+    )]
+    NodesBehind {
+        /// How many live nodes were behind.
+        nodes: u64,
+        /// The erasure, which finishes by itself.
         erasure_id: Option<u64>,
     },
     /// `501`: the store this server runs on cannot do this (a file backup of a store in
@@ -257,7 +272,7 @@ impl ApiError {
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Self::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
             Self::StorageFull { .. } => (StatusCode::INSUFFICIENT_STORAGE, "storage_full"),
-            Self::StorageUnavailable { .. } => {
+            Self::StorageUnavailable { .. } | Self::NodesBehind { .. } => {
                 (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable")
             }
             Self::NotImplemented(_) => (StatusCode::NOT_IMPLEMENTED, "not_implemented"),
@@ -302,14 +317,14 @@ impl ApiError {
             _ => (None, None),
         };
         let erasure_id = match self {
-            Self::StorageFull { erasure_id, .. } | Self::StorageUnavailable { erasure_id, .. } => {
-                *erasure_id
-            }
+            Self::StorageFull { erasure_id, .. }
+            | Self::StorageUnavailable { erasure_id, .. }
+            | Self::NodesBehind { erasure_id, .. } => *erasure_id,
             _ => None,
         };
         let message = match erasure_id {
             Some(id) => format!(
-                "{message}. The erasure is recorded and finishes by itself once writes resume \
+                "{message}. The erasure is recorded and finishes by itself \
                  (GET /v1/admin/erasures/{id})"
             ),
             None => message,
@@ -333,9 +348,9 @@ impl IntoResponse for ApiError {
         let mut response = (status, Json(body)).into_response();
         let retry_after = match &self {
             Self::Overloaded => Some(RETRY_AFTER_SECS),
-            Self::StorageFull { .. } | Self::StorageUnavailable { .. } => {
-                Some(STORAGE_RETRY_AFTER_SECS)
-            }
+            Self::StorageFull { .. }
+            | Self::StorageUnavailable { .. }
+            | Self::NodesBehind { .. } => Some(STORAGE_RETRY_AFTER_SECS),
             Self::RateLimited { retry_after } => {
                 Some(crate::rate_limit::retry_after_secs(*retry_after))
             }
@@ -392,8 +407,10 @@ impl From<StoreError> for ApiError {
             StoreError::Unsupported(what) => {
                 Self::NotImplemented(format!("not possible on this server's store: {what}"))
             }
-            // The database failed or cannot be reached: like a failing disk, it passes.
-            StoreError::Backend { .. } => Self::StorageUnavailable {
+            // The database failed or cannot be reached: like a failing disk, it passes. So does
+            // a compaction postponed by reads still running (an erasure then finishes by
+            // itself).
+            StoreError::Backend { .. } | StoreError::Busy(_) => Self::StorageUnavailable {
                 detail: err.for_log(),
                 erasure_id: None,
             },
@@ -416,6 +433,10 @@ impl From<IndexError> for ApiError {
     fn from(err: IndexError) -> Self {
         match err {
             IndexError::Store(store) => store.into(),
+            IndexError::FollowersBehind { nodes } => Self::NodesBehind {
+                nodes,
+                erasure_id: None,
+            },
             IndexError::DimensionMismatch { .. } | IndexError::InvalidVector(_) => {
                 Self::invalid("invalid_value", err.to_string())
             }
@@ -494,6 +515,10 @@ impl From<memlayer_erasure::ErasureError> for ApiError {
                 },
                 Self::StorageUnavailable { detail, .. } => Self::StorageUnavailable {
                     detail,
+                    erasure_id: Some(id),
+                },
+                Self::NodesBehind { nodes, .. } => Self::NodesBehind {
+                    nodes,
                     erasure_id: Some(id),
                 },
                 other => other,

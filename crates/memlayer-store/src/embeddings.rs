@@ -8,6 +8,8 @@
 //! [`Store::store_embeddings`], which stores them and removes the entries in one transaction.
 //! A crash anywhere in between leaves the entries in the outbox, so they are embedded again.
 
+use std::time::Duration;
+
 use redb::{ReadableTable, ReadableTableMetadata, WriteTransaction};
 
 use crate::model::{
@@ -286,6 +288,33 @@ impl EmbeddingFeed<'_> {
     pub fn embedded_after(self, after: u64, max_entries: usize) -> Result<Option<FollowedFeed>> {
         match self.store.backend() {
             Some(backend) => wait(backend.feed().embedded_after(after, max_entries)),
+            None => Ok(None),
+        }
+    }
+
+    /// For a store several processes follow (a database): records that node `node` applied
+    /// every entry up to `followed`, now by the store's clock (a heartbeat: a node is live while
+    /// its record is younger than `lapse`), and answers whether its previous record was older
+    /// than `lapse` (erasures may have finished without waiting for it). `None` for a store
+    /// with one process (the redb file), which keeps no such record.
+    pub fn follower_seen(self, node: &str, followed: u64, lapse: Duration) -> Result<Option<bool>> {
+        match self.store.backend() {
+            Some(backend) => wait(backend.feed().follower_seen(node, followed, lapse)),
+            None => Ok(None),
+        }
+    }
+
+    /// For a store several processes follow: how many nodes other than `except`, live by
+    /// `lapse` (see [`Self::follower_seen`]), have not applied every entry up to `position`.
+    /// `None` for a store with one process.
+    pub fn followers_behind(
+        self,
+        position: u64,
+        lapse: Duration,
+        except: &str,
+    ) -> Result<Option<u64>> {
+        match self.store.backend() {
+            Some(backend) => wait(backend.feed().followers_behind(position, lapse, except)),
             None => Ok(None),
         }
     }

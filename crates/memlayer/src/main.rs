@@ -19,7 +19,7 @@ mod transfer;
 const STORE_FILE: &str = "memlayer.redb";
 /// The vector index snapshot inside the data directory.
 const SNAPSHOT_FILE: &str = "vectors.idx";
-/// This node's name in job leases, when the records are in a database (see [`node_id`]).
+/// This node's name on a database several nodes share (see [`node_id`]).
 const NODE_ID_FILE: &str = "node-id";
 
 use std::io::IsTerminal;
@@ -271,9 +271,12 @@ fn serve(mut settings: Settings) -> anyhow::Result<()> {
     settings.assets.check()?;
     let embedder = Embedder::open(&settings.assets, EmbedderOptions::default())
         .context("cannot load the embedding model")?;
-    let options = RecallOptions::default()
+    let mut options = RecallOptions::default()
         .with_snapshot(settings.data_dir.join(SNAPSHOT_FILE))
         .with_keywords_in_background();
+    if let Some(node_id) = &settings.server.node_id {
+        options = options.with_node_id(node_id);
+    }
     // In the runtime's context: a store in PostgreSQL answers the synchronous reads that
     // building the indexes makes through it.
     let recall = {
@@ -305,9 +308,10 @@ fn serve(mut settings: Settings) -> anyhow::Result<()> {
     })
 }
 
-/// This node's name in erasure jobs' leases on a database several nodes share, kept in the
-/// data directory so that a restarted node resumes its own interrupted erasures at once
-/// (`ServerConfig::node_id`); made (random) at the first start.
+/// This node's name on a database several nodes share, in erasure jobs' leases and among the
+/// followers of the embedding outbox, kept in the data directory so that a restarted node
+/// resumes its own interrupted erasures at once (`ServerConfig::node_id`) and replaces its own
+/// follower record (`RecallOptions::node_id`); made (random) at the first start.
 fn node_id(data_dir: &std::path::Path) -> anyhow::Result<String> {
     let path = data_dir.join(NODE_ID_FILE);
     match std::fs::read_to_string(&path) {
@@ -338,20 +342,26 @@ fn open_store(
             .with_context(|| format!("cannot open the store {}", path.display()))?;
         return Ok((store, path.display().to_string()));
     };
-    open_database(url, runtime)
+    let name = match &settings.server.node_id {
+        Some(node_id) => format!("memlayer {node_id}"),
+        None => "memlayer".to_owned(),
+    };
+    open_database(url, runtime, &name)
 }
 
-/// The store in the PostgreSQL database at `url` (migrated first), and where that is for
-/// people to read (never the user or a password).
+/// The store in the PostgreSQL database at `url` (migrated first), its connections named
+/// `application_name`, and where that is for people to read (never the user or a password).
 fn open_database(
     url: &config::Secret,
     runtime: &tokio::runtime::Runtime,
+    application_name: &str,
 ) -> anyhow::Result<(Store, String)> {
     let location = PgStore::location(url.expose()).context("invalid database URL")?;
     let database = runtime
-        .block_on(PgStore::connect(
+        .block_on(PgStore::connect_named(
             url.expose(),
             memlayer_postgres::DEFAULT_POOL_SIZE,
+            application_name,
         ))
         .with_context(|| format!("cannot open the store in the {location}"))?;
     Ok((Store::served_by(std::sync::Arc::new(database)), location))

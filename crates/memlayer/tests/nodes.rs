@@ -289,19 +289,7 @@ fn an_append_on_one_node_is_recalled_on_the_others_and_its_erasure_leaves_them_a
         .send()
         .unwrap();
     assert_eq!(deleted.status().as_u16(), 204);
-    let vectors = |node: usize| -> String {
-        let metrics = client()
-            .get(nodes.url(node, "/metrics"))
-            .send()
-            .unwrap()
-            .text()
-            .unwrap();
-        metrics
-            .lines()
-            .find(|line| line.starts_with("memlayer_index_vectors "))
-            .unwrap_or_default()
-            .to_owned()
-    };
+    let vectors = |node: usize| index_vectors(&nodes, node);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     for node in [0, 2] {
         while vectors(node) != "memlayer_index_vectors 0" {
@@ -318,6 +306,115 @@ fn an_append_on_one_node_is_recalled_on_the_others_and_its_erasure_leaves_them_a
         );
         assert_eq!((status, &answer["hits"]), (200, &json!([])), "{answer}");
     }
+}
+
+/// The line of `node`'s metrics that counts the vectors in its recall index.
+fn index_vectors(nodes: &Nodes, node: usize) -> String {
+    let metrics = client()
+        .get(nodes.url(node, "/metrics"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    metrics
+        .lines()
+        .find(|line| line.starts_with("memlayer_index_vectors "))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Sends `signal` (`STOP`, `CONT`) to `node`'s process.
+fn signal(nodes: &Nodes, node: usize, signal: &str) {
+    let pid = nodes.processes[node].child.id().to_string();
+    let sent = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid])
+        .status()
+        .unwrap();
+    assert!(sent.success(), "kill -{signal} {pid}");
+}
+
+/// An erasure's receipt waits for every live node: with one node frozen (as a paused or
+/// cut-off process is), an erasure through another is acknowledged only once the frozen
+/// node's record lapsed, and by then the third node dropped it already. Thawed, the frozen
+/// node learns it lapsed and drops what was erased as it catches up.
+#[test]
+fn an_erasure_waits_for_every_live_node_and_a_lapsed_node_catches_up() {
+    let nodes = Nodes::start(3);
+    let (status, body) = post(
+        &nodes.url(0, "/v1/sessions/trip/messages"),
+        &json!({ "user_id": "ada", "agent_id": "a", "messages": [
+            { "role": "user", "content": "We fly to Lisbon in May for our anniversary." },
+            { "role": "assistant", "content": "Noted: Lisbon in May." },
+        ]}),
+    );
+    assert_eq!(status, 201, "{body}");
+    for node in [1, 2] {
+        let (status, answer) = post(
+            &nodes.url(node, "/v1/recall"),
+            &json!({ "user_id": "ada", "query": "Lisbon" }),
+        );
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["hits"].as_array().unwrap().len(), 2, "{answer}");
+    }
+
+    signal(&nodes, 2, "STOP");
+    // The database drops the frozen node's connections, as it does a client cut off (TCP
+    // keepalives) or idle in a transaction for longer than `idle_in_transaction_session_timeout`:
+    // a transaction it left open would otherwise hold back the erasure's reclaim of keys.
+    let node_id = std::fs::read_to_string(nodes.dirs[2].path().join("node-id")).unwrap();
+    runtime().block_on(async {
+        let client = nodes.database.connect().await.unwrap();
+        client
+            .execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                 WHERE application_name = $1",
+                &[&format!("memlayer {}", node_id.trim())],
+            )
+            .await
+            .unwrap();
+    });
+    let started = std::time::Instant::now();
+    let deleted = client()
+        .delete(nodes.url(1, "/v1/sessions/trip"))
+        .send()
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(
+        deleted.status().as_u16(),
+        204,
+        "{}",
+        nodes.processes[1].stderr()
+    );
+    // Node 2 recorded its position at most about three seconds before it froze, and a
+    // record lapses after ten: until then the erasure waited for it.
+    assert!(
+        took >= Duration::from_secs(5),
+        "acknowledged after {took:?}, before the frozen node lapsed"
+    );
+    // The live node dropped it before the acknowledgement: no waiting here.
+    assert_eq!(index_vectors(&nodes, 0), "memlayer_index_vectors 0");
+
+    signal(&nodes, 2, "CONT");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while index_vectors(&nodes, 2) != "memlayer_index_vectors 0" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node 2 kept the erased vectors"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ready = client().get(nodes.url(2, "/readyz")).send().unwrap();
+    assert_eq!(ready.status().as_u16(), 200);
+    let stderr = nodes.processes[2].stderr();
+    assert!(
+        stderr.contains("stopped following the shared outbox"),
+        "node 2 did not learn that it lapsed: {stderr}"
+    );
+    let (status, answer) = post(
+        &nodes.url(2, "/v1/recall"),
+        &json!({ "user_id": "ada", "query": "Lisbon" }),
+    );
+    assert_eq!((status, &answer["hits"]), (200, &json!([])), "{answer}");
 }
 
 #[test]
@@ -454,6 +551,44 @@ fn a_purge_whose_node_is_killed_is_finished_by_another_with_one_receipt() {
     // The one receipt, a moment later: the other live node did not run the job again.
     std::thread::sleep(Duration::from_secs(6));
     assert_eq!(receipts_on(&nodes, 1).len(), 1);
+}
+
+/// A tenant's retention pass that falls due on several nodes at once runs on one of them:
+/// each node's maintenance looks for due passes as it starts, and the three nodes started
+/// together find the same pass due. One receipt (a pass leaves one even when it erased
+/// nothing, as here: nothing is a day old).
+#[test]
+fn a_retention_pass_due_on_every_node_runs_once() {
+    let nodes = Nodes::start(1);
+    // Set after the node's start-up pass: due at the next start.
+    let (status, body) = send(
+        client()
+            .put(nodes.url(0, "/v1/admin/retention"))
+            .json(&json!({ "conversation_retention_days": 1 })),
+    );
+    assert_eq!(status, 200, "{body}");
+    let Nodes {
+        database,
+        processes,
+        ..
+    } = nodes;
+    drop(processes);
+
+    let nodes = Nodes::on(database, 3);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while receipts_on(&nodes, 0).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the pass never ran");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Every node's start-up pass has ended by now, and each would have left its receipt.
+    std::thread::sleep(Duration::from_secs(3));
+    let receipts = receipts_on(&nodes, 1);
+    assert_eq!(receipts.len(), 1, "{receipts:?}");
+    assert_eq!(
+        receipts[0]["requested_by"],
+        json!("retention"),
+        "{receipts:?}"
+    );
 }
 
 /// A node killed during a purge and started again on its data directory finishes the purge

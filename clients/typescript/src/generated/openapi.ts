@@ -118,7 +118,10 @@ export interface paths {
          * Readiness
          * @description The store can be read and still accepts writes; with a `warning` while free disk space
          *     is below the configured threshold. Not ready: `503 unavailable` while
-         *     shutting down or when the store cannot be read, `507 storage_full` while the disk is full
+         *     shutting down, when the store cannot be read, or on a database several nodes share while
+         *     this node catches up after it stopped following the others for longer than they wait
+         *     for it (its indexes may still hold what was erased meanwhile),
+         *     `507 storage_full` while the disk is full
          *     and `503 storage_unavailable` while it fails writes or the store's database cannot be
          *     reached (both with `Retry-After`; reads go on).
          */
@@ -1324,7 +1327,8 @@ export interface components {
             /**
              * Format: int64
              * @description For an erasure the disk interrupted (`storage_full`, `storage_unavailable`) after it
-             *     was recorded: it finishes by itself once writes resume, and
+             *     was recorded, or that other nodes sharing the database have not applied yet: it
+             *     finishes by itself once writes resume (or the nodes caught up), and
              *     `GET /v1/admin/erasures/{erasure_id}` gives its receipt then.
              */
             erasure_id?: number | null;
@@ -2362,7 +2366,7 @@ export interface operations {
                     "application/json": components["schemas"]["Probe"];
                 };
             };
-            /** @description `timeout`: The request outlasted the server's limit. `unavailable`: The store cannot be read, or the server is shutting down. `storage_unavailable`: The disk or the database failed */
+            /** @description `timeout`: The request outlasted the server's limit. `unavailable`: The store cannot be read, the server is shutting down, or (on a database several nodes share) this node is catching up with erasures made while it was cut off. `storage_unavailable`: The disk or the database failed */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2526,7 +2530,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2690,7 +2694,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2843,7 +2847,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2982,7 +2986,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3131,7 +3135,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3265,7 +3269,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3431,7 +3435,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3584,7 +3588,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3753,7 +3757,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3983,7 +3987,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`); As many runs as the server admits are going on (see `Retry-After`); nothing stored. `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself. `model_not_configured`: No chat model is configured; nothing stored */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`); As many runs as the server admits are going on (see `Retry-After`); nothing stored. `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself. `model_not_configured`: No chat model is configured; nothing stored */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4150,7 +4154,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4319,7 +4323,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4472,7 +4476,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4625,7 +4629,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4762,7 +4766,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4912,7 +4916,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -5092,7 +5096,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -5245,7 +5249,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -5398,7 +5402,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -5535,7 +5539,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -5756,7 +5760,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`); As many runs as the server admits are going on (see `Retry-After`); nothing stored. `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself. `model_not_configured`: No chat model is configured; nothing stored */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`); As many runs as the server admits are going on (see `Retry-After`); nothing stored. `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself. `model_not_configured`: No chat model is configured; nothing stored */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -5952,7 +5956,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -6094,7 +6098,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -6274,7 +6278,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -6427,7 +6431,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -6562,7 +6566,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -6715,7 +6719,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -6914,7 +6918,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -7051,7 +7055,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -7188,7 +7192,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -7385,7 +7389,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -7526,7 +7530,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -7720,7 +7724,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -7875,7 +7879,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -8032,7 +8036,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -8215,7 +8219,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -8372,7 +8376,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -8555,7 +8559,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -8705,7 +8709,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -8871,7 +8875,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -9021,7 +9025,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -9171,7 +9175,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -9308,7 +9312,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -9466,7 +9470,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -9635,7 +9639,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -9799,7 +9803,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -9945,7 +9949,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -10137,7 +10141,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -10295,7 +10299,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -10489,7 +10493,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -10674,7 +10678,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -10814,7 +10818,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
+            /** @description `overloaded`: Too many requests in flight (see `Retry-After`). `timeout`: The request outlasted the server's limit. `unavailable`: The server is shutting down. `storage_unavailable`: The disk or the database failed, or other nodes sharing the database have not applied an erasure yet (see `Retry-After`); an erasure it stopped carries its `erasure_id` and finishes by itself */
             503: {
                 headers: {
                     [name: string]: unknown;

@@ -3,6 +3,7 @@
 //! snapshot, after the store deleted them.
 
 use std::collections::BTreeSet;
+use std::sync::PoisonError;
 
 use memlayer_store::{MessageKey, Removal, blocking};
 
@@ -77,6 +78,15 @@ impl Recall {
     /// [`memlayer_store::EmbeddingFeed::embedded_after`]), as [`Recall::forget_sessions`] and
     /// [`Recall::forget_message`] do for this process's erasures, and rewrites the snapshot.
     pub(super) async fn forget_removed(&self, removals: Vec<Removal>) -> Result<()> {
+        for hook in self
+            .inner
+            .removal_hooks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
+            hook(&removals);
+        }
         let sessions: Vec<u64> = removals
             .iter()
             .filter_map(|removal| match removal {

@@ -35,16 +35,18 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::{Arc, RwLockReadGuard, RwLockWriteGuard};
-use std::time::Duration;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, PoisonError, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant};
 
 use memlayer_embed::Embedder;
 use memlayer_store::{
-    Access, EmbeddingModel, Message, MessageKey, Role, SessionRef, Store, Timestamp,
+    Access, EmbeddingModel, Message, MessageKey, Removal, Role, SessionRef, Store, Timestamp,
 };
 use tokio::sync::watch;
 
 mod check;
+mod followers;
 mod forget;
 mod pipeline;
 mod query;
@@ -73,6 +75,10 @@ pub struct RecallOptions {
     /// stored message was most of a large store's start (16 of 16.5 s at 570 MiB);
     /// `open` still reads every message for its session and filter fields.
     pub keywords_in_background: bool,
+    /// This process's name among the nodes following a store several processes share
+    /// ([`memlayer_store::EmbeddingFeed::follower_seen`]): keep it across restarts, so that a
+    /// restarted node replaces its own record. `None`: a new random name at every start.
+    pub node_id: Option<String>,
 }
 
 impl Default for RecallOptions {
@@ -83,6 +89,7 @@ impl Default for RecallOptions {
             read_your_writes_wait: Duration::from_secs(2),
             snapshot_interval: Duration::from_secs(60),
             keywords_in_background: false,
+            node_id: None,
         }
     }
 }
@@ -91,6 +98,13 @@ impl RecallOptions {
     /// Options that snapshot the vector index to `path`.
     pub fn with_snapshot(mut self, path: impl Into<PathBuf>) -> Self {
         self.snapshot_path = Some(path.into());
+        self
+    }
+
+    /// Options naming this process `node_id` among the followers of a shared store (see
+    /// [`RecallOptions::node_id`]).
+    pub fn with_node_id(mut self, node_id: impl Into<String>) -> Self {
+        self.node_id = Some(node_id.into());
         self
     }
 
@@ -264,7 +278,20 @@ struct Inner {
     /// Told when a query waits for appends the indexes lack: on a store other processes
     /// write, the pipeline then looks for them at once instead of at its next poll.
     awaited: tokio::sync::Notify,
+    /// This process's name among the followers of a shared store (see `followers`).
+    node_id: String,
+    /// When this process last recorded its position among the followers, and which.
+    reported: Mutex<Option<(Instant, u64)>>,
+    /// The position this process must have applied to be caught up (see
+    /// [`Recall::caught_up`]): raised when its follower record is found lapsed.
+    catch_up_to: AtomicU64,
+    /// Told what this process followed of other processes' erasures, for the caches kept
+    /// beside the indexes (see [`Recall::on_followed_removals`]).
+    removal_hooks: Mutex<Vec<RemovalHook>>,
 }
+
+/// A cache's handler of erasures another process made (see [`Recall::on_followed_removals`]).
+type RemovalHook = Box<dyn Fn(&[Removal]) + Send + Sync>;
 
 /// Hybrid recall over one store. Cheap to clone.
 #[derive(Clone)]
@@ -293,6 +320,13 @@ impl Recall {
                 configured: format!("{} ({})", model.name, model.sha256),
             });
         }
+        let node_id = options
+            .node_id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
+        // Recorded before the load at the start of the outbox: erasures committing from now
+        // on wait for this node, whose load may read what they erase, until it followed them.
+        store.feed().follower_seen(&node_id, 0, followers::LAPSE)?;
         let with_keywords = !options.keywords_in_background;
         let (indexes, vectors) =
             Indexes::load(&store, &options, identity.dimension, with_keywords)?;
@@ -309,6 +343,10 @@ impl Recall {
                 indexes: IndexLock::new(indexes),
                 progress: watch::channel(progress).0,
                 awaited: tokio::sync::Notify::new(),
+                node_id,
+                reported: Mutex::new(None),
+                catch_up_to: AtomicU64::new(0),
+                removal_hooks: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -333,6 +371,17 @@ impl Recall {
     /// The embedder queries and the pipeline use, for other indexes over the same model.
     pub fn embedder(&self) -> &Embedder {
         &self.inner.embedder
+    }
+
+    /// Has `hook` told of every erasure this process follows from other processes sharing the
+    /// store (what this process erases itself, its caller handles), so that caches beside the
+    /// indexes drop what was erased as the indexes do.
+    pub fn on_followed_removals(&self, hook: impl Fn(&[Removal]) + Send + Sync + 'static) {
+        self.inner
+            .removal_hooks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Box::new(hook));
     }
 
     fn read(&self) -> RwLockReadGuard<'_, Indexes> {

@@ -37,7 +37,14 @@ impl Recall {
         let mut last_snapshot = Instant::now();
         tokio::pin!(shutdown);
         loop {
-            match self.step().await {
+            let stepped = self.step().await;
+            // Only a node that keeps following is live to the other nodes.
+            if stepped.is_ok()
+                && let Err(err) = self.report_followed().await
+            {
+                tracing::warn!(error = %err.for_log(), "recording this node's follow position failed");
+            }
+            match stepped {
                 // A backlog must not hold up a shutdown: what is left stays in the outbox
                 // and the next start indexes it.
                 Ok(true) => tokio::select! {

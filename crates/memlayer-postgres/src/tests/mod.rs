@@ -9,6 +9,7 @@ mod embeddings;
 mod erasure;
 mod feed;
 mod files;
+mod followers;
 mod idle;
 mod jobs;
 mod listing;

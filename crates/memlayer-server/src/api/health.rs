@@ -45,7 +45,9 @@ errors!(
             fails(
                 503,
                 "unavailable",
-                "The store cannot be read, or the server is shutting down"
+                "The store cannot be read, the server is shutting down, or (on a database \
+                 several nodes share) this node is catching up with erasures made while it \
+                 was cut off"
             ),
             fails(
                 503,
@@ -65,7 +67,10 @@ errors!(
 ///
 /// The store can be read and still accepts writes; with a `warning` while free disk space
 /// is below the configured threshold. Not ready: `503 unavailable` while
-/// shutting down or when the store cannot be read, `507 storage_full` while the disk is full
+/// shutting down, when the store cannot be read, or on a database several nodes share while
+/// this node catches up after it stopped following the others for longer than they wait
+/// for it (its indexes may still hold what was erased meanwhile),
+/// `507 storage_full` while the disk is full
 /// and `503 storage_unavailable` while it fails writes or the store's database cannot be
 /// reached (both with `Retry-After`; reads go on).
 #[utoipa::path(
@@ -81,6 +86,11 @@ pub(crate) async fn ready(State(state): State<AppState>) -> Result<Json<Probe>, 
         Ok(store.disk_space().ok())
     });
     match ready.await {
+        Ok(_) if !state.recall().caught_up() => Err(ApiError::Unavailable(
+            "this node is catching up with erasures other nodes made while it was cut off \
+             from the database"
+                .into(),
+        )),
         Ok(space) => Ok(Json(Probe {
             status: "ready",
             warning: space.and_then(|space| {

@@ -83,8 +83,9 @@ pub(crate) const KEYED: Failures = &[
     fails(
         503,
         "storage_unavailable",
-        "The disk or the database failed (see `Retry-After`); an erasure it stopped carries \
-         its `erasure_id` and finishes by itself",
+        "The disk or the database failed, or other nodes sharing the database have not \
+         applied an erasure yet (see `Retry-After`); an erasure it stopped carries its \
+         `erasure_id` and finishes by itself",
     ),
 ];
 

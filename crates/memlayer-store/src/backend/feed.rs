@@ -10,6 +10,7 @@
 //! the oldest running one).
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use super::BoxFuture;
 use crate::Result;
@@ -83,6 +84,22 @@ pub trait FeedBackend: Send + Sync {
         after: u64,
         max_entries: usize,
     ) -> BoxFuture<'_, Result<Option<FollowedFeed>>>;
+
+    /// [`crate::EmbeddingFeed::follower_seen`].
+    fn follower_seen<'a>(
+        &'a self,
+        node: &'a str,
+        followed: u64,
+        lapse: Duration,
+    ) -> BoxFuture<'a, Result<Option<bool>>>;
+
+    /// [`crate::EmbeddingFeed::followers_behind`].
+    fn followers_behind<'a>(
+        &'a self,
+        position: u64,
+        lapse: Duration,
+        except: &'a str,
+    ) -> BoxFuture<'a, Result<Option<u64>>>;
 
     /// [`crate::EmbeddingFeed::all_messages`].
     fn all_messages(
@@ -178,6 +195,26 @@ impl FeedBackend for Store {
         max_entries: usize,
     ) -> BoxFuture<'_, Result<Option<FollowedFeed>>> {
         Box::pin(self.read(move |store| store.feed().embedded_after(after, max_entries)))
+    }
+
+    fn follower_seen<'a>(
+        &'a self,
+        node: &'a str,
+        followed: u64,
+        lapse: Duration,
+    ) -> BoxFuture<'a, Result<Option<bool>>> {
+        let node = node.to_owned();
+        Box::pin(self.read(move |store| store.feed().follower_seen(&node, followed, lapse)))
+    }
+
+    fn followers_behind<'a>(
+        &'a self,
+        position: u64,
+        lapse: Duration,
+        except: &'a str,
+    ) -> BoxFuture<'a, Result<Option<u64>>> {
+        let except = except.to_owned();
+        Box::pin(self.read(move |store| store.feed().followers_behind(position, lapse, &except)))
     }
 
     fn all_messages(
