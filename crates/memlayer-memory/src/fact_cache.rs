@@ -240,11 +240,15 @@ impl FactCache {
     pub fn forget_removed(&self, removals: &[Removal]) {
         let sids: HashSet<u64> = removals
             .iter()
-            .map(|removal| match removal {
-                Removal::Session(sid) => *sid,
-                Removal::Message(key) => key.session(),
+            .filter_map(|removal| match removal {
+                Removal::Session(sid) => Some(*sid),
+                Removal::Message(key) => Some(key.session()),
+                Removal::Memory(_) => None,
             })
             .collect();
+        if sids.is_empty() {
+            return;
+        }
         let mut inner = self.lock();
         inner.epoch += 1;
         inner.entries.retain(|_, entry| !sids.contains(&entry.sid));

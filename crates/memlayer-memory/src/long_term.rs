@@ -19,15 +19,16 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, OnceLock, RwLockReadGuard, RwLockWriteGuard};
 
 use memlayer_embed::Embedder;
 use memlayer_index::{
-    GraphBuilt, HybridIndex, HybridQuery, IndexLock, VectorConfig, VectorIndex, run_graph_builder,
+    GraphBuilt, HybridIndex, HybridQuery, IndexLock, Recall, VectorConfig, VectorIndex,
+    run_graph_builder,
 };
 use memlayer_store::{
-    Access, Citation, Eraser, Memory, MemoryKind, ReplacedText, Store, StoreError, Timestamp,
-    UNKNOWN_SOURCE, blocking,
+    Access, Citation, Eraser, Memory, MemoryChange, MemoryKind, Removal, ReplacedText, Store,
+    StoreError, Timestamp, UNKNOWN_SOURCE, blocking,
 };
 use serde::Serialize;
 
@@ -124,6 +125,8 @@ struct Owner {
     tags: Vec<String>,
     /// Named by a key: only a put of its key changes it.
     keyed: bool,
+    /// The revision indexed.
+    revision: u64,
 }
 
 /// The resident memories' vectors and texts, under one lock; keys are memory ids.
@@ -195,6 +198,10 @@ struct Inner {
     /// Serialises remembering, so two concurrent remembers of the same thing see each other
     /// and the second updates the first instead of adding a duplicate.
     remembering: tokio::sync::Mutex<()>,
+    /// On a store several processes share: the recall whose follow of the store brings other
+    /// processes' memory changes here ([`LongTermMemory::follow`]), and which a recall waits
+    /// for (read-your-writes across processes).
+    followed: OnceLock<Recall>,
 }
 
 impl LongTermMemory {
@@ -219,7 +226,51 @@ impl LongTermMemory {
                 embedder,
                 indexes: IndexLock::new(indexes),
                 remembering: tokio::sync::Mutex::new(()),
+                followed: OnceLock::new(),
             }),
+        }
+    }
+
+    /// Follows, through `recall`'s follow of a store several processes share, what other
+    /// processes remember, update and forget: a resident partition that lacks a change is
+    /// dropped (loaded again when next needed), a deleted memory taken out at once; and a
+    /// recall first waits, as a message recall does, until the changes committed before it
+    /// were followed. Nothing changes on a store with one process. Call it once.
+    pub fn follow(&self, recall: &Recall) {
+        if self.inner.followed.set(recall.clone()).is_err() {
+            return;
+        }
+        let this = self.clone();
+        recall.on_followed_removals(move |removals| this.apply_followed(removals));
+    }
+
+    /// Drops from the resident partitions what other processes changed (see
+    /// [`LongTermMemory::follow`]). Changes this process made itself are found indexed
+    /// already, at their revision or a later one, and left alone.
+    fn apply_followed(&self, removals: &[Removal]) {
+        let changes: Vec<&MemoryChange> = removals
+            .iter()
+            .filter_map(|removal| match removal {
+                Removal::Memory(change) => Some(change),
+                Removal::Session(_) | Removal::Message(_) => None,
+            })
+            .collect();
+        if changes.is_empty() {
+            return;
+        }
+        let mut indexes = self.write();
+        for change in changes {
+            if indexes.partition(&change.tenant, &change.user_id).is_none() {
+                continue;
+            }
+            let indexed = indexes.owners.get(&change.id).map(|owner| owner.revision);
+            match (indexed, change.revision) {
+                (Some(indexed), Some(written)) if indexed >= written => {}
+                (None, None) => {}
+                (Some(_), None) => indexes.remove(&[change.id]),
+                // Stored or updated elsewhere: the partition is read again when next needed.
+                (_, Some(_)) => indexes.evict(&change.tenant, &change.user_id),
+            }
         }
     }
 
@@ -441,6 +492,9 @@ impl LongTermMemory {
         let query = MemoryQuery { tags, ..query };
         if query.k == 0 || query.query.trim().is_empty() {
             return Ok(Vec::new());
+        }
+        if let Some(recall) = self.inner.followed.get() {
+            recall.wait_for_followed().await?;
         }
         let vector = self
             .inner
@@ -813,6 +867,7 @@ impl Indexes {
                         kind: memory.kind,
                         tags: memory.tags.clone(),
                         keyed: memory.key.is_some(),
+                        revision: memory.revision,
                     },
                 );
             }
@@ -835,15 +890,24 @@ impl Indexes {
             let Some((tenant, user_id)) = oldest else {
                 return;
             };
-            let users = self.partitions.get_mut(&tenant).expect("found above");
-            let partition = users.remove(&user_id).expect("found above");
-            if users.is_empty() {
-                self.partitions.remove(&tenant);
-            }
-            for id in partition.index.vectors().ids() {
-                self.owners.remove(&id);
-            }
+            self.evict(&tenant, &user_id);
             self.evictions += 1;
+        }
+    }
+
+    /// Takes `tenant`'s `user_id`'s partition, if resident, out of memory with its owners.
+    fn evict(&mut self, tenant: &str, user_id: &str) {
+        let Some(users) = self.partitions.get_mut(tenant) else {
+            return;
+        };
+        let Some(partition) = users.remove(user_id) else {
+            return;
+        };
+        if users.is_empty() {
+            self.partitions.remove(tenant);
+        }
+        for id in partition.index.vectors().ids() {
+            self.owners.remove(&id);
         }
     }
 

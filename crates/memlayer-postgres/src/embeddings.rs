@@ -51,7 +51,9 @@
 //! - Erasures are entries too: triggers on `sessions` and `messages` deletes write a removal
 //!   row (done when written, so never claimed) in the erasing transaction, and every node
 //!   following past it takes the session or message out of its indexes. Rows hold surrogate
-//!   keys and indices, never content.
+//!   keys and indices, never content. Long-term memories' writes and deletions are entries
+//!   too (migration 10: tenant, user, memory id and revision), so that the nodes' resident
+//!   memory partitions follow them.
 //! - A node starts following at [`PgStore::embedded_through`], read before it loads the
 //!   stored vectors: every row at or below it was embedded before the load read the vectors.
 //! - Embedded rows are pruned after a retention (ten minutes), and only below the horizon
@@ -71,8 +73,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use memlayer_store::{
-    Access, EmbeddedAppend, EmbeddingModel, FollowedFeed, MAX_MESSAGES_PER_SESSION, Message,
-    MessageKey, PendingEmbedding, Removal, Session, SessionRef, StoreError, StoredVector,
+    Access, EmbeddedAppend, EmbeddingModel, FollowedFeed, MAX_MESSAGES_PER_SESSION, MemoryChange,
+    Message, MessageKey, PendingEmbedding, Removal, Session, SessionRef, StoreError, StoredVector,
     Timestamp,
 };
 use tokio_postgres::{IsolationLevel, Row};
@@ -170,6 +172,7 @@ impl PgStore {
             let mut entries = txn
                 .query(
                     "SELECT xid::text::bigint AS xid, ord, sid, first_index, count, removal,
+                            tenant, user_id, memory_id, revision,
                             embedded_at IS NOT NULL AS embedded
                      FROM embedding_outbox
                      WHERE (xid, ord) > ($1::text::xid8, $2::bigint)
@@ -231,19 +234,7 @@ impl PgStore {
                 EmbeddedAppend { append, vectors }
             })
             .collect();
-        let removals = removed
-            .iter()
-            .map(|entry| {
-                let sid = unsigned(entry.get("sid"))?;
-                match entry.get::<_, &str>("removal") {
-                    "session" => Ok(Removal::Session(checked_sid(sid)?)),
-                    _ => Ok(Removal::Message(message_key(
-                        sid,
-                        unsigned(entry.get("first_index"))?,
-                    )?)),
-                }
-            })
-            .collect::<Result<_>>()?;
+        let removals = removed.iter().map(removal).collect::<Result<_>>()?;
         Ok(FollowedFeed {
             appends,
             removals,
@@ -914,6 +905,24 @@ fn position(xid: i64, ord: i64) -> Result<u64> {
         });
     }
     Ok(((xid as u64) << ORD_BITS) | ord as u64)
+}
+
+/// What a removal entry of the outbox (`removal` set) tells a follower to drop.
+fn removal(entry: &Row) -> Result<Removal> {
+    let sid = || unsigned(entry.get::<_, Option<i64>>("sid").unwrap_or(-1));
+    Ok(match entry.get::<_, &str>("removal") {
+        "session" => Removal::Session(checked_sid(sid()?)?),
+        "message" => Removal::Message(message_key(sid()?, unsigned(entry.get("first_index"))?)?),
+        _ => Removal::Memory(MemoryChange {
+            tenant: entry.get("tenant"),
+            user_id: entry.get("user_id"),
+            id: unsigned(entry.get("memory_id"))?,
+            revision: entry
+                .get::<_, Option<i64>>("revision")
+                .map(unsigned)
+                .transpose()?,
+        }),
+    })
 }
 
 /// The transaction id and ordinal of position `seq`; `None` for one no row can have.

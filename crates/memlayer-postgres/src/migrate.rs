@@ -45,6 +45,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "followers",
         include_str!("../migrations/0009_followers.sql"),
     ),
+    (
+        10,
+        "followed_memories",
+        include_str!("../migrations/0010_followed_memories.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.

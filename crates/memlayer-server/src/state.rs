@@ -143,6 +143,7 @@ impl AppState {
             recall.embedder().clone(),
             config.memory_resident_budget,
         );
+        memories.follow(&recall);
         let mut contexts =
             ContextBuilder::new(store.clone(), recall.clone(), config.token_encoding)
                 .with_memories(memories.clone());

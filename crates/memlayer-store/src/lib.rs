@@ -62,10 +62,10 @@ pub use memories::{
 };
 pub use model::{
     Access, Append, Appended, EmbeddedAppend, EmbeddingModel, FollowedFeed, MAX_ID_LEN,
-    MAX_MESSAGES_PER_APPEND, MAX_MESSAGES_PER_SESSION, Message, MessageKey, Metadata, NewMessage,
-    NewRun, NewSession, Page, PendingEmbedding, Removal, Role, Run, RunStatus, SearchQuery,
-    Session, SessionFilter, SessionListing, SessionRef, SessionState, StoredSummary, StoredVector,
-    Timestamp, metadata_to_text, validate_id, validate_optional_id, validate_text,
+    MAX_MESSAGES_PER_APPEND, MAX_MESSAGES_PER_SESSION, MemoryChange, Message, MessageKey, Metadata,
+    NewMessage, NewRun, NewSession, Page, PendingEmbedding, Removal, Role, Run, RunStatus,
+    SearchQuery, Session, SessionFilter, SessionListing, SessionRef, SessionState, StoredSummary,
+    StoredVector, Timestamp, metadata_to_text, validate_id, validate_optional_id, validate_text,
 };
 pub use session_memory::SessionMemory;
 pub use sessions::SessionDeleted;

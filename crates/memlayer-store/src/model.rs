@@ -510,7 +510,8 @@ pub struct FollowedFeed {
     /// The embedded appends after the position, in position order, up to the first one not
     /// embedded yet.
     pub appends: Vec<EmbeddedAppend>,
-    /// What was erased among those entries: to be taken out of the indexes.
+    /// What was erased or changed among those entries: to be taken out of the indexes and
+    /// of what is kept in memory beside them.
     pub removals: Vec<Removal>,
     /// The position of the last entry read, appends and removals alike: once the follower
     /// applied them, it has applied every entry up to it. `None` when there was nothing new.
@@ -520,13 +521,30 @@ pub struct FollowedFeed {
     pub missed: bool,
 }
 
-/// What another process erased, as a follower of a shared store reads it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What another process erased or changed, as a follower of a shared store reads it: what
+/// a copy kept in memory from before must drop.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Removal {
     /// The session with this surrogate key was deleted, every message with it.
     Session(u64),
     /// One message was erased.
     Message(MessageKey),
+    /// A long-term memory was stored, updated or deleted: a copy of its user's memories
+    /// without that revision is stale.
+    Memory(MemoryChange),
+}
+
+/// A long-term memory another process wrote or deleted (see [`Removal::Memory`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryChange {
+    /// Its tenant.
+    pub tenant: String,
+    /// Its user.
+    pub user_id: String,
+    /// Its id.
+    pub id: u64,
+    /// The revision written; `None` when it was deleted.
+    pub revision: Option<u64>,
 }
 
 /// A stored embedding.

@@ -417,6 +417,58 @@ fn an_erasure_waits_for_every_live_node_and_a_lapsed_node_catches_up() {
     assert_eq!((status, &answer["hits"]), (200, &json!([])), "{answer}");
 }
 
+/// Long-term memories follow across nodes: a node holding a user's memories in memory
+/// (loaded by a search) finds the one another node remembers next, and a memory forgotten
+/// through another node has left its memory by the time that erasure is acknowledged.
+#[test]
+fn memories_remembered_and_forgotten_on_one_node_are_followed_by_the_others() {
+    let nodes = Nodes::start(2);
+    let remember = |text: &str| -> u64 {
+        let (status, remembered) = post(
+            &nodes.url(0, "/v1/users/ada/memories"),
+            &json!({ "text": text, "type": "fact" }),
+        );
+        assert_eq!(status, 201, "{remembered}");
+        remembered["memory"]["memory_id"].as_u64().unwrap()
+    };
+    let search = |query: &str| -> Vec<u64> {
+        let (status, found) = post(
+            &nodes.url(1, "/v1/users/ada/memories/search"),
+            &json!({ "query": query }),
+        );
+        assert_eq!(status, 200, "{found}");
+        found["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|hit| hit["memory_id"].as_u64().unwrap())
+            .collect()
+    };
+    let key = remember("Ada keeps the spare key under the blue flowerpot.");
+    assert_eq!(search("where is the spare key"), [key]);
+    let bicycle = remember("Ada rides a red Gazelle bicycle with a wicker basket.");
+    assert_eq!(search("what bicycle does Ada ride")[0], bicycle);
+
+    let forgotten = client()
+        .delete(nodes.url(0, &format!("/v1/memories/{key}")))
+        .send()
+        .unwrap();
+    assert!(forgotten.status().is_success(), "{}", forgotten.status());
+    let metrics = client()
+        .get(nodes.url(1, "/metrics"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|line| line == "memlayer_memory_resident_memories 1"),
+        "node 1 still holds the forgotten memory: {metrics}"
+    );
+    assert_eq!(search("where is the spare key"), [bicycle]);
+}
+
 #[test]
 fn a_key_revoked_on_one_node_is_refused_by_every_node_at_once() {
     let nodes = Nodes::start(3);

@@ -85,6 +85,18 @@ impl Recall {
         self.inner.progress.borrow().vectors >= self.inner.catch_up_to.load(Ordering::SeqCst)
     }
 
+    /// On a store several processes share, waits (a bounded time, as a recall does) until
+    /// this process applied every change committed before the call, other processes' memory
+    /// writes included (see [`Recall::on_followed_removals`]); at once on a store with one
+    /// process.
+    pub async fn wait_for_followed(&self) -> Result<()> {
+        if self.inner.follows_others.load(Ordering::Relaxed) {
+            // Past the bound the answer goes without the newest changes, as a recall's does.
+            self.wait_for_index().await?;
+        }
+        Ok(())
+    }
+
     /// On a store several nodes share, waits until every other live node applied every entry
     /// in the outbox now (this node's erasures committed before the call among them: so
     /// their removals left every live node's indexes, graphs, snapshot and caches). Fails with

@@ -78,20 +78,26 @@ impl Recall {
     /// [`memlayer_store::EmbeddingFeed::embedded_after`]), as [`Recall::forget_sessions`] and
     /// [`Recall::forget_message`] do for this process's erasures, and rewrites the snapshot.
     pub(super) async fn forget_removed(&self, removals: Vec<Removal>) -> Result<()> {
-        for hook in self
-            .inner
-            .removal_hooks
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-        {
-            hook(&removals);
-        }
+        // Off the async workers: a hook may wait for its cache's lock.
+        let (this, told) = (self.clone(), removals.clone());
+        blocking(move || -> Result<()> {
+            for hook in this
+                .inner
+                .removal_hooks
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+            {
+                hook(&told);
+            }
+            Ok(())
+        })
+        .await?;
         let sessions: Vec<u64> = removals
             .iter()
             .filter_map(|removal| match removal {
                 Removal::Session(sid) => Some(*sid),
-                Removal::Message(_) => None,
+                Removal::Message(_) | Removal::Memory(_) => None,
             })
             .collect();
         // What the indexes hold of what was erased, and the tenants whose cached vectors go.
@@ -112,6 +118,8 @@ impl Recall {
                         held |= indexes.holds(key.as_u64());
                         key.session()
                     }
+                    // Not in these indexes: the hooks told whoever keeps memories.
+                    Removal::Memory(_) => continue,
                 };
                 if let Some(owner) = indexes.owners.get(&sid) {
                     tenants.insert(owner.at.tenant.clone());
@@ -130,6 +138,7 @@ impl Recall {
                     match removal {
                         Removal::Session(sid) => indexes.session_keys(*sid).collect(),
                         Removal::Message(key) => vec![key.as_u64()],
+                        Removal::Memory(_) => Vec::new(),
                     }
                 })
                 .collect()

@@ -35,7 +35,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, PoisonError, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
@@ -280,6 +280,8 @@ struct Inner {
     awaited: tokio::sync::Notify,
     /// This process's name among the followers of a shared store (see `followers`).
     node_id: String,
+    /// Whether the store is shared: its feed was followed (`embedded_after` answered).
+    follows_others: AtomicBool,
     /// When this process last recorded its position among the followers, and which.
     reported: Mutex<Option<(Instant, u64)>>,
     /// The position this process must have applied to be caught up (see
@@ -344,6 +346,7 @@ impl Recall {
                 progress: watch::channel(progress).0,
                 awaited: tokio::sync::Notify::new(),
                 node_id,
+                follows_others: AtomicBool::new(false),
                 reported: Mutex::new(None),
                 catch_up_to: AtomicU64::new(0),
                 removal_hooks: Mutex::new(Vec::new()),

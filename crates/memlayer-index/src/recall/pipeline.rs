@@ -276,6 +276,9 @@ impl Recall {
             let Some(followed) = followed else {
                 return Ok(None);
             };
+            self.inner
+                .follows_others
+                .store(true, std::sync::atomic::Ordering::Relaxed);
             if followed.missed {
                 return self.rebuild().await.map(|covered| Some(Some(covered)));
             }

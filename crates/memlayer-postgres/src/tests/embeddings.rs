@@ -4,7 +4,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use memlayer_store::{Access, EmbeddingModel, FollowedFeed, MessageKey, PendingEmbedding, Removal};
+use memlayer_store::{
+    Access, EmbeddingModel, FollowedFeed, Memory, MemoryChange, MemoryKind, MessageKey,
+    PendingEmbedding, Removal, Timestamp,
+};
 
 use super::files::{data_directory, found_in_files};
 use super::{creating, say};
@@ -274,6 +277,52 @@ async fn erasures_are_followed_as_removals_and_drop_what_still_waits() {
             .through
             .is_none()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_writes_and_deletions_are_followed_with_their_revisions() {
+    let db = test_cluster::database().await.unwrap();
+    let store = db.store().await.unwrap();
+    let start = store.embedded_through().await.unwrap();
+    let memory = |text: &str| Memory {
+        id: 0,
+        revision: 0,
+        tenant: "t".into(),
+        user_id: "ada".into(),
+        agent_id: None,
+        text: text.into(),
+        kind: MemoryKind::Fact,
+        tags: Vec::new(),
+        source: None,
+        created_at: Timestamp::from_micros(1),
+        updated_at: Timestamp::from_micros(1),
+        history: Vec::new(),
+        vector: vec![0.5, 0.5, 0.5],
+        key: None,
+    };
+    let id = store
+        .put_memory(memory("Keeps the key under the pot."), &tenant())
+        .await
+        .unwrap();
+    let stored = store.memory("t", id).await.unwrap().unwrap();
+    let updated = Memory {
+        text: "Keeps the key in the shed.".into(),
+        ..stored
+    };
+    store.put_memory(updated, &tenant()).await.unwrap();
+    assert!(store.delete_memory("t", id).await.unwrap());
+
+    let changes: Vec<Removal> = followed(&store, start, 3).await.removals;
+    let change = |revision| {
+        Removal::Memory(MemoryChange {
+            tenant: "t".into(),
+            user_id: "ada".into(),
+            id,
+            revision,
+        })
+    };
+    // No text: the entry names the memory and the revision written (none once deleted).
+    assert_eq!(changes, [change(Some(1)), change(Some(2)), change(None)]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
