@@ -467,6 +467,7 @@ fn the_docs_page_and_the_metrics_are_served() {
         "memlayer_index_keywords_pending 0\n",
         "memlayer_memory_graphs_pending 0\n",
         "memlayer_memory_resident_memories 0\n",
+        "memlayer_nodes_live 1\n",
         "memlayer_memory_resident_partitions 1\n",
         "memlayer_memory_resident_budget 200000\n",
         "memlayer_memory_partition_loads_total 1\n",

@@ -6,8 +6,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use memlayer_store::{
-    Access, BoxFuture, EmbeddingModel, FeedBackend, FollowedFeed, Message, MessageKey,
-    PendingEmbedding, Session, SessionRef, StoredVector,
+    Access, BoxFuture, EmbeddingModel, FeedBackend, FollowedFeed, FollowerRecord, Message,
+    MessageKey, PendingEmbedding, Session, SessionRef, StoredVector,
 };
 
 use crate::PgStore;
@@ -97,7 +97,7 @@ impl FeedBackend for PgStore {
         node: &'a str,
         followed: u64,
         lapse: Duration,
-    ) -> BoxFuture<'a, memlayer_store::Result<Option<bool>>> {
+    ) -> BoxFuture<'a, memlayer_store::Result<Option<FollowerRecord>>> {
         Box::pin(async move { store(self.follower_seen(node, followed, lapse).await).map(Some) })
     }
 

@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use memlayer_store::validate_id;
+use memlayer_store::{FollowerRecord, validate_id};
 
 use crate::{PgStore, Result};
 
@@ -22,10 +22,16 @@ use crate::{PgStore, Result};
 const FORGOTTEN_AFTER: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
 impl PgStore {
-    /// Records that node `node` applied every outbox entry up to `followed`, now; whether its
-    /// previous record (if any) was older than `lapse`, so that erasures may have been
-    /// finished without waiting for it.
-    pub async fn follower_seen(&self, node: &str, followed: u64, lapse: Duration) -> Result<bool> {
+    /// Records that node `node` applied every outbox entry up to `followed`, now; answers
+    /// whether its previous record (if any) was older than `lapse`, so that erasures may have
+    /// been finished without waiting for it, and how many nodes are live (seen within
+    /// `lapse`, this one included).
+    pub async fn follower_seen(
+        &self,
+        node: &str,
+        followed: u64,
+        lapse: Duration,
+    ) -> Result<FollowerRecord> {
         validate_id("node_id", node)?;
         let client = self.connection().await?;
         // The CTE reads the row as it was before the upsert in the same statement.
@@ -40,11 +46,20 @@ impl PgStore {
                  )
                  SELECT coalesce((SELECT seen_at < clock_timestamp()
                                          - $3::bigint * interval '1 millisecond'
-                                  FROM previous), false) AS lapsed",
+                                  FROM previous), false) AS lapsed,
+                        -- The statement's snapshot predates the upsert: this node counts
+                        -- once whether or not its old record is live.
+                        1 + (SELECT count(*) FROM followers
+                             WHERE node_id <> $1
+                               AND seen_at >= clock_timestamp()
+                                             - $3::bigint * interval '1 millisecond') AS live",
                 &[&node, &position(followed), &millis(lapse)],
             )
             .await?;
-        Ok(row.get("lapsed"))
+        Ok(FollowerRecord {
+            lapsed: row.get("lapsed"),
+            live_nodes: u64::try_from(row.get::<_, i64>("live")).unwrap_or(1),
+        })
     }
 
     /// How many nodes other than `except` are live (seen within `lapse`) and have not applied

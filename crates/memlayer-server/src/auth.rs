@@ -146,7 +146,7 @@ async fn principal(parts: &mut Parts, state: &AppState) -> Result<Principal, Api
     tracing::Span::current().record("key", key.prefix.as_str());
     // Counted once per request: the principal is cached in the extensions below.
     if let Some(limiter) = state.rate_limiter() {
-        limiter.check(&key.prefix)?;
+        limiter.check(&key.prefix, state.recall().live_nodes())?;
     }
     let principal = Principal {
         tenant: key.tenant,

@@ -201,6 +201,13 @@ pub(crate) fn render(state: &AppState) -> Result<String, String> {
         ConstGauge::new(i64::from(state.recall().graph_pending())),
     );
     figures.register(
+        "nodes_live",
+        "Nodes sharing the store's database, live by their follower records, this one \
+         included (1 on a store file); each admits a key's requests at 1/nodes_live of its \
+         rate limit",
+        ConstGauge::new(i64::try_from(state.recall().live_nodes()).unwrap_or(i64::MAX)),
+    );
+    figures.register(
         "memory_graphs_pending",
         "Users' long-term memory partitions waiting for their HNSW graph (recalls scan them \
          exactly until then)",

@@ -1,6 +1,15 @@
 //! Per-key rate limits: each API key may make `per_second` requests a second on average,
 //! with bursts of up to `burst`; one more answers `429 rate_limited` with `Retry-After`.
 //!
+//! On a database several nodes share, each node admits its share: with N nodes live (their
+//! follower records, `memlayer_index::Recall::live_nodes`), a request costs N of the key's
+//! cells, so each node admits a key at most `per_second / N` a second in bursts of
+//! `burst / N`, and all of them together at most the limit, whichever nodes its requests
+//! reach, as long as there are no more nodes than the burst (a request costs at most the
+//! burst). A client whose requests reach fewer nodes gets less. The count is each node's
+//! own, refreshed every few seconds: for a moment after a node joins, the others still
+//! divide by one node fewer.
+//!
 //! `governor`'s keyed GCRA limiter does the accounting (one timestamp per key, no counters to
 //! reset, lock-free per key). Only authenticated keys reach it — a request with an unknown
 //! key is refused before — so its map holds at most one small entry per key the store knows.
@@ -27,6 +36,7 @@ pub struct RateLimit {
 /// The limiter of a server, keyed by the API key's lookup prefix (never its secret).
 pub(crate) struct KeyRateLimiter {
     limiter: DefaultKeyedRateLimiter<String>,
+    burst: NonZeroU32,
 }
 
 impl KeyRateLimiter {
@@ -34,17 +44,29 @@ impl KeyRateLimiter {
         let quota = Quota::per_second(limit.per_second).allow_burst(limit.burst);
         Self {
             limiter: DefaultKeyedRateLimiter::dashmap(quota),
+            burst: limit.burst,
         }
     }
 
-    /// Counts one request of the key with prefix `key`: `429` with the time after which the
-    /// next one will be admitted, if the key has used up its quota.
-    pub(crate) fn check(&self, key: &str) -> Result<(), ApiError> {
-        self.limiter
-            .check_key(&key.to_owned())
-            .map_err(|not_until| ApiError::RateLimited {
+    /// Counts one request of the key with prefix `key` on one of `nodes` nodes admitting it:
+    /// `429` with the time after which the next one will be admitted, if the key has used up
+    /// this node's share of its quota.
+    pub(crate) fn check(&self, key: &str, nodes: u64) -> Result<(), ApiError> {
+        // More nodes than the burst: each still admits one request at a time.
+        let cost = u32::try_from(nodes)
+            .unwrap_or(u32::MAX)
+            .clamp(1, self.burst.get());
+        let cost = NonZeroU32::new(cost).unwrap_or(NonZeroU32::MIN);
+        match self.limiter.check_key_n(&key.to_owned(), cost) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(not_until)) => Err(ApiError::RateLimited {
                 retry_after: not_until.wait_time_from(DefaultClock::default().now()),
-            })
+            }),
+            // Never: the cost is within the burst.
+            Err(_) => Err(ApiError::RateLimited {
+                retry_after: Duration::from_secs(1),
+            }),
+        }
     }
 }
 
@@ -66,16 +88,35 @@ mod tests {
     }
 
     #[test]
+    fn with_several_nodes_each_admits_its_share_of_the_burst() {
+        let limits = limiter(1, 4);
+        for _ in 0..2 {
+            limits.check("mlk_a", 2).unwrap();
+        }
+        assert!(matches!(
+            limits.check("mlk_a", 2),
+            Err(ApiError::RateLimited { .. })
+        ));
+        // More nodes than the burst: one request at a time, never none.
+        let limits = limiter(1, 3);
+        limits.check("mlk_a", 10).unwrap();
+        assert!(matches!(
+            limits.check("mlk_a", 10),
+            Err(ApiError::RateLimited { .. })
+        ));
+    }
+
+    #[test]
     fn a_key_gets_its_burst_then_is_refused_while_others_are_not() {
         let limits = limiter(1, 3);
         for _ in 0..3 {
-            limits.check("mlk_a").unwrap();
+            limits.check("mlk_a", 1).unwrap();
         }
-        let Err(ApiError::RateLimited { retry_after }) = limits.check("mlk_a") else {
+        let Err(ApiError::RateLimited { retry_after }) = limits.check("mlk_a", 1) else {
             panic!("the fourth request in a burst of three must be refused");
         };
         assert!(retry_after > Duration::ZERO && retry_after <= Duration::from_secs(1));
-        limits.check("mlk_b").unwrap();
+        limits.check("mlk_b", 1).unwrap();
     }
 
     #[test]

@@ -13,8 +13,8 @@ use std::time::Duration;
 use redb::{ReadableTable, ReadableTableMetadata, WriteTransaction};
 
 use crate::model::{
-    Access, EmbeddingModel, FollowedFeed, MessageKey, PendingEmbedding, SessionRef, StoredVector,
-    Timestamp,
+    Access, EmbeddingModel, FollowedFeed, FollowerRecord, MessageKey, PendingEmbedding, SessionRef,
+    StoredVector, Timestamp,
 };
 use crate::record::{
     MessageRecord, ModelRecord, OutboxRecord, Record, SessionRecord, VectorRecord,
@@ -295,9 +295,15 @@ impl EmbeddingFeed<'_> {
     /// For a store several processes follow (a database): records that node `node` applied
     /// every entry up to `followed`, now by the store's clock (a heartbeat: a node is live while
     /// its record is younger than `lapse`), and answers whether its previous record was older
-    /// than `lapse` (erasures may have finished without waiting for it). `None` for a store
-    /// with one process (the redb file), which keeps no such record.
-    pub fn follower_seen(self, node: &str, followed: u64, lapse: Duration) -> Result<Option<bool>> {
+    /// than `lapse` (erasures may have finished without waiting for it) and how many nodes
+    /// are live. `None` for a store with one process (the redb file), which keeps no such
+    /// record.
+    pub fn follower_seen(
+        self,
+        node: &str,
+        followed: u64,
+        lapse: Duration,
+    ) -> Result<Option<FollowerRecord>> {
         match self.store.backend() {
             Some(backend) => wait(backend.feed().follower_seen(node, followed, lapse)),
             None => Ok(None),

@@ -61,11 +61,12 @@ pub use memories::{
     Citation, MAX_MEMORY_HISTORY, Memory, MemoryKind, OrphanedCitation, ReplacedText,
 };
 pub use model::{
-    Access, Append, Appended, EmbeddedAppend, EmbeddingModel, FollowedFeed, MAX_ID_LEN,
-    MAX_MESSAGES_PER_APPEND, MAX_MESSAGES_PER_SESSION, MemoryChange, Message, MessageKey, Metadata,
-    NewMessage, NewRun, NewSession, Page, PendingEmbedding, Removal, Role, Run, RunStatus,
-    SearchQuery, Session, SessionFilter, SessionListing, SessionRef, SessionState, StoredSummary,
-    StoredVector, Timestamp, metadata_to_text, validate_id, validate_optional_id, validate_text,
+    Access, Append, Appended, EmbeddedAppend, EmbeddingModel, FollowedFeed, FollowerRecord,
+    MAX_ID_LEN, MAX_MESSAGES_PER_APPEND, MAX_MESSAGES_PER_SESSION, MemoryChange, Message,
+    MessageKey, Metadata, NewMessage, NewRun, NewSession, Page, PendingEmbedding, Removal, Role,
+    Run, RunStatus, SearchQuery, Session, SessionFilter, SessionListing, SessionRef, SessionState,
+    StoredSummary, StoredVector, Timestamp, metadata_to_text, validate_id, validate_optional_id,
+    validate_text,
 };
 pub use session_memory::SessionMemory;
 pub use sessions::SessionDeleted;

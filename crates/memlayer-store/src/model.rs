@@ -521,6 +521,17 @@ pub struct FollowedFeed {
     pub missed: bool,
 }
 
+/// What a node learns when it records its follow position
+/// ([`crate::EmbeddingFeed::follower_seen`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FollowerRecord {
+    /// Its previous record was older than the lapse: erasures may have finished without
+    /// waiting for it.
+    pub lapsed: bool,
+    /// The nodes live now, this one included.
+    pub live_nodes: u64,
+}
+
 /// What another process erased or changed, as a follower of a shared store reads it: what
 /// a copy kept in memory from before must drop.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -35,6 +35,15 @@ impl Nodes {
 
     /// `count` nodes on `database`.
     fn on(database: TestDatabase, count: usize) -> Self {
+        Self::on_with(database, count, |_| {})
+    }
+
+    /// `count` nodes on `database`, each command adjusted by `adjust` after [`node`].
+    fn on_with(
+        database: TestDatabase,
+        count: usize,
+        adjust: impl Fn(&mut std::process::Command) + Sync,
+    ) -> Self {
         let url = database.url();
         let dirs: Vec<_> = (0..count).map(|_| tempfile::tempdir().unwrap()).collect();
         // Started at once: migrations and the admin key's bootstrap take turns in the
@@ -43,9 +52,12 @@ impl Nodes {
             let starting: Vec<_> = dirs
                 .iter()
                 .map(|dir| {
-                    let url = &url;
+                    let (url, adjust) = (&url, &adjust);
                     scope.spawn(move || {
-                        Process::serve_with(dir.path(), |command| node(command, url))
+                        Process::serve_with(dir.path(), |command| {
+                            node(command, url);
+                            adjust(command);
+                        })
                     })
                 })
                 .collect();
@@ -289,7 +301,7 @@ fn an_append_on_one_node_is_recalled_on_the_others_and_its_erasure_leaves_them_a
         .send()
         .unwrap();
     assert_eq!(deleted.status().as_u16(), 204);
-    let vectors = |node: usize| index_vectors(&nodes, node);
+    let vectors = |node: usize| metric(&nodes, node, "memlayer_index_vectors ");
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     for node in [0, 2] {
         while vectors(node) != "memlayer_index_vectors 0" {
@@ -308,8 +320,8 @@ fn an_append_on_one_node_is_recalled_on_the_others_and_its_erasure_leaves_them_a
     }
 }
 
-/// The line of `node`'s metrics that counts the vectors in its recall index.
-fn index_vectors(nodes: &Nodes, node: usize) -> String {
+/// The line of `node`'s metrics that starts with `name`.
+fn metric(nodes: &Nodes, node: usize, name: &str) -> String {
     let metrics = client()
         .get(nodes.url(node, "/metrics"))
         .send()
@@ -318,7 +330,7 @@ fn index_vectors(nodes: &Nodes, node: usize) -> String {
         .unwrap();
     metrics
         .lines()
-        .find(|line| line.starts_with("memlayer_index_vectors "))
+        .find(|line| line.starts_with(name))
         .unwrap_or_default()
         .to_owned()
 }
@@ -392,11 +404,14 @@ fn an_erasure_waits_for_every_live_node_and_a_lapsed_node_catches_up() {
         "acknowledged after {took:?}, before the frozen node lapsed"
     );
     // The live node dropped it before the acknowledgement: no waiting here.
-    assert_eq!(index_vectors(&nodes, 0), "memlayer_index_vectors 0");
+    assert_eq!(
+        metric(&nodes, 0, "memlayer_index_vectors "),
+        "memlayer_index_vectors 0"
+    );
 
     signal(&nodes, 2, "CONT");
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while index_vectors(&nodes, 2) != "memlayer_index_vectors 0" {
+    while metric(&nodes, 2, "memlayer_index_vectors ") != "memlayer_index_vectors 0" {
         assert!(
             std::time::Instant::now() < deadline,
             "node 2 kept the erased vectors"
@@ -415,6 +430,48 @@ fn an_erasure_waits_for_every_live_node_and_a_lapsed_node_catches_up() {
         &json!({ "user_id": "ada", "query": "Lisbon" }),
     );
     assert_eq!((status, &answer["hits"]), (200, &json!([])), "{answer}");
+}
+
+/// A key's rate limit holds across nodes: each of two nodes admits half of the key's burst,
+/// so requests alternating between them are admitted no more often than through one node.
+#[test]
+fn a_keys_rate_limit_holds_across_nodes() {
+    let database = runtime()
+        .block_on(memlayer_postgres::test_cluster::database())
+        .expect("a test database");
+    let nodes = Nodes::on_with(database, 2, |command| {
+        command
+            .env("MEMLAYER_RATE_LIMIT_PER_SECOND", "1")
+            .env("MEMLAYER_RATE_LIMIT_BURST", "6");
+    });
+    // Each node counts the other from its next record (one at least every 3 s). Polling would
+    // spend the admin key's cells: one look a node.
+    std::thread::sleep(Duration::from_secs(4));
+    for node in [0, 1] {
+        assert_eq!(
+            metric(&nodes, node, "memlayer_nodes_live "),
+            "memlayer_nodes_live 2"
+        );
+    }
+    // A key of its own: the admin key spent some of its cells above.
+    let (status, created) = post(
+        &nodes.url(0, "/v1/keys"),
+        &json!({ "role": "service", "name": "limited" }),
+    );
+    assert_eq!(status, 201, "{created}");
+    let limited = client_with_key(created["key"].as_str().unwrap());
+    let admitted = (0..12)
+        .filter(|n| {
+            let answer = limited
+                .get(nodes.url(n % 2, "/v1/sessions"))
+                .send()
+                .unwrap();
+            answer.status().as_u16() != 429
+        })
+        .count();
+    // Three a node (6 / 2), and at most one more each as the cells refill meanwhile; through
+    // each node's own limit it would be six a node.
+    assert!((6..=8).contains(&admitted), "{admitted} of 12 admitted");
 }
 
 /// Long-term memories follow across nodes: a node holding a user's memories in memory
@@ -454,17 +511,10 @@ fn memories_remembered_and_forgotten_on_one_node_are_followed_by_the_others() {
         .send()
         .unwrap();
     assert!(forgotten.status().is_success(), "{}", forgotten.status());
-    let metrics = client()
-        .get(nodes.url(1, "/metrics"))
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
-    assert!(
-        metrics
-            .lines()
-            .any(|line| line == "memlayer_memory_resident_memories 1"),
-        "node 1 still holds the forgotten memory: {metrics}"
+    assert_eq!(
+        metric(&nodes, 1, "memlayer_memory_resident_memories "),
+        "memlayer_memory_resident_memories 1",
+        "node 1 still holds the forgotten memory"
     );
     assert_eq!(search("where is the spare key"), [bicycle]);
 }

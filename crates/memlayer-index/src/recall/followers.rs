@@ -46,7 +46,7 @@ impl Recall {
             return Ok(());
         }
         let this = self.clone();
-        let lapsed = blocking(move || {
+        let record = blocking(move || {
             this.inner
                 .store
                 .feed()
@@ -58,7 +58,13 @@ impl Recall {
             .reported
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), followed));
-        if lapsed == Some(true) {
+        let Some(record) = record else {
+            return Ok(());
+        };
+        self.inner
+            .live_nodes
+            .store(record.live_nodes.max(1), Ordering::Relaxed);
+        if record.lapsed {
             // An entry's position the follow reaches (`embedded_through` alone is a bound, no
             // entry's position): the head when every entry up to it is embedded, else a
             // bound below an entry the follow will pass.
@@ -76,6 +82,12 @@ impl Recall {
             self.inner.catch_up_to.fetch_max(target, Ordering::SeqCst);
         }
         Ok(())
+    }
+
+    /// How many nodes share the store, live by their follower records (this one included), as
+    /// of this node's last record: 1 on a store with one process.
+    pub fn live_nodes(&self) -> u64 {
+        self.inner.live_nodes.load(Ordering::Relaxed)
     }
 
     /// Whether this node follows the shared store as closely as the other nodes count on:

@@ -282,6 +282,9 @@ struct Inner {
     node_id: String,
     /// Whether the store is shared: its feed was followed (`embedded_after` answered).
     follows_others: AtomicBool,
+    /// The live nodes as this process's last follower record counted them (see
+    /// [`Recall::live_nodes`]).
+    live_nodes: AtomicU64,
     /// When this process last recorded its position among the followers, and which.
     reported: Mutex<Option<(Instant, u64)>>,
     /// The position this process must have applied to be caught up (see
@@ -347,6 +350,7 @@ impl Recall {
                 awaited: tokio::sync::Notify::new(),
                 node_id,
                 follows_others: AtomicBool::new(false),
+                live_nodes: AtomicU64::new(1),
                 reported: Mutex::new(None),
                 catch_up_to: AtomicU64::new(0),
                 removal_hooks: Mutex::new(Vec::new()),

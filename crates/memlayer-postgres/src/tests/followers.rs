@@ -17,30 +17,39 @@ async fn live_nodes_behind_a_position_are_counted_until_they_pass_it_or_lapse() 
         async move { store.followers_behind(position, LAPSE, "a").await.unwrap() }
     };
     assert_eq!(behind(10).await, 0, "nobody follows yet");
-    // First records: not lapsed.
-    assert!(!store.follower_seen("a", 0, LAPSE).await.unwrap());
-    assert!(!store.follower_seen("b", 5, LAPSE).await.unwrap());
-    assert!(!store.follower_seen("c", 10, LAPSE).await.unwrap());
+    // First records: not lapsed; each counts the live nodes, itself included.
+    let seen = |node, followed| {
+        let store = &store;
+        async move { store.follower_seen(node, followed, LAPSE).await.unwrap() }
+    };
+    let first = [seen("a", 0).await, seen("b", 5).await, seen("c", 10).await];
+    assert_eq!(
+        first.map(|record| (record.lapsed, record.live_nodes)),
+        [(false, 1), (false, 2), (false, 3)]
+    );
+    assert_eq!(seen("a", 0).await.live_nodes, 3, "a counts once");
     // `a` asks: `b` is behind 10, `c` is not, `a` itself never counts.
     assert_eq!(behind(10).await, 1);
     assert_eq!(behind(11).await, 2);
     assert_eq!(behind(5).await, 0);
     // `b` follows on.
-    assert!(!store.follower_seen("b", 12, LAPSE).await.unwrap());
+    assert!(!seen("b", 12).await.lapsed);
     assert_eq!(behind(11).await, 1, "c only");
     // Positions may go back (a node that rebuilt its indexes covers less than before).
-    assert!(!store.follower_seen("b", 3, LAPSE).await.unwrap());
+    assert!(!seen("b", 3).await.lapsed);
     assert_eq!(behind(10).await, 1);
 
     // `c` stops following: once its record lapsed it is not waited for, and its next record
     // says it lapsed; `b`, seen again in time, did not.
     tokio::time::sleep(LAPSE / 2).await;
-    assert!(!store.follower_seen("b", 3, LAPSE).await.unwrap());
+    assert!(!seen("b", 3).await.lapsed);
     tokio::time::sleep(LAPSE / 2 + Duration::from_millis(200)).await;
     assert_eq!(behind(11).await, 1, "b only: c lapsed");
-    assert!(store.follower_seen("c", 11, LAPSE).await.unwrap());
+    let back = seen("c", 11).await;
+    // `a`'s last record is as old as `c`'s was: only `b` and `c` are live.
+    assert_eq!((back.lapsed, back.live_nodes), (true, 2));
     assert_eq!(behind(11).await, 1, "c is live again and caught up");
-    assert!(!store.follower_seen("c", 11, LAPSE).await.unwrap());
+    assert!(!seen("c", 11).await.lapsed);
 }
 
 #[tokio::test]

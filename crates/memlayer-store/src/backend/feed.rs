@@ -15,8 +15,8 @@ use std::time::Duration;
 use super::BoxFuture;
 use crate::Result;
 use crate::model::{
-    Access, EmbeddingModel, FollowedFeed, Message, MessageKey, PendingEmbedding, Session,
-    SessionRef, StoredVector,
+    Access, EmbeddingModel, FollowedFeed, FollowerRecord, Message, MessageKey, PendingEmbedding,
+    Session, SessionRef, StoredVector,
 };
 use crate::store::Store;
 
@@ -91,7 +91,7 @@ pub trait FeedBackend: Send + Sync {
         node: &'a str,
         followed: u64,
         lapse: Duration,
-    ) -> BoxFuture<'a, Result<Option<bool>>>;
+    ) -> BoxFuture<'a, Result<Option<FollowerRecord>>>;
 
     /// [`crate::EmbeddingFeed::followers_behind`].
     fn followers_behind<'a>(
@@ -202,7 +202,7 @@ impl FeedBackend for Store {
         node: &'a str,
         followed: u64,
         lapse: Duration,
-    ) -> BoxFuture<'a, Result<Option<bool>>> {
+    ) -> BoxFuture<'a, Result<Option<FollowerRecord>>> {
         let node = node.to_owned();
         Box::pin(self.read(move |store| store.feed().follower_seen(&node, followed, lapse)))
     }
