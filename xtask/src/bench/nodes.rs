@@ -1,7 +1,9 @@
 //! `cargo xtask bench nodes`: durable HTTP appends through one, two, … release servers
 //! sharing one database of a throwaway PostgreSQL cluster, the clients spread over the nodes
 //! as a load balancer would; and with two nodes or more, how long an append acknowledged by
-//! one node takes to be found by a recall on another (the feed lag a client sees). Every
+//! one node takes to be found by a recall on another (the feed lag a client sees); and at
+//! every count, how long the erasure of a session takes to its receipt (which waits for
+//! every live node to have dropped it). Every
 //! node, the database and the clients share this machine's cores, so the figures say what
 //! several nodes cost here, not what they gain on machines of their own.
 
@@ -44,6 +46,10 @@ const LAG_SAMPLES: usize = 40;
 /// found (a build whose nodes do not follow each other never finds most).
 const LAG_LIMIT: Duration = Duration::from_secs(5);
 
+/// Sessions erased one after the other at each node count, each timed from its `DELETE` to
+/// the answer (the receipt).
+const ERASURE_SAMPLES: usize = 10;
+
 /// What one build measured at one node count.
 struct Count {
     nodes: usize,
@@ -51,6 +57,8 @@ struct Count {
     /// With two nodes or more: the feed lag of each sample, `None` for one not found within
     /// [`LAG_LIMIT`].
     lags: Vec<Option<Duration>>,
+    /// How long each erasure took to its receipt.
+    erasures: Vec<Duration>,
 }
 
 pub(crate) fn run(
@@ -148,6 +156,8 @@ fn measure(
         }
         _ => Vec::new(),
     };
+    eprintln!("xtask: {ERASURE_SAMPLES} erasures to their receipts");
+    let erasures = runtime.block_on(erasure_receipts(&addrs))?;
     let results = load::run_each(runtime, &addrs, &SCENARIOS, WARM_UP, measured)?;
     for server in servers {
         server.stop()?;
@@ -156,6 +166,7 @@ fn measure(
         nodes,
         results,
         lags,
+        erasures,
     })
 }
 
@@ -185,34 +196,84 @@ async fn feed_lag(from: SocketAddr, to: SocketAddr) -> anyhow::Result<Vec<Option
             response.status()
         );
         let acknowledged = Instant::now();
-        let mut lag = None;
-        while acknowledged.elapsed() < LAG_LIMIT {
-            let answer: Value = http
-                .post(format!("http://{to}/v1/recall"))
-                .json(&json!({ "user_id": "bench", "query": word, "k": 10 }))
-                .send()
-                .await?
-                .error_for_status()?
-                .json()
-                .await?;
-            // Among the top 10, not first: a neighbouring turn of similar meaning can outrank
-            // the only message holding the word.
-            let found = answer["hits"].as_array().is_some_and(|hits| {
-                hits.iter().any(|hit| {
-                    hit["content"]
-                        .as_str()
-                        .is_some_and(|content| content.contains(&word))
-                })
-            });
-            if found {
-                lag = Some(acknowledged.elapsed());
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        lags.push(lag);
+        let found = found_within(&http, to, &word, LAG_LIMIT).await?;
+        lags.push(found.then(|| acknowledged.elapsed()));
     }
     Ok(lags)
+}
+
+/// Whether a recall of `word` on the node at `to` finds it among its top 10 hits within
+/// `limit`, asking again every 10 ms.
+async fn found_within(
+    http: &reqwest::Client,
+    to: SocketAddr,
+    word: &str,
+    limit: Duration,
+) -> anyhow::Result<bool> {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        let answer: Value = http
+            .post(format!("http://{to}/v1/recall"))
+            .json(&json!({ "user_id": "bench", "query": word, "k": 10 }))
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        // Among the top 10, not first: a neighbouring turn of similar meaning can outrank
+        // the only message holding the word.
+        let found = answer["hits"].as_array().is_some_and(|hits| {
+            hits.iter().any(|hit| {
+                hit["content"]
+                    .as_str()
+                    .is_some_and(|content| content.contains(word))
+            })
+        });
+        if found {
+            return Ok(true);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(false)
+}
+
+/// [`ERASURE_SAMPLES`] times: appends a session of four turns through the first node, waits
+/// until the last node recalls it (so every node holds it), and erases it through the first
+/// node: the time from the `DELETE` to its answer, which comes with the receipt.
+async fn erasure_receipts(addrs: &[SocketAddr]) -> anyhow::Result<Vec<Duration>> {
+    let (Some(&first), Some(&last)) = (addrs.first(), addrs.last()) else {
+        bail!("no node to erase through");
+    };
+    let http = crate::server::admin_client(REQUEST_TIMEOUT)?;
+    let mut took = Vec::with_capacity(ERASURE_SAMPLES);
+    for sample in 0..ERASURE_SAMPLES {
+        let session = format!("bench-erase-{sample}");
+        let word = format!("eraseprobe{sample}x");
+        let messages: Vec<Value> = (0..4)
+            .map(|turn| {
+                json!({
+                    "role": if turn % 2 == 0 { "user" } else { "assistant" },
+                    "content": format!("{} {word}", load::sentence(1, sample * 4 + turn)),
+                })
+            })
+            .collect();
+        http.post(format!("http://{first}/v1/sessions/{session}/messages"))
+            .json(&json!({ "user_id": "bench", "agent_id": "bench", "messages": messages }))
+            .send()
+            .await?
+            .error_for_status()?;
+        anyhow::ensure!(
+            found_within(&http, last, &word, LAG_LIMIT).await?,
+            "the last node never recalled session {session}"
+        );
+        let started = Instant::now();
+        http.delete(format!("http://{first}/v1/sessions/{session}"))
+            .send()
+            .await?
+            .error_for_status()?;
+        took.push(started.elapsed());
+    }
+    Ok(took)
 }
 
 fn print_report(seconds: u64, builds: &[(String, Vec<Count>)]) -> anyhow::Result<()> {
@@ -234,9 +295,32 @@ fn print_report(seconds: u64, builds: &[(String, Vec<Count>)]) -> anyhow::Result
          (at most {} s: beyond, not found)",
         LAG_LIMIT.as_secs()
     );
+    println!(
+        "- erasure to receipt (every node count, after the feed lag, on idle nodes): \
+         {ERASURE_SAMPLES} sessions of four turns, each appended through node 0 and recalled \
+         on the last node first; the time from its `DELETE` through node 0 to the answer, \
+         which comes with the receipt"
+    );
     for (label, counts) in builds {
         for count in counts {
             load::print_results(&format!("{label}: {} node(s)", count.nodes), &count.results);
+        }
+        println!();
+        println!("### {label}: erasure to receipt, through node 0");
+        println!();
+        println!("| nodes | samples | p50 ms | p95 ms | max ms |");
+        println!("| ---: | ---: | ---: | ---: | ---: |");
+        for count in counts {
+            let mut took = count.erasures.clone();
+            took.sort_unstable();
+            println!(
+                "| {} | {} | {} | {} | {} |",
+                count.nodes,
+                took.len(),
+                milliseconds(&took, 50.0),
+                milliseconds(&took, 95.0),
+                milliseconds(&took, 100.0)
+            );
         }
         let lagged: Vec<&Count> = counts.iter().filter(|c| !c.lags.is_empty()).collect();
         if lagged.is_empty() {
@@ -250,22 +334,24 @@ fn print_report(seconds: u64, builds: &[(String, Vec<Count>)]) -> anyhow::Result
         for count in lagged {
             let mut found: Vec<Duration> = count.lags.iter().flatten().copied().collect();
             found.sort_unstable();
-            let ms = |p: f64| {
-                load::percentile(&found, p).map_or_else(
-                    || "-".to_owned(),
-                    |d| format!("{:.1}", d.as_secs_f64() * 1e3),
-                )
-            };
             println!(
                 "| {} | {} | {} | {} | {} | {} |",
                 count.nodes,
                 count.lags.len(),
                 count.lags.len() - found.len(),
-                ms(50.0),
-                ms(95.0),
-                ms(100.0)
+                milliseconds(&found, 50.0),
+                milliseconds(&found, 95.0),
+                milliseconds(&found, 100.0)
             );
         }
     }
     Ok(())
+}
+
+/// The `p`th percentile of `sorted` in milliseconds for a table, `-` for none.
+fn milliseconds(sorted: &[Duration], p: f64) -> String {
+    load::percentile(sorted, p).map_or_else(
+        || "-".to_owned(),
+        |d| format!("{:.1}", d.as_secs_f64() * 1e3),
+    )
 }
