@@ -432,6 +432,130 @@ fn an_erasure_waits_for_every_live_node_and_a_lapsed_node_catches_up() {
     assert_eq!((status, &answer["hits"]), (200, &json!([])), "{answer}");
 }
 
+/// A user erased through one node is gone from every node by the receipt: the other nodes
+/// never return any of it (recall, search, the session, memories), every node's indexes and
+/// resident memories dropped it before the receipt was written, every data key the erasure
+/// destroyed has been reclaimed from the cluster's files, and no file of the cluster or of a
+/// node's data directory holds the canary.
+#[test]
+fn a_user_erased_through_one_node_is_gone_from_every_node_by_the_receipt() {
+    let nodes = Nodes::start(3);
+    let canary = format!("canary{}", std::process::id());
+    for (session, user) in [("eve-1", "eve"), ("eve-2", "eve"), ("kept", "bob")] {
+        let (status, body) = post(
+            &nodes.url(0, &format!("/v1/sessions/{session}/messages")),
+            &json!({ "user_id": user, "agent_id": "a", "messages": [
+                { "role": "user", "content": format!("My locker code is {canary} and I am {user}.") },
+                { "role": "assistant", "content": "Noted." },
+            ]}),
+        );
+        assert_eq!(status, 201, "{body}");
+    }
+    let (status, body) = post(
+        &nodes.url(0, "/v1/users/eve/memories"),
+        &json!({ "text": format!("Eve's locker code is {canary}."), "type": "fact" }),
+    );
+    assert_eq!(status, 201, "{body}");
+    // Every node holds it: indexed, and Eve's memories resident.
+    for node in [1, 2] {
+        let (status, found) = post(
+            &nodes.url(node, "/v1/recall"),
+            &json!({ "user_id": "eve", "query": canary }),
+        );
+        assert_eq!((status, found["hits"].as_array().unwrap().len()), (200, 4));
+        let (status, found) = post(
+            &nodes.url(node, "/v1/users/eve/memories/search"),
+            &json!({ "query": "locker code" }),
+        );
+        assert_eq!((status, found["hits"].as_array().unwrap().len()), (200, 1));
+    }
+
+    let (status, receipt) = send(client().delete(nodes.url(0, "/v1/users/eve")));
+    assert_eq!(status, 200, "{receipt}");
+    assert_eq!(receipt["counts"]["sessions"], 2, "{receipt}");
+    for node in [0, 1, 2] {
+        // Bob's two messages stay; Eve's four and her memory left before the receipt.
+        assert_eq!(
+            (
+                metric(&nodes, node, "memlayer_index_vectors "),
+                metric(&nodes, node, "memlayer_memory_resident_memories "),
+            ),
+            (
+                "memlayer_index_vectors 2".to_owned(),
+                "memlayer_memory_resident_memories 0".to_owned()
+            ),
+            "node {node}"
+        );
+    }
+    for node in [1, 2] {
+        for (path, body) in [
+            ("/v1/recall", json!({ "user_id": "eve", "query": canary })),
+            (
+                "/v1/users/eve/memories/search",
+                json!({ "query": "locker code" }),
+            ),
+        ] {
+            let (status, found) = post(&nodes.url(node, path), &body);
+            assert_eq!((status, &found["hits"]), (200, &json!([])), "{path}");
+        }
+        let (status, _) = get(&nodes.url(node, "/v1/sessions/eve-1"));
+        assert_eq!(status, 404);
+        let (status, found) =
+            get(&nodes.url(node, &format!("/v1/sessions/kept/search?q={canary}")));
+        assert_eq!(
+            (status, found["hits"].as_array().map(Vec::len)),
+            (200, Some(1))
+        );
+    }
+
+    let scanned = runtime().block_on(async {
+        let client = nodes.database.connect().await.unwrap();
+        let left: i64 = client
+            .query_one("SELECT count(*) FROM destroyed_keys", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(
+            left, 0,
+            "destroyed keys not yet reclaimed from the cluster's files"
+        );
+        client.batch_execute("CHECKPOINT").await.unwrap();
+        let dir: String = client
+            .query_one("SELECT current_setting('data_directory')", &[])
+            .await
+            .unwrap()
+            .get(0);
+        std::path::PathBuf::from(dir)
+    });
+    let mut files = files_under(&scanned);
+    for dir in &nodes.dirs {
+        files.extend(files_under(dir.path()));
+    }
+    let files: Vec<&std::path::Path> = files.iter().map(std::path::PathBuf::as_path).collect();
+    let found = memlayer_erasure::scan_files(&files, canary.as_bytes()).unwrap();
+    assert!(found.is_empty(), "{found:?}");
+}
+
+/// The files under `dir`, however deep; files that vanish meanwhile (a running server's
+/// temporary files) are left out.
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.to_owned()];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for path in entries.flatten().map(|entry| entry.path()) {
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    files
+}
+
 /// A key's rate limit holds across nodes: each of two nodes admits half of the key's burst,
 /// so requests alternating between them are admitted no more often than through one node.
 #[test]
