@@ -240,8 +240,14 @@ impl LongTermMemory {
         if self.inner.followed.set(recall.clone()).is_err() {
             return;
         }
-        let this = self.clone();
-        recall.on_followed_removals(move |removals| this.apply_followed(removals));
+        // Weak: these memories hold `recall`, whose hook must not hold them (and their store)
+        // in turn, or neither would ever be dropped.
+        let memories = Arc::downgrade(&self.inner);
+        recall.on_followed_removals(move |removals| {
+            if let Some(inner) = memories.upgrade() {
+                Self { inner }.apply_followed(removals);
+            }
+        });
     }
 
     /// Drops from the resident partitions what other processes changed (see

@@ -882,6 +882,29 @@ async fn disk_faults_answer_typed_errors_with_retry_after() {
     let body = serde_json::to_value(crate::ApiError::from(pending).body()).unwrap();
     assert_eq!(body["error"]["erasure_id"], 7, "{body}");
     assert_eq!(body["error"]["code"], "storage_full", "{body}");
+    // So does one whose compaction busy readers postponed, or that other nodes sharing the
+    // database have not applied yet: both pass, neither is `500 internal`.
+    for source in [
+        memlayer_erasure::ErasureError::Store(StoreError::Busy("readers".into())),
+        memlayer_erasure::ErasureError::Index(memlayer_index::IndexError::FollowersBehind {
+            nodes: 2,
+        }),
+    ] {
+        let pending = memlayer_erasure::ErasureError::Pending {
+            id: 8,
+            source: Box::new(source),
+        };
+        let response = crate::ApiError::from(pending).into_response();
+        let (parts, body) = response.into_parts();
+        let answer = Answer {
+            status: parts.status,
+            headers: parts.headers,
+            bytes: axum::body::to_bytes(body, usize::MAX).await.unwrap(),
+        };
+        answer.assert_error(StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable");
+        assert_eq!(answer.header("retry-after"), Some("5"));
+        assert_eq!(answer.json()["error"]["erasure_id"], 8);
+    }
 }
 
 /// A database that fails or cannot be reached passes like a failing disk (`503

@@ -290,12 +290,12 @@ struct Inner {
     /// The position this process must have applied to be caught up (see
     /// [`Recall::caught_up`]): raised when its follower record is found lapsed.
     catch_up_to: AtomicU64,
-    /// Told what this process followed of other processes' erasures, for the caches kept
-    /// beside the indexes (see [`Recall::on_followed_removals`]).
+    /// Told what this process followed of other processes' erasures and memory changes, for
+    /// what is kept beside the indexes (see [`Recall::on_followed_removals`]).
     removal_hooks: Mutex<Vec<RemovalHook>>,
 }
 
-/// A cache's handler of erasures another process made (see [`Recall::on_followed_removals`]).
+/// A handler of what another process erased or changed (see [`Recall::on_followed_removals`]).
 type RemovalHook = Box<dyn Fn(&[Removal]) + Send + Sync>;
 
 /// Hybrid recall over one store. Cheap to clone.
@@ -380,9 +380,10 @@ impl Recall {
         &self.inner.embedder
     }
 
-    /// Has `hook` told of every erasure this process follows from other processes sharing the
-    /// store (what this process erases itself, its caller handles), so that caches beside the
-    /// indexes drop what was erased as the indexes do.
+    /// Has `hook` told of every erasure and memory change this process follows from other
+    /// processes sharing the store (its own as well, which the hook finds applied already),
+    /// so that what is kept beside the indexes drops what was erased as the indexes do. A hook
+    /// must not hold what holds this recall (the two would never be dropped).
     pub fn on_followed_removals(&self, hook: impl Fn(&[Removal]) + Send + Sync + 'static) {
         self.inner
             .removal_hooks
