@@ -839,13 +839,23 @@ async fn metrics_count_requests_by_route_template() {
     assert!(text.ends_with("# EOF\n"));
 }
 
+/// The answer a client gets for `err`.
+async fn answer_to(err: crate::ApiError) -> Answer {
+    use axum::response::IntoResponse;
+    let (parts, body) = err.into_response().into_parts();
+    Answer {
+        status: parts.status,
+        headers: parts.headers,
+        bytes: axum::body::to_bytes(body, usize::MAX).await.unwrap(),
+    }
+}
+
 /// A full disk and a failing one answer typed errors a client can act on, with
 /// `Retry-After`, not `500 internal`: `507 storage_full` and `503 storage_unavailable`.
 #[tokio::test]
 async fn disk_faults_answer_typed_errors_with_retry_after() {
     use std::io::{Error, ErrorKind};
 
-    use axum::response::IntoResponse;
     use memlayer_store::StoreError;
 
     let full = (StatusCode::INSUFFICIENT_STORAGE, "storage_full");
@@ -860,13 +870,7 @@ async fn disk_faults_answer_typed_errors_with_retry_after() {
             cause: Box::new(err.clone()),
         };
         for err in [err, refused] {
-            let response = crate::ApiError::from(err).into_response();
-            let (parts, body) = response.into_parts();
-            let answer = Answer {
-                status: parts.status,
-                headers: parts.headers,
-                bytes: axum::body::to_bytes(body, usize::MAX).await.unwrap(),
-            };
+            let answer = answer_to(crate::ApiError::from(err)).await;
             answer.assert_error(status, code);
             assert_eq!(answer.header("retry-after"), Some("5"));
             assert!(answer.json()["error"].get("erasure_id").is_none());
@@ -894,13 +898,7 @@ async fn disk_faults_answer_typed_errors_with_retry_after() {
             id: 8,
             source: Box::new(source),
         };
-        let response = crate::ApiError::from(pending).into_response();
-        let (parts, body) = response.into_parts();
-        let answer = Answer {
-            status: parts.status,
-            headers: parts.headers,
-            bytes: axum::body::to_bytes(body, usize::MAX).await.unwrap(),
-        };
+        let answer = answer_to(crate::ApiError::from(pending)).await;
         answer.assert_error(StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable");
         assert_eq!(answer.header("retry-after"), Some("5"));
         assert_eq!(answer.json()["error"]["erasure_id"], 8);
