@@ -42,7 +42,9 @@
 //!   `claimed_until`, by the database's clock; `SKIP LOCKED`, so two nodes never wait for each
 //!   other) and [`PgStore::store_embeddings`] stores their vectors and marks them
 //!   `embedded_at`, in one transaction. A node that dies with a claim leaves its rows to
-//!   another once the lease runs out.
+//!   another once the lease runs out, or to itself at once when it comes back under its
+//!   name (`claimed_by`, [`PgStore::for_node`]): until then those rows, and every row after
+//!   them, stay out of every node's indexes.
 //! - [`PgStore::embedded_after`] is how a node's indexes follow: the rows after its position,
 //!   below the horizon, in position order, with their messages and stored vectors, stopping
 //!   before the first row not embedded yet. The node indexes them (its own as well: adding is
@@ -109,7 +111,7 @@ const MESSAGE_COLUMNS: &str =
     "m.idx, m.role, m.content, m.metadata, m.\"timestamp\", m.token_count";
 
 impl PgStore {
-    /// Claims the oldest appends no node is embedding, whole, in position order, until at
+    /// Claims the oldest appends no other node is embedding, whole, in position order, until at
     /// least `max_messages` messages are collected (at least one entry if any waits), and
     /// answers them to be embedded (see "Several nodes" in the module documentation). An entry
     /// of a session deleted since has no session and no messages; messages erased since are
@@ -126,7 +128,8 @@ impl PgStore {
                     "WITH candidates AS (
                          SELECT xid, ord, count FROM embedding_outbox
                          WHERE embedded_at IS NULL
-                           AND (claimed_until IS NULL OR claimed_until < clock_timestamp())
+                           AND (claimed_until IS NULL OR claimed_until < clock_timestamp()
+                                OR claimed_by = $2)
                          ORDER BY xid, ord
                          LIMIT $1
                          FOR UPDATE SKIP LOCKED
@@ -136,13 +139,14 @@ impl PgStore {
                          FROM candidates
                      )
                      UPDATE embedding_outbox o
-                     SET claimed_until = clock_timestamp() + interval '{} seconds'
+                     SET claimed_until = clock_timestamp() + interval '{} seconds',
+                         claimed_by = $2
                      FROM taken
                      WHERE o.xid = taken.xid AND o.ord = taken.ord AND taken.before < $1
                      RETURNING o.xid::text::bigint AS xid, o.ord, o.sid, o.first_index, o.count",
                     CLAIM.as_secs()
                 ),
-                &[&wanted],
+                &[&wanted, &self.node],
             )
             .await?;
         entries.sort_by_key(|entry| (entry.get::<_, i64>("xid"), entry.get::<_, i64>("ord")));
@@ -343,7 +347,7 @@ impl PgStore {
             // Kept, for the other nodes to follow, until pruned.
             txn.execute(
                 "UPDATE embedding_outbox o
-                 SET embedded_at = clock_timestamp(), claimed_until = NULL
+                 SET embedded_at = clock_timestamp(), claimed_until = NULL, claimed_by = NULL
                  FROM unnest($1::bigint[], $2::bigint[]) AS d(xid, ord)
                  WHERE o.xid = d.xid::text::xid8 AND o.ord = d.ord",
                 &[&done_xids, &done_ords],

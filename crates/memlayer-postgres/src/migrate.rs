@@ -50,6 +50,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "followed_memories",
         include_str!("../migrations/0010_followed_memories.sql"),
     ),
+    (
+        11,
+        "claimed_by",
+        include_str!("../migrations/0011_claimed_by.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.

@@ -31,6 +31,9 @@ pub struct PgStore {
     pub(crate) commits: tokio::sync::watch::Sender<u64>,
     /// When this store last pruned the embedding outbox (src/embeddings.rs).
     pub(crate) feed_pruned_at: Mutex<Option<std::time::Instant>>,
+    /// The node this store serves ([`PgStore::for_node`]): its claims on outbox entries carry
+    /// the name, so that the node restarted takes its own claims back at once.
+    pub(crate) node: Option<String>,
     io: IoThread,
 }
 
@@ -99,6 +102,15 @@ impl PgStore {
         Self::connect_config(config, pool_size).await
     }
 
+    /// This store serving the node named `node_id`, a name it keeps across restarts: the
+    /// outbox entries it claims for embedding name it, and a store for the same node takes
+    /// them back at once, where any other waits for the claim's lease to run out (see
+    /// "Several nodes" in src/embeddings.rs). Two live stores must not share a name.
+    pub fn for_node(mut self, node_id: &str) -> Self {
+        self.node = Some(node_id.to_owned());
+        self
+    }
+
     /// Where `database_url` points, for people to read: the database and its hosts, never the
     /// user or a password.
     pub fn location(database_url: &str) -> Result<String> {
@@ -153,6 +165,7 @@ impl PgStore {
             known: KnownSessions::default(),
             commits: tokio::sync::watch::Sender::new(0),
             feed_pruned_at: Mutex::new(None),
+            node: None,
             io: IoThread::start()?,
         };
         let mut client = store.connection().await?;

@@ -114,7 +114,7 @@ where
         .build()
         .context("cannot start the async runtime")?;
     let store = match args.database_url()? {
-        Some(url) => crate::open_database(&url, &runtime, "memlayer keys")?.0,
+        Some(url) => crate::open_database(&url, &runtime, "memlayer keys", None)?.0,
         None => open_file(args, create)?,
     };
     let outcome = runtime.block_on(work(store.clone()));

@@ -342,19 +342,22 @@ fn open_store(
             .with_context(|| format!("cannot open the store {}", path.display()))?;
         return Ok((store, path.display().to_string()));
     };
-    let name = match &settings.server.node_id {
+    let node_id = settings.server.node_id.as_deref();
+    let name = match node_id {
         Some(node_id) => format!("memlayer {node_id}"),
         None => "memlayer".to_owned(),
     };
-    open_database(url, runtime, &name)
+    open_database(url, runtime, &name, node_id)
 }
 
 /// The store in the PostgreSQL database at `url` (migrated first), its connections named
-/// `application_name`, and where that is for people to read (never the user or a password).
+/// `application_name`, serving the node `node_id` when there is one (`PgStore::for_node`),
+/// and where that is for people to read (never the user or a password).
 fn open_database(
     url: &config::Secret,
     runtime: &tokio::runtime::Runtime,
     application_name: &str,
+    node_id: Option<&str>,
 ) -> anyhow::Result<(Store, String)> {
     let location = PgStore::location(url.expose()).context("invalid database URL")?;
     let database = runtime
@@ -364,6 +367,10 @@ fn open_database(
             application_name,
         ))
         .with_context(|| format!("cannot open the store in the {location}"))?;
+    let database = match node_id {
+        Some(node_id) => database.for_node(node_id),
+        None => database,
+    };
     Ok((Store::served_by(std::sync::Arc::new(database)), location))
 }
 

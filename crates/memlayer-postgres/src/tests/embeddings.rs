@@ -355,6 +355,33 @@ async fn a_claim_whose_lease_ran_out_is_taken_by_another_node() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restarted_under_its_name_takes_its_claims_back_before_the_lease_runs_out() {
+    let db = test_cluster::database().await.unwrap();
+    let a = db.store().await.unwrap().for_node("a");
+    let b = db.store().await.unwrap().for_node("b");
+    a.append(&tenant(), "s", creating("hello", "ada"))
+        .await
+        .unwrap();
+    let claimed = pending(&a, 1).await;
+    // A dies holding the claim, and comes back under its name well within the lease.
+    drop(a);
+    assert!(
+        b.pending_embeddings(10).await.unwrap().is_empty(),
+        "another node waits for the lease"
+    );
+    let restarted = db.store().await.unwrap().for_node("a");
+    let taken = restarted.pending_embeddings(10).await.unwrap();
+    assert_eq!(
+        taken.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        [claimed[0].seq]
+    );
+    // Stored, the entry is done for every node.
+    embed(&restarted, &taken).await;
+    assert!(b.pending_embeddings(10).await.unwrap().is_empty());
+    assert!(restarted.pending_embeddings(10).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pruned_entries_are_missed_by_a_follower_behind_them_but_never_by_a_start() {
     let db = test_cluster::database().await.unwrap();
     let store = db.store().await.unwrap();
