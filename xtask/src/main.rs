@@ -252,6 +252,7 @@ const CI_FUZZ_SECONDS: u64 = 20;
 /// model; they find it through `MEMLAYER_ASSETS_DIR`.
 fn test(root: &Path) -> anyhow::Result<()> {
     let assets = setup::run(root)?;
+    let mut timings = StepTimings::default();
     let steps: [&[&str]; 3] = [
         &["fmt", "--all", "--", "--check"],
         &[
@@ -278,7 +279,7 @@ fn test(root: &Path) -> anyhow::Result<()> {
             "warnings",
         ],
     ];
-    let run_step = |args: &[&str], env: &[(&str, &str)]| {
+    let mut run_step = |args: &[&str], env: &[(&str, &str)]| {
         let settings: Vec<String> = env
             .iter()
             .map(|(name, value)| format!("{name}={value} "))
@@ -290,7 +291,7 @@ fn test(root: &Path) -> anyhow::Result<()> {
             .args(args)
             .env("MEMLAYER_ASSETS_DIR", &assets)
             .envs(env.iter().copied());
-        cmd::run(command).with_context(|| format!("CI step `{step}` failed"))
+        timings.time(&step, || cmd::run(command))
     };
     for args in steps {
         run_step(args, &[])?;
@@ -306,7 +307,9 @@ fn test(root: &Path) -> anyhow::Result<()> {
         &[("MEMLAYER_E2E_BACKEND", "postgres")],
     )?;
     // The server as the official SDKs see it, after the end-to-end tests of its routes.
-    clients::run(root, clients::Types::Check).context("CI step `cargo xtask clients` failed")?;
+    timings.time("cargo xtask clients", || {
+        clients::run(root, clients::Types::Check)
+    })?;
     // The full run is `cargo xtask crash --release` (100 kills); CI's seed changes with every
     // run so that, over many runs, more interleavings are tried. A failure names its seed.
     let seed = std::time::SystemTime::now()
@@ -319,24 +322,56 @@ fn test(root: &Path) -> anyhow::Result<()> {
         release: false,
         postgres: false,
     };
-    crash::run(root, &options).context("CI step `cargo xtask crash` failed")?;
+    timings.time("cargo xtask crash", || crash::run(root, &options))?;
     let on_postgres = crash::Options {
         kills: CI_POSTGRES_CRASH_KILLS,
         postgres: true,
         ..options
     };
-    crash::run(root, &on_postgres).context("CI step `cargo xtask crash --postgres` failed")?;
+    timings.time("cargo xtask crash --postgres", || {
+        crash::run(root, &on_postgres)
+    })?;
     // A short pass that catches what a change broke in the parsers and the store; the long
     // runs are `cargo xtask fuzz --seconds 600` (docs/fuzzing.md).
-    fuzz::run(root, CI_FUZZ_SECONDS).context("CI step `cargo xtask fuzz` failed")?;
-    browser::run(root).context("CI step `cargo xtask browser` failed")?;
+    timings.time("cargo xtask fuzz", || fuzz::run(root, CI_FUZZ_SECONDS))?;
+    timings.time("cargo xtask browser", || browser::run(root))?;
     let everything = contract::Scope {
         examples: CI_CONTRACT_EXAMPLES,
         operation: None,
     };
-    contract::run(root, &everything).context("CI step `cargo xtask contract` failed")?;
+    timings.time("cargo xtask contract", || contract::run(root, &everything))?;
     eprintln!("xtask: all steps passed");
+    timings.report();
     Ok(())
+}
+
+/// How long each of CI's steps took, so that a run near CI's time limit shows where its
+/// minutes went.
+#[derive(Default)]
+struct StepTimings(Vec<(String, std::time::Duration)>);
+
+impl StepTimings {
+    /// Runs `step`, noting its time; a failure names the step and its time.
+    fn time(
+        &mut self,
+        name: &str,
+        step: impl FnOnce() -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let started = std::time::Instant::now();
+        let outcome = step();
+        let took = started.elapsed();
+        eprintln!("xtask: `{name}` took {:.0} s", took.as_secs_f64());
+        self.0.push((name.to_owned(), took));
+        outcome.with_context(|| format!("CI step `{name}` failed"))
+    }
+
+    fn report(&self) {
+        let total: std::time::Duration = self.0.iter().map(|(_, took)| *took).sum();
+        eprintln!("xtask: step times (total {:.0} s):", total.as_secs_f64());
+        for (name, took) in &self.0 {
+            eprintln!("xtask:   {:>5.0} s  {name}", took.as_secs_f64());
+        }
+    }
 }
 
 /// Runs this xtask invocation again, with the same arguments, from a release build.
