@@ -7,9 +7,11 @@ use crate::{Result, VectorConfig, VectorIndex};
 /// Loads `bytes` as a snapshot of `dimension`-dimensional vectors exactly as
 /// [`VectorIndex::load`] loads a file, and answers the number of vectors loaded. Damaged input
 /// must be an error, never a panic or an allocation larger than the input; a loaded index must
-/// answer searches.
+/// answer searches, through the graph the file holds (the threshold is 1 so that small inputs
+/// keep theirs).
 pub fn load_snapshot(bytes: &[u8], dimension: usize) -> Result<usize> {
-    let config = VectorConfig::new(dimension);
+    let mut config = VectorConfig::new(dimension);
+    config.hnsw_threshold = 1;
     config.validate()?;
     let parsed = snapshot::parse(bytes, dimension)?;
     let (index, _) = VectorIndex::from_snapshot(parsed, config)?;

@@ -1,31 +1,46 @@
-//! The HNSW graph (hnsw_rs) over the slots of the vector arena, and the distance it
-//! navigates by.
+//! memlayer's HNSW graph (Malkov and Yashunin's hierarchical navigable small world) over the
+//! slots of the vector arena: neighbour lists only, the vectors read from the arena.
 //!
-//! hnsw_rs has no deletion and no update: a point, once inserted, stays in the graph until
-//! the graph is dropped. [`crate::VectorIndex`] therefore treats the graph as disposable: it
-//! filters dead slots out at search time and builds a new graph when it compacts.
+//! Why not a library's graph (hnsw_rs was used until issue 18): it keeps a copy of every
+//! vector inside the graph, which doubled the vector index's memory, kept copies of erased
+//! vectors until the whole graph was rebuilt (so every erasure dropped the graph and left
+//! searches scanning exactly for as long as a rebuild took, ~30 s at 57,600 vectors), and
+//! its dump holds those copies too, so graphs could not be kept across starts without
+//! keeping erased vectors on disk. Here a node is its slot's neighbour lists: an erased
+//! vector is zeroed in the arena and the graph holds nothing of it but the slot number, a
+//! compaction takes dead slots out of the lists and repairs their neighbours in place
+//! ([`Graph::compact`]), and the snapshot file keeps the lists beside the live vectors
+//! ([`Graph::write`], [`Graph::read`]), so a start serves from the graph at once.
 //!
-//! Every insertion runs on [`BUILDERS`], threads of background priority: building graphs is
-//! the indexes' upkeep, and under load the CPU belongs to requests first. In a profile of
-//! 64 clients appending over HTTP, graph insertion on rayon's global pool took a quarter of
-//! the server's CPU samples at the requests' priority (2026-11-27, docs/benchmarks.md).
+//! Concurrency: a graph lives inside its [`crate::VectorIndex`] and grows under the index's
+//! *read* lock, so searches go on while it grows; each neighbour list has its own mutex,
+//! held only to copy or change that list. Slots below [`Graph::covered`] are in the graph;
+//! the builder inserts the next ones in slot order, one chunk at a time (`building` keeps
+//! builders from inserting the same slots), on [`BUILDERS`], threads of background priority:
+//! building graphs is the indexes' upkeep, and under load the CPU belongs to requests first.
+//! Everything that renumbers or drops nodes takes `&mut self` (the index's write lock).
 
-use std::sync::LazyLock;
+use std::cmp::Ordering as CmpOrdering;
+use std::collections::BinaryHeap;
+use std::io::{self, Write};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{LazyLock, Mutex, MutexGuard, OnceLock, PoisonError};
 
-use hnsw_rs::prelude::{Distance, FilterT, Hnsw};
+use rayon::prelude::*;
 
 use crate::dot::dot;
+use crate::error::{IndexError, Result};
 
-/// The upper bound hnsw_rs puts on layers (`NB_LAYER_MAX`); it caps larger values itself.
-const MAX_LAYERS: usize = 16;
+/// Layers a node may reach: with M ≥ 2 a node reaches layer 16 with probability below
+/// 2^-16, and the graph's descent costs one greedy step per layer.
+pub(crate) const MAX_LEVEL: usize = 16;
 
-/// Below this many points a parallel insert costs more in rayon scheduling than it saves.
-const PARALLEL_INSERT_MIN: usize = 64;
+/// Below this many slots a parallel insert costs more in rayon scheduling than it saves.
+const PARALLEL_INSERT_MIN: usize = 8;
 
 /// The threads graphs are built on, one per core, at background priority
-/// ([`memlayer_embed::lower_thread_priority`]). hnsw_rs's parallel insertion runs on
-/// whichever rayon pool calls it. `None` if the threads could not be started: graphs are then
-/// built on the calling thread.
+/// ([`memlayer_embed::lower_thread_priority`]). `None` if the threads could not be started:
+/// graphs are then built on the calling thread.
 static BUILDERS: LazyLock<Option<rayon::ThreadPool>> = LazyLock::new(|| {
     rayon::ThreadPoolBuilder::new()
         .thread_name(|index| format!("index-graph-{index}"))
@@ -35,60 +50,199 @@ static BUILDERS: LazyLock<Option<rayon::ThreadPool>> = LazyLock::new(|| {
         .ok()
 });
 
-/// `1 - dot`, clamped at zero, on L2-normalised vectors.
-///
-/// Rejected alternatives, measured while planning (docs in the crate root): hnsw_rs's
-/// `DistCosine` sums in f64 without SIMD and made builds 1.7× slower; its `DistDot` asserts
-/// `1 - dot >= 0` and panics when a vector is compared with itself and f32 rounding makes
-/// the dot product slightly larger than one. The clamp is what makes self-comparison safe.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct DotDistance;
-
-impl Distance<f32> for DotDistance {
-    fn eval(&self, a: &[f32], b: &[f32]) -> f32 {
-        (1.0 - dot(a, b)).max(0.0)
-    }
-}
-
 /// Construction and search parameters of a graph.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct GraphParams {
+    /// Links per node on the layers above 0; twice as many on layer 0.
     pub(crate) max_connections: usize,
     pub(crate) ef_construction: usize,
     pub(crate) ef_search: usize,
 }
 
-/// An HNSW graph whose data ids are slots of the arena that built it.
+impl GraphParams {
+    /// Most links a node keeps on `layer`.
+    fn links(&self, layer: usize) -> usize {
+        if layer == 0 {
+            2 * self.max_connections
+        } else {
+            self.max_connections
+        }
+    }
+}
+
+/// The vectors of the arena a graph is over: slot `s` is `data[s*d..(s+1)*d]`; a dead slot
+/// is all zeros.
+#[derive(Clone, Copy)]
+pub(crate) struct Vectors<'a> {
+    pub(crate) data: &'a [f32],
+    pub(crate) dimension: usize,
+}
+
+impl<'a> Vectors<'a> {
+    fn get(&self, slot: u32) -> &'a [f32] {
+        let start = slot as usize * self.dimension;
+        &self.data[start..start + self.dimension]
+    }
+
+    /// `1 - dot`, clamped at zero: the distance between L2-normalised vectors the graph
+    /// navigates by. A dead (zeroed) slot is at distance 1 from everything.
+    fn distance(&self, query: &[f32], slot: u32) -> f32 {
+        (1.0 - dot(query, self.get(slot))).max(0.0)
+    }
+}
+
+/// A node: its neighbour lists, layer 0 first; unset until the node is inserted.
+#[derive(Default)]
+struct Node {
+    layers: OnceLock<Box<[Mutex<Vec<u32>>]>>,
+}
+
+impl Node {
+    fn inserted(layers: Vec<Vec<u32>>) -> Self {
+        let node = Self::default();
+        let _ = node
+            .layers
+            .set(layers.into_iter().map(Mutex::new).collect());
+        node
+    }
+
+    /// The node's highest layer, if it is in the graph.
+    fn level(&self) -> Option<usize> {
+        self.layers.get().map(|layers| layers.len() - 1)
+    }
+
+    /// The neighbour list of `layer`, if the node reaches it.
+    fn layer(&self, layer: usize) -> Option<MutexGuard<'_, Vec<u32>>> {
+        let list = self.layers.get()?.get(layer)?;
+        Some(list.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// The lists, out of their mutexes (for `&mut` work on the graph).
+    fn into_lists(self) -> Option<Vec<Vec<u32>>> {
+        let layers = self.layers.into_inner()?;
+        Some(
+            layers
+                .into_vec()
+                .into_iter()
+                .map(|list| list.into_inner().unwrap_or_else(PoisonError::into_inner))
+                .collect(),
+        )
+    }
+}
+
+/// Where searches enter the graph: a node of the highest layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    slot: u32,
+    level: usize,
+}
+
+/// A slot at a distance, ordered by distance (then slot, so that ties are deterministic).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Near {
+    distance: f32,
+    slot: u32,
+}
+
+impl Eq for Near {}
+
+impl Ord for Near {
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        self.distance
+            .total_cmp(&other.distance)
+            .then(self.slot.cmp(&other.slot))
+    }
+}
+
+impl PartialOrd for Near {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// The HNSW graph of one vector index: one [`Node`] per arena slot.
 pub(crate) struct Graph {
-    hnsw: Hnsw<'static, f32, DotDistance>,
-    ef_search: usize,
+    params: GraphParams,
+    nodes: Vec<Node>,
+    entry: Mutex<Option<Entry>>,
+    /// Slots below it are in the graph (or were dead when the builder reached them).
+    covered: AtomicUsize,
+    /// Set once a build reached the last slot: until then the graph is still being built
+    /// after a load, a compaction or crossing the size threshold, and most searches scan.
+    complete: AtomicBool,
+    /// Held by whoever inserts the next chunk.
+    building: Mutex<()>,
+}
+
+impl std::fmt::Debug for Graph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Graph")
+            .field("slots", &self.nodes.len())
+            .field("covered", &self.covered())
+            .field("entry", &*self.entry())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Graph {
-    /// An empty graph sized for about `capacity` points (a hint: it grows past it).
-    pub(crate) fn new(params: GraphParams, capacity: usize) -> Self {
-        let hnsw = Hnsw::new(
-            params.max_connections,
-            capacity.max(1),
-            MAX_LAYERS,
-            params.ef_construction,
-            DotDistance,
-        );
+    /// An empty graph over an arena of `slots` slots, none of them inserted yet.
+    pub(crate) fn new(params: GraphParams, slots: usize) -> Self {
         Self {
-            hnsw,
-            ef_search: params.ef_search,
+            params,
+            nodes: (0..slots).map(|_| Node::default()).collect(),
+            entry: Mutex::new(None),
+            covered: AtomicUsize::new(0),
+            complete: AtomicBool::new(false),
+            building: Mutex::new(()),
         }
     }
 
-    /// Adds points (vector, slot) to the graph on [`BUILDERS`]; hnsw_rs copies the vectors.
-    /// Takes `&self`: hnsw_rs locks inside, so searches go on while the graph grows.
-    pub(crate) fn insert(&self, points: &[(&[f32], usize)]) {
+    /// Slots below this are in the graph; searches scan the slots from here on exactly.
+    pub(crate) fn covered(&self) -> usize {
+        self.covered.load(Ordering::Acquire)
+    }
+
+    /// Whether a build has reached the arena's last slot since the graph was made.
+    pub(crate) fn is_complete(&self) -> bool {
+        self.complete.load(Ordering::Acquire)
+    }
+
+    /// Makes room for the slots the arena grew by (`slots` in all), not inserted yet.
+    pub(crate) fn grow(&mut self, slots: usize) {
+        if slots > self.nodes.len() {
+            self.nodes.resize_with(slots, Node::default);
+        }
+    }
+
+    fn entry(&self) -> MutexGuard<'_, Option<Entry>> {
+        self.entry.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Inserts the next up to `chunk` slots after [`covered`](Self::covered), those
+    /// `live` keeps, in parallel on [`BUILDERS`]; `level_of` gives a slot's layer count
+    /// minus one. Returns whether slots remain after them.
+    pub(crate) fn insert_chunk(
+        &self,
+        chunk: usize,
+        vectors: Vectors<'_>,
+        live: impl Fn(usize) -> bool + Sync,
+        level_of: impl Fn(usize) -> usize + Sync,
+    ) -> bool {
+        let _building = self.building.lock().unwrap_or_else(PoisonError::into_inner);
+        let start = self.covered();
+        let end = start.saturating_add(chunk).min(self.nodes.len());
+        let slots: Vec<u32> = (start..end)
+            .filter(|&slot| live(slot))
+            .map(|slot| slot as u32)
+            .collect();
         let insert = || {
-            if points.len() >= PARALLEL_INSERT_MIN {
-                self.hnsw.parallel_insert_slice(&points.to_vec());
+            if slots.len() >= PARALLEL_INSERT_MIN {
+                slots.par_iter().for_each(|&slot| {
+                    self.insert(slot, level_of(slot as usize), vectors);
+                });
             } else {
-                for &point in points {
-                    self.hnsw.insert_slice(point);
+                for &slot in &slots {
+                    self.insert(slot, level_of(slot as usize), vectors);
                 }
             }
         };
@@ -96,35 +250,536 @@ impl Graph {
             Some(builders) => builders.install(insert),
             None => insert(),
         }
+        self.covered.store(end, Ordering::Release);
+        let more = end < self.nodes.len();
+        if !more {
+            self.complete.store(true, Ordering::Release);
+        }
+        more
     }
 
-    /// The slots of (at most) the `k` points nearest to `query` that pass `filter`, nearest
-    /// first. The filter runs during the traversal, so it can hide dead slots without
-    /// starving the result.
+    /// Links `slot` into the graph with `level + 1` layers.
+    fn insert(&self, slot: u32, level: usize, vectors: Vectors<'_>) {
+        let node = &self.nodes[slot as usize];
+        let lists = (0..=level)
+            .map(|layer| Mutex::new(Vec::with_capacity(self.params.links(layer) + 1)))
+            .collect();
+        if node.layers.set(lists).is_err() {
+            return;
+        }
+        let entry = {
+            let mut entry = self.entry();
+            match *entry {
+                Some(entry) => entry,
+                None => {
+                    *entry = Some(Entry { slot, level });
+                    return;
+                }
+            }
+        };
+        let query = vectors.get(slot);
+        let mut nearest = vec![Near {
+            distance: vectors.distance(query, entry.slot),
+            slot: entry.slot,
+        }];
+        for layer in (level + 1..=entry.level).rev() {
+            nearest = self.search_layer(query, &nearest, 1, layer, vectors, &|_| true);
+        }
+        for layer in (0..=level.min(entry.level)).rev() {
+            let found = self.search_layer(
+                query,
+                &nearest,
+                self.params.ef_construction,
+                layer,
+                vectors,
+                &|candidate| candidate != slot,
+            );
+            let chosen = select(&found, self.params.links(layer), vectors);
+            if let Some(mut list) = node.layer(layer) {
+                list.extend(chosen.iter().map(|near| near.slot));
+            }
+            for near in &chosen {
+                self.link(near.slot, slot, layer, vectors);
+            }
+            if !found.is_empty() {
+                nearest = found;
+            }
+        }
+        if level > entry.level {
+            let mut entry = self.entry();
+            if entry.is_none_or(|entry| level > entry.level) {
+                *entry = Some(Entry { slot, level });
+            }
+        }
+    }
+
+    /// Adds `new` to the `layer` list of `slot`, pruning the list with the heuristic when it
+    /// grows past its links.
+    fn link(&self, slot: u32, new: u32, layer: usize, vectors: Vectors<'_>) {
+        let Some(mut list) = self.nodes[slot as usize].layer(layer) else {
+            return;
+        };
+        if list.contains(&new) {
+            return;
+        }
+        list.push(new);
+        let links = self.params.links(layer);
+        if list.len() > links {
+            let base = vectors.get(slot);
+            let mut candidates: Vec<Near> = list
+                .iter()
+                .map(|&other| Near {
+                    distance: vectors.distance(base, other),
+                    slot: other,
+                })
+                .collect();
+            candidates.sort_unstable();
+            *list = select(&candidates, links, vectors)
+                .into_iter()
+                .map(|near| near.slot)
+                .collect();
+        }
+    }
+
+    /// The `ef` nodes of `layer` nearest to `query` that `keep` accepts, nearest first,
+    /// found from `seeds` (the beam search of the HNSW paper, with a filter: nodes it refuses
+    /// are still walked through, never returned).
+    fn search_layer(
+        &self,
+        query: &[f32],
+        seeds: &[Near],
+        ef: usize,
+        layer: usize,
+        vectors: Vectors<'_>,
+        keep: &dyn Fn(u32) -> bool,
+    ) -> Vec<Near> {
+        let mut visited = Visited::with_capacity(ef * self.params.links(layer));
+        // Nearest first (through Reverse) and farthest first.
+        let mut candidates: BinaryHeap<std::cmp::Reverse<Near>> = BinaryHeap::new();
+        let mut found: BinaryHeap<Near> = BinaryHeap::new();
+        for &seed in seeds {
+            if visited.insert(seed.slot) {
+                candidates.push(std::cmp::Reverse(seed));
+                if keep(seed.slot) {
+                    found.push(seed);
+                }
+            }
+        }
+        while found.len() > ef {
+            found.pop();
+        }
+        let mut neighbours = Vec::with_capacity(self.params.links(layer) + 1);
+        while let Some(std::cmp::Reverse(current)) = candidates.pop() {
+            if found.len() >= ef
+                && found
+                    .peek()
+                    .is_some_and(|far| current.distance > far.distance)
+            {
+                break;
+            }
+            neighbours.clear();
+            if let Some(list) = self.nodes[current.slot as usize].layer(layer) {
+                neighbours.extend_from_slice(&list);
+            }
+            for &next in &neighbours {
+                if !visited.insert(next) {
+                    continue;
+                }
+                let near = Near {
+                    distance: vectors.distance(query, next),
+                    slot: next,
+                };
+                let worth = found.len() < ef || found.peek().is_some_and(|far| near < *far);
+                if worth {
+                    candidates.push(std::cmp::Reverse(near));
+                    if keep(next) {
+                        found.push(near);
+                        if found.len() > ef {
+                            found.pop();
+                        }
+                    }
+                }
+            }
+        }
+        found.into_sorted_vec()
+    }
+
+    /// The slots of (at most) the `k` nodes nearest to `query` that `keep` accepts, nearest
+    /// first; the search keeps `max(ef_search, k)` candidates.
     pub(crate) fn search(
         &self,
         query: &[f32],
         k: usize,
-        filter: Option<&dyn Fn(usize) -> bool>,
-    ) -> Vec<usize> {
-        let adapter = filter.map(|f| move |slot: &usize| f(*slot));
-        let filter_t = adapter.as_ref().map(|a| a as &dyn FilterT);
-        self.hnsw
-            .search_filter(query, k, self.ef_search, filter_t)
-            .into_iter()
-            .map(|neighbour| neighbour.d_id)
-            .collect()
+        vectors: Vectors<'_>,
+        keep: &dyn Fn(u32) -> bool,
+    ) -> Vec<u32> {
+        let Some(entry) = *self.entry() else {
+            return Vec::new();
+        };
+        let mut nearest = vec![Near {
+            distance: vectors.distance(query, entry.slot),
+            slot: entry.slot,
+        }];
+        for layer in (1..=entry.level).rev() {
+            nearest = self.search_layer(query, &nearest, 1, layer, vectors, &|_| true);
+        }
+        let ef = self.params.ef_search.max(k);
+        let mut found = self.search_layer(query, &nearest, ef, 0, vectors, keep);
+        found.truncate(k);
+        found.into_iter().map(|near| near.slot).collect()
     }
 
-    /// How many points the graph holds, dead ones included.
-    pub(crate) fn len(&self) -> usize {
-        self.hnsw.get_nb_point()
+    /// The graph after the arena was squeezed: `moved[old]` is the new slot of each live old
+    /// slot, `None` for the dead ones, and `vectors` is the squeezed arena. Dead nodes leave
+    /// every list; a node that lost neighbours to them takes their neighbours as candidates
+    /// and keeps the best by the heuristic, so the graph stays navigable without a rebuild.
+    pub(crate) fn compact(self, moved: &[Option<u32>], vectors: Vectors<'_>) -> Self {
+        let params = self.params;
+        let covered = self.covered();
+        let complete = self.is_complete();
+        let entry = *self.entry();
+        let old: Vec<Option<Vec<Vec<u32>>>> =
+            self.nodes.into_iter().map(Node::into_lists).collect();
+        let renumber = |slot: u32| moved.get(slot as usize).copied().flatten();
+        let mut nodes = Vec::with_capacity(moved.iter().flatten().count());
+        for (slot, lists) in old.iter().enumerate() {
+            let Some(new_slot) = moved[slot] else {
+                continue;
+            };
+            let Some(lists) = lists else {
+                nodes.push(Node::default());
+                continue;
+            };
+            let base = vectors.get(new_slot);
+            let repaired = lists
+                .iter()
+                .enumerate()
+                .map(|(layer, list)| {
+                    let mut candidates: Vec<u32> = Vec::with_capacity(list.len());
+                    let mut lost = false;
+                    for &neighbour in list {
+                        match renumber(neighbour) {
+                            Some(kept) => candidates.push(kept),
+                            None => {
+                                lost = true;
+                                // The dead neighbour's own neighbours on this layer.
+                                let theirs = old[neighbour as usize]
+                                    .as_ref()
+                                    .and_then(|lists| lists.get(layer));
+                                candidates.extend(
+                                    theirs
+                                        .into_iter()
+                                        .flatten()
+                                        .filter_map(|&slot| renumber(slot))
+                                        .filter(|&slot| slot != new_slot),
+                                );
+                            }
+                        }
+                    }
+                    if !lost {
+                        return candidates;
+                    }
+                    candidates.sort_unstable();
+                    candidates.dedup();
+                    let mut near: Vec<Near> = candidates
+                        .into_iter()
+                        .map(|slot| Near {
+                            distance: vectors.distance(base, slot),
+                            slot,
+                        })
+                        .collect();
+                    near.sort_unstable();
+                    select(&near, params.links(layer), vectors)
+                        .into_iter()
+                        .map(|near| near.slot)
+                        .collect()
+                })
+                .collect();
+            nodes.push(Node::inserted(repaired));
+        }
+        let entry = match entry.and_then(|entry| renumber(entry.slot).map(|slot| (entry, slot))) {
+            Some((entry, slot)) => Some(Entry {
+                slot,
+                level: entry.level,
+            }),
+            None => highest(&nodes),
+        };
+        let covered = moved[..covered.min(moved.len())].iter().flatten().count();
+        Self {
+            params,
+            nodes,
+            entry: Mutex::new(entry),
+            covered: AtomicUsize::new(covered),
+            complete: AtomicBool::new(complete),
+            building: Mutex::new(()),
+        }
     }
+
+    /// Writes the graph in the snapshot's numbering: `ordinal[slot]` is a live slot's record
+    /// number, `None` for a dead one. Only the covered live slots are written, as records
+    /// `0..g`, each as its level (`u8`) and per layer a count (`u16`) and the neighbours'
+    /// record numbers (`u32`), after a header of `g` (`u64`), `max_connections` (`u32`) and
+    /// the entry's record number (`u32`, `u32::MAX` when `g` is 0). Links to slots not
+    /// written are left out.
+    pub(crate) fn write(&self, out: &mut dyn Write, ordinal: &[Option<u32>]) -> io::Result<()> {
+        let covered = self.covered().min(ordinal.len());
+        let written = ordinal[..covered].iter().flatten().count();
+        let entry = self
+            .entry()
+            .and_then(|entry| ordinal.get(entry.slot as usize).copied().flatten())
+            .filter(|&record| (record as usize) < written)
+            .or_else(|| {
+                // The entry died: the written node of the highest level enters.
+                (0..covered)
+                    .filter_map(|slot| Some((self.nodes[slot].level()?, ordinal[slot]?)))
+                    .max_by_key(|&(level, record)| (level, std::cmp::Reverse(record)))
+                    .map(|(_, record)| record)
+            });
+        out.write_all(&(written as u64).to_le_bytes())?;
+        out.write_all(&(self.params.max_connections as u32).to_le_bytes())?;
+        out.write_all(&entry.unwrap_or(u32::MAX).to_le_bytes())?;
+        let mut bytes = Vec::new();
+        for slot in (0..covered).filter(|&slot| ordinal[slot].is_some()) {
+            bytes.clear();
+            let layers = self.nodes[slot].layers.get().map_or(&[][..], |l| &l[..]);
+            // A live covered slot is always inserted; an empty node is written as level 0
+            // without links rather than shifting every record number after it.
+            bytes.push(layers.len().saturating_sub(1) as u8);
+            if layers.is_empty() {
+                bytes.extend_from_slice(&0u16.to_le_bytes());
+            }
+            for list in layers {
+                let list = list.lock().unwrap_or_else(PoisonError::into_inner);
+                let kept: Vec<u32> = list
+                    .iter()
+                    .filter_map(|&neighbour| ordinal.get(neighbour as usize).copied().flatten())
+                    .filter(|&record| (record as usize) < written)
+                    .collect();
+                bytes.extend_from_slice(&(kept.len() as u16).to_le_bytes());
+                for record in kept {
+                    bytes.extend_from_slice(&record.to_le_bytes());
+                }
+            }
+            out.write_all(&bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Reads a graph [`write`](Self::write) wrote, over an arena of `slots` slots of which
+    /// the first `g` are its nodes; every count, level and link is checked. `Ok(None)` when it
+    /// was built with other parameters (the index builds a new one).
+    pub(crate) fn read(bytes: &[u8], slots: usize, params: GraphParams) -> Result<Option<Self>> {
+        let corrupted = |detail: &str| IndexError::Corrupted(format!("graph: {detail}"));
+        let mut reader = Reader { bytes };
+        let written = usize::try_from(reader.u64()?)
+            .ok()
+            .filter(|&written| written <= slots)
+            .ok_or_else(|| corrupted("more nodes than vectors"))?;
+        let max_connections = reader.u32()? as usize;
+        let entry = reader.u32()?;
+        let mut levels = Vec::with_capacity(written);
+        let mut lists: Vec<Vec<Vec<u32>>> = Vec::with_capacity(written);
+        for _ in 0..written {
+            let level = usize::from(reader.u8()?);
+            if level > MAX_LEVEL {
+                return Err(corrupted("a level above the most a node may have"));
+            }
+            let mut layers = Vec::with_capacity(level + 1);
+            for layer in 0..=level {
+                let count = usize::from(reader.u16()?);
+                let most = if layer == 0 {
+                    2 * max_connections
+                } else {
+                    max_connections
+                };
+                if count > most {
+                    return Err(corrupted("a node with more links than allowed"));
+                }
+                let mut list = Vec::with_capacity(count);
+                for _ in 0..count {
+                    let neighbour = reader.u32()?;
+                    if neighbour as usize >= written {
+                        return Err(corrupted("a link to a node that is not there"));
+                    }
+                    list.push(neighbour);
+                }
+                layers.push(list);
+            }
+            levels.push(level);
+            lists.push(layers);
+        }
+        if !reader.bytes.is_empty() {
+            return Err(corrupted("bytes after the last node"));
+        }
+        // A link on a layer must lead to a node that reaches that layer.
+        for layers in &lists {
+            for (layer, list) in layers.iter().enumerate() {
+                if list
+                    .iter()
+                    .any(|&neighbour| levels[neighbour as usize] < layer)
+                {
+                    return Err(corrupted("a link to a node below its layer"));
+                }
+            }
+        }
+        let entry = match (written, entry) {
+            (0, u32::MAX) => None,
+            (0, _) => return Err(corrupted("an entry into an empty graph")),
+            (_, entry) if entry as usize >= written => {
+                return Err(corrupted("an entry that is not a node"));
+            }
+            (_, entry) if levels.iter().any(|&level| level > levels[entry as usize]) => {
+                return Err(corrupted("an entry below the highest layer"));
+            }
+            (_, entry) => Some(Entry {
+                slot: entry,
+                level: levels[entry as usize],
+            }),
+        };
+        if max_connections != params.max_connections {
+            return Ok(None);
+        }
+        let mut nodes: Vec<Node> = lists.into_iter().map(Node::inserted).collect();
+        nodes.resize_with(slots, Node::default);
+        Ok(Some(Self {
+            params,
+            nodes,
+            entry: Mutex::new(entry),
+            covered: AtomicUsize::new(written),
+            complete: AtomicBool::new(written == slots),
+            building: Mutex::new(()),
+        }))
+    }
+}
+
+/// The node of the highest level, to enter by.
+fn highest(nodes: &[Node]) -> Option<Entry> {
+    nodes
+        .iter()
+        .enumerate()
+        .filter_map(|(slot, node)| Some((node.level()?, slot)))
+        .max_by_key(|&(level, slot)| (level, std::cmp::Reverse(slot)))
+        .map(|(level, slot)| Entry {
+            slot: slot as u32,
+            level,
+        })
+}
+
+/// The HNSW paper's neighbour selection heuristic (its algorithm 4): from `candidates`,
+/// nearest first, keeps each one nearer to the base than to every one already kept, up to
+/// `links`. It keeps links spread in different directions, which is what lets a greedy search
+/// cross between clusters.
+fn select(candidates: &[Near], links: usize, vectors: Vectors<'_>) -> Vec<Near> {
+    let mut kept: Vec<Near> = Vec::with_capacity(links);
+    for &candidate in candidates {
+        if kept.len() >= links {
+            break;
+        }
+        let vector = vectors.get(candidate.slot);
+        if kept
+            .iter()
+            .all(|other| vectors.distance(vector, other.slot) > candidate.distance)
+        {
+            kept.push(candidate);
+        }
+    }
+    kept
+}
+
+/// The slots a search has seen: an open-addressing set of `u32`, sized to the search.
+struct Visited {
+    table: Vec<u32>,
+    len: usize,
+}
+
+impl Visited {
+    /// Marks an empty place; slot `u32::MAX` cannot occur (arenas hold fewer slots).
+    const EMPTY: u32 = u32::MAX;
+
+    fn with_capacity(expected: usize) -> Self {
+        Self {
+            table: vec![Self::EMPTY; (expected * 2).next_power_of_two().max(64)],
+            len: 0,
+        }
+    }
+
+    /// Adds `slot`; returns whether it was new.
+    fn insert(&mut self, slot: u32) -> bool {
+        if 2 * (self.len + 1) > self.table.len() {
+            let doubled = vec![Self::EMPTY; self.table.len() * 2];
+            let old = std::mem::replace(&mut self.table, doubled);
+            self.len = 0;
+            for slot in old.into_iter().filter(|&slot| slot != Self::EMPTY) {
+                self.insert(slot);
+            }
+        }
+        let mask = self.table.len() - 1;
+        // Fibonacci hashing spreads consecutive slots over the table.
+        let mut place = (slot.wrapping_mul(0x9E37_79B9) as usize) & mask;
+        loop {
+            match self.table[place] {
+                Self::EMPTY => {
+                    self.table[place] = slot;
+                    self.len += 1;
+                    return true;
+                }
+                seen if seen == slot => return false,
+                _ => place = (place + 1) & mask,
+            }
+        }
+    }
+}
+
+/// Little-endian fields off the front of a byte slice; running out is corruption.
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N]> {
+        let (field, rest) = self
+            .bytes
+            .split_first_chunk::<N>()
+            .ok_or_else(|| IndexError::Corrupted("graph: the file ends inside a node".into()))?;
+        self.bytes = rest;
+        Ok(*field)
+    }
+
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.take::<1>()?[0])
+    }
+
+    fn u16(&mut self) -> Result<u16> {
+        Ok(u16::from_le_bytes(self.take()?))
+    }
+
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take()?))
+    }
+
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.take()?))
+    }
+}
+
+/// The layer count minus one of the node of vector `id`, drawn from the exponential
+/// distribution of the HNSW paper (`mL = 1 / ln M`) by a hash of the id, so that a graph
+/// built again from the same vectors gives each the same level.
+pub(crate) fn level_of(id: u64, max_connections: usize) -> usize {
+    // splitmix64: a full-period mix of the id.
+    let mut z = id.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    // Uniform in (0, 1]: never 0, whose logarithm is infinite.
+    let uniform = ((z >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+    let level = -uniform.ln() / (max_connections as f64).ln();
+    (level as usize).min(MAX_LEVEL)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::BUILDERS;
+    use super::{BUILDERS, Visited, level_of};
 
     #[test]
     fn graphs_are_built_at_background_priority() {
@@ -137,5 +792,27 @@ mod tests {
             there > here || here == 19,
             "a builder at nice {there}, the caller at {here}"
         );
+    }
+
+    #[test]
+    fn levels_fall_off_by_the_connection_count() {
+        let levels: Vec<usize> = (0..100_000).map(|id| level_of(id, 16)).collect();
+        let above = |level| levels.iter().filter(|&&l| l >= level).count();
+        // P(level ≥ 1) = 1/16, P(level ≥ 2) = 1/256.
+        assert!((5_500..7_000).contains(&above(1)), "{}", above(1));
+        assert!((250..550).contains(&above(2)), "{}", above(2));
+        assert_eq!(level_of(42, 16), level_of(42, 16));
+    }
+
+    #[test]
+    fn the_visited_set_grows_and_answers_once_per_slot() {
+        let mut visited = Visited::with_capacity(1);
+        for slot in (0..5_000).map(|n| n * 7) {
+            assert!(visited.insert(slot));
+        }
+        for slot in (0..5_000).map(|n| n * 7) {
+            assert!(!visited.insert(slot));
+        }
+        assert!(visited.insert(1));
     }
 }

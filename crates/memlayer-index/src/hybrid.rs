@@ -126,7 +126,7 @@ impl KeywordPostings for KeywordIndex {
 /// A document's text and vector may enter at different times (message recall indexes the
 /// text at once and the vector once it is embedded), but leave together: [`Self::remove`]
 /// takes both out, and an erasure then calls [`Self::compact`] so that not even the graph
-/// keeps a copy of the vector.
+/// keeps the vector's slot.
 #[derive(Debug)]
 pub struct HybridIndex<K = KeywordIndex> {
     vectors: VectorIndex,
@@ -189,8 +189,8 @@ impl<K: KeywordPostings> HybridIndex<K> {
         self.vectors.remove(id) || text
     }
 
-    /// Compacts the vector side (see [`VectorIndex::compact`]): the graph, which holds
-    /// copies of removed vectors, goes with it.
+    /// Compacts the vector side (see [`VectorIndex::compact`]): removed vectors' slots leave
+    /// the arena and the graph.
     pub fn compact(&mut self) {
         self.vectors.compact();
     }
@@ -259,13 +259,12 @@ impl<K: KeywordPostings> HybridIndex<K> {
         Ok(fused)
     }
 
-    /// Builds the graph of the hybrid index that `index` finds in `lock`'s value without
-    /// holding the lock while it grows (see [`build_graph_unlocked`]); `index_mut` must find
-    /// the same one. Searches scan exactly until the graph is installed.
+    /// Builds the graph of the hybrid index that `index` finds in `lock`'s value a chunk at a
+    /// time under the lock's read side (see [`build_graph_unlocked`]). Searches scan exactly
+    /// what the graph does not cover yet.
     pub fn build_graph_unlocked<T>(
         lock: &IndexLock<T>,
         index: impl Fn(&T) -> Option<&Self>,
-        index_mut: impl FnOnce(&mut T) -> Option<&mut Self>,
         cancelled: impl Fn() -> bool,
     ) -> GraphBuilt
     where
@@ -274,7 +273,6 @@ impl<K: KeywordPostings> HybridIndex<K> {
         build_graph_unlocked(
             lock,
             |value| index(value).map(|hybrid| &hybrid.vectors),
-            |value| index_mut(value).map(|hybrid| &mut hybrid.vectors),
             cancelled,
         )
     }

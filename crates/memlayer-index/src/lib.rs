@@ -10,7 +10,8 @@
 //! `memlayer-embed` only; strategies, erasure and HTTP build on it. Erasure reaches these
 //! indexes through [`VectorIndex::remove`] + [`VectorIndex::compact`] and
 //! [`KeywordIndex::remove`], after which the erased vector or text is held by neither
-//! index (the compaction drops the graph with its copies) nor written to any later snapshot.
+//! index (the graph holds no vectors; the compaction takes the slot out of its lists) nor
+//! written to any later snapshot.
 //!
 //! Hybrid recall over two messages, with 3-dimensional vectors standing in for embeddings:
 //!
@@ -44,22 +45,25 @@
 //!
 //! - **Exact scan up to 5,000 vectors, HNSW above** ([`VectorConfig::hnsw_threshold`]): at
 //!   5k the scan is only a little slower on real embeddings, it is exact, and an index that
-//!   never grows past it never pays for a graph (time to build it, and a second copy of
-//!   every vector inside hnsw_rs). Queries far from every stored cluster are HNSW's weak
-//!   spot.
-//! - **Own snapshot format, graph built after load, apart from the index.** hnsw_rs's
-//!   `file_dump` reloads a graph fast, but its files hold every point ever inserted, erased
-//!   ones included; its loader trusts the file; and the loaded graph borrows its `HnswIo`.
-//!   The snapshot therefore holds only the live vectors with a checksum, and the graph is
-//!   built after a load and after every compaction (an erasure drops it: it holds copies of
-//!   erased vectors) by [`build_graph_unlocked`] beside the locked index while searches scan
-//!   exactly, never under the index lock, which held every search for minutes.
+//!   never grows past it never pays for a graph (time to build it, memory for its links).
+//!   Queries far from every stored cluster are HNSW's weak spot.
+//! - **Own HNSW graph, kept in the snapshot and through erasures** (`graph.rs`, issue 18).
+//!   hnsw_rs, used before, copied every vector into its graph: twice the memory, erased
+//!   vectors kept until a rebuild (so every erasure dropped the graph and searches scanned
+//!   exactly for as long as a rebuild took), and a dump that held them too, with a loader
+//!   that trusts the file. memlayer's graph holds neighbour lists over the arena's slots,
+//!   grows under the index's read lock a chunk at a time ([`build_graph_unlocked`]) while
+//!   searches scan what it does not cover yet, is repaired in place by a compaction, and is
+//!   written to the checksummed snapshot beside the live vectors and checked link by link
+//!   when loaded.
 //! - **Filters pick the path.** With a graph, a filter is first evaluated on a stride sample
 //!   of 256 slots; if it probably passes no more than `hnsw_threshold` vectors the scan
-//!   answers exactly. hnsw_rs's filtered search keeps expanding until `ef` points pass the
+//!   answers exactly. A filtered graph search keeps expanding until `ef` points pass the
 //!   filter, so under a selective filter it visits most of the graph, one random memory
 //!   access at a time, where the scan streams through the arena.
-//! - **Distance** `max(0, 1 - dot)`: see `graph.rs` for why not hnsw_rs's own distances.
+//! - **Distance** `max(0, 1 - dot)` on L2-normalised vectors: a cosine distance without
+//!   the norms, clamped because f32 rounding can put a vector's dot product with itself
+//!   slightly above one.
 
 #![deny(missing_docs)]
 

@@ -5,16 +5,17 @@
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0 | 8 | magic `MLVECIDX` |
-//! | 8 | 4 | format version (1) |
+//! | 8 | 4 | format version (2; 1 is still read) |
 //! | 12 | 4 | dimension `d` |
 //! | 16 | 8 | covered sequence: the store sequence the snapshot includes |
 //! | 24 | 8 | record count `n` |
-//! | 32 | 4 | CRC-32 (IEEE, `crc32fast`) of bytes 0..32 followed by the body |
+//! | 32 | 4 | CRC-32 (IEEE, `crc32fast`) of bytes 0..32 followed by every byte after 36 |
 //! | 36 | `n × (8 + 4d)` | body: `n` records of id (`u64`) then `d` × `f32` |
+//! | … | 1 | version 2: 1 if the HNSW graph follows, else 0 |
+//! | … | rest | the graph's neighbour lists over the records ([`crate::graph::Graph::write`]) |
 //!
-//! Only live vectors are written: an erased vector is never part of a snapshot. The file holds
-//! no graph: a loaded index builds it again from the vectors (the crate root explains why
-//! hnsw_rs's own dump is not used).
+//! Only live vectors are written: an erased vector is never part of a snapshot, nor is a
+//! link to it. The graph holds record numbers, no vector and no id.
 
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Seek, SeekFrom, Write};
@@ -24,7 +25,9 @@ use crate::dot::check_unit;
 use crate::error::{IndexError, Result};
 
 const MAGIC: [u8; 8] = *b"MLVECIDX";
-const VERSION: u32 = 1;
+/// The version written; [`FIRST_VERSION`] files (no graph) are still read.
+const VERSION: u32 = 2;
+const FIRST_VERSION: u32 = 1;
 const HEADER_LEN: usize = 36;
 /// Offset of the checksum, which covers the header bytes before it.
 const CHECKSUM_OFFSET: usize = 32;
@@ -36,7 +39,12 @@ pub(crate) struct Snapshot {
     pub(crate) ids: Vec<u64>,
     /// `ids.len() × dimension` components, record by record.
     pub(crate) data: Vec<f32>,
+    /// The graph's section, checksummed but not yet parsed.
+    pub(crate) graph: Option<Vec<u8>>,
 }
+
+/// Writes a graph's section into the snapshot being written.
+pub(crate) type GraphWriter<'a> = Box<dyn FnOnce(&mut dyn Write) -> io::Result<()> + 'a>;
 
 /// Writes `records` (id, vector of length `dimension`) to `path` atomically: into a
 /// temporary file in the same directory, synced, renamed over `path`, then the directory
@@ -47,9 +55,10 @@ pub(crate) fn write<'a>(
     covered_sequence: u64,
     count: usize,
     records: impl Iterator<Item = (u64, &'a [f32])>,
+    graph: Option<GraphWriter<'_>>,
 ) -> Result<()> {
     let temp = temp_path(path)?;
-    let result = write_file(&temp, dimension, covered_sequence, count, records)
+    let result = write_file(&temp, dimension, covered_sequence, count, records, graph)
         .and_then(|()| fs::rename(&temp, path).map_err(IndexError::from))
         .and_then(|()| sync_parent(path));
     if result.is_err() {
@@ -77,6 +86,7 @@ fn write_file<'a>(
     covered_sequence: u64,
     count: usize,
     records: impl Iterator<Item = (u64, &'a [f32])>,
+    graph: Option<GraphWriter<'_>>,
 ) -> Result<()> {
     let dimension_u32 = u32::try_from(dimension).map_err(|_| IndexError::InvalidConfig {
         field: "dimension",
@@ -89,12 +99,15 @@ fn write_file<'a>(
     header[16..24].copy_from_slice(&covered_sequence.to_le_bytes());
     header[24..32].copy_from_slice(&(count as u64).to_le_bytes());
 
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&header[..CHECKSUM_OFFSET]);
-    let mut out = BufWriter::new(File::create(temp)?);
-    // The checksum is patched in once the body has streamed through the hasher, so the body
+    let mut file = BufWriter::new(File::create(temp)?);
+    file.write_all(&header)?;
+    // The checksum is patched in once the rest has streamed through the hasher, so the body
     // is converted to bytes only once and never held in memory as a whole.
-    out.write_all(&header)?;
+    let mut out = Checksummed {
+        inner: file,
+        crc: crc32fast::Hasher::new(),
+    };
+    out.crc.update(&header[..CHECKSUM_OFFSET]);
     let mut record = Vec::with_capacity(8 + 4 * dimension);
     let mut written = 0usize;
     for (id, vector) in records {
@@ -104,16 +117,44 @@ fn write_file<'a>(
         for x in vector {
             record.extend_from_slice(&x.to_le_bytes());
         }
-        crc.update(&record);
         out.write_all(&record)?;
         written += 1;
     }
     debug_assert_eq!(written, count);
-    let mut file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
+    match graph {
+        Some(graph) => {
+            out.write_all(&[1])?;
+            graph(&mut out)?;
+        }
+        None => out.write_all(&[0])?,
+    }
+    let crc = out.crc.finalize();
+    let mut file = out
+        .inner
+        .into_inner()
+        .map_err(io::IntoInnerError::into_error)?;
     file.seek(SeekFrom::Start(CHECKSUM_OFFSET as u64))?;
-    file.write_all(&crc.finalize().to_le_bytes())?;
+    file.write_all(&crc.to_le_bytes())?;
     file.sync_all()?;
     Ok(())
+}
+
+/// A writer that feeds what it writes to a CRC.
+struct Checksummed<W> {
+    inner: W,
+    crc: crc32fast::Hasher,
+}
+
+impl<W: Write> Write for Checksummed<W> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        let written = self.inner.write(bytes)?;
+        self.crc.update(&bytes[..written]);
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 /// Makes the rename durable: on Unix a rename is recorded in the directory, which has to be
@@ -143,7 +184,7 @@ pub(crate) fn read(path: &Path, dimension: usize) -> Result<Snapshot> {
 
 pub(crate) fn parse(bytes: &[u8], dimension: usize) -> Result<Snapshot> {
     let corrupted = |detail: String| IndexError::Corrupted(detail);
-    let Some((header, body)) = bytes.split_first_chunk::<HEADER_LEN>() else {
+    let Some((header, rest)) = bytes.split_first_chunk::<HEADER_LEN>() else {
         return Err(corrupted(format!(
             "{} bytes is shorter than the {HEADER_LEN}-byte header",
             bytes.len()
@@ -156,9 +197,9 @@ pub(crate) fn parse(bytes: &[u8], dimension: usize) -> Result<Snapshot> {
         ));
     }
     let version = u32::from_le_bytes(le(field(8..12)));
-    if version != VERSION {
+    if version != VERSION && version != FIRST_VERSION {
         return Err(corrupted(format!(
-            "format version {version}, this build reads {VERSION}"
+            "format version {version}, this build reads {FIRST_VERSION} and {VERSION}"
         )));
     }
     let file_dimension = u32::from_le_bytes(le(field(12..16)));
@@ -171,20 +212,33 @@ pub(crate) fn parse(bytes: &[u8], dimension: usize) -> Result<Snapshot> {
     let count = u64::from_le_bytes(le(field(24..32)));
     let stored_crc = u32::from_le_bytes(le(field(32..36)));
 
-    // The count is checked against the real body length before anything is allocated.
+    // The count is checked against the real length before anything is allocated.
     let record_len = 8 + 4 * dimension;
-    let expected_body = usize::try_from(count)
+    let body_len = usize::try_from(count)
         .ok()
-        .and_then(|count| count.checked_mul(record_len));
-    if expected_body != Some(body.len()) {
-        return Err(corrupted(format!(
-            "header announces {count} records of {record_len} bytes, the body has {} bytes",
-            body.len()
-        )));
-    }
+        .and_then(|count| count.checked_mul(record_len))
+        .filter(|&len| len <= rest.len())
+        .ok_or_else(|| {
+            corrupted(format!(
+                "header announces {count} records of {record_len} bytes, the file has {} \
+                 bytes after the header",
+                rest.len()
+            ))
+        })?;
+    let (body, trailer) = rest.split_at(body_len);
+    let graph = match (version, trailer) {
+        (FIRST_VERSION, []) | (VERSION, [0]) => None,
+        (VERSION, [1, graph @ ..]) => Some(graph),
+        _ => {
+            return Err(corrupted(format!(
+                "{} unexpected bytes after the records",
+                trailer.len()
+            )));
+        }
+    };
     let mut crc = crc32fast::Hasher::new();
     crc.update(&header[..CHECKSUM_OFFSET]);
-    crc.update(body);
+    crc.update(rest);
     if crc.finalize() != stored_crc {
         return Err(corrupted("checksum mismatch".into()));
     }
@@ -208,6 +262,7 @@ pub(crate) fn parse(bytes: &[u8], dimension: usize) -> Result<Snapshot> {
         covered_sequence,
         ids,
         data,
+        graph: graph.map(<[u8]>::to_vec),
     })
 }
 

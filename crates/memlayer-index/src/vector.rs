@@ -1,28 +1,22 @@
 //! The vector index: an exact scan over a contiguous arena for small scopes, an HNSW graph
-//! over the same arena for large ones, tombstones and compaction for deletion, and snapshots.
+//! over the same arena for large ones, tombstones and compaction for deletion, and snapshots
+//! that keep the graph.
 //!
-//! The graph is built apart from the index's changes: a large index that is loaded, grows
-//! past the threshold or compacts has no graph and scans exactly until one is installed,
-//! either at once ([`VectorIndex::build_graph`]) or by [`build_graph_unlocked`], which grows
-//! it beside a locked index without holding the lock. Building 112,000 graph points took
-//! about 150 s on this project's 2-core machines (docs/benchmarks.md); under an index-wide
-//! lock that stopped every search for as long, at every start and every erasure.
-//!
-//! Vectors inserted once the graph exists join it the same way, never under the lock: they
-//! form the index's head, the slots past the graph's, which searches scan exactly beside
-//! the graph until [`build_graph_unlocked`] extends the graph over them. Extending under the
-//! index's write lock made every search wait for the insertion of the pipeline's batch.
+//! The graph ([`crate::graph`]) holds neighbour lists, never vectors, and grows inside the
+//! index under its read lock: [`build_graph_unlocked`] inserts a few slots at a time while
+//! searches go on, and searches scan exactly the slots it has not reached yet (the head).
+//! Building 112,000 graph points took about 150 s on this project's 2-core machines
+//! (docs/benchmarks.md), so the graph is kept: in the snapshot, and through compactions,
+//! which repair it instead of dropping it.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::dot::{check_unit, dot};
 use crate::error::{IndexError, Result};
-use crate::graph::{Graph, GraphParams};
+use crate::graph::{self, Graph, GraphParams, Vectors};
 use crate::lock::IndexLock;
 use crate::snapshot;
 use crate::topk::{IdFilter, TopK, sort_hits};
@@ -34,17 +28,10 @@ const MAX_DIMENSION: usize = 65_536;
 /// How many live slots the selectivity estimate of a filter looks at.
 const FILTER_SAMPLE: usize = 256;
 
-/// Slots a graph build copies per read lock: about 3 MB of 384-d vectors, a copy short
-/// enough not to hold up a writer waiting for the lock.
-const GRAPH_CHUNK: usize = 2_048;
-
-/// Source of [`VectorIndex`] generations. Process-wide, so that an index dropped and made
-/// again (a user's emptied memory partition) never repeats a generation a build holds.
-static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
-
-fn next_generation() -> u64 {
-    NEXT_GENERATION.fetch_add(1, Ordering::Relaxed)
-}
+/// Slots a graph build inserts per read lock: with ef_construction 200 about 2–3 ms each
+/// per core, so a writer waiting for the lock (and the searches queued behind it) waits for
+/// tens of milliseconds at most.
+const GRAPH_CHUNK: usize = 16;
 
 /// Parameters of a [`VectorIndex`]. Build it with [`VectorConfig::new`] and change fields.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,8 +50,8 @@ pub struct VectorConfig {
     /// HNSW candidate list size while searching (raised to `k` when `k` is larger).
     pub ef_search: usize,
     /// The share of dead slots (removed or replaced vectors) above which the index compacts
-    /// itself: dead slots slow filtered HNSW searches down, and the graph still holds copies
-    /// of the erased vectors until it is rebuilt.
+    /// itself: dead slots take arena memory and slow graph searches, which walk through
+    /// them.
     pub max_tombstone_fraction: f32,
 }
 
@@ -93,7 +80,8 @@ impl VectorConfig {
         if !(1..=MAX_DIMENSION).contains(&self.dimension) {
             return invalid("dimension", "must be between 1 and 65536");
         }
-        // hnsw_rs terminates the process on more than 256 connections rather than failing.
+        // Neighbour lists are written with 16-bit counts, and every insertion's cost grows
+        // with the square of M.
         if !(2..=256).contains(&self.max_connections) {
             return invalid("max_connections", "must be between 2 and 256");
         }
@@ -139,137 +127,60 @@ pub struct VectorIndex {
     live: Vec<bool>,
     /// The slot of every live id. Invariant: `slot_of[id] == s` iff `live[s] && ids[s] == id`.
     slot_of: HashMap<u64, usize>,
-    /// Installed by a graph build once the index has more than `hnsw_threshold` live
-    /// vectors; dropped by every compaction that squeezes the arena (it holds copies of the
-    /// erased vectors) and when the index is small enough to scan. Shared with the build
-    /// that extends it, which inserts without the index's lock. Invariant: it holds every
-    /// slot below `graph_slots` that was live when it was inserted, its data id being the
-    /// slot; it may also hold slots at or past `graph_slots` (an extension under way),
-    /// which searches take from the head's scan instead.
-    graph: Option<Arc<Graph>>,
-    /// The slots the graph covers: `0..graph_slots`. The slots after it, the head, are
-    /// scanned exactly by every search that goes through the graph. 0 without a graph.
-    graph_slots: usize,
-    /// Changes whenever a slot dies or the arena is squeezed: a graph built from vectors
-    /// copied before may then hold a vector that is gone, or the wrong slots, and is not
-    /// installed.
-    generation: u64,
-}
-
-/// A graph being built or extended away from its index ([`VectorIndex::start_graph_work`]):
-/// the graph so far, what it must still match in the index, and the first slot it has not
-/// seen.
-struct GraphBuild {
-    graph: Arc<Graph>,
-    kind: BuildKind,
-    next_slot: usize,
-}
-
-/// What a [`GraphBuild`] makes, and so what makes it stale.
-enum BuildKind {
-    /// A new graph for an index of this generation: any slot dying meanwhile could leave an
-    /// erased vector in it.
-    New { generation: u64 },
-    /// The index's installed graph, extended over its head. A slot dying meanwhile is a
-    /// tombstone like those the graph already holds; a compaction drops the graph, which
-    /// the extension then no longer finds installed.
-    Extension,
-}
-
-/// Vectors copied out of an index for a [`GraphBuild`], to insert without the index's lock.
-struct GraphChunk {
-    dimension: usize,
-    vectors: Vec<f32>,
-    slots: Vec<usize>,
-    /// The first slot after the chunk.
-    end: usize,
-    /// Whether the chunk reaches the index's last slot.
-    last: bool,
-}
-
-impl GraphBuild {
-    /// Whether the build still fits `index`: its chunks may be copied and its graph
-    /// installed.
-    fn is_current(&self, index: &VectorIndex) -> bool {
-        match self.kind {
-            BuildKind::New { generation } => generation == index.generation,
-            BuildKind::Extension => index
-                .graph
-                .as_ref()
-                .is_some_and(|graph| Arc::ptr_eq(graph, &self.graph)),
-        }
-    }
-
-    /// Inserts the chunks `copy_chunk` copies, up to the index's last slot. `Err` says how it
-    /// ended otherwise: `cancelled` said stop, or the index changed under it (no chunk).
-    fn fill(
-        &mut self,
-        copy_chunk: impl Fn(&Self) -> Option<GraphChunk>,
-        cancelled: impl Fn() -> bool,
-    ) -> std::result::Result<(), GraphBuilt> {
-        loop {
-            if cancelled() {
-                return Err(GraphBuilt::Cancelled);
-            }
-            let chunk = copy_chunk(self).ok_or(GraphBuilt::Superseded)?;
-            let last = chunk.last;
-            self.add(chunk);
-            if last {
-                return Ok(());
-            }
-        }
-    }
-
-    fn add(&mut self, chunk: GraphChunk) {
-        let points: Vec<(&[f32], usize)> = chunk
-            .vectors
-            .chunks_exact(chunk.dimension)
-            .zip(chunk.slots)
-            .collect();
-        self.graph.insert(&points);
-        self.next_slot = chunk.end;
-    }
+    /// Present while the index has more than `hnsw_threshold` live vectors: one node per
+    /// slot, the slots below [`Graph::covered`] linked. A dead slot stays a node (its vector
+    /// zeroed) until a compaction takes it out of every list.
+    graph: Option<Graph>,
 }
 
 /// How [`build_graph_unlocked`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GraphBuilt {
-    /// The index now searches through its new graph.
+    /// The index's new graph now covers every vector.
     Installed,
     /// The index's graph took in the vectors added since it was built or last extended.
     Extended,
-    /// The index has a graph, is small enough to scan, or is gone.
+    /// The index's graph covers every vector, it is small enough to scan, or it is gone.
     NotNeeded,
-    /// A vector was removed or the index compacted meanwhile, so the graph could hold an
-    /// erased vector: it was dropped. The index still needs one; build again.
-    Superseded,
-    /// `cancelled` said stop.
+    /// `cancelled` said stop; what was inserted stays in the graph.
     Cancelled,
 }
 
 /// Builds the graph of the index that `index` finds in `lock`'s value, or extends it over
-/// the vectors added since, holding the lock only to copy a chunk of vectors (read) and to
-/// install the graph or its new extent (write): searches and writers go on while the graph
-/// grows, and searches scan exactly what it does not cover yet. `index_mut` must find the
-/// same index as `index`. `cancelled` is asked between chunks.
+/// the vectors added since, a chunk of [`GRAPH_CHUNK`] slots at a time under the lock's read
+/// side: searches go on meanwhile (and scan exactly what the graph does not cover yet), and a
+/// writer waits for one chunk at most. `cancelled` is asked between chunks.
 pub fn build_graph_unlocked<T>(
     lock: &IndexLock<T>,
     index: impl Fn(&T) -> Option<&VectorIndex>,
-    index_mut: impl FnOnce(&mut T) -> Option<&mut VectorIndex>,
     cancelled: impl Fn() -> bool,
 ) -> GraphBuilt {
-    let Some(mut build) = index(&lock.read()).and_then(VectorIndex::start_graph_work) else {
-        return GraphBuilt::NotNeeded;
-    };
-    let copy_chunk =
-        |build: &GraphBuild| index(&lock.read()).and_then(|index| index.graph_chunk(build));
-    if let Err(ended) = build.fill(copy_chunk, cancelled) {
-        return ended;
+    // The graph with work left, and whether it was complete before: under the read lock.
+    fn work(index: &VectorIndex) -> Option<&Graph> {
+        let graph = index.graph.as_ref()?;
+        index.needs_graph_work().then_some(graph)
     }
-    let mut guard = lock.write();
-    match index_mut(&mut guard) {
-        None => GraphBuilt::NotNeeded,
-        Some(index) => index.finish_graph_work(build),
+    let outcome = {
+        let guard = lock.read();
+        match index(&guard).and_then(work) {
+            Some(graph) if graph.is_complete() => GraphBuilt::Extended,
+            Some(_) => GraphBuilt::Installed,
+            None => return GraphBuilt::NotNeeded,
+        }
+    };
+    loop {
+        // Asked with the lock free: `cancelled` may take it.
+        if cancelled() {
+            return GraphBuilt::Cancelled;
+        }
+        let guard = lock.read();
+        let Some(index) = index(&guard) else {
+            return GraphBuilt::NotNeeded;
+        };
+        match work(index) {
+            Some(graph) => index.insert_graph_chunk(graph, GRAPH_CHUNK),
+            None => return outcome,
+        }
     }
 }
 
@@ -279,9 +190,7 @@ impl fmt::Debug for VectorIndex {
             .field("config", &self.config)
             .field("live", &self.len())
             .field("tombstones", &self.tombstones())
-            .field("graph", &self.graph.as_ref().map(|graph| graph.len()))
-            .field("graph_slots", &self.graph_slots)
-            .field("generation", &self.generation)
+            .field("graph", &self.graph)
             .finish()
     }
 }
@@ -297,8 +206,6 @@ impl VectorIndex {
             live: Vec::new(),
             slot_of: HashMap::new(),
             graph: None,
-            graph_slots: 0,
-            generation: next_generation(),
         })
     }
 
@@ -332,102 +239,51 @@ impl VectorIndex {
         self.ids.len() - self.slot_of.len()
     }
 
-    /// Whether searches over the whole index go through the HNSW graph.
+    /// Whether searches over the whole index go through a complete HNSW graph (one that a
+    /// build took to the last slot; vectors added since are scanned until it is extended).
     pub fn has_graph(&self) -> bool {
-        self.graph.is_some()
+        self.graph.as_ref().is_some_and(Graph::is_complete)
     }
 
-    /// Whether the index is large enough for a graph and has none (it was loaded, grew past
-    /// the threshold or compacted): searches scan exactly, which is right but slower, until
-    /// [`build_graph`](Self::build_graph) or [`build_graph_unlocked`] installs one.
+    /// Whether the index is large enough for a graph and its graph is not complete yet (it
+    /// grew past the threshold, or a snapshot without one was loaded): searches scan what the
+    /// graph does not cover, which is right but slower, until
+    /// [`build_graph`](Self::build_graph) or [`build_graph_unlocked`] completes it.
     pub fn needs_graph(&self) -> bool {
-        self.graph.is_none() && self.wants_graph()
+        self.wants_graph() && !self.has_graph()
     }
 
-    /// Whether [`build_graph_unlocked`] has work: a graph to build, or vectors added since
-    /// the graph was built to extend it over.
+    /// Whether [`build_graph_unlocked`] has work: slots the graph does not cover yet.
     pub fn needs_graph_work(&self) -> bool {
-        self.needs_graph() || (self.graph.is_some() && self.graph_slots < self.ids.len())
+        self.graph
+            .as_ref()
+            .is_some_and(|graph| graph.covered() < self.ids.len())
     }
 
     /// Builds the graph now if the index needs one, or extends it over every vector added
     /// since. Holds `&mut self` for as long as it takes (seconds per 10,000 vectors); an
     /// index shared behind a lock is better served by [`build_graph_unlocked`].
     pub fn build_graph(&mut self) {
-        let Some(mut build) = self.start_graph_work() else {
-            return;
-        };
-        // Nothing changes under `&mut self`: every chunk fits and the build is installed.
-        if build
-            .fill(|build| self.graph_chunk(build), || false)
-            .is_ok()
-        {
-            self.finish_graph_work(build);
+        if let Some(graph) = &self.graph {
+            self.insert_graph_chunk(graph, usize::MAX);
         }
     }
 
-    /// The graph work this index needs, if any: an empty graph to build, or its graph to
-    /// extend over the head.
-    fn start_graph_work(&self) -> Option<GraphBuild> {
-        if self.needs_graph() {
-            return Some(GraphBuild {
-                graph: Arc::new(Graph::new(self.config.graph_params(), self.len())),
-                kind: BuildKind::New {
-                    generation: self.generation,
-                },
-                next_slot: 0,
-            });
-        }
-        let graph = self.graph.as_ref()?;
-        (self.graph_slots < self.ids.len()).then(|| GraphBuild {
-            graph: Arc::clone(graph),
-            kind: BuildKind::Extension,
-            next_slot: self.graph_slots,
-        })
+    /// Inserts the next `chunk` slots the graph does not cover yet into it.
+    fn insert_graph_chunk(&self, graph: &Graph, chunk: usize) {
+        let max_connections = self.config.max_connections;
+        graph.insert_chunk(
+            chunk,
+            self.vectors(),
+            |slot| self.live[slot],
+            |slot| graph::level_of(self.ids[slot], max_connections),
+        );
     }
 
-    /// Copies of the next live vectors `build` lacks, or `None` if the index changed under
-    /// it (a graph built on would be wrong, or hold an erased vector).
-    fn graph_chunk(&self, build: &GraphBuild) -> Option<GraphChunk> {
-        if !build.is_current(self) {
-            return None;
-        }
-        let end = (build.next_slot + GRAPH_CHUNK).min(self.ids.len());
-        let slots: Vec<usize> = (build.next_slot..end)
-            .filter(|&slot| self.live[slot])
-            .collect();
-        let vectors = slots
-            .iter()
-            .flat_map(|&slot| self.vector(slot))
-            .copied()
-            .collect();
-        Some(GraphChunk {
+    fn vectors(&self) -> Vectors<'_> {
+        Vectors {
+            data: &self.data,
             dimension: self.config.dimension,
-            vectors,
-            slots,
-            end,
-            last: end == self.ids.len(),
-        })
-    }
-
-    /// Makes `build`'s graph the index's, or its extent the graph's, unless the index
-    /// changed under it or no longer needs a graph. The slots added since its last chunk
-    /// stay in the head, for the next extension.
-    fn finish_graph_work(&mut self, build: GraphBuild) -> GraphBuilt {
-        if !build.is_current(self) {
-            return GraphBuilt::Superseded;
-        }
-        match build.kind {
-            BuildKind::New { .. } if !self.needs_graph() => GraphBuilt::NotNeeded,
-            BuildKind::New { .. } => {
-                self.graph = Some(build.graph);
-                self.graph_slots = build.next_slot;
-                GraphBuilt::Installed
-            }
-            BuildKind::Extension => {
-                self.graph_slots = build.next_slot;
-                GraphBuilt::Extended
-            }
         }
     }
 
@@ -472,10 +328,10 @@ impl VectorIndex {
 
     /// Removes the vector of `id`; returns whether there was one.
     ///
-    /// The id is gone from searches and its components are zeroed at once. Copies in the
-    /// HNSW graph last until the next compaction: call [`compact`](Self::compact) when the
-    /// vector must be erased from memory. If the removal takes the tombstones past
-    /// [`VectorConfig::max_tombstone_fraction`], this call compacts, which drops the graph.
+    /// The id is gone from searches and its components are zeroed at once: the graph holds
+    /// no copy of a vector, only the slot, which stays a node (at distance 1 from everything)
+    /// until a compaction takes it out of every neighbour list. If the removal takes the
+    /// tombstones past [`VectorConfig::max_tombstone_fraction`], this call compacts.
     pub fn remove(&mut self, id: u64) -> bool {
         let Some(slot) = self.slot_of.remove(&id) else {
             return false;
@@ -485,21 +341,21 @@ impl VectorIndex {
         true
     }
 
-    /// Squeezes dead slots out of the arena and drops the HNSW graph, which holds copies of
-    /// the erased vectors: afterwards no erased vector is held by the index. A large index
-    /// then scans exactly until a graph is built again ([`needs_graph`](Self::needs_graph)).
-    /// Without tombstones there is nothing to erase: the graph is only dropped if the index
-    /// is small enough to scan.
+    /// Squeezes dead slots out of the arena and out of the graph's neighbour lists: a node
+    /// that linked to a dead one takes that node's neighbours as candidates and keeps the
+    /// best, so the graph keeps serving, repaired rather than rebuilt. Afterwards the index
+    /// holds neither an erased vector nor an erased slot. An index small enough to scan
+    /// drops its graph.
     pub fn compact(&mut self) {
         if self.tombstones() == 0 {
             if !self.wants_graph() {
                 self.graph = None;
-                self.graph_slots = 0;
             }
+            self.fit_graph();
             return;
         }
-        self.generation = next_generation();
         let dimension = self.config.dimension;
+        let mut moved = Vec::with_capacity(self.ids.len());
         let mut kept = 0;
         for slot in 0..self.ids.len() {
             if self.live[slot] {
@@ -508,7 +364,10 @@ impl VectorIndex {
                     self.data
                         .copy_within(slot * dimension..(slot + 1) * dimension, kept * dimension);
                 }
+                moved.push(Some(kept as u32));
                 kept += 1;
+            } else {
+                moved.push(None);
             }
         }
         // The tail now holds only copies of vectors that moved down; clear it anyway so the
@@ -524,10 +383,11 @@ impl VectorIndex {
             .enumerate()
             .map(|(slot, &id)| (id, slot))
             .collect();
-        // Dropping the old graph frees its copies of the erased vectors (an extension under
-        // way holds it until it finds it gone, at its next chunk).
-        self.graph = None;
-        self.graph_slots = 0;
+        let graph = self.graph.take();
+        if self.wants_graph() {
+            self.graph = graph.map(|graph| graph.compact(&moved, self.vectors()));
+        }
+        self.fit_graph();
     }
 
     /// The (at most) `k` vectors most similar to `query` among those whose id passes
@@ -546,10 +406,13 @@ impl VectorIndex {
         filter: Option<IdFilter<'_>>,
     ) -> Result<Vec<(u64, f32)>> {
         self.check_vector(query)?;
-        // hnsw_rs sizes its candidate heaps by k: an "everything" k must not reach it.
+        // The graph search keeps `k` candidates: an "everything" k must not size its heaps.
         let k = k.min(self.len());
         match &self.graph {
-            Some(graph) if self.estimated_candidates(filter) > self.config.hnsw_threshold => {
+            Some(graph)
+                if graph.covered() > 0
+                    && self.estimated_candidates(filter) > self.config.hnsw_threshold =>
+            {
                 Ok(self.search_graph(graph, query, k, filter))
             }
             _ => Ok(self.scan(query, k, filter)),
@@ -575,19 +438,35 @@ impl VectorIndex {
             .map(|&slot| dot(query, self.vector(slot)))
     }
 
-    /// Writes the live vectors to a snapshot at `path`, atomically, recording that it covers
-    /// the store up to `covered_sequence`. Removed vectors are never written, compacted or
-    /// not.
+    /// Writes the live vectors and the graph's links between them to a snapshot at `path`,
+    /// atomically, recording that it covers the store up to `covered_sequence`. Removed
+    /// vectors are never written, compacted or not, nor are links to their slots.
     pub fn save(&self, path: impl AsRef<Path>, covered_sequence: u64) -> Result<()> {
         let records = (0..self.ids.len())
             .filter(|&slot| self.live[slot])
             .map(|slot| (self.ids[slot], self.vector(slot)));
+        let graph = self.graph.as_ref().map(|graph| {
+            let mut next = 0u32;
+            let ordinal: Vec<Option<u32>> = self
+                .live
+                .iter()
+                .map(|&live| {
+                    live.then(|| {
+                        next += 1;
+                        next - 1
+                    })
+                })
+                .collect();
+            Box::new(move |out: &mut dyn std::io::Write| graph.write(out, &ordinal))
+                as snapshot::GraphWriter<'_>
+        });
         snapshot::write(
             path.as_ref(),
             self.config.dimension,
             covered_sequence,
             self.len(),
             records,
+            graph,
         )
     }
 
@@ -595,8 +474,10 @@ impl VectorIndex {
     /// sequence it covers; the caller replays newer store entries on top.
     ///
     /// A truncated, damaged, unknown or differently dimensioned file is
-    /// [`IndexError::Corrupted`]: rebuild from the store then. The snapshot holds no graph:
-    /// an index large enough for one [`needs_graph`](Self::needs_graph) after loading.
+    /// [`IndexError::Corrupted`]: rebuild from the store then. The graph comes back with
+    /// the vectors (a snapshot of the first format has none; nor does one written with other
+    /// graph parameters): an index large enough for one that is without it, or whose graph
+    /// did not cover every vector, [`needs_graph_work`](Self::needs_graph_work) after loading.
     pub fn load(path: impl AsRef<Path>, config: VectorConfig) -> Result<(Self, u64)> {
         config.validate()?;
         let snapshot = snapshot::read(path.as_ref(), config.dimension)?;
@@ -614,16 +495,21 @@ impl VectorIndex {
                 return Err(IndexError::Corrupted(format!("id {id} occurs twice")));
             }
         }
+        let graph = match &snapshot.graph {
+            Some(bytes) => Graph::read(bytes, snapshot.ids.len(), config.graph_params())?,
+            None => None,
+        };
         let mut index = Self {
             config,
             live: vec![true; snapshot.ids.len()],
             ids: snapshot.ids,
             data: snapshot.data,
             slot_of,
-            graph: None,
-            graph_slots: 0,
-            generation: next_generation(),
+            graph,
         };
+        if !index.wants_graph() {
+            index.graph = None;
+        }
         index.maintain();
         Ok((index, snapshot.covered_sequence))
     }
@@ -644,7 +530,6 @@ impl VectorIndex {
     }
 
     fn kill(&mut self, slot: usize) {
-        self.generation = next_generation();
         self.live[slot] = false;
         let dimension = self.config.dimension;
         self.data[slot * dimension..(slot + 1) * dimension].fill(0.0);
@@ -654,12 +539,25 @@ impl VectorIndex {
         self.len() > self.config.hnsw_threshold
     }
 
-    /// Compacts when tombstones pass their limit.
+    /// Compacts when tombstones pass their limit, and fits the graph to the arena.
     fn maintain(&mut self) {
         let too_many_dead = self.tombstones() as f64
             > f64::from(self.config.max_tombstone_fraction) * self.ids.len() as f64;
         if too_many_dead {
             self.compact();
+        }
+        self.fit_graph();
+    }
+
+    /// Gives an index past the threshold a graph to build, and its graph a node for every
+    /// slot.
+    fn fit_graph(&mut self) {
+        let slots = self.ids.len();
+        let wanted = self.wants_graph();
+        match &mut self.graph {
+            Some(graph) => graph.grow(slots),
+            None if wanted => self.graph = Some(Graph::new(self.config.graph_params(), slots)),
+            None => {}
         }
     }
 
@@ -722,28 +620,25 @@ impl VectorIndex {
         if k == 0 {
             return Vec::new();
         }
-        // The graph answers for its slots, the exact scan for the head's.
-        let keep = |slot: usize| {
-            slot < self.graph_slots && self.live[slot] && filter.is_none_or(|f| f(self.ids[slot]))
+        // The graph answers for the slots it covered when the search began, the exact scan
+        // for the head's: a slot the builder inserts meanwhile is counted once.
+        let covered = graph.covered().min(self.ids.len());
+        let keep = |slot: u32| {
+            let slot = slot as usize;
+            slot < covered && self.live[slot] && filter.is_none_or(|f| f(self.ids[slot]))
         };
-        // Without dead slots, caller filter or points past `graph_slots` the graph search
-        // may stop early; hnsw_rs explores further whenever a filter is given, so pass one
-        // only when needed. A slot that was dead when the graph was extended is a tombstone
-        // still, so a graph holding a point past its slots is one whose size differs.
-        let slot_filter: Option<&dyn Fn(usize) -> bool> =
-            if filter.is_some() || self.tombstones() > 0 || graph.len() != self.graph_slots {
-                Some(&keep)
-            } else {
-                None
-            };
         let mut hits: Vec<(u64, f32)> = graph
-            .search(query, k, slot_filter)
+            .search(query, k, self.vectors(), &keep)
             .into_iter()
-            .filter(|&slot| keep(slot))
-            .map(|slot| (self.ids[slot], dot(query, self.vector(slot))))
+            .map(|slot| {
+                (
+                    self.ids[slot as usize],
+                    dot(query, self.vector(slot as usize)),
+                )
+            })
             .collect();
-        if self.graph_slots < self.ids.len() {
-            hits.extend(self.scan_slots(self.graph_slots..self.ids.len(), query, k, filter));
+        if covered < self.ids.len() {
+            hits.extend(self.scan_slots(covered..self.ids.len(), query, k, filter));
             sort_hits(&mut hits);
             hits.truncate(k);
         } else {

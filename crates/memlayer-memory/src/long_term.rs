@@ -766,14 +766,12 @@ impl LongTermMemory {
             let outcome = HybridIndex::build_graph_unlocked(
                 &self.inner.indexes,
                 |indexes| indexes.partition(tenant, user_id).map(|p| &p.index),
-                |indexes| indexes.partition_mut(tenant, user_id),
                 &cancelled,
             );
             match outcome {
                 GraphBuilt::Installed => installed += 1,
                 GraphBuilt::Cancelled => break,
-                // Forgotten meanwhile: the next round sees it again if it still needs one.
-                GraphBuilt::Extended | GraphBuilt::Superseded | GraphBuilt::NotNeeded => {}
+                GraphBuilt::Extended | GraphBuilt::NotNeeded => {}
             }
         }
         installed

@@ -186,23 +186,18 @@ impl Recall {
                     seconds = took.as_secs_f64(),
                     "vector index graph built"
                 ),
-                // An erasure compacted the index meanwhile: the builder starts over.
-                GraphBuilt::Superseded => {
-                    tracing::debug!("vector index changed during the graph build; again");
-                }
                 GraphBuilt::Extended | GraphBuilt::NotNeeded | GraphBuilt::Cancelled => {}
             },
         )
         .await;
     }
 
-    /// Builds the vector index's graph if it needs one, without holding the index lock
-    /// while it grows (see [`HybridIndex::build_graph_unlocked`]).
+    /// Builds or extends the vector index's graph, a chunk at a time under the index lock's
+    /// read side (see [`HybridIndex::build_graph_unlocked`]).
     pub(super) fn build_graph(&self, cancelled: impl Fn() -> bool) -> GraphBuilt {
         HybridIndex::build_graph_unlocked(
             &self.inner.indexes,
             |indexes| Some(&indexes.hybrid),
-            |indexes| Some(&mut indexes.hybrid),
             cancelled,
         )
     }

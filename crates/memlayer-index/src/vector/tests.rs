@@ -266,12 +266,10 @@ fn the_graph_follows_the_threshold() {
         assert_eq!(index.has_graph(), id >= 40, "at {id}");
         assert!(!index.needs_graph() && !index.needs_graph_work());
     }
-    // A compaction drops the graph with the erased vectors in it; a large index needs a
-    // new one.
+    // A compaction repairs the graph in place: complete still, nothing to build.
     index.remove(59);
     index.compact();
-    assert!(index.needs_graph());
-    index.build_graph();
+    assert!(index.has_graph() && !index.needs_graph_work());
     for id in 0..30 {
         index.remove(id);
     }
@@ -302,12 +300,11 @@ fn shared_index(n: usize) -> (IndexLock<VectorIndex>, Vec<Vec<f32>>) {
 }
 
 /// Builds the graph of `lock`'s index beside it, running `between` (with the lock free)
-/// before each chunk with the number of chunks copied so far.
+/// before each chunk with the number of chunks inserted so far.
 fn build_beside(lock: &IndexLock<VectorIndex>, between: impl Fn(usize)) -> GraphBuilt {
     let chunks = AtomicUsize::new(0);
     build_graph_unlocked(
         lock,
-        |index| Some(index),
         |index| Some(index),
         || {
             between(chunks.fetch_add(1, Ordering::Relaxed));
@@ -397,15 +394,17 @@ fn vectors_added_after_the_graph_are_scanned_until_an_extension_takes_them_in() 
 }
 
 #[test]
-fn a_compaction_during_an_extension_supersedes_it() {
+fn an_erasure_during_an_extension_leaves_the_graph_serving_without_the_vector() {
     let (lock, vectors) = shared_index(4_500);
     assert_eq!(build_beside(&lock, |_| {}), GraphBuilt::Installed);
     lock.write().insert(4_500, &vectors[4_500]).unwrap();
-    // The erasure drops the graph the extension holds.
+    // The erasure compacts between the extension's chunks: the graph is repaired, not
+    // dropped, and the extension goes on over the renumbered slots.
     let outcome = build_erasing_seven_before(&lock, 0);
-    assert_eq!(outcome, GraphBuilt::Superseded);
+    assert_eq!(outcome, GraphBuilt::Extended);
     let index = lock.into_inner();
-    assert!(!index.has_graph() && index.needs_graph());
+    assert!(index.has_graph() && !index.needs_graph_work());
+    assert_eq!(index.tombstones(), 0);
     assert!(
         index
             .search(&vectors[7], 10, None)
@@ -414,18 +413,18 @@ fn a_compaction_during_an_extension_supersedes_it() {
             .all(|h| h.0 != 7)
     );
     assert_eq!(index.search(&vectors[4_500], 1, None).unwrap()[0].0, 4_500);
+    assert_eq!(index.search(&vectors[8], 1, None).unwrap()[0].0, 8);
 }
 
 #[test]
-fn a_removal_during_a_build_supersedes_it_and_the_next_build_installs() {
+fn a_removal_during_a_build_leaves_its_slot_out_and_the_build_completes() {
     let (lock, vectors) = shared_index(4_500);
-    // Before the second chunk: the graph under way already holds a copy of vector 7.
+    // Before the second chunk: vector 7 is already a node of the graph under way.
     let outcome = build_erasing_seven_before(&lock, 1);
-    assert_eq!(outcome, GraphBuilt::Superseded);
+    assert_eq!(outcome, GraphBuilt::Installed);
     {
         let index = lock.read();
-        assert!(!index.has_graph() && index.needs_graph());
-        // Meanwhile searches scan, exactly.
+        assert!(index.has_graph() && !index.needs_graph_work());
         assert_eq!(index.search(&vectors[8], 1, None).unwrap()[0].0, 8);
         assert!(
             index
@@ -435,9 +434,8 @@ fn a_removal_during_a_build_supersedes_it_and_the_next_build_installs() {
                 .all(|h| h.0 != 7)
         );
     }
-    assert_eq!(build_beside(&lock, |_| {}), GraphBuilt::Installed);
     assert_eq!(build_beside(&lock, |_| {}), GraphBuilt::NotNeeded);
-    let cancelled = build_graph_unlocked(&lock, |i| Some(i), |i| Some(i), || true);
+    let cancelled = build_graph_unlocked(&lock, |i| Some(i), || true);
     assert_eq!(
         cancelled,
         GraphBuilt::NotNeeded,
@@ -448,9 +446,35 @@ fn a_removal_during_a_build_supersedes_it_and_the_next_build_installs() {
 #[test]
 fn a_cancelled_build_leaves_the_index_as_it_was() {
     let (lock, _) = shared_index(300);
-    let outcome = build_graph_unlocked(&lock, |i| Some(i), |i| Some(i), || true);
+    let outcome = build_graph_unlocked(&lock, |i| Some(i), || true);
     assert_eq!(outcome, GraphBuilt::Cancelled);
     assert!(lock.read().needs_graph());
+}
+
+#[test]
+fn compactions_repair_the_graph_and_keep_its_recall() {
+    let dimension = 32;
+    let clusters = Clusters::new(17, 24, dimension, 0.12);
+    let vectors = clusters.sample(3, 3_000);
+    let mut index = index_of(config(dimension, 100), &vectors);
+    // A third of the vectors erased in three rounds, each compacting (as erasures do).
+    for round in 0..3u64 {
+        for id in (round..3_000).step_by(9) {
+            index.remove(id);
+        }
+        index.compact();
+        assert!(index.has_graph() && !index.needs_graph_work());
+    }
+    let queries = clusters.sample(4, 40);
+    let mut total = 0.0;
+    for query in &queries {
+        let exact = ids(&index.search_exact(query, 10, None).unwrap());
+        let approximate = ids(&index.search(query, 10, None).unwrap());
+        assert!(approximate.iter().all(|id| id % 9 > 2), "an erased id");
+        total += recall(&approximate, &exact);
+    }
+    let mean = total / queries.len() as f64;
+    assert!(mean >= 0.95, "recall@10 after the repairs {mean}");
 }
 
 #[test]
@@ -474,7 +498,8 @@ fn a_selective_filter_on_a_large_index_is_answered_exactly() {
 
 #[test]
 fn graph_search_finds_the_query_vector_itself() {
-    // The clamp in the distance: a vector against itself must not panic in hnsw_rs.
+    // The clamp in the distance: f32 rounding can put a vector's dot product with itself
+    // above one.
     let vectors = clustered(5, 300, 32, 10, 0.1);
     let index = index_of(config(32, 0), &vectors);
     assert!(index.has_graph());
@@ -512,14 +537,18 @@ fn snapshot_round_trip_keeps_vectors_and_sequence() {
     assert_eq!(covered, 4711);
     assert_eq!(loaded.len(), 149);
     assert!(
-        loaded.needs_graph(),
-        "the snapshot holds no graph; a large index needs one after loading"
+        loaded.has_graph() && !loaded.needs_graph_work(),
+        "the graph comes back with the vectors"
     );
     for query in clusters.sample(2, 5) {
         assert_eq!(
             index.search_exact(&query, 20, None).unwrap(),
             loaded.search_exact(&query, 20, None).unwrap()
         );
+    }
+    for (id, vector) in vectors.iter().enumerate().filter(|&(id, _)| id != 3) {
+        let hits = ids(&loaded.search(vector, 3, None).unwrap());
+        assert_eq!(hits[0], id as u64, "vector {id} through the loaded graph");
     }
     // Saving again replaces the snapshot atomically and leaves no temporary file behind.
     loaded.save(&path, 4712).unwrap();
@@ -602,7 +631,7 @@ fn snapshots_of_another_shape_are_corrupted() {
         assert_corrupted(&path, config(8, 100));
     };
     edit(0, b"NOTMAGIC");
-    edit(8, &2u32.to_le_bytes());
+    edit(8, &3u32.to_le_bytes());
     // A count far beyond the file: refused before anything is allocated.
     edit(24, &u64::MAX.to_le_bytes());
     edit(24, &(1u64 << 40).to_le_bytes());
@@ -647,7 +676,7 @@ fn well_checksummed_but_invalid_contents_are_corrupted() {
     assert_corrupted(&path, config(dimension, 100));
 
     // The control: the helper itself produces loadable files.
-    std::fs::write(&path, with_valid_checksum(good)).unwrap();
+    std::fs::write(&path, with_valid_checksum(good.clone())).unwrap();
     assert_eq!(
         VectorIndex::load(&path, config(dimension, 100))
             .unwrap()
@@ -655,6 +684,67 @@ fn well_checksummed_but_invalid_contents_are_corrupted() {
             .len(),
         2
     );
+}
+
+#[test]
+fn well_checksummed_but_invalid_graphs_are_corrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("vectors.snap");
+    let dimension = 4;
+    // Past a threshold of 1, the two vectors have a graph, which the snapshot keeps.
+    let index = index_of(
+        config(dimension, 1),
+        &[vec![1.0, 0.0, 0.0, 0.0], vec![0.0, 1.0, 0.0, 0.0]],
+    );
+    assert!(index.has_graph());
+    index.save(&path, 1).unwrap();
+    let good = std::fs::read(&path).unwrap();
+    let graph = 36 + 2 * (8 + 4 * dimension);
+    assert_eq!(good[graph], 1, "the graph follows the records");
+    // After the flag: nodes (u64), M (u32), entry (u32); then node 0: level, link count.
+    let (entry, links) = (graph + 13, graph + 18);
+    assert_eq!(u16::from_le_bytes([good[links], good[links + 1]]), 1);
+    let edited = |at: usize, bytes: &[u8]| {
+        let mut file = good.clone();
+        file[at..at + bytes.len()].copy_from_slice(bytes);
+        std::fs::write(&path, with_valid_checksum(file)).unwrap();
+        assert_corrupted(&path, config(dimension, 1));
+    };
+    edited(entry, &9u32.to_le_bytes());
+    // Node 0's one link, to a node that is not there.
+    edited(links + 2, &9u32.to_le_bytes());
+    // More links than a node may have.
+    edited(links, &u16::MAX.to_le_bytes());
+    // More nodes than records.
+    edited(graph + 1, &3u64.to_le_bytes());
+    // The first format ends after the records.
+    edited(8, &1u32.to_le_bytes());
+
+    // Another M: not damage, the graph is built again.
+    let mut other = config(dimension, 1);
+    other.max_connections = 8;
+    std::fs::write(&path, &good).unwrap();
+    let (loaded, _) = VectorIndex::load(&path, other).unwrap();
+    assert!(loaded.needs_graph());
+}
+
+#[test]
+fn a_snapshot_of_the_first_format_loads_and_builds_its_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("vectors.snap");
+    let vectors = clustered(12, 40, 8, 3, 0.1);
+    // Without a graph (threshold above the size), so the file ends in the flag 0.
+    index_of(config(8, 100), &vectors).save(&path, 3).unwrap();
+    let mut file = std::fs::read(&path).unwrap();
+    assert_eq!(file.pop(), Some(0));
+    file[8..12].copy_from_slice(&1u32.to_le_bytes());
+    std::fs::write(&path, with_valid_checksum(file)).unwrap();
+    let (mut loaded, covered) = VectorIndex::load(&path, config(8, 10)).unwrap();
+    assert_eq!((loaded.len(), covered), (40, 3));
+    assert!(loaded.needs_graph() && loaded.needs_graph_work());
+    loaded.build_graph();
+    assert!(loaded.has_graph());
+    assert_eq!(loaded.search(&vectors[5], 1, None).unwrap()[0].0, 5);
 }
 
 /// One step of a random workload against the index and its model.
@@ -740,6 +830,9 @@ proptest! {
                 index.search_exact(query, 10, None).unwrap(),
                 loaded.search_exact(query, 10, None).unwrap()
             );
+            // Through the graph the snapshot kept, when there was one.
+            let approximate = loaded.search(query, 10, None).unwrap();
+            prop_assert!(approximate.iter().all(|h| model.contains_key(&h.0)));
         }
     }
 }
@@ -759,7 +852,8 @@ proptest! {
         prop_assume!(!flips.is_empty() || truncate || !garbage.is_empty());
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("vectors.snap");
-        let index = index_of(config(8, 100), &clustered(13, 6, 8, 2, 0.2));
+        // Past a threshold of 2, the file holds a graph too.
+        let index = index_of(config(8, 2), &clustered(13, 6, 8, 2, 0.2));
         index.save(&path, 5).unwrap();
         let original = std::fs::read(&path).unwrap();
         let mut file = original.clone();
@@ -772,7 +866,7 @@ proptest! {
         }
         file.extend_from_slice(&garbage);
         std::fs::write(&path, &file).unwrap();
-        let result = VectorIndex::load(&path, config(8, 100));
+        let result = VectorIndex::load(&path, config(8, 2));
         // Two flips of one byte can cancel out; only an unchanged file may load.
         if result.is_ok() {
             prop_assert!(file == original);
