@@ -34,8 +34,9 @@ const K: usize = 10;
 const TARGET_RECALL: f64 = 0.98;
 const TARGET_QPS: f64 = 2_000.0;
 /// The ef_search values reported. The default is searched on the graph built after
-/// `insert_batch`; ef_search is fixed when a graph is built, so each other value gets the
-/// graph built after a `load`, and the loads (with their graph builds) are the ones timed.
+/// `insert_batch`, each other value on the index a `load` of its snapshot gives (the graph
+/// comes back with it, searched with the loaded configuration's ef_search); the loads are
+/// the ones timed.
 const EF_SEARCH: [usize; 3] = [32, 64, 128];
 /// Sizes around the default HNSW threshold (5,000) at which both searches are compared on a
 /// prefix of the smallest corpus.
@@ -290,7 +291,7 @@ fn print_header(
         "- index: `VectorConfig::new({})` defaults (HNSW above 5,000 vectors, M 16, \
          ef_construction 200, ef_search 64), every vector in one `insert_batch`; top {K}, no \
          filter. ef_search 64 runs on the graph `insert_batch` built, the others on the \
-         graphs their `load` rebuilt (parallel insertion: no two graphs are identical)",
+         same graph as their `load` of the snapshot brings it back",
         identity.dimension
     );
     println!(
