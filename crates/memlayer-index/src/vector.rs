@@ -110,10 +110,9 @@ impl VectorConfig {
 ///
 /// Vectors live in one contiguous arena of slots. Removing or replacing a vector kills its
 /// slot: the id disappears from every search at once and the slot's components are zeroed,
-/// but the slot stays so that the HNSW graph, which cannot delete, keeps valid data ids.
-/// When dead slots exceed [`VectorConfig::max_tombstone_fraction`], and on
-/// [`compact`](Self::compact), the arena is squeezed and the graph rebuilt from the live
-/// vectors, which drops the graph's copies of erased vectors.
+/// but the slot stays a node of the HNSW graph (which holds slots, never vectors) until
+/// dead slots exceed [`VectorConfig::max_tombstone_fraction`], or [`compact`](Self::compact)
+/// is called: then the arena is squeezed and the graph's lists renumbered and repaired.
 ///
 /// Methods that change the index take `&mut self`; searches take `&self`, so an
 /// `RwLock<VectorIndex>` (or an [`IndexLock`]) serves concurrent searches.

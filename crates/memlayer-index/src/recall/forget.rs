@@ -147,8 +147,8 @@ impl Recall {
     }
 
     /// Removes the keys `select` picks from both indexes, then the owners of `sessions`,
-    /// compacts the vector index so that not even its graph keeps a copy of an erased
-    /// vector, empties the `tenants`' part of the embedder's cache (which holds vectors by
+    /// compacts the vector index so that neither its arena nor its graph keeps an erased
+    /// vector's slot, empties the `tenants`' part of the embedder's cache (which holds vectors by
     /// the hash of their text; the erased texts were embedded under their tenant, and only
     /// there), and saves the snapshot. Erasure calls it again after the pipeline caught up,
     /// so a batch in flight cannot put a key back: removal is idempotent.
