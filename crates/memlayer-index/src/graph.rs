@@ -62,11 +62,17 @@ pub(crate) struct GraphParams {
 impl GraphParams {
     /// Most links a node keeps on `layer`.
     fn links(&self, layer: usize) -> usize {
-        if layer == 0 {
-            2 * self.max_connections
-        } else {
-            self.max_connections
-        }
+        links(self.max_connections, layer)
+    }
+}
+
+/// Most links a node keeps on `layer` in a graph of `max_connections`: twice as many on
+/// layer 0, which every node is on.
+fn links(max_connections: usize, layer: usize) -> usize {
+    if layer == 0 {
+        2 * max_connections
+    } else {
+        max_connections
     }
 }
 
@@ -163,6 +169,19 @@ struct Near {
 
 impl Eq for Near {}
 
+/// `slots` with their distances to `base`, nearest first.
+fn nearest_first(base: &[f32], slots: &[u32], vectors: Vectors<'_>) -> Vec<Near> {
+    let mut near: Vec<Near> = slots
+        .iter()
+        .map(|&slot| Near {
+            distance: vectors.distance(base, slot),
+            slot,
+        })
+        .collect();
+    near.sort_unstable();
+    near
+}
+
 impl Ord for Near {
     fn cmp(&self, other: &Self) -> CmpOrdering {
         self.distance
@@ -237,14 +256,14 @@ impl Graph {
 
     /// Inserts the next up to `chunk` slots after [`covered`](Self::covered), those
     /// `live` keeps, in parallel on [`BUILDERS`]; `level_of` gives a slot's layer count
-    /// minus one. Returns whether slots remain after them.
+    /// minus one.
     pub(crate) fn insert_chunk(
         &self,
         chunk: usize,
         vectors: Vectors<'_>,
         live: impl Fn(usize) -> bool + Sync,
         level_of: impl Fn(usize) -> usize + Sync,
-    ) -> bool {
+    ) {
         let _building = self.building.lock().unwrap_or_else(PoisonError::into_inner);
         let start = self.covered();
         let end = start.saturating_add(chunk).min(self.nodes.len());
@@ -268,11 +287,9 @@ impl Graph {
             None => insert(),
         }
         self.covered.store(end, Ordering::Release);
-        let more = end < self.nodes.len();
-        if !more {
+        if end == self.nodes.len() {
             self.complete.store(true, Ordering::Release);
         }
-        more
     }
 
     /// Links `slot` into the graph with `level + 1` layers.
@@ -295,13 +312,7 @@ impl Graph {
             }
         };
         let query = vectors.get(slot);
-        let mut nearest = vec![Near {
-            distance: vectors.distance(query, entry.slot),
-            slot: entry.slot,
-        }];
-        for layer in (level + 1..=entry.level).rev() {
-            nearest = self.search_layer(query, &nearest, 1, layer, vectors, &|_| true);
-        }
+        let mut nearest = self.descend(query, entry, level + 1, vectors);
         for layer in (0..=level.min(entry.level)).rev() {
             let found = self.search_layer(
                 query,
@@ -356,15 +367,7 @@ impl Graph {
         if list.len() <= links {
             return;
         }
-        let base = vectors.get(slot);
-        let mut candidates: Vec<Near> = list
-            .iter()
-            .map(|&other| Near {
-                distance: vectors.distance(base, other),
-                slot: other,
-            })
-            .collect();
-        candidates.sort_unstable();
+        let candidates = nearest_first(vectors.get(slot), &list, vectors);
         let mut kept: Vec<u32> = select(&candidates, links, vectors)
             .into_iter()
             .map(|near| near.slot)
@@ -393,14 +396,9 @@ impl Graph {
     #[cfg(test)]
     pub(crate) fn unlinked(&self) -> Vec<u32> {
         let entry = self.entry().map(|entry| entry.slot);
-        let mut held = vec![false; self.nodes.len()];
-        for node in &self.nodes {
-            for &other in node.layer(0).iter().flat_map(|list| list.iter()) {
-                held[other as usize] = true;
-            }
-        }
+        let held = layer_zero_holders(&self.nodes);
         (0..self.nodes.len() as u32)
-            .filter(|&slot| self.nodes[slot as usize].level().is_some() && !held[slot as usize])
+            .filter(|&slot| self.nodes[slot as usize].level().is_some() && held[slot as usize] == 0)
             .filter(|&slot| Some(slot) != entry)
             .collect()
     }
@@ -468,6 +466,25 @@ impl Graph {
         found.into_sorted_vec()
     }
 
+    /// The node nearest to `query` a greedy walk finds from `entry` down to layer `lowest`
+    /// (the layers above a search's or an insertion's own), as the seed below them.
+    fn descend(
+        &self,
+        query: &[f32],
+        entry: Entry,
+        lowest: usize,
+        vectors: Vectors<'_>,
+    ) -> Vec<Near> {
+        let mut nearest = vec![Near {
+            distance: vectors.distance(query, entry.slot),
+            slot: entry.slot,
+        }];
+        for layer in (lowest..=entry.level).rev() {
+            nearest = self.search_layer(query, &nearest, 1, layer, vectors, &|_| true);
+        }
+        nearest
+    }
+
     /// The slots of (at most) the `k` nodes nearest to `query` that `keep` accepts, nearest
     /// first; the search keeps `max(ef_search, k)` candidates.
     pub(crate) fn search(
@@ -480,13 +497,7 @@ impl Graph {
         let Some(entry) = *self.entry() else {
             return Vec::new();
         };
-        let mut nearest = vec![Near {
-            distance: vectors.distance(query, entry.slot),
-            slot: entry.slot,
-        }];
-        for layer in (1..=entry.level).rev() {
-            nearest = self.search_layer(query, &nearest, 1, layer, vectors, &|_| true);
-        }
+        let nearest = self.descend(query, entry, 1, vectors);
         let ef = self.params.ef_search.max(k);
         let mut found = self.search_layer(query, &nearest, ef, 0, vectors, keep);
         found.truncate(k);
@@ -545,14 +556,7 @@ impl Graph {
                     }
                     candidates.sort_unstable();
                     candidates.dedup();
-                    let mut near: Vec<Near> = candidates
-                        .into_iter()
-                        .map(|slot| Near {
-                            distance: vectors.distance(base, slot),
-                            slot,
-                        })
-                        .collect();
-                    near.sort_unstable();
+                    let near = nearest_first(base, &candidates, vectors);
                     select(&near, params.links(layer), vectors)
                         .into_iter()
                         .map(|near| near.slot)
@@ -652,12 +656,7 @@ impl Graph {
             let mut layers = Vec::with_capacity(level + 1);
             for layer in 0..=level {
                 let count = usize::from(reader.u16()?);
-                let most = if layer == 0 {
-                    2 * max_connections
-                } else {
-                    max_connections
-                };
-                if count > most {
+                if count > links(max_connections, layer) {
                     return Err(corrupted("a node with more links than allowed"));
                 }
                 let mut list = Vec::with_capacity(count);
@@ -721,6 +720,13 @@ impl Graph {
 /// Sets every node's count of the layer-0 lists that hold it, after the lists were made
 /// whole (a compaction, a load).
 fn count_links(nodes: &[Node]) {
+    for (node, count) in nodes.iter().zip(layer_zero_holders(nodes)) {
+        node.linked_from.store(count, Ordering::Relaxed);
+    }
+}
+
+/// How many layer-0 lists hold each node.
+fn layer_zero_holders(nodes: &[Node]) -> Vec<u32> {
     let mut counts = vec![0u32; nodes.len()];
     for node in nodes {
         if let Some(list) = node.layer(0) {
@@ -729,9 +735,7 @@ fn count_links(nodes: &[Node]) {
             }
         }
     }
-    for (node, count) in nodes.iter().zip(counts) {
-        node.linked_from.store(count, Ordering::Relaxed);
-    }
+    counts
 }
 
 /// The node of the highest level, to enter by.
