@@ -4,7 +4,8 @@
 //! For each corpus size it builds a [`VectorIndex`] with the default configuration through
 //! `insert_batch`, answers generated questions with `search_exact` (the truth) and `search`,
 //! and reports recall@10, queries per second on one and two threads, latency percentiles,
-//! then saves a snapshot and times `load` followed by `build_graph`. A small table compares
+//! then saves a snapshot and times `load` followed by `build_graph`, and the peak memory of a
+//! process that only loads it. A small table compares
 //! the two searches around the default HNSW threshold, where the choice between them is made.
 //!
 //! The synthetic vectors of `crates/memlayer-index/benches` are quick but only stand-ins;
@@ -18,11 +19,13 @@ mod vectors;
 use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use memlayer_embed::{Assets, Embedder, EmbedderOptions, ModelIdentity};
 use memlayer_index::{VectorConfig, VectorIndex};
+use serde::{Deserialize, Serialize};
 
 use crate::corpus::chat;
 use crate::report::{self, load_average};
@@ -62,6 +65,7 @@ struct SizeResult {
     save: Duration,
     snapshot_bytes: u64,
     loads: Vec<Duration>,
+    loaded_alone: LoadedAlone,
 }
 
 /// Both searches at one size near the threshold, graph forced.
@@ -220,6 +224,8 @@ fn measure_size(
         }
     }
     hnsw.sort_by_key(|&(ef, _)| ef);
+    eprintln!("memlayer-bench: {size} vectors: load in a process of its own");
+    let loaded_alone = load_in_child(&snapshot, dimension)?;
     // The snapshot is as large as the vectors; nothing reads it again.
     fs::remove_file(&snapshot)?;
     Ok(SizeResult {
@@ -230,7 +236,52 @@ fn measure_size(
         save,
         snapshot_bytes,
         loads,
+        loaded_alone,
     })
+}
+
+/// What a process that only loads a snapshot holds (`snapshot-load`'s line).
+#[derive(Serialize, Deserialize)]
+struct LoadedAlone {
+    /// Before the load: the process and its libraries.
+    rss_before_kib: u64,
+    /// The most it held while loading.
+    peak_kib: u64,
+    /// Once loaded.
+    rss_after_kib: u64,
+}
+
+/// Loads `snapshot` in a child process (this binary's `snapshot-load`), whose peak resident
+/// memory is the load's own: in this process the build before it set the peak.
+fn load_in_child(snapshot: &Path, dimension: usize) -> anyhow::Result<LoadedAlone> {
+    let output = Command::new(std::env::current_exe()?)
+        .arg("snapshot-load")
+        .arg("--snapshot")
+        .arg(snapshot)
+        .arg("--dimension")
+        .arg(dimension.to_string())
+        .output()
+        .context("could not run `memlayer-bench snapshot-load`")?;
+    ensure!(
+        output.status.success(),
+        "`memlayer-bench snapshot-load` failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(serde_json::from_slice(&output.stdout)?)
+}
+
+/// `snapshot-load`: loads `snapshot` (graph included) and prints [`LoadedAlone`].
+pub(crate) fn load_alone(snapshot: &Path, dimension: usize) -> anyhow::Result<()> {
+    let rss_before_kib = report::own_status_kib("VmRSS")?;
+    let (loaded, _) = VectorIndex::load(snapshot, VectorConfig::new(dimension))?;
+    let loaded_alone = LoadedAlone {
+        rss_before_kib,
+        peak_kib: report::own_status_kib("VmHWM")?,
+        rss_after_kib: report::own_status_kib("VmRSS")?,
+    };
+    drop(loaded);
+    println!("{}", serde_json::to_string(&loaded_alone)?);
+    Ok(())
 }
 
 /// Both searches at the `CROSSOVER` sizes below the smallest corpus, on its prefixes.
@@ -368,6 +419,14 @@ fn print_size(corpus: &Corpus, result: &SizeResult, root: &Path) {
         result.snapshot_bytes as f64 / 1e6,
         grouped(result.snapshot_bytes as usize),
         loads.join(", ")
+    );
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    println!(
+        "- a process that only loads the snapshot: RSS {:.0} MiB before, peak {:.0} MiB while \
+         loading, {:.0} MiB once loaded",
+        mib(result.loaded_alone.rss_before_kib),
+        mib(result.loaded_alone.peak_kib),
+        mib(result.loaded_alone.rss_after_kib),
     );
     println!();
     println!(

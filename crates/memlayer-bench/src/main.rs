@@ -92,6 +92,15 @@ enum Benchmark {
         #[arg(long, default_value_t = 0)]
         first_session: usize,
     },
+    /// `index`'s child: loads one snapshot in a process of its own and prints its peak
+    /// resident memory as one JSON line.
+    #[command(hide = true)]
+    SnapshotLoad {
+        #[arg(long)]
+        snapshot: PathBuf,
+        #[arg(long)]
+        dimension: usize,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -119,6 +128,10 @@ fn main() -> anyhow::Result<()> {
             mib,
             first_session,
         } => recovery::run(&assets, &data_dir, mib, first_session)?,
+        Benchmark::SnapshotLoad {
+            snapshot,
+            dimension,
+        } => index::load_alone(&snapshot, dimension)?,
     }
     Ok(())
 }

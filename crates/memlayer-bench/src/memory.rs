@@ -30,7 +30,7 @@ use rand::{Rng, SeedableRng};
 use tokio::task::JoinSet;
 
 use crate::corpus::memories::{self, TOPICS, questions};
-use crate::report::{command_line, load_average, percentile, runtime};
+use crate::report::{self, command_line, load_average, percentile, runtime};
 
 const TENANT: &str = "default";
 const AGENT: &str = "assistant";
@@ -119,7 +119,7 @@ async fn measure(
     let load_time = start.elapsed();
     let file_bytes = std::fs::metadata(&path)?.len();
 
-    let rss_before = rss_bytes()?;
+    let rss_before = report::own_status_kib("VmRSS")? * 1024;
     let start = Instant::now();
     let memories = LongTermMemory::open(store.clone(), embedder.clone(), DEFAULT_RESIDENT_MEMORIES);
     let open = start.elapsed();
@@ -141,7 +141,7 @@ async fn measure(
     let start = Instant::now();
     let graphs = memories.build_graphs();
     let graphs_time = start.elapsed();
-    let rss_after = rss_bytes()?;
+    let rss_after = report::own_status_kib("VmRSS")? * 1024;
 
     for question in &questions[..WARM_UP] {
         let hits = memories.recall(query(0, question)).await?;
@@ -179,7 +179,7 @@ async fn measure(
     }
     let sweep = start.elapsed();
     let residency = memories.residency();
-    let rss_after_sweep = rss_bytes()?;
+    let rss_after_sweep = report::own_status_kib("VmRSS")? * 1024;
     drop(memories);
     store.shutdown();
     with_embedding.sort_unstable();
@@ -290,19 +290,6 @@ pub(crate) fn near(rng: &mut StdRng, centre: &[f32]) -> Vec<f32> {
         *x /= norm;
     }
     vector
-}
-
-/// The resident set size of this process, from `/proc/self/status`.
-fn rss_bytes() -> anyhow::Result<u64> {
-    let status =
-        std::fs::read_to_string("/proc/self/status").context("could not read /proc/self/status")?;
-    let kib = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|kib| kib.parse::<u64>().ok())
-        .context("no VmRSS in /proc/self/status")?;
-    Ok(kib * 1024)
 }
 
 fn ms(duration: Duration) -> f64 {

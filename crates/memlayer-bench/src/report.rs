@@ -66,6 +66,18 @@ pub(crate) fn load_average() -> anyhow::Result<String> {
 /// The nearest-rank percentile of sorted samples: the smallest sample that at least `p`
 /// percent of all samples are less than or equal to (a measured value, never an
 /// interpolation). `cargo xtask`'s HTTP benchmarks compute theirs the same way.
+/// A field of this process's `/proc/self/status` counted in KiB (`VmRSS`, `VmHWM`).
+pub(crate) fn own_status_kib(field: &str) -> anyhow::Result<u64> {
+    let status =
+        std::fs::read_to_string("/proc/self/status").context("could not read /proc/self/status")?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|kib| kib.parse::<u64>().ok())
+        .with_context(|| format!("no {field} in /proc/self/status"))
+}
+
 pub(crate) fn percentile(sorted: &[Duration], p: f64) -> Option<Duration> {
     let last = sorted.len().checked_sub(1)?;
     let rank = (p / 100.0 * sorted.len() as f64).ceil() as usize;
