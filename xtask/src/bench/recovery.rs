@@ -65,6 +65,8 @@ struct Start {
     keywords: Duration,
     /// Until the vector index searches through its graph.
     graph: Duration,
+    /// The server's peak resident memory by then (`VmHWM`), in KiB.
+    peak_rss_kib: u64,
 }
 
 pub(crate) fn run(root: &Path, sizes_mib: &[u64], baseline: Option<&Path>) -> anyhow::Result<()> {
@@ -187,12 +189,14 @@ async fn timed_start(binary: &Path, data_dir: &Path, log: &Path) -> anyhow::Resu
     let ready = start.elapsed();
     let keywords = done_after(&http, addr, start, "memlayer_index_keywords_pending").await?;
     let graph = done_after(&http, addr, start, "memlayer_index_graph_pending").await?;
+    let peak_rss_kib = server.peak_rss_kib()?;
     server.stop()?;
     Ok(Start {
         listening,
         ready,
         keywords,
         graph,
+        peak_rss_kib,
     })
 }
 
@@ -248,11 +252,12 @@ fn secs(duration: Duration) -> f64 {
 impl Start {
     fn row(&self) -> String {
         format!(
-            "{:.1} / {:.1} / {:.1} / {:.1}",
+            "{:.1} / {:.1} / {:.1} / {:.1}; peak RSS {:.0} MiB",
             secs(self.listening),
             secs(self.ready),
             secs(self.keywords),
-            secs(self.graph)
+            secs(self.graph),
+            self.peak_rss_kib as f64 / 1024.0
         )
     }
 }
@@ -272,7 +277,7 @@ fn report(results: &[Measured], message_bytes: u64, load: [String; 2]) -> String
          stored messages' keywords and the HNSW graph of the message vectors are built after \
          that in the background (keyword recall misses older messages and vector searches \
          scan every vector until then). Builds older than that work did it before they \
-         were ready.\n",
+         were ready. The peak RSS is the server's `VmHWM` once its graph is there.\n",
         command.join(" "),
         load[0],
         load[1],
@@ -283,7 +288,7 @@ fn report(results: &[Measured], message_bytes: u64, load: [String; 2]) -> String
     );
     let _ = writeln!(
         out,
-        "| store file MiB | messages (= vectors) | `Store::open` s | `memlayer check` s | check verdict | server | start, no snapshot: listening / ready / keywords / graph s | start with snapshot: listening / ready / keywords / graph s |"
+        "| store file MiB | messages (= vectors) | `Store::open` s | `memlayer check` s | check verdict | server | start, no snapshot: listening / ready / keywords / graph s; peak RSS until then | start with snapshot: the same |"
     );
     let _ = writeln!(out, "| ---: | ---: | ---: | ---: | --- | --- | --- | --- |");
     for result in results {
