@@ -13,7 +13,7 @@ pub fn load_snapshot(bytes: &[u8], dimension: usize) -> Result<usize> {
     let mut config = VectorConfig::new(dimension);
     config.hnsw_threshold = 1;
     config.validate()?;
-    let parsed = snapshot::parse(bytes, dimension)?;
+    let parsed = snapshot::parse(bytes, bytes.len() as u64, &config)?;
     let (index, _) = VectorIndex::from_snapshot(parsed, config)?;
     let mut query = vec![0.0; dimension];
     query[0] = 1.0;

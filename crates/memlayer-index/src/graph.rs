@@ -22,7 +22,7 @@
 
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::BinaryHeap;
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard, OnceLock, PoisonError};
 
@@ -30,6 +30,7 @@ use rayon::prelude::*;
 
 use crate::dot::dot;
 use crate::error::{IndexError, Result};
+use crate::snapshot::read_exact;
 
 /// Layers a node may reach: with M ≥ 2 a node reaches layer 16 with probability below
 /// 2^-16, and the graph's descent costs one greedy step per layer.
@@ -634,12 +635,21 @@ impl Graph {
         Ok(())
     }
 
-    /// Reads a graph [`write`](Self::write) wrote, over an arena of `slots` slots of which
-    /// the first `g` are its nodes; every count, level and link is checked. `Ok(None)` when it
-    /// was built with other parameters (the index builds a new one).
-    pub(crate) fn read(bytes: &[u8], slots: usize, params: GraphParams) -> Result<Option<Self>> {
+    /// Reads the `len` bytes of a graph [`write`](Self::write) wrote from `source`, over an
+    /// arena of `slots` slots of which the first `g` are its nodes; every count, level and
+    /// link is checked. `Ok(None)` when it was built with other parameters (the index builds a
+    /// new one).
+    pub(crate) fn read(
+        source: impl Read,
+        len: u64,
+        slots: usize,
+        params: GraphParams,
+    ) -> Result<Option<Self>> {
         let corrupted = |detail: &str| IndexError::Corrupted(format!("graph: {detail}"));
-        let mut reader = Reader { bytes };
+        let mut reader = Reader {
+            source,
+            remaining: len,
+        };
         let written = usize::try_from(reader.u64()?)
             .ok()
             .filter(|&written| written <= slots)
@@ -672,7 +682,7 @@ impl Graph {
             levels.push(level);
             lists.push(layers);
         }
-        if !reader.bytes.is_empty() {
+        if reader.remaining != 0 {
             return Err(corrupted("bytes after the last node"));
         }
         // A link on a layer must lead to a node that reaches that layer.
@@ -824,18 +834,22 @@ impl Visited {
 }
 
 /// Little-endian fields off the front of a byte slice; running out is corruption.
-struct Reader<'a> {
-    bytes: &'a [u8],
+/// The graph's section, read field by field from the snapshot as it streams in.
+struct Reader<R> {
+    source: R,
+    /// Bytes of the section not read yet: no field is read past its end.
+    remaining: u64,
 }
 
-impl Reader<'_> {
+impl<R: Read> Reader<R> {
     fn take<const N: usize>(&mut self) -> Result<[u8; N]> {
-        let (field, rest) = self
-            .bytes
-            .split_first_chunk::<N>()
+        self.remaining = self
+            .remaining
+            .checked_sub(N as u64)
             .ok_or_else(|| IndexError::Corrupted("graph: the file ends inside a node".into()))?;
-        self.bytes = rest;
-        Ok(*field)
+        let mut field = [0u8; N];
+        read_exact(&mut self.source, &mut field)?;
+        Ok(field)
     }
 
     fn u8(&mut self) -> Result<u8> {

@@ -18,17 +18,21 @@
 //! link to it. The graph holds record numbers, no vector and no id.
 
 use std::fs::{self, File};
-use std::io::{self, BufWriter, Seek, SeekFrom, Write};
+use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use crate::VectorConfig;
 use crate::dot::check_unit;
 use crate::error::{IndexError, Result};
+use crate::graph::Graph;
 
 const MAGIC: [u8; 8] = *b"MLVECIDX";
 /// The version written; [`FIRST_VERSION`] files (no graph) are still read.
 const VERSION: u32 = 2;
 const FIRST_VERSION: u32 = 1;
 const HEADER_LEN: usize = 36;
+/// Read buffer of a snapshot load: large reads, few system calls.
+const READ_BUFFER: usize = 1 << 20;
 /// Offset of the checksum, which covers the header bytes before it.
 const CHECKSUM_OFFSET: usize = 32;
 
@@ -39,8 +43,8 @@ pub(crate) struct Snapshot {
     pub(crate) ids: Vec<u64>,
     /// `ids.len() × dimension` components, record by record.
     pub(crate) data: Vec<f32>,
-    /// The graph's section, checksummed but not yet parsed.
-    pub(crate) graph: Option<Vec<u8>>,
+    /// The graph, when the file holds one built with the index's parameters.
+    pub(crate) graph: Option<Graph>,
 }
 
 /// Writes a graph's section into the snapshot being written.
@@ -139,9 +143,9 @@ fn write_file<'a>(
     Ok(())
 }
 
-/// A writer that feeds what it writes to a CRC.
-struct Checksummed<W> {
-    inner: W,
+/// A writer that feeds what it writes, or a reader what it reads, to a CRC.
+struct Checksummed<T> {
+    inner: T,
     crc: crc32fast::Hasher,
 }
 
@@ -154,6 +158,14 @@ impl<W: Write> Write for Checksummed<W> {
 
     fn flush(&mut self) -> io::Result<()> {
         self.inner.flush()
+    }
+}
+
+impl<R: Read> Read for Checksummed<R> {
+    fn read(&mut self, bytes: &mut [u8]) -> io::Result<usize> {
+        let read = self.inner.read(bytes)?;
+        self.crc.update(&bytes[..read]);
+        Ok(read)
     }
 }
 
@@ -173,23 +185,34 @@ fn sync_parent(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Reads and verifies the snapshot at `path` written for vectors of `dimension`.
+/// Reads and verifies the snapshot at `path` written for an index of `config`.
 ///
 /// Every check that can fail reports [`IndexError::Corrupted`]; nothing here panics or
 /// allocates more than the file's actual size, whatever the header claims.
-pub(crate) fn read(path: &Path, dimension: usize) -> Result<Snapshot> {
-    let bytes = fs::read(path)?;
-    parse(&bytes, dimension)
+pub(crate) fn read(path: &Path, config: &VectorConfig) -> Result<Snapshot> {
+    let file = File::open(path)?;
+    let len = file.metadata()?.len();
+    parse(BufReader::with_capacity(READ_BUFFER, file), len, config)
 }
 
-pub(crate) fn parse(bytes: &[u8], dimension: usize) -> Result<Snapshot> {
+/// Reads a snapshot of `len` bytes from `source` for an index of `config`. The records and
+/// the graph stream into what they become (a file read whole first held every vector twice
+/// while loading: 1.5 GB more at a million), and the checksum, which covers them, is verified
+/// before anything is answered.
+pub(crate) fn parse(source: impl Read, len: u64, config: &VectorConfig) -> Result<Snapshot> {
+    let dimension = config.dimension;
     let corrupted = |detail: String| IndexError::Corrupted(detail);
-    let Some((header, rest)) = bytes.split_first_chunk::<HEADER_LEN>() else {
-        return Err(corrupted(format!(
-            "{} bytes is shorter than the {HEADER_LEN}-byte header",
-            bytes.len()
-        )));
+    let mut source = Checksummed {
+        inner: source,
+        crc: crc32fast::Hasher::new(),
     };
+    let mut header = [0u8; HEADER_LEN];
+    if len < HEADER_LEN as u64 {
+        return Err(corrupted(format!(
+            "{len} bytes is shorter than the {HEADER_LEN}-byte header"
+        )));
+    }
+    read_exact(&mut source.inner, &mut header)?;
     let field = |range: std::ops::Range<usize>| &header[range];
     if field(0..8) != MAGIC {
         return Err(corrupted(
@@ -211,58 +234,89 @@ pub(crate) fn parse(bytes: &[u8], dimension: usize) -> Result<Snapshot> {
     let covered_sequence = u64::from_le_bytes(le(field(16..24)));
     let count = u64::from_le_bytes(le(field(24..32)));
     let stored_crc = u32::from_le_bytes(le(field(32..36)));
+    source.crc.update(&header[..CHECKSUM_OFFSET]);
 
     // The count is checked against the real length before anything is allocated.
+    let rest_len = len - HEADER_LEN as u64;
     let record_len = 8 + 4 * dimension;
-    let body_len = usize::try_from(count)
+    let count = usize::try_from(count)
         .ok()
-        .and_then(|count| count.checked_mul(record_len))
-        .filter(|&len| len <= rest.len())
+        .filter(|&count| {
+            count
+                .checked_mul(record_len)
+                .is_some_and(|body| body as u64 <= rest_len)
+        })
         .ok_or_else(|| {
             corrupted(format!(
-                "header announces {count} records of {record_len} bytes, the file has {} \
-                 bytes after the header",
-                rest.len()
+                "header announces {count} records of {record_len} bytes, the file has \
+                 {rest_len} bytes after the header"
             ))
         })?;
-    let (body, trailer) = rest.split_at(body_len);
-    let graph = match (version, trailer) {
-        (FIRST_VERSION, []) | (VERSION, [0]) => None,
-        (VERSION, [1, graph @ ..]) => Some(graph),
-        _ => {
-            return Err(corrupted(format!(
-                "{} unexpected bytes after the records",
-                trailer.len()
-            )));
-        }
-    };
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&header[..CHECKSUM_OFFSET]);
-    crc.update(rest);
-    if crc.finalize() != stored_crc {
-        return Err(corrupted("checksum mismatch".into()));
-    }
-
-    let count = body.len() / record_len;
     let mut ids = Vec::with_capacity(count);
     let mut data = Vec::with_capacity(count * dimension);
-    for record in body.chunks_exact(record_len) {
+    // A matching checksum means we wrote this, but an index must never hold a vector it
+    // would have refused on insert, so the invariant is checked rather than trusted; what
+    // the checks find is reported after the checksum, which names damage first.
+    let mut invalid = None;
+    let mut record = vec![0u8; record_len];
+    for _ in 0..count {
+        read_exact(&mut source, &mut record)?;
         let (id, components) = record.split_at(8);
         let id = u64::from_le_bytes(le(id));
         let (components, _) = components.as_chunks::<4>();
         let start = data.len();
         data.extend(components.iter().map(|c| f32::from_le_bytes(*c)));
-        // A matching checksum means we wrote this, but an index must never hold a vector it
-        // would have refused on insert, so the invariant is checked rather than trusted.
-        check_unit(&data[start..])
-            .map_err(|reason| corrupted(format!("vector of id {id}: {reason}")))?;
+        if invalid.is_none()
+            && let Err(reason) = check_unit(&data[start..])
+        {
+            invalid = Some(format!("vector of id {id}: {reason}"));
+        }
         ids.push(id);
+    }
+    let trailer_len = rest_len - (count * record_len) as u64;
+    let graph = match (version, trailer_len) {
+        (FIRST_VERSION, 0) => Ok(None),
+        (VERSION, 0) => Err(corrupted("the graph flag is missing".into())),
+        (VERSION, _) => {
+            let mut flag = [0u8];
+            read_exact(&mut source, &mut flag)?;
+            match flag {
+                [0] if trailer_len == 1 => Ok(None),
+                [1] => Graph::read(&mut source, trailer_len - 1, count, config.graph_params()),
+                _ => Err(trailing(trailer_len)),
+            }
+        }
+        _ => Err(trailing(trailer_len)),
+    };
+    // What a failed check left unread still counts towards the checksum.
+    io::copy(&mut source, &mut io::sink())?;
+    if source.crc.finalize() != stored_crc {
+        return Err(corrupted("checksum mismatch".into()));
+    }
+    let graph = graph?;
+    if let Some(invalid) = invalid {
+        return Err(corrupted(invalid));
     }
     Ok(Snapshot {
         covered_sequence,
         ids,
         data,
-        graph: graph.map(<[u8]>::to_vec),
+        graph,
+    })
+}
+
+fn trailing(len: u64) -> IndexError {
+    IndexError::Corrupted(format!("{len} unexpected bytes after the records"))
+}
+
+/// `Read::read_exact`, with a source shorter than its announced length reported as damage.
+pub(crate) fn read_exact(source: &mut impl Read, buffer: &mut [u8]) -> Result<()> {
+    source.read_exact(buffer).map_err(|error| {
+        if error.kind() == io::ErrorKind::UnexpectedEof {
+            IndexError::Corrupted("the file ended early".into())
+        } else {
+            IndexError::Io(error)
+        }
     })
 }
 

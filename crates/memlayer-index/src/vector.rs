@@ -97,7 +97,7 @@ impl VectorConfig {
         Ok(())
     }
 
-    fn graph_params(&self) -> GraphParams {
+    pub(crate) fn graph_params(&self) -> GraphParams {
         GraphParams {
             max_connections: self.max_connections,
             ef_construction: self.ef_construction,
@@ -485,7 +485,7 @@ impl VectorIndex {
     /// did not cover every vector, [`needs_graph_work`](Self::needs_graph_work) after loading.
     pub fn load(path: impl AsRef<Path>, config: VectorConfig) -> Result<(Self, u64)> {
         config.validate()?;
-        let snapshot = snapshot::read(path.as_ref(), config.dimension)?;
+        let snapshot = snapshot::read(path.as_ref(), &config)?;
         Self::from_snapshot(snapshot, config)
     }
 
@@ -500,17 +500,13 @@ impl VectorIndex {
                 return Err(IndexError::Corrupted(format!("id {id} occurs twice")));
             }
         }
-        let graph = match &snapshot.graph {
-            Some(bytes) => Graph::read(bytes, snapshot.ids.len(), config.graph_params())?,
-            None => None,
-        };
         let mut index = Self {
             config,
             live: vec![true; snapshot.ids.len()],
             ids: snapshot.ids,
             data: snapshot.data,
             slot_of,
-            graph,
+            graph: snapshot.graph,
         };
         if !index.wants_graph() {
             index.graph = None;
