@@ -9,7 +9,7 @@
 //! one store, one user each, scored by evidence recall of the first hits; the figures are in
 //! docs/benchmarks.md, "Recall quality").
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use crate::{
     Fused, GraphBuilt, IdFilter, IndexLock, KeywordIndex, Result, Retriever, VectorIndex,
@@ -225,7 +225,7 @@ impl<K: KeywordPostings> HybridIndex<K> {
         let (by_keyword, by_vector) = match query.neighbours {
             None => (ids(&by_keyword), ids(&by_vector)),
             Some(neighbours) => {
-                let keyword_scores: HashMap<u64, f32> = by_keyword.iter().copied().collect();
+                let keyword_scores: FxHashMap<u64, f32> = by_keyword.iter().copied().collect();
                 let keyword = with_neighbours(
                     &by_keyword,
                     neighbours,
@@ -303,11 +303,15 @@ fn with_neighbours(
         .collect();
     candidates.sort_unstable();
     candidates.dedup();
+    // Each document is scored once, though it is met as a candidate and again as either
+    // neighbour's neighbour: a vector's score is a dot product.
+    let mut scores: FxHashMap<u64, Option<f32>> = FxHashMap::default();
+    let mut score_of = |id: u64| *scores.entry(id).or_insert_with(|| score(id));
     let mut ranked: Vec<(u64, f32)> = candidates
         .into_iter()
         .map(|id| {
-            let lent = around(id).filter_map(&score).fold(0.0_f32, f32::max);
-            (id, score(id).unwrap_or(0.0) + share * lent)
+            let lent = around(id).filter_map(&mut score_of).fold(0.0_f32, f32::max);
+            (id, score_of(id).unwrap_or(0.0) + share * lent)
         })
         .collect();
     ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
@@ -317,6 +321,8 @@ fn with_neighbours(
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
     use crate::VectorConfig;
 

@@ -3,6 +3,8 @@
 //! analyzer but nothing a score depends on ([`KeywordPartitions`]).
 
 use std::collections::HashMap;
+
+use rustc_hash::FxHashMap;
 use std::hash::Hash;
 
 use crate::analyzer::Analyzer;
@@ -118,7 +120,9 @@ struct Postings {
     terms: Vec<Term>,
     /// Term ids whose term was dropped, for reuse.
     free_terms: Vec<u32>,
-    documents: HashMap<u64, Document>,
+    /// Keyed by the process's own ids (no text anyone chooses): a fast hasher, as for the
+    /// scores a search adds up per posting.
+    documents: FxHashMap<u64, Document>,
     /// Sum of the lengths of all documents, for the average document length.
     total_length: u64,
 }
@@ -188,7 +192,7 @@ impl Postings {
 
         let documents = self.documents.len() as f32;
         let average_length = self.total_length as f32 / documents;
-        let mut scores: HashMap<u64, f32> = HashMap::new();
+        let mut scores: FxHashMap<u64, f32> = FxHashMap::default();
         for term in query_terms {
             let postings = &self.terms[term as usize].postings;
             let df = postings.len() as f32;

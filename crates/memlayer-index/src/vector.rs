@@ -9,10 +9,11 @@
 //! (docs/benchmarks.md), so the graph is kept: in the snapshot, and through compactions,
 //! which repair it instead of dropping it.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
 use std::path::Path;
+
+use rustc_hash::FxHashMap;
 
 use crate::dot::{check_unit, dot};
 use crate::error::{IndexError, Result};
@@ -125,7 +126,7 @@ pub struct VectorIndex {
     /// Whether each slot is live.
     live: Vec<bool>,
     /// The slot of every live id. Invariant: `slot_of[id] == s` iff `live[s] && ids[s] == id`.
-    slot_of: HashMap<u64, usize>,
+    slot_of: FxHashMap<u64, usize>,
     /// Present while the index has more than `hnsw_threshold` live vectors: one node per
     /// slot, the slots below [`Graph::covered`] linked. A dead slot stays a node (its vector
     /// zeroed) until a compaction takes it out of every list.
@@ -203,7 +204,7 @@ impl VectorIndex {
             ids: Vec::new(),
             data: Vec::new(),
             live: Vec::new(),
-            slot_of: HashMap::new(),
+            slot_of: FxHashMap::default(),
             graph: None,
         })
     }
@@ -494,7 +495,8 @@ impl VectorIndex {
         snapshot: snapshot::Snapshot,
         config: VectorConfig,
     ) -> Result<(Self, u64)> {
-        let mut slot_of = HashMap::with_capacity(snapshot.ids.len());
+        let mut slot_of =
+            FxHashMap::with_capacity_and_hasher(snapshot.ids.len(), Default::default());
         for (slot, &id) in snapshot.ids.iter().enumerate() {
             if slot_of.insert(id, slot).is_some() {
                 return Err(IndexError::Corrupted(format!("id {id} occurs twice")));
