@@ -14,15 +14,16 @@ use crate::{HybridQuery, IndexError, Result, Retriever};
 
 /// Which messages a query may find, beyond what the indexes hold.
 pub(super) struct Filter {
-    /// The sessions its scope covers. Sets of keys are looked up for every candidate of a
-    /// search (every vector of an exact scan), where SipHash took a third of a recall's time:
-    /// keys here are a process's own counters, not input anyone chooses.
+    /// The sessions its scope covers. It is looked up for every candidate of a search (every
+    /// vector of an exact scan), where SipHash took a third of a recall's time: session keys
+    /// are the store's own counters, which no caller chooses, so a fast hasher is safe here.
     pub(super) allowed: FxHashSet<u64>,
     /// The keyword partition holding them: a scope is one user's. `None` when the scope
     /// covers nothing indexed.
     pub(super) keywords: Option<TenantUser>,
-    /// The session key and message indices it excludes.
-    excluded: Option<(u64, FxHashSet<u64>)>,
+    /// The session key and message indices it excludes, sorted: the caller chooses them, so
+    /// they are searched, not hashed (keys made to collide would make a set quadratic).
+    excluded: Option<(u64, Vec<u64>)>,
 }
 impl Recall {
     /// Searches `query.scope` by keywords and by meaning and fuses the two rankings.
@@ -94,7 +95,7 @@ impl Recall {
         &self,
         access: &Access,
         exclude: Option<&Excluded>,
-    ) -> Result<Option<(u64, FxHashSet<u64>)>> {
+    ) -> Result<Option<(u64, Vec<u64>)>> {
         let Some(exclude) = exclude else {
             return Ok(None);
         };
@@ -103,7 +104,10 @@ impl Recall {
             .store
             .feed()
             .session_key(access, &exclude.session_id)?;
-        Ok(sid.map(|sid| (sid, exclude.indices.iter().copied().collect())))
+        let mut indices = exclude.indices.clone();
+        indices.sort_unstable();
+        indices.dedup();
+        Ok(sid.map(|sid| (sid, indices)))
     }
 
     /// Waits until every append committed before the call is indexed, or the configured
@@ -226,7 +230,7 @@ impl Recall {
             let key = MessageKey::from_u64(raw);
             sessions.contains(&key.session())
                 && !excluded.as_ref().is_some_and(|(sid, indices)| {
-                    key.session() == *sid && indices.contains(&key.index())
+                    key.session() == *sid && indices.binary_search(&key.index()).is_ok()
                 })
                 && (!filters_fields
                     || indexes.docs.get(&raw).is_some_and(|doc| {
