@@ -669,13 +669,9 @@ impl Graph {
                 if count > links(max_connections, layer) {
                     return Err(corrupted("a node with more links than allowed"));
                 }
-                let mut list = Vec::with_capacity(count);
-                for _ in 0..count {
-                    let neighbour = reader.u32()?;
-                    if neighbour as usize >= written {
-                        return Err(corrupted("a link to a node that is not there"));
-                    }
-                    list.push(neighbour);
+                let list = reader.u32s(count)?;
+                if list.iter().any(|&neighbour| neighbour as usize >= written) {
+                    return Err(corrupted("a link to a node that is not there"));
                 }
                 layers.push(list);
             }
@@ -833,8 +829,8 @@ impl Visited {
     }
 }
 
-/// Little-endian fields off the front of a byte slice; running out is corruption.
-/// The graph's section, read field by field from the snapshot as it streams in.
+/// The graph's section, read as little-endian fields from the snapshot as it streams in;
+/// running out is corruption.
 struct Reader<R> {
     source: R,
     /// Bytes of the section not read yet: no field is read past its end.
@@ -842,14 +838,32 @@ struct Reader<R> {
 }
 
 impl<R: Read> Reader<R> {
-    fn take<const N: usize>(&mut self) -> Result<[u8; N]> {
+    /// Takes `bytes.len()` bytes of what remains into `bytes`.
+    fn fill(&mut self, bytes: &mut [u8]) -> Result<()> {
         self.remaining = self
             .remaining
-            .checked_sub(N as u64)
+            .checked_sub(bytes.len() as u64)
             .ok_or_else(|| IndexError::Corrupted("graph: the file ends inside a node".into()))?;
+        read_exact(&mut self.source, bytes)
+    }
+
+    fn take<const N: usize>(&mut self) -> Result<[u8; N]> {
         let mut field = [0u8; N];
-        read_exact(&mut self.source, &mut field)?;
+        self.fill(&mut field)?;
         Ok(field)
+    }
+
+    /// `count` `u32`s in one read: a graph holds tens of links per node, and a load reads
+    /// every one of them.
+    fn u32s(&mut self, count: usize) -> Result<Vec<u32>> {
+        let mut bytes = vec![0u8; 4 * count];
+        self.fill(&mut bytes)?;
+        Ok(bytes
+            .as_chunks::<4>()
+            .0
+            .iter()
+            .map(|bytes| u32::from_le_bytes(*bytes))
+            .collect())
     }
 
     fn u8(&mut self) -> Result<u8> {

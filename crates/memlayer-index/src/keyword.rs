@@ -120,8 +120,7 @@ struct Postings {
     terms: Vec<Term>,
     /// Term ids whose term was dropped, for reuse.
     free_terms: Vec<u32>,
-    /// Keyed by the process's own ids (no text anyone chooses): a fast hasher, as for the
-    /// scores a search adds up per posting.
+    /// Fx-hashed, as the scores a search adds up per posting (see [`KeywordIndex`]).
     documents: FxHashMap<u64, Document>,
     /// Sum of the lengths of all documents, for the average document length.
     total_length: u64,
@@ -236,6 +235,9 @@ impl Postings {
 ///
 /// Removing a document deletes its postings, and a term left without postings is dropped
 /// from the vocabulary, so an erased text leaves no word behind in the index.
+///
+/// Document ids are hashed with the unkeyed Fx hash, as [`VectorIndex`](crate::VectorIndex)'s
+/// are (the same rule: ids the program makes); terms, which are text, with SipHash.
 #[derive(Debug)]
 pub struct KeywordIndex {
     analysis: Analysis,

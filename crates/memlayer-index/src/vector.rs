@@ -115,6 +115,10 @@ impl VectorConfig {
 /// dead slots exceed [`VectorConfig::max_tombstone_fraction`], or [`compact`](Self::compact)
 /// is called: then the arena is squeezed and the graph's lists renumbered and repaired.
 ///
+/// Ids are hashed with rustc-hash's unkeyed Fx hash, which searches look up per candidate:
+/// give it ids the program makes (memlayer's message keys, random memory ids), never ones an
+/// untrusted caller picks, which could be chosen to collide.
+///
 /// Methods that change the index take `&mut self`; searches take `&self`, so an
 /// `RwLock<VectorIndex>` (or an [`IndexLock`]) serves concurrent searches.
 pub struct VectorIndex {
@@ -147,7 +151,7 @@ pub enum GraphBuilt {
 }
 
 /// Builds the graph of the index that `index` finds in `lock`'s value, or extends it over
-/// the vectors added since, a chunk of [`GRAPH_CHUNK`] slots at a time under the lock's read
+/// the vectors added since, a chunk of `GRAPH_CHUNK` slots at a time under the lock's read
 /// side: searches go on meanwhile (and scan exactly what the graph does not cover yet), and a
 /// writer waits for one chunk at most. `cancelled` is asked between chunks.
 pub fn build_graph_unlocked<T>(

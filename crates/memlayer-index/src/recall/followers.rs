@@ -112,7 +112,7 @@ impl Recall {
     /// On a store several nodes share, waits until every other live node applied every entry
     /// in the outbox now (this node's erasures committed before the call among them: so
     /// their removals left every live node's indexes, graphs, snapshot and caches). Fails with
-    /// [`IndexError::FollowersBehind`] when some are still behind after [`FOLLOWERS_WAIT`].
+    /// [`IndexError::FollowersBehind`] when some are still behind after `FOLLOWERS_WAIT`.
     /// Returns at once on a store with one process.
     pub async fn wait_for_followers(&self) -> Result<()> {
         let store = self.inner.store.clone();

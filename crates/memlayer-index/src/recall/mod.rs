@@ -369,7 +369,7 @@ impl Recall {
         !self.inner.progress.borrow().backfilled
     }
 
-    /// Whether the vector index waits for its graph (see [`VectorIndex::needs_graph`]):
+    /// Whether the vector index waits for its graph (see [`crate::VectorIndex::needs_graph`]):
     /// vector searches scan every vector until the pipeline's builder installs it.
     pub fn graph_pending(&self) -> bool {
         self.read().hybrid.needs_graph()
