@@ -119,7 +119,8 @@ async fn principal(parts: &mut Parts, state: &AppState) -> Result<Principal, Api
     let presented = bearer(&parts.headers)?;
     let checked = state
         .store()
-        .read(move |store| store.keys().authenticate_key(&presented, Timestamp::now()))
+        .keys()
+        .authenticate_key(&presented, Timestamp::now())
         .await?;
     let key = checked.map_err(|rejection| {
         ApiError::Unauthorized(

@@ -23,14 +23,14 @@
 //! milliseconds of CPU for nothing. The configured key is the operator's: the docs ask for a
 //! random one (`openssl rand -hex 32`), and its minimum length rules out short passwords.
 
-use redb::{ReadableTable, WriteTransaction};
+use redb::{ReadTransaction, ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::model::{Timestamp, validate_id};
 use crate::record::Record;
-use crate::store::{Keys, wait};
+use crate::store::{Keys, blocking, wait};
 use crate::tables::{API_KEY_TENANTS, API_KEYS};
 use crate::{Result, StoreError};
 
@@ -268,6 +268,45 @@ pub fn generated_key_prefix(key: &str) -> Option<&str> {
     (hex_of(prefix, PREFIX_BYTES * 2) && hex_of(secret, SECRET_BYTES * 2)).then_some(prefix)
 }
 
+/// The stored key `presented` (well formed) is, if it authenticates at `now`, read in `txn`.
+fn stored_key(
+    txn: &ReadTransaction,
+    presented: &str,
+    now: Timestamp,
+) -> Result<std::result::Result<ApiKey, KeyRejection>> {
+    let digest = key_digest(presented);
+    let keys = txn.open_table(API_KEYS)?;
+    // A generated key names its record; anything else can only be the configured key,
+    // which may also have the generated shape (an operator reusing a generated key).
+    let mut candidates = vec![CONFIGURED_KEY_PREFIX];
+    if let Some(prefix) = generated_key_prefix(presented) {
+        candidates.insert(0, prefix);
+    }
+    let mut found = None;
+    for prefix in candidates {
+        let record = keys
+            .get(prefix)?
+            .map(|value| KeyRecord::decode(value.value()))
+            .transpose()?;
+        let stored = record.as_ref().map_or([0u8; 32], |record| record.hash);
+        if bool::from(digest.ct_eq(&stored)) && record.is_some() {
+            found = record.map(|record| (prefix, record));
+            break;
+        }
+    }
+    let Some((prefix, record)) = found else {
+        return Ok(Err(KeyRejection::Unknown));
+    };
+    let key = record.into_key(prefix.to_owned());
+    if key.revoked_at.is_some() {
+        Ok(Err(KeyRejection::Revoked))
+    } else if !key.is_active(now) {
+        Ok(Err(KeyRejection::Expired))
+    } else {
+        Ok(Ok(key))
+    }
+}
+
 /// Whether `key` could be a key at all: 1 to 256 visible ASCII characters. Anything else is
 /// refused before it is hashed.
 pub fn well_formed_key(key: &str) -> bool {
@@ -426,49 +465,30 @@ impl Keys<'_> {
     /// The key `presented` is, if it authenticates at `now`. Unknown prefixes and wrong
     /// secrets are indistinguishable to the caller, and both take a hash and a constant-time
     /// comparison, so timing tells little either.
-    pub fn authenticate_key(
+    ///
+    /// Every request authenticates, so the file's answer is read on the calling task: a point
+    /// read of the keys table, whose pages every request keeps in redb's cache, takes
+    /// microseconds, where handing it to the blocking pool woke a thread per request and
+    /// contended the pool's lock (a sixth of the async workers' time with 64 clients
+    /// appending, docs/benchmarks.md). Only while a reopening holds the file does it wait,
+    /// on the blocking pool. Revocation stays immediate: nothing is cached.
+    pub async fn authenticate_key(
         self,
         presented: &str,
         now: Timestamp,
     ) -> Result<std::result::Result<ApiKey, KeyRejection>> {
         if let Some(backend) = self.store.backend() {
-            return wait(backend.keys().authenticate_key(presented, now));
+            return backend.keys().authenticate_key(presented, now).await;
         }
         if !well_formed_key(presented) {
             return Ok(Err(KeyRejection::Malformed));
         }
-        let digest = key_digest(presented);
-        let txn = self.store.begin_read()?;
-        let keys = txn.open_table(API_KEYS)?;
-        // A generated key names its record; anything else can only be the configured key,
-        // which may also have the generated shape (an operator reusing a generated key).
-        let mut candidates = vec![CONFIGURED_KEY_PREFIX];
-        if let Some(prefix) = generated_key_prefix(presented) {
-            candidates.insert(0, prefix);
+        if let Some(txn) = self.store.try_begin_read()? {
+            return stored_key(&txn, presented, now);
         }
-        let mut found = None;
-        for prefix in candidates {
-            let record = keys
-                .get(prefix)?
-                .map(|value| KeyRecord::decode(value.value()))
-                .transpose()?;
-            let stored = record.as_ref().map_or([0u8; 32], |record| record.hash);
-            if bool::from(digest.ct_eq(&stored)) && record.is_some() {
-                found = record.map(|record| (prefix, record));
-                break;
-            }
-        }
-        let Some((prefix, record)) = found else {
-            return Ok(Err(KeyRejection::Unknown));
-        };
-        let key = record.into_key(prefix.to_owned());
-        if key.revoked_at.is_some() {
-            Ok(Err(KeyRejection::Revoked))
-        } else if !key.is_active(now) {
-            Ok(Err(KeyRejection::Expired))
-        } else {
-            Ok(Ok(key))
-        }
+        let store = self.store.clone();
+        let presented = presented.to_owned();
+        blocking(move || stored_key(&*store.begin_read()?, &presented, now)).await
     }
 
     /// The key stored under `prefix`, of any tenant.
@@ -658,7 +678,11 @@ mod tests {
         assert_eq!(issued.secret.len(), 4 + 16 + 1 + 64);
         let now = Timestamp::now();
         assert_eq!(
-            store.keys().authenticate_key(&issued.secret, now).unwrap(),
+            store
+                .keys()
+                .authenticate_key(&issued.secret, now)
+                .await
+                .unwrap(),
             Ok(issued.key.clone())
         );
         // One character off, or the right prefix with another secret: unknown.
@@ -666,12 +690,12 @@ mod tests {
         let last = if wrong.ends_with('0') { "1" } else { "0" };
         wrong.replace_range(wrong.len() - 1.., last);
         assert_eq!(
-            store.keys().authenticate_key(&wrong, now).unwrap(),
+            store.keys().authenticate_key(&wrong, now).await.unwrap(),
             Err(KeyRejection::Unknown)
         );
         for malformed in ["", "mlk_ x", &"a".repeat(300), "clé"] {
             assert_eq!(
-                store.keys().authenticate_key(malformed, now).unwrap(),
+                store.keys().authenticate_key(malformed, now).await.unwrap(),
                 Err(KeyRejection::Malformed),
                 "{malformed:?}"
             );
@@ -685,6 +709,35 @@ mod tests {
         assert!(!found(secret_part.as_bytes()));
         assert!(!found(issued.secret.as_bytes()));
         assert!(found(prefix.as_bytes()), "the prefix is stored");
+    }
+
+    /// A key is checked on the request's task, but never waits there for the file: while a
+    /// reopening holds it (as long as redb's repair may take), the check waits on the
+    /// blocking pool and the async worker goes on serving.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_key_check_waits_off_the_async_worker_while_the_file_is_reopened() {
+        let (_dir, store) = store();
+        let issued = store.keys().create_key(service("acme")).await.unwrap();
+        let reopening = store.hold_as_reopening();
+        let checking = tokio::spawn({
+            let store = store.clone();
+            let secret = issued.secret.clone();
+            async move {
+                store
+                    .keys()
+                    .authenticate_key(&secret, Timestamp::now())
+                    .await
+            }
+        });
+        // The runtime's one worker still runs other tasks (waited for on the test's own
+        // thread, which is not a worker).
+        let (ran, other) = std::sync::mpsc::channel();
+        tokio::spawn(async move { ran.send(()) });
+        let waited = other.recv_timeout(std::time::Duration::from_secs(5));
+        assert!(waited.is_ok(), "the async worker was blocked");
+        assert!(!checking.is_finished());
+        drop(reopening);
+        assert_eq!(checking.await.unwrap().unwrap(), Ok(issued.key));
     }
 
     #[tokio::test]
@@ -705,6 +758,7 @@ mod tests {
             store
                 .keys()
                 .authenticate_key(&expiring.secret, now)
+                .await
                 .unwrap()
                 .is_ok()
         );
@@ -713,6 +767,7 @@ mod tests {
             store
                 .keys()
                 .authenticate_key(&expiring.secret, later)
+                .await
                 .unwrap(),
             Err(KeyRejection::Expired)
         );
@@ -740,7 +795,11 @@ mod tests {
             .unwrap();
         assert_eq!(again.unwrap().revoked_at, Some(at), "revocation is kept");
         assert_eq!(
-            store.keys().authenticate_key(&issued.secret, now).unwrap(),
+            store
+                .keys()
+                .authenticate_key(&issued.secret, now)
+                .await
+                .unwrap(),
             Err(KeyRejection::Revoked)
         );
         assert_eq!(store.keys().revoke_key(None, "0000").await.unwrap(), None);
@@ -815,6 +874,7 @@ mod tests {
         let key = store
             .keys()
             .authenticate_key(&issued.secret, now)
+            .await
             .unwrap()
             .unwrap();
         assert_eq!((key.role, key.tenant.as_str()), (KeyRole::Operator, "*"));
@@ -897,6 +957,7 @@ mod tests {
         let key = store
             .keys()
             .authenticate_key(configured, now)
+            .await
             .unwrap()
             .unwrap();
         assert_eq!(
@@ -919,15 +980,30 @@ mod tests {
             Bootstrap::ConfiguredRevoked
         ));
         assert_eq!(
-            store.keys().authenticate_key(configured, now).unwrap(),
+            store
+                .keys()
+                .authenticate_key(configured, now)
+                .await
+                .unwrap(),
             Err(KeyRejection::Revoked)
         );
         // A new configured key replaces it; unconfigured, it is gone.
         let rotated = "fedcba9876543210fedcba9876543210";
         store.keys().bootstrap_keys(Some(rotated)).await.unwrap();
-        assert!(store.keys().authenticate_key(rotated, now).unwrap().is_ok());
+        assert!(
+            store
+                .keys()
+                .authenticate_key(rotated, now)
+                .await
+                .unwrap()
+                .is_ok()
+        );
         assert_eq!(
-            store.keys().authenticate_key(configured, now).unwrap(),
+            store
+                .keys()
+                .authenticate_key(configured, now)
+                .await
+                .unwrap(),
             Err(KeyRejection::Unknown)
         );
         assert!(matches!(
@@ -935,7 +1011,7 @@ mod tests {
             Bootstrap::Existing
         ));
         assert_eq!(
-            store.keys().authenticate_key(rotated, now).unwrap(),
+            store.keys().authenticate_key(rotated, now).await.unwrap(),
             Err(KeyRejection::Unknown)
         );
         assert!(store.keys().key(CONFIGURED_KEY_PREFIX).unwrap().is_none());
@@ -943,6 +1019,7 @@ mod tests {
             store
                 .keys()
                 .authenticate_key(&first.secret, now)
+                .await
                 .unwrap()
                 .is_ok()
         );
@@ -955,6 +1032,7 @@ mod tests {
         let key = store
             .keys()
             .authenticate_key(&shaped, now)
+            .await
             .unwrap()
             .unwrap();
         assert_eq!(key.prefix, CONFIGURED_KEY_PREFIX);

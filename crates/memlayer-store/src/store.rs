@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock, TryLockError};
 
 use redb::{
     Database, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata, Table,
@@ -366,6 +366,30 @@ impl Store {
     pub(crate) fn begin_read(&self) -> Result<ReadTxn> {
         let file = self.file(FILE_ONLY)?;
         let db = file.db.read().unwrap_or_else(PoisonError::into_inner);
+        Self::begin_read_of(file, &db)
+    }
+
+    /// [`Self::begin_read`] if it need not wait: `None` while a reopening holds the file
+    /// ([`Self::recover`]), which may take as long as redb's repair. For the reads an async
+    /// worker makes itself.
+    pub(crate) fn try_begin_read(&self) -> Result<Option<ReadTxn>> {
+        let file = self.file(FILE_ONLY)?;
+        let db = match file.db.try_read() {
+            Ok(db) => db,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return Ok(None),
+        };
+        Self::begin_read_of(file, &db).map(Some)
+    }
+
+    /// Holds the file as a reopening does, until the guard drops: for tests of what waits.
+    #[cfg(test)]
+    pub(crate) fn hold_as_reopening(&self) -> std::sync::RwLockWriteGuard<'_, Option<Database>> {
+        let file = self.file(FILE_ONLY).expect("a store file");
+        file.db.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn begin_read_of(file: &RedbFile, db: &Option<Database>) -> Result<ReadTxn> {
         let db = db.as_ref().ok_or_else(|| file.writer.refusal())?;
         // Counted under the lock, so that a reopening, which holds it exclusively, sees every
         // read that began before it.

@@ -2026,7 +2026,8 @@ async fn a_format_1_file_opens_with_its_order_and_new_records_come_after() {
     );
     let key = store
         .keys()
-        .authenticate_key(FORMAT_1_KEY, crate::Timestamp::now());
+        .authenticate_key(FORMAT_1_KEY, crate::Timestamp::now())
+        .await;
     assert_eq!(key.unwrap().unwrap().role, crate::KeyRole::Service);
 
     let at = crate::Timestamp::from_micros(1_700_000_000_000_000);

@@ -42,7 +42,7 @@ pub trait KeyBackend: Send + Sync {
 }
 
 /// The redb store as a key backend. Its reads run on the blocking pool ([`Store::read`]),
-/// as its callers run them.
+/// as its callers run them, but for authentication (see [`crate::Keys::authenticate_key`]).
 impl KeyBackend for Store {
     fn create_key(&self, new: NewKey) -> BoxFuture<'_, Result<IssuedKey>> {
         Box::pin(self.keys().create_key(new))
@@ -53,8 +53,7 @@ impl KeyBackend for Store {
         presented: &'a str,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<std::result::Result<ApiKey, KeyRejection>>> {
-        let presented = presented.to_owned();
-        Box::pin(self.read(move |store| store.keys().authenticate_key(&presented, now)))
+        Box::pin(self.keys().authenticate_key(presented, now))
     }
 
     fn key<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Option<ApiKey>>> {
