@@ -7,10 +7,10 @@
 //! recall with, a memory to remember) or the background's (the indexing pipeline working
 //! through appended messages). Background workers run at the lowest scheduling priority
 //! ([`lower_thread_priority`]), so under load the CPU goes to the server's request threads
-//! first and the pipeline takes what is left; they take a queued request's
-//! batch before a background one. Request workers run at the process's priority and take
-//! only requests' batches, so a request never waits behind the pipeline's backlog or on a
-//! starved background thread.
+//! first and the pipeline takes what is left; they take a queued request's batch before a
+//! background one. Request workers run at the process's priority and take only requests'
+//! batches, so a request never waits behind the pipeline's backlog or on a starved
+//! background thread.
 //!
 //! A worker runs each batch alone rather than merging queued batches of different requests,
 //! as the store's writer merges commits: a forward pass pads every text to the longest of its
