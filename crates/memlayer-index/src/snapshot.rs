@@ -72,6 +72,18 @@ pub(crate) fn write<'a>(
     result
 }
 
+/// Removes what a save killed mid-write left beside `path`, and says whether there was
+/// anything. Every save truncates the same temporary file, so it would go at the next save
+/// anyway; until then it held vectors of that time, an erased one's included, outside every
+/// erasure's reach.
+pub(crate) fn remove_unfinished(path: &Path) -> Result<bool> {
+    match fs::remove_file(temp_path(path)?) {
+        Ok(()) => Ok(true),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(err) => Err(err.into()),
+    }
+}
+
 fn temp_path(path: &Path) -> Result<PathBuf> {
     let name = path.file_name().ok_or_else(|| {
         IndexError::Io(io::Error::new(

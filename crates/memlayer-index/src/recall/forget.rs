@@ -170,7 +170,7 @@ impl Recall {
                 indexes.owners.remove(sid);
             }
             indexes.hybrid.compact();
-            indexes.dirty = true;
+            *indexes.dirty.get_mut() = true;
             Ok(())
         })
         .await?;

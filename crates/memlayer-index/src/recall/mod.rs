@@ -19,14 +19,16 @@
 //! come from that user's messages alone, so one tenant cannot tell from them how common a
 //! word is in another's, and a query visits no one else's postings.
 //!
-//! The vector index is snapshotted to a file while the store's `vectors_version` is known:
-//! on start the snapshot is used when the version still matches and the index is rebuilt
-//! from the stored vectors otherwise. The keyword index is rebuilt from the messages: at
+//! The vector index — its live vectors and its HNSW graph's links — is snapshotted to a file
+//! while the store's `vectors_version` is known: on start the snapshot is used when the
+//! version still matches and the index is rebuilt from the stored vectors otherwise. A save
+//! holds the read side of the index lock (searches go on, changes wait) and a mutex of its
+//! own (saves share one temporary file). The keyword index is rebuilt from the messages: at
 //! open, or with [`RecallOptions::keywords_in_background`] by a task beside the pipeline while
 //! queries are answered (they wait a bounded time for it and otherwise say what is missing).
-//! The HNSW graph is not part of the snapshot: beside the pipeline a builder grows it, without
-//! holding the index lock, whenever the index needs one (after a start, past the threshold,
-//! after an erasure compacted it); until then vector searches scan exactly.
+//! Beside the pipeline a builder grows the graph, without holding the index lock, whenever
+//! the index needs one (after a rebuild from the store, past the threshold); until then
+//! vector searches scan exactly what it does not cover.
 //!
 //! This module holds the types, the indexes with their invariants, and [`Recall::open`].
 //! The writer side is in `pipeline` (the outbox into the indexes, the keyword backfill, the
@@ -264,8 +266,9 @@ struct Indexes {
     /// its messages left `docs` and `hybrid`: the entry names their keyword partition, so a
     /// removal without it could not find their texts. Every key in `docs` has its owner.
     owners: HashMap<u64, Owner>,
-    /// The vector index changed since the last snapshot.
-    dirty: bool,
+    /// The vector index changed since the last snapshot. Cleared under the read side of
+    /// the lock, by the save, which changes nothing else.
+    dirty: AtomicBool,
 }
 
 struct Inner {
@@ -274,6 +277,8 @@ struct Inner {
     model: EmbeddingModel,
     options: RecallOptions,
     indexes: IndexLock<Indexes>,
+    /// Held through a snapshot save (see `pipeline::try_save_snapshot`).
+    snapshot_save: Mutex<()>,
     progress: watch::Sender<Progress>,
     /// Told when a query waits for appends the indexes lack: on a store other processes
     /// write, the pipeline then looks for them at once instead of at its next poll.
@@ -346,6 +351,7 @@ impl Recall {
                 model,
                 options,
                 indexes: IndexLock::new(indexes),
+                snapshot_save: Mutex::new(()),
                 progress: watch::channel(progress).0,
                 awaited: tokio::sync::Notify::new(),
                 node_id,
@@ -430,7 +436,7 @@ impl Indexes {
             hybrid: HybridIndex::new(vectors),
             docs: BTreeMap::new(),
             owners: HashMap::new(),
-            dirty: false,
+            dirty: AtomicBool::new(false),
         };
         let mut after = None;
         loop {

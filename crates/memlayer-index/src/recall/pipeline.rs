@@ -5,6 +5,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
+use std::sync::PoisonError;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use memlayer_store::{Message, MessageKey, PendingEmbedding, Store, blocking};
@@ -15,6 +17,7 @@ use crate::background::pause;
 use crate::hybrid::KeywordPostings;
 use crate::{
     GraphBuilt, HybridIndex, IndexError, Result, VectorConfig, VectorIndex, run_graph_builder,
+    snapshot,
 };
 
 /// Messages the keyword backfill analyses per hold of the write lock: 640 KB of 5 KB
@@ -53,7 +56,7 @@ impl Recall {
                     () = std::future::ready(()) => {}
                 },
                 Ok(false) => {
-                    if self.read().dirty
+                    if self.read().dirty.load(Ordering::Relaxed)
                         && last_snapshot.elapsed() >= self.inner.options.snapshot_interval
                     {
                         self.save_snapshot().await;
@@ -346,7 +349,7 @@ impl Recall {
             .map(|(key, vector)| (key.as_u64(), vector.as_slice()))
             .collect();
         indexes.hybrid.vectors_mut().insert_batch(live)?;
-        indexes.dirty = true;
+        *indexes.dirty.get_mut() = true;
         Ok(())
     }
 
@@ -364,7 +367,7 @@ impl Recall {
             let dimension = usize::try_from(this.inner.model.dimension).unwrap_or(usize::MAX);
             let (mut fresh, covered) =
                 Indexes::load(&this.inner.store, &this.inner.options, dimension, true)?;
-            fresh.dirty = true;
+            *fresh.dirty.get_mut() = true;
             *this.write() = fresh;
             Ok(covered)
         })
@@ -416,24 +419,37 @@ impl Recall {
         Ok(keyed)
     }
 
+    /// Saves the snapshot, and logs when it could not.
     pub(super) async fn save_snapshot(&self) {
+        if let Err(err) = self.try_save_snapshot().await {
+            tracing::warn!(error = %err.for_log(), "could not save the vector index snapshot");
+        }
+    }
+
+    pub(super) async fn try_save_snapshot(&self) -> Result<()> {
         let Some(path) = self.inner.options.snapshot_path.clone() else {
-            return;
+            return Ok(());
         };
         let this = self.clone();
-        let saved = blocking(move || -> Result<_> {
+        blocking(move || {
+            // One save at a time: each writes the same temporary file, and two at once would
+            // mix their bytes in it or rename it from under each other.
+            let _saving = this
+                .inner
+                .snapshot_save
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             // The version is read before the index: a change racing the save makes the
             // snapshot look older than it is, which only costs a rebuild, never a wrong load.
             let version = this.inner.store.feed().vectors_version()?;
-            let mut indexes = this.write();
+            // The read side: searches go on while the file is written (at 50,000 vectors it
+            // is 84 MB); changes wait, so the index saved is the one `dirty` speaks of.
+            let indexes = this.read();
             indexes.hybrid.vectors().save(&path, version)?;
-            indexes.dirty = false;
+            indexes.dirty.store(false, Ordering::Relaxed);
             Ok(())
         })
-        .await;
-        if let Err(err) = saved {
-            tracing::warn!(error = %err.for_log(), "could not save the vector index snapshot");
-        }
+        .await
     }
 }
 
@@ -445,6 +461,11 @@ pub(super) fn load_vectors(
     config: VectorConfig,
 ) -> Result<VectorIndex> {
     let version = store.feed().vectors_version()?;
+    if let Some(path) = &options.snapshot_path
+        && snapshot::remove_unfinished(path)?
+    {
+        tracing::info!("removed the unfinished vector snapshot a stopped save left");
+    }
     if let Some(path) = &options.snapshot_path
         && path.exists()
     {

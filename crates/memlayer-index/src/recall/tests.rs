@@ -404,6 +404,90 @@ async fn damaged_snapshots_are_rebuilt_from_the_store() {
 }
 
 #[tokio::test]
+async fn a_start_removes_what_a_stopped_snapshot_save_left() {
+    let fixture = Fixture::open(tempfile::tempdir().unwrap(), embedder());
+    let line = "My dog is a golden retriever called Biscuit.";
+    fixture.say("s", "alice", &[(Role::User, line)]).await;
+    fixture.settle().await;
+    let (dir, embedder) = fixture.stop().await;
+    // A save killed part-way: the start of a snapshot under the temporary name.
+    let intact = std::fs::read(dir.path().join("vectors.idx")).unwrap();
+    let unfinished = dir.path().join("vectors.idx.tmp");
+    std::fs::write(&unfinished, &intact[..intact.len() / 2]).unwrap();
+    let reopened = Fixture::open(dir, embedder);
+    assert!(
+        !unfinished.exists(),
+        "the unfinished save outlived the start"
+    );
+    assert_eq!(reopened.recall.indexed_vectors(), 1);
+    assert_eq!(
+        reopened.ask(session("s"), "puppy pet").await.hits[0]
+            .message
+            .content,
+        line
+    );
+    reopened.stop().await;
+}
+
+#[tokio::test]
+async fn searches_go_on_while_the_snapshot_is_saved() {
+    let fixture = Fixture::open(tempfile::tempdir().unwrap(), embedder());
+    fixture
+        .say(
+            "s",
+            "alice",
+            &[(Role::User, "I pay the electricity bill every month.")],
+        )
+        .await;
+    fixture.settle().await;
+    let snapshot = fixture._dir.path().join("vectors.idx");
+    let before = std::fs::metadata(&snapshot).ok().map(|m| m.len());
+    // A search in progress holds the read side of the indexes' lock. The save runs on a
+    // thread of its own, and this one waits without yielding to the runtime: with the
+    // guard held across an await, the pipeline's next lock would block the runtime's thread.
+    let searching = fixture.recall.read();
+    let (saved, save_ended) = std::sync::mpsc::channel();
+    let (recall, runtime) = (fixture.recall.clone(), tokio::runtime::Handle::current());
+    std::thread::spawn(move || {
+        runtime.block_on(recall.save_snapshot());
+        let _ = saved.send(());
+    });
+    let ended = save_ended.recv_timeout(Duration::from_secs(10));
+    drop(searching);
+    assert!(ended.is_ok(), "the save waited for the search to end");
+    assert_eq!(before, None, "nothing saved the snapshot before");
+    assert!(std::fs::metadata(&snapshot).unwrap().len() > 0);
+    fixture.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn saves_at_once_leave_one_whole_snapshot() {
+    let fixture = Fixture::open(tempfile::tempdir().unwrap(), embedder());
+    let lines = boat_lines(40);
+    fixture.say("s", "alice", &as_user_lines(&lines)).await;
+    fixture.settle().await;
+    let path = fixture._dir.path().join("vectors.idx");
+    let config = fixture.recall.read().hybrid.vectors().config().clone();
+    for round in 0..5 {
+        // The pipeline's periodic save, an erasure's and a shutdown's may overlap.
+        let saves: Vec<_> = (0..8)
+            .map(|_| {
+                let recall = fixture.recall.clone();
+                tokio::spawn(async move { recall.try_save_snapshot().await })
+            })
+            .collect();
+        for save in saves {
+            save.await.unwrap().unwrap();
+        }
+        let (loaded, _) = crate::VectorIndex::load(&path, config.clone())
+            .unwrap_or_else(|err| panic!("round {round}: {err}"));
+        assert_eq!(loaded.len(), lines.len(), "round {round}");
+        assert!(!fixture._dir.path().join("vectors.idx.tmp").exists());
+    }
+    fixture.stop().await;
+}
+
+#[tokio::test]
 async fn vectors_of_another_model_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
