@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use memlayer_embed::Assets;
+use memlayer_index::RecallOptions;
 use memlayer_llm::{ChatClient, LlmConfig};
 use memlayer_memory::TokenEncoding;
 use memlayer_server::{DEFAULT_RATE_LIMIT, RateLimit, ServerConfig};
@@ -28,7 +29,7 @@ pub(crate) struct DataArgs {
     /// TOML file with any of: listen, data_dir, database_url, assets_dir, model_dir, onnxruntime,
     /// max_body_bytes, token_encoding, request_timeout_secs, max_in_flight, max_agent_runs,
     /// header_read_timeout_secs, max_connections, session_idle_timeout_secs, rate_limit_per_second, rate_limit_burst,
-    /// disk_warning_free_percent, memory_resident_budget, admin_key, and
+    /// disk_warning_free_percent, memory_resident_budget, snapshot_interval_secs, admin_key, and
     /// [summarizer] and [agent_model] tables.
     #[arg(long, env = "MEMLAYER_CONFIG")]
     config: Option<PathBuf>,
@@ -139,6 +140,11 @@ pub(crate) struct ServeArgs {
     /// memory in the background); 0 never ends one [default: 1800].
     #[arg(long, env = "MEMLAYER_SESSION_IDLE_TIMEOUT_SECS")]
     session_idle_timeout_secs: Option<u64>,
+    /// Least time between two saves of the vector index snapshot while the index changes, in
+    /// seconds; a start after a crash serves from the snapshot only when no vector changed
+    /// after it was saved [default: 60].
+    #[arg(long, env = "MEMLAYER_SNAPSHOT_INTERVAL_SECS")]
+    snapshot_interval_secs: Option<u64>,
     /// Requests per second each API key may make on average; one more is answered 429
     /// `rate_limited` with Retry-After. 0 does not limit keys [default: 100].
     #[arg(long, env = "MEMLAYER_RATE_LIMIT_PER_SECOND")]
@@ -231,6 +237,7 @@ struct FileSettings {
     rate_limit_burst: Option<u32>,
     disk_warning_free_percent: Option<u8>,
     memory_resident_budget: Option<usize>,
+    snapshot_interval_secs: Option<u64>,
     /// The operator's admin key: a `tenant_admin` key of tenant `default`. The environment's
     /// `MEMLAYER_ADMIN_KEY` wins over it.
     admin_key: Option<String>,
@@ -275,6 +282,8 @@ pub(crate) struct Settings {
     pub(crate) database_url: Option<Secret>,
     pub(crate) assets: Assets,
     pub(crate) server: ServerConfig,
+    /// Least time between two saves of the vector index snapshot.
+    pub(crate) snapshot_interval: Duration,
     /// The operator's admin key, if configured (see `keys::bootstrap`).
     pub(crate) admin_key: Option<Secret>,
 }
@@ -345,6 +354,17 @@ impl Settings {
             .session_idle_timeout_secs
             .or(file.session_idle_timeout_secs)
             .map_or(defaults.session_idle_timeout, Duration::from_secs);
+        let snapshot_interval = args
+            .snapshot_interval_secs
+            .or(file.snapshot_interval_secs)
+            .map_or(
+                RecallOptions::default().snapshot_interval,
+                Duration::from_secs,
+            );
+        anyhow::ensure!(
+            !snapshot_interval.is_zero(),
+            "snapshot_interval_secs must be positive"
+        );
         let rate_limit = rate_limit(
             args.rate_limit_per_second.or(file.rate_limit_per_second),
             args.rate_limit_burst.or(file.rate_limit_burst),
@@ -384,6 +404,7 @@ impl Settings {
                 // `serve` names the node once it has the data directory.
                 node_id: None,
             },
+            snapshot_interval,
             admin_key: admin_key.map(Secret),
         })
     }
@@ -499,6 +520,7 @@ mod tests {
             .rate_limit
             .expect("keys are limited by default");
         assert_eq!((limit.per_second.get(), limit.burst.get()), (100, 200));
+        assert_eq!(settings.snapshot_interval, Duration::from_secs(60));
     }
 
     #[test]
@@ -570,6 +592,12 @@ mod tests {
         assert!(resolve(&["--request-timeout-secs", "0"]).is_err());
         let idle = resolve(&["--session-idle-timeout-secs", "0"]).unwrap();
         assert!(idle.server.session_idle_timeout.is_zero(), "0 disables it");
+        std::fs::write(&file, "snapshot_interval_secs = 5\n").unwrap();
+        let settings = resolve(&["--config", config]).unwrap();
+        assert_eq!(settings.snapshot_interval, Duration::from_secs(5));
+        let flagged = resolve(&["--config", config, "--snapshot-interval-secs", "1"]).unwrap();
+        assert_eq!(flagged.snapshot_interval, Duration::from_secs(1));
+        assert!(resolve(&["--snapshot-interval-secs", "0"]).is_err());
     }
 
     #[test]

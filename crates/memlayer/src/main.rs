@@ -97,7 +97,7 @@ enum Command {
     ///   memlayer serve --listen 0.0.0.0:7700 --data-dir /var/lib/memlayer
     ///   MEMLAYER_DATA_DIR=/srv/memlayer memlayer serve --config /etc/memlayer.toml
     #[command(verbatim_doc_comment)]
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Drop every stored vector and queue every message to be embedded again.
     ///
     /// Needed after the embedding model changed: the store refuses to mix vectors of two
@@ -231,7 +231,7 @@ fn main() -> ExitCode {
         LogFormat::Json => logs.json().init(),
     }
     let outcome = match cli.command {
-        Command::Serve(args) => Settings::resolve(args).and_then(serve),
+        Command::Serve(args) => Settings::resolve(*args).and_then(serve),
         Command::Reindex(args) => args.data_dir().and_then(|dir| reindex(&dir)),
         Command::VerifyErasure(args) => verify_erasure(&args),
         Command::Check(args) => check::run(args),
@@ -274,6 +274,7 @@ fn serve(mut settings: Settings) -> anyhow::Result<()> {
     let mut options = RecallOptions::default()
         .with_snapshot(settings.data_dir.join(SNAPSHOT_FILE))
         .with_keywords_in_background();
+    options.snapshot_interval = settings.snapshot_interval;
     if let Some(node_id) = &settings.server.node_id {
         options = options.with_node_id(node_id);
     }
