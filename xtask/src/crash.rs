@@ -14,6 +14,11 @@
 //!   would load equal to the stored vectors (each among its own ten nearest), and no byte of
 //!   any erased text is left in the store file or the index snapshot.
 //!
+//! The server saves its vector index snapshot (vectors and graph) every second while the
+//! index changes, and every few kills waits for a save to be under way (its temporary file
+//! to appear) and kills then: the next start must remove what the save left and serve from
+//! the previous snapshot or the store, never from a half-written one.
+//!
 //! With `--postgres` the records are in a database of a throwaway PostgreSQL cluster, and the
 //! kills rotate between the server alone, the database and the server together, and the
 //! database alone (`pg_ctl stop -m immediate`, as a power cut: no shutdown checkpoint) while
@@ -43,6 +48,16 @@ const PURGE_TENANT: &str = "crash-purge";
 const FILE_CHECK_EVERY: usize = 5;
 /// Every this many kills, the next start is killed too, part-way through.
 const START_KILL_EVERY: usize = 4;
+/// Every this many kills, the server is killed while it writes its vector index snapshot.
+const SNAPSHOT_KILL_EVERY: usize = 3;
+/// Longest an aimed kill waits for a snapshot save before it kills anyway.
+const SNAPSHOT_WAIT: Duration = Duration::from_secs(5);
+/// The server's least time between two snapshots: much shorter than its default, so kills
+/// land in snapshot writes.
+const SNAPSHOT_INTERVAL_SECS: &str = "1";
+/// The snapshot file and the temporary file a save writes before renaming it.
+const SNAPSHOT_FILE: &str = "vectors.idx";
+const SNAPSHOT_TEMP: &str = "vectors.idx.tmp";
 
 /// How a crash run goes.
 pub(crate) struct Options {
@@ -62,12 +77,13 @@ enum Records {
 }
 
 impl Records {
-    /// What the server's environment needs for these records.
+    /// What the server's environment needs for these records and this test.
     fn env(&self) -> Vec<(&str, &str)> {
-        match self {
-            Self::File => Vec::new(),
-            Self::Postgres(cluster) => vec![("MEMLAYER_DATABASE_URL", cluster.line.as_str())],
+        let mut env = vec![("MEMLAYER_SNAPSHOT_INTERVAL_SECS", SNAPSHOT_INTERVAL_SECS)];
+        if let Self::Postgres(cluster) = self {
+            env.push(("MEMLAYER_DATABASE_URL", cluster.line.as_str()));
         }
+        env
     }
 
     /// Asks the cluster to `crash` or `start`.
@@ -117,6 +133,9 @@ struct Tally {
     acknowledged: u64,
     uncertain: u64,
     start_kills: usize,
+    /// Kills aimed at a snapshot save, and how many of them found one under way.
+    snapshot_kills: usize,
+    snapshot_kills_landed: usize,
     file_checks: usize,
     /// Planted texts the file checks' byte scans found (live ones: erased ones fail the run).
     tokens_scanned: usize,
@@ -207,6 +226,12 @@ fn run_in(
         }
         std::thread::sleep(Duration::from_millis(rng.random_range(300..1_500)));
         let fault = Fault::of(kill, records);
+        if fault != Fault::Database && kill % SNAPSHOT_KILL_EVERY == 0 {
+            tally.snapshot_kills += 1;
+            if wait_for(&data.join(SNAPSHOT_TEMP), SNAPSHOT_WAIT) {
+                tally.snapshot_kills_landed += 1;
+            }
+        }
         if fault != Fault::Server {
             records.cluster("crash")?;
         }
@@ -275,6 +300,19 @@ fn run_in(
     tally.file_checks += 1;
     report(options, &tally, &states, data_size(data, records)?);
     Ok(())
+}
+
+/// Whether `path` appeared within `limit`, polled every millisecond: a snapshot save of
+/// this test's few thousand vectors takes some milliseconds.
+fn wait_for(path: &Path, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if path.exists() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    false
 }
 
 /// A tenant_admin key of the purging client's tenant, made as an operator would.
@@ -375,9 +413,9 @@ fn check_files(
     Ok(found)
 }
 
-/// The data directory's files: the store file (unless the records are in PostgreSQL) and the
-/// vector index snapshot.
-const DATA_FILES: [&str; 2] = ["memlayer.redb", "vectors.idx"];
+/// The data directory's files: the store file (unless the records are in PostgreSQL), the
+/// vector index snapshot, and what a save killed mid-write left (the next start removes it).
+const DATA_FILES: [&str; 3] = ["memlayer.redb", SNAPSHOT_FILE, SNAPSHOT_TEMP];
 
 /// The files holding the records and what is derived from them: the data directory's, and
 /// on PostgreSQL every file of the cluster.
@@ -481,6 +519,11 @@ fn report(options: &Options, tally: &Tally, states: &[ClientState], size: u64) {
             tally.tokens_scanned
         );
     }
+    println!(
+        "- {} kills aimed at a vector index snapshot save (every {SNAPSHOT_INTERVAL_SECS} s \
+         while the index changes), {} of them during one",
+        tally.snapshot_kills, tally.snapshot_kills_landed
+    );
     println!(
         "- {} operations acknowledged, {} in flight at a kill (settled after the restart), \
          {messages} live messages, {erased} erased texts, data {:.1} MiB",
