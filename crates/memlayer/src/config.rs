@@ -141,8 +141,8 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "MEMLAYER_SESSION_IDLE_TIMEOUT_SECS")]
     session_idle_timeout_secs: Option<u64>,
     /// Least time between two saves of the vector index snapshot while the index changes, in
-    /// seconds; a start after a crash serves from the snapshot only when no vector changed
-    /// after it was saved [default: 60].
+    /// seconds; a start after a crash links into the graph in the background what changed
+    /// after the last save [default: 60].
     #[arg(long, env = "MEMLAYER_SNAPSHOT_INTERVAL_SECS")]
     snapshot_interval_secs: Option<u64>,
     /// Requests per second each API key may make on average; one more is answered 429

@@ -13,9 +13,11 @@
 //! rebuild, and a search for every stored vector), and `memlayer serve` from spawn until
 //! `/readyz` answers, until the stored messages' keywords are indexed and until its vector
 //! index has its HNSW graph (both done in the background after the server is ready;
-//! `memlayer_index_keywords_pending` and `memlayer_index_graph_pending` in `/metrics`), first
-//! without a vector snapshot (a crash) and then with the snapshot a clean stop writes. `--baseline`
-//! times the starts of another build the same way, just before this build's.
+//! `memlayer_index_keywords_pending` and `memlayer_index_graph_pending` in `/metrics`): first
+//! without a vector snapshot, then with the snapshot a clean stop writes, then after a crash
+//! that left the snapshot stale (one message appended and embedded after it was saved, then
+//! SIGKILL). `--baseline` times the starts of another build the same way, just before this
+//! build's.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -52,9 +54,9 @@ struct Measured {
     store_open: Duration,
     check: Duration,
     check_verdict: String,
-    /// Per build measured (the baseline first): its name, a start without the snapshot and
-    /// one with it.
-    starts: Vec<(String, Start, Start)>,
+    /// Per build measured (the baseline first): its name, a start without the snapshot, one
+    /// with it, and one with it stale.
+    starts: Vec<(String, [Start; 3])>,
 }
 
 /// One start, timed from spawn.
@@ -154,7 +156,10 @@ pub(crate) fn run(root: &Path, sizes_mib: &[u64], baseline: Option<&Path>) -> an
             let no_snapshot = runtime.block_on(timed_start(build, data_dir.path(), &log))?;
             eprintln!("xtask: {name}: start with the snapshot");
             let with_snapshot = runtime.block_on(timed_start(build, data_dir.path(), &log))?;
-            starts.push((name.clone(), no_snapshot, with_snapshot));
+            eprintln!("xtask: {name}: start after a crash that left the snapshot stale");
+            runtime.block_on(crash_after_the_snapshot(build, data_dir.path(), &log))?;
+            let stale_snapshot = runtime.block_on(timed_start(build, data_dir.path(), &log))?;
+            starts.push((name.clone(), [no_snapshot, with_snapshot, stale_snapshot]));
         }
         results.push(Measured {
             file_bytes: filled.file_bytes,
@@ -198,6 +203,39 @@ async fn timed_start(binary: &Path, data_dir: &Path, log: &Path) -> anyhow::Resu
         graph,
         peak_rss_kib,
     })
+}
+
+/// Starts the server on its snapshot, appends one message, waits until it is embedded (the
+/// stored vectors then differ from the snapshot's) and kills the server with SIGKILL, as a
+/// crash before the next save does.
+async fn crash_after_the_snapshot(
+    binary: &Path,
+    data_dir: &Path,
+    log: &Path,
+) -> anyhow::Result<()> {
+    let mut server = Server::start_with(binary, data_dir, log, START_TIMEOUT, &[])?;
+    let http = admin_client(Duration::from_secs(10))?;
+    let addr = server.addr();
+    wait_for(&http, addr, "readyz", |response| async move {
+        response.status().is_success()
+    })
+    .await?;
+    let appended = http
+        .post(format!("http://{addr}/v1/sessions/recovery-crash/messages"))
+        .json(&serde_json::json!({
+            "user_id": "recovery-crash",
+            "agent_id": "bench",
+            "messages": [{"role": "user", "content": "One more message after the snapshot."}],
+        }))
+        .send()
+        .await?;
+    ensure!(
+        appended.status().is_success(),
+        "the append answered {}",
+        appended.status()
+    );
+    done_after(&http, addr, Instant::now(), "memlayer_embeddings_pending").await?;
+    server.kill()
 }
 
 /// Time from `start` until `/metrics` shows the gauge `pending` at 0. A build without the
@@ -288,14 +326,17 @@ fn report(results: &[Measured], message_bytes: u64, load: [String; 2]) -> String
     );
     let _ = writeln!(
         out,
-        "| store file MiB | messages (= vectors) | `Store::open` s | `memlayer check` s | check verdict | server | start, no snapshot: listening / ready / keywords / graph s; peak RSS until then | start with snapshot: the same |"
+        "| store file MiB | messages (= vectors) | `Store::open` s | `memlayer check` s | check verdict | server | start, no snapshot: listening / ready / keywords / graph s; peak RSS until then | start with snapshot: the same | start after a crash, snapshot stale: the same |"
     );
-    let _ = writeln!(out, "| ---: | ---: | ---: | ---: | --- | --- | --- | --- |");
+    let _ = writeln!(
+        out,
+        "| ---: | ---: | ---: | ---: | --- | --- | --- | --- | --- |"
+    );
     for result in results {
-        for (name, no_snapshot, with_snapshot) in &result.starts {
+        for (name, [no_snapshot, with_snapshot, stale_snapshot]) in &result.starts {
             let _ = writeln!(
                 out,
-                "| {:.0} | {} | {:.2} | {:.1} | {} | {name} | {} | {} |",
+                "| {:.0} | {} | {:.2} | {:.1} | {} | {name} | {} | {} | {} |",
                 result.file_bytes as f64 / (1024.0 * 1024.0),
                 result.messages,
                 secs(result.store_open),
@@ -303,6 +344,7 @@ fn report(results: &[Measured], message_bytes: u64, load: [String; 2]) -> String
                 result.check_verdict,
                 no_snapshot.row(),
                 with_snapshot.row(),
+                stale_snapshot.row(),
             );
         }
     }

@@ -20,8 +20,9 @@
 //! word is in another's, and a query visits no one else's postings.
 //!
 //! The vector index — its live vectors and its HNSW graph's links — is snapshotted to a file
-//! while the store's `vectors_version` is known: on start the snapshot is used when the
-//! version still matches and the index is rebuilt from the stored vectors otherwise. A save
+//! while the store's `vectors_version` is known: on start the snapshot is used as it is when
+//! the version still matches, brought up to the stored vectors when it does not (keeping
+//! its graph), and the index is rebuilt from the stored vectors without one. A save
 //! holds the read side of the index lock (searches go on, changes wait) and a mutex of its
 //! own (saves share one temporary file). The keyword index is rebuilt from the messages: at
 //! open, or with [`RecallOptions::keywords_in_background`] by a task beside the pipeline while
@@ -431,12 +432,12 @@ impl Indexes {
     ) -> Result<(Self, u64)> {
         // Before the vectors: what was embedded by then is in what they load.
         let covered = store.feed().embedded_through()?;
-        let vectors = load_vectors(store, options, VectorConfig::new(dimension))?;
+        let (vectors, as_saved) = load_vectors(store, options, VectorConfig::new(dimension))?;
         let mut indexes = Self {
             hybrid: HybridIndex::new(vectors),
             docs: BTreeMap::new(),
             owners: HashMap::new(),
-            dirty: AtomicBool::new(false),
+            dirty: AtomicBool::new(!as_saved),
         };
         let mut after = None;
         loop {

@@ -453,40 +453,68 @@ impl Recall {
     }
 }
 
-/// The vector index from its snapshot when the store's vectors have not changed since it
-/// was taken, else rebuilt from the stored vectors.
+/// The vector index a start serves from, and whether it is the snapshot as saved. The
+/// snapshot's when the store's vectors have not changed since it was taken. After a change
+/// (a crash before the next save) the snapshot brought up to the stored vectors: an
+/// unchanged vector keeps its slot and its graph links, vectors stored since join the
+/// graph's head (the builder links them), and vectors no longer stored are removed and
+/// compacted out, arena and graph, before anything is served. Rebuilt from the stored
+/// vectors when there is no usable snapshot.
 pub(super) fn load_vectors(
     store: &Store,
     options: &RecallOptions,
     config: VectorConfig,
-) -> Result<VectorIndex> {
+) -> Result<(VectorIndex, bool)> {
     let version = store.feed().vectors_version()?;
     if let Some(path) = &options.snapshot_path
         && snapshot::remove_unfinished(path)?
     {
         tracing::info!("removed the unfinished vector snapshot a stopped save left");
     }
+    let mut stale = None;
     if let Some(path) = &options.snapshot_path
         && path.exists()
     {
         match VectorIndex::load(path, config.clone()) {
-            Ok((index, covered)) if covered == version => return Ok(index),
-            Ok(_) => tracing::info!("vector snapshot is stale; rebuilding from the store"),
+            Ok((index, covered)) if covered == version => return Ok((index, true)),
+            Ok((index, _)) => {
+                tracing::info!("vector snapshot is stale; bringing it up to the stored vectors");
+                stale = Some(index);
+            }
             Err(err) => {
                 tracing::warn!(error = %err.for_log(), "vector snapshot unusable; rebuilding")
             }
         }
     }
-    let mut index = VectorIndex::new(config)?;
+    let updating = stale.is_some();
+    let mut index = match stale {
+        Some(index) => index,
+        None => VectorIndex::new(config)?,
+    };
+    let mut stored = Vec::new();
     let mut after = None;
     loop {
         let page = store.feed().vectors(after, 4_096)?;
         let Some(last) = page.last() else { break };
         after = Some(last.key);
+        if updating {
+            stored.extend(page.iter().map(|vector| vector.key.as_u64()));
+        }
         index.insert_batch(
             page.iter()
                 .map(|stored| (stored.key.as_u64(), stored.components.as_slice())),
         )?;
     }
-    Ok(index)
+    if updating {
+        stored.sort_unstable();
+        let gone: Vec<u64> = index
+            .ids()
+            .filter(|id| stored.binary_search(id).is_err())
+            .collect();
+        for id in gone {
+            index.remove(id);
+        }
+        index.compact();
+    }
+    Ok((index, false))
 }

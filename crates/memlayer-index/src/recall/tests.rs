@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 
 use memlayer_embed::{Assets, Embedder, EmbedderOptions};
 use memlayer_store::{
-    Access, Append, EmbeddingModel, Eraser, NewMessage, NewSession, Role, Store, StoreError,
+    Access, Append, EmbeddingModel, Eraser, MessageKey, NewMessage, NewSession, Role, Store,
+    StoreError,
 };
 use tokio::sync::oneshot;
 
@@ -485,6 +486,117 @@ async fn saves_at_once_leave_one_whole_snapshot() {
         assert!(!fixture._dir.path().join("vectors.idx.tmp").exists());
     }
     fixture.stop().await;
+}
+
+/// Stores a seeded unit vector of `model.dimension` components for every message waiting to
+/// be embedded, as the pipeline stores real ones.
+async fn embed_pending_with_seeded_vectors(store: &Store, model: &EmbeddingModel, seed: u64) {
+    use rand::{RngExt, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    loop {
+        let pending = store.feed().pending_embeddings(64).unwrap();
+        if pending.is_empty() {
+            return;
+        }
+        let done = pending.iter().map(|entry| entry.seq).collect();
+        let vectors = pending
+            .iter()
+            .flat_map(|entry| &entry.messages)
+            .map(|(key, _)| {
+                let raw: Vec<f32> = (0..model.dimension)
+                    .map(|_| rng.random_range(-1.0..1.0))
+                    .collect();
+                let norm = raw.iter().map(|x| x * x).sum::<f32>().sqrt();
+                (*key, raw.iter().map(|x| x / norm).collect())
+            })
+            .collect();
+        store
+            .feed()
+            .store_embeddings(model.clone(), done, vectors)
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_stale_snapshot_keeps_its_graph_and_takes_the_stores_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
+    let eraser = store.take_eraser().unwrap();
+    let model = EmbeddingModel {
+        name: "seeded".into(),
+        sha256: "0".repeat(64),
+        dimension: 8,
+    };
+    // A graph from 8 vectors on, so a few dozen messages make one.
+    let config = VectorConfig {
+        hnsw_threshold: 8,
+        ..VectorConfig::new(8)
+    };
+    let path = dir.path().join("vectors.idx");
+    let options = RecallOptions::default().with_snapshot(&path);
+    let lines = boat_lines(60);
+    append(&store, "s", "alice", &as_user_lines(&lines[..40])).await;
+    embed_pending_with_seeded_vectors(&store, &model, 1).await;
+    let (mut index, as_saved) = load_vectors(&store, &options, config.clone()).unwrap();
+    assert!(!as_saved, "no snapshot yet");
+    index.build_graph();
+    index
+        .save(&path, store.feed().vectors_version().unwrap())
+        .unwrap();
+
+    // Then, before the next save, more messages are embedded and one is erased.
+    append(&store, "s", "alice", &as_user_lines(&lines[40..])).await;
+    embed_pending_with_seeded_vectors(&store, &model, 2).await;
+    let sid = store
+        .feed()
+        .session_key(&Access::tenant_wide("t"), "s")
+        .unwrap()
+        .unwrap();
+    let erased = MessageKey::new(sid, 3);
+    let erased_vector = store
+        .feed()
+        .vectors(None, 1_000)
+        .unwrap()
+        .into_iter()
+        .find(|vector| vector.key == erased)
+        .unwrap()
+        .components;
+    eraser
+        .erase_message(&Access::tenant_wide("t"), "s", 3)
+        .await
+        .unwrap();
+
+    let (loaded, as_saved) = load_vectors(&store, &options, config).unwrap();
+    assert!(!as_saved, "the snapshot was stale");
+    assert!(loaded.has_graph(), "the snapshot's graph was thrown away");
+    assert!(
+        loaded.needs_graph_work(),
+        "the new vectors wait for the builder"
+    );
+    let mut ids: Vec<u64> = loaded.ids().collect();
+    ids.sort_unstable();
+    let mut stored: Vec<u64> = store
+        .feed()
+        .vectors(None, 1_000)
+        .unwrap()
+        .iter()
+        .map(|vector| vector.key.as_u64())
+        .collect();
+    stored.sort_unstable();
+    assert_eq!(ids, stored, "the index holds exactly the stored vectors");
+    assert_eq!(ids.len(), 59);
+    assert!(!loaded.contains(erased.as_u64()));
+    assert_eq!(
+        loaded.tombstones(),
+        0,
+        "the erased vector was compacted out"
+    );
+    assert!(
+        loaded.search_exact(&erased_vector, 1, None).unwrap()[0].1 < 0.999,
+        "the erased vector is still searchable"
+    );
+    store.shutdown();
 }
 
 #[tokio::test]
