@@ -177,7 +177,16 @@ impl Recall {
         for tenant in tenants {
             self.inner.embedder.clear_cache(tenant);
         }
-        self.save_snapshot().await;
+        // The snapshot on disk holds the erased vectors until a save replaces it. Should the
+        // save fail, the old file goes (a start then rebuilds from the store); should that
+        // fail too, so does the erasure, which is retried.
+        if let Err(err) = self.try_save_snapshot().await {
+            tracing::warn!(
+                error = %err.for_log(),
+                "could not save the vector index snapshot after an erasure; removing it"
+            );
+            self.remove_snapshot().await?;
+        }
         Ok(())
     }
 }

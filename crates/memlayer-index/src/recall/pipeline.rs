@@ -419,6 +419,27 @@ impl Recall {
         Ok(keyed)
     }
 
+    /// Removes the snapshot file, if there is one.
+    pub(super) async fn remove_snapshot(&self) -> Result<()> {
+        let Some(path) = self.inner.options.snapshot_path.clone() else {
+            return Ok(());
+        };
+        let this = self.clone();
+        blocking(move || {
+            // Not while a save renames a file over it.
+            let _saving = this
+                .inner
+                .snapshot_save
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match std::fs::remove_file(&path) {
+                Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(err.into()),
+                _ => Ok(()),
+            }
+        })
+        .await
+    }
+
     /// Saves the snapshot, and logs when it could not.
     pub(super) async fn save_snapshot(&self) {
         if let Err(err) = self.try_save_snapshot().await {

@@ -600,6 +600,43 @@ async fn a_stale_snapshot_keeps_its_graph_and_takes_the_stores_changes() {
 }
 
 #[tokio::test]
+async fn an_erasure_whose_snapshot_save_fails_removes_the_snapshot() {
+    let fixture = Fixture::open(tempfile::tempdir().unwrap(), embedder());
+    fixture
+        .say("drop", "alice", &[(Role::User, "The alarm code is 9911.")])
+        .await;
+    fixture.settle().await;
+    fixture.recall.try_save_snapshot().await.unwrap();
+    let path = fixture._dir.path().join("vectors.idx");
+    assert!(path.exists());
+    // The next save cannot create its temporary file.
+    let blocker = fixture._dir.path().join("vectors.idx.tmp");
+    std::fs::create_dir(&blocker).unwrap();
+    let sid = fixture
+        .store
+        .feed()
+        .session_key(&Access::tenant_wide("t"), "drop")
+        .unwrap()
+        .unwrap();
+    fixture
+        .eraser
+        .delete_session(&Access::tenant_wide("t"), "drop")
+        .await
+        .unwrap();
+    fixture
+        .recall
+        .forget_sessions("t", vec![sid])
+        .await
+        .unwrap();
+    assert!(
+        !path.exists(),
+        "the snapshot holding the erased vector outlived the erasure"
+    );
+    std::fs::remove_dir(&blocker).unwrap();
+    fixture.stop().await;
+}
+
+#[tokio::test]
 async fn vectors_of_another_model_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
