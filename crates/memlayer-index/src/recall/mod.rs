@@ -278,7 +278,7 @@ struct Inner {
     model: EmbeddingModel,
     options: RecallOptions,
     indexes: IndexLock<Indexes>,
-    /// Held through a snapshot save (see `pipeline::try_save_snapshot`).
+    /// Held through a snapshot save or removal (see `pipeline::with_snapshot_file`).
     snapshot_save: Mutex<()>,
     progress: watch::Sender<Progress>,
     /// Told when a query waits for appends the indexes lack: on a store other processes

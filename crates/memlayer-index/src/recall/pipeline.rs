@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
+use std::path::Path;
 use std::sync::PoisonError;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -421,21 +422,9 @@ impl Recall {
 
     /// Removes the snapshot file, if there is one.
     pub(super) async fn remove_snapshot(&self) -> Result<()> {
-        let Some(path) = self.inner.options.snapshot_path.clone() else {
-            return Ok(());
-        };
-        let this = self.clone();
-        blocking(move || {
-            // Not while a save renames a file over it.
-            let _saving = this
-                .inner
-                .snapshot_save
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            match std::fs::remove_file(&path) {
-                Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(err.into()),
-                _ => Ok(()),
-            }
+        self.with_snapshot_file(|_, path| match std::fs::remove_file(path) {
+            Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(err.into()),
+            _ => Ok(()),
         })
         .await
     }
@@ -448,27 +437,39 @@ impl Recall {
     }
 
     pub(super) async fn try_save_snapshot(&self) -> Result<()> {
+        self.with_snapshot_file(|this, path| {
+            // The version is read before the index: a change racing the save makes the
+            // snapshot look older than it is, which only costs bringing it up to the store's
+            // vectors at the next start, never a wrong load.
+            let version = this.inner.store.feed().vectors_version()?;
+            // The read side: searches go on while the file is written (at 50,000 vectors it
+            // is 84 MB); changes wait, so the index saved is the one `dirty` speaks of.
+            let indexes = this.read();
+            indexes.hybrid.vectors().save(path, version)?;
+            indexes.dirty.store(false, Ordering::Relaxed);
+            Ok(())
+        })
+        .await
+    }
+
+    /// Runs `work` on the snapshot's path off the async workers, one at a time: every save
+    /// writes the same temporary file, and two at once would mix their bytes in it or rename
+    /// it from under each other (or a removal race a rename). Nothing without a path.
+    async fn with_snapshot_file(
+        &self,
+        work: impl FnOnce(&Self, &Path) -> Result<()> + Send + 'static,
+    ) -> Result<()> {
         let Some(path) = self.inner.options.snapshot_path.clone() else {
             return Ok(());
         };
         let this = self.clone();
         blocking(move || {
-            // One save at a time: each writes the same temporary file, and two at once would
-            // mix their bytes in it or rename it from under each other.
-            let _saving = this
+            let _one_at_a_time = this
                 .inner
                 .snapshot_save
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            // The version is read before the index: a change racing the save makes the
-            // snapshot look older than it is, which only costs a rebuild, never a wrong load.
-            let version = this.inner.store.feed().vectors_version()?;
-            // The read side: searches go on while the file is written (at 50,000 vectors it
-            // is 84 MB); changes wait, so the index saved is the one `dirty` speaks of.
-            let indexes = this.read();
-            indexes.hybrid.vectors().save(&path, version)?;
-            indexes.dirty.store(false, Ordering::Relaxed);
-            Ok(())
+            work(&this, &path)
         })
         .await
     }

@@ -106,6 +106,20 @@ impl Fixture {
         while self.recall.wait_for_index().await.unwrap().is_some() {}
     }
 
+    /// Deletes `session` of tenant `t` from the store, then takes it out of the indexes, as
+    /// the erasure coordinator does.
+    async fn erase_session(&self, session: &str) {
+        let access = Access::tenant_wide("t");
+        let sid = self
+            .store
+            .feed()
+            .session_key(&access, session)
+            .unwrap()
+            .unwrap();
+        self.eraser.delete_session(&access, session).await.unwrap();
+        self.recall.forget_sessions("t", vec![sid]).await.unwrap();
+    }
+
     async fn ask(&self, scope: Scope, text: &str) -> Recalled {
         self.recall.recall(query(scope, text)).await.unwrap()
     }
@@ -237,22 +251,7 @@ async fn forgotten_sessions_leave_the_index_and_restarts_keep_the_rest() {
         .await;
     assert_eq!(fixture.ask(user("alice"), "alarm code").await.hits.len(), 2);
 
-    let sid = fixture
-        .store
-        .feed()
-        .session_key(&Access::tenant_wide("t"), "drop")
-        .unwrap()
-        .unwrap();
-    fixture
-        .eraser
-        .delete_session(&Access::tenant_wide("t"), "drop")
-        .await
-        .unwrap();
-    fixture
-        .recall
-        .forget_sessions("t", vec![sid])
-        .await
-        .unwrap();
+    fixture.erase_session("drop").await;
     let after = fixture.ask(user("alice"), "alarm code").await;
     assert_eq!(contents(&after), ["The wifi password is sunflower42."]);
 
@@ -612,22 +611,7 @@ async fn an_erasure_whose_snapshot_save_fails_removes_the_snapshot() {
     // The next save cannot create its temporary file.
     let blocker = fixture._dir.path().join("vectors.idx.tmp");
     std::fs::create_dir(&blocker).unwrap();
-    let sid = fixture
-        .store
-        .feed()
-        .session_key(&Access::tenant_wide("t"), "drop")
-        .unwrap()
-        .unwrap();
-    fixture
-        .eraser
-        .delete_session(&Access::tenant_wide("t"), "drop")
-        .await
-        .unwrap();
-    fixture
-        .recall
-        .forget_sessions("t", vec![sid])
-        .await
-        .unwrap();
+    fixture.erase_session("drop").await;
     assert!(
         !path.exists(),
         "the snapshot holding the erased vector outlived the erasure"
