@@ -58,7 +58,7 @@ pub use check::IndexCheck;
 
 use crate::hybrid::KeywordPostings;
 use crate::keyword::KeywordPartitions;
-use crate::{HybridIndex, IndexError, IndexLock, Result, VectorConfig};
+use crate::{HybridIndex, IndexError, IndexLock, Result, VectorConfig, snapshot};
 use pipeline::load_vectors;
 
 /// How a [`Recall`] runs.
@@ -338,6 +338,13 @@ impl Recall {
         // Recorded before the load at the start of the outbox: erasures committing from now
         // on wait for this node, whose load may read what they erase, until it followed them.
         store.feed().follower_seen(&node_id, 0, followers::LAPSE)?;
+        // Here, where no save of this process can be writing it (a rebuild of a lapsed node
+        // loads the snapshot again beside the erasures' saves).
+        if let Some(path) = &options.snapshot_path
+            && snapshot::remove_unfinished(path)?
+        {
+            tracing::info!("removed the unfinished vector snapshot a stopped save left");
+        }
         let with_keywords = !options.keywords_in_background;
         let (indexes, vectors) =
             Indexes::load(&store, &options, identity.dimension, with_keywords)?;

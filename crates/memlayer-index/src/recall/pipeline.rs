@@ -18,7 +18,6 @@ use crate::background::pause;
 use crate::hybrid::KeywordPostings;
 use crate::{
     GraphBuilt, HybridIndex, IndexError, Result, VectorConfig, VectorIndex, run_graph_builder,
-    snapshot,
 };
 
 /// Messages the keyword backfill analyses per hold of the write lock: 640 KB of 5 KB
@@ -488,11 +487,6 @@ pub(super) fn load_vectors(
     config: VectorConfig,
 ) -> Result<(VectorIndex, bool)> {
     let version = store.feed().vectors_version()?;
-    if let Some(path) = &options.snapshot_path
-        && snapshot::remove_unfinished(path)?
-    {
-        tracing::info!("removed the unfinished vector snapshot a stopped save left");
-    }
     let mut stale = None;
     if let Some(path) = &options.snapshot_path
         && path.exists()
