@@ -435,6 +435,7 @@ impl Recall {
         }
     }
 
+    /// Saves the snapshot of the index as it is now, and says why it could not.
     pub(super) async fn try_save_snapshot(&self) -> Result<()> {
         self.with_snapshot_file(|this, path| {
             // The version is read before the index: a change racing the save makes the
@@ -502,18 +503,19 @@ pub(super) fn load_vectors(
             }
         }
     }
-    let updating = stale.is_some();
+    // The ids the store holds, gathered only to take what it no longer holds out of a
+    // stale snapshot.
+    let mut stored = stale.as_ref().map(|_| Vec::new());
     let mut index = match stale {
         Some(index) => index,
         None => VectorIndex::new(config)?,
     };
-    let mut stored = Vec::new();
     let mut after = None;
     loop {
         let page = store.feed().vectors(after, 4_096)?;
         let Some(last) = page.last() else { break };
         after = Some(last.key);
-        if updating {
+        if let Some(stored) = &mut stored {
             stored.extend(page.iter().map(|vector| vector.key.as_u64()));
         }
         index.insert_batch(
@@ -521,7 +523,7 @@ pub(super) fn load_vectors(
                 .map(|stored| (stored.key.as_u64(), stored.components.as_slice())),
         )?;
     }
-    if updating {
+    if let Some(mut stored) = stored {
         stored.sort_unstable();
         let gone: Vec<u64> = index
             .ids()
