@@ -89,8 +89,9 @@ struct Inner {
     /// (`finish_job`, with the receipt) only after the last one and the compaction, so a
     /// crash in between leaves it pending for `resume`, whose steps are all idempotent.
     eraser: Eraser,
-    /// Invariant: keys leave the indexes only after the store deleted them and the pipeline
-    /// caught up (`wait_for_index`), so no batch read before the deletion puts one back.
+    /// Invariant: keys leave the indexes only after the store deleted them; a pipeline batch
+    /// read before the deletion finds the erasure begun when it adds them, and adds only what
+    /// the store still has, so none is put back (and no erasure waits for the pipeline).
     recall: Recall,
     /// Invariant: memories citing an erased session or message are forgotten after the store
     /// deleted it, when nothing can cite it any more.
@@ -486,13 +487,12 @@ impl Coordinator {
             Target::InactiveSince { .. } => self.inner.facts.clear(),
             Target::Memory { .. } | Target::Episode { .. } => {}
         }
-        // The erased sessions leave the indexes once, here, after the pipeline caught up (a
-        // batch it read before a deletion may have indexed an erased message after it):
-        // one compaction and one snapshot for the whole erasure, however many sessions. Until
-        // then a recall may find an erased message in the index but not in the store, and
-        // skips it. A job that erases sessions always rewrites the snapshot, even when a
-        // resumed run finds them already gone, so no snapshot keeps their vectors.
-        self.inner.recall.wait_for_index().await?;
+        // The erased sessions leave the indexes once, here: one compaction and one snapshot
+        // for the whole erasure, however many sessions. Until then a recall may find an
+        // erased message in the index but not in the store, and skips it. A job that erases
+        // sessions always rewrites the snapshot, even when a resumed run finds them already
+        // gone, so no snapshot keeps their vectors. No waiting for the embedding backlog: a
+        // batch the pipeline read before the deletions adds only what the store still has.
         let erases_sessions = matches!(
             document.request.target,
             Target::Session { .. } | Target::User { .. } | Target::InactiveSince { .. }

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use memlayer_embed::{Embedder, EmbedderOptions};
 use memlayer_index::{Recall, RecallOptions, RecallQuery, Scope};
@@ -37,14 +38,33 @@ struct Fixture {
 
 impl Fixture {
     fn open(dir: tempfile::TempDir, embedder: Embedder) -> Self {
-        let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
         let options = RecallOptions::default().with_snapshot(dir.path().join("vectors.idx"));
+        Self::assemble(dir, embedder, options, true)
+    }
+
+    /// A fixture whose embedding pipeline never runs, so every append stays in its backlog,
+    /// and a recall waits an hour for it.
+    fn without_pipeline(dir: tempfile::TempDir, embedder: Embedder) -> Self {
+        let mut options = RecallOptions::default().with_snapshot(dir.path().join("vectors.idx"));
+        options.read_your_writes_wait = Duration::from_secs(3600);
+        Self::assemble(dir, embedder, options, false)
+    }
+
+    fn assemble(
+        dir: tempfile::TempDir,
+        embedder: Embedder,
+        options: RecallOptions,
+        run_pipeline: bool,
+    ) -> Self {
+        let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
         let recall = Recall::open(store.clone(), embedder.clone(), options).unwrap();
         let memories = LongTermMemory::open(store.clone(), embedder, DEFAULT_RESIDENT_MEMORIES);
         let (stop, stopped) = oneshot::channel::<()>();
-        let pipeline = tokio::spawn(recall.clone().run_pipeline(async {
-            let _ = stopped.await;
-        }));
+        let pipeline = run_pipeline.then(|| {
+            tokio::spawn(recall.clone().run_pipeline(async {
+                let _ = stopped.await;
+            }))
+        });
         Self {
             coordinator: Coordinator::new(
                 store.take_eraser().unwrap(),
@@ -58,13 +78,15 @@ impl Fixture {
             store,
             recall,
             stop: Some(stop),
-            pipeline: Some(pipeline),
+            pipeline,
         }
     }
 
     async fn close(mut self) -> tempfile::TempDir {
         let _ = self.stop.take().unwrap().send(());
-        self.pipeline.take().unwrap().await.unwrap();
+        if let Some(pipeline) = self.pipeline.take() {
+            pipeline.await.unwrap();
+        }
         self.store.shutdown();
         self.dir
     }
@@ -544,6 +566,38 @@ async fn an_interrupted_erasure_finishes_when_resumed_and_twice_is_harmless() {
         })
         .await;
     assert_eq!(again.counts.sessions, 0);
+    fixture.close().await;
+}
+
+/// An erasure does not wait for the embedding pipeline to work through its backlog: a batch
+/// the pipeline read before the deletion adds only what the store still has (the recall
+/// tests pin that). Here the pipeline never runs and a recall would wait an hour for it;
+/// before, the erasure waited the same, and past the bound went ahead regardless.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_erasure_does_not_wait_for_the_embedding_backlog() {
+    let fixture = Fixture::without_pipeline(tempfile::tempdir().unwrap(), embedder());
+    fixture
+        .say(
+            "backlogged",
+            "erin",
+            &lines(&[
+                (Role::User, "canary-backlog-5e1f my new door code"),
+                (Role::Assistant, "noted"),
+            ]),
+        )
+        .await;
+    let receipt = tokio::time::timeout(
+        Duration::from_secs(120),
+        fixture.erase(Target::Session {
+            session_id: "backlogged".into(),
+        }),
+    )
+    .await
+    .expect("the erasure waited for the embedding backlog");
+    assert_eq!(receipt.session_ids, ["backlogged"]);
+    assert_eq!(receipt.counts.sessions, 1);
+    assert_eq!(receipt.counts.messages, 2);
+    assert_eq!(fixture.in_files("canary-backlog-5e1f"), 0);
     fixture.close().await;
 }
 

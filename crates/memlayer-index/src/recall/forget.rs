@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::PoisonError;
+use std::sync::atomic::Ordering;
 
 use memlayer_store::{MessageKey, Removal, blocking};
 
@@ -78,6 +79,9 @@ impl Recall {
     /// [`memlayer_store::EmbeddingFeed::embedded_after`]), as [`Recall::forget_sessions`] and
     /// [`Recall::forget_message`] do for this process's erasures, and rewrites the snapshot.
     pub(super) async fn forget_removed(&self, removals: Vec<Removal>) -> Result<()> {
+        // Even when the indexes hold none of it: a batch read before the other process
+        // erased may be about to add it.
+        self.erasure_begins();
         // Off the async workers: a hook may wait for its cache's lock.
         let (this, told) = (self.clone(), removals.clone());
         blocking(move || -> Result<()> {
@@ -158,6 +162,7 @@ impl Recall {
         sessions: Vec<u64>,
         select: impl FnOnce(&Indexes) -> Vec<u64> + Send + 'static,
     ) -> Result<()> {
+        self.erasure_begins();
         let this = self.clone();
         blocking(move || -> Result<_> {
             let mut indexes = this.write();
@@ -188,5 +193,17 @@ impl Recall {
             self.remove_snapshot().await?;
         }
         Ok(())
+    }
+
+    /// Tells pipeline steps in flight that an erasure begins. Call it after the store
+    /// deleted what is erased and before the indexes lose it (see `Inner::erasures_begun`).
+    fn erasure_begins(&self) {
+        self.inner.erasures_begun.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// How many erasures began so far: read it before reading messages to index, and pass
+    /// it to [`Recall::index_texts`] with them.
+    pub(super) fn erasures_begun(&self) -> u64 {
+        self.inner.erasures_begun.load(Ordering::SeqCst)
     }
 }

@@ -299,6 +299,12 @@ struct Inner {
     /// Told what this process followed of other processes' erasures and memory changes, for
     /// what is kept beside the indexes (see [`Recall::on_followed_removals`]).
     removal_hooks: Mutex<Vec<RemovalHook>>,
+    /// How many erasures (this process's, or followed from others) began taking messages
+    /// out of the indexes. Raised after the store deleted them and before the indexes lose
+    /// them: a pipeline step that read messages before an erasure finds it changed when it
+    /// adds them, and adds only what the store still has (see `Recall::index_texts`), so
+    /// no erasure has to wait for the pipeline.
+    erasures_begun: AtomicU64,
 }
 
 /// A handler of what another process erased or changed (see [`Recall::on_followed_removals`]).
@@ -368,6 +374,7 @@ impl Recall {
                 reported: Mutex::new(None),
                 catch_up_to: AtomicU64::new(0),
                 removal_hooks: Mutex::new(Vec::new()),
+                erasures_begun: AtomicU64::new(0),
             }),
         })
     }

@@ -229,6 +229,7 @@ impl Recall {
     async fn embed_batch(&self) -> Result<Option<u64>> {
         let this = self.clone();
         let batch = blocking(move || -> Result<_> {
+            let read_at = this.erasures_begun();
             let batch = this
                 .inner
                 .store
@@ -236,7 +237,7 @@ impl Recall {
                 .pending_embeddings(this.inner.options.batch_messages)?;
             // Keywords first: they cost microseconds, and a query that cannot wait for the
             // embeddings still finds the newest messages by their words.
-            this.index_messages(batch.iter(), &[])?;
+            this.index_texts(batch.iter(), read_at)?;
             Ok(batch)
         })
         .await?;
@@ -251,7 +252,7 @@ impl Recall {
             .store_embeddings(self.inner.model.clone(), done, keyed.clone())
             .await?;
         let this = self.clone();
-        blocking(move || this.index_messages(std::iter::empty(), &keyed)).await?;
+        blocking(move || this.index_vectors(&keyed)).await?;
         Ok(Some(last_seq))
     }
 
@@ -269,6 +270,7 @@ impl Recall {
         let mut removals = Vec::new();
         for _ in 0..FOLLOWED_PAGES {
             let this = self.clone();
+            let read_at = self.erasures_begun();
             let followed =
                 blocking(move || this.inner.store.feed().embedded_after(after, page)).await?;
             let Some(followed) = followed else {
@@ -291,7 +293,8 @@ impl Recall {
                     .iter()
                     .flat_map(|embedded| embedded.vectors.iter().cloned())
                     .collect();
-                this.index_messages(appends.iter().map(|e| &e.append), &vectors)
+                this.index_texts(appends.iter().map(|e| &e.append), read_at)?;
+                this.index_vectors(&vectors)
             })
             .await?;
             removals.extend(followed.removals);
@@ -307,42 +310,74 @@ impl Recall {
         Ok(Some(through))
     }
 
-    /// Indexes the messages of `appends` (read from the store before), texts and filter
-    /// fields, then `vectors` of messages the index has. The owners of sessions new to the
-    /// indexes are read before the lock is taken: a store in a database answers over the
-    /// network, and nothing may wait for it under the index lock (a request blocked on the
-    /// lock can hold the very runtime worker that answer needs). A session unknown here but
-    /// not read above was forgotten meanwhile: its messages are not indexed; nor is the
-    /// vector of a message deleted while it was being embedded (the store dropped it too).
-    fn index_messages<'a>(
+    /// Indexes the messages of `appends`, texts and filter fields. They were read from the
+    /// store when [`Recall::erasures_begun`] said `read_at`: should an erasure have begun
+    /// since, it may have deleted some of them after the read and taken them out of the
+    /// indexes already, so only those the store still has are added, as read after it
+    /// began. Without this an erasure had to wait for the pipeline to catch up, up to the
+    /// read-your-writes bound, and went ahead regardless once that passed.
+    ///
+    /// The owners of sessions new to the indexes are read before the lock is taken, as is
+    /// the store again: a store in a database answers over the network, and nothing may wait
+    /// for it under the index lock (a request blocked on the lock can hold the very runtime
+    /// worker that answer needs). A session unknown here but not read above was forgotten
+    /// meanwhile: its messages are not indexed.
+    pub(super) fn index_texts<'a>(
         &self,
-        appends: impl Iterator<Item = &'a PendingEmbedding> + Clone,
-        vectors: &[(MessageKey, Vec<f32>)],
+        appends: impl Iterator<Item = &'a PendingEmbedding>,
+        mut read_at: u64,
     ) -> Result<()> {
-        let unknown: BTreeSet<u64> = {
-            let indexes = self.read();
-            appends
-                .clone()
-                .flat_map(|pending| &pending.messages)
-                .map(|(key, _)| key.session())
-                .filter(|sid| !indexes.owners.contains_key(sid))
-                .collect()
-        };
-        let mut owners = unknown
-            .into_iter()
-            .map(|sid| Ok((sid, Owner::in_store(&self.inner.store, sid)?)))
-            .collect::<Result<HashMap<_, _>>>()?;
-        let mut indexes = self.write();
-        for pending in appends {
-            for (key, message) in &pending.messages {
-                indexes.add_message(*key, message, true, || {
-                    Ok(owners.remove(&key.session()).flatten())
-                })?;
+        let mut messages: Vec<(MessageKey, &Message)> = appends
+            .flat_map(|pending| {
+                pending
+                    .messages
+                    .iter()
+                    .map(|(key, message)| (*key, message))
+            })
+            .collect();
+        loop {
+            let unknown: BTreeSet<u64> = {
+                let indexes = self.read();
+                messages
+                    .iter()
+                    .map(|(key, _)| key.session())
+                    .filter(|sid| !indexes.owners.contains_key(sid))
+                    .collect()
+            };
+            let mut owners = unknown
+                .into_iter()
+                .map(|sid| Ok((sid, Owner::in_store(&self.inner.store, sid)?)))
+                .collect::<Result<HashMap<_, _>>>()?;
+            let mut indexes = self.write();
+            // Under the lock: an erasure that begins later takes out what is added here.
+            let begun = self.erasures_begun();
+            if begun == read_at {
+                for (key, message) in &messages {
+                    indexes.add_message(*key, message, true, || {
+                        Ok(owners.remove(&key.session()).flatten())
+                    })?;
+                }
+                return Ok(());
             }
+            drop(indexes);
+            let keys: Vec<MessageKey> = messages.iter().map(|(key, _)| *key).collect();
+            let stored = self.inner.store.feed().messages_by_key(&keys)?;
+            messages = messages
+                .into_iter()
+                .zip(stored)
+                .filter_map(|(message, stored)| stored.map(|_| message))
+                .collect();
+            read_at = begun;
         }
+    }
+
+    /// Adds `vectors` of the messages the indexes have: not the vector of a message erased
+    /// while it was being embedded (the store dropped it too).
+    fn index_vectors(&self, vectors: &[(MessageKey, Vec<f32>)]) -> Result<()> {
         if vectors.is_empty() {
             return Ok(());
         }
+        let mut indexes = self.write();
         let live: Vec<(u64, &[f32])> = vectors
             .iter()
             .filter(|(key, _)| indexes.docs.contains_key(&key.as_u64()))
@@ -365,11 +400,19 @@ impl Recall {
         let this = self.clone();
         let covered = blocking(move || -> Result<_> {
             let dimension = usize::try_from(this.inner.model.dimension).unwrap_or(usize::MAX);
-            let (mut fresh, covered) =
-                Indexes::load(&this.inner.store, &this.inner.options, dimension, true)?;
-            *fresh.dirty.get_mut() = true;
-            *this.write() = fresh;
-            Ok(covered)
+            loop {
+                let read_at = this.erasures_begun();
+                let (mut fresh, covered) =
+                    Indexes::load(&this.inner.store, &this.inner.options, dimension, true)?;
+                *fresh.dirty.get_mut() = true;
+                let mut indexes = this.write();
+                // An erasure that began during the load took its messages out of the old
+                // indexes, and the load may have read them before the store deleted them.
+                if this.erasures_begun() == read_at {
+                    *indexes = fresh;
+                    return Ok(covered);
+                }
+            }
         })
         .await?;
         // Not `max`: the new indexes cover what they loaded, which may be less than the

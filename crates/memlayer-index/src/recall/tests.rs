@@ -517,6 +517,50 @@ async fn embed_pending_with_seeded_vectors(store: &Store, model: &EmbeddingModel
     }
 }
 
+/// A batch the pipeline read before an erasure, and indexes after the erasure took its
+/// messages out, puts none of them back: only what the store still has is added. Erasures
+/// rely on this instead of waiting for the pipeline to catch up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_read_before_an_erasure_puts_nothing_erased_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
+    let eraser = store.take_eraser().unwrap();
+    // No pipeline runs: the test takes its steps itself.
+    let recall = Recall::open(store.clone(), embedder(), RecallOptions::default()).unwrap();
+    append(
+        &store,
+        "s",
+        "alice",
+        &[
+            (Role::User, "my locker code is 4711"),
+            (Role::User, "I like green tea"),
+        ],
+    )
+    .await;
+    let access = Access::tenant_wide("t");
+    let sid = store.feed().session_key(&access, "s").unwrap().unwrap();
+    let (erased, kept) = (MessageKey::new(sid, 0), MessageKey::new(sid, 1));
+
+    // The pipeline reads its batch...
+    let read_at = recall.erasures_begun();
+    let batch = store.feed().pending_embeddings(64).unwrap();
+    // ... a message is erased meanwhile, from the store and then from the indexes ...
+    eraser.erase_message(&access, "s", 0).await.unwrap();
+    recall.forget_message("t", erased).await.unwrap();
+    // ... and then the pipeline indexes what it read.
+    recall.index_texts(batch.iter(), read_at).unwrap();
+
+    let indexes = recall.read();
+    assert!(
+        !indexes.holds(erased.as_u64()),
+        "the erased message is back in the indexes"
+    );
+    assert!(indexes.holds(kept.as_u64()), "a stored message is missing");
+    drop(indexes);
+    drop(recall);
+    store.shutdown();
+}
+
 #[tokio::test]
 async fn a_stale_snapshot_keeps_its_graph_and_takes_the_stores_changes() {
     let dir = tempfile::tempdir().unwrap();
