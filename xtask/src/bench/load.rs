@@ -30,6 +30,10 @@ pub(crate) enum Workload {
     /// The same with one query repeated: the embedder's cache answers for the query, so
     /// this is the search alone.
     RecallRepeated,
+    /// Each client appends an exchange to a new session of its own (not timed) and erases
+    /// the session (`DELETE /v1/sessions/{id}`, timed: it answers once no byte is left).
+    /// Run after appends, it meets the embedding backlog they left.
+    Erase,
 }
 
 impl Workload {
@@ -39,12 +43,13 @@ impl Workload {
             Self::Context => "context",
             Self::Recall => "recall",
             Self::RecallRepeated => "recall, query embedded before",
+            Self::Erase => "erase a session",
         }
     }
 
     /// Whether each client's session is filled with [`CONTEXT_TURNS`] exchanges first.
     fn reads_a_filled_session(self) -> bool {
-        !matches!(self, Self::Append)
+        !matches!(self, Self::Append | Self::Erase)
     }
 }
 
@@ -164,6 +169,7 @@ pub(crate) async fn run(
         .map(|client| {
             let url = match scenario.workload {
                 Workload::Append => format!("{}/messages", session(client)),
+                Workload::Erase => session(client),
                 Workload::Context => format!("{}/context", session(client)),
                 Workload::Recall | Workload::RecallRepeated => {
                     format!("http://{}/v1/recall", server(client))
@@ -283,51 +289,93 @@ impl Client {
                 _ => sentence(self.number, sequence),
             };
             sequence += 1;
-            let request = self.http.post(&self.url);
             let request = match self.workload {
-                Workload::Append => request.json(&Append {
+                Workload::Append => self.http.post(&self.url).json(&Append {
                     user_id: "bench",
                     agent_id: "bench",
                     role: "user",
                     content: text,
                 }),
-                Workload::Context => request.json(&ContextRequest {
+                Workload::Context => self.http.post(&self.url).json(&ContextRequest {
                     query: text,
                     settings: serde_json::json!({ "strategy": "combined" }),
                 }),
-                Workload::Recall | Workload::RecallRepeated => request.json(&RecallRequest {
-                    user_id: "bench",
-                    query: text,
-                    k: 10,
-                }),
+                Workload::Recall | Workload::RecallRepeated => {
+                    self.http.post(&self.url).json(&RecallRequest {
+                        user_id: "bench",
+                        query: text,
+                        k: 10,
+                    })
+                }
+                Workload::Erase => {
+                    let doomed = format!("{}-{sequence}", self.url);
+                    if let Err(error) = fill_exchange(&self.http, &doomed, text).await {
+                        result
+                            .errors
+                            .record("filling the session".to_owned(), || error);
+                        continue;
+                    }
+                    self.http.delete(doomed)
+                }
             };
             let started = Instant::now();
-            // The body is read before the clock stops: the request is complete only when the
-            // whole answer has arrived, and reading it lets the connection be reused.
-            let outcome = match request.send().await {
-                Ok(response) if response.status().is_success() => response
-                    .bytes()
-                    .await
-                    .map(drop)
-                    .map_err(|error| ("transport error".to_owned(), error.to_string())),
-                Ok(response) => {
-                    let kind = format!("HTTP {}", response.status());
-                    let body = response.text().await.unwrap_or_default();
-                    Err((kind, body))
-                }
-                Err(error) => Err(("transport error".to_owned(), error.to_string())),
-            };
-            let latency = started.elapsed();
-            if started < measure_from {
-                continue;
-            }
-            match outcome {
-                Ok(()) => result.latencies.push(latency),
-                Err((kind, example)) => result.errors.record(kind, || example),
+            let outcome = send(request).await;
+            if started >= measure_from {
+                result.record(started.elapsed(), outcome);
             }
         }
         result
     }
+}
+
+impl ClientResult {
+    /// Counts a request's latency, or its failure by kind.
+    fn record(&mut self, latency: Duration, outcome: Result<(), (String, String)>) {
+        match outcome {
+            Ok(()) => self.latencies.push(latency),
+            Err((kind, example)) => self.errors.record(kind, || example),
+        }
+    }
+}
+
+/// Sends `request` and reads the whole answer: the request is complete only when it has
+/// arrived, and reading it lets the connection be reused. A failure comes as its kind and
+/// an example.
+async fn send(request: reqwest::RequestBuilder) -> Result<(), (String, String)> {
+    match request.send().await {
+        Ok(response) if response.status().is_success() => response
+            .bytes()
+            .await
+            .map(drop)
+            .map_err(|error| ("transport error".to_owned(), error.to_string())),
+        Ok(response) => {
+            let kind = format!("HTTP {}", response.status());
+            let body = response.text().await.unwrap_or_default();
+            Err((kind, body))
+        }
+        Err(error) => Err(("transport error".to_owned(), error.to_string())),
+    }
+}
+
+/// Creates the session at `url` with one exchange about `text`, for the erase scenario.
+async fn fill_exchange(http: &reqwest::Client, url: &str, text: String) -> Result<(), String> {
+    let body = Batch {
+        user_id: "bench",
+        agent_id: "bench",
+        messages: vec![
+            Line {
+                role: "user",
+                content: text,
+            },
+            Line {
+                role: "assistant",
+                content: "Noted.".to_owned(),
+            },
+        ],
+    };
+    send(http.post(format!("{url}/messages")).json(&body))
+        .await
+        .map_err(|(kind, example)| format!("{kind}: {example}"))
 }
 
 /// A chat-like sentence of about twenty words that differs from request to request, so the
