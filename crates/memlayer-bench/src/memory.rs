@@ -11,7 +11,9 @@
 //! partition from the store, then `LongTermMemory::build_graphs` builds its graph (the server
 //! builds them in the background); both times are reported. After the timed recalls, one
 //! recall for every user in turn loads each partition, evicting the least recently used past
-//! the default budget: that sweep's time, the resident figures and the RSS are reported.
+//! the default budget: that sweep's time, the resident figures and the RSS are reported, and
+//! the latency of user 0's recalls (query vector cached) made one after another beside the
+//! sweep: a load must not hold up the recalls of users already resident.
 //! Everything is generated from a fixed seed.
 //!
 //! Each iteration asks a question never asked before (its embedding is in the time), then the
@@ -67,6 +69,8 @@ struct Measured {
     without_embedding: Vec<Duration>,
     /// One recall for every user in turn, and what is resident after it.
     sweep: Duration,
+    /// User 0's recalls during the sweep, sorted.
+    beside_sweep: Vec<Duration>,
     residency: Residency,
     rss_after_sweep: u64,
 }
@@ -169,6 +173,19 @@ async fn measure(
             );
         }
     }
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let beside = {
+        let (memories, question) = (memories.clone(), query(0, &questions[0]));
+        tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            while !*stopped.borrow() {
+                let start = Instant::now();
+                memories.recall(question.clone()).await?;
+                latencies.push(start.elapsed());
+            }
+            anyhow::Ok(latencies)
+        })
+    };
     let start = Instant::now();
     for user in 0..users {
         let hits = memories.recall(query(user, &questions[0])).await?;
@@ -178,6 +195,9 @@ async fn measure(
         );
     }
     let sweep = start.elapsed();
+    stop.send_replace(true);
+    let mut beside_sweep = beside.await??;
+    beside_sweep.sort_unstable();
     let residency = memories.residency();
     let rss_after_sweep = report::own_status_kib("VmRSS")? * 1024;
     drop(memories);
@@ -198,6 +218,7 @@ async fn measure(
         with_embedding,
         without_embedding,
         sweep,
+        beside_sweep,
         residency,
         rss_after_sweep,
     })
@@ -311,7 +332,8 @@ fn report(results: &[Measured], queries: usize, load: [String; 2]) -> String {
          larger than 5,000 (the server's background builder; recall scans those partitions \
          until then), then the recalls are timed. Last, one recall for every user in turn \
          (the sweep) loads every partition, the least recently used leaving past the default \
-         budget of {DEFAULT_RESIDENT_MEMORIES} resident memories.\n",
+         budget of {DEFAULT_RESIDENT_MEMORIES} resident memories, while user 0 recalls (its \
+         query vector cached), one recall after another.\n",
         command_line(),
         load[0],
         load[1],
@@ -363,13 +385,15 @@ fn report(results: &[Measured], queries: usize, load: [String; 2]) -> String {
     }
     let _ = writeln!(
         out,
-        "\n| memories | users | sweep s | loads | evictions | resident memories / partitions | RSS after sweep MiB |\n| ---: | ---: | ---: | ---: | ---: | --- | ---: |"
+        "\n| memories | users | sweep s | loads | evictions | resident memories / partitions | RSS after sweep MiB | user 0 beside the sweep: recalls | p50 ms | p99 ms | max ms |\n| ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |"
     );
     for result in results {
         let resident = &result.residency;
+        let beside = &result.beside_sweep;
+        let at = |p: f64| percentile(beside, p).map_or(f64::NAN, ms);
         let _ = writeln!(
             out,
-            "| {} | {} | {:.1} | {} | {} | {} / {} | {:.0} |",
+            "| {} | {} | {:.1} | {} | {} | {} / {} | {:.0} | {} | {:.2} | {:.2} | {:.2} |",
             result.memories,
             result.users,
             result.sweep.as_secs_f64(),
@@ -378,6 +402,10 @@ fn report(results: &[Measured], queries: usize, load: [String; 2]) -> String {
             resident.memories,
             resident.partitions,
             result.rss_after_sweep as f64 / (1024.0 * 1024.0),
+            beside.len(),
+            at(50.0),
+            at(99.0),
+            beside.last().copied().map_or(f64::NAN, ms),
         );
     }
     out
