@@ -129,13 +129,29 @@ struct Owner {
     revision: u64,
 }
 
+impl Owner {
+    fn of(memory: &Memory) -> Self {
+        Self {
+            tenant: memory.tenant.clone(),
+            user_id: memory.user_id.clone(),
+            agent_id: memory.agent_id.clone(),
+            kind: memory.kind,
+            tags: memory.tags.clone(),
+            keyed: memory.key.is_some(),
+            revision: memory.revision,
+        }
+    }
+}
+
 /// The resident memories' vectors and texts, under one lock; keys are memory ids.
 ///
-/// A partition is resident whole or not at all: it is loaded from the store under the write
-/// lock, and every change of the indexes (after the store committed it) takes that lock
-/// too, so a load sees every change committed before it and every later change finds it
-/// resident. A change to a user whose partition is not resident is left to the store: the
-/// next load reads it.
+/// A partition is resident whole or not at all. It is read from the store and indexed
+/// without the lock (other users' recalls go on meanwhile), then installed under the write
+/// lock only if no change of the indexes happened since the read (`changes`); otherwise it
+/// is read again under the write lock. Every change (after the store committed it) takes
+/// that lock and counts itself, so an installed partition holds every change committed
+/// before its read and every later change finds it resident. A change to a user whose
+/// partition is not resident is left to the store: the next load reads it.
 struct Indexes {
     dimension: usize,
     /// One hybrid index per resident user of each tenant, by tenant, then user. A recall
@@ -157,6 +173,8 @@ struct Indexes {
     /// Partitions loaded from the store, and evicted, since the start.
     loads: u64,
     evictions: u64,
+    /// Changes of the indexes since the start (see [`LongTermMemory::change`]).
+    changes: u64,
 }
 
 /// One user's resident memories.
@@ -219,6 +237,7 @@ impl LongTermMemory {
             clock: AtomicU64::new(0),
             loads: 0,
             evictions: 0,
+            changes: 0,
         };
         Self {
             inner: Arc::new(Inner {
@@ -264,7 +283,7 @@ impl LongTermMemory {
         if changes.is_empty() {
             return;
         }
-        let mut indexes = self.write();
+        let mut indexes = self.change();
         for change in changes {
             if indexes.partition(&change.tenant, &change.user_id).is_none() {
                 continue;
@@ -294,31 +313,73 @@ impl LongTermMemory {
 
     /// Runs `search` on the partition of `tenant`'s `user_id`, loading it from the store
     /// first when it is not resident (and evicting others past the budget). A hit runs under
-    /// the read lock; a load, and the search after it, under the write lock, so the partition
-    /// cannot leave before it was searched.
+    /// the read lock; the search after a load under the write lock that installed it, so the
+    /// partition cannot leave before it was searched.
     fn with_partition<T>(
         &self,
         tenant: &str,
         user_id: &str,
         search: impl FnOnce(&Indexes, &HybridIndex) -> T,
     ) -> Result<T, MemoryError> {
-        {
+        let (changes, dimension) = {
             let indexes = self.read();
             if let Some(partition) = indexes.partition(tenant, user_id) {
                 indexes.touch(partition);
                 return Ok(search(&indexes, &partition.index));
             }
-        }
+            (indexes.changes, indexes.dimension)
+        };
+        let loaded = self.load_unlocked(tenant, user_id, changes, dimension)?;
         let mut indexes = self.write();
-        if indexes.partition(tenant, user_id).is_none() {
-            let memories = self.inner.store.memories().user_memories(tenant, user_id)?;
-            indexes.load(tenant, user_id, &memories)?;
-        }
+        self.install(&mut indexes, tenant, user_id, loaded)?;
         let partition = indexes
             .partition(tenant, user_id)
-            .expect("the partition was just loaded, under the write lock");
+            .expect("the partition was just installed, under the write lock");
         indexes.touch(partition);
         Ok(search(&indexes, &partition.index))
+    }
+
+    /// Reads `tenant`'s `user_id`'s memories from the store and indexes them, without the
+    /// lock: other users' recalls and every change go on meanwhile. `changes` is what
+    /// [`Indexes::changes`] said before the read.
+    fn load_unlocked(
+        &self,
+        tenant: &str,
+        user_id: &str,
+        changes: u64,
+        dimension: usize,
+    ) -> Result<Loaded, MemoryError> {
+        let memories = self.inner.store.memories().user_memories(tenant, user_id)?;
+        let index = partition_index(dimension, &memories)?;
+        Ok(Loaded {
+            changes,
+            memories,
+            index,
+        })
+    }
+
+    /// Makes `loaded` the user's resident partition, unless one is resident already. Should
+    /// a change have happened since its read, it may have been to this user while the
+    /// partition was not resident (left to the store, so missing from what was read):
+    /// then the partition is read again under the lock, which every change waits for.
+    fn install(
+        &self,
+        indexes: &mut Indexes,
+        tenant: &str,
+        user_id: &str,
+        loaded: Loaded,
+    ) -> Result<(), MemoryError> {
+        if indexes.partition(tenant, user_id).is_some() {
+            return Ok(());
+        }
+        if indexes.changes == loaded.changes {
+            indexes.install(tenant, user_id, loaded.index, &loaded.memories);
+        } else {
+            let memories = self.inner.store.memories().user_memories(tenant, user_id)?;
+            let index = partition_index(indexes.dimension, &memories)?;
+            indexes.install(tenant, user_id, index, &memories);
+        }
+        Ok(())
     }
 
     /// Remembers `request`: a new memory, or an update of the one under its key, or (without
@@ -446,7 +507,7 @@ impl LongTermMemory {
             revision: memory.revision + 1,
             ..memory
         };
-        let mut indexes = self.write();
+        let mut indexes = self.change();
         indexes.add(std::slice::from_ref(&memory))?;
         indexes.evict_past_budget(&[(&memory.tenant, &memory.user_id)]);
         drop(indexes);
@@ -708,7 +769,7 @@ impl LongTermMemory {
         if ids.is_empty() {
             return;
         }
-        self.write().remove(ids);
+        self.change().remove(ids);
         self.inner.embedder.clear_cache(tenant);
     }
 
@@ -784,6 +845,36 @@ impl LongTermMemory {
     fn write(&self) -> RwLockWriteGuard<'_, Indexes> {
         self.inner.indexes.write()
     }
+
+    /// The write lock, for a change of the indexes after the store committed it: counted,
+    /// so that a partition read from the store before it is not installed without it.
+    fn change(&self) -> RwLockWriteGuard<'_, Indexes> {
+        let mut indexes = self.write();
+        indexes.changes += 1;
+        indexes
+    }
+}
+
+/// A user's partition read from the store and indexed without the lock, and the count of
+/// changes before the read (see [`Indexes`]).
+struct Loaded {
+    changes: u64,
+    memories: Vec<Memory>,
+    index: HybridIndex,
+}
+
+/// A partition's index of `memories`, all of one user. Their vectors go in as one batch.
+fn partition_index(dimension: usize, memories: &[Memory]) -> Result<HybridIndex, MemoryError> {
+    let mut index = HybridIndex::new(VectorIndex::new(VectorConfig::new(dimension))?);
+    index.add(&(), &documents(memories.iter()))?;
+    Ok(index)
+}
+
+/// `memories` as the hybrid index takes them.
+fn documents<'a>(memories: impl Iterator<Item = &'a Memory>) -> Vec<(u64, &'a str, &'a [f32])> {
+    memories
+        .map(|memory| (memory.id, memory.text.as_str(), memory.vector.as_slice()))
+        .collect()
 }
 
 impl Indexes {
@@ -818,16 +909,11 @@ impl Indexes {
             .collect()
     }
 
-    /// Makes `memories`, all of `tenant`'s `user_id` as the store holds them now, the user's
-    /// resident partition, then evicts others past the budget.
-    fn load(
-        &mut self,
-        tenant: &str,
-        user_id: &str,
-        memories: &[Memory],
-    ) -> Result<(), MemoryError> {
+    /// Makes `index` of `memories`, all of `tenant`'s `user_id` as the store held them, the
+    /// user's resident partition, then evicts others past the budget.
+    fn install(&mut self, tenant: &str, user_id: &str, index: HybridIndex, memories: &[Memory]) {
         let partition = Partition {
-            index: HybridIndex::new(VectorIndex::new(VectorConfig::new(self.dimension))?),
+            index,
             last_used: AtomicU64::new(self.clock.fetch_add(1, Ordering::Relaxed)),
         };
         self.partitions
@@ -835,9 +921,10 @@ impl Indexes {
             .or_default()
             .insert(user_id.to_owned(), partition);
         self.loads += 1;
-        self.add(memories)?;
+        for memory in memories {
+            self.owners.insert(memory.id, Owner::of(memory));
+        }
         self.evict_past_budget(&[(tenant, user_id)]);
-        Ok(())
     }
 
     /// Indexes `memories` (one stored now, or a user's being loaded) in their users'
@@ -856,24 +943,9 @@ impl Indexes {
             let Some(partition) = self.partition_mut(tenant, user_id) else {
                 continue;
             };
-            let documents: Vec<_> = owned
-                .iter()
-                .map(|memory| (memory.id, memory.text.as_str(), memory.vector.as_slice()))
-                .collect();
-            partition.add(&(), &documents)?;
+            partition.add(&(), &documents(owned.iter().copied()))?;
             for memory in owned {
-                self.owners.insert(
-                    memory.id,
-                    Owner {
-                        tenant: memory.tenant.clone(),
-                        user_id: memory.user_id.clone(),
-                        agent_id: memory.agent_id.clone(),
-                        kind: memory.kind,
-                        tags: memory.tags.clone(),
-                        keyed: memory.key.is_some(),
-                        revision: memory.revision,
-                    },
-                );
+                self.owners.insert(memory.id, Owner::of(memory));
             }
         }
         Ok(())
@@ -1108,6 +1180,54 @@ mod tests {
         assert_eq!(resident(&memories).2, loads);
         // Loaded: ann, bob, carl (for the remember), ann again (evicting bob), dana.
         assert_eq!(resident(&memories), (2, 3, 5, 2));
+        store.shutdown();
+    }
+
+    /// A partition is read from the store without the lock; one read before a change and
+    /// installed after it is read again, so a memory forgotten in between (while the
+    /// partition was not resident, so the change was left to the store) is not in it.
+    #[tokio::test]
+    async fn a_partition_read_before_a_change_is_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
+        let embedder = memlayer_embed::test_support::shared_embedder();
+        let eraser = store.take_eraser().unwrap();
+        let everything = LongTermMemory::open(store.clone(), embedder.clone(), 1_000);
+        let (tea, _) = everything
+            .remember(remember("ann", "Drinks green tea every morning"))
+            .await
+            .unwrap();
+        let lyon = everything.remember(remember("ann", "Lives in Lyon near the river"));
+        lyon.await.unwrap();
+
+        let memories = LongTermMemory::open(store.clone(), embedder, 1_000);
+        // A recall of ann's reads her memories...
+        let (changes, dimension) = {
+            let indexes = memories.read();
+            (indexes.changes, indexes.dimension)
+        };
+        let loaded = memories
+            .load_unlocked(TENANT, "ann", changes, dimension)
+            .unwrap();
+        // ... one of them is forgotten meanwhile ...
+        assert!(memories.forget(&eraser, TENANT, tea.id).await.unwrap());
+        // ... and then the recall installs what it read.
+        memories
+            .install(&mut memories.write(), TENANT, "ann", loaded)
+            .unwrap();
+        {
+            let indexes = memories.read();
+            let ann = &indexes.partition(TENANT, "ann").unwrap().index;
+            assert!(
+                !ann.vectors().contains(tea.id) && !indexes.owners.contains_key(&tea.id),
+                "the forgotten memory is in the installed partition"
+            );
+            assert_eq!(ann.vectors().len(), 1);
+        }
+        assert_eq!(
+            recalled(&memories, "ann", "what does she drink?").await,
+            ["Lives in Lyon near the river"]
+        );
         store.shutdown();
     }
 }
