@@ -508,7 +508,7 @@ impl LongTermMemory {
             ..memory
         };
         let mut indexes = self.change();
-        indexes.add(std::slice::from_ref(&memory))?;
+        indexes.add(&memory)?;
         indexes.evict_past_budget(&[(&memory.tenant, &memory.user_id)]);
         drop(indexes);
         Ok((memory, action))
@@ -927,27 +927,14 @@ impl Indexes {
         self.evict_past_budget(&[(tenant, user_id)]);
     }
 
-    /// Indexes `memories` (one stored now, or a user's being loaded) in their users'
-    /// resident partitions; a memory of a user whose partition is not resident is left to the
-    /// store. Each user's vectors go in as one batch: a partition with a graph extends it in
-    /// parallel, where one insert at a time would extend it serially.
-    fn add(&mut self, memories: &[Memory]) -> Result<(), MemoryError> {
-        let mut by_owner: HashMap<(&str, &str), Vec<&Memory>> = HashMap::new();
-        for memory in memories {
-            by_owner
-                .entry((memory.tenant.as_str(), memory.user_id.as_str()))
-                .or_default()
-                .push(memory);
-        }
-        for ((tenant, user_id), owned) in by_owner {
-            let Some(partition) = self.partition_mut(tenant, user_id) else {
-                continue;
-            };
-            partition.add(&(), &documents(owned.iter().copied()))?;
-            for memory in owned {
-                self.owners.insert(memory.id, Owner::of(memory));
-            }
-        }
+    /// Indexes `memory`, stored now, in its user's resident partition; a memory of a user
+    /// whose partition is not resident is left to the store.
+    fn add(&mut self, memory: &Memory) -> Result<(), MemoryError> {
+        let Some(partition) = self.partition_mut(&memory.tenant, &memory.user_id) else {
+            return Ok(());
+        };
+        partition.add(&(), &documents(std::iter::once(memory)))?;
+        self.owners.insert(memory.id, Owner::of(memory));
         Ok(())
     }
 
