@@ -1,8 +1,8 @@
 //! `cargo xtask bench appends`: the HTTP benchmark of a turn's two writes and reads. It builds the
 //! release server, starts it on a fresh data directory on 127.0.0.1, asks one client's long
 //! session for its next context and the user's sessions for recall, drives appends from one
-//! client and then from many, then erases sessions while the embedder works through the
-//! backlog the appends left, and prints a markdown report with enough context (command,
+//! client and then from many, then reads and erases sessions while the embedder works through
+//! the backlog the appends left, and prints a markdown report with enough context (command,
 //! date, machine) to compare runs.
 //! Every append is a durable commit on the server, so the numbers are durable appends.
 //! `--baseline` runs the same scenarios against another build of the server (an older
@@ -26,9 +26,10 @@ use crate::{cmd, metadata};
 /// assembling a turn of a 100-exchange session and the recall clients that of a search of the
 /// user's sessions, with and without embedding the query (first, before the appends leave the
 /// embedder a backlog), the single appending client the latency of one durable commit, the
-/// concurrent ones how far group commit amortises the fsync, and the erasing client how long
-/// an erasure takes while the embedder works through the backlog the appends left.
-const SCENARIOS: [Scenario; 6] = [
+/// concurrent ones how far group commit amortises the fsync; then, while the embedder works
+/// through the backlog the appends left, the reading client what that background work costs a
+/// request that neither writes nor embeds, and the erasing client how long an erasure takes.
+const SCENARIOS: [Scenario; 7] = [
     Scenario {
         workload: Workload::Context,
         clients: 1,
@@ -48,6 +49,10 @@ const SCENARIOS: [Scenario; 6] = [
     Scenario {
         workload: Workload::Append,
         clients: 64,
+    },
+    Scenario {
+        workload: Workload::ReadSession,
+        clients: 1,
     },
     Scenario {
         workload: Workload::Erase,
@@ -156,8 +161,9 @@ fn print_report(seconds: u64, builds: &[BuildResults], commit_modes: &str) -> an
          `context`: `POST /v1/sessions/{{id}}/context` (combined strategy, a query) of a \
          session of {} exchanges per client; `recall`: `POST /v1/recall` (k = 10, the \
          user's sessions) with a new query each time, or one repeated (its embedding then \
-         comes from the cache); `erase`: `DELETE /v1/sessions/{{id}}` of a session \
-         of one exchange the client created just before (not timed), after the appends; \
+         comes from the cache); `read`: `GET /v1/sessions/{{id}}` of a session of one \
+         exchange, and `erase`: `DELETE /v1/sessions/{{id}}` of a session of one exchange the \
+         client created just before (not timed), both after the appends; \
          {} s warm-up then {seconds} s measured per \
          scenario; server (release build) and client share the machine",
         load::CONTEXT_TURNS,

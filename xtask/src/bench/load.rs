@@ -30,6 +30,10 @@ pub(crate) enum Workload {
     /// The same with one query repeated: the embedder's cache answers for the query, so
     /// this is the search alone.
     RecallRepeated,
+    /// Each client reads a session of its own (`GET /v1/sessions/{id}`, one exchange, created
+    /// first): a request that neither writes nor embeds. Run after appends, it shows what the
+    /// embedding backlog's background work costs other requests.
+    ReadSession,
     /// Each client appends an exchange to a new session of its own (not timed) and erases
     /// the session (`DELETE /v1/sessions/{id}`, timed: it answers once no byte is left).
     /// Run after appends, it meets the embedding backlog they left.
@@ -43,13 +47,14 @@ impl Workload {
             Self::Context => "context",
             Self::Recall => "recall",
             Self::RecallRepeated => "recall, query embedded before",
+            Self::ReadSession => "read a session",
             Self::Erase => "erase a session",
         }
     }
 
     /// Whether each client's session is filled with [`CONTEXT_TURNS`] exchanges first.
     fn reads_a_filled_session(self) -> bool {
-        !matches!(self, Self::Append | Self::Erase)
+        matches!(self, Self::Context | Self::Recall | Self::RecallRepeated)
     }
 }
 
@@ -161,6 +166,13 @@ pub(crate) async fn run(
             wait_for_embeddings(&http, addr).await?;
         }
     }
+    if scenario.workload == Workload::ReadSession {
+        for client in 0..scenario.clients {
+            fill_exchange(&http, &session(client), sentence(client, 0))
+                .await
+                .map_err(anyhow::Error::msg)?;
+        }
+    }
     let start = Instant::now();
     let measure_from = start + warm_up;
     let end = measure_from + measured;
@@ -169,7 +181,7 @@ pub(crate) async fn run(
         .map(|client| {
             let url = match scenario.workload {
                 Workload::Append => format!("{}/messages", session(client)),
-                Workload::Erase => session(client),
+                Workload::Erase | Workload::ReadSession => session(client),
                 Workload::Context => format!("{}/context", session(client)),
                 Workload::Recall | Workload::RecallRepeated => {
                     format!("http://{}/v1/recall", server(client))
@@ -307,6 +319,7 @@ impl Client {
                         k: 10,
                     })
                 }
+                Workload::ReadSession => self.http.get(&self.url),
                 Workload::Erase => {
                     let doomed = format!("{}-{sequence}", self.url);
                     if let Err(error) = fill_exchange(&self.http, &doomed, text).await {
@@ -357,7 +370,7 @@ async fn send(request: reqwest::RequestBuilder) -> Result<(), (String, String)> 
     }
 }
 
-/// Creates the session at `url` with one exchange about `text`, for the erase scenario.
+/// Creates the session at `url` with one exchange about `text`.
 async fn fill_exchange(http: &reqwest::Client, url: &str, text: String) -> Result<(), String> {
     let body = Batch {
         user_id: "bench",
