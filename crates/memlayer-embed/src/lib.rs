@@ -28,7 +28,7 @@ pub use cache::CacheStats;
 pub use embedder::{Embedder, EmbedderOptions};
 pub use error::EmbedError;
 pub use model::ModelIdentity;
-pub use pool::{Priority, QueueDepths, lower_thread_priority};
+pub use pool::{Priority, QueueDepths, lower_thread_priority, yield_to_requests};
 
 #[cfg(any(test, feature = "test-support"))]
 pub mod test_support;

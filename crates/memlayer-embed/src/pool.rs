@@ -204,7 +204,21 @@ fn work(mut model: TextEmbedding, role: Priority, shared: &Shared) {
         };
         let result = model::embed_batch(&mut model, &job.texts);
         (job.reply)(result);
+        if role == Priority::Background {
+            yield_to_requests();
+        }
     }
+}
+
+/// Hands the core to a request's thread that woke on it, if any, between two pieces of
+/// background work. `SCHED_IDLE` alone does not on every kernel: on this project's test
+/// machines a woken thread waited out the rest of the background thread's burst, up to a
+/// scheduler tick, even with the other core free (docs/benchmarks.md, "Background work and
+/// the latency of requests"). Called after each text the backlog embeds and each node a
+/// graph builder links, it bounds that wait by one such piece of work; with nobody waiting
+/// it costs one system call.
+pub fn yield_to_requests() {
+    thread::yield_now();
 }
 
 /// Gives the calling thread the priority of memlayer's background work (the embedding

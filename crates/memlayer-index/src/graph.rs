@@ -272,15 +272,15 @@ impl Graph {
             .filter(|&slot| live(slot))
             .map(|slot| slot as u32)
             .collect();
+        let link = |slot: u32| {
+            self.insert(slot, level_of(slot as usize), vectors);
+            memlayer_embed::yield_to_requests();
+        };
         let insert = || {
             if slots.len() >= PARALLEL_INSERT_MIN {
-                slots.par_iter().for_each(|&slot| {
-                    self.insert(slot, level_of(slot as usize), vectors);
-                });
+                slots.par_iter().for_each(|&slot| link(slot));
             } else {
-                for &slot in &slots {
-                    self.insert(slot, level_of(slot as usize), vectors);
-                }
+                slots.iter().for_each(|&slot| link(slot));
             }
         };
         match &*BUILDERS {
