@@ -36,3 +36,13 @@ pub fn shared_embedder() -> Embedder {
         })
         .clone()
 }
+
+/// The scheduling policy of the thread whose `/proc/.../stat` reads `stat` (field 41: 0 is
+/// `SCHED_OTHER`, 5 `SCHED_IDLE`), for the tests that background threads run at background
+/// priority. `None` if the line does not parse.
+pub fn scheduling_policy(stat: &str) -> Option<i32> {
+    // After the name's closing parenthesis (a name may hold spaces and parentheses): state
+    // is field 3, policy field 41.
+    let after_name = &stat[stat.rfind(')')? + 2..];
+    after_name.split(' ').nth(38)?.parse().ok()
+}

@@ -337,8 +337,8 @@ fn backlog_workers_run_only_where_requests_leave_a_core_idle() {
         ..uncached_options()
     };
     let embedder = Embedder::open(&assets(), options).expect("model loads");
-    // The scheduling policy of the thread named `name`: field 41 of its stat (0 is
-    // SCHED_OTHER, 5 SCHED_IDLE). `None` until the thread has named itself.
+    // The scheduling policy of the thread named `name`; `None` until the thread has named
+    // itself.
     let policy_of = |name: &str| {
         std::fs::read_dir("/proc/self/task")
             .expect("procfs")
@@ -349,9 +349,7 @@ fn backlog_workers_run_only_where_requests_leave_a_core_idle() {
             })
             .and_then(|task| {
                 let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
-                // After the name's closing parenthesis: state is field 3, policy field 41.
-                let after_name = &stat[stat.rfind(')')? + 2..];
-                after_name.split(' ').nth(38)?.parse::<i32>().ok()
+                crate::test_support::scheduling_policy(&stat)
             })
     };
     const SCHED_OTHER: i32 = 0;

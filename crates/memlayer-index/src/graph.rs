@@ -904,18 +904,16 @@ mod tests {
 
     #[test]
     fn graphs_are_built_at_background_priority() {
-        // The calling thread's scheduling policy: field 41 of its stat, the 39th after the
-        // name's closing parenthesis (0 is SCHED_OTHER, 5 SCHED_IDLE).
+        // The calling thread's scheduling policy (0 is SCHED_OTHER, 5 SCHED_IDLE).
         let policy = || {
             let stat = std::fs::read_to_string("/proc/thread-self/stat").expect("procfs");
-            let after_name = &stat[stat.rfind(')').expect("name") + 2..];
-            after_name.split(' ').nth(38).expect("policy").to_owned()
+            memlayer_embed::test_support::scheduling_policy(&stat)
         };
         let builders = BUILDERS.as_ref().expect("the builder threads start");
-        assert_eq!(policy(), "0", "the test runs at normal priority");
+        assert_eq!(policy(), Some(0), "the test runs at normal priority");
         assert_eq!(
             builders.install(policy),
-            "5",
+            Some(5),
             "a builder runs at SCHED_IDLE"
         );
     }
