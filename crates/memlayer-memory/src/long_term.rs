@@ -349,13 +349,26 @@ impl LongTermMemory {
         changes: u64,
         dimension: usize,
     ) -> Result<Loaded, MemoryError> {
-        let memories = self.inner.store.memories().user_memories(tenant, user_id)?;
-        let index = partition_index(dimension, &memories)?;
+        let (memories, index) = self.read_partition(tenant, user_id, dimension)?;
         Ok(Loaded {
             changes,
             memories,
             index,
         })
+    }
+
+    /// `tenant`'s `user_id`'s memories as the store holds them now, and a partition's index
+    /// of them (their vectors go in as one batch).
+    fn read_partition(
+        &self,
+        tenant: &str,
+        user_id: &str,
+        dimension: usize,
+    ) -> Result<(Vec<Memory>, HybridIndex), MemoryError> {
+        let memories = self.inner.store.memories().user_memories(tenant, user_id)?;
+        let mut index = HybridIndex::new(VectorIndex::new(VectorConfig::new(dimension))?);
+        index.add(&(), &documents(memories.iter()))?;
+        Ok((memories, index))
     }
 
     /// Makes `loaded` the user's resident partition, unless one is resident already. Should
@@ -375,8 +388,7 @@ impl LongTermMemory {
         if indexes.changes == loaded.changes {
             indexes.install(tenant, user_id, loaded.index, &loaded.memories);
         } else {
-            let memories = self.inner.store.memories().user_memories(tenant, user_id)?;
-            let index = partition_index(indexes.dimension, &memories)?;
+            let (memories, index) = self.read_partition(tenant, user_id, indexes.dimension)?;
             indexes.install(tenant, user_id, index, &memories);
         }
         Ok(())
@@ -861,13 +873,6 @@ struct Loaded {
     changes: u64,
     memories: Vec<Memory>,
     index: HybridIndex,
-}
-
-/// A partition's index of `memories`, all of one user. Their vectors go in as one batch.
-fn partition_index(dimension: usize, memories: &[Memory]) -> Result<HybridIndex, MemoryError> {
-    let mut index = HybridIndex::new(VectorIndex::new(VectorConfig::new(dimension))?);
-    index.add(&(), &documents(memories.iter()))?;
-    Ok(index)
 }
 
 /// `memories` as the hybrid index takes them.

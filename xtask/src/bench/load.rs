@@ -253,18 +253,25 @@ async fn fill(http: &reqwest::Client, url: &str, client: usize) -> anyhow::Resul
             ]
         })
         .collect();
+    append_lines(http, url, messages)
+        .await
+        .map_err(anyhow::Error::msg)
+}
+
+/// Appends `messages` in one request to the session whose `/messages` route is `url`.
+async fn append_lines(
+    http: &reqwest::Client,
+    url: &str,
+    messages: Vec<Line>,
+) -> Result<(), String> {
     let body = Batch {
         user_id: "bench",
         agent_id: "bench",
         messages,
     };
-    let response = http.post(url).json(&body).send().await?;
-    anyhow::ensure!(
-        response.status().is_success(),
-        "filling {url} answered {}",
-        response.status()
-    );
-    Ok(())
+    send(http.post(url).json(&body))
+        .await
+        .map_err(|(kind, example)| format!("filling {url} answered {kind}: {example}"))
 }
 
 /// Waits until the server has embedded every appended message.
@@ -372,23 +379,17 @@ async fn send(request: reqwest::RequestBuilder) -> Result<(), (String, String)> 
 
 /// Creates the session at `url` with one exchange about `text`.
 async fn fill_exchange(http: &reqwest::Client, url: &str, text: String) -> Result<(), String> {
-    let body = Batch {
-        user_id: "bench",
-        agent_id: "bench",
-        messages: vec![
-            Line {
-                role: "user",
-                content: text,
-            },
-            Line {
-                role: "assistant",
-                content: "Noted.".to_owned(),
-            },
-        ],
-    };
-    send(http.post(format!("{url}/messages")).json(&body))
-        .await
-        .map_err(|(kind, example)| format!("{kind}: {example}"))
+    let exchange = vec![
+        Line {
+            role: "user",
+            content: text,
+        },
+        Line {
+            role: "assistant",
+            content: "Noted.".to_owned(),
+        },
+    ];
+    append_lines(http, &format!("{url}/messages"), exchange).await
 }
 
 /// A chat-like sentence of about twenty words that differs from request to request, so the
