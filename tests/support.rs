@@ -196,6 +196,7 @@ impl TestServer {
     }
 
     fn launch(&self) -> Running {
+        log_warnings();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("test-server")
@@ -531,6 +532,21 @@ impl Drop for TestServer {
 }
 
 /// Every file under `dir`, at any depth.
+/// Sends the servers' warnings and errors to the output of the test that started them,
+/// which the harness shows when it fails (threads inherit a test's output capture): a
+/// `503 storage_unavailable` names its cause only in the log.
+fn log_warnings() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        // Another subscriber already installed keeps its place.
+        let _ = tracing_subscriber::fmt()
+            .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
+            .with_ansi(false)
+            .with_test_writer()
+            .try_init();
+    });
+}
+
 fn files_under(dir: &std::path::Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
     let mut dirs = vec![dir.to_owned()];

@@ -22,9 +22,7 @@ impl From<PostgresError> for StoreError {
             } => StoreError::Closed,
             // What the erasure coordinator retries, as it does a redb compaction that reads
             // held up.
-            PostgresError::ErasureBlocked { transactions } => {
-                StoreError::Busy(format!("{transactions} older transactions still run"))
-            }
+            blocked @ PostgresError::ErasureBlocked { .. } => StoreError::Busy(blocked.to_string()),
             other => StoreError::Backend {
                 source: Arc::new(other),
             },

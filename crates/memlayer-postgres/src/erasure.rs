@@ -212,7 +212,7 @@ impl PgStore {
     /// the cluster's files, as the module documentation describes, and answers how many.
     /// Refuses with [`PostgresError::ErasureUnsafe`] on a server that keeps copies it cannot
     /// remove, [`PostgresError::ErasureBlocked`] while an older transaction still runs after
-    /// two seconds, and [`PostgresError::ErasureNotPermitted`] without the privileges; the work
+    /// five seconds, and [`PostgresError::ErasureNotPermitted`] without the privileges; the work
     /// stays recorded for the next call. Only an `Ok` is a receipt.
     ///
     /// The role needs: ownership of the `data_keys` partitions (the role that migrated owns
@@ -285,8 +285,11 @@ impl PgStore {
     }
 }
 
-/// How long a reclaim waits for transactions older than the newest erasure to end.
-const OLDER_TRANSACTIONS_WAIT: Duration = Duration::from_secs(2);
+/// How long a reclaim waits for transactions older than the newest erasure to end. Every
+/// database's transactions count, so a long one elsewhere on the cluster (a `CREATE
+/// DATABASE` copying its template under a slow disk took seconds in CI) holds erasures back
+/// too; the erasure coordinator tries three times before it leaves the job pending.
+const OLDER_TRANSACTIONS_WAIT: Duration = Duration::from_secs(5);
 
 /// Waits until no transaction runs that could still see a key destroyed by transaction
 /// `newest` (an `xid8`), or refuses after [`OLDER_TRANSACTIONS_WAIT`]: `VACUUM FULL` copies a
@@ -301,29 +304,42 @@ const OLDER_TRANSACTIONS_WAIT: Duration = Duration::from_secs(2);
 async fn wait_for_older_transactions(client: &tokio_postgres::Client, newest: i64) -> Result<()> {
     let started = Instant::now();
     loop {
-        let blocking: i64 = client
-            .query_one(
-                "SELECT count(*) FROM (
-                     SELECT backend_xmin AS x FROM pg_stat_activity
+        // Which backends, for the refusal: their process ids, databases, states and how long
+        // their transactions ran, never their statements (another application's may hold
+        // personal data). Prepared transactions have no backend.
+        let blocking = client
+            .query(
+                "SELECT coalesce('backend ' || pid || ' in ' || coalesce(datname::text, 'no database')
+                                 || ' (' || coalesce(state, backend_type) || ', for '
+                                 || round(extract(epoch FROM clock_timestamp() - xact_start)::numeric, 1)
+                                 || ' s)',
+                                 'a prepared transaction') AS blocker
+                 FROM (
+                     SELECT pid, datname, state, backend_type, xact_start, backend_xmin AS x
+                     FROM pg_stat_activity
                      WHERE pid <> pg_backend_pid() AND backend_xmin IS NOT NULL
                        AND (datname IS NULL OR datname = current_database())
                      UNION ALL
-                     SELECT backend_xid FROM pg_stat_activity
+                     SELECT pid, datname, state, backend_type, xact_start, backend_xid
+                     FROM pg_stat_activity
                      WHERE pid <> pg_backend_pid() AND backend_xid IS NOT NULL
                      UNION ALL
-                     SELECT transaction FROM pg_prepared_xacts
+                     SELECT NULL, NULL, NULL, NULL, NULL, transaction FROM pg_prepared_xacts
                  ) running
                  WHERE age(running.x) >= age(xid($1::bigint::text::xid8))",
                 &[&newest],
             )
-            .await?
-            .get(0);
-        if blocking == 0 {
+            .await?;
+        if blocking.is_empty() {
             return Ok(());
         }
         if started.elapsed() >= OLDER_TRANSACTIONS_WAIT {
+            let mut blockers: Vec<String> = blocking.iter().map(|row| row.get(0)).collect();
+            blockers.sort();
+            blockers.dedup();
             return Err(PostgresError::ErasureBlocked {
-                transactions: blocking,
+                transactions: blocking.len(),
+                blockers: blockers.join(", "),
             });
         }
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -93,10 +93,16 @@ pub enum PostgresError {
     },
     /// A reclaim was refused because transactions older than an erasure still run, and a
     /// rewrite keeps what they can see; retrying once they ended succeeds.
-    #[error("cannot reclaim destroyed keys yet: {transactions} older transactions still run")]
+    #[error(
+        "cannot reclaim destroyed keys yet: {transactions} older transactions still run \
+         ({blockers})"
+    )]
     ErasureBlocked {
         /// How many.
-        transactions: i64,
+        transactions: usize,
+        /// Which: each backend's process id, database, state and how long its transaction
+        /// ran, for the operator to find it in `pg_stat_activity`.
+        blockers: String,
     },
     /// A reclaim was refused because the database role may not rewrite a partition of
     /// `data_keys` (only its owner, the database's owner and superusers may).

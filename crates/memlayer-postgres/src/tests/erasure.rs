@@ -335,7 +335,13 @@ async fn a_reclaim_with_the_documented_privileges_waits_for_other_roles_snapshot
     store.delete_session(&tenant(), "s").await.unwrap();
     match store.reclaim_destroyed_keys().await {
         // Other tests' transactions may be counted too: ids are cluster-wide.
-        Err(PostgresError::ErasureBlocked { transactions }) => assert!(transactions >= 1),
+        Err(PostgresError::ErasureBlocked {
+            transactions,
+            blockers,
+        }) => {
+            assert!(transactions >= 1);
+            assert!(blockers.contains("idle in transaction"), "{blockers}");
+        }
         other => panic!("{other:?}"),
     }
     snapshot.commit().await.unwrap();
