@@ -283,7 +283,8 @@ impl TestServer {
                         .expect("the data directory");
                     PathBuf::from(row.get::<_, String>(0))
                 });
-                files.extend(files_under(&dir));
+                files
+                    .extend(memlayer_erasure::files_under(&dir).expect("list the cluster's files"));
             }
         }
         let files: Vec<&std::path::Path> = files.iter().map(PathBuf::as_path).collect();
@@ -545,22 +546,6 @@ fn log_warnings() {
             .with_test_writer()
             .try_init();
     });
-}
-
-fn files_under(dir: &std::path::Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    let mut dirs = vec![dir.to_owned()];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).expect("read a directory of the cluster") {
-            let path = entry.expect("a directory entry").path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else {
-                files.push(path);
-            }
-        }
-    }
-    files
 }
 
 /// Messages as (role, content) pairs; a message without text has an empty content.

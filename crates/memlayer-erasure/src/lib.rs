@@ -27,7 +27,7 @@ pub use coordinator::{Coordinator, RunningErasure, Status};
 pub use error::ErasureError;
 pub use job::{Counts, ErasureRequest, Receipt, Target};
 pub use retention::RetentionRule;
-pub use verify::{Occurrence, scan_files};
+pub use verify::{Occurrence, files_under, scan_files};
 
 #[cfg(test)]
 mod tests;

@@ -55,6 +55,36 @@ pub fn scan_files(files: &[&Path], needle: &[u8]) -> std::io::Result<Vec<Occurre
     Ok(found)
 }
 
+/// The files under `dir`, however deep, for [`scan_files`]: every file a store keeps in a
+/// directory (a database cluster's data directory, WAL included). Entries that vanish during
+/// the walk (a running server's temporary files) are left out, as a missing file has no
+/// occurrence.
+pub fn files_under(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.to_owned()];
+    while let Some(dir) = dirs.pop() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(err) => return Err(err),
+        };
+        for entry in entries {
+            let entry = match entry {
+                Ok(entry) => entry,
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(err) => return Err(err),
+            };
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    Ok(files)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,5 +102,20 @@ mod tests {
         let offsets: Vec<u64> = found.iter().map(|o| o.offset).collect();
         assert_eq!(offsets, [(1 << 20) - 3, (1 << 20) + 103]);
         assert!(scan_files(&[&path], b"ABSENT").unwrap().is_empty());
+    }
+
+    #[test]
+    fn files_under_a_directory_are_found_however_deep() {
+        let dir = tempfile::tempdir().unwrap();
+        let deep = dir.path().join("base/16384");
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::create_dir(dir.path().join("empty")).unwrap();
+        for file in [dir.path().join("top"), deep.join("2619")] {
+            std::fs::write(file, b"").unwrap();
+        }
+        let mut found = files_under(dir.path()).unwrap();
+        found.sort();
+        assert_eq!(found, [deep.join("2619"), dir.path().join("top")]);
+        assert!(files_under(&dir.path().join("missing")).unwrap().is_empty());
     }
 }

@@ -527,33 +527,13 @@ fn a_user_erased_through_one_node_is_gone_from_every_node_by_the_receipt() {
             .get(0);
         std::path::PathBuf::from(dir)
     });
-    let mut files = files_under(&scanned);
+    let mut files = memlayer_erasure::files_under(&scanned).unwrap();
     for dir in &nodes.dirs {
-        files.extend(files_under(dir.path()));
+        files.extend(memlayer_erasure::files_under(dir.path()).unwrap());
     }
     let files: Vec<&std::path::Path> = files.iter().map(std::path::PathBuf::as_path).collect();
     let found = memlayer_erasure::scan_files(&files, canary.as_bytes()).unwrap();
     assert!(found.is_empty(), "{found:?}");
-}
-
-/// The files under `dir`, however deep; files that vanish meanwhile (a running server's
-/// temporary files) are left out.
-fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut files = Vec::new();
-    let mut dirs = vec![dir.to_owned()];
-    while let Some(dir) = dirs.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for path in entries.flatten().map(|entry| entry.path()) {
-            if path.is_dir() {
-                dirs.push(path);
-            } else {
-                files.push(path);
-            }
-        }
-    }
-    files
 }
 
 /// A key's rate limit holds across nodes: each of two nodes admits half of the key's burst,
