@@ -22,7 +22,9 @@ impl From<PostgresError> for StoreError {
             } => StoreError::Closed,
             // What the erasure coordinator retries, as it does a redb compaction that reads
             // held up.
-            blocked @ PostgresError::ErasureBlocked { .. } => StoreError::Busy(blocked.to_string()),
+            blocked @ (PostgresError::ErasureBlocked { .. } | PostgresError::KeysInUse { .. }) => {
+                StoreError::Busy(blocked.to_string())
+            }
             other => StoreError::Backend {
                 source: Arc::new(other),
             },

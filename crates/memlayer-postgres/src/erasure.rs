@@ -33,6 +33,7 @@
 use std::time::{Duration, Instant};
 
 use memlayer_store::{Access, SessionDeleted, StoreError};
+use tokio_postgres::error::SqlState;
 
 use crate::episodes::DELETE_USER_EPISODES;
 use crate::seal::DataKey;
@@ -270,9 +271,7 @@ impl PgStore {
         }
 
         for partition in &partitions {
-            client
-                .batch_execute(&format!("VACUUM (FULL) {partition}"))
-                .await?;
+            rewrite(&client, partition).await?;
         }
         retire_wal(&client).await?;
         client
@@ -309,24 +308,21 @@ async fn wait_for_older_transactions(client: &tokio_postgres::Client, newest: i6
         // personal data). Prepared transactions have no backend.
         let blocking = client
             .query(
-                "SELECT coalesce('backend ' || pid || ' in ' || coalesce(datname::text, 'no database')
-                                 || ' (' || coalesce(state, backend_type) || ', for '
-                                 || round(extract(epoch FROM clock_timestamp() - xact_start)::numeric, 1)
-                                 || ' s)',
-                                 'a prepared transaction') AS blocker
-                 FROM (
-                     SELECT pid, datname, state, backend_type, xact_start, backend_xmin AS x
-                     FROM pg_stat_activity
-                     WHERE pid <> pg_backend_pid() AND backend_xmin IS NOT NULL
-                       AND (datname IS NULL OR datname = current_database())
-                     UNION ALL
-                     SELECT pid, datname, state, backend_type, xact_start, backend_xid
-                     FROM pg_stat_activity
-                     WHERE pid <> pg_backend_pid() AND backend_xid IS NOT NULL
-                     UNION ALL
-                     SELECT NULL, NULL, NULL, NULL, NULL, transaction FROM pg_prepared_xacts
-                 ) running
-                 WHERE age(running.x) >= age(xid($1::bigint::text::xid8))",
+                &format!(
+                    "SELECT {BACKEND} FROM (
+                         SELECT pid, datname, state, backend_type, xact_start, backend_xmin AS x
+                         FROM pg_stat_activity
+                         WHERE pid <> pg_backend_pid() AND backend_xmin IS NOT NULL
+                           AND (datname IS NULL OR datname = current_database())
+                         UNION ALL
+                         SELECT pid, datname, state, backend_type, xact_start, backend_xid
+                         FROM pg_stat_activity
+                         WHERE pid <> pg_backend_pid() AND backend_xid IS NOT NULL
+                         UNION ALL
+                         SELECT NULL, NULL, NULL, NULL, NULL, transaction FROM pg_prepared_xacts
+                     ) running
+                     WHERE age(running.x) >= age(xid($1::bigint::text::xid8))"
+                ),
                 &[&newest],
             )
             .await?;
@@ -334,16 +330,87 @@ async fn wait_for_older_transactions(client: &tokio_postgres::Client, newest: i6
             return Ok(());
         }
         if started.elapsed() >= OLDER_TRANSACTIONS_WAIT {
-            let mut blockers: Vec<String> = blocking.iter().map(|row| row.get(0)).collect();
-            blockers.sort();
-            blockers.dedup();
             return Err(PostgresError::ErasureBlocked {
                 transactions: blocking.len(),
-                blockers: blockers.join(", "),
+                blockers: described(&blocking),
             });
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// How a refusal describes a backend of `pg_stat_activity` (columns `pid`, `datname`,
+/// `state`, `backend_type`, `xact_start`; a row of nulls is a prepared transaction): its
+/// process id, database, state and how long its transaction ran, never its statement
+/// (another application's may hold personal data).
+const BACKEND: &str = "coalesce('backend ' || pid || ' in ' || coalesce(datname::text, 'no database')
+                               || ' (' || coalesce(state, backend_type) || ', for '
+                               || round(extract(epoch FROM clock_timestamp() - xact_start)::numeric, 1)
+                               || ' s)',
+                               'a prepared transaction')";
+
+/// The distinct descriptions ([`BACKEND`]) in the first column of `rows`, for a refusal.
+fn described(rows: &[tokio_postgres::Row]) -> String {
+    let mut backends: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
+    backends.sort();
+    backends.dedup();
+    backends.join(", ")
+}
+
+/// How long one try of a rewrite waits for its partition's lock. `VACUUM FULL` needs the
+/// partition alone (`ACCESS EXCLUSIVE`), and while it waits for a transaction holding it,
+/// every later statement on the partition (an append creating a session, a read of a
+/// session's key) queues behind it: those writing hold transaction ids meanwhile, which
+/// hold back every other reclaim on the cluster. So a try gives way after this.
+const LOCK_TRY: Duration = Duration::from_millis(200);
+
+/// Rewrites `partition` (`VACUUM FULL`), trying for its lock [`LOCK_TRY`] at a time, and
+/// refuses with [`PostgresError::KeysInUse`] when transactions held it for
+/// [`OLDER_TRANSACTIONS_WAIT`]: the work stays recorded for the next reclaim.
+async fn rewrite(client: &tokio_postgres::Client, partition: &str) -> Result<()> {
+    let started = Instant::now();
+    client
+        .batch_execute(&format!("SET lock_timeout = {}", LOCK_TRY.as_millis()))
+        .await?;
+    let rewritten = loop {
+        match client
+            .batch_execute(&format!("VACUUM (FULL) {partition}"))
+            .await
+        {
+            Err(err) if err.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
+                if started.elapsed() >= OLDER_TRANSACTIONS_WAIT {
+                    break Err(match lock_holders(client, partition).await {
+                        Ok(holders) => PostgresError::KeysInUse {
+                            partition: partition.to_owned(),
+                            holders,
+                        },
+                        Err(err) => err,
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            done => break done.map_err(PostgresError::from),
+        }
+    };
+    // The connection goes back to the pool.
+    client.batch_execute("RESET lock_timeout").await?;
+    rewritten
+}
+
+/// The backends ([`BACKEND`]) whose transactions hold a lock on `partition`.
+async fn lock_holders(client: &tokio_postgres::Client, partition: &str) -> Result<String> {
+    let rows = client
+        .query(
+            &format!(
+                "SELECT {BACKEND} FROM pg_stat_activity
+                 WHERE pid IN (SELECT pid FROM pg_locks
+                               WHERE granted AND relation = $1::text::regclass)
+                   AND pid <> pg_backend_pid()"
+            ),
+            &[&partition],
+        )
+        .await?;
+    Ok(described(&rows))
 }
 
 /// The settings and state [`ServerSettings::check`] judges, as the server reports them now.

@@ -104,6 +104,15 @@ pub enum PostgresError {
         /// ran, for the operator to find it in `pg_stat_activity`.
         blockers: String,
     },
+    /// A reclaim was refused because transactions kept a partition of `data_keys` that it
+    /// must rewrite locked for as long as it waits; retrying once they ended succeeds.
+    #[error("cannot reclaim destroyed keys yet: {partition} is held by {holders}")]
+    KeysInUse {
+        /// The partition.
+        partition: String,
+        /// Which backends hold it (as [`PostgresError::ErasureBlocked`] names them).
+        holders: String,
+    },
     /// A reclaim was refused because the database role may not rewrite a partition of
     /// `data_keys` (only its owner, the database's owner and superusers may).
     #[error("cannot reclaim destroyed keys: the role may not VACUUM {partition}")]

@@ -1,4 +1,5 @@
 use std::path::PathBuf;
+use std::time::Duration;
 
 use memlayer_store::{Access, Append, NewRun, RunStatus, StoreError};
 
@@ -345,6 +346,55 @@ async fn a_reclaim_with_the_documented_privileges_waits_for_other_roles_snapshot
         other => panic!("{other:?}"),
     }
     snapshot.commit().await.unwrap();
+    assert_eq!(store.reclaim_destroyed_keys().await.unwrap().keys, 1);
+}
+
+/// A reclaim does not queue for a partition of the key table behind a transaction holding
+/// it: everything after would queue behind the reclaim, and a write waiting there holds a
+/// transaction id that holds back every other reclaim on the cluster. It tries for the lock
+/// a little at a time, refuses naming the holder, and succeeds once the holder ended.
+#[tokio::test]
+async fn a_reclaim_gives_way_to_a_transaction_holding_the_key_table() {
+    let db = test_cluster::database().await.unwrap();
+    let store = db.store().await.unwrap();
+    store
+        .append(&tenant(), "s", creating("hello", "alice"))
+        .await
+        .unwrap();
+    store.delete_session(&tenant(), "s").await.unwrap();
+    // After the deletion, so no older transaction holds the reclaim back: only the lock.
+    let mut reader = db.connect().await.unwrap();
+    let holder = reader.transaction().await.unwrap();
+    holder
+        .query("SELECT 1 FROM data_keys LIMIT 1", &[])
+        .await
+        .unwrap();
+
+    let (reclaimed, appended) = tokio::join!(
+        tokio::time::timeout(Duration::from_secs(30), store.reclaim_destroyed_keys()),
+        async {
+            // Behind a reclaim waiting for the lock, this append would wait as long.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::timeout(
+                Duration::from_secs(4),
+                store.append(&tenant(), "t", creating("meanwhile", "bob")),
+            )
+            .await
+        }
+    );
+    match reclaimed.expect("the reclaim gave way rather than wait for the holder") {
+        Err(PostgresError::KeysInUse { holders, .. }) => {
+            assert!(holders.contains("idle in transaction"), "{holders}");
+        }
+        // Other tests' transactions may hold it back before it gets to the lock: ids are
+        // cluster-wide.
+        Err(PostgresError::ErasureBlocked { .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    appended
+        .expect("the append did not queue behind the reclaim")
+        .unwrap();
+    holder.commit().await.unwrap();
     assert_eq!(store.reclaim_destroyed_keys().await.unwrap().keys, 1);
 }
 
