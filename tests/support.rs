@@ -532,7 +532,6 @@ impl Drop for TestServer {
     }
 }
 
-/// Every file under `dir`, at any depth.
 /// Sends the servers' warnings and errors to the output of the test that started them,
 /// which the harness shows when it fails (threads inherit a test's output capture): a
 /// `503 storage_unavailable` names its cause only in the log.

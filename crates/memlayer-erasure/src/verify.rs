@@ -20,10 +20,8 @@ pub fn scan_files(files: &[&Path], needle: &[u8]) -> std::io::Result<Vec<Occurre
         return Ok(found);
     }
     for file in files {
-        let mut reader = match std::fs::File::open(file) {
-            Ok(reader) => reader,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(err) => return Err(err),
+        let Some(mut reader) = unless_missing(std::fs::File::open(file))? else {
+            continue;
         };
         // A window of one buffer plus the needle's length less one, so a match across two
         // reads is seen once.
@@ -63,16 +61,12 @@ pub fn files_under(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     let mut dirs = vec![dir.to_owned()];
     while let Some(dir) = dirs.pop() {
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(entries) => entries,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(err) => return Err(err),
+        let Some(entries) = unless_missing(std::fs::read_dir(&dir))? else {
+            continue;
         };
         for entry in entries {
-            let entry = match entry {
-                Ok(entry) => entry,
-                Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(err) => return Err(err),
+            let Some(entry) = unless_missing(entry)? else {
+                continue;
             };
             let path = entry.path();
             if path.is_dir() {
@@ -83,6 +77,15 @@ pub fn files_under(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
         }
     }
     Ok(files)
+}
+
+/// `result`, with a file or directory that is not there (any more) as `None`.
+fn unless_missing<T>(result: std::io::Result<T>) -> std::io::Result<Option<T>> {
+    match result {
+        Ok(value) => Ok(Some(value)),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(err) => Err(err),
+    }
 }
 
 #[cfg(test)]

@@ -213,7 +213,8 @@ impl PgStore {
     /// the cluster's files, as the module documentation describes, and answers how many.
     /// Refuses with [`PostgresError::ErasureUnsafe`] on a server that keeps copies it cannot
     /// remove, [`PostgresError::ErasureBlocked`] while an older transaction still runs after
-    /// five seconds, and [`PostgresError::ErasureNotPermitted`] without the privileges; the work
+    /// five seconds, [`PostgresError::KeysInUse`] while transactions hold a partition as
+    /// long, and [`PostgresError::ErasureNotPermitted`] without the privileges; the work
     /// stays recorded for the next call. Only an `Ok` is a receipt.
     ///
     /// The role needs: ownership of the `data_keys` partitions (the role that migrated owns
@@ -284,14 +285,14 @@ impl PgStore {
     }
 }
 
-/// How long a reclaim waits for transactions older than the newest erasure to end. Every
-/// database's transactions count, so a long one elsewhere on the cluster (a `CREATE
-/// DATABASE` copying its template under a slow disk took seconds in CI) holds erasures back
-/// too; the erasure coordinator tries three times before it leaves the job pending.
-const OLDER_TRANSACTIONS_WAIT: Duration = Duration::from_secs(5);
+/// How long a reclaim waits for transactions older than the newest erasure to end, and then
+/// for each partition's lock, before it refuses. Every database's transactions count, so a
+/// long writing one elsewhere on the cluster holds erasures back too; the erasure
+/// coordinator tries three times before it leaves the job pending.
+const GIVE_WAY_AFTER: Duration = Duration::from_secs(5);
 
 /// Waits until no transaction runs that could still see a key destroyed by transaction
-/// `newest` (an `xid8`), or refuses after [`OLDER_TRANSACTIONS_WAIT`]: `VACUUM FULL` copies a
+/// `newest` (an `xid8`), or refuses after [`GIVE_WAY_AFTER`]: `VACUUM FULL` copies a
 /// dead tuple that some snapshot may still see into the new file.
 ///
 /// Its horizon (`ComputeXidHorizons` in procarray.c) is the oldest snapshot (`xmin`) of this
@@ -329,7 +330,7 @@ async fn wait_for_older_transactions(client: &tokio_postgres::Client, newest: i6
         if blocking.is_empty() {
             return Ok(());
         }
-        if started.elapsed() >= OLDER_TRANSACTIONS_WAIT {
+        if started.elapsed() >= GIVE_WAY_AFTER {
             return Err(PostgresError::ErasureBlocked {
                 transactions: blocking.len(),
                 blockers: described(&blocking),
@@ -366,7 +367,7 @@ const LOCK_TRY: Duration = Duration::from_millis(200);
 
 /// Rewrites `partition` (`VACUUM FULL`), trying for its lock [`LOCK_TRY`] at a time, and
 /// refuses with [`PostgresError::KeysInUse`] when transactions held it for
-/// [`OLDER_TRANSACTIONS_WAIT`]: the work stays recorded for the next reclaim.
+/// [`GIVE_WAY_AFTER`]: the work stays recorded for the next reclaim.
 async fn rewrite(client: &tokio_postgres::Client, partition: &str) -> Result<()> {
     let started = Instant::now();
     client
@@ -378,7 +379,7 @@ async fn rewrite(client: &tokio_postgres::Client, partition: &str) -> Result<()>
             .await
         {
             Err(err) if err.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
-                if started.elapsed() >= OLDER_TRANSACTIONS_WAIT {
+                if started.elapsed() >= GIVE_WAY_AFTER {
                     break Err(match lock_holders(client, partition).await {
                         Ok(holders) => PostgresError::KeysInUse {
                             partition: partition.to_owned(),
