@@ -5,10 +5,11 @@
 //! A node's record is written by its pipeline, after a step applied entries and at least every
 //! [`HEARTBEAT`] while idle, so a node is live exactly while it keeps following: one that died,
 //! froze, or lost the database lapses after [`LAPSE`]. An erasure is acknowledged once no
-//! other live node is behind its removal entries ([`Recall::wait_for_followers`]); when this
-//! node finds its own record had lapsed, receipts may have been issued without it, so it
-//! reports itself not caught up ([`Recall::caught_up`]) until it followed through what the
-//! store had embedded at that moment (the erasures among it included).
+//! other live node is behind its removal entries ([`Recall::wait_for_followers`]); once this
+//! node's own record lapsed, receipts may have been issued without it, so it reports itself
+//! not caught up ([`Recall::caught_up`]) from that moment (its own clock tells it) until it
+//! recorded itself again and followed through what the store had embedded then (the
+//! erasures among it included).
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -45,6 +46,10 @@ impl Recall {
         if !due {
             return Ok(());
         }
+        // Taken before the write: the database's time of the record is later, so this node
+        // never counts itself live longer than the others do.
+        let recording = Instant::now();
+        let lapsed_here = self.record_lapsed();
         let this = self.clone();
         let record = blocking(move || {
             this.inner
@@ -53,18 +58,17 @@ impl Recall {
                 .follower_seen(&this.inner.node_id, followed, LAPSE)
         })
         .await?;
-        *self
-            .inner
-            .reported
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), followed));
-        let Some(record) = record else {
-            return Ok(());
-        };
-        self.inner
-            .live_nodes
-            .store(record.live_nodes.max(1), Ordering::Relaxed);
-        if record.lapsed {
+        if let Some(record) = &record {
+            self.inner
+                .live_nodes
+                .store(record.live_nodes.max(1), Ordering::Relaxed);
+            if record.lapsed || lapsed_here {
+                // Kept until the target is read: the record just written is live again, so
+                // the next one would not say that this one had lapsed.
+                self.inner.catching_up.store(true, Ordering::SeqCst);
+            }
+        }
+        if self.inner.catching_up.load(Ordering::SeqCst) {
             // An entry's position the follow reaches (`embedded_through` alone is a bound, no
             // entry's position): the head when every entry up to it is embedded, else a
             // bound below an entry the follow will pass.
@@ -80,8 +84,29 @@ impl Recall {
                  ready until it caught up"
             );
             self.inner.catch_up_to.fetch_max(target, Ordering::SeqCst);
+            self.inner.catching_up.store(false, Ordering::SeqCst);
         }
+        // Last, so that `caught_up` sees a live record only once the catch-up it needs is set.
+        *self
+            .inner
+            .reported
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some((recording, followed));
         Ok(())
+    }
+
+    /// Whether this node's last follower record on a shared store is older than [`LAPSE`]:
+    /// the other nodes stopped waiting for it then. Known here at once, without the database:
+    /// a node thawed after a freeze, or one whose pipeline stalled, is not caught up from
+    /// that moment, before its next record says it lapsed.
+    fn record_lapsed(&self) -> bool {
+        self.inner.follows_others.load(Ordering::Relaxed)
+            && self
+                .inner
+                .reported
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_some_and(|(at, _)| at.elapsed() >= LAPSE)
     }
 
     /// How many nodes share the store, live by their follower records (this one included), as
@@ -91,10 +116,12 @@ impl Recall {
     }
 
     /// Whether this node follows the shared store as closely as the other nodes count on:
-    /// false from the moment it found its record had lapsed until it applied what was
-    /// embedded then. Always true on a store with one process.
+    /// false from the moment its record lapsed until it recorded itself again and applied
+    /// what was embedded then. Always true on a store with one process.
     pub fn caught_up(&self) -> bool {
-        self.inner.progress.borrow().vectors >= self.inner.catch_up_to.load(Ordering::SeqCst)
+        !self.record_lapsed()
+            && !self.inner.catching_up.load(Ordering::SeqCst)
+            && self.inner.progress.borrow().vectors >= self.inner.catch_up_to.load(Ordering::SeqCst)
     }
 
     /// On a store several processes share, waits (a bounded time, as a recall does) until

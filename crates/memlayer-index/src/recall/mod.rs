@@ -296,6 +296,8 @@ struct Inner {
     /// The position this process must have applied to be caught up (see
     /// [`Recall::caught_up`]): raised when its follower record is found lapsed.
     catch_up_to: AtomicU64,
+    /// Set from finding the follower record lapsed until `catch_up_to` is raised for it.
+    catching_up: AtomicBool,
     /// Told what this process followed of other processes' erasures and memory changes, for
     /// what is kept beside the indexes (see [`Recall::on_followed_removals`]).
     removal_hooks: Mutex<Vec<RemovalHook>>,
@@ -372,6 +374,7 @@ impl Recall {
                 follows_others: AtomicBool::new(false),
                 live_nodes: AtomicU64::new(1),
                 reported: Mutex::new(None),
+                catching_up: AtomicBool::new(false),
                 catch_up_to: AtomicU64::new(0),
                 removal_hooks: Mutex::new(Vec::new()),
                 erasures_begun: AtomicU64::new(0),
