@@ -18,6 +18,20 @@ pub const DEFAULT_POOL_SIZE: usize = 16;
 /// long as the pool stays starved or the database unreachable.
 pub const POOL_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Settings every connection of a store asks the server for, unless the URL's `options` name
+/// them. memlayer leaves a transaction idle between its statements for no longer than a
+/// request runs (30 s at most), so a transaction idle for a minute belongs to a node that
+/// froze inside it (a paused VM or process): the server ends it, where it would otherwise hold
+/// back every node's reclaim of erased keys for as long as the freeze lasts. The keepalives let
+/// the server notice a client that vanished (its host gone) within about a minute instead of
+/// the kernel's two hours; they do not apply over a unix socket.
+const SESSION_SETTINGS: [(&str, &str); 4] = [
+    ("idle_in_transaction_session_timeout", "60s"),
+    ("tcp_keepalives_idle", "30"),
+    ("tcp_keepalives_interval", "10"),
+    ("tcp_keepalives_count", "3"),
+];
+
 /// Sessions whose key and next index an append remembers (see [`KnownSessions`]).
 const KNOWN_SESSIONS: usize = 4_096;
 
@@ -66,6 +80,22 @@ impl IoThread {
             _stop: stop,
         })
     }
+}
+
+/// Adds [`SESSION_SETTINGS`] to the `options` the connections send, keeping the URL's own
+/// (and its value of any setting it names).
+fn with_session_settings(config: &mut tokio_postgres::Config) {
+    let given = config.get_options().unwrap_or_default().to_owned();
+    let mut options = given.clone();
+    for (name, value) in SESSION_SETTINGS {
+        if !given.contains(name) {
+            if !options.is_empty() {
+                options.push(' ');
+            }
+            options.push_str(&format!("-c {name}={value}"));
+        }
+    }
+    config.options(&options);
 }
 
 impl std::fmt::Debug for PgStore {
@@ -136,7 +166,11 @@ impl PgStore {
     }
 
     /// [`PgStore::connect`] with a parsed configuration.
-    pub async fn connect_config(config: tokio_postgres::Config, pool_size: usize) -> Result<Self> {
+    pub async fn connect_config(
+        mut config: tokio_postgres::Config,
+        pool_size: usize,
+    ) -> Result<Self> {
+        with_session_settings(&mut config);
         let manager = Manager::from_config(
             config,
             NoTls,

@@ -715,3 +715,40 @@ async fn a_starved_pool_fails_a_call_after_its_wait_instead_of_holding_it() {
     drop(taken);
     assert_eq!(store.session(&tenant(), "s").await.unwrap(), None);
 }
+
+/// A store's connections ask the server to end a transaction left idle for a minute (a node
+/// frozen inside one would otherwise hold back every node's reclaims), unless the URL's
+/// `options` set the timeout themselves: then theirs holds, and the server ends a transaction
+/// idle for longer.
+#[tokio::test]
+async fn connections_end_a_transaction_left_idle_unless_the_url_says_otherwise() {
+    let db = test_cluster::database().await.unwrap();
+    let store = PgStore::connect_config(db.config().clone(), 1)
+        .await
+        .unwrap();
+    let timeout = |row: tokio_postgres::Row| row.get::<_, String>(0);
+    let connection = store.connection().await.unwrap();
+    let shown = connection
+        .query_one("SHOW idle_in_transaction_session_timeout", &[])
+        .await
+        .unwrap();
+    assert_eq!(timeout(shown), "1min");
+    drop(connection);
+
+    let mut config = db.config().clone();
+    config.options("-c idle_in_transaction_session_timeout=1s");
+    let store = PgStore::connect_config(config, 1).await.unwrap();
+    let mut connection = store.connection().await.unwrap();
+    let shown = connection
+        .query_one("SHOW idle_in_transaction_session_timeout", &[])
+        .await
+        .unwrap();
+    assert_eq!(timeout(shown), "1s");
+    let transaction = connection.transaction().await.unwrap();
+    transaction.execute("SELECT 1", &[]).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+    assert!(
+        transaction.execute("SELECT 1", &[]).await.is_err(),
+        "the server ended the idle transaction"
+    );
+}
