@@ -192,7 +192,9 @@ impl PgStore {
         Self::open(pool).await
     }
 
-    /// Migrates the database `pool` connects to, and serves from it.
+    /// Migrates the database `pool` connects to, and serves from it. The pool's connections
+    /// are as its configuration makes them: [`PgStore::connect_config`] adds the session
+    /// settings (an idle transaction's timeout, keepalives) this path leaves to the caller.
     pub async fn open(pool: Pool) -> Result<Self> {
         let store = Self {
             pool,

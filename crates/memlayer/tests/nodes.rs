@@ -118,6 +118,22 @@ impl Urls {
     }
 }
 
+/// Asks `probe` every 50 ms until it answers, and fails with `failure` once `deadline`
+/// passed without an answer.
+fn poll_until<T>(
+    deadline: std::time::Instant,
+    mut probe: impl FnMut() -> Option<T>,
+    failure: impl Fn() -> String,
+) -> T {
+    loop {
+        if let Some(answer) = probe() {
+            return answer;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", failure());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn send(request: reqwest::blocking::RequestBuilder) -> (u16, Value) {
     let response = request.send().expect("the node answers");
     let status = response.status().as_u16();
@@ -304,14 +320,11 @@ fn an_append_on_one_node_is_recalled_on_the_others_and_its_erasure_leaves_them_a
     let vectors = |node: usize| metric(&nodes, node, "memlayer_index_vectors ");
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     for node in [0, 2] {
-        while vectors(node) != "memlayer_index_vectors 0" {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "node {node}: {}",
-                vectors(node)
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        poll_until(
+            deadline,
+            || (vectors(node) == "memlayer_index_vectors 0").then_some(()),
+            || format!("node {node}: {}", vectors(node)),
+        );
         let (status, answer) = post(
             &nodes.url(node, "/v1/recall"),
             &json!({ "user_id": "ada", "query": "Lisbon" }),
@@ -413,35 +426,39 @@ fn an_erasure_waits_for_every_live_node_and_a_lapsed_node_catches_up() {
     // Thawed, the node knows its record lapsed before the database tells it: it is ready
     // again only once it recorded itself, learnt what it must catch up with, and did.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let ready = client().get(nodes.url(2, "/readyz")).send().unwrap();
-        if ready.status().as_u16() == 200 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "node 2 did not catch up: {}",
-            nodes.processes[2].stderr()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let ready = || {
+        client()
+            .get(nodes.url(2, "/readyz"))
+            .send()
+            .unwrap()
+            .status()
+    };
+    poll_until(
+        deadline,
+        || (ready().as_u16() == 200).then_some(()),
+        || format!("node 2 did not catch up: {}", nodes.processes[2].stderr()),
+    );
     assert_eq!(
         metric(&nodes, 2, "memlayer_index_vectors "),
         "memlayer_index_vectors 0",
         "node 2 was ready with the erased vectors"
     );
     // The warning came before the node was ready; its pipe may still be on the way here.
-    while !nodes.processes[2]
-        .stderr()
-        .contains("stopped following the shared outbox")
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "node 2 did not learn that it lapsed: {}",
-            nodes.processes[2].stderr()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    poll_until(
+        deadline,
+        || {
+            let stderr = nodes.processes[2].stderr();
+            stderr
+                .contains("stopped following the shared outbox")
+                .then_some(())
+        },
+        || {
+            format!(
+                "node 2 did not learn that it lapsed: {}",
+                nodes.processes[2].stderr()
+            )
+        },
+    );
     let (status, answer) = post(
         &nodes.url(2, "/v1/recall"),
         &json!({ "user_id": "ada", "query": "Lisbon" }),
@@ -755,17 +772,11 @@ fn a_purge_whose_node_is_killed_is_finished_by_another_with_one_receipt() {
     kill_during_a_purge(&mut nodes, 0);
 
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let receipts = loop {
-        let receipts = receipts_on(&nodes, 2);
-        if !receipts.is_empty() {
-            break receipts;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no node finished the purge within 60 s of its node's death"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let receipts = poll_until(
+        deadline,
+        || Some(receipts_on(&nodes, 2)).filter(|receipts| !receipts.is_empty()),
+        || "no node finished the purge within 60 s of its node's death".into(),
+    );
     assert_eq!(receipts.len(), 1, "{receipts:?}");
     assert_eq!(receipts[0]["resumed"], json!(true), "{receipts:?}");
     for node in [1, 2] {
@@ -799,10 +810,11 @@ fn a_retention_pass_due_on_every_node_runs_once() {
 
     let nodes = Nodes::on(database, 3);
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while receipts_on(&nodes, 0).is_empty() {
-        assert!(std::time::Instant::now() < deadline, "the pass never ran");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    poll_until(
+        deadline,
+        || (!receipts_on(&nodes, 0).is_empty()).then_some(()),
+        || "the pass never ran".into(),
+    );
     // Every node's start-up pass has ended by now, and each would have left its receipt.
     std::thread::sleep(Duration::from_secs(3));
     let receipts = receipts_on(&nodes, 1);

@@ -726,24 +726,15 @@ async fn connections_end_a_transaction_left_idle_unless_the_url_says_otherwise()
     let store = PgStore::connect_config(db.config().clone(), 1)
         .await
         .unwrap();
-    let timeout = |row: tokio_postgres::Row| row.get::<_, String>(0);
     let connection = store.connection().await.unwrap();
-    let shown = connection
-        .query_one("SHOW idle_in_transaction_session_timeout", &[])
-        .await
-        .unwrap();
-    assert_eq!(timeout(shown), "1min");
+    assert_eq!(idle_transaction_timeout(&connection).await, "1min");
     drop(connection);
 
     let mut config = db.config().clone();
     config.options("-c idle_in_transaction_session_timeout=1s");
     let store = PgStore::connect_config(config, 1).await.unwrap();
     let mut connection = store.connection().await.unwrap();
-    let shown = connection
-        .query_one("SHOW idle_in_transaction_session_timeout", &[])
-        .await
-        .unwrap();
-    assert_eq!(timeout(shown), "1s");
+    assert_eq!(idle_transaction_timeout(&connection).await, "1s");
     let transaction = connection.transaction().await.unwrap();
     transaction.execute("SELECT 1", &[]).await.unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
@@ -751,4 +742,13 @@ async fn connections_end_a_transaction_left_idle_unless_the_url_says_otherwise()
         transaction.execute("SELECT 1", &[]).await.is_err(),
         "the server ended the idle transaction"
     );
+}
+
+/// The connection's `idle_in_transaction_session_timeout`, as the server shows it.
+async fn idle_transaction_timeout(connection: &tokio_postgres::Client) -> String {
+    connection
+        .query_one("SHOW idle_in_transaction_session_timeout", &[])
+        .await
+        .unwrap()
+        .get(0)
 }
