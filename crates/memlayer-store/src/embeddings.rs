@@ -24,8 +24,8 @@ use crate::sessions::{
 };
 use crate::store::{EmbeddingFeed, wait};
 use crate::tables::{
-    MESSAGES, META, MODELS, NEXT_OUTBOX_SEQ_KEY, OUTBOX, OUTBOX_BY_SESSION, SESSION_KEYS, SESSIONS,
-    VECTORS, VECTORS_VERSION_KEY,
+    MESSAGES, META, MODELS, NEXT_OUTBOX_SEQ_KEY, OUTBOX, SESSION_KEYS, SESSIONS, VECTORS,
+    VECTORS_VERSION_KEY,
 };
 use crate::{Result, StoreError};
 
@@ -50,7 +50,9 @@ impl EmbeddingModel {
 
 impl EmbeddingFeed<'_> {
     /// The oldest appends waiting to be embedded: whole outbox entries, oldest first, until
-    /// at least `max_messages` messages are collected (always at least one entry if any).
+    /// at least `max_messages` messages or `max_messages` entries are collected (always at
+    /// least one entry if any). An entry of a session deleted since has no session and no
+    /// messages; the entry cap bounds a read after a purge left thousands of them.
     ///
     /// A store several processes write (a database) claims the entries it answers for this
     /// process for a while, so that processes share the work: no call answers them again
@@ -67,7 +69,7 @@ impl EmbeddingFeed<'_> {
         let mut pending = Vec::new();
         let mut collected = 0;
         for entry in outbox.iter()? {
-            if collected >= max_messages.max(1) {
+            if collected.max(pending.len()) >= max_messages.max(1) {
                 break;
             }
             let (seq, value) = entry?;
@@ -139,12 +141,8 @@ impl EmbeddingFeed<'_> {
                     table.insert((key.session(), key.index()), record.encode().as_slice())?;
                 }
                 let mut outbox = txn.open_table(OUTBOX)?;
-                let mut by_session = txn.open_table(OUTBOX_BY_SESSION)?;
                 for seq in done {
-                    if let Some(entry) = outbox.remove(seq)? {
-                        let record = OutboxRecord::decode(entry.value())?;
-                        by_session.remove((record.sid, seq))?;
-                    }
+                    outbox.remove(seq)?;
                 }
                 bump_vectors_version(txn)
             })
@@ -393,7 +391,6 @@ impl EmbeddingFeed<'_> {
                 bump_vectors_version(txn)?;
                 txn.open_table(MODELS)?.retain(|_, _| false)?;
                 txn.open_table(OUTBOX)?.retain(|_, _| false)?;
-                txn.open_table(OUTBOX_BY_SESSION)?.retain(|_, ()| false)?;
                 let sessions: Vec<(u64, u64)> = txn
                     .open_table(SESSIONS)?
                     .iter()?

@@ -15,9 +15,8 @@ use crate::record::{
 };
 use crate::snapshot::{SessionSnapshot, SessionVersion};
 use crate::tables::{
-    IDEMPOTENCY, MESSAGES, META, NEXT_OUTBOX_SEQ_KEY, NEXT_SID_KEY, OUTBOX, OUTBOX_BY_SESSION,
-    RUN_IDS, RUNS, SESSION_ACTIVITY, SESSION_COUNTS, SESSION_KEYS, SESSIONS, SUMMARIES, VECTORS,
-    scope, scopes,
+    IDEMPOTENCY, MESSAGES, META, NEXT_OUTBOX_SEQ_KEY, NEXT_SID_KEY, OUTBOX, RUN_IDS, RUNS,
+    SESSION_ACTIVITY, SESSION_COUNTS, SESSION_KEYS, SESSIONS, SUMMARIES, VECTORS, scope, scopes,
 };
 use crate::{Result, StoreError};
 
@@ -576,7 +575,6 @@ pub(crate) fn enqueue_for_embedding(
     };
     txn.open_table(OUTBOX)?
         .insert(seq, entry.encode().as_slice())?;
-    txn.open_table(OUTBOX_BY_SESSION)?.insert((sid, seq), ())?;
     Ok(())
 }
 
@@ -638,12 +636,10 @@ fn apply_delete_session(
     crate::embeddings::bump_vectors_version(txn)?;
     txn.open_table(SESSION_KEYS)?.remove(sid)?;
     txn.open_table(SUMMARIES)?.remove(sid)?;
-    let mut by_session = txn.open_table(OUTBOX_BY_SESSION)?;
-    let mut outbox = txn.open_table(OUTBOX)?;
-    for entry in by_session.extract_from_if((sid, 0)..(sid + 1, 0), |_, ()| true)? {
-        let (key, _) = entry?;
-        outbox.remove(key.value().1)?;
-    }
+    // The session's outbox entries stay: they hold no text (a `sid`, an index and a count),
+    // and the embedding worker drops each when it meets it, finding neither the session nor
+    // its messages. Removing them here needed an index by session written beside every
+    // append, which cost appends more than anything else they write to the outbox.
     let episodes =
         crate::episodes::remove_user_episodes(txn, tenant, &record.user_id, Some(session_id))?;
     let session_memories = crate::session_memory::remove_session_memories(

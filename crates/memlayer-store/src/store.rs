@@ -5,17 +5,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, TryLockError};
 
-use redb::{
-    Database, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata, Table,
-    WriteTransaction,
-};
+use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, WriteTransaction};
 
 use crate::backend::Backend;
-use crate::record::{OutboxRecord, Record};
-use crate::tables::{
-    FORMAT_VERSION, FORMAT_VERSION_KEY, META, NEXT_OUTBOX_SEQ_KEY, NEXT_SID_KEY, OUTBOX,
-    OUTBOX_BY_SESSION,
-};
+use crate::tables::{FORMAT_VERSION, FORMAT_VERSION_KEY, META, NEXT_OUTBOX_SEQ_KEY, NEXT_SID_KEY};
 use crate::writer::Writer;
 use crate::{DiskFault, Result, StoreError};
 
@@ -816,10 +809,7 @@ fn initialise(db: &Database, commit: CommitMode) -> Result<()> {
     if let Some(found) = found.filter(|&found| found < FORMAT_VERSION) {
         crate::migrate::migrate(&txn, found)?;
     }
-    index_outbox(
-        &txn.open_table(OUTBOX)?,
-        &mut txn.open_table(OUTBOX_BY_SESSION)?,
-    )?;
+    crate::migrate::drop_outbox_index(&txn)?;
     txn.commit()?;
     Ok(())
 }
@@ -835,24 +825,6 @@ impl crate::tables::TableVisitor for CreateTables<'_> {
         self.0.open_table(table)?;
         Ok(())
     }
-}
-
-/// Fills `outbox_by_session` from the outbox of a file written before the index existed: an
-/// empty index beside a non-empty outbox can only be such a file, since every later
-/// transaction writes and removes both together.
-fn index_outbox(
-    outbox: &impl ReadableTable<u64, &'static [u8]>,
-    by_session: &mut Table<'_, (u64, u64), ()>,
-) -> Result<()> {
-    if !by_session.is_empty()? {
-        return Ok(());
-    }
-    for entry in outbox.iter()? {
-        let (seq, value) = entry?;
-        let record = OutboxRecord::decode(value.value())?;
-        by_session.insert((record.sid, seq.value()), ())?;
-    }
-    Ok(())
 }
 
 /// What a store served by a backend answers for the operations of the file alone.

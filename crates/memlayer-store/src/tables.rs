@@ -70,13 +70,6 @@ pub(crate) const SESSION_KEYS: TableDefinition<u64, (&str, &str)> =
 /// transaction as the messages, drained by the embedding worker.
 pub(crate) const OUTBOX: TableDefinition<u64, &[u8]> = TableDefinition::new("outbox");
 
-/// Secondary index of the outbox: `(sid, seq)` → `()`, one entry per `outbox` entry, written
-/// and removed in the same transactions. Deleting a session finds its pending appends with
-/// one range read here instead of decoding the whole outbox, which made a purge of n
-/// sessions with a long outbox (appends arriving faster than they are embedded) O(n²).
-pub(crate) const OUTBOX_BY_SESSION: TableDefinition<(u64, u64), ()> =
-    TableDefinition::new("outbox_by_session");
-
 /// `(sid, index)` → `VectorRecord`: the embedding of a message, kept so indexes can be rebuilt
 /// without embedding again.
 pub(crate) const VECTORS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("vectors");
@@ -215,7 +208,6 @@ pub(crate) fn for_each_table(visitor: &mut impl TableVisitor) -> crate::Result<(
     visitor.visit(SESSION_COUNTS)?;
     visitor.visit(SESSION_KEYS)?;
     visitor.visit(OUTBOX)?;
-    visitor.visit(OUTBOX_BY_SESSION)?;
     visitor.visit(VECTORS)?;
     visitor.visit(MODELS)?;
     visitor.visit(SUMMARIES)?;

@@ -747,7 +747,7 @@ async fn appends_queue_embeddings_that_the_worker_stores_once() {
 }
 
 #[tokio::test]
-async fn deleting_a_session_drops_its_vectors_and_queued_embeddings() {
+async fn deleting_a_session_drops_its_vectors_and_its_queued_messages() {
     let (_dir, store) = open();
     for session in ["keep", "drop"] {
         store
@@ -783,7 +783,14 @@ async fn deleting_a_session_drops_its_vectors_and_queued_embeddings() {
         .await
         .unwrap();
     assert!(store.feed().vectors(None, 10).unwrap().is_empty());
-    assert_eq!(store.feed().pending_embedding_count().unwrap(), 0);
+    // Its outbox entry stays until the worker drains it, with neither session nor text.
+    let queued = store.feed().pending_embeddings(100).unwrap();
+    assert_eq!(queued.len(), 1);
+    assert_eq!(
+        (queued[0].seq, queued[0].session.as_ref()),
+        (pending[1].seq, None)
+    );
+    assert!(queued[0].messages.is_empty());
     assert_eq!(store.feed().session_ref(dropped_sid).unwrap(), None);
     // A vector arriving for a message deleted meanwhile is dropped, not stored.
     store
@@ -796,6 +803,7 @@ async fn deleting_a_session_drops_its_vectors_and_queued_embeddings() {
         .await
         .unwrap();
     assert!(store.feed().vectors(None, 10).unwrap().is_empty());
+    assert_eq!(store.feed().pending_embedding_count().unwrap(), 0);
 }
 
 #[test]
@@ -1420,57 +1428,91 @@ async fn idle_sessions_are_taken_once_oldest_first_and_ended_ones_stay_ended() {
     );
 }
 
-/// The session ids whose appends wait in the outbox, oldest first.
-fn pending_sessions(store: &Store) -> Vec<String> {
+/// The session ids whose appends wait in the outbox, oldest first: `None` for a session
+/// deleted since, whose entries carry no messages.
+fn pending_sessions(store: &Store) -> Vec<Option<String>> {
     store
         .feed()
         .pending_embeddings(100)
         .unwrap()
         .into_iter()
-        .map(|pending| pending.session.unwrap().session_id)
+        .map(|pending| {
+            if pending.session.is_none() {
+                assert!(pending.messages.is_empty());
+            }
+            pending.session.map(|session| session.session_id)
+        })
         .collect()
 }
 
 #[tokio::test]
-async fn deleting_a_session_keeps_the_queued_embeddings_of_the_others() {
+async fn a_deleted_sessions_queued_appends_are_drained_without_their_messages() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("memlayer.redb");
-    {
-        let store = Store::open(&path).unwrap();
-        for session in ["a", "b", "c", "b"] {
-            store
-                .sessions()
-                .append(
-                    &Access::tenant_wide(TENANT),
-                    session,
-                    append_of(vec![message(Role::User, session)], Some(owner("u", "a"))),
-                )
-                .await
-                .unwrap();
-        }
-        store
-            .eraser()
-            .delete_session(&Access::tenant_wide(TENANT), "b")
-            .await
-            .unwrap();
-        assert_eq!(pending_sessions(&store), ["a", "c"]);
-    }
-    // A file written before the outbox had its per-session index: opening it fills the
-    // index, so a delete still finds the session's queued appends.
+    // A file of the builds that indexed the outbox by session.
+    const OUTBOX_BY_SESSION: redb::TableDefinition<(u64, u64), ()> =
+        redb::TableDefinition::new("outbox_by_session");
+    drop(Store::open(&path).unwrap());
     {
         let db = redb::Database::open(&path).unwrap();
         let txn = db.begin_write().unwrap();
-        txn.delete_table(crate::tables::OUTBOX_BY_SESSION).unwrap();
+        txn.open_table(OUTBOX_BY_SESSION)
+            .unwrap()
+            .insert((1, 1), ())
+            .unwrap();
         txn.commit().unwrap();
     }
     let store = Store::open(&path).unwrap();
+    for session in ["a", "b", "c", "b"] {
+        store
+            .sessions()
+            .append(
+                &Access::tenant_wide(TENANT),
+                session,
+                append_of(vec![message(Role::User, session)], Some(owner("u", "a"))),
+            )
+            .await
+            .unwrap();
+    }
     store
         .eraser()
-        .delete_session(&Access::tenant_wide(TENANT), "c")
+        .delete_session(&Access::tenant_wide(TENANT), "b")
         .await
         .unwrap();
-    assert_eq!(pending_sessions(&store), ["a"]);
-    assert_eq!(store.feed().pending_embedding_count().unwrap(), 1);
+    assert_eq!(
+        pending_sessions(&store),
+        [Some("a".to_owned()), None, Some("c".to_owned()), None]
+    );
+    // Entries count towards a read's bound as messages do, so thousands a purge left are
+    // drained a bounded batch at a time.
+    assert_eq!(store.feed().pending_embeddings(2).unwrap().len(), 2);
+    let pending = store.feed().pending_embeddings(100).unwrap();
+    let vectors = pending
+        .iter()
+        .flat_map(|pending| &pending.messages)
+        .map(|(key, _)| (*key, vec![1.0, 0.0]))
+        .collect();
+    store
+        .feed()
+        .store_embeddings(
+            model("abc"),
+            pending.iter().map(|pending| pending.seq).collect(),
+            vectors,
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.feed().pending_embedding_count().unwrap(), 0);
+    assert_eq!(store.feed().vectors(None, 10).unwrap().len(), 2);
+    drop(store);
+    let db = redb::Database::open(&path).unwrap();
+    let names: Vec<String> = redb::ReadableDatabase::begin_read(&db)
+        .unwrap()
+        .list_tables()
+        .unwrap()
+        .map(|table| redb::TableHandle::name(&table).to_owned())
+        .collect();
+    assert!(names.contains(&"outbox".to_owned()));
+    assert!(!names.contains(&"outbox_by_session".to_owned()));
 }
 
 /// Erasures that race appends share the writer thread with them. redb edits a page its
