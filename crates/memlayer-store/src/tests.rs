@@ -746,10 +746,9 @@ async fn appends_queue_embeddings_that_the_worker_stores_once() {
     assert_eq!(requeued.iter().map(|p| p.messages.len()).sum::<usize>(), 3);
 }
 
-#[tokio::test]
-async fn deleting_a_session_drops_its_vectors_and_its_queued_messages() {
-    let (_dir, store) = open();
-    for session in ["keep", "drop"] {
+/// Appends to each session in turn one user message whose text is the session's id.
+async fn append_session_names(store: &Store, sessions: &[&str]) {
+    for session in sessions {
         store
             .sessions()
             .append(
@@ -760,6 +759,12 @@ async fn deleting_a_session_drops_its_vectors_and_its_queued_messages() {
             .await
             .unwrap();
     }
+}
+
+#[tokio::test]
+async fn deleting_a_session_drops_its_vectors_and_its_queued_messages() {
+    let (_dir, store) = open();
+    append_session_names(&store, &["keep", "drop"]).await;
     let pending = store.feed().pending_embeddings(100).unwrap();
     let first = &pending[0];
     store
@@ -1463,17 +1468,7 @@ async fn a_deleted_sessions_queued_appends_are_drained_without_their_messages() 
         txn.commit().unwrap();
     }
     let store = Store::open(&path).unwrap();
-    for session in ["a", "b", "c", "b"] {
-        store
-            .sessions()
-            .append(
-                &Access::tenant_wide(TENANT),
-                session,
-                append_of(vec![message(Role::User, session)], Some(owner("u", "a"))),
-            )
-            .await
-            .unwrap();
-    }
+    append_session_names(&store, &["a", "b", "c", "b"]).await;
     store
         .eraser()
         .delete_session(&Access::tenant_wide(TENANT), "b")
