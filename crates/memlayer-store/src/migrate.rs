@@ -35,7 +35,7 @@ mod v1 {
 /// entries. Those are now left to the embedding worker, and the index is dropped at open.
 /// The format stays 4 both ways: such a build opening the file again fills a missing index
 /// from the outbox, and an entry it left without an index key is drained all the same.
-const OUTBOX_BY_SESSION: redb::TableDefinition<(u64, u64), ()> =
+pub(crate) const OUTBOX_BY_SESSION: redb::TableDefinition<(u64, u64), ()> =
     redb::TableDefinition::new("outbox_by_session");
 
 /// Drops [`OUTBOX_BY_SESSION`] from a file that has it.

@@ -1455,8 +1455,7 @@ async fn a_deleted_sessions_queued_appends_are_drained_without_their_messages() 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("memlayer.redb");
     // A file of the builds that indexed the outbox by session.
-    const OUTBOX_BY_SESSION: redb::TableDefinition<(u64, u64), ()> =
-        redb::TableDefinition::new("outbox_by_session");
+    use crate::migrate::OUTBOX_BY_SESSION;
     drop(Store::open(&path).unwrap());
     {
         let db = redb::Database::open(&path).unwrap();
@@ -1506,8 +1505,9 @@ async fn a_deleted_sessions_queued_appends_are_drained_without_their_messages() 
         .unwrap()
         .map(|table| redb::TableHandle::name(&table).to_owned())
         .collect();
-    assert!(names.contains(&"outbox".to_owned()));
-    assert!(!names.contains(&"outbox_by_session".to_owned()));
+    let listed = |table: &dyn redb::TableHandle| names.iter().any(|name| name == table.name());
+    assert!(listed(&crate::tables::OUTBOX));
+    assert!(!listed(&OUTBOX_BY_SESSION));
 }
 
 /// Erasures that race appends share the writer thread with them. redb edits a page its

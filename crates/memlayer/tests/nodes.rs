@@ -447,8 +447,8 @@ fn an_erasure_waits_for_every_live_node_and_a_lapsed_node_catches_up() {
     poll_until(
         deadline,
         || {
-            let stderr = nodes.processes[2].stderr();
-            stderr
+            nodes.processes[2]
+                .stderr()
                 .contains("stopped following the shared outbox")
                 .then_some(())
         },
