@@ -125,13 +125,13 @@ impl Store {
     fn sessions_in_scope(&self, tenant: &str, scope: &str, before: u64) -> Result<Vec<String>> {
         let txn = self.begin_read()?;
         let activity = txn.open_table(SESSION_ACTIVITY)?;
-        activity
-            .range((tenant, scope, 0, "")..(tenant, scope, before, ""))?
-            .map(|entry| {
-                let (key, _) = entry?;
-                Ok(key.value().3.to_owned())
-            })
-            .collect()
+        let sessions = txn.open_table(SESSIONS)?;
+        Ok(
+            crate::activity::active_before(&activity, &sessions, (tenant, scope), before)?
+                .into_iter()
+                .map(|(_, session_id)| session_id)
+                .collect(),
+        )
     }
 
     /// [`Store::record_job`] with ids from `draw` (tests force collisions with it).
@@ -411,14 +411,9 @@ impl Tenants<'_> {
             .get((tenant, all.as_str()))?
             .map_or(0, |count| count.value());
         let activity = txn.open_table(SESSION_ACTIVITY)?;
-        let oldest = activity
-            .range((tenant, all.as_str(), 0, "")..(tenant, all.as_str(), u64::MAX, ""))?
-            .next()
-            .transpose()?
-            .map(|(key, _)| {
-                let (_, _, at, session_id) = key.value();
-                (session_id.to_owned(), Timestamp::from_micros(at))
-            });
+        let sessions = txn.open_table(SESSIONS)?;
+        let oldest = crate::activity::oldest(&activity, &sessions, (tenant, all.as_str()))?
+            .map(|(at, session_id)| (session_id, Timestamp::from_micros(at)));
         Ok(ConversationStats { total, oldest })
     }
 

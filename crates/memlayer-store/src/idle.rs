@@ -2,10 +2,13 @@
 //! scanning every session: "open and last active before T" is one range of `open_sessions`.
 //! A session enters it when it is created, moves with its activity, and leaves it when it is
 //! ended or deleted. An ended session stays ended: later activity does not reopen it.
+//! Like the listing, entries are keyed by the [`bucket`] of the activity (see `activity.rs`),
+//! and the sessions of the bucket a cutoff falls in are checked against their records.
 
 use redb::{ReadableTable, WriteTransaction};
 
 use crate::Result;
+use crate::activity::{bucket, bucket_after, listed_record};
 use crate::model::Access;
 use crate::model::{Timestamp, validate_id};
 use crate::record::SessionRecord;
@@ -16,7 +19,7 @@ use crate::tables::{OPEN_SESSIONS, SESSIONS};
 /// Lists a new session as open.
 pub(crate) fn open(txn: &WriteTransaction, tenant: &str, session_id: &str, at: u64) -> Result<()> {
     txn.open_table(OPEN_SESSIONS)?
-        .insert((at, tenant, session_id), ())?;
+        .insert((bucket(at), tenant, session_id), ())?;
     Ok(())
 }
 
@@ -29,8 +32,8 @@ pub(crate) fn touch(
     to: u64,
 ) -> Result<()> {
     let mut open = txn.open_table(OPEN_SESSIONS)?;
-    if open.remove((from, tenant, session_id))?.is_some() {
-        open.insert((to, tenant, session_id), ())?;
+    if open.remove((bucket(from), tenant, session_id))?.is_some() {
+        open.insert((bucket(to), tenant, session_id), ())?;
     }
     Ok(())
 }
@@ -43,7 +46,7 @@ pub(crate) fn close(
     record: &SessionRecord,
 ) -> Result<()> {
     txn.open_table(OPEN_SESSIONS)?
-        .remove((record.updated_at, tenant, session_id))?;
+        .remove((bucket(record.updated_at), tenant, session_id))?;
     Ok(())
 }
 
@@ -60,22 +63,7 @@ impl Sessions<'_> {
             return backend.sessions().take_idle_sessions(cutoff, limit).await;
         }
         self.store
-            .write(move |txn| {
-                let mut open = txn.open_table(OPEN_SESSIONS)?;
-                let mut taken = Vec::new();
-                for entry in open.range(..(cutoff.as_micros(), "", ""))?.take(limit) {
-                    let (key, _) = entry?;
-                    let (at, tenant, session_id) = key.value();
-                    taken.push((at, tenant.to_owned(), session_id.to_owned()));
-                }
-                for (at, tenant, session_id) in &taken {
-                    open.remove((*at, tenant.as_str(), session_id.as_str()))?;
-                }
-                Ok(taken
-                    .into_iter()
-                    .map(|(_, tenant, session_id)| (tenant, session_id))
-                    .collect())
-            })
+            .write(move |txn| take(txn, cutoff.as_micros(), limit))
             .await
     }
 
@@ -108,9 +96,86 @@ impl Sessions<'_> {
             return wait(backend.sessions().oldest_open_activity());
         }
         let txn = self.store.begin_read()?;
-        let open = txn.open_table(OPEN_SESSIONS)?;
-        Ok(open
-            .first()?
-            .map(|(key, _)| Timestamp::from_micros(key.value().0)))
+        let oldest = oldest(&txn.open_table(OPEN_SESSIONS)?, &txn.open_table(SESSIONS)?)?;
+        Ok(oldest.map(Timestamp::from_micros))
     }
+}
+
+/// Takes up to `limit` open sessions last active before `cutoff` out of the open ones,
+/// oldest first (ties by tenant and id), as `(tenant, session_id)`.
+pub(crate) fn take(
+    txn: &WriteTransaction,
+    cutoff: u64,
+    limit: usize,
+) -> Result<Vec<(String, String)>> {
+    let mut open = txn.open_table(OPEN_SESSIONS)?;
+    let sessions = txn.open_table(SESSIONS)?;
+    // Whole buckets, oldest first, until they hold `limit` sessions idle since before the
+    // cutoff; then the oldest `limit` of those by their records.
+    let mut taken = Vec::new();
+    let mut last_bucket = None;
+    for entry in open.range(..(bucket_after(cutoff), "", ""))? {
+        let (key, _) = entry?;
+        let (at, tenant, session_id) = key.value();
+        if last_bucket != Some(at) && taken.len() >= limit {
+            break;
+        }
+        last_bucket = Some(at);
+        let record = listed_record(&sessions, tenant, session_id, "open sessions")?;
+        // Only the cutoff's own bucket can hold sessions active after it.
+        if record.updated_at < cutoff {
+            taken.push((
+                record.updated_at,
+                at,
+                tenant.to_owned(),
+                session_id.to_owned(),
+            ));
+        }
+    }
+    taken.sort_unstable();
+    taken.truncate(limit);
+    for (_, at, tenant, session_id) in &taken {
+        open.remove((*at, tenant.as_str(), session_id.as_str()))?;
+    }
+    Ok(taken
+        .into_iter()
+        .map(|(_, _, tenant, session_id)| (tenant, session_id))
+        .collect())
+}
+
+/// The last activity of the open session idle longest: the earliest in the first bucket.
+pub(crate) fn oldest(
+    open: &impl ReadableTable<(u64, &'static str, &'static str), ()>,
+    sessions: &impl ReadableTable<(&'static str, &'static str), &'static [u8]>,
+) -> Result<Option<u64>> {
+    let mut oldest: Option<u64> = None;
+    let mut first_bucket = None;
+    for entry in open.iter()? {
+        let (key, _) = entry?;
+        let (at, tenant, session_id) = key.value();
+        if *first_bucket.get_or_insert(at) != at {
+            break;
+        }
+        let record = listed_record(sessions, tenant, session_id, "open sessions")?;
+        oldest = Some(oldest.map_or(record.updated_at, |o| o.min(record.updated_at)));
+    }
+    Ok(oldest)
+}
+
+/// Format 5 keys the open sessions by bucket (see `activity::key_by_bucket`).
+pub(crate) fn key_by_bucket(txn: &WriteTransaction) -> Result<()> {
+    let mut open = txn.open_table(OPEN_SESSIONS)?;
+    let mut exact = Vec::new();
+    for entry in open.iter()? {
+        let (key, _) = entry?;
+        let (at, tenant, session_id) = key.value();
+        if bucket(at) != at {
+            exact.push((at, tenant.to_owned(), session_id.to_owned()));
+        }
+    }
+    for (at, tenant, session_id) in exact {
+        open.remove((at, tenant.as_str(), session_id.as_str()))?;
+        open.insert((bucket(at), tenant.as_str(), session_id.as_str()), ())?;
+    }
+    Ok(())
 }

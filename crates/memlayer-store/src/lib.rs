@@ -14,6 +14,7 @@
 
 #![deny(missing_docs)]
 
+mod activity;
 mod backend;
 mod backup;
 #[cfg(any(test, feature = "conformance"))]

@@ -30,19 +30,11 @@ mod v1 {
     pub(super) const NEXT_JOB_ID_KEY: &str = "next_job_id";
 }
 
-/// `(sid, seq)` → `()`: an index of the outbox by session that builds from 2026-11-23 to
-/// 2026-11-29 kept (format 4 all along), so that deleting a session could remove its outbox
-/// entries. Those are now left to the embedding worker, and the index is dropped at open.
-/// The format stays 4 both ways: such a build opening the file again fills a missing index
-/// from the outbox, and an entry it left without an index key is drained all the same.
+/// `(sid, seq)` → `()`: an index of the outbox by session that format 4 kept, so that
+/// deleting a session could remove its outbox entries. Those are now left to the embedding
+/// worker (they hold no text), and format 5 drops the index.
 pub(crate) const OUTBOX_BY_SESSION: redb::TableDefinition<(u64, u64), ()> =
     redb::TableDefinition::new("outbox_by_session");
-
-/// Drops [`OUTBOX_BY_SESSION`] from a file that has it.
-pub(crate) fn drop_outbox_index(txn: &WriteTransaction) -> Result<()> {
-    txn.delete_table(OUTBOX_BY_SESSION)?;
-    Ok(())
-}
 
 /// Migrates a file of format `found` (older than this build's) in `txn`.
 pub(crate) fn migrate(txn: &WriteTransaction, found: u64) -> Result<()> {
@@ -51,6 +43,10 @@ pub(crate) fn migrate(txn: &WriteTransaction, found: u64) -> Result<()> {
     }
     if found < 3 {
         crate::memories::index_sources(txn)?;
+    }
+    if found < 5 {
+        txn.delete_table(OUTBOX_BY_SESSION)?;
+        crate::activity::key_by_bucket(txn)?;
     }
     txn.open_table(META)?
         .insert(FORMAT_VERSION_KEY, FORMAT_VERSION)?;

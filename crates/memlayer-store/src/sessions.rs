@@ -16,7 +16,7 @@ use crate::record::{
 use crate::snapshot::{SessionSnapshot, SessionVersion};
 use crate::tables::{
     IDEMPOTENCY, MESSAGES, META, NEXT_OUTBOX_SEQ_KEY, NEXT_SID_KEY, OUTBOX, RUN_IDS, RUNS,
-    SESSION_ACTIVITY, SESSION_COUNTS, SESSION_KEYS, SESSIONS, SUMMARIES, VECTORS, scope, scopes,
+    SESSION_ACTIVITY, SESSION_COUNTS, SESSION_KEYS, SESSIONS, SUMMARIES, VECTORS, scope,
 };
 use crate::{Result, StoreError};
 
@@ -54,7 +54,7 @@ impl Sessions<'_> {
                     (tenant.as_str(), session_id.as_str()),
                     record.encode().as_slice(),
                 )?;
-                add_to_listing(txn, &tenant, &session_id, &record)?;
+                crate::activity::add(txn, &tenant, &session_id, &record)?;
                 session_from_record(session_id, &record)
             })
             .await
@@ -122,7 +122,7 @@ impl Sessions<'_> {
                     .ok_or_else(|| StoreError::session_not_found(&session_id))?;
                 let tenant = access.tenant();
                 record.load_from = record.next_index;
-                touch(txn, tenant, &session_id, &mut record, Timestamp::now())?;
+                crate::activity::touch(txn, tenant, &session_id, &mut record, Timestamp::now())?;
                 sessions.insert((tenant, session_id.as_str()), record.encode().as_slice())?;
                 Ok(record.load_from)
             })
@@ -313,24 +313,25 @@ impl Sessions<'_> {
             .map_or(0, |count| count.value());
         let activity = txn.open_table(SESSION_ACTIVITY)?;
         let sessions = txn.open_table(SESSIONS)?;
-        let items = activity
-            .range((tenant, scope.as_str(), 0, "")..(tenant, scope.as_str(), u64::MAX, ""))?
-            .rev()
-            .skip(listing.skip)
-            .take(listing.page_size)
-            .map(|entry| {
-                let (key, ()) = entry.map(|(key, _)| (key, ()))?;
-                let (_, _, _, session_id) = key.value();
-                let record =
-                    read_session_record(&sessions, access, session_id)?.ok_or_else(|| {
-                        StoreError::Corrupted {
-                            what: "session listing",
-                            detail: format!("lists missing session {session_id:?}"),
-                        }
-                    })?;
-                session_from_record(session_id.to_owned(), &record)
-            })
-            .collect::<Result<_>>()?;
+        let items = crate::activity::newest_first(
+            &activity,
+            &sessions,
+            (tenant, scope.as_str()),
+            listing.skip,
+            listing.page_size,
+        )?
+        .into_iter()
+        .map(|(session_id, record)| {
+            // The scope is the access's own (`SessionFilter::listing`); checked all the same.
+            if !access.sees(&record.user_id) {
+                return Err(StoreError::Corrupted {
+                    what: "session listing",
+                    detail: format!("lists another user's session {session_id:?}"),
+                });
+            }
+            session_from_record(session_id, &record)
+        })
+        .collect::<Result<_>>()?;
         Ok(Page { items, total })
     }
 }
@@ -399,68 +400,6 @@ fn new_session_record(
     })
 }
 
-fn add_to_listing(
-    txn: &WriteTransaction,
-    tenant: &str,
-    session_id: &str,
-    record: &SessionRecord,
-) -> Result<()> {
-    let mut activity = txn.open_table(SESSION_ACTIVITY)?;
-    let mut counts = txn.open_table(SESSION_COUNTS)?;
-    for scope in scopes(&record.user_id, &record.agent_id) {
-        activity.insert((tenant, scope.as_str(), record.updated_at, session_id), ())?;
-        let count = counts
-            .get((tenant, scope.as_str()))?
-            .map_or(0, |c| c.value());
-        counts.insert((tenant, scope.as_str()), count + 1)?;
-    }
-    crate::idle::open(txn, tenant, session_id, record.updated_at)
-}
-
-fn remove_from_listing(
-    txn: &WriteTransaction,
-    tenant: &str,
-    session_id: &str,
-    record: &SessionRecord,
-) -> Result<()> {
-    let mut activity = txn.open_table(SESSION_ACTIVITY)?;
-    let mut counts = txn.open_table(SESSION_COUNTS)?;
-    for scope in scopes(&record.user_id, &record.agent_id) {
-        activity.remove((tenant, scope.as_str(), record.updated_at, session_id))?;
-        let count = counts
-            .get((tenant, scope.as_str()))?
-            .map_or(0, |c| c.value());
-        if count <= 1 {
-            counts.remove((tenant, scope.as_str()))?;
-        } else {
-            counts.insert((tenant, scope.as_str()), count - 1)?;
-        }
-    }
-    crate::idle::close(txn, tenant, session_id, record)
-}
-
-/// Moves the session's listing entries to its new last-activity time.
-fn touch(
-    txn: &WriteTransaction,
-    tenant: &str,
-    session_id: &str,
-    record: &mut SessionRecord,
-    now: Timestamp,
-) -> Result<()> {
-    // Keep last activity monotonic even if the wall clock steps back.
-    let updated_at = record.updated_at.max(now.as_micros());
-    if updated_at != record.updated_at {
-        let mut activity = txn.open_table(SESSION_ACTIVITY)?;
-        for scope in scopes(&record.user_id, &record.agent_id) {
-            activity.remove((tenant, scope.as_str(), record.updated_at, session_id))?;
-            activity.insert((tenant, scope.as_str(), updated_at, session_id), ())?;
-        }
-        crate::idle::touch(txn, tenant, session_id, record.updated_at, updated_at)?;
-        record.updated_at = updated_at;
-    }
-    Ok(())
-}
-
 fn apply_append(
     txn: &WriteTransaction,
     access: &Access,
@@ -515,7 +454,7 @@ fn apply_append(
         None => match &append.create {
             Some(owner) => {
                 let record = new_session_record(txn, tenant, session_id, owner, now)?;
-                add_to_listing(txn, tenant, session_id, &record)?;
+                crate::activity::add(txn, tenant, session_id, &record)?;
                 (record, true)
             }
             None => return Err(StoreError::session_not_found(session_id)),
@@ -537,7 +476,7 @@ fn apply_append(
     }
     record.next_index += count;
     enqueue_for_embedding(txn, record.sid, first_index, count)?;
-    touch(txn, tenant, session_id, &mut record, now)?;
+    crate::activity::touch(txn, tenant, session_id, &mut record, now)?;
     if let (Some(key), Some(request_digest)) = (&append.idempotency_key, digest) {
         let outcome = IdempotencyRecord {
             request_digest,
@@ -611,7 +550,7 @@ fn apply_record_run(
     txn.open_table(RUNS)?
         .insert((record.sid, seq), stored.encode().as_slice())?;
     record.next_run += 1;
-    touch(txn, tenant, session_id, &mut record, now)?;
+    crate::activity::touch(txn, tenant, session_id, &mut record, now)?;
     sessions.insert((tenant, session_id), record.encode().as_slice())?;
     run_from_record(stored)
 }
@@ -626,7 +565,7 @@ fn apply_delete_session(
     let record = read_session_record(&sessions, access, session_id)?
         .ok_or_else(|| StoreError::session_not_found(session_id))?;
     sessions.remove((tenant, session_id))?;
-    remove_from_listing(txn, tenant, session_id, &record)?;
+    crate::activity::remove(txn, tenant, session_id, &record)?;
     let sid = record.sid;
     let messages = remove_range(&mut txn.open_table(MESSAGES)?, (sid, 0)..(sid + 1, 0))?;
     remove_range(&mut txn.open_table(RUNS)?, (sid, 0)..(sid + 1, 0))?;

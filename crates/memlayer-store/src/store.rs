@@ -809,7 +809,6 @@ fn initialise(db: &Database, commit: CommitMode) -> Result<()> {
     if let Some(found) = found.filter(|&found| found < FORMAT_VERSION) {
         crate::migrate::migrate(&txn, found)?;
     }
-    crate::migrate::drop_outbox_index(&txn)?;
     txn.commit()?;
     Ok(())
 }

@@ -20,9 +20,10 @@ pub(crate) const RUNS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new
 pub(crate) const IDEMPOTENCY: TableDefinition<(u64, &str), &[u8]> =
     TableDefinition::new("idempotency");
 
-/// Secondary index for listing: `(tenant, scope, updated_at, session_id)` → `()`.
+/// Secondary index for listing: `(tenant, scope, bucket of updated_at, session_id)` → `()`.
 /// Every session has one entry in each of its four scopes (see [`scopes`]), so a listing by
-/// any filter combination is one range scan, newest activity last.
+/// any filter combination is one range scan, newest activity last; within a bucket the
+/// records order them (`activity.rs`).
 pub(crate) const SESSION_ACTIVITY: TableDefinition<(&str, &str, u64, &str), ()> =
     TableDefinition::new("session_activity");
 
@@ -35,7 +36,7 @@ pub(crate) const NEXT_SID_KEY: &str = "next_sid";
 
 /// The storage format this build writes. Opening a file with a larger value fails; a file
 /// with a smaller one is migrated at open (`migrate.rs`).
-pub(crate) const FORMAT_VERSION: u64 = 4;
+pub(crate) const FORMAT_VERSION: u64 = 5;
 
 /// The listing scope that matches a filter.
 pub(crate) fn scope(user_id: Option<&str>, agent_id: Option<&str>) -> String {
@@ -182,8 +183,8 @@ pub(crate) const EPISODE_TASKS: TableDefinition<(&str, &str, &str, u64), u64> =
 
 pub(crate) const NEXT_EPISODE_SEQ_KEY: &str = "next_episode_seq";
 
-/// `(updated_at, tenant, session_id)` → `()`: sessions not yet ended, by last activity, so
-/// the ones idle for too long are one range (see `idle.rs`).
+/// `(bucket of updated_at, tenant, session_id)` → `()`: sessions not yet ended, by last
+/// activity, so the ones idle for too long are one range (see `idle.rs`).
 pub(crate) const OPEN_SESSIONS: TableDefinition<(u64, &str, &str), ()> =
     TableDefinition::new("open_sessions");
 

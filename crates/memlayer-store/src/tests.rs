@@ -761,6 +761,112 @@ async fn append_session_names(store: &Store, sessions: &[&str]) {
     }
 }
 
+/// Format 4 keyed the listing and the open sessions by the exact time of last activity;
+/// opening such a file moves every entry to its bucket, and what reads them keeps its order.
+#[tokio::test]
+async fn a_format_4_files_activity_entries_move_to_their_buckets_at_open() {
+    use crate::activity::BUCKET_MICROS;
+    use crate::record::{Record as _, SessionRecord};
+    use crate::tables::{META, OPEN_SESSIONS, SESSION_ACTIVITY, SESSIONS, scopes};
+    use redb::{ReadableDatabase as _, ReadableTable as _};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memlayer.redb");
+    let store = Store::open(&path).unwrap();
+    append_session_names(&store, &["a", "b", "c"]).await;
+    drop(store);
+    // Rewritten as format 4 would have it: "b" active last, all three within one tenth of a
+    // second and none on a bucket's edge, each entry keyed by its exact time.
+    let base = 1_700_000_000_000_000 + BUCKET_MICROS / 2;
+    let exact = [("a", base + 1), ("b", base + 7), ("c", base + 3)];
+    {
+        let db = redb::Database::open(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut sessions = txn.open_table(SESSIONS).unwrap();
+            let mut activity = txn.open_table(SESSION_ACTIVITY).unwrap();
+            let mut open = txn.open_table(OPEN_SESSIONS).unwrap();
+            activity.retain(|_, ()| false).unwrap();
+            open.retain(|_, ()| false).unwrap();
+            for (id, at) in exact {
+                let bytes = sessions
+                    .get((TENANT, id))
+                    .unwrap()
+                    .unwrap()
+                    .value()
+                    .to_vec();
+                let mut record = SessionRecord::decode(&bytes).unwrap();
+                record.updated_at = at;
+                sessions
+                    .insert((TENANT, id), record.encode().as_slice())
+                    .unwrap();
+                for scope in scopes(&record.user_id, &record.agent_id) {
+                    activity
+                        .insert((TENANT, scope.as_str(), at, id), ())
+                        .unwrap();
+                }
+                open.insert((at, TENANT, id), ()).unwrap();
+            }
+            txn.open_table(META)
+                .unwrap()
+                .insert(crate::tables::FORMAT_VERSION_KEY, 4)
+                .unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    let listed = |store: &Store| -> Vec<String> {
+        store
+            .sessions()
+            .list_sessions(
+                &Access::tenant_wide(TENANT),
+                &SessionFilter::default(),
+                0,
+                10,
+            )
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|session| session.id)
+            .collect()
+    };
+    assert_eq!(listed(&store), ["b", "c", "a"]);
+    assert_eq!(
+        store.sessions().oldest_open_activity().unwrap(),
+        Some(crate::Timestamp::from_micros(base + 1))
+    );
+    // Activity now moves the bucketed entries: none is left behind at its exact time.
+    append_session_names(&store, &["a"]).await;
+    assert_eq!(listed(&store), ["a", "b", "c"]);
+    let idle = store
+        .sessions()
+        .take_idle_sessions(crate::Timestamp::from_micros(base + 4), 10)
+        .await
+        .unwrap();
+    assert_eq!(idle, [(TENANT.to_owned(), "c".to_owned())]);
+    drop(store);
+    let db = redb::Database::open(&path).unwrap();
+    let txn = db.begin_read().unwrap();
+    let activity: Vec<u64> = txn
+        .open_table(SESSION_ACTIVITY)
+        .unwrap()
+        .iter()
+        .unwrap()
+        .map(|entry| entry.unwrap().0.value().2)
+        .collect();
+    assert_eq!(activity.len(), 3 * 4);
+    assert!(activity.iter().all(|at| at % BUCKET_MICROS == 0));
+    let open: Vec<u64> = txn
+        .open_table(OPEN_SESSIONS)
+        .unwrap()
+        .iter()
+        .unwrap()
+        .map(|entry| entry.unwrap().0.value().0)
+        .collect();
+    assert_eq!(open.len(), 2);
+    assert!(open.iter().all(|at| at % BUCKET_MICROS == 0));
+}
+
 #[tokio::test]
 async fn deleting_a_session_drops_its_vectors_and_its_queued_messages() {
     let (_dir, store) = open();
@@ -1454,7 +1560,7 @@ fn pending_sessions(store: &Store) -> Vec<Option<String>> {
 async fn a_deleted_sessions_queued_appends_are_drained_without_their_messages() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("memlayer.redb");
-    // A file of the builds that indexed the outbox by session.
+    // A file of format 4, which indexed the outbox by session.
     use crate::migrate::OUTBOX_BY_SESSION;
     drop(Store::open(&path).unwrap());
     {
@@ -1463,6 +1569,10 @@ async fn a_deleted_sessions_queued_appends_are_drained_without_their_messages() 
         txn.open_table(OUTBOX_BY_SESSION)
             .unwrap()
             .insert((1, 1), ())
+            .unwrap();
+        txn.open_table(crate::tables::META)
+            .unwrap()
+            .insert(crate::tables::FORMAT_VERSION_KEY, 4)
             .unwrap();
         txn.commit().unwrap();
     }
