@@ -114,6 +114,25 @@ pub(crate) fn touch(
     Ok(())
 }
 
+/// Every entry of one scope, oldest bucket first.
+fn scope_entries<'t>(
+    activity: &'t impl ReadableTable<ActivityKey, ()>,
+    (tenant, scope): (&str, &str),
+) -> Result<redb::Range<'t, ActivityKey, ()>> {
+    Ok(activity.range((tenant, scope, 0, "")..(tenant, scope, u64::MAX, ""))?)
+}
+
+/// The ids of every session of a scope, in no order a caller may rely on: the index alone
+/// answers, no record is read.
+pub(crate) fn session_ids(
+    activity: &impl ReadableTable<ActivityKey, ()>,
+    scope: (&str, &str),
+) -> Result<Vec<String>> {
+    scope_entries(activity, scope)?
+        .map(|entry| Ok(entry?.0.value().3.to_owned()))
+        .collect()
+}
+
 /// The record of a session an index lists; its absence is corruption.
 pub(crate) fn listed_record(
     sessions: &impl ReadableTable<SessionKey, &'static [u8]>,
@@ -148,10 +167,7 @@ pub(crate) fn newest_first(
     };
     let mut current = None;
     let mut bucket_ids = Vec::new();
-    for entry in activity
-        .range((tenant, scope, 0, "")..(tenant, scope, u64::MAX, ""))?
-        .rev()
-    {
+    for entry in scope_entries(activity, (tenant, scope))?.rev() {
         let (key, _) = entry?;
         let (_, _, at, session_id) = key.value();
         if current != Some(at) {
@@ -239,7 +255,7 @@ pub(crate) fn oldest(
 ) -> Result<Option<(u64, String)>> {
     let mut oldest: Option<(u64, String)> = None;
     let mut first_bucket = None;
-    for entry in activity.range((tenant, scope, 0, "")..(tenant, scope, u64::MAX, ""))? {
+    for entry in scope_entries(activity, (tenant, scope))? {
         let (key, _) = entry?;
         let (_, _, at, session_id) = key.value();
         if *first_bucket.get_or_insert(at) != at {
@@ -254,38 +270,25 @@ pub(crate) fn oldest(
     Ok(oldest)
 }
 
-/// Format 5 keys the listing and the open sessions by bucket; format 4 keyed them by the
-/// exact time. Moves every entry to its bucket.
+/// Format 5 keys the listing by bucket; format 4 keyed it by the exact time. Moves every
+/// entry to its bucket (`idle::key_by_bucket` does the same for the open sessions).
 pub(crate) fn key_by_bucket(txn: &WriteTransaction) -> Result<()> {
-    {
-        let mut activity = txn.open_table(SESSION_ACTIVITY)?;
-        let mut exact = Vec::new();
-        for entry in activity.iter()? {
-            let (key, _) = entry?;
-            let (tenant, scope, at, session_id) = key.value();
-            if bucket(at) != at {
-                exact.push((
-                    tenant.to_owned(),
-                    scope.to_owned(),
-                    at,
-                    session_id.to_owned(),
-                ));
-            }
-        }
-        for (tenant, scope, at, session_id) in exact {
-            activity.remove((tenant.as_str(), scope.as_str(), at, session_id.as_str()))?;
-            activity.insert(
-                (
-                    tenant.as_str(),
-                    scope.as_str(),
-                    bucket(at),
-                    session_id.as_str(),
-                ),
-                (),
-            )?;
+    let mut activity = txn.open_table(SESSION_ACTIVITY)?;
+    let mut exact = Vec::new();
+    for entry in activity.iter()? {
+        let (key, _) = entry?;
+        let (tenant, scope, at, session_id) = key.value();
+        if bucket(at) != at {
+            let session = (tenant.to_owned(), scope.to_owned(), session_id.to_owned());
+            exact.push((session, at));
         }
     }
-    crate::idle::key_by_bucket(txn)
+    for ((tenant, scope, session_id), at) in exact {
+        let (tenant, scope, session_id) = (tenant.as_str(), scope.as_str(), session_id.as_str());
+        activity.remove((tenant, scope, at, session_id))?;
+        activity.insert((tenant, scope, bucket(at), session_id), ())?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

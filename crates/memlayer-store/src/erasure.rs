@@ -122,18 +122,6 @@ fn forget_digests(txn: &WriteTransaction, sid: u64, index: u64) -> Result<()> {
 }
 
 impl Store {
-    fn sessions_in_scope(&self, tenant: &str, scope: &str, before: u64) -> Result<Vec<String>> {
-        let txn = self.begin_read()?;
-        let activity = txn.open_table(SESSION_ACTIVITY)?;
-        let sessions = txn.open_table(SESSIONS)?;
-        Ok(
-            crate::activity::active_before(&activity, &sessions, (tenant, scope), before)?
-                .into_iter()
-                .map(|(_, session_id)| session_id)
-                .collect(),
-        )
-    }
-
     /// [`Store::record_job`] with ids from `draw` (tests force collisions with it).
     pub(crate) async fn record_job_drawing(
         &self,
@@ -237,8 +225,9 @@ impl Eraser {
         }
         validate_id("tenant", tenant)?;
         validate_id("user_id", user_id)?;
-        self.store
-            .sessions_in_scope(tenant, &scope(Some(user_id), None), u64::MAX)
+        let txn = self.store.begin_read()?;
+        let user = scope(Some(user_id), None);
+        crate::activity::session_ids(&txn.open_table(SESSION_ACTIVITY)?, (tenant, user.as_str()))
     }
 
     /// Ids of every session of a tenant whose last activity is before `cutoff`, oldest
@@ -248,8 +237,17 @@ impl Eraser {
             return wait(backend.eraser().sessions_inactive_before(tenant, cutoff));
         }
         validate_id("tenant", tenant)?;
-        self.store
-            .sessions_in_scope(tenant, &scope(None, None), cutoff.as_micros())
+        let txn = self.store.begin_read()?;
+        let all = scope(None, None);
+        Ok(crate::activity::active_before(
+            &txn.open_table(SESSION_ACTIVITY)?,
+            &txn.open_table(SESSIONS)?,
+            (tenant, all.as_str()),
+            cutoff.as_micros(),
+        )?
+        .into_iter()
+        .map(|(_, session_id)| session_id)
+        .collect())
     }
 
     /// Records a job durably and returns its id. Record it before the first step runs, so a

@@ -47,6 +47,7 @@ pub(crate) fn migrate(txn: &WriteTransaction, found: u64) -> Result<()> {
     if found < 5 {
         txn.delete_table(OUTBOX_BY_SESSION)?;
         crate::activity::key_by_bucket(txn)?;
+        crate::idle::key_by_bucket(txn)?;
     }
     txn.open_table(META)?
         .insert(FORMAT_VERSION_KEY, FORMAT_VERSION)?;
