@@ -4,7 +4,8 @@
 //! build, empty data directory). First the served `/openapi.json` must validate as OpenAPI
 //! 3.1; then schemathesis runs with `--checks all` for each role's key: every request the OpenAPI document allows must be
 //! accepted, every one it rules out refused, every answer must match the document, and no
-//! answer may be a server error. Any finding fails the step.
+//! answer may be a server error. Any finding fails the step. Every run's settings start from
+//! `xtask/contract/shared.toml` (413 counts as refusing an invalid request).
 //!
 //! The server is configured with `xtask/contract/upstream.py` as its `[agent_model]`, a
 //! stand-in for the chat model an operator configures, so agent runs complete instead of
@@ -29,7 +30,7 @@ use crate::metadata;
 use crate::server::{Server, admin_client};
 
 /// One schemathesis run: the role whose key it sends, which operations it covers, and the
-/// settings file (in `xtask/contract`) it runs with, if any.
+/// settings file (in `xtask/contract`) it adds to the shared one, if any.
 struct Run {
     role: &'static str,
     filter: &'static [&'static str],
@@ -117,14 +118,37 @@ struct Schemathesis {
     dir: PathBuf,
 }
 
+/// The settings every run starts from, in `xtask/contract`.
+const SHARED_SETTINGS: &str = "shared.toml";
+
 impl Schemathesis {
-    fn command(&self, config: Option<&str>) -> Command {
-        let mut command = Command::new(&self.python);
-        command.arg(self.dir.join("schemathesis_cli.py"));
-        if let Some(config) = config {
-            command.arg("--config-file").arg(self.dir.join(config));
+    /// schemathesis with one run's settings: the shared ones and the run's own, merged into
+    /// `work/<role>.toml` (schemathesis reads one settings file).
+    fn command(&self, work: &Path, run: &Run) -> anyhow::Result<Command> {
+        let read = |name: &str| -> anyhow::Result<toml::Table> {
+            let path = self.dir.join(name);
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("could not read {}", path.display()))?;
+            text.parse()
+                .with_context(|| format!("{} is not valid TOML", path.display()))
+        };
+        let mut settings = read(SHARED_SETTINGS)?;
+        if let Some(own) = run.config {
+            for (key, value) in read(own)? {
+                if settings.contains_key(&key) {
+                    bail!("{own} and {SHARED_SETTINGS} both set `{key}`");
+                }
+                settings.insert(key, value);
+            }
         }
+        let merged = work.join(format!("{}.toml", run.role.replace(' ', "_")));
+        std::fs::write(&merged, toml::to_string(&settings)?)?;
+        let mut command = Command::new(&self.python);
         command
+            .arg(self.dir.join("schemathesis_cli.py"))
+            .arg("--config-file")
+            .arg(merged);
+        Ok(command)
     }
 }
 
@@ -164,7 +188,7 @@ fn run_all(
         };
         let started = Instant::now();
         eprintln!("xtask: schemathesis with the {} key", run.role);
-        let mut command = schemathesis.command(run.config);
+        let mut command = schemathesis.command(work, run)?;
         // schemathesis keeps its example database and reports in the working directory.
         command
             .current_dir(work)
