@@ -120,18 +120,24 @@ impl Default for ServerConfig {
     }
 }
 
-/// Shared state of the router. Cheap to clone.
+/// Shared state of the router. Cheap to clone: one reference count, however many parts it
+/// has (axum clones it for every extractor and middleware of every request, and cloning each
+/// part's own handles showed in the append path's profile).
 #[derive(Clone)]
 pub struct AppState {
+    parts: Arc<Parts>,
+}
+
+struct Parts {
     store: Store,
     recall: Recall,
     contexts: ContextBuilder,
     erasure: Coordinator,
     memories: LongTermMemory,
     agent: Agent,
-    config: Arc<ServerConfig>,
+    config: ServerConfig,
     metrics: Arc<Metrics>,
-    rate_limiter: Option<Arc<KeyRateLimiter>>,
+    rate_limiter: Option<KeyRateLimiter>,
 }
 
 impl AppState {
@@ -168,63 +174,64 @@ impl AppState {
             crate::api::tools::render,
             config.max_agent_runs,
         );
-        Ok(Self {
+        let parts = Parts {
             erasure,
             memories,
             agent,
             store,
             recall,
             contexts,
-            rate_limiter: config
-                .rate_limit
-                .map(|limit| Arc::new(KeyRateLimiter::new(limit))),
-            config: Arc::new(config),
+            rate_limiter: config.rate_limit.map(KeyRateLimiter::new),
+            config,
             metrics: Arc::new(Metrics::new()),
+        };
+        Ok(Self {
+            parts: Arc::new(parts),
         })
     }
 
     /// The store.
     pub fn store(&self) -> &Store {
-        &self.store
+        &self.parts.store
     }
 
     /// Hybrid recall over the store's messages.
     pub fn recall(&self) -> &Recall {
-        &self.recall
+        &self.parts.recall
     }
 
     /// Runs erasures.
     pub fn erasure(&self) -> &Coordinator {
-        &self.erasure
+        &self.parts.erasure
     }
 
     /// Long-term memories.
     pub fn memories(&self) -> &LongTermMemory {
-        &self.memories
+        &self.parts.memories
     }
 
     /// Runs agents and executes the memory tools.
     pub fn agent(&self) -> &Agent {
-        &self.agent
+        &self.parts.agent
     }
 
     /// Builds each turn's context.
     pub fn contexts(&self) -> &ContextBuilder {
-        &self.contexts
+        &self.parts.contexts
     }
 
     /// The settings.
     pub fn config(&self) -> &ServerConfig {
-        &self.config
+        &self.parts.config
     }
 
     /// The per-key rate limiter, if keys are limited.
     pub(crate) fn rate_limiter(&self) -> Option<&KeyRateLimiter> {
-        self.rate_limiter.as_deref()
+        self.parts.rate_limiter.as_ref()
     }
 
     /// The HTTP metrics this state's routers record.
     pub(crate) fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
+        &self.parts.metrics
     }
 }
