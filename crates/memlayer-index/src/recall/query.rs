@@ -149,11 +149,11 @@ impl Recall {
                     .to_owned(),
             ));
         }
-        let store = self.inner.store.clone();
-        let pending = blocking(move || store.feed().pending_embedding_count()).await?;
-        Ok(Some(format!(
-            "{pending} recent append(s) are not embedded yet; they were searched by keywords only"
-        )))
+        // No count: the backlog is every tenant's, and its length would tell the asker how
+        // much other tenants write.
+        Ok(Some(
+            "recent appends are not embedded yet; they were searched by keywords only".to_owned(),
+        ))
     }
 
     /// The sessions a scope covers, and the keyword partition they are in: none of a user

@@ -796,6 +796,38 @@ async fn a_shutdown_does_not_wait_for_the_backlog() {
     );
 }
 
+/// A recall behind the embedding backlog says so, and says the same however long the backlog
+/// is: it is every tenant's, so its length would tell a user how much other tenants write.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_recall_behind_the_backlog_tells_nothing_of_other_tenants_appends() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
+    let options = RecallOptions {
+        read_your_writes_wait: Duration::from_millis(50),
+        ..RecallOptions::default()
+    };
+    // The pipeline never runs: every append stays in the backlog.
+    let recall = Recall::open(store.clone(), embedder(), options).unwrap();
+    append(
+        &store,
+        "s",
+        "alice",
+        &[(Role::User, "My parcel never arrived.")],
+    )
+    .await;
+    let mut notes = Vec::new();
+    for (round, others) in [1, 20].into_iter().enumerate() {
+        for n in 0..others {
+            let session = format!("o{round}-{n}");
+            append_in(&store, "other", &session, "bob", &[(Role::User, "Busy.")]).await;
+        }
+        let recalled = recall.recall(query(user("alice"), "parcel")).await.unwrap();
+        notes.push(recalled.degraded.expect("the backlog was not embedded"));
+    }
+    assert_eq!(notes[0], notes[1]);
+    assert!(!notes[0].contains(char::is_numeric), "{}", notes[0]);
+}
+
 /// Opened with its keywords in the background, recall answers before the backfill (by
 /// meaning, saying what is missing), by keywords too once it ran, and a session erased
 /// before the backfill does not come back into the keyword index with it.
