@@ -214,10 +214,6 @@ enum Command {
     Eval(eval::EvalCommand),
 }
 
-/// mimalloc rather than the system's malloc (see `Cargo.toml`).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
