@@ -13,6 +13,7 @@
 //! come from here. Embedding is the slow part, so vectors are cached under the target
 //! directory (see `vectors`).
 
+pub(crate) mod erase;
 mod measure;
 mod vectors;
 
@@ -64,8 +65,19 @@ struct SizeResult {
     hnsw: Vec<(usize, Timing)>,
     save: Duration,
     snapshot_bytes: u64,
+    /// One vector erased as `Recall::forget` erases it under the index's write lock.
+    erase: Erase,
     loads: Vec<Duration>,
     loaded_alone: LoadedAlone,
+}
+
+/// An erasure of one vector: `remove` and `unlink_removed`, what searches wait for.
+struct Erase {
+    elapsed: Duration,
+    /// Whether the index still searched its graph right after.
+    has_graph: bool,
+    /// The search right after, on every query, with its `ef_search`.
+    search: Option<(usize, Timing)>,
 }
 
 /// Both searches at one size near the threshold, graph forced.
@@ -97,14 +109,7 @@ pub(crate) fn run(
 
     // Everything is embedded before anything is measured, so the model's threads are idle
     // (and shut down) while the index is timed.
-    let embedder = Embedder::open(
-        assets,
-        EmbedderOptions {
-            // Every text is embedded once; a cache would only hold memory.
-            cache_capacity: 0,
-            ..EmbedderOptions::default()
-        },
-    )?;
+    let embedder = open_embedder(assets)?;
     let identity = embedder.identity().clone();
     let questions = chat::questions(queries);
     let query_vectors = vectors::load_or_embed(&embedder, &questions, &dir, "queries")?;
@@ -139,6 +144,35 @@ pub(crate) fn run(
     }
     print_crossover(&crossover, corpora[0].size);
     Ok(())
+}
+
+/// The embedder the corpora are embedded with, without a cache: every text is embedded
+/// once, and a cache would only hold memory.
+fn open_embedder(assets: &Assets) -> anyhow::Result<Embedder> {
+    Ok(Embedder::open(
+        assets,
+        EmbedderOptions {
+            cache_capacity: 0,
+            ..EmbedderOptions::default()
+        },
+    )?)
+}
+
+/// The vectors of the first `size` chat messages and of `queries` questions, in `dir`'s cache
+/// or embedded into it, and their dimension.
+pub(crate) fn embedded_corpus(
+    assets: &Assets,
+    dir: &Path,
+    size: usize,
+    queries: usize,
+) -> anyhow::Result<(Vec<f32>, Vec<f32>, usize)> {
+    fs::create_dir_all(dir).with_context(|| format!("could not create {}", dir.display()))?;
+    let embedder = open_embedder(assets)?;
+    let dimension = embedder.identity().dimension;
+    let questions = vectors::load_or_embed(&embedder, &chat::questions(queries), dir, "queries")?;
+    let corpus = vectors::load_or_embed(&embedder, &chat::messages(size), dir, "embeddings")?;
+    embedder.shutdown();
+    Ok((corpus.vectors, questions.vectors, dimension))
 }
 
 impl Corpus {
@@ -192,6 +226,7 @@ fn measure_size(
     index.save(&snapshot, 0)?;
     let save = start.elapsed();
     let snapshot_bytes = fs::metadata(&snapshot)?.len();
+    let erase = erase_one(&mut index, queries)?;
     drop(index);
 
     // Without a graph ef_search changes nothing: one load is timed, with the defaults.
@@ -235,8 +270,34 @@ fn measure_size(
         hnsw,
         save,
         snapshot_bytes,
+        erase,
         loads,
         loaded_alone,
+    })
+}
+
+/// Erases the middle vector of `index` as `Recall::forget` does under the index's write lock
+/// (`remove`, then `unlink_removed`), timed, then times the default search on what is left.
+fn erase_one(index: &mut VectorIndex, queries: &[&[f32]]) -> anyhow::Result<Erase> {
+    let size = index.len();
+    let erased = (size / 2) as u64;
+    eprintln!("memlayer-bench: {size} vectors: erase one, then search");
+    let start = Instant::now();
+    ensure!(index.remove(erased), "vector {erased} was not indexed");
+    index.unlink_removed();
+    let elapsed = start.elapsed();
+    ensure!(index.len() == size - 1, "the erasure left {index:?}");
+    let has_graph = index.has_graph();
+    let search = if has_graph {
+        let timing = measure::time(queries, |query| index.search(query, K, None))?;
+        Some((index.config().ef_search, timing))
+    } else {
+        None
+    };
+    Ok(Erase {
+        elapsed,
+        has_graph,
+        search,
     })
 }
 
@@ -420,6 +481,16 @@ fn print_size(corpus: &Corpus, result: &SizeResult, root: &Path) {
         grouped(result.snapshot_bytes as usize),
         loads.join(", ")
     );
+    println!(
+        "- erasing one vector (`remove` and `unlink_removed`, which `Recall::forget` runs under \
+         the index's write lock, so searches wait for it): {:.1} ms; the graph {}",
+        result.erase.elapsed.as_secs_f64() * 1e3,
+        if result.erase.has_graph {
+            "served the next search (the last table row)"
+        } else {
+            "was gone after it"
+        }
+    );
     let mib = |kib: u64| kib as f64 / 1024.0;
     println!(
         "- a process that only loads the snapshot: RSS {:.0} MiB before, peak {:.0} MiB while \
@@ -441,6 +512,11 @@ fn print_size(corpus: &Corpus, result: &SizeResult, root: &Path) {
     }
     for (ef, timing) in &result.hnsw {
         println!("{}", row("HNSW", &ef.to_string(), truth, timing));
+    }
+    if let Some((ef, timing)) = &result.erase.search {
+        // Judged against the answers before the erasure, which may hold the erased vector.
+        let ef = format!("{ef} after erasing one");
+        println!("{}", row("HNSW", &ef, truth, timing));
     }
 }
 

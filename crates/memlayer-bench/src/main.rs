@@ -59,6 +59,19 @@ enum Benchmark {
         #[arg(long, default_value_t = 1000)]
         queries: usize,
     },
+    /// Erasing single vectors from one index of real embeddings grown to a million (issue
+    /// 18's size) by noisy copies; the index is built once and kept as a snapshot.
+    IndexErase {
+        /// Vectors in the index.
+        #[arg(long, default_value_t = 1_000_000)]
+        vectors: usize,
+        /// Vectors erased, one at a time.
+        #[arg(long, default_value_t = 5)]
+        erasures: usize,
+        /// Questions searched before and after.
+        #[arg(long, default_value_t = 100)]
+        queries: usize,
+    },
     /// One turn's context for a long session (combined strategy, every layer) on a real
     /// store, recall pipeline and embedder, with a breakdown of where the time goes.
     Context {
@@ -121,6 +134,11 @@ fn main() -> anyhow::Result<()> {
         Benchmark::Index { sizes, queries } => {
             index::run(&root, &assets, &target_dir, &sizes, queries)?;
         }
+        Benchmark::IndexErase {
+            vectors,
+            erasures,
+            queries,
+        } => index::erase::run(&assets, &target_dir, vectors, erasures, queries)?,
         Benchmark::Context { turns, iterations } => context::run(&assets, turns, iterations)?,
         Benchmark::Memory { sizes, queries } => memory::run(&assets, &sizes, queries)?,
         Benchmark::RecoveryFill {

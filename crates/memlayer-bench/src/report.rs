@@ -63,9 +63,6 @@ pub(crate) fn load_average() -> anyhow::Result<String> {
         .to_owned())
 }
 
-/// The nearest-rank percentile of sorted samples: the smallest sample that at least `p`
-/// percent of all samples are less than or equal to (a measured value, never an
-/// interpolation). `cargo xtask`'s HTTP benchmarks compute theirs the same way.
 /// A field of this process's `/proc/self/status` counted in KiB (`VmRSS`, `VmHWM`).
 pub(crate) fn own_status_kib(field: &str) -> anyhow::Result<u64> {
     let status =
@@ -78,6 +75,9 @@ pub(crate) fn own_status_kib(field: &str) -> anyhow::Result<u64> {
         .with_context(|| format!("no {field} in /proc/self/status"))
 }
 
+/// The nearest-rank percentile of sorted samples: the smallest sample that at least `p`
+/// percent of all samples are less than or equal to (a measured value, never an
+/// interpolation). `cargo xtask`'s HTTP benchmarks compute theirs the same way.
 pub(crate) fn percentile(sorted: &[Duration], p: f64) -> Option<Duration> {
     let last = sorted.len().checked_sub(1)?;
     let rank = (p / 100.0 * sorted.len() as f64).ceil() as usize;

@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use rayon::prelude::*;
+use rustc_hash::FxHashMap;
 
 use crate::dot::dot;
 use crate::error::{IndexError, Result};
@@ -396,6 +397,24 @@ impl Graph {
         *list = kept;
     }
 
+    /// The slots the graph still knows, for tests: nodes with lists, their neighbours and the
+    /// entry.
+    #[cfg(test)]
+    pub(crate) fn known(&self) -> std::collections::BTreeSet<u32> {
+        let mut known: std::collections::BTreeSet<u32> =
+            self.entry().map(|e| e.slot).into_iter().collect();
+        for (slot, node) in (0u32..).zip(&self.nodes) {
+            let Some(level) = node.level() else {
+                continue;
+            };
+            known.insert(slot);
+            for layer in 0..=level {
+                known.extend(node.layer(layer).into_iter().flat_map(|list| list.clone()));
+            }
+        }
+        known
+    }
+
     /// The slots of inserted nodes no layer-0 list holds, but the entry (for tests of the
     /// graph's shape).
     #[cfg(test)]
@@ -530,42 +549,17 @@ impl Graph {
                 nodes.push(Node::default());
                 continue;
             };
-            let base = vectors.get(new_slot);
             let repaired = lists
                 .iter()
                 .enumerate()
                 .map(|(layer, list)| {
-                    let mut candidates: Vec<u32> = Vec::with_capacity(list.len());
-                    let mut lost = false;
-                    for &neighbour in list {
-                        match renumber(neighbour) {
-                            Some(kept) => candidates.push(kept),
-                            None => {
-                                lost = true;
-                                // The dead neighbour's own neighbours on this layer.
-                                let theirs = old[neighbour as usize]
-                                    .as_ref()
-                                    .and_then(|lists| lists.get(layer));
-                                candidates.extend(
-                                    theirs
-                                        .into_iter()
-                                        .flatten()
-                                        .filter_map(|&slot| renumber(slot))
-                                        .filter(|&slot| slot != new_slot),
-                                );
-                            }
-                        }
-                    }
-                    if !lost {
-                        return candidates;
-                    }
-                    candidates.sort_unstable();
-                    candidates.dedup();
-                    let near = nearest_first(base, &candidates, vectors);
-                    select(&near, params.links(layer), vectors)
-                        .into_iter()
-                        .map(|near| near.slot)
-                        .collect()
+                    let lost_list = |neighbour: u32| {
+                        old[neighbour as usize]
+                            .as_ref()
+                            .and_then(|lists| lists.get(layer))
+                            .map(Vec::as_slice)
+                    };
+                    repair_list(list, new_slot, layer, renumber, lost_list, params, vectors)
                 })
                 .collect();
             nodes.push(Node::inserted(repaired));
@@ -586,6 +580,51 @@ impl Graph {
             covered: AtomicUsize::new(covered),
             complete: AtomicBool::new(complete),
             building: Mutex::new(()),
+        }
+    }
+
+    /// Takes the slots `live` marks dead out of the graph in place: their nodes leave it,
+    /// and every list that held one is repaired as [`compact`](Self::compact) repairs it.
+    /// Slots keep their numbers, so the arena stays as it is and the cost is one pass over
+    /// the lists, where `compact` makes every node anew over a squeezed arena.
+    pub(crate) fn unlink(&mut self, live: &[bool], vectors: Vectors<'_>) {
+        let params = self.params;
+        let is_live = |slot: u32| live.get(slot as usize).copied().unwrap_or(false);
+        let mut dead_lists: FxHashMap<u32, Vec<Vec<u32>>> = FxHashMap::default();
+        for (slot, node) in (0u32..).zip(self.nodes.iter_mut()) {
+            if !is_live(slot)
+                && let Some(lists) = std::mem::take(node).into_lists()
+            {
+                dead_lists.insert(slot, lists);
+            }
+        }
+        let mut changed = !dead_lists.is_empty();
+        for (slot, node) in (0u32..).zip(self.nodes.iter_mut()) {
+            let Some(layers) = node.layers.get_mut() else {
+                continue;
+            };
+            for (layer, list) in layers.iter_mut().enumerate() {
+                let list = list.get_mut().unwrap_or_else(PoisonError::into_inner);
+                if list.iter().all(|&neighbour| is_live(neighbour)) {
+                    continue;
+                }
+                let lost_list = |neighbour: u32| {
+                    dead_lists
+                        .get(&neighbour)
+                        .and_then(|lists| lists.get(layer))
+                        .map(Vec::as_slice)
+                };
+                let renumber = |slot: u32| is_live(slot).then_some(slot);
+                *list = repair_list(list, slot, layer, renumber, lost_list, params, vectors);
+                changed = true;
+            }
+        }
+        let entry = self.entry.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if entry.is_some_and(|entry| !is_live(entry.slot)) {
+            *entry = highest(&self.nodes);
+        }
+        if changed {
+            count_links(&self.nodes);
         }
     }
 
@@ -725,6 +764,48 @@ impl Graph {
             building: Mutex::new(()),
         }))
     }
+}
+
+/// The `layer` list `list` of the node now at `slot`, renumbered by `renumber` and without
+/// the neighbours it maps to `None`. A list that lost one takes that neighbour's own list on
+/// the layer (`lost_list`) as candidates and keeps the best by the heuristic, so the graph
+/// stays navigable without a rebuild. `vectors` is the arena in the new numbering.
+fn repair_list<'l>(
+    list: &[u32],
+    slot: u32,
+    layer: usize,
+    renumber: impl Fn(u32) -> Option<u32>,
+    lost_list: impl Fn(u32) -> Option<&'l [u32]>,
+    params: GraphParams,
+    vectors: Vectors<'_>,
+) -> Vec<u32> {
+    let mut candidates: Vec<u32> = Vec::with_capacity(list.len());
+    let mut lost = false;
+    for &neighbour in list {
+        match renumber(neighbour) {
+            Some(kept) => candidates.push(kept),
+            None => {
+                lost = true;
+                candidates.extend(
+                    lost_list(neighbour)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|&theirs| renumber(theirs))
+                        .filter(|&theirs| theirs != slot),
+                );
+            }
+        }
+    }
+    if !lost {
+        return candidates;
+    }
+    candidates.sort_unstable();
+    candidates.dedup();
+    let near = nearest_first(vectors.get(slot), &candidates, vectors);
+    select(&near, params.links(layer), vectors)
+        .into_iter()
+        .map(|near| near.slot)
+        .collect()
 }
 
 /// Sets every node's count of the layer-0 lists that hold it, after the lists were made

@@ -182,17 +182,17 @@ impl<K: KeywordPostings> HybridIndex<K> {
     }
 
     /// Takes document `id` out of both sides (its text out of `partition`); returns whether
-    /// either held it. The vector's slot is zeroed at once; call [`Self::compact`] after the
-    /// removals of an erasure.
+    /// either held it. The vector's slot is zeroed at once; call [`Self::unlink_removed`] after
+    /// the removals of an erasure.
     pub fn remove(&mut self, partition: &K::Partition, id: u64) -> bool {
         let text = self.keywords.remove(partition, id);
         self.vectors.remove(id) || text
     }
 
-    /// Compacts the vector side (see [`VectorIndex::compact`]): removed vectors' slots leave
-    /// the arena and the graph.
-    pub fn compact(&mut self) {
-        self.vectors.compact();
+    /// Takes removed vectors' slots out of the vector side's graph in place (see
+    /// [`VectorIndex::unlink_removed`]).
+    pub fn unlink_removed(&mut self) {
+        self.vectors.unlink_removed();
     }
 
     /// Whether the vector side waits for its graph (see [`VectorIndex::needs_graph`]).

@@ -8,10 +8,10 @@
 //! [`Recall`] wires them to the store and the embedder: an indexing pipeline that drains the
 //! store's outbox, and hybrid queries over a session or a user's sessions. The crate may depend on `memlayer-store` and
 //! `memlayer-embed` only; strategies, erasure and HTTP build on it. Erasure reaches these
-//! indexes through [`VectorIndex::remove`] + [`VectorIndex::compact`] and
+//! indexes through [`VectorIndex::remove`] + [`VectorIndex::unlink_removed`] and
 //! [`KeywordIndex::remove`], after which the erased vector or text is held by neither
-//! index (the graph holds no vectors; the compaction takes the slot out of its lists) nor
-//! written to any later snapshot.
+//! index (the removal zeroes the vector's slot, the graph holds no vectors and lets go of
+//! the slot) nor written to any later snapshot.
 //!
 //! Hybrid recall over two messages, with 3-dimensional vectors standing in for embeddings:
 //!
@@ -53,7 +53,7 @@
 //!   exactly for as long as a rebuild took), and a dump that held them too, with a loader
 //!   that trusts the file. memlayer's graph holds neighbour lists over the arena's slots,
 //!   grows under the index's read lock a chunk at a time ([`build_graph_unlocked`]) while
-//!   searches scan what it does not cover yet, is repaired in place by a compaction, and is
+//!   searches scan what it does not cover yet, is repaired in place after an erasure, and is
 //!   written to the checksummed snapshot beside the live vectors and checked link by link
 //!   when loaded.
 //! - **Filters pick the path.** With a graph, a filter is first evaluated on a stride sample

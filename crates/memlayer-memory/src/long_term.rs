@@ -755,8 +755,9 @@ impl LongTermMemory {
     }
 
     /// Deletes `ids` from the store, then takes them out of the indexes in one pass: each
-    /// partition's vector index is compacted once (dropping its graph, which
-    /// [`LongTermMemory::keep_graphs_built`] builds again), not once per memory. Returns how
+    /// partition's vector graph lets go of the removed slots once (or is dropped, when the
+    /// partition falls below the threshold, and [`LongTermMemory::keep_graphs_built`] builds
+    /// it again when it grows past), not once per memory. Returns how
     /// many existed.
     async fn forget_all(
         &self,
@@ -980,7 +981,7 @@ impl Indexes {
     }
 
     /// Takes `ids` out of their users' resident partitions (others are not in memory); each
-    /// partition touched is compacted once, and one left empty is dropped.
+    /// partition touched lets go of the removed slots once, and one left empty is dropped.
     fn remove(&mut self, ids: &[u64]) {
         let mut touched = std::collections::BTreeSet::new();
         for id in ids {
@@ -997,7 +998,7 @@ impl Indexes {
                 continue;
             };
             if let Some(partition) = users.get_mut(&user_id) {
-                partition.index.compact();
+                partition.index.unlink_removed();
                 if partition.index.vectors().is_empty() {
                     users.remove(&user_id);
                 }

@@ -53,6 +53,13 @@ pub(crate) enum Benchmark {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Erasing single vectors from one index of real embeddings grown to a million by noisy
+    /// copies, built once (minutes) and kept as a snapshot in the target directory.
+    IndexErase {
+        /// Options of memlayer-bench's `index-erase`: `--vectors 1000000`, `--erasures 5`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// One turn's context for a long session (combined strategy, every layer) on a real
     /// store, recall pipeline and embedder, with a breakdown of where the time goes.
     Context {
@@ -138,6 +145,7 @@ pub(crate) fn run(root: &Path, benchmark: Benchmark) -> anyhow::Result<()> {
         } => appends::run(root, seconds, baseline.as_deref(), postgres),
         Benchmark::Embed { args } => in_process(root, "embed", &args),
         Benchmark::Index { args } => in_process(root, "index", &args),
+        Benchmark::IndexErase { args } => in_process(root, "index-erase", &args),
         Benchmark::Context { args } => in_process(root, "context", &args),
         Benchmark::Memory { args } => in_process(root, "memory", &args),
         Benchmark::Purge {

@@ -1,5 +1,5 @@
-//! Forgetting: erasure takes messages and whole sessions out of the indexes, compacts the
-//! vector index, empties the tenant's part of the embedder's cache and rewrites the
+//! Forgetting: erasure takes messages and whole sessions out of the indexes and their slots
+//! out of the vector graph, empties the tenant's part of the embedder's cache and rewrites the
 //! snapshot, after the store deleted them.
 
 use std::collections::BTreeSet;
@@ -14,9 +14,9 @@ use crate::Result;
 impl Recall {
     /// Removes every message of the sessions with surrogate keys `sids` (of `tenant`) from
     /// the indexes, and rewrites the snapshot without them. Call it after the store deleted
-    /// the sessions. Many sessions at once cost one compaction and one snapshot: a purge that
-    /// called this once per session rewrote the whole snapshot (and rebuilt the graph) per
-    /// session.
+    /// the sessions. Many sessions at once cost one pass over the graph and one snapshot: a
+    /// purge that called this once per session rewrote the whole snapshot (and rebuilt the
+    /// graph) per session.
     pub async fn forget_sessions(&self, tenant: &str, sids: Vec<u64>) -> Result<()> {
         self.forget(&[tenant], sids.clone(), move |indexes| {
             sids.iter()
@@ -150,12 +150,13 @@ impl Recall {
         .await
     }
 
-    /// Removes the keys `select` picks from both indexes, then the owners of `sessions`,
-    /// compacts the vector index so that neither its arena nor its graph keeps an erased
-    /// vector's slot, empties the `tenants`' part of the embedder's cache (which holds vectors by
-    /// the hash of their text; the erased texts were embedded under their tenant, and only
-    /// there), and saves the snapshot. Erasure calls it again after the pipeline caught up,
-    /// so a batch in flight cannot put a key back: removal is idempotent.
+    /// Removes the keys `select` picks from both indexes (an erased vector's components are
+    /// zeroed at once), then the owners of `sessions`, takes the erased slots out of the
+    /// vector graph so that no search passes through them, empties the `tenants`' part of
+    /// the embedder's cache (which holds vectors by the hash of their text; the erased texts
+    /// were embedded under their tenant, and only there), and saves the snapshot. Erasure
+    /// calls it again after the pipeline caught up, so a batch in flight cannot put a key
+    /// back: removal is idempotent.
     async fn forget(
         &self,
         tenants: &[&str],
@@ -174,7 +175,7 @@ impl Recall {
             for sid in &sessions {
                 indexes.owners.remove(sid);
             }
-            indexes.hybrid.compact();
+            indexes.hybrid.unlink_removed();
             *indexes.dirty.get_mut() = true;
             Ok(())
         })

@@ -257,8 +257,8 @@ struct Indexes {
     /// deleted stays out). A text is in its owner's partition only, and only while `docs`
     /// has its key: the backfill adds only what `docs` still holds, so a page read before an
     /// erasure cannot put a text back. A key leaves both sides and `docs` under the same hold
-    /// of the lock, and the vector side is compacted before it is released, so not even the
-    /// graph keeps an erased vector.
+    /// of the lock, and its slot leaves the vector graph's lists before it is released (its
+    /// components were zeroed at its removal), so no search passes through an erased vector.
     hybrid: HybridIndex<KeywordPartitions<TenantUser>>,
     /// Every message the indexes have seen and not forgotten, with its filter fields: what
     /// "the index still has" means to the pipeline and the backfill.

@@ -274,8 +274,8 @@ impl Recall {
     /// On a store several processes write, applies what changed after the position applied
     /// so far, up to [`FOLLOWED_PAGES`] pages: indexes the appends, whoever embedded them
     /// (this process's own again: adding is idempotent), and takes out what other processes
-    /// erased, once for all the pages (a purge's thousands of removals cost one compaction
-    /// and one snapshot). Returns the last position applied (`None`: nothing new); `None` for
+    /// erased, once for all the pages (a purge's thousands of removals cost one pass over the
+    /// graph and one snapshot). Returns the last position applied (`None`: nothing new); `None` for
     /// a store with one writer. Rebuilds the indexes from the store when entries this process
     /// did not apply were pruned.
     async fn follow(&self) -> Result<Option<Option<u64>>> {

@@ -279,6 +279,46 @@ fn the_graph_follows_the_threshold() {
     assert_eq!(index.len(), 29);
 }
 
+#[test]
+fn an_erasure_takes_its_slots_out_of_the_graph_in_place() {
+    let dimension = 16;
+    let clusters = Clusters::new(31, 8, dimension, 0.1);
+    let vectors = clusters.sample(31, 2_000);
+    let mut index = index_of(config(dimension, 100), &vectors);
+    let max_connections = index.config().max_connections;
+    // Every vector of a layer above 0, the entry among them: about one in 16, fewer than
+    // the tenth of the slots that would make a removal compact.
+    let erased: Vec<u64> = (0..2_000u64)
+        .filter(|&id| crate::graph::level_of(id, max_connections) > 0)
+        .collect();
+    assert!((50..200).contains(&erased.len()), "{}", erased.len());
+    for &id in &erased {
+        assert!(index.remove(id));
+    }
+    assert!(
+        !index.dead_slots_in_graph().is_empty(),
+        "removal alone leaves links"
+    );
+
+    index.unlink_removed();
+    assert_eq!(index.dead_slots_in_graph(), Vec::<u32>::new());
+    assert_eq!(index.tombstones(), erased.len(), "the arena did not move");
+    assert!(index.has_graph() && !index.needs_graph_work());
+    let model: BTreeMap<u64, Vec<f32>> = (0..2_000u64)
+        .filter(|id| !erased.contains(id))
+        .map(|id| (id, vectors[id as usize].clone()))
+        .collect();
+    let queries = clusters.sample(32, 50);
+    let mut found = 0.0;
+    for query in &queries {
+        let hits = ids(&index.search(query, 10, None).unwrap());
+        assert!(hits.iter().all(|id| !erased.contains(id)));
+        found += recall(&hits, &brute_force(&model, query, 10));
+    }
+    let mean = found / queries.len() as f64;
+    assert!(mean >= 0.95, "recall@10 through the repaired graph: {mean}");
+}
+
 /// An index of `n` clustered 8-d vectors, needing a graph, behind a lock.
 fn shared_index(n: usize) -> (IndexLock<VectorIndex>, Vec<Vec<f32>>) {
     let mut config = config(8, 100);
@@ -778,6 +818,7 @@ enum Op {
     Insert { id: u64, point: usize },
     Remove { id: u64 },
     Compact,
+    Unlink,
     BuildGraph,
 }
 
@@ -786,6 +827,7 @@ fn op() -> impl Strategy<Value = Op> {
         6 => (0u64..120, 0usize..400).prop_map(|(id, point)| Op::Insert { id, point }),
         3 => (0u64..120).prop_map(|id| Op::Remove { id }),
         1 => Just(Op::Compact),
+        1 => Just(Op::Unlink),
         1 => Just(Op::BuildGraph),
     ]
 }
@@ -812,7 +854,7 @@ proptest! {
         prop_assert!(mean >= 0.95, "recall@10 {mean}");
     }
 
-    /// Inserts, replacements, removals, compactions and graph builds or extensions against
+    /// Inserts, replacements, removals, compactions, unlinks and graph builds or extensions against
     /// a model: removed ids are never returned, nor any id twice, exact search equals brute
     /// force, and a snapshot round trip gives the same exact results.
     #[test]
@@ -833,6 +875,10 @@ proptest! {
                     prop_assert_eq!(index.remove(id), model.remove(&id).is_some());
                 }
                 Op::Compact => index.compact(),
+                Op::Unlink => {
+                    index.unlink_removed();
+                    prop_assert_eq!(index.dead_slots_in_graph(), Vec::<u32>::new());
+                }
                 Op::BuildGraph => index.build_graph(),
             }
             prop_assert_eq!(index.len(), model.len());
