@@ -95,7 +95,7 @@ pub use keyword::KeywordIndex;
 pub use lock::IndexLock;
 pub use recall::{
     Excluded, IndexCheck, MAX_RECALL_HITS, Recall, RecallHit, RecallOptions, RecallQuery, Recalled,
-    Scope,
+    Scope, SnapshotLoad,
 };
 pub use topk::IdFilter;
 pub use vector::{GraphBuilt, VectorConfig, VectorIndex, build_graph_unlocked};

@@ -1,8 +1,9 @@
 //! `memlayer check`: whether a data directory can be served as it is, for operators after a
 //! crash or before a backup, and for the crash test after every kill. The store must open
-//! (its page checksums verified), and the vector index a start would use (the snapshot while
-//! it is current, else a rebuild from the stored vectors) must hold exactly the stored
-//! vectors, each among its own ten nearest neighbours. Erasures a crash interrupted are
+//! (its page checksums verified), the vector snapshot, if there is one, must load (its
+//! checksum, counts and every graph link checked), and the vector index a start would use
+//! (the snapshot's, brought up to the store if it is stale) must hold exactly the stored
+//! vectors, each among its own ten nearest neighbours, searched through the graph. Erasures a crash interrupted are
 //! listed: they are not damage (the next start finishes them before it serves), but an
 //! operator should know; while there are any, vectors of sessions the store no longer has
 //! are theirs to remove. The tables listing memories and episodes must agree with the
@@ -10,7 +11,7 @@
 
 use anyhow::Context;
 use memlayer_embed::{Embedder, EmbedderOptions};
-use memlayer_index::{Recall, RecallOptions};
+use memlayer_index::{Recall, RecallOptions, SnapshotLoad};
 use memlayer_store::{MessageKey, Store};
 
 use crate::config::{AssetArgs, DataArgs};
@@ -67,14 +68,27 @@ pub(crate) fn run(args: CheckArgs) -> anyhow::Result<()> {
         .context("cannot load the embedding model")?;
     // The check compares vectors only: the keywords, indexed in the background, are never
     // built without the pipeline, which saves analysing every stored message.
+    let snapshot_path = dir.join(SNAPSHOT_FILE);
     let options = RecallOptions::default()
-        .with_snapshot(dir.join(SNAPSHOT_FILE))
+        .with_snapshot(snapshot_path.clone())
         .with_keywords_in_background();
-    let check = Recall::open(store.clone(), embedder.clone(), options)
-        .context("cannot load the vector index")?
-        .check_index()?;
+    let recall = Recall::open(store.clone(), embedder.clone(), options)
+        .context("cannot load the vector index")?;
+    let snapshot = recall.snapshot_at_open().clone();
+    let check = recall.check_index()?;
     embedder.shutdown();
     store.shutdown();
+    println!(
+        "vector snapshot {}: {}",
+        snapshot_path.display(),
+        match &snapshot {
+            SnapshotLoad::Absent => "none (a start builds the index from the stored vectors)",
+            SnapshotLoad::Current => "loaded as saved, graph included, every check passed",
+            SnapshotLoad::Stale =>
+                "loaded and brought up to the stored vectors, which changed after it was saved",
+            SnapshotLoad::Unusable(_) => "unusable",
+        }
+    );
     println!(
         "vector index: {} stored, {} indexed, {} missing, {} orphaned, {} unreachable",
         check.stored,
@@ -102,8 +116,18 @@ pub(crate) fn run(args: CheckArgs) -> anyhow::Result<()> {
         first_keys(&check.missing),
         first_keys(&check.orphaned),
         first_keys(&check.unreachable),
-        dir.join(SNAPSHOT_FILE).display()
+        snapshot_path.display()
     );
+    // The stored data is intact, and a start would serve (after rebuilding what the file
+    // held), but saves replace the file atomically: a snapshot that does not load is a fault.
+    if let SnapshotLoad::Unusable(reason) = snapshot {
+        anyhow::bail!(
+            "the vector snapshot {} does not load ({reason}); the store is intact: a start \
+             rebuilds the index and its graph from the stored vectors (minutes for a large \
+             store) and saves a good snapshot",
+            snapshot_path.display()
+        );
+    }
     Ok(())
 }
 

@@ -1,6 +1,7 @@
 //! Tests of the `memlayer` binary as a process: help text, `serve` printing where it listens
 //! and answering over HTTP, a clean exit on SIGTERM with the data kept for the next start,
-//! refusing a data directory another server holds or a damaged store file, naming a bad key
+//! refusing a data directory another server holds or a damaged store file, `memlayer check`
+//! on a damaged vector snapshot, naming a bad key
 //! in a config file, the admin key (configured, or generated and printed once),
 //! `memlayer keys`, and `memlayer mcp` driven by an MCP client over stdio.
 //! Every child process sits in a guard that kills it if the test fails.
@@ -290,6 +291,59 @@ fn a_damaged_store_file_stops_the_start_naming_the_file() {
             "{damage}: the file was changed"
         );
     }
+}
+
+#[test]
+fn check_loads_the_vector_snapshot_and_fails_on_one_that_does_not_load() {
+    let temp = tempfile::tempdir().unwrap();
+    let (mut server, url) = Process::serve(temp.path());
+    let body = json!({
+        "role": "user",
+        "content": "My bicycle is a blue one with a basket.",
+        "user_id": "u",
+        "agent_id": "a",
+    });
+    assert_eq!(post(&format!("{url}/v1/sessions/s/messages"), &body).0, 201);
+    // A clean stop saves the snapshot.
+    server.terminate();
+    assert_eq!(server.wait_for_exit().0.code(), Some(0));
+    let snapshot = temp.path().join("vectors.idx");
+    let check = || {
+        memlayer(&["check", "--data-dir", temp.path().to_str().unwrap()])
+            .output()
+            .unwrap()
+    };
+    let output = check();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    assert!(
+        stdout.contains(&format!(
+            "vector snapshot {}: loaded as saved, graph included, every check passed",
+            snapshot.display()
+        )),
+        "{stdout}"
+    );
+
+    let mut damaged = std::fs::read(&snapshot).unwrap();
+    *damaged.last_mut().unwrap() ^= 1;
+    std::fs::write(&snapshot, &damaged).unwrap();
+    let output = check();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(!output.status.success(), "{stdout}");
+    assert!(stdout.contains("unusable"), "{stdout}");
+    assert!(
+        stderr.contains("does not load") && stderr.contains("the store is intact"),
+        "{stderr}"
+    );
+    // The index the check rebuilt matched the store all the same (the stop may have come
+    // before the message was embedded).
+    assert!(
+        stdout.contains("0 missing, 0 orphaned, 0 unreachable"),
+        "{stdout}"
+    );
 }
 
 #[test]

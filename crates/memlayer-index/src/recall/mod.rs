@@ -59,6 +59,7 @@ pub use check::IndexCheck;
 use crate::hybrid::KeywordPostings;
 use crate::keyword::KeywordPartitions;
 use crate::{HybridIndex, IndexError, IndexLock, Result, VectorConfig, snapshot};
+pub use pipeline::SnapshotLoad;
 use pipeline::load_vectors;
 
 /// How a [`Recall`] runs.
@@ -307,6 +308,8 @@ struct Inner {
     /// adds them, and adds only what the store still has (see `Recall::index_texts`), so
     /// no erasure has to wait for the pipeline.
     erasures_begun: AtomicU64,
+    /// What [`Recall::open`] made of the vector snapshot.
+    snapshot_at_open: SnapshotLoad,
 }
 
 /// A handler of what another process erased or changed (see [`Recall::on_followed_removals`]).
@@ -354,7 +357,7 @@ impl Recall {
             tracing::info!("removed the unfinished vector snapshot a stopped save left");
         }
         let with_keywords = !options.keywords_in_background;
-        let (indexes, vectors) =
+        let (indexes, vectors, snapshot_at_open) =
             Indexes::load(&store, &options, identity.dimension, with_keywords)?;
         let progress = Progress {
             vectors,
@@ -378,8 +381,15 @@ impl Recall {
                 catch_up_to: AtomicU64::new(0),
                 removal_hooks: Mutex::new(Vec::new()),
                 erasures_begun: AtomicU64::new(0),
+                snapshot_at_open,
             }),
         })
+    }
+
+    /// What the start made of the vector snapshot: loaded as saved, brought up to the store,
+    /// unusable (and why) or absent. `memlayer check` reports it.
+    pub fn snapshot_at_open(&self) -> &SnapshotLoad {
+        &self.inner.snapshot_at_open
     }
 
     /// Number of messages with a vector in the index.
@@ -439,22 +449,22 @@ impl Indexes {
     }
 
     /// The indexes of every message `store` holds, their texts only `with_keywords`, the
-    /// vectors from the snapshot while it is exact; and the outbox position they cover: every
-    /// entry up to it has its vectors in them.
+    /// vectors from the snapshot while it is exact; the outbox position they cover (every
+    /// entry up to it has its vectors in them), and what became of the snapshot.
     fn load(
         store: &Store,
         options: &RecallOptions,
         dimension: usize,
         with_keywords: bool,
-    ) -> Result<(Self, u64)> {
+    ) -> Result<(Self, u64, SnapshotLoad)> {
         // Before the vectors: what was embedded by then is in what they load.
         let covered = store.feed().embedded_through()?;
-        let (vectors, as_saved) = load_vectors(store, options, VectorConfig::new(dimension))?;
+        let (vectors, snapshot) = load_vectors(store, options, VectorConfig::new(dimension))?;
         let mut indexes = Self {
             hybrid: HybridIndex::new(vectors),
             docs: BTreeMap::new(),
             owners: HashMap::new(),
-            dirty: AtomicBool::new(!as_saved),
+            dirty: AtomicBool::new(snapshot != SnapshotLoad::Current),
         };
         let mut after = None;
         loop {
@@ -467,7 +477,7 @@ impl Indexes {
                 })?;
             }
         }
-        Ok((indexes, covered))
+        Ok((indexes, covered, snapshot))
     }
 
     /// Takes message `key` out of every index.

@@ -417,7 +417,7 @@ impl Recall {
             let dimension = usize::try_from(this.inner.model.dimension).unwrap_or(usize::MAX);
             loop {
                 let read_at = this.erasures_begun();
-                let (mut fresh, covered) =
+                let (mut fresh, covered, _) =
                     Indexes::load(&this.inner.store, &this.inner.options, dimension, true)?;
                 *fresh.dirty.get_mut() = true;
                 let mut indexes = this.write();
@@ -533,7 +533,23 @@ impl Recall {
     }
 }
 
-/// The vector index a start serves from, and whether it is the snapshot as saved. The
+/// What a start made of the vector snapshot (see [`Recall::snapshot_at_open`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SnapshotLoad {
+    /// None configured, or no file: the index was built from the stored vectors.
+    Absent,
+    /// Loaded as saved, graph included: the store's vectors had not changed since.
+    Current,
+    /// Loaded, then brought up to the store's vectors, which changed after it was saved (a
+    /// stop came between a change and the next save).
+    Stale,
+    /// Not loaded, for the reason given (a failed check: a truncated or damaged file, a
+    /// link or count out of bounds): the index was rebuilt from the stored vectors, and the
+    /// next save overwrites the file.
+    Unusable(String),
+}
+
+/// The vector index a start serves from, and what it made of the snapshot. The
 /// snapshot's when the store's vectors have not changed since it was taken. After a change
 /// (a crash before the next save) the snapshot brought up to the stored vectors: an
 /// unchanged vector keeps its slot and its graph links, vectors stored since join the
@@ -544,20 +560,26 @@ pub(super) fn load_vectors(
     store: &Store,
     options: &RecallOptions,
     config: VectorConfig,
-) -> Result<(VectorIndex, bool)> {
+) -> Result<(VectorIndex, SnapshotLoad)> {
     let version = store.feed().vectors_version()?;
     let mut stale = None;
+    let mut outcome = SnapshotLoad::Absent;
     if let Some(path) = &options.snapshot_path
         && path.exists()
     {
         match VectorIndex::load(path, config.clone()) {
-            Ok((index, covered)) if covered == version => return Ok((index, true)),
+            Ok((index, covered)) if covered == version => {
+                return Ok((index, SnapshotLoad::Current));
+            }
             Ok((index, _)) => {
                 tracing::info!("vector snapshot is stale; bringing it up to the stored vectors");
                 stale = Some(index);
+                outcome = SnapshotLoad::Stale;
             }
             Err(err) => {
-                tracing::warn!(error = %err.for_log(), "vector snapshot unusable; rebuilding")
+                let reason = err.for_log();
+                tracing::warn!(error = %reason, "vector snapshot unusable; rebuilding");
+                outcome = SnapshotLoad::Unusable(reason);
             }
         }
     }
@@ -592,5 +614,5 @@ pub(super) fn load_vectors(
         }
         index.compact();
     }
-    Ok((index, false))
+    Ok((index, outcome))
 }

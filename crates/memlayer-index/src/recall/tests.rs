@@ -386,6 +386,14 @@ async fn damaged_snapshots_are_rebuilt_from_the_store() {
     for (damage, bytes) in damages {
         std::fs::write(&path, bytes).unwrap();
         let reopened = Fixture::open(dir, embedder);
+        assert!(
+            matches!(
+                reopened.recall.snapshot_at_open(),
+                SnapshotLoad::Unusable(_)
+            ),
+            "{damage}: {:?}",
+            reopened.recall.snapshot_at_open()
+        );
         assert_eq!(reopened.recall.indexed_vectors(), 2, "{damage}");
         // No word in common with the message: only the vector index can find it.
         let hits = reopened.ask(session("s"), "puppy pet").await.hits;
@@ -419,6 +427,7 @@ async fn a_start_removes_what_a_stopped_snapshot_save_left() {
         !unfinished.exists(),
         "the unfinished save outlived the start"
     );
+    assert_eq!(reopened.recall.snapshot_at_open(), &SnapshotLoad::Current);
     assert_eq!(reopened.recall.indexed_vectors(), 1);
     assert_eq!(
         reopened.ask(session("s"), "puppy pet").await.hits[0]
@@ -581,8 +590,8 @@ async fn a_stale_snapshot_keeps_its_graph_and_takes_the_stores_changes() {
     let lines = boat_lines(60);
     append(&store, "s", "alice", &as_user_lines(&lines[..40])).await;
     embed_pending_with_seeded_vectors(&store, &model, 1).await;
-    let (mut index, as_saved) = load_vectors(&store, &options, config.clone()).unwrap();
-    assert!(!as_saved, "no snapshot yet");
+    let (mut index, snapshot) = load_vectors(&store, &options, config.clone()).unwrap();
+    assert_eq!(snapshot, SnapshotLoad::Absent, "no snapshot yet");
     index.build_graph();
     index
         .save(&path, store.feed().vectors_version().unwrap())
@@ -610,8 +619,8 @@ async fn a_stale_snapshot_keeps_its_graph_and_takes_the_stores_changes() {
         .await
         .unwrap();
 
-    let (loaded, as_saved) = load_vectors(&store, &options, config).unwrap();
-    assert!(!as_saved, "the snapshot was stale");
+    let (loaded, snapshot) = load_vectors(&store, &options, config).unwrap();
+    assert_eq!(snapshot, SnapshotLoad::Stale);
     assert!(loaded.has_graph(), "the snapshot's graph was thrown away");
     assert!(
         loaded.needs_graph_work(),
