@@ -83,7 +83,8 @@ pub(crate) fn run(args: CheckArgs) -> anyhow::Result<()> {
         snapshot_path.display(),
         match &snapshot {
             SnapshotLoad::Absent => "none (a start builds the index from the stored vectors)",
-            SnapshotLoad::Current => "loaded as saved, graph included, every check passed",
+            SnapshotLoad::Current =>
+                "loaded as saved (its graph too, if it has one), every check passed",
             SnapshotLoad::Stale =>
                 "loaded and brought up to the stored vectors, which changed after it was saved",
             SnapshotLoad::Unusable(_) => "unusable",
