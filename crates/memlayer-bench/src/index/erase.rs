@@ -21,7 +21,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::{K, embedded_corpus, measure};
-use crate::report::{self, load_average, percentile};
+use crate::report::{self, load_average};
 
 /// The real vectors: `index`'s largest corpus by default.
 const REAL: usize = 100_000;
@@ -58,7 +58,7 @@ pub(crate) fn run(
     let rss_mib = report::own_status_kib("VmRSS")? as f64 / 1024.0;
 
     eprintln!("memlayer-bench: {size} vectors: search before erasing");
-    let before = search_latencies(&index, &questions)?;
+    let before = measure::time(&questions, |question| index.search(question, K, None))?;
     let mut erased = Vec::with_capacity(erasures);
     for n in 1..=erasures {
         let id = (n * size / (erasures + 1)) as u64;
@@ -70,14 +70,10 @@ pub(crate) fn run(
         ensure!(index.has_graph(), "the erasure left {index:?}");
     }
     eprintln!("memlayer-bench: {size} vectors: search after erasing, then the exact scan");
-    let after = search_latencies(&index, &questions)?;
+    let after = measure::time(&questions, |question| index.search(question, K, None))?;
     let exact = questions
         .iter()
         .map(|question| index.search_exact(question, K, None))
-        .collect::<memlayer_index::Result<Vec<_>>>()?;
-    let found = questions
-        .iter()
-        .map(|question| index.search(question, K, None))
         .collect::<memlayer_index::Result<Vec<_>>>()?;
     // What the erasure receipt waits for after the lock is released: the snapshot rewritten
     // (under the read lock, which searches share). Written beside the kept one, then removed.
@@ -129,16 +125,17 @@ pub(crate) fn run(
         save_after.as_secs_f64()
     );
     println!(
-        "- search (ef_search {}), {} questions on one thread: before the erasures p50 {} µs, \
-         p99 {} µs; after them p50 {} µs, p99 {} µs; recall@{K} after, against the exact \
+        "- search (ef_search {}), {} questions on one thread (the fastest of {} passes): \
+         before the erasures p50 {:.0} µs, p99 {:.0} µs; after them p50 {:.0} µs, p99 {:.0} µs; recall@{K} after, against the exact \
          scan: {:.4}",
         index.config().ef_search,
         questions.len(),
-        micros(&before, 50.0),
-        micros(&before, 99.0),
-        micros(&after, 50.0),
-        micros(&after, 99.0),
-        measure::recall(&exact, &found)
+        measure::ROUNDS,
+        before.latency_us(50.0),
+        before.latency_us(99.0),
+        after.latency_us(50.0),
+        after.latency_us(99.0),
+        measure::recall(&exact, &after.hits)
     );
     Ok(())
 }
@@ -192,25 +189,4 @@ fn grown(corpus: &[f32], dimension: usize, size: usize) -> Vec<f32> {
         copy.iter_mut().for_each(|c| *c /= norm);
     }
     vectors
-}
-
-/// Each question's search latency on one thread, sorted.
-fn search_latencies(index: &VectorIndex, questions: &[&[f32]]) -> anyhow::Result<Vec<Duration>> {
-    let mut latencies = questions
-        .iter()
-        .map(|question| {
-            let start = Instant::now();
-            std::hint::black_box(index.search(question, K, None)?);
-            Ok(start.elapsed())
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    latencies.sort_unstable();
-    Ok(latencies)
-}
-
-fn micros(sorted: &[Duration], p: f64) -> String {
-    percentile(sorted, p).map_or_else(
-        || "–".to_owned(),
-        |d| format!("{:.0}", d.as_secs_f64() * 1e6),
-    )
 }
