@@ -63,12 +63,22 @@ struct SizeResult {
     exact: Timing,
     /// `(ef_search, timing)` in ef order; empty when the index is too small for a graph.
     hnsw: Vec<(usize, Timing)>,
+    /// What the index's quantization costs: both searches against the f32 vectors.
+    against_f32: AgainstF32,
     save: Duration,
     snapshot_bytes: u64,
     /// One vector erased as `Recall::forget` erases it under the index's write lock.
     erase: Erase,
     loads: Vec<Duration>,
     loaded_alone: LoadedAlone,
+}
+
+/// Recall@K (plain, with ties) against the exact top K of the f32 vectors as embedded,
+/// before the index quantized them.
+struct AgainstF32 {
+    exact: (f64, f64),
+    /// At the default ef_search, with a graph.
+    hnsw: Option<(f64, f64)>,
 }
 
 /// An erasure of one vector: `remove` and `unlink_removed`, what searches wait for.
@@ -220,6 +230,8 @@ fn measure_size(
         let timing = measure::time(queries, |query| index.search(query, K, None))?;
         hnsw.push((default_ef, timing));
     }
+    eprintln!("memlayer-bench: {size} vectors: brute force over the f32 vectors");
+    let against_f32 = AgainstF32::measure(corpus, queries, dimension, &exact, hnsw.first());
 
     let snapshot = dir.join(format!("snapshot-{size}.idx"));
     let start = Instant::now();
@@ -268,12 +280,59 @@ fn measure_size(
         has_graph,
         exact,
         hnsw,
+        against_f32,
         save,
         snapshot_bytes,
         erase,
         loads,
         loaded_alone,
     })
+}
+
+impl AgainstF32 {
+    fn measure(
+        corpus: &Corpus,
+        queries: &[&[f32]],
+        dimension: usize,
+        exact: &Timing,
+        hnsw: Option<&(usize, Timing)>,
+    ) -> Self {
+        let vectors: Vec<&[f32]> = corpus.vectors(dimension).map(|(_, v)| v).collect();
+        let f32_dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+        let truth: Vec<Hits> = queries
+            .iter()
+            .map(|query| {
+                let mut scored: Hits = (0u64..)
+                    .zip(&vectors)
+                    .map(|(id, vector)| (id, f32_dot(query, vector)))
+                    .collect();
+                scored.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                scored.truncate(K);
+                scored
+            })
+            .collect();
+        // Found ids scored in f32 again, so that a duplicate of a truth's vector ties it.
+        let against = |timing: &Timing| {
+            let rescored: Vec<Hits> = timing
+                .hits
+                .iter()
+                .zip(queries)
+                .map(|(hits, query)| {
+                    hits.iter()
+                        .map(|&(id, _)| (id, f32_dot(query, vectors[id as usize])))
+                        .collect()
+                })
+                .collect();
+            (
+                measure::recall(&truth, &rescored),
+                measure::recall_with_ties(&truth, &rescored),
+            )
+        };
+        Self {
+            exact: against(exact),
+            hnsw: hnsw.map(|(_, timing)| against(timing)),
+        }
+    }
 }
 
 /// Erases the middle vector of `index` as `Recall::forget` does under the index's write lock
@@ -490,6 +549,16 @@ fn print_size(corpus: &Corpus, result: &SizeResult, root: &Path) {
         } else {
             "was gone after it"
         }
+    );
+    let (exact, exact_ties) = result.against_f32.exact;
+    let hnsw = match result.against_f32.hnsw {
+        Some((recall, ties)) => format!(", HNSW at the default ef_search {recall:.4} ({ties:.4})"),
+        None => String::new(),
+    };
+    println!(
+        "- against the exact top {K} of the f32 vectors (brute force, before the index \
+         quantizes them): recall@{K} (with ties) of the exact scan {exact:.4} \
+         ({exact_ties:.4}){hnsw}"
     );
     let mib = |kib: u64| kib as f64 / 1024.0;
     println!(

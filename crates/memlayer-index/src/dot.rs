@@ -74,7 +74,137 @@ fn portable_dot(a: &[f32], b: &[f32]) -> f32 {
         }
     }
     let tail: f32 = a_rest.iter().zip(b_rest).map(|(x, y)| x * y).sum();
-    // Pairwise reduction keeps the rounding error of the horizontal sum small.
+    reduce(acc) + tail
+}
+
+/// `Σ query[i] × codes[i]`: the dot product of a query with a quantized vector's codes,
+/// before the vector's scale multiplies it in.
+pub(crate) fn dot_codes(query: &[f32], codes: &[i8]) -> f32 {
+    debug_assert_eq!(query.len(), codes.len());
+    #[cfg(target_arch = "x86_64")]
+    if let Some(simd) = *X86_V3 {
+        return simd.vectorize(CodeDotV3 { simd, query, codes });
+    }
+    portable_dot_codes(query, codes)
+}
+
+/// `Σ a[i] × b[i]` of two quantized vectors' codes, exact. Each product is at most 127² and
+/// [`crate::vector::MAX_DIMENSION`] of them fit an `i32` with room to spare.
+pub(crate) fn dot_code_pair(a: &[i8], b: &[i8]) -> i32 {
+    debug_assert_eq!(a.len(), b.len());
+    #[cfg(target_arch = "x86_64")]
+    if let Some(simd) = *X86_V3 {
+        return Simd::vectorize(simd, CodePairDot { a, b });
+    }
+    portable_dot_code_pair(a, b)
+}
+
+/// [`dot_codes`] with AVX2 and FMA: eight codes at a time sign-extended to `i32` lanes,
+/// converted to `f32`, multiplied into four independent accumulators (as [`Dot`]). Left to
+/// the compiler, the same loop loaded the codes two at a time: 110 ns for 384 components
+/// against 15 ns for [`dot`] (release build, this project's machines).
+#[cfg(target_arch = "x86_64")]
+struct CodeDotV3<'a> {
+    simd: pulp::x86::V3,
+    query: &'a [f32],
+    codes: &'a [i8],
+}
+
+#[cfg(target_arch = "x86_64")]
+impl pulp::NullaryFnOnce for CodeDotV3<'_> {
+    type Output = f32;
+
+    #[inline(always)]
+    fn call(self) -> f32 {
+        use pulp::bytemuck::cast;
+        use pulp::{f32x8, i8x16};
+
+        let simd = self.simd;
+        let (query, query_rest) = self.query.as_chunks::<8>();
+        let (codes, codes_rest) = self.codes.as_chunks::<8>();
+        let widen = |codes: &[i8; 8]| {
+            let mut low = [0i8; 16];
+            low[..8].copy_from_slice(codes);
+            simd.convert_i32x8_to_f32x8(simd.convert_i8x16_to_i32x8(cast::<_, i8x16>(low)))
+        };
+        let (query_quads, query_single) = query.as_chunks::<4>();
+        let (codes_quads, codes_single) = codes.as_chunks::<4>();
+        let mut acc = [simd.splat_f32x8(0.0); 4];
+        for (x, y) in query_quads.iter().zip(codes_quads) {
+            for lane in 0..4 {
+                let x: f32x8 = cast(x[lane]);
+                acc[lane] = simd.mul_add_f32x8(x, widen(&y[lane]), acc[lane]);
+            }
+        }
+        for (x, y) in query_single.iter().zip(codes_single) {
+            acc[0] = simd.mul_add_f32x8(cast(*x), widen(y), acc[0]);
+        }
+        let lanes: [[f32; 8]; 4] = acc.map(cast);
+        let mut sum = [0.0f32; 8];
+        for lanes in lanes {
+            for (total, lane) in sum.iter_mut().zip(lanes) {
+                *total += lane;
+            }
+        }
+        let tail: f32 = query_rest
+            .iter()
+            .zip(codes_rest)
+            .map(|(x, &y)| x * f32::from(y))
+            .sum();
+        sum.iter().sum::<f32>() + tail
+    }
+}
+
+/// [`dot_code_pair`] as a plain loop inside `pulp`'s target-feature context: inlined there
+/// (every function on the way is `inline(always)`), the compiler vectorises the integer sum
+/// for AVX2 on its own: 19 ns for 384 components.
+struct CodePairDot<'a> {
+    a: &'a [i8],
+    b: &'a [i8],
+}
+
+impl WithSimd for CodePairDot<'_> {
+    type Output = i32;
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, _simd: S) -> i32 {
+        portable_dot_code_pair(self.a, self.b)
+    }
+}
+
+fn portable_dot_codes(query: &[f32], codes: &[i8]) -> f32 {
+    let (q_chunks, q_rest) = query.as_chunks::<LANES>();
+    let (c_chunks, c_rest) = codes.as_chunks::<LANES>();
+    let mut acc = [0.0f32; LANES];
+    for (x, y) in q_chunks.iter().zip(c_chunks) {
+        // Widened as a whole chunk first: converted lane by lane inside the sum, the codes
+        // were loaded two at a time.
+        let y: [f32; LANES] = std::array::from_fn(|lane| f32::from(y[lane]));
+        for lane in 0..LANES {
+            acc[lane] += x[lane] * y[lane];
+        }
+    }
+    let tail: f32 = q_rest
+        .iter()
+        .zip(c_rest)
+        .map(|(x, &y)| x * f32::from(y))
+        .sum();
+    reduce(acc) + tail
+}
+
+#[inline(always)]
+fn portable_dot_code_pair(a: &[i8], b: &[i8]) -> i32 {
+    // Integer addition is associative: the compiler vectorises this sum as it stands.
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| i32::from(x) * i32::from(y))
+        .sum()
+}
+
+/// The sum of independent accumulators, pairwise: it keeps the rounding error of the
+/// horizontal sum small.
+#[inline(always)]
+fn reduce(mut acc: [f32; LANES]) -> f32 {
     let mut width = LANES;
     while width > 1 {
         width /= 2;
@@ -82,7 +212,7 @@ fn portable_dot(a: &[f32], b: &[f32]) -> f32 {
             acc[lane] += acc[lane + width];
         }
     }
-    acc[0] + tail
+    acc[0]
 }
 
 /// Checks that a vector can be indexed or used as a query: finite components and unit L2
@@ -133,6 +263,42 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn code_products_match_a_naive_sum_for_every_tail_length() {
+        for len in [0, 1, 7, 8, 15, 16, 17, 31, 32, 33, 63, 384, 385] {
+            let query: Vec<f32> = (0..len).map(|i| (i as f32 * 0.37).sin()).collect();
+            let codes: Vec<i8> = (0..len).map(|i| ((i * 89) % 255) as i8).collect();
+            let other: Vec<i8> = (0..len).map(|i| ((i * 37) % 255) as i8).collect();
+            let naive: f64 = query
+                .iter()
+                .zip(&codes)
+                .map(|(x, &y)| f64::from(*x) * f64::from(y))
+                .sum();
+            for (name, found) in [
+                ("dispatched", dot_codes(&query, &codes)),
+                ("portable", portable_dot_codes(&query, &codes)),
+            ] {
+                let found = f64::from(found);
+                assert!(
+                    (found - naive).abs() < 1e-2,
+                    "{name}, len {len}: {found} vs {naive}"
+                );
+            }
+            let exact: i32 = codes
+                .iter()
+                .zip(&other)
+                .map(|(&x, &y)| i32::from(x) * i32::from(y))
+                .sum();
+            assert_eq!(dot_code_pair(&codes, &other), exact, "len {len}");
+            assert_eq!(portable_dot_code_pair(&codes, &other), exact, "len {len}");
+        }
+        let extreme = vec![-127i8; crate::vector::MAX_DIMENSION];
+        assert_eq!(
+            dot_code_pair(&extreme, &extreme),
+            127 * 127 * crate::vector::MAX_DIMENSION as i32
+        );
     }
 
     /// The dispatched path is the vectorised one wherever the processor allows it, so the

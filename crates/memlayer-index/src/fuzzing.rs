@@ -21,3 +21,26 @@ pub fn load_snapshot(bytes: &[u8], dimension: usize) -> Result<usize> {
     assert!(hits.len() <= index.len().min(10), "more hits than vectors");
     Ok(index.len())
 }
+
+#[cfg(test)]
+mod tests {
+    /// The committed seeds (`fuzz/seeds/index_snapshot`: the dimension byte, then a file) are
+    /// snapshots that load, of every format: fuzzing starts from inputs that reach past the
+    /// checks.
+    #[test]
+    fn the_committed_seeds_load() {
+        let seeds = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fuzz/seeds/index_snapshot");
+        let mut versions = std::collections::BTreeSet::new();
+        for seed in std::fs::read_dir(&seeds).unwrap() {
+            let path = seed.unwrap().path();
+            let bytes = std::fs::read(&path).unwrap();
+            let (&dimension, file) = bytes.split_first().unwrap();
+            let dimension = usize::from(dimension % 16) + 1;
+            let loaded = super::load_snapshot(file, dimension);
+            assert!(loaded.is_ok(), "{}: {loaded:?}", path.display());
+            versions.insert(u32::from_le_bytes(file[8..12].try_into().unwrap()));
+        }
+        assert_eq!(versions.into_iter().collect::<Vec<_>>(), [1, 2, 3]);
+    }
+}

@@ -29,7 +29,7 @@ use std::sync::{LazyLock, Mutex, MutexGuard, OnceLock, PoisonError};
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
-use crate::dot::dot;
+use crate::arena::Arena;
 use crate::error::{IndexError, Result};
 use crate::snapshot::read_exact;
 
@@ -78,24 +78,29 @@ fn links(max_connections: usize, layer: usize) -> usize {
     }
 }
 
-/// The vectors of the arena a graph is over: slot `s` is `data[s*d..(s+1)*d]`; a dead slot
-/// is all zeros.
+/// The vectors of the arena a graph is over; a dead slot is all zeros.
 #[derive(Clone, Copy)]
 pub(crate) struct Vectors<'a> {
-    pub(crate) data: &'a [f32],
-    pub(crate) dimension: usize,
+    pub(crate) arena: &'a Arena,
 }
 
-impl<'a> Vectors<'a> {
-    fn get(&self, slot: u32) -> &'a [f32] {
-        let start = slot as usize * self.dimension;
-        &self.data[start..start + self.dimension]
-    }
+/// What distances are measured from: a search's query, or a slot's own (quantized) vector
+/// while the graph is built or repaired.
+#[derive(Clone, Copy)]
+pub(crate) enum Probe<'a> {
+    Query(&'a [f32]),
+    Slot(u32),
+}
 
-    /// `1 - dot`, clamped at zero: the distance between L2-normalised vectors the graph
+impl Vectors<'_> {
+    /// `1 - cosine`, clamped at zero: the distance between L2-normalised vectors the graph
     /// navigates by. A dead (zeroed) slot is at distance 1 from everything.
-    fn distance(&self, query: &[f32], slot: u32) -> f32 {
-        (1.0 - dot(query, self.get(slot))).max(0.0)
+    fn distance(&self, from: Probe<'_>, slot: u32) -> f32 {
+        let similarity = match from {
+            Probe::Query(query) => self.arena.similarity(query, slot as usize),
+            Probe::Slot(base) => self.arena.similarity_of_slots(base as usize, slot as usize),
+        };
+        (1.0 - similarity).max(0.0)
     }
 }
 
@@ -172,7 +177,7 @@ struct Near {
 impl Eq for Near {}
 
 /// `slots` with their distances to `base`, nearest first.
-fn nearest_first(base: &[f32], slots: &[u32], vectors: Vectors<'_>) -> Vec<Near> {
+fn nearest_first(base: Probe<'_>, slots: &[u32], vectors: Vectors<'_>) -> Vec<Near> {
     let mut near: Vec<Near> = slots
         .iter()
         .map(|&slot| Near {
@@ -313,7 +318,7 @@ impl Graph {
                 }
             }
         };
-        let query = vectors.get(slot);
+        let query = Probe::Slot(slot);
         let mut nearest = self.descend(query, entry, level + 1, vectors);
         for layer in (0..=level.min(entry.level)).rev() {
             let found = self.search_layer(
@@ -373,7 +378,7 @@ impl Graph {
         if list.len() <= links {
             return;
         }
-        let candidates = nearest_first(vectors.get(slot), &list, vectors);
+        let candidates = nearest_first(Probe::Slot(slot), &list, vectors);
         let mut kept: Vec<u32> = select(&candidates, links, vectors)
             .into_iter()
             .map(|near| near.slot)
@@ -432,7 +437,7 @@ impl Graph {
     /// are still walked through, never returned).
     fn search_layer(
         &self,
-        query: &[f32],
+        query: Probe<'_>,
         seeds: &[Near],
         ef: usize,
         layer: usize,
@@ -494,7 +499,7 @@ impl Graph {
     /// (the layers above a search's or an insertion's own), as the seed below them.
     fn descend(
         &self,
-        query: &[f32],
+        query: Probe<'_>,
         entry: Entry,
         lowest: usize,
         vectors: Vectors<'_>,
@@ -521,6 +526,7 @@ impl Graph {
         let Some(entry) = *self.entry() else {
             return Vec::new();
         };
+        let query = Probe::Query(query);
         let nearest = self.descend(query, entry, 1, vectors);
         let ef = self.params.ef_search.max(k);
         let mut found = self.search_layer(query, &nearest, ef, 0, vectors, keep);
@@ -801,7 +807,7 @@ fn repair_list<'l>(
     }
     candidates.sort_unstable();
     candidates.dedup();
-    let near = nearest_first(vectors.get(slot), &candidates, vectors);
+    let near = nearest_first(Probe::Slot(slot), &candidates, vectors);
     select(&near, params.links(layer), vectors)
         .into_iter()
         .map(|near| near.slot)
@@ -855,11 +861,9 @@ fn select(candidates: &[Near], links: usize, vectors: Vectors<'_>) -> Vec<Near> 
         if kept.len() >= links {
             break;
         }
-        let vector = vectors.get(candidate.slot);
-        if kept
-            .iter()
-            .all(|other| vectors.distance(vector, other.slot) > candidate.distance)
-        {
+        if kept.iter().all(|other| {
+            vectors.distance(Probe::Slot(candidate.slot), other.slot) > candidate.distance
+        }) {
             kept.push(candidate);
         } else {
             pruned.push(candidate);
@@ -987,24 +991,20 @@ pub(crate) fn level_of(id: u64, max_connections: usize) -> usize {
 mod tests {
     use std::sync::Mutex;
 
-    use super::{BUILDERS, Graph, GraphParams, Vectors, Visited, level_of, nearest_first};
+    use super::{BUILDERS, Graph, GraphParams, Probe, Vectors, Visited, level_of, nearest_first};
+    use crate::arena::Arena;
 
     #[test]
     fn a_node_linked_to_before_it_joins_keeps_at_most_its_links() {
         // Seven unit vectors around a circle; slot 6 is being inserted with two layers. The
         // builder thread inserting slot 5 reached it through layer 1 and linked it to slot 5
         // on layer 0 before slot 6 joined its own four nearest there.
-        let dimension = 4;
-        let data: Vec<f32> = (0..7u8)
-            .flat_map(|slot| {
-                let angle = f32::from(slot) * 0.3;
-                [angle.cos(), angle.sin(), 0.0, 0.0]
-            })
-            .collect();
-        let vectors = Vectors {
-            data: &data,
-            dimension,
-        };
+        let mut arena = Arena::new(4);
+        for slot in 0..7u8 {
+            let angle = f32::from(slot) * 0.3;
+            arena.push(&[angle.cos(), angle.sin(), 0.0, 0.0]);
+        }
+        let vectors = Vectors { arena: &arena };
         let params = GraphParams {
             max_connections: 2,
             ef_construction: 16,
@@ -1017,7 +1017,7 @@ mod tests {
         let lists = vec![Mutex::new(Vec::new()), Mutex::new(Vec::new())];
         assert!(graph.nodes[6].layers.set(lists.into()).is_ok());
         graph.link(6, 5, 0, vectors);
-        let nearest = nearest_first(vectors.get(6), &[0, 1, 2, 3, 4], vectors);
+        let nearest = nearest_first(Probe::Slot(6), &[0, 1, 2, 3, 4], vectors);
         graph.join(6, &nearest[..params.links(0)], 0, vectors);
 
         let list = graph.nodes[6]

@@ -68,6 +68,7 @@
 #![deny(missing_docs)]
 
 mod analyzer;
+mod arena;
 mod background;
 mod dot;
 mod error;

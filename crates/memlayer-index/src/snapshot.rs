@@ -5,14 +5,17 @@
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0 | 8 | magic `MLVECIDX` |
-//! | 8 | 4 | format version (2; 1 is still read) |
+//! | 8 | 4 | format version (3; 1 and 2 are still read) |
 //! | 12 | 4 | dimension `d` |
 //! | 16 | 8 | covered sequence: the store sequence the snapshot includes |
 //! | 24 | 8 | record count `n` |
 //! | 32 | 4 | CRC-32 (IEEE, `crc32fast`) of bytes 0..32 followed by every byte after 36 |
-//! | 36 | `n × (8 + 4d)` | body: `n` records of id (`u64`) then `d` × `f32` |
-//! | … | 1 | version 2: 1 if the HNSW graph follows, else 0 |
+//! | 36 | `n × (12 + d)` | body: `n` records of id (`u64`), scale (`f32`), then `d` × `i8` codes ([`crate::arena`]) |
+//! | … | 1 | 1 if the HNSW graph follows, else 0 |
 //! | … | rest | the graph's neighbour lists over the records ([`crate::graph::Graph::write`]) |
+//!
+//! Versions 1 and 2 held each vector as `d` × `f32` (`8 + 4d` bytes a record) and version 1
+//! no graph flag nor graph; their vectors are quantized as they are read.
 //!
 //! Only live vectors are written: an erased vector is never part of a snapshot, nor is a
 //! link to it. The graph holds record numbers, no vector and no id.
@@ -22,13 +25,17 @@ use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use crate::VectorConfig;
+use crate::arena::{Arena, check_codes};
 use crate::dot::check_unit;
 use crate::error::{IndexError, Result};
 use crate::graph::Graph;
 
 const MAGIC: [u8; 8] = *b"MLVECIDX";
-/// The version written; [`FIRST_VERSION`] files (no graph) are still read.
-const VERSION: u32 = 2;
+/// The version written: quantized vectors and a graph flag.
+const VERSION: u32 = 3;
+/// Vectors as `f32`, and a graph flag; still read.
+const F32_VERSION: u32 = 2;
+/// Vectors as `f32`, no graph; still read.
 const FIRST_VERSION: u32 = 1;
 const HEADER_LEN: usize = 36;
 /// Read buffer of a snapshot load: large reads, few system calls.
@@ -41,8 +48,8 @@ const CHECKSUM_OFFSET: usize = 32;
 pub(crate) struct Snapshot {
     pub(crate) covered_sequence: u64,
     pub(crate) ids: Vec<u64>,
-    /// `ids.len() × dimension` components, record by record.
-    pub(crate) data: Vec<f32>,
+    /// The vectors, record by record.
+    pub(crate) arena: Arena,
     /// The graph, when the file holds one built with the index's parameters.
     pub(crate) graph: Option<Graph>,
 }
@@ -50,7 +57,8 @@ pub(crate) struct Snapshot {
 /// Writes a graph's section into the snapshot being written.
 pub(crate) type GraphWriter<'a> = Box<dyn FnOnce(&mut dyn Write) -> io::Result<()> + 'a>;
 
-/// Writes `records` (id, vector of length `dimension`) to `path` atomically: into a
+/// Writes `records` (id, then a quantized vector's scale and `dimension` codes) to `path`
+/// atomically: into a
 /// temporary file in the same directory, synced, renamed over `path`, then the directory
 /// synced, so a crash leaves either the old snapshot or the new one, never a mix.
 pub(crate) fn write<'a>(
@@ -58,7 +66,7 @@ pub(crate) fn write<'a>(
     dimension: usize,
     covered_sequence: u64,
     count: usize,
-    records: impl Iterator<Item = (u64, &'a [f32])>,
+    records: impl Iterator<Item = (u64, (f32, &'a [i8]))>,
     graph: Option<GraphWriter<'_>>,
 ) -> Result<()> {
     let temp = temp_path(path)?;
@@ -101,7 +109,7 @@ fn write_file<'a>(
     dimension: usize,
     covered_sequence: u64,
     count: usize,
-    records: impl Iterator<Item = (u64, &'a [f32])>,
+    records: impl Iterator<Item = (u64, (f32, &'a [i8]))>,
     graph: Option<GraphWriter<'_>>,
 ) -> Result<()> {
     let dimension_u32 = u32::try_from(dimension).map_err(|_| IndexError::InvalidConfig {
@@ -124,15 +132,14 @@ fn write_file<'a>(
         crc: crc32fast::Hasher::new(),
     };
     out.crc.update(&header[..CHECKSUM_OFFSET]);
-    let mut record = Vec::with_capacity(8 + 4 * dimension);
+    let mut record = Vec::with_capacity(12 + dimension);
     let mut written = 0usize;
-    for (id, vector) in records {
-        debug_assert_eq!(vector.len(), dimension);
+    for (id, (scale, codes)) in records {
+        debug_assert_eq!(codes.len(), dimension);
         record.clear();
         record.extend_from_slice(&id.to_le_bytes());
-        for x in vector {
-            record.extend_from_slice(&x.to_le_bytes());
-        }
+        record.extend_from_slice(&scale.to_le_bytes());
+        record.extend(codes.iter().map(|&code| code.to_le_bytes()[0]));
         out.write_all(&record)?;
         written += 1;
     }
@@ -232,11 +239,12 @@ pub(crate) fn parse(source: impl Read, len: u64, config: &VectorConfig) -> Resul
         ));
     }
     let version = u32::from_le_bytes(le(field(8..12)));
-    if version != VERSION && version != FIRST_VERSION {
+    if !(FIRST_VERSION..=VERSION).contains(&version) {
         return Err(corrupted(format!(
-            "format version {version}, this build reads {FIRST_VERSION} and {VERSION}"
+            "format version {version}, this build reads {FIRST_VERSION} to {VERSION}"
         )));
     }
+    let quantized = version == VERSION;
     let file_dimension = u32::from_le_bytes(le(field(12..16)));
     if usize::try_from(file_dimension).ok() != Some(dimension) {
         return Err(corrupted(format!(
@@ -250,7 +258,11 @@ pub(crate) fn parse(source: impl Read, len: u64, config: &VectorConfig) -> Resul
 
     // The count is checked against the real length before anything is allocated.
     let rest_len = len - HEADER_LEN as u64;
-    let record_len = 8 + 4 * dimension;
+    let record_len = if quantized {
+        12 + dimension
+    } else {
+        8 + 4 * dimension
+    };
     let count = usize::try_from(count)
         .ok()
         .filter(|&count| {
@@ -265,7 +277,9 @@ pub(crate) fn parse(source: impl Read, len: u64, config: &VectorConfig) -> Resul
             ))
         })?;
     let mut ids = Vec::with_capacity(count);
-    let mut data = Vec::with_capacity(count * dimension);
+    let mut arena = Arena::with_capacity(dimension, count);
+    // One record's vector at a time, reused.
+    let (mut codes, mut components) = (Vec::new(), Vec::new());
     // A matching checksum means we wrote this, but an index must never hold a vector it
     // would have refused on insert, so the invariant is checked rather than trusted; what
     // the checks find is reported after the checksum, which names damage first.
@@ -273,13 +287,24 @@ pub(crate) fn parse(source: impl Read, len: u64, config: &VectorConfig) -> Resul
     let mut record = vec![0u8; record_len];
     for _ in 0..count {
         read_exact(&mut source, &mut record)?;
-        let (id, components) = record.split_at(8);
+        let (id, vector) = record.split_at(8);
         let id = u64::from_le_bytes(le(id));
-        let (components, _) = components.as_chunks::<4>();
-        let start = data.len();
-        data.extend(components.iter().map(|c| f32::from_le_bytes(*c)));
+        let checked = if quantized {
+            let (scale, bytes) = vector.split_at(4);
+            let scale = f32::from_le_bytes(le(scale));
+            codes.clear();
+            codes.extend(bytes.iter().map(|&byte| i8::from_le_bytes([byte])));
+            arena.push_codes(scale, &codes);
+            check_codes(scale, &codes)
+        } else {
+            let (vector, _) = vector.as_chunks::<4>();
+            components.clear();
+            components.extend(vector.iter().map(|c| f32::from_le_bytes(*c)));
+            arena.push(&components);
+            check_unit(&components)
+        };
         if invalid.is_none()
-            && let Err(reason) = check_unit(&data[start..])
+            && let Err(reason) = checked
         {
             invalid = Some(format!("vector of id {id}: {reason}"));
         }
@@ -288,8 +313,8 @@ pub(crate) fn parse(source: impl Read, len: u64, config: &VectorConfig) -> Resul
     let trailer_len = rest_len - (count * record_len) as u64;
     let graph = match (version, trailer_len) {
         (FIRST_VERSION, 0) => Ok(None),
-        (VERSION, 0) => Err(corrupted("the graph flag is missing".into())),
-        (VERSION, _) => {
+        (F32_VERSION | VERSION, 0) => Err(corrupted("the graph flag is missing".into())),
+        (F32_VERSION | VERSION, _) => {
             let mut flag = [0u8];
             read_exact(&mut source, &mut flag)?;
             match flag {
@@ -312,7 +337,7 @@ pub(crate) fn parse(source: impl Read, len: u64, config: &VectorConfig) -> Resul
     Ok(Snapshot {
         covered_sequence,
         ids,
-        data,
+        arena,
         graph,
     })
 }

@@ -15,7 +15,8 @@ use std::path::Path;
 
 use rustc_hash::FxHashMap;
 
-use crate::dot::{check_unit, dot};
+use crate::arena::Arena;
+use crate::dot::check_unit;
 use crate::error::{IndexError, Result};
 use crate::graph::{self, Graph, GraphParams, Vectors};
 use crate::lock::IndexLock;
@@ -24,7 +25,7 @@ use crate::topk::{IdFilter, TopK, sort_hits};
 
 /// The largest dimension a configuration accepts; far above any sentence-embedding model,
 /// and it keeps `dimension × 4` and the snapshot header field comfortably in range.
-const MAX_DIMENSION: usize = 65_536;
+pub(crate) const MAX_DIMENSION: usize = 65_536;
 
 /// How many live slots the selectivity estimate of a filter looks at.
 const FILTER_SAMPLE: usize = 256;
@@ -125,8 +126,8 @@ pub struct VectorIndex {
     config: VectorConfig,
     /// The id of each slot, dead slots included.
     ids: Vec<u64>,
-    /// `ids.len() × dimension` components; a dead slot's components are all zero.
-    data: Vec<f32>,
+    /// Every slot's vector, quantized ([`Arena`]); a dead slot's is all zeros.
+    arena: Arena,
     /// Whether each slot is live.
     live: Vec<bool>,
     /// The slot of every live id. Invariant: `slot_of[id] == s` iff `live[s] && ids[s] == id`.
@@ -207,13 +208,13 @@ impl VectorIndex {
     pub fn new(config: VectorConfig) -> Result<Self> {
         config.validate()?;
         Ok(Self {
-            config,
             ids: Vec::new(),
-            data: Vec::new(),
+            arena: Arena::new(config.dimension),
             live: Vec::new(),
             slot_of: FxHashMap::default(),
             graph: None,
             dead_in_graph: false,
+            config,
         })
     }
 
@@ -307,10 +308,7 @@ impl VectorIndex {
     }
 
     fn vectors(&self) -> Vectors<'_> {
-        Vectors {
-            data: &self.data,
-            dimension: self.config.dimension,
-        }
+        Vectors { arena: &self.arena }
     }
 
     /// Adds the vector of `id`, replacing the one it had.
@@ -338,7 +336,7 @@ impl VectorIndex {
             if let Some(&slot) = self.slot_of.get(&id) {
                 // Re-inserting an unchanged vector (a replay after loading a snapshot) would
                 // only create a tombstone.
-                if self.vector(slot) == vector {
+                if self.arena.holds(slot, vector) {
                     continue;
                 }
                 self.kill(slot);
@@ -346,7 +344,7 @@ impl VectorIndex {
             self.slot_of.insert(id, self.ids.len());
             self.ids.push(id);
             self.live.push(true);
-            self.data.extend_from_slice(vector);
+            self.arena.push(vector);
         }
         self.maintain();
         Ok(())
@@ -402,15 +400,13 @@ impl VectorIndex {
             self.fit_graph();
             return;
         }
-        let dimension = self.config.dimension;
         let mut moved = Vec::with_capacity(self.ids.len());
         let mut kept = 0;
         for slot in 0..self.ids.len() {
             if self.live[slot] {
                 if kept != slot {
                     self.ids[kept] = self.ids[slot];
-                    self.data
-                        .copy_within(slot * dimension..(slot + 1) * dimension, kept * dimension);
+                    self.arena.move_slot(slot, kept);
                 }
                 moved.push(Some(kept as u32));
                 kept += 1;
@@ -418,11 +414,10 @@ impl VectorIndex {
                 moved.push(None);
             }
         }
-        // The tail now holds only copies of vectors that moved down; clear it anyway so the
-        // spare capacity keeps nothing.
-        self.data[kept * dimension..].fill(0.0);
+        // The tail now holds only copies of vectors that moved down; `truncate` clears it
+        // anyway so the spare capacity keeps nothing.
+        self.arena.truncate(kept);
         self.ids.truncate(kept);
-        self.data.truncate(kept * dimension);
         self.live.clear();
         self.live.resize(kept, true);
         self.slot_of = self
@@ -447,7 +442,9 @@ impl VectorIndex {
     /// and graph traversal under a selective filter would visit most of the graph anyway.
     /// Otherwise the graph is searched with the filter applied during the traversal, which is
     /// approximate: recall@10 ≥ 0.95 on clustered synthetic data at the defaults, 0.99 on
-    /// 50k real MiniLM vectors (docs/benchmarks.md). Scores are always the exact dot products.
+    /// 50k real MiniLM vectors (docs/benchmarks.md). Scores are the query's dot products with
+    /// the stored vectors as quantized ([`crate::arena`]), the same whichever way a vector
+    /// was found.
     pub fn search(
         &self,
         query: &[f32],
@@ -484,7 +481,7 @@ impl VectorIndex {
     pub fn similarity(&self, id: u64, query: &[f32]) -> Option<f32> {
         self.slot_of
             .get(&id)
-            .map(|&slot| dot(query, self.vector(slot)))
+            .map(|&slot| self.arena.similarity(query, slot))
     }
 
     /// Writes the live vectors and the graph's links between them to a snapshot at `path`,
@@ -493,7 +490,7 @@ impl VectorIndex {
     pub fn save(&self, path: impl AsRef<Path>, covered_sequence: u64) -> Result<()> {
         let records = (0..self.ids.len())
             .filter(|&slot| self.live[slot])
-            .map(|slot| (self.ids[slot], self.vector(slot)));
+            .map(|slot| (self.ids[slot], self.arena.get(slot)));
         let graph = self.graph.as_ref().map(|graph| {
             let mut next = 0u32;
             let ordinal: Vec<Option<u32>> = self
@@ -549,7 +546,7 @@ impl VectorIndex {
             config,
             live: vec![true; snapshot.ids.len()],
             ids: snapshot.ids,
-            data: snapshot.data,
+            arena: snapshot.arena,
             slot_of,
             graph: snapshot.graph,
             dead_in_graph: false,
@@ -571,16 +568,10 @@ impl VectorIndex {
         check_unit(vector).map_err(IndexError::InvalidVector)
     }
 
-    fn vector(&self, slot: usize) -> &[f32] {
-        let dimension = self.config.dimension;
-        &self.data[slot * dimension..(slot + 1) * dimension]
-    }
-
     fn kill(&mut self, slot: usize) {
         self.live[slot] = false;
         self.dead_in_graph = true;
-        let dimension = self.config.dimension;
-        self.data[slot * dimension..(slot + 1) * dimension].fill(0.0);
+        self.arena.clear(slot);
     }
 
     fn wants_graph(&self) -> bool {
@@ -643,16 +634,10 @@ impl VectorIndex {
         filter: Option<IdFilter<'_>>,
     ) -> Vec<(u64, f32)> {
         let mut top = TopK::new(k);
-        let dimension = self.config.dimension;
-        let vectors =
-            self.data[slots.start * dimension..slots.end * dimension].chunks_exact(dimension);
-        for ((&id, &live), vector) in self.ids[slots.clone()]
-            .iter()
-            .zip(&self.live[slots])
-            .zip(vectors)
-        {
-            if live && filter.is_none_or(|f| f(id)) {
-                top.push(id, dot(query, vector));
+        for slot in slots {
+            let id = self.ids[slot];
+            if self.live[slot] && filter.is_none_or(|f| f(id)) {
+                top.push(id, self.arena.similarity(query, slot));
             }
         }
         top.into_sorted()
@@ -681,7 +666,7 @@ impl VectorIndex {
             .map(|slot| {
                 (
                     self.ids[slot as usize],
-                    dot(query, self.vector(slot as usize)),
+                    self.arena.similarity(query, slot as usize),
                 )
             })
             .collect();

@@ -111,8 +111,9 @@ pub(crate) fn recall(truth: &[Hits], found: &[Hits]) -> f64 {
 
 /// Like [`recall`], but a found hit scoring at least the exact k-th score counts too (as
 /// ann-benchmarks counts by distance): duplicate texts have identical vectors, and which of
-/// two tied duplicates makes the top k is arbitrary. Scores of both searches are the same
-/// exact dot products, so ties are exact.
+/// two tied duplicates makes the top k is arbitrary. Both sides must be scored alike (the
+/// index's searches both score the stored vectors; against the f32 vectors, found ids are
+/// scored again in f32), so ties are exact.
 pub(crate) fn recall_with_ties(truth: &[Hits], found: &[Hits]) -> f64 {
     let per_query = truth.iter().zip(found).map(|(truth, found)| {
         let Some(&(_, kth)) = truth.last() else {

@@ -15,8 +15,9 @@ use crate::Result;
 /// its first ten either.
 const WITHIN: usize = 10;
 /// Two vectors of the same text are equally similar to a query: a hit that ties with the
-/// vector itself counts as finding it. Scores are exact dot products of unit vectors, so the
-/// only difference between a vector's score against itself and against its copy is rounding.
+/// vector itself counts as finding it. Both scores are the index's own (the stored vector
+/// against its quantized copy and against the copy's twin), so equal vectors score equally;
+/// the margin only absorbs summation order.
 const TIE: f32 = 1e-5;
 
 /// What [`Recall::check_index`] found.
@@ -70,11 +71,11 @@ impl Recall {
                     check.missing.push(stored.key);
                     continue;
                 }
-                let own_score = crate::dot::dot(&stored.components, &stored.components);
-                let nearest = indexes
-                    .hybrid
-                    .vectors()
-                    .search(&stored.components, WITHIN, None)?;
+                let vectors = indexes.hybrid.vectors();
+                let own_score = vectors
+                    .similarity(id, &stored.components)
+                    .unwrap_or(f32::NAN);
+                let nearest = vectors.search(&stored.components, WITHIN, None)?;
                 let found = nearest
                     .iter()
                     .any(|&(hit, score)| hit == id || (score - own_score).abs() <= TIE);

@@ -11,6 +11,7 @@ use rand_distr::StandardNormal;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::arena::Arena;
 use crate::{GraphBuilt, IndexError, IndexLock, VectorConfig, VectorIndex, build_graph_unlocked};
 
 /// Gaussian clusters on the unit sphere: uniformly random vectors have no near neighbours
@@ -78,11 +79,17 @@ fn index_of(config: VectorConfig, vectors: &[Vec<f32>]) -> VectorIndex {
     index
 }
 
-/// The oracle: every vector scored, best first, ties in id order.
+/// The oracle: every vector scored as the index stores it (quantized), best first, ties in
+/// id order.
 fn brute_force(model: &BTreeMap<u64, Vec<f32>>, query: &[f32], k: usize) -> Vec<u64> {
+    let mut arena = Arena::new(query.len());
+    for vector in model.values() {
+        arena.push(vector);
+    }
     let mut scored: Vec<(u64, f32)> = model
-        .iter()
-        .map(|(id, v)| (*id, v.iter().zip(query).map(|(a, b)| a * b).sum()))
+        .keys()
+        .enumerate()
+        .map(|(slot, id)| (*id, arena.similarity(query, slot)))
         .collect();
     scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     scored.into_iter().take(k).map(|(id, _)| id).collect()
@@ -103,6 +110,32 @@ fn contains_window(haystack: &[u8], needle: &[u8]) -> bool {
 
 fn f32_bytes(vector: &[f32]) -> Vec<u8> {
     vector.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// The bytes a snapshot holds of `id`'s vector: its scale, then its codes.
+fn stored_bytes(index: &VectorIndex, id: u64) -> Vec<u8> {
+    let (scale, codes) = index.arena.get(index.slot_of[&id]);
+    let codes = codes.iter().map(|code| code.to_le_bytes()[0]);
+    scale.to_le_bytes().into_iter().chain(codes).collect()
+}
+
+/// A snapshot of a format before quantization (`version` 1 or 2): `f32` components, and for
+/// version 2 the flag that no graph follows.
+fn f32_snapshot(version: u32, dimension: usize, covered: u64, vectors: &[Vec<f32>]) -> Vec<u8> {
+    let mut file = b"MLVECIDX".to_vec();
+    file.extend_from_slice(&version.to_le_bytes());
+    file.extend_from_slice(&(dimension as u32).to_le_bytes());
+    file.extend_from_slice(&covered.to_le_bytes());
+    file.extend_from_slice(&(vectors.len() as u64).to_le_bytes());
+    file.extend_from_slice(&[0; 4]);
+    for (id, vector) in (0u64..).zip(vectors) {
+        file.extend_from_slice(&id.to_le_bytes());
+        file.extend_from_slice(&f32_bytes(vector));
+    }
+    if version == 2 {
+        file.push(0);
+    }
+    with_valid_checksum(file)
 }
 
 fn assert_corrupted(path: &Path, config: VectorConfig) {
@@ -563,15 +596,15 @@ fn a_selective_filter_on_a_large_index_is_answered_exactly() {
 
 #[test]
 fn graph_search_finds_the_query_vector_itself() {
-    // The clamp in the distance: f32 rounding can put a vector's dot product with itself
-    // above one.
+    // The clamp in the distance: rounding can put a vector's dot product with itself above
+    // one. Quantized, the score is within the codes' rounding of it.
     let vectors = clustered(5, 300, 32, 10, 0.1);
     let index = index_of(config(32, 0), &vectors);
     assert!(index.has_graph());
     for (id, v) in vectors.iter().enumerate().step_by(37) {
         let hits = index.search(v, 1, None).unwrap();
         assert_eq!(hits[0].0, id as u64);
-        assert!((hits[0].1 - 1.0).abs() < 1e-5);
+        assert!((hits[0].1 - 1.0).abs() < 1e-2, "{}", hits[0].1);
     }
 }
 
@@ -627,8 +660,8 @@ fn an_erased_vector_is_gone_from_the_snapshot_file() {
     let vectors = clustered(8, 200, 384, 10, 0.05);
     let mut index = index_of(config(384, 50), &vectors);
     assert!(index.has_graph());
-    let erased = f32_bytes(&vectors[42]);
-    let kept = f32_bytes(&vectors[43]);
+    let erased = stored_bytes(&index, 42);
+    let kept = stored_bytes(&index, 43);
 
     index.save(dir.path().join("before.snap"), 1).unwrap();
     let before = std::fs::read(dir.path().join("before.snap")).unwrap();
@@ -644,8 +677,8 @@ fn an_erased_vector_is_gone_from_the_snapshot_file() {
     let after = std::fs::read(&path).unwrap();
     assert!(contains_window(&after, &kept));
     assert!(!contains_window(&after, &erased));
-    // Not even a fragment of 8 components survives.
-    for fragment in erased.chunks(32) {
+    // Not even a fragment of 16 components survives.
+    for fragment in erased.chunks(16) {
         assert!(!contains_window(&after, fragment));
     }
     assert!(
@@ -696,7 +729,7 @@ fn snapshots_of_another_shape_are_corrupted() {
         assert_corrupted(&path, config(8, 100));
     };
     edit(0, b"NOTMAGIC");
-    edit(8, &3u32.to_le_bytes());
+    edit(8, &4u32.to_le_bytes());
     // A count far beyond the file: refused before anything is allocated.
     edit(24, &u64::MAX.to_le_bytes());
     edit(24, &(1u64 << 40).to_le_bytes());
@@ -726,7 +759,7 @@ fn well_checksummed_but_invalid_contents_are_corrupted() {
     index.insert(2, &[0.0, 1.0, 0.0, 0.0]).unwrap();
     index.save(&path, 1).unwrap();
     let good = std::fs::read(&path).unwrap();
-    let record = 8 + 4 * dimension;
+    let record = 12 + dimension;
 
     // The second record claims the first record's id.
     let mut duplicate = good.clone();
@@ -734,9 +767,10 @@ fn well_checksummed_but_invalid_contents_are_corrupted() {
     std::fs::write(&path, with_valid_checksum(duplicate)).unwrap();
     assert_corrupted(&path, config(dimension, 100));
 
-    // A component of the first vector doubled: no longer a unit vector.
+    // The first vector's scale doubled: no longer a unit vector.
     let mut stretched = good.clone();
-    stretched[36 + 8..36 + 12].copy_from_slice(&2.0f32.to_le_bytes());
+    let scale = f32::from_le_bytes(good[36 + 8..36 + 12].try_into().unwrap());
+    stretched[36 + 8..36 + 12].copy_from_slice(&(2.0 * scale).to_le_bytes());
     std::fs::write(&path, with_valid_checksum(stretched)).unwrap();
     assert_corrupted(&path, config(dimension, 100));
 
@@ -764,7 +798,7 @@ fn well_checksummed_but_invalid_graphs_are_corrupted() {
     assert!(index.has_graph());
     index.save(&path, 1).unwrap();
     let good = std::fs::read(&path).unwrap();
-    let graph = 36 + 2 * (8 + 4 * dimension);
+    let graph = 36 + 2 * (12 + dimension);
     assert_eq!(good[graph], 1, "the graph follows the records");
     // After the flag: nodes (u64), M (u32), entry (u32); then node 0: level, link count.
     let (entry, links) = (graph + 13, graph + 18);
@@ -794,22 +828,27 @@ fn well_checksummed_but_invalid_graphs_are_corrupted() {
 }
 
 #[test]
-fn a_snapshot_of_the_first_format_loads_and_builds_its_graph() {
+fn snapshots_of_the_f32_formats_load_quantized_and_build_their_graph() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("vectors.snap");
     let vectors = clustered(12, 40, 8, 3, 0.1);
-    // Without a graph (threshold above the size), so the file ends in the flag 0.
-    index_of(config(8, 100), &vectors).save(&path, 3).unwrap();
-    let mut file = std::fs::read(&path).unwrap();
-    assert_eq!(file.pop(), Some(0));
-    file[8..12].copy_from_slice(&1u32.to_le_bytes());
-    std::fs::write(&path, with_valid_checksum(file)).unwrap();
-    let (mut loaded, covered) = VectorIndex::load(&path, config(8, 10)).unwrap();
-    assert_eq!((loaded.len(), covered), (40, 3));
-    assert!(loaded.needs_graph() && loaded.needs_graph_work());
-    loaded.build_graph();
-    assert!(loaded.has_graph());
-    assert_eq!(loaded.search(&vectors[5], 1, None).unwrap()[0].0, 5);
+    let fresh = index_of(config(8, 100), &vectors);
+    for version in [1, 2] {
+        std::fs::write(&path, f32_snapshot(version, 8, 3, &vectors)).unwrap();
+        let (mut loaded, covered) = VectorIndex::load(&path, config(8, 10)).unwrap();
+        assert_eq!((loaded.len(), covered), (40, 3));
+        for query in vectors.iter().step_by(7) {
+            assert_eq!(
+                loaded.search_exact(query, 40, None).unwrap(),
+                fresh.search_exact(query, 40, None).unwrap(),
+                "version {version} quantizes as an insert does"
+            );
+        }
+        assert!(loaded.needs_graph() && loaded.needs_graph_work());
+        loaded.build_graph();
+        assert!(loaded.has_graph());
+        assert_eq!(loaded.search(&vectors[5], 1, None).unwrap()[0].0, 5);
+    }
 }
 
 /// One step of a random workload against the index and its model.
