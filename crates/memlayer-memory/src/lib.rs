@@ -21,6 +21,7 @@ mod idle;
 mod json;
 mod lessons;
 mod llm_summary;
+mod loaders;
 mod long_term;
 mod memory_config;
 mod pii;

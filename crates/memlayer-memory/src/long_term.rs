@@ -33,6 +33,7 @@ use memlayer_store::{
 use serde::Serialize;
 
 use crate::MemoryError;
+use crate::loaders::Loaders;
 
 /// Cosine similarity above which a new memory of the same kind and scope restates an
 /// existing one: the existing one is updated instead of a copy being added.
@@ -201,7 +202,7 @@ pub struct Residency {
 
 /// The default budget of resident memories. Measured at a million memories of 100 users
 /// after one recall of each (docs/benchmarks.md, "Vectors held quantized"): the process
-/// grew by 1.9 GiB, 0.8 GiB of it with glibc's arenas capped at two; the resident vectors
+/// grew by 1.3 GiB, by 0.75 GiB with glibc's arenas capped at two; the resident vectors
 /// are about 75 MB of that.
 pub const DEFAULT_RESIDENT_MEMORIES: usize = 200_000;
 
@@ -222,6 +223,8 @@ struct Inner {
     /// processes' memory changes here ([`LongTermMemory::follow`]), and which a recall waits
     /// for (read-your-writes across processes).
     followed: OnceLock<Recall>,
+    /// Where partitions are read and indexed (see [`Loaders`]).
+    loaders: Loaders,
 }
 
 impl LongTermMemory {
@@ -248,6 +251,7 @@ impl LongTermMemory {
                 indexes: IndexLock::new(indexes),
                 remembering: tokio::sync::Mutex::new(()),
                 followed: OnceLock::new(),
+                loaders: Loaders::start(),
             }),
         }
     }
@@ -360,17 +364,24 @@ impl LongTermMemory {
     }
 
     /// `tenant`'s `user_id`'s memories as the store holds them now, and a partition's index
-    /// of them (their vectors go in as one batch).
+    /// of them (their vectors go in as one batch), read and indexed on a loader thread.
     fn read_partition(
         &self,
         tenant: &str,
         user_id: &str,
         dimension: usize,
     ) -> Result<(Vec<Memory>, HybridIndex), MemoryError> {
-        let memories = self.inner.store.memories().user_memories(tenant, user_id)?;
-        let mut index = HybridIndex::new(VectorIndex::new(VectorConfig::new(dimension))?);
-        index.add(&(), &documents(memories.iter()))?;
-        Ok((memories, index))
+        let (store, tenant, user_id) = (
+            self.inner.store.clone(),
+            tenant.to_owned(),
+            user_id.to_owned(),
+        );
+        self.inner.loaders.run(move || {
+            let memories = store.memories().user_memories(&tenant, &user_id)?;
+            let mut index = HybridIndex::new(VectorIndex::new(VectorConfig::new(dimension))?);
+            index.add(&(), &documents(memories.iter()))?;
+            Ok((memories, index))
+        })
     }
 
     /// Makes `loaded` the user's resident partition, unless one is resident already. Should

@@ -1,0 +1,100 @@
+//! The threads memory partitions are read and indexed on.
+//!
+//! glibc's malloc gives threads that allocate at the same time arenas of their own (up to
+//! eight per core) and keeps what is freed in the arena it came from. Loaded on whichever
+//! blocking thread a recall ran on, partitions spread over many arenas, and what an evicted
+//! one freed in one arena stayed there while the next load filled another. Loads on a few
+//! threads of their own reuse the same arenas, and the request threads keep theirs: after a
+//! recall of each of 100 users with a million memories, 2.5 GiB resident against 3.1 GiB
+//! before (docs/benchmarks.md, "Vectors held quantized").
+
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread;
+
+/// Threads loading partitions: two users' first recalls load side by side, as on the
+/// blocking pool before, on this project's two cores.
+const THREADS: usize = 2;
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Runs partition loads on [`THREADS`] threads of their own, which end when it is dropped.
+pub(crate) struct Loaders {
+    /// `None` when no thread could be started: loads then run on the caller's thread.
+    jobs: Option<Sender<Job>>,
+}
+
+impl Loaders {
+    pub(crate) fn start() -> Self {
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let queue = Arc::new(Mutex::new(queue));
+        let mut started = 0;
+        for number in 0..THREADS {
+            let queue = Arc::clone(&queue);
+            let spawned = thread::Builder::new()
+                .name(format!("memlayer-memory-load-{number}"))
+                .spawn(move || serve(&queue));
+            match spawned {
+                Ok(_) => started += 1,
+                Err(err) => tracing::warn!(
+                    error = %err,
+                    "could not start a memory partition loader thread"
+                ),
+            }
+        }
+        Self {
+            jobs: (started > 0).then_some(jobs),
+        }
+    }
+
+    /// Runs `work` on a loader thread and waits for it; a panic in it resumes here.
+    pub(crate) fn run<T: Send + 'static>(&self, work: impl FnOnce() -> T + Send + 'static) -> T {
+        let Some(jobs) = &self.jobs else {
+            return work();
+        };
+        let (reply, answer) = mpsc::sync_channel(1);
+        let job: Job = Box::new(move || {
+            let _ = reply.send(panic::catch_unwind(AssertUnwindSafe(work)));
+        });
+        if let Err(mpsc::SendError(job)) = jobs.send(job) {
+            // Every loader thread is gone (they only end with `Loaders`): load here.
+            job();
+        }
+        match answer.recv() {
+            Ok(Ok(value)) => value,
+            Ok(Err(panicked)) => panic::resume_unwind(panicked),
+            Err(mpsc::RecvError) => unreachable!("a job always answers before it is dropped"),
+        }
+    }
+}
+
+/// A loader thread: runs jobs until every sender is gone.
+fn serve(queue: &Mutex<Receiver<Job>>) {
+    loop {
+        let job = queue.lock().unwrap_or_else(PoisonError::into_inner).recv();
+        match job {
+            Ok(job) => job(),
+            Err(mpsc::RecvError) => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn work_runs_on_a_loader_thread_and_panics_come_back() {
+        let loaders = Loaders::start();
+        let name = loaders.run(|| thread::current().name().map(str::to_owned));
+        assert!(name.is_some_and(|name| name.starts_with("memlayer-memory-load-")));
+        let panicked = panic::catch_unwind(AssertUnwindSafe(|| {
+            loaders.run(|| -> u32 { panic!("a load failed") })
+        }));
+        assert!(panicked.is_err());
+        // The thread that ran the panicking job still serves.
+        assert_eq!(loaders.run(|| 2 + 2), 4);
+        assert_eq!(loaders.run(|| 3 * 3), 9);
+    }
+}
