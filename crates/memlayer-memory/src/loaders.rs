@@ -13,6 +13,8 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 
+use tokio::runtime::Handle;
+
 /// Threads loading partitions: two users' first recalls load side by side, as on the
 /// blocking pool before, on this project's two cores.
 const THREADS: usize = 2;
@@ -48,13 +50,17 @@ impl Loaders {
         }
     }
 
-    /// Runs `work` on a loader thread and waits for it; a panic in it resumes here.
+    /// Runs `work` on a loader thread and waits for it; a panic in it resumes here. The work
+    /// runs inside the caller's Tokio runtime, if it has one: a store served by a backend
+    /// (PostgreSQL) waits for its answers through the runtime.
     pub(crate) fn run<T: Send + 'static>(&self, work: impl FnOnce() -> T + Send + 'static) -> T {
         let Some(jobs) = &self.jobs else {
             return work();
         };
+        let runtime = Handle::try_current().ok();
         let (reply, answer) = mpsc::sync_channel(1);
         let job: Job = Box::new(move || {
+            let _inside = runtime.as_ref().map(Handle::enter);
             let _ = reply.send(panic::catch_unwind(AssertUnwindSafe(work)));
         });
         if let Err(mpsc::SendError(job)) = jobs.send(job) {
@@ -96,5 +102,25 @@ mod tests {
         // The thread that ran the panicking job still serves.
         assert_eq!(loaders.run(|| 2 + 2), 4);
         assert_eq!(loaders.run(|| 3 * 3), 9);
+        assert!(
+            !loaders.run(|| Handle::try_current().is_ok()),
+            "no runtime to enter"
+        );
+    }
+
+    #[test]
+    fn work_runs_inside_the_callers_runtime() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .unwrap();
+        let loaders = Loaders::start();
+        let flavor = runtime.block_on(async {
+            loaders.run(|| Handle::try_current().map(|handle| handle.runtime_flavor()))
+        });
+        assert_eq!(
+            flavor.ok(),
+            Some(tokio::runtime::RuntimeFlavor::MultiThread)
+        );
     }
 }
