@@ -41,11 +41,9 @@ impl Arena {
     /// Quantizes `vector` (of the arena's dimension) into a new slot at the end.
     pub(crate) fn push(&mut self, vector: &[f32]) {
         debug_assert_eq!(vector.len(), self.dimension);
-        let scale = scale_of(vector);
-        let inverse = if scale > 0.0 { scale.recip() } else { 0.0 };
+        let (scale, codes) = quantized(vector);
         self.scales.push(scale);
-        self.codes
-            .extend(vector.iter().map(|&x| quantize(x * inverse)));
+        self.codes.extend(codes);
     }
 
     /// Appends a slot already quantized (read from a snapshot).
@@ -67,13 +65,8 @@ impl Arena {
     /// Whether slot `slot` holds what `vector` quantizes to.
     pub(crate) fn holds(&self, slot: usize, vector: &[f32]) -> bool {
         let (scale, codes) = self.get(slot);
-        let stored = scale_of(vector);
-        let inverse = if stored > 0.0 { stored.recip() } else { 0.0 };
-        scale == stored
-            && codes
-                .iter()
-                .zip(vector)
-                .all(|(&code, &x)| code == quantize(x * inverse))
+        let (stored, stored_codes) = quantized(vector);
+        scale == stored && codes.iter().copied().eq(stored_codes)
     }
 
     /// The cosine of `query` (a unit vector) and slot `slot`'s vector, as quantized.
@@ -115,16 +108,17 @@ impl Arena {
     }
 }
 
-/// The scale a vector is stored with: its largest magnitude over [`MAX_CODE`].
-fn scale_of(vector: &[f32]) -> f32 {
-    vector.iter().fold(0.0f32, |max, x| max.max(x.abs())) / MAX_CODE
-}
-
-/// A component divided by its vector's scale, as the nearest code.
-fn quantize(scaled: f32) -> i8 {
+/// The scale a vector is stored with (its largest magnitude over [`MAX_CODE`]) and its codes:
+/// each component divided by the scale, as the nearest code.
+fn quantized(vector: &[f32]) -> (f32, impl Iterator<Item = i8> + '_) {
+    let scale = vector.iter().fold(0.0f32, |max, x| max.max(x.abs())) / MAX_CODE;
+    let inverse = if scale > 0.0 { scale.recip() } else { 0.0 };
     // Within ±127 by construction (±127.00001 after rounding of the division at most);
     // `as` saturates anyway.
-    scaled.round().clamp(-MAX_CODE, MAX_CODE) as i8
+    let codes = vector
+        .iter()
+        .map(move |&x| (x * inverse).round().clamp(-MAX_CODE, MAX_CODE) as i8);
+    (scale, codes)
 }
 
 /// Checks a stored slot read back from a snapshot: a positive finite scale, and codes that

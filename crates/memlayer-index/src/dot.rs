@@ -146,12 +146,7 @@ impl pulp::NullaryFnOnce for CodeDotV3<'_> {
                 *total += lane;
             }
         }
-        let tail: f32 = query_rest
-            .iter()
-            .zip(codes_rest)
-            .map(|(x, &y)| x * f32::from(y))
-            .sum();
-        sum.iter().sum::<f32>() + tail
+        sum.iter().sum::<f32>() + scalar_dot_codes(query_rest, codes_rest)
     }
 }
 
@@ -184,12 +179,17 @@ fn portable_dot_codes(query: &[f32], codes: &[i8]) -> f32 {
             acc[lane] += x[lane] * y[lane];
         }
     }
-    let tail: f32 = q_rest
+    reduce(acc) + scalar_dot_codes(q_rest, c_rest)
+}
+
+/// The components left over after the last whole chunk, one at a time.
+#[inline(always)]
+fn scalar_dot_codes(query: &[f32], codes: &[i8]) -> f32 {
+    query
         .iter()
-        .zip(c_rest)
+        .zip(codes)
         .map(|(x, &y)| x * f32::from(y))
-        .sum();
-    reduce(acc) + tail
+        .sum()
 }
 
 #[inline(always)]
