@@ -73,8 +73,9 @@ pub use session_memory::SessionMemory;
 pub use sessions::SessionDeleted;
 pub use snapshot::{MessageOutline, SessionSnapshot, SessionVersion};
 pub use store::{
-    CommitMode, DiskSpace, EmbeddingFeed, Eraser, Keys, MAX_PAGE_SIZE, MAX_SEARCH_QUERY,
-    MAX_SEARCH_WORDS, Memories, Recovery, Sessions, Store, StoreOptions, Tenants, blocking,
+    CommitMode, DEFAULT_CACHE_BYTES, DiskSpace, EmbeddingFeed, Eraser, Keys, MAX_PAGE_SIZE,
+    MAX_SEARCH_QUERY, MAX_SEARCH_WORDS, Memories, Recovery, Sessions, Store, StoreOptions, Tenants,
+    blocking,
 };
 pub use tables::{UNKNOWN_SOURCE, settings_scope};
 

@@ -29,18 +29,44 @@ pub enum CommitMode {
     SinglePhase,
 }
 
+/// The store file's page cache unless the options say otherwise: 256 MiB.
+///
+/// redb's own default is 1 GiB, and the check of every page at open fills it, so a store
+/// file of a gigabyte or more held a gigabyte of the server's memory from its first second
+/// on. The file's pages stay in the operating system's cache after they leave this one; a
+/// miss costs a read from there, not from the disk.
+pub const DEFAULT_CACHE_BYTES: usize = 256 * 1024 * 1024;
+
 /// Settings fixed when a store is opened.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct StoreOptions {
     /// How commits reach the disk.
     pub commit: CommitMode,
+    /// Most bytes of the file's pages held in memory (read cache and write buffer together);
+    /// [`DEFAULT_CACHE_BYTES`] unless set.
+    pub cache_bytes: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            commit: CommitMode::default(),
+            cache_bytes: DEFAULT_CACHE_BYTES,
+        }
+    }
 }
 
 impl StoreOptions {
     /// Options with the given commit mode.
     pub fn with_commit(mut self, commit: CommitMode) -> Self {
         self.commit = commit;
+        self
+    }
+
+    /// Options with a page cache of at most `bytes`.
+    pub fn with_cache_bytes(mut self, bytes: usize) -> Self {
+        self.cache_bytes = bytes;
         self
     }
 }
@@ -198,11 +224,13 @@ impl Store {
     /// Opens the store at `path` with `options`; see [`Store::open`].
     pub fn open_with(path: impl AsRef<Path>, options: StoreOptions) -> Result<Self> {
         let path = path.as_ref().to_owned();
-        let db = match create_new(&path, options.commit)? {
+        let db = match create_new(&path, &options)? {
             Some(db) => db,
-            None => builder().create(&path).map_err(|err| damaged(&path, err))?,
+            None => builder(&options)
+                .create(&path)
+                .map_err(|err| damaged(&path, err))?,
         };
-        let medium = Medium::file(&path);
+        let medium = Medium::file(&path, &options);
         Self::start(db, path, medium, options)
     }
 
@@ -221,13 +249,13 @@ impl Store {
     where
         B: redb::StorageBackend + Clone + Sync,
     {
-        let db = builder()
+        let db = builder(&options)
             .create_with_backend(backend.clone())
             .map_err(|err| damaged(name, err))?;
-        let reopened = name.to_owned();
+        let (reopened, reopened_with) = (name.to_owned(), options.clone());
         let medium = Medium {
             open: Box::new(move || {
-                builder()
+                builder(&reopened_with)
                     .create_with_backend(backend.clone())
                     .map_err(|err| damaged(&reopened, err))
             }),
@@ -610,10 +638,15 @@ const PROBE_SUFFIX: &str = ".probe";
 impl Medium {
     /// The store file at `path`: it is opened, never created (a file that vanished must not
     /// come back empty), and the disk is probed beside it.
-    fn file(path: &Path) -> Self {
+    fn file(path: &Path, options: &StoreOptions) -> Self {
         let (opened, probed) = (path.to_owned(), sibling(path, PROBE_SUFFIX));
+        let options = options.clone();
         Self {
-            open: Box::new(move || builder().open(&opened).map_err(|err| damaged(&opened, err))),
+            open: Box::new(move || {
+                builder(&options)
+                    .open(&opened)
+                    .map_err(|err| damaged(&opened, err))
+            }),
             probe: Box::new(move || {
                 use std::io::Write;
                 let written = std::fs::File::create(&probed).and_then(|mut file| {
@@ -713,7 +746,7 @@ fn damaged(path: &Path, err: redb::DatabaseError) -> StoreError {
 /// initialised under a temporary name and linked into place only then: `path` either does not
 /// exist or holds an initialised store. A hard link, not a rename, so that of two processes
 /// creating the same store at once one finds the other's file instead of replacing it.
-fn create_new(path: &Path, commit: CommitMode) -> Result<Option<Database>> {
+fn create_new(path: &Path, options: &StoreOptions) -> Result<Option<Database>> {
     let partial = sibling(path, ".new");
     // Left by a creation that did not finish (or a second name of a finished one); it never
     // held an acknowledged write.
@@ -723,10 +756,10 @@ fn create_new(path: &Path, commit: CommitMode) -> Result<Option<Database>> {
     if path.try_exists().map_err(io_error)? {
         return Ok(None);
     }
-    let db = builder()
+    let db = builder(options)
         .create(&partial)
         .map_err(|err| damaged(&partial, err))?;
-    initialise(&db, commit)?;
+    initialise(&db, options.commit)?;
     let linked = std::fs::hard_link(&partial, path);
     std::fs::remove_file(&partial).map_err(io_error)?;
     match linked {
@@ -762,9 +795,11 @@ fn io_error(err: std::io::Error) -> StoreError {
 /// How every store is opened. A plain open trusts a file that was closed cleanly and may panic
 /// on one damaged since; the check verifies every page's checksum first, so a damaged file is
 /// refused with an error instead of served. It reads the whole file once per start.
-fn builder() -> redb::Builder {
+fn builder(options: &StoreOptions) -> redb::Builder {
     let mut builder = Database::builder();
-    builder.set_check_integrity_on_open(true);
+    builder
+        .set_check_integrity_on_open(true)
+        .set_cache_size(options.cache_bytes);
     builder
 }
 

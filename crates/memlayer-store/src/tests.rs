@@ -2870,3 +2870,69 @@ mod conformance {
         crate::memory_conformance!(served_store());
     }
 }
+
+/// The bytes of the file's pages the store holds in memory now.
+fn cached_bytes(store: &Store) -> usize {
+    use redb::ReadableDatabase as _;
+    let db = store.hold_as_reopening();
+    db.as_ref()
+        .expect("the file is open")
+        .cache_stats()
+        .used_bytes()
+}
+
+#[tokio::test]
+async fn the_page_cache_stays_within_the_size_the_store_was_opened_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memlayer.redb");
+    let store = Store::open(&path).unwrap();
+    let text = "words of a long answer ".repeat(400);
+    for session in 0..40 {
+        let messages = (0..20).map(|_| message(Role::User, &text)).collect();
+        store
+            .sessions()
+            .append(
+                &Access::tenant_wide(TENANT),
+                &format!("s{session}"),
+                append_of(messages, Some(owner("u", "a"))),
+            )
+            .await
+            .unwrap();
+    }
+    store.shutdown();
+    drop(store);
+    let file_bytes = usize::try_from(std::fs::metadata(&path).unwrap().len()).unwrap();
+    assert!(
+        file_bytes > 8 << 20,
+        "{file_bytes} bytes: too small to tell"
+    );
+
+    let small = 1 << 20;
+    for (options, bound) in [
+        (crate::StoreOptions::default(), crate::DEFAULT_CACHE_BYTES),
+        (
+            crate::StoreOptions::default().with_cache_bytes(small),
+            small,
+        ),
+    ] {
+        // Opening checks every page; the reads then go through the cache again.
+        let store = Store::open_with(&path, options).unwrap();
+        for session in 0..40 {
+            assert_eq!(contents(&store, &format!("s{session}")).len(), 20);
+        }
+        let cached = cached_bytes(&store);
+        assert!(cached <= bound, "{cached} bytes cached, at most {bound}");
+        if bound == small {
+            assert!(
+                cached > small / 2,
+                "{cached} bytes: the small cache is used"
+            );
+        } else {
+            assert!(
+                cached > 4 * small,
+                "{cached} bytes: the default cache holds the reads"
+            );
+        }
+        store.shutdown();
+    }
+}

@@ -29,7 +29,7 @@ pub(crate) struct DataArgs {
     /// TOML file with any of: listen, data_dir, database_url, assets_dir, model_dir, onnxruntime,
     /// max_body_bytes, token_encoding, request_timeout_secs, max_in_flight, max_agent_runs,
     /// header_read_timeout_secs, max_connections, session_idle_timeout_secs, rate_limit_per_second, rate_limit_burst,
-    /// disk_warning_free_percent, memory_resident_budget, snapshot_interval_secs, admin_key, and
+    /// disk_warning_free_percent, memory_resident_budget, store_cache_mib, snapshot_interval_secs, admin_key, and
     /// [summarizer] and [agent_model] tables.
     #[arg(long, env = "MEMLAYER_CONFIG")]
     config: Option<PathBuf>,
@@ -128,6 +128,11 @@ pub(crate) struct ServeArgs {
     /// a memory) [default: 200000].
     #[arg(long, env = "MEMLAYER_MEMORY_RESIDENT_BUDGET")]
     memory_resident_budget: Option<usize>,
+    /// Most MiB of the store file's pages kept in the server's memory; pages read less
+    /// recently are read again from the operating system's cache when needed. Unused with
+    /// a PostgreSQL database [default: 256].
+    #[arg(long, env = "MEMLAYER_STORE_CACHE_MIB")]
+    store_cache_mib: Option<usize>,
     /// Longest a client may take to send a request's head, and a kept-alive connection may
     /// wait for its next request, in seconds; then the connection is closed [default: 10].
     #[arg(long, env = "MEMLAYER_HEADER_READ_TIMEOUT_SECS")]
@@ -237,6 +242,7 @@ struct FileSettings {
     rate_limit_burst: Option<u32>,
     disk_warning_free_percent: Option<u8>,
     memory_resident_budget: Option<usize>,
+    store_cache_mib: Option<usize>,
     snapshot_interval_secs: Option<u64>,
     /// The operator's admin key: a `tenant_admin` key of tenant `default`. The environment's
     /// `MEMLAYER_ADMIN_KEY` wins over it.
@@ -284,6 +290,8 @@ pub(crate) struct Settings {
     pub(crate) server: ServerConfig,
     /// Least time between two saves of the vector index snapshot.
     pub(crate) snapshot_interval: Duration,
+    /// The store file's page cache, in bytes.
+    pub(crate) store_cache_bytes: usize,
     /// The operator's admin key, if configured (see `keys::bootstrap`).
     pub(crate) admin_key: Option<Secret>,
 }
@@ -350,6 +358,14 @@ impl Settings {
             memory_resident_budget > 0,
             "memory_resident_budget must be positive"
         );
+        let store_cache_mib = args
+            .store_cache_mib
+            .or(file.store_cache_mib)
+            .unwrap_or(memlayer_store::DEFAULT_CACHE_BYTES >> 20);
+        let store_cache_bytes = store_cache_mib
+            .checked_mul(1 << 20)
+            .filter(|&bytes| bytes > 0)
+            .context("store_cache_mib must be positive and fit in memory")?;
         let session_idle_timeout = args
             .session_idle_timeout_secs
             .or(file.session_idle_timeout_secs)
@@ -405,6 +421,7 @@ impl Settings {
                 node_id: None,
             },
             snapshot_interval,
+            store_cache_bytes,
             admin_key: admin_key.map(Secret),
         })
     }
@@ -521,6 +538,7 @@ mod tests {
             .expect("keys are limited by default");
         assert_eq!((limit.per_second.get(), limit.burst.get()), (100, 200));
         assert_eq!(settings.snapshot_interval, Duration::from_secs(60));
+        assert_eq!(settings.store_cache_bytes, 256 << 20);
     }
 
     #[test]
@@ -598,6 +616,13 @@ mod tests {
         let flagged = resolve(&["--config", config, "--snapshot-interval-secs", "1"]).unwrap();
         assert_eq!(flagged.snapshot_interval, Duration::from_secs(1));
         assert!(resolve(&["--snapshot-interval-secs", "0"]).is_err());
+        std::fs::write(&file, "store_cache_mib = 64\n").unwrap();
+        let settings = resolve(&["--config", config]).unwrap();
+        assert_eq!(settings.store_cache_bytes, 64 << 20);
+        let flagged = resolve(&["--config", config, "--store-cache-mib", "8"]).unwrap();
+        assert_eq!(flagged.store_cache_bytes, 8 << 20);
+        assert!(resolve(&["--store-cache-mib", "0"]).is_err());
+        assert!(resolve(&["--store-cache-mib", &usize::MAX.to_string()]).is_err());
     }
 
     #[test]

@@ -31,7 +31,7 @@ use memlayer_embed::{Embedder, EmbedderOptions};
 use memlayer_index::{Recall, RecallOptions};
 use memlayer_postgres::PgStore;
 use memlayer_server::AppState;
-use memlayer_store::Store;
+use memlayer_store::{Store, StoreOptions};
 use tracing_subscriber::EnvFilter;
 
 use crate::config::{DataArgs, ServeArgs, Settings};
@@ -339,7 +339,8 @@ fn open_store(
 ) -> anyhow::Result<(Store, String)> {
     let Some(url) = &settings.database_url else {
         let path = settings.data_dir.join(STORE_FILE);
-        let store = Store::open(&path)
+        let options = StoreOptions::default().with_cache_bytes(settings.store_cache_bytes);
+        let store = Store::open_with(&path, options)
             .with_context(|| format!("cannot open the store {}", path.display()))?;
         return Ok((store, path.display().to_string()));
     };
