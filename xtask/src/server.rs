@@ -106,13 +106,23 @@ impl Server {
 
     /// The most memory the server has held so far (`VmHWM`, KiB), as Linux counts it.
     pub(crate) fn peak_rss_kib(&self) -> anyhow::Result<u64> {
+        self.status_kib("VmHWM")
+    }
+
+    /// The memory the server holds now (`VmRSS`, KiB).
+    pub(crate) fn rss_kib(&self) -> anyhow::Result<u64> {
+        self.status_kib("VmRSS")
+    }
+
+    /// A field of the server's `/proc/PID/status` counted in KiB.
+    fn status_kib(&self, field: &str) -> anyhow::Result<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
             .context("could not read the server's /proc status")?;
         status
             .lines()
-            .find_map(|line| line.strip_prefix("VmHWM:"))
+            .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
             .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
-            .context("no VmHWM in the server's /proc status")
+            .with_context(|| format!("no {field} in the server's /proc status"))
     }
 
     /// Asks the server to shut down as an operator would, then waits for it.

@@ -92,15 +92,30 @@ enum Benchmark {
         #[arg(long, default_value_t = 500)]
         queries: usize,
     },
-    /// Grow the store of a data directory to a size through the real store (conversations
-    /// and their vectors), then time `Store::open`; prints what it wrote as one JSON line.
+    /// Grow the store of a data directory through the real store (conversations and their
+    /// vectors, then long-term memories), then time `Store::open`; prints what it wrote as
+    /// one JSON line.
     RecoveryFill {
         /// The data directory; its `memlayer.redb` is created or grown.
         #[arg(long)]
         data_dir: PathBuf,
-        /// The store file's size to reach, in MiB.
+        /// The store file's size to reach with messages, in MiB.
+        #[arg(
+            long,
+            required_unless_present = "messages",
+            conflicts_with = "messages"
+        )]
+        mib: Option<u64>,
+        /// Messages to write instead (this call's, rounded up to whole rounds of appends).
         #[arg(long)]
-        mib: u64,
+        messages: Option<usize>,
+        /// Chat messages of the corpus per stored message: 40 make a long answer of some
+        /// 5 KB, 1 a chat message of about 130 bytes.
+        #[arg(long, default_value_t = 40)]
+        chat_per_message: usize,
+        /// Long-term memories to write after the messages, 10,000 per user.
+        #[arg(long, default_value_t = 0)]
+        memories: usize,
         /// Sessions already written by earlier calls on this directory.
         #[arg(long, default_value_t = 0)]
         first_session: usize,
@@ -144,8 +159,23 @@ fn main() -> anyhow::Result<()> {
         Benchmark::RecoveryFill {
             data_dir,
             mib,
+            messages,
+            chat_per_message,
+            memories,
             first_session,
-        } => recovery::run(&assets, &data_dir, mib, first_session)?,
+        } => {
+            let goal = match (mib, messages) {
+                (Some(mib), _) => recovery::Goal::FileBytes(mib * 1024 * 1024),
+                (None, Some(messages)) => recovery::Goal::Messages(messages),
+                (None, None) => anyhow::bail!("give --mib or --messages"),
+            };
+            let shape = recovery::Shape {
+                goal,
+                chat_per_message,
+                memories,
+            };
+            recovery::run(&assets, &data_dir, &shape, first_session)?;
+        }
         Benchmark::SnapshotLoad {
             snapshot,
             dimension,

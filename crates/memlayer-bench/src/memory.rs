@@ -37,7 +37,7 @@ use crate::report::{self, command_line, load_average, percentile, runtime};
 const TENANT: &str = "default";
 const AGENT: &str = "assistant";
 /// Memories per user: the "10k memories for one user".
-const PER_USER: usize = 10_000;
+pub(crate) const PER_USER: usize = 10_000;
 /// The goal for the p95 of recall without the query's embedding.
 const TARGET: Duration = Duration::from_millis(10);
 /// Memories written at once: the store's group commit puts up to 512 jobs in one commit.
@@ -230,7 +230,7 @@ fn user_id(user: usize) -> String {
 
 /// Writes `size` memories spread over `users` users (interleaved, as users remember things
 /// over the same days), `IN_FLIGHT` at a time.
-async fn load(
+pub(crate) async fn load(
     store: &Store,
     centres: &[Vec<f32>],
     size: usize,

@@ -1,15 +1,17 @@
-//! `recovery-fill`: the in-process half of `cargo xtask bench recovery`, which times how long
-//! a data directory of a given size takes to open, to check and to serve again. This grows
-//! the directory's store to the next size through the real store — conversations of long
-//! messages appended in batches, and for every message a vector stored through
-//! `Store::store_embeddings`, as the embedding pipeline stores them: seeded vectors around
-//! real embeddings of the memory topics, since embedding a gigabyte of text with the model
-//! would take hours here — then times `Store::open` alone. xtask times `memlayer check` and
-//! the server's starts on the same directory.
+//! `recovery-fill`: the in-process half of `cargo xtask bench recovery` and `bench start`,
+//! which time how long a data directory of a given size takes to open, to check and to serve
+//! again. This grows the directory's store through the real store — conversations appended
+//! in batches, and for every message a vector stored through `Store::store_embeddings`, as
+//! the embedding pipeline stores them: seeded vectors around real embeddings of the memory
+//! topics, since embedding a gigabyte of text with the model would take hours here — to a
+//! file size or a number of messages ([`Goal`]), then writes long-term memories as the
+//! `memory` benchmark does (seeded vectors, 10,000 per user), then times `Store::open`
+//! alone. xtask times `memlayer check` and the server's starts on the same directory.
 //!
-//! A message is `CHAT_PER_MESSAGE` messages of the corpus's chat stream of its session, so a
-//! session's texts do not depend on which call wrote it. The vectors' noise is drawn from a
-//! generator seeded by the call's first session. Prints one JSON line ([`Filled`]).
+//! A message is [`Shape::chat_per_message`] messages of the corpus's chat stream of its
+//! session, so a session's texts do not depend on which call wrote it. The vectors' noise is
+//! drawn from a generator seeded by the call's first session. Prints one JSON line
+//! ([`Filled`]).
 
 use std::path::Path;
 use std::time::Instant;
@@ -26,18 +28,33 @@ use tokio::task::JoinSet;
 
 use crate::corpus::chat;
 use crate::corpus::memories::TOPICS;
-use crate::memory::near;
+use crate::memory::{self, near};
 use crate::report::runtime;
 
 const TENANT: &str = "default";
 /// Sessions appended at once (the group commit batches them) and messages per append.
 const SESSIONS_PER_ROUND: usize = 64;
 const MESSAGES_PER_SESSION: usize = 50;
-/// Chat messages of the corpus per stored message: some 5 KB, a long answer.
-const CHAT_PER_MESSAGE: usize = 40;
 /// Messages embedded per `store_embeddings` call.
 const EMBED_BATCH: usize = 2_000;
 const SEED: u64 = 8;
+
+/// Where a call stops appending messages.
+pub(crate) enum Goal {
+    /// Once the store file holds this many bytes.
+    FileBytes(u64),
+    /// Once this call has written this many messages.
+    Messages(usize),
+}
+
+/// What a call writes.
+pub(crate) struct Shape {
+    pub(crate) goal: Goal,
+    /// Chat messages of the corpus joined into one stored message.
+    pub(crate) chat_per_message: usize,
+    /// Long-term memories written after the messages.
+    pub(crate) memories: usize,
+}
 
 /// What a call wrote, and the store's state after it, for xtask's report.
 #[derive(Serialize)]
@@ -46,6 +63,10 @@ struct Filled {
     sessions: usize,
     /// Messages in the store, each with a vector.
     messages: usize,
+    /// Long-term memories this call wrote.
+    memories: usize,
+    /// How long this call took to write its messages, vectors and memories.
+    written_secs: f64,
     /// The mean length of the messages this call wrote, in bytes (0 if it wrote none).
     mean_message_bytes: u64,
     file_bytes: u64,
@@ -66,7 +87,7 @@ struct Filler {
 pub(crate) fn run(
     assets: &Assets,
     data_dir: &Path,
-    mib: u64,
+    shape: &Shape,
     first_session: usize,
 ) -> anyhow::Result<()> {
     let embedder = Embedder::open(assets, EmbedderOptions::default())?;
@@ -87,14 +108,10 @@ pub(crate) fn run(
         messages: first_session * MESSAGES_PER_SESSION,
         content_bytes: 0,
     };
-    eprintln!("memlayer-bench: growing the store to {mib} MiB");
-    runtime.block_on(fill(
-        &store_path,
-        &model,
-        &centres,
-        mib * 1024 * 1024,
-        &mut filler,
-    ))?;
+    eprintln!("memlayer-bench: growing the store");
+    let start = Instant::now();
+    runtime.block_on(fill(&store_path, &model, &centres, shape, &mut filler))?;
+    let written_secs = start.elapsed().as_secs_f64();
     let file_bytes = std::fs::metadata(&store_path)?.len();
     let start = Instant::now();
     Store::open(&store_path)?.shutdown();
@@ -102,6 +119,8 @@ pub(crate) fn run(
     let filled = Filled {
         sessions: filler.sessions,
         messages: filler.messages,
+        memories: shape.memories,
+        written_secs,
         mean_message_bytes: filler
             .content_bytes
             .checked_div((filler.messages - first_session * MESSAGES_PER_SESSION) as u64)
@@ -114,17 +133,21 @@ pub(crate) fn run(
     Ok(())
 }
 
-/// Appends and embeds conversations until the store file holds `target` bytes.
+/// Appends and embeds conversations until the goal is reached, then writes the memories.
 async fn fill(
     path: &Path,
     model: &EmbeddingModel,
     centres: &[Vec<f32>],
-    target: u64,
+    shape: &Shape,
     filler: &mut Filler,
 ) -> anyhow::Result<()> {
     let store = Store::open(path)?;
+    let first_message = filler.messages;
     let result = async {
-        while std::fs::metadata(path)?.len() < target {
+        while match shape.goal {
+            Goal::FileBytes(target) => std::fs::metadata(path)?.len() < target,
+            Goal::Messages(target) => filler.messages - first_message < target,
+        } {
             let mut appends = JoinSet::new();
             for _ in 0..SESSIONS_PER_ROUND {
                 let session = filler.sessions;
@@ -134,7 +157,7 @@ async fn fill(
                     .map(|i| {
                         let content = texts
                             .by_ref()
-                            .take(CHAT_PER_MESSAGE)
+                            .take(shape.chat_per_message)
                             .collect::<Vec<_>>()
                             .join(" ");
                         NewMessage {
@@ -201,7 +224,8 @@ async fn fill(
                     .await?;
             }
         }
-        anyhow::Ok(())
+        let users = shape.memories.div_ceil(memory::PER_USER);
+        memory::load(&store, centres, shape.memories, users).await
     }
     .await;
     store.shutdown();

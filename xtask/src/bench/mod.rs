@@ -2,7 +2,8 @@
 //! through HTTP and process control run here — durable appends against a release server
 //! (`appends`, with the store's commit modes from memlayer-bench), appends through several
 //! nodes on one PostgreSQL database (`nodes`), a purge through the server (`purge`) and a
-//! store's recovery (`recovery`, whose store memlayer-bench fills) — and the
+//! store's recovery (`recovery`) and a start at a million messages and memories (`start`),
+//! whose stores memlayer-bench fills — and the
 //! in-process ones (`embed`, `index`, `context`, `memory`) are memlayer-bench's, run as a
 //! release-built child process so that xtask links no memlayer crate. `all` runs them all and
 //! writes docs/benchmarks.md.
@@ -13,6 +14,7 @@ pub(crate) mod load;
 mod nodes;
 mod purge;
 mod recovery;
+mod start;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -112,6 +114,28 @@ pub(crate) enum Benchmark {
         #[arg(long)]
         baseline: Option<PathBuf>,
     },
+    /// A start with a million stored messages and a million long-term memories: until it
+    /// serves from its graphs, and its memory before and after every user's memories are
+    /// recalled once.
+    Start {
+        /// Messages in the store, each with a vector.
+        #[arg(long, default_value_t = 1_000_000)]
+        messages: usize,
+        /// Long-term memories in the store, 10,000 per user.
+        #[arg(long, default_value_t = 1_000_000)]
+        memories: usize,
+        /// Store page cache sizes this build is started with in turn
+        /// (`MEMLAYER_STORE_CACHE_MIB`); none starts it with its default.
+        #[arg(long, value_delimiter = ',')]
+        cache_mib: Vec<usize>,
+        /// Starts of every build measured, alternated.
+        #[arg(long, default_value_t = 2)]
+        rounds: usize,
+        /// Another build of `memlayer` (an older commit's) started the same way first in
+        /// every round, on the snapshot this build saved.
+        #[arg(long)]
+        baseline: Option<PathBuf>,
+    },
     /// Every benchmark above, one after the other, and docs/benchmarks.md written from their
     /// reports, keeping its hand-written part.
     All {
@@ -131,6 +155,7 @@ impl Benchmark {
                 | Self::Nodes { .. }
                 | Self::Purge { .. }
                 | Self::Recovery { .. }
+                | Self::Start { .. }
                 | Self::All { .. }
         )
     }
@@ -162,6 +187,20 @@ pub(crate) fn run(root: &Path, benchmark: Benchmark) -> anyhow::Result<()> {
             sizes_mib,
             baseline,
         } => recovery::run(root, &sizes_mib, baseline.as_deref()),
+        Benchmark::Start {
+            messages,
+            memories,
+            cache_mib,
+            rounds,
+            baseline,
+        } => start::run(
+            root,
+            messages,
+            memories,
+            &cache_mib,
+            rounds,
+            baseline.as_deref(),
+        ),
         Benchmark::All { quick } => all::run(root, quick),
     }
 }

@@ -60,15 +60,15 @@ struct Measured {
 }
 
 /// One start, timed from spawn.
-struct Start {
-    listening: Duration,
-    ready: Duration,
+pub(super) struct Start {
+    pub(super) listening: Duration,
+    pub(super) ready: Duration,
     /// Until keyword recall covers every stored message.
-    keywords: Duration,
+    pub(super) keywords: Duration,
     /// Until the vector index searches through its graph.
-    graph: Duration,
+    pub(super) graph: Duration,
     /// The server's peak resident memory by then (`VmHWM`), in KiB.
-    peak_rss_kib: u64,
+    pub(super) peak_rss_kib: u64,
 }
 
 pub(crate) fn run(root: &Path, sizes_mib: &[u64], baseline: Option<&Path>) -> anyhow::Result<()> {
@@ -182,8 +182,21 @@ pub(crate) fn run(root: &Path, sizes_mib: &[u64], baseline: Option<&Path>) -> an
 /// Starts the server, waits until it is ready and then until its vector graph is built, and
 /// stops it cleanly.
 async fn timed_start(binary: &Path, data_dir: &Path, log: &Path) -> anyhow::Result<Start> {
+    let (server, start) = started(binary, data_dir, log, &[]).await?;
+    server.stop()?;
+    Ok(start)
+}
+
+/// Starts the server with `env` added to its environment and waits until it is ready, then
+/// until its keywords are indexed and its vector graph is there; returns it running.
+pub(super) async fn started(
+    binary: &Path,
+    data_dir: &Path,
+    log: &Path,
+    env: &[(&str, &str)],
+) -> anyhow::Result<(Server, Start)> {
     let start = Instant::now();
-    let server = Server::start_with(binary, data_dir, log, START_TIMEOUT, &[])?;
+    let server = Server::start_with(binary, data_dir, log, START_TIMEOUT, env)?;
     let listening = start.elapsed();
     let http = admin_client(Duration::from_secs(10))?;
     let addr = server.addr();
@@ -195,14 +208,16 @@ async fn timed_start(binary: &Path, data_dir: &Path, log: &Path) -> anyhow::Resu
     let keywords = done_after(&http, addr, start, "memlayer_index_keywords_pending").await?;
     let graph = done_after(&http, addr, start, "memlayer_index_graph_pending").await?;
     let peak_rss_kib = server.peak_rss_kib()?;
-    server.stop()?;
-    Ok(Start {
-        listening,
-        ready,
-        keywords,
-        graph,
-        peak_rss_kib,
-    })
+    Ok((
+        server,
+        Start {
+            listening,
+            ready,
+            keywords,
+            graph,
+            peak_rss_kib,
+        },
+    ))
 }
 
 /// Starts the server on its snapshot, appends one message, waits until it is embedded (the
@@ -257,7 +272,7 @@ async fn done_after(
 }
 
 /// Polls `path` of the server until `done` says its answer is the awaited one.
-async fn wait_for<F, Fut>(
+pub(super) async fn wait_for<F, Fut>(
     http: &reqwest::Client,
     addr: SocketAddr,
     path: &str,
