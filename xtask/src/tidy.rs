@@ -69,7 +69,55 @@ pub(crate) fn check(root: &Path) -> anyhow::Result<Vec<Violation>> {
     violations.extend(check_xtask_links_no_product(root, &metadata.packages));
     violations.extend(check_bench_is_a_leaf(root, &metadata.packages));
     violations.extend(check_workspace_lints(root, &crates)?);
+    violations.extend(check_unsafe_allowed_once(root)?);
     Ok(violations)
+}
+
+/// The one file allowed to lift the workspace's `unsafe_code = "deny"`: glibc's
+/// `malloc_trim`, which no safe crate wraps.
+const UNSAFE_ALLOWED_IN: &str = "crates/memlayer-memory/src/loaders.rs";
+
+/// No Rust file of the workspace but [`UNSAFE_ALLOWED_IN`] allows `unsafe` code.
+fn check_unsafe_allowed_once(root: &Path) -> anyhow::Result<Vec<Violation>> {
+    let mut files = Vec::new();
+    for dir in ["crates", "xtask", "tests"] {
+        rust_files(&root.join(dir), &mut files)?;
+    }
+    let mut violations = Vec::new();
+    for path in files {
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("could not read {}", path.display()))?;
+        if allows_unsafe(&text) && path != root.join(UNSAFE_ALLOWED_IN) {
+            let reason = format!("allows unsafe code; only {UNSAFE_ALLOWED_IN} may");
+            violations.push(violation(root, &path, reason));
+        }
+    }
+    Ok(violations)
+}
+
+/// Whether `text` lifts the `unsafe_code` lint (spelt so that this file does not).
+fn allows_unsafe(text: &str) -> bool {
+    let lint = concat!("unsafe", "_code");
+    ["allow(", "expect(", "warn("]
+        .iter()
+        .any(|level| text.contains(&format!("{level}{lint}")))
+}
+
+/// Every `.rs` file under `dir`, build output left out.
+fn rust_files(dir: &Path, files: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+    let entries =
+        std::fs::read_dir(dir).with_context(|| format!("could not read {}", dir.display()))?;
+    for entry in entries {
+        let path = entry?.path();
+        if path.is_dir() {
+            if path.file_name().is_some_and(|name| name != "target") {
+                rust_files(&path, files)?;
+            }
+        } else if path.extension().is_some_and(|extension| extension == "rs") {
+            files.push(path);
+        }
+    }
+    Ok(())
 }
 
 /// The packages that the layering applies to; the `tests` package and xtask sit outside
@@ -458,6 +506,17 @@ mod tests {
                 "crates/store/Cargo.toml: package `memlayer-store` must live in a folder of the same name"
             ]
         );
+    }
+
+    #[test]
+    fn unsafe_code_is_allowed_only_by_an_attribute() {
+        let lint = concat!("unsafe", "_code");
+        assert!(allows_unsafe(&format!("#[allow({lint})]\nfn f() {{}}")));
+        assert!(allows_unsafe(&format!(
+            "#![expect({lint}, reason = \"ffi\")]"
+        )));
+        assert!(!allows_unsafe(&format!("#![deny({lint})]")));
+        assert!(!allows_unsafe("fn f() {}"));
     }
 
     #[test]

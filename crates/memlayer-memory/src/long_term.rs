@@ -200,9 +200,9 @@ pub struct Residency {
     pub evictions: u64,
 }
 
-/// The default budget of resident memories. Measured at a million memories of 100 users
-/// after one recall of each (docs/benchmarks.md, "Vectors held quantized"): the process
-/// grew by 1.3 GiB, by 0.75 GiB with glibc's arenas capped at two; the resident vectors
+/// The default budget of resident memories. A server with a million messages and a million
+/// memories of 100 users held 1.9 GiB after one recall of each user, 20 of them resident
+/// (docs/benchmarks.md, "A start at a million messages and memories"); the resident vectors
 /// are about 75 MB of that.
 pub const DEFAULT_RESIDENT_MEMORIES: usize = 200_000;
 
@@ -337,7 +337,11 @@ impl LongTermMemory {
         };
         let loaded = self.load_unlocked(tenant, user_id, changes, dimension)?;
         let mut indexes = self.write();
+        let evictions = indexes.evictions;
         self.install(&mut indexes, tenant, user_id, loaded)?;
+        if indexes.evictions != evictions {
+            self.inner.loaders.give_back_freed_memory();
+        }
         let partition = indexes
             .partition(tenant, user_id)
             .expect("the partition was just installed, under the write lock");
