@@ -78,9 +78,7 @@ impl Loaders {
             Err(mpsc::RecvError) => unreachable!("a job always answers before it is dropped"),
         }
     }
-}
 
-impl Loaders {
     /// Queues a job that asks the allocator to give the pages it holds free back to the
     /// system, without waiting for it: it walks every arena, some milliseconds on a large
     /// heap, which a recall need not wait for.
@@ -124,6 +122,48 @@ fn serve(queue: &Mutex<Receiver<Job>>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// This process's resident memory, in KiB.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    fn resident_kib() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    }
+
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn pages_freed_below_a_live_allocation_are_given_back() {
+        let loaders = Loaders::start();
+        // 256 MiB in small pieces on a loader thread, then all freed but the last: glibc
+        // keeps what lies below a live allocation until asked.
+        let kept = loaders.run(|| {
+            let mut pieces: Vec<Box<[u8]>> = (0..256 * 1024)
+                .map(|_| vec![1u8; 1024].into_boxed_slice())
+                .collect();
+            let kept = pieces.pop();
+            drop(pieces);
+            kept
+        });
+        let before = resident_kib();
+        loaders.give_back_freed_memory();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let now = resident_kib();
+            if now + 128 * 1024 < before {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{before} KiB resident before the trim, {now} KiB after"
+            );
+            thread::sleep(std::time::Duration::from_millis(10));
+        }
+        drop(kept);
+    }
 
     #[test]
     fn work_runs_on_a_loader_thread_and_panics_come_back() {
