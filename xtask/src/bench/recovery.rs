@@ -305,14 +305,27 @@ fn secs(duration: Duration) -> f64 {
 impl Start {
     fn row(&self) -> String {
         format!(
-            "{:.1} / {:.1} / {:.1} / {:.1}; peak RSS {:.0} MiB",
+            "{}; peak RSS {:.0} MiB",
+            self.times(),
+            mib(self.peak_rss_kib)
+        )
+    }
+
+    /// Seconds until listening / ready / keywords / graph.
+    pub(super) fn times(&self) -> String {
+        format!(
+            "{:.1} / {:.1} / {:.1} / {:.1}",
             secs(self.listening),
             secs(self.ready),
             secs(self.keywords),
             secs(self.graph),
-            self.peak_rss_kib as f64 / 1024.0
         )
     }
+}
+
+/// KiB as MiB, for the reports.
+pub(super) fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
 }
 
 fn report(results: &[Measured], message_bytes: u64, load: [String; 2]) -> String {

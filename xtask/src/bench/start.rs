@@ -24,7 +24,7 @@ use anyhow::{Context, ensure};
 use serde::Deserialize;
 
 use super::load_average;
-use super::recovery::{Start, started};
+use super::recovery::{Start, mib, started};
 use crate::server::{Server, admin_client};
 use crate::{cmd, metadata};
 
@@ -226,10 +226,6 @@ async fn sweep(server: &Server, users: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn mib(kib: u64) -> f64 {
-    kib as f64 / 1024.0
-}
-
 fn report(filled: &Filled, users: usize, results: &[Measured], load: [String; 2]) -> String {
     let mut out = String::new();
     let command: Vec<String> = std::env::args().skip(1).collect();
@@ -239,8 +235,8 @@ fn report(filled: &Filled, users: usize, results: &[Measured], load: [String; 2]
         "Command: `cargo xtask {}`. Load average {} before / {} after. The store: {} messages \
          of {} bytes on average (one chat message of the corpus each, 50 to a conversation), \
          each with a stored 384-dimension vector, and {} long-term memories of {users} users, \
-         each with its vector: a {:.0} MiB file, written in {:.0} s. The file is in the page \
-         cache (it was just written). Times are seconds from spawn until the server listens / \
+         each with its vector: a {:.0} MiB file, written in {:.0} s (kept for later runs; a \
+         run's first start may find part of it out of the page cache). Times are seconds from spawn until the server listens / \
          is ready / has indexed the stored messages' keywords / searches messages through \
          its graph (looked for once the keywords are done). Then one memory search for every \
          user in turn (each user's partition loaded, past the resident budget the least \
@@ -265,13 +261,10 @@ fn report(filled: &Filled, users: usize, results: &[Measured], load: [String; 2]
         let start = &result.start;
         let _ = writeln!(
             out,
-            "| {} | {} | {:.1} / {:.1} / {:.1} / {:.1} | {:.0} | {:.1} | {:.0} | {:.0} |",
+            "| {} | {} | {} | {:.0} | {:.1} | {:.0} | {:.0} |",
             result.build,
             if result.snapshot { "loaded" } else { "none" },
-            start.listening.as_secs_f64(),
-            start.ready.as_secs_f64(),
-            start.keywords.as_secs_f64(),
-            start.graph.as_secs_f64(),
+            start.times(),
             mib(start.peak_rss_kib),
             result.sweep.as_secs_f64(),
             mib(result.rss_after_sweep_kib),
