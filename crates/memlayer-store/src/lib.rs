@@ -17,6 +17,7 @@
 mod activity;
 mod backend;
 mod backup;
+mod clean_close;
 #[cfg(any(test, feature = "conformance"))]
 #[doc(hidden)]
 pub mod conformance;
@@ -74,8 +75,8 @@ pub use sessions::SessionDeleted;
 pub use snapshot::{MessageOutline, SessionSnapshot, SessionVersion};
 pub use store::{
     CommitMode, DEFAULT_CACHE_BYTES, DiskSpace, EmbeddingFeed, Eraser, Keys, MAX_PAGE_SIZE,
-    MAX_SEARCH_QUERY, MAX_SEARCH_WORDS, Memories, Recovery, Sessions, Store, StoreOptions, Tenants,
-    blocking,
+    MAX_SEARCH_QUERY, MAX_SEARCH_WORDS, Memories, OpenCheck, Recovery, Sessions, Store,
+    StoreOptions, Tenants, blocking,
 };
 pub use tables::{UNKNOWN_SOURCE, settings_scope};
 

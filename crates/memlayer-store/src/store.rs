@@ -8,6 +8,7 @@ use std::sync::{Arc, PoisonError, RwLock, TryLockError};
 use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, WriteTransaction};
 
 use crate::backend::Backend;
+use crate::clean_close;
 use crate::tables::{FORMAT_VERSION, FORMAT_VERSION_KEY, META, NEXT_OUTBOX_SEQ_KEY, NEXT_SID_KEY};
 use crate::writer::Writer;
 use crate::{DiskFault, Result, StoreError};
@@ -46,6 +47,34 @@ pub struct StoreOptions {
     /// Most bytes of the file's pages held in memory (read cache and write buffer together);
     /// [`DEFAULT_CACHE_BYTES`] unless set.
     pub cache_bytes: usize,
+    /// Whether an open verifies every page even of a file unchanged since its clean close
+    /// (`memlayer check`); see [`OpenCheck`].
+    pub check_every_page: bool,
+}
+
+/// How an open found the store file sound before serving from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OpenCheck {
+    /// There was no file: this open created it.
+    Created,
+    /// redb verified the checksum of every page of the committed trees (a walk of the whole
+    /// file): after a crash, for a file changed since its clean close, without a stamp of one,
+    /// or when the options ask for it.
+    EveryPage,
+    /// The file is the one memlayer closed cleanly, byte for byte: same file, length and
+    /// times, and every 64 MiB's CRC-32 as recorded at the close (`clean_close.rs`).
+    UnchangedSinceCleanClose,
+}
+
+impl std::fmt::Display for OpenCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Created => "created",
+            Self::EveryPage => "every page verified",
+            Self::UnchangedSinceCleanClose => "unchanged since its clean close",
+        })
+    }
 }
 
 impl Default for StoreOptions {
@@ -53,6 +82,7 @@ impl Default for StoreOptions {
         Self {
             commit: CommitMode::default(),
             cache_bytes: DEFAULT_CACHE_BYTES,
+            check_every_page: false,
         }
     }
 }
@@ -67,6 +97,12 @@ impl StoreOptions {
     /// Options with a page cache of at most `bytes`.
     pub fn with_cache_bytes(mut self, bytes: usize) -> Self {
         self.cache_bytes = bytes;
+        self
+    }
+
+    /// Options whose open verifies every page whatever the last close recorded.
+    pub fn with_check_every_page(mut self) -> Self {
+        self.check_every_page = true;
         self
     }
 }
@@ -139,11 +175,33 @@ struct RedbFile {
     /// How [`Store::recover`] checks the disk and opens the file again.
     medium: Medium,
     commit: CommitMode,
+    /// How the first open found the file sound.
+    opened: OpenCheck,
     writer: Writer,
     /// Read transactions open now ([`ReadTxn`]). Invariant: [`Store::recover`] closes the
     /// database only while it is zero, since the reopened database would not know of an
     /// older snapshot and could reuse the pages it still reads.
     open_reads: Arc<AtomicUsize>,
+}
+
+impl Drop for RedbFile {
+    /// Closes the file once every write is committed and, if redb closed it cleanly, stamps
+    /// it so that the next open can skip the walk of every page (`clean_close.rs`). A stamp
+    /// that cannot be written costs only that: the next open checks every page.
+    fn drop(&mut self) {
+        self.writer.shutdown();
+        let db = self
+            .db
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(db) = db
+            && db.close().is_ok()
+            && self.medium.stamps_clean_close
+        {
+            let _ = clean_close::record(&self.path);
+        }
+    }
 }
 
 /// A read transaction of the store, counted while it lives ([`RedbFile::open_reads`]).
@@ -216,7 +274,8 @@ impl Store {
     ///
     /// Fails with [`StoreError::NewerFormat`] if a newer memlayer wrote the file, with
     /// [`StoreError::DamagedFile`] if the file is truncated or altered (every page's checksum
-    /// is verified first), and with [`StoreError::Storage`] if another process has it open.
+    /// is verified first, unless the file is byte for byte the one memlayer closed cleanly:
+    /// [`OpenCheck`]), and with [`StoreError::Storage`] if another process has it open.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         Self::open_with(path, StoreOptions::default())
     }
@@ -224,14 +283,25 @@ impl Store {
     /// Opens the store at `path` with `options`; see [`Store::open`].
     pub fn open_with(path: impl AsRef<Path>, options: StoreOptions) -> Result<Self> {
         let path = path.as_ref().to_owned();
-        let db = match create_new(&path, &options)? {
-            Some(db) => db,
-            None => builder(&options)
-                .create(&path)
-                .map_err(|err| damaged(&path, err))?,
+        let (db, opened) = match create_new(&path, &options)? {
+            Some(db) => (db, OpenCheck::Created),
+            None => {
+                let opened = if options.check_every_page {
+                    clean_close::remove(&path).map_err(io_error)?;
+                    OpenCheck::EveryPage
+                } else if clean_close::take(&path) {
+                    OpenCheck::UnchangedSinceCleanClose
+                } else {
+                    OpenCheck::EveryPage
+                };
+                let db = builder(&options, opened == OpenCheck::EveryPage)
+                    .create(&path)
+                    .map_err(|err| damaged(&path, err))?;
+                (db, opened)
+            }
         };
         let medium = Medium::file(&path, &options);
-        Self::start(db, path, medium, options)
+        Self::start(db, path, medium, options, opened)
     }
 
     /// Opens a store on `backend` instead of a file, with the same checks, initialisation and
@@ -249,23 +319,30 @@ impl Store {
     where
         B: redb::StorageBackend + Clone + Sync,
     {
-        let db = builder(&options)
+        let db = builder(&options, true)
             .create_with_backend(backend.clone())
             .map_err(|err| damaged(name, err))?;
         let (reopened, reopened_with) = (name.to_owned(), options.clone());
         let medium = Medium {
             open: Box::new(move || {
-                builder(&reopened_with)
+                builder(&reopened_with, true)
                     .create_with_backend(backend.clone())
                     .map_err(|err| damaged(&reopened, err))
             }),
             probe: Box::new(probe),
+            stamps_clean_close: false,
         };
-        Self::start(db, name.to_owned(), medium, options)
+        Self::start(db, name.to_owned(), medium, options, OpenCheck::EveryPage)
     }
 
     /// Checks and initialises an opened database and starts the writer thread.
-    fn start(db: Database, path: PathBuf, medium: Medium, options: StoreOptions) -> Result<Self> {
+    fn start(
+        db: Database,
+        path: PathBuf,
+        medium: Medium,
+        options: StoreOptions,
+        opened: OpenCheck,
+    ) -> Result<Self> {
         prepare(&db, options.commit)?;
         let db = Arc::new(RwLock::new(Some(db)));
         let writer = Writer::spawn(Arc::clone(&db), options.commit).map_err(|err| {
@@ -279,6 +356,7 @@ impl Store {
             path,
             medium,
             commit: options.commit,
+            opened,
             writer,
             open_reads: Arc::new(AtomicUsize::new(0)),
         })))
@@ -470,6 +548,11 @@ impl Store {
         self.file(FILE_ONLY).ok().map(|file| file.path.as_path())
     }
 
+    /// How the open found the file sound; `None` when a backend serves the store.
+    pub fn open_check(&self) -> Option<OpenCheck> {
+        self.file(FILE_ONLY).ok().map(|file| file.opened)
+    }
+
     /// Commits every write already submitted, then refuses new ones with
     /// [`StoreError::Closed`]. Reads keep working.
     pub fn shutdown(&self) {
@@ -627,6 +710,9 @@ struct Medium {
     open: Box<dyn Fn() -> Result<Database> + Send + Sync>,
     /// Succeeds when the disk takes a write and a sync.
     probe: Box<dyn Fn() -> std::io::Result<()> + Send + Sync>,
+    /// Whether a clean close leaves a stamp beside the file (`clean_close.rs`): a file in
+    /// the file system, not a test's simulated disk.
+    stamps_clean_close: bool,
 }
 
 /// Bytes the disk probe writes: room for the reopening's repair and the first commits after
@@ -643,7 +729,7 @@ impl Medium {
         let options = options.clone();
         Self {
             open: Box::new(move || {
-                builder(&options)
+                builder(&options, true)
                     .open(&opened)
                     .map_err(|err| damaged(&opened, err))
             }),
@@ -656,6 +742,7 @@ impl Medium {
                 let removed = std::fs::remove_file(&probed);
                 written.and(removed)
             }),
+            stamps_clean_close: true,
         }
     }
 }
@@ -756,7 +843,7 @@ fn create_new(path: &Path, options: &StoreOptions) -> Result<Option<Database>> {
     if path.try_exists().map_err(io_error)? {
         return Ok(None);
     }
-    let db = builder(options)
+    let db = builder(options, false)
         .create(&partial)
         .map_err(|err| damaged(&partial, err))?;
     initialise(&db, options.commit)?;
@@ -793,12 +880,14 @@ fn io_error(err: std::io::Error) -> StoreError {
 }
 
 /// How every store is opened. A plain open trusts a file that was closed cleanly and may panic
-/// on one damaged since; the check verifies every page's checksum first, so a damaged file is
-/// refused with an error instead of served. It reads the whole file once per start.
-fn builder(options: &StoreOptions) -> redb::Builder {
+/// on one damaged since; `check_every_page` verifies every page's checksum first, so a damaged
+/// file is refused with an error instead of served. The check reads the whole file: it is
+/// left out only for a file created by this open or unchanged since memlayer closed it
+/// ([`OpenCheck`]).
+fn builder(options: &StoreOptions, check_every_page: bool) -> redb::Builder {
     let mut builder = Database::builder();
     builder
-        .set_check_integrity_on_open(true)
+        .set_check_integrity_on_open(check_every_page)
         .set_cache_size(options.cache_bytes);
     builder
 }

@@ -6,8 +6,8 @@ use proptest::prelude::*;
 use tempfile::TempDir;
 
 use crate::{
-    Access, Append, NewMessage, NewRun, NewSession, Role, RunStatus, SessionFilter, SessionState,
-    Store, StoreError,
+    Access, Append, NewMessage, NewRun, NewSession, OpenCheck, Role, RunStatus, SessionFilter,
+    SessionState, Store, StoreError, StoreOptions,
 };
 
 const TENANT: &str = "default";
@@ -533,6 +533,63 @@ fn garbage_files_are_refused() {
     let path = dir.path().join("memlayer.redb");
     std::fs::write(&path, vec![0xa5; 64 * 1024]).unwrap();
     assert_damaged(&path);
+}
+
+fn stamp_of(path: &std::path::Path) -> std::path::PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".closed");
+    name.into()
+}
+
+fn stored_texts(store: &Store) -> Vec<String> {
+    let messages = store
+        .sessions()
+        .messages(&Access::tenant_wide(TENANT), "s", 0, 100)
+        .unwrap();
+    messages.into_iter().map(|m| m.content).collect()
+}
+
+/// A file memlayer closed cleanly and nobody touched opens without redb's walk of every
+/// page, with everything in it; the stamp that allowed it is gone while the store is open,
+/// so a crash from here on means the walk at the next open.
+#[tokio::test]
+async fn a_file_unchanged_since_its_clean_close_opens_without_the_walk() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = closed_store_with(&dir, "kept").await;
+    assert!(stamp_of(&path).exists(), "the clean close left its stamp");
+    let store = Store::open(&path).unwrap();
+    assert_eq!(
+        store.open_check(),
+        Some(OpenCheck::UnchangedSinceCleanClose)
+    );
+    assert!(!stamp_of(&path).exists(), "no stamp while the file is open");
+    assert_eq!(stored_texts(&store).len(), 20);
+    drop(store);
+    let store = Store::open_with(&path, StoreOptions::default().with_check_every_page()).unwrap();
+    assert_eq!(store.open_check(), Some(OpenCheck::EveryPage), "asked for");
+    assert!(!stamp_of(&path).exists());
+}
+
+/// Any write to the file after its clean close, even of the bytes already there, brings the
+/// walk back; a file memlayer did not close (no stamp) is walked too.
+#[tokio::test]
+async fn a_file_written_after_its_clean_close_is_walked_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = closed_store_with(&dir, "rewritten").await;
+    // File times tick coarsely (a few milliseconds): the rewrite must land in a later tick
+    // for its change time to differ, as the same bytes leave the CRCs as they were.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    std::fs::write(&path, std::fs::read(&path).unwrap()).unwrap();
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.open_check(), Some(OpenCheck::EveryPage));
+    assert_eq!(stored_texts(&store).len(), 20);
+    drop(store);
+    std::fs::remove_file(stamp_of(&path)).unwrap();
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.open_check(), Some(OpenCheck::EveryPage));
+    drop(store);
+    let created = Store::open(dir.path().join("new.redb")).unwrap();
+    assert_eq!(created.open_check(), Some(OpenCheck::Created));
 }
 
 #[tokio::test]

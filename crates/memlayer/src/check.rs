@@ -12,7 +12,7 @@
 use anyhow::Context;
 use memlayer_embed::{Embedder, EmbedderOptions};
 use memlayer_index::{Recall, RecallOptions, SnapshotLoad};
-use memlayer_store::{MessageKey, Store};
+use memlayer_store::{MessageKey, Store, StoreOptions};
 
 use crate::config::{AssetArgs, DataArgs};
 use crate::{SNAPSHOT_FILE, STORE_FILE};
@@ -36,7 +36,9 @@ pub(crate) fn run(args: CheckArgs) -> anyhow::Result<()> {
     );
     let assets = args.data.assets(args.assets)?;
     assets.check()?;
-    let store = Store::open(&store_path)
+    // Every page, even of a file unchanged since its clean close: the operator's check
+    // verifies what was written, not only that nothing changed since.
+    let store = Store::open_with(&store_path, StoreOptions::default().with_check_every_page())
         .with_context(|| format!("cannot open the store {}", store_path.display()))?;
     println!(
         "store {}: opens, page checksums verified",

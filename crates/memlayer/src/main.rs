@@ -340,8 +340,16 @@ fn open_store(
     let Some(url) = &settings.database_url else {
         let path = settings.data_dir.join(STORE_FILE);
         let options = StoreOptions::default().with_cache_bytes(settings.store_cache_bytes);
+        let started = std::time::Instant::now();
         let store = Store::open_with(&path, options)
             .with_context(|| format!("cannot open the store {}", path.display()))?;
+        if let Some(check) = store.open_check() {
+            tracing::info!(
+                %check,
+                millis = started.elapsed().as_millis(),
+                "store file opened"
+            );
+        }
         return Ok((store, path.display().to_string()));
     };
     let node_id = settings.server.node_id.as_deref();

@@ -154,8 +154,13 @@ fn serve_answers_then_exits_cleanly_on_sigterm_and_keeps_its_data() {
         "{stdout:?}"
     );
     assert!(store_file(&data_dir).is_file());
+    assert!(
+        data_dir.join("memlayer.redb.closed").is_file(),
+        "a clean stop stamps the file"
+    );
 
-    // Started again on the same directory, it has the message.
+    // Started again on the same directory, it has the message, and the file it closed
+    // cleanly opened without a walk of every page.
     let (mut server, url) = Process::serve(&data_dir);
     let (status, session) = get(&format!("{url}/v1/sessions/cli-1"));
     assert_eq!(status, 200, "{session}");
@@ -170,8 +175,12 @@ fn serve_answers_then_exits_cleanly_on_sigterm_and_keeps_its_data() {
         (&json!(0), &json!("user"), &json!("remember me"))
     );
     server.terminate();
-    let (status, _) = server.wait_for_exit();
-    assert_eq!(status.code(), Some(0), "stderr: {}", server.stderr());
+    let (status, stderr) = server.wait_for_failure();
+    assert_eq!(status.code(), Some(0), "stderr: {stderr}");
+    assert!(
+        stderr.contains("unchanged since its clean close"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -238,7 +247,8 @@ fn a_damaged_store_file_stops_the_start_naming_the_file() {
         "agent_id": "a",
     });
     assert_eq!(post(&format!("{url}/v1/sessions/s/messages"), &body).0, 201);
-    // A crash is not damage: after SIGKILL the file opens and the acknowledged append is there.
+    // A crash is not damage: after SIGKILL the file opens, every page verified (a crash
+    // leaves no stamp of a clean close), and the acknowledged append is there.
     server.child.kill().unwrap();
     server.child.wait().unwrap();
     let (mut server, url) = Process::serve(temp.path());
@@ -248,7 +258,9 @@ fn a_damaged_store_file_stops_the_start_naming_the_file() {
         (200, &json!("canary-store-bytes"))
     );
     server.terminate();
-    assert_eq!(server.wait_for_exit().0.code(), Some(0));
+    let (status, stderr) = server.wait_for_failure();
+    assert_eq!(status.code(), Some(0));
+    assert!(stderr.contains("every page verified"), "{stderr}");
 
     let store = store_file(temp.path());
     let intact = std::fs::read(&store).unwrap();
