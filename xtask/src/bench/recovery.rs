@@ -205,8 +205,12 @@ pub(super) async fn started(
     })
     .await?;
     let ready = start.elapsed();
-    let keywords = done_after(&http, addr, start, "memlayer_index_keywords_pending").await?;
-    let graph = done_after(&http, addr, start, "memlayer_index_graph_pending").await?;
+    // Watched at once: each is timed on its own, not after the other.
+    let (keywords, graph) = tokio::join!(
+        done_after(&http, addr, start, "memlayer_index_keywords_pending"),
+        done_after(&http, addr, start, "memlayer_index_graph_pending"),
+    );
+    let (keywords, graph) = (keywords?, graph?);
     let peak_rss_kib = server.peak_rss_kib()?;
     Ok((
         server,

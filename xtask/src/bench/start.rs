@@ -14,7 +14,8 @@
 //! until listening, ready, the keywords indexed and the message graph in place; then one
 //! memory search for every user in turn loads each user's partition (past the resident
 //! budget, the users used least recently leave memory), and the server's RSS is read after
-//! that sweep before it stops.
+//! that sweep before it stops. Each start with the snapshot follows an unmeasured start and
+//! clean stop of the same build, as a restart of one version does.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -183,6 +184,13 @@ async fn measure(
         .iter()
         .map(|(name, value)| (*name, value.as_str()))
         .collect();
+    if snapshot {
+        // Each measured start follows a clean stop of the same build, as every restart of
+        // one version does: a store file another build closed last (the first start after
+        // an upgrade) has every page checked at open.
+        let (server, _) = started(&build.binary, data_dir, log, &env).await?;
+        server.stop()?;
+    }
     let (server, start) = started(&build.binary, data_dir, log, &env).await?;
     let sweep_start = Instant::now();
     sweep(&server, users).await?;
@@ -238,9 +246,10 @@ fn report(filled: &Filled, users: usize, results: &[Measured], load: [String; 2]
          each with its vector: a {:.0} MiB file, written in {:.0} s (kept for later runs; a \
          run's first start may find part of it out of the page cache). Times are seconds from spawn until the server listens / \
          is ready / has indexed the stored messages' keywords / searches messages through \
-         its graph (looked for once the keywords are done). Then one memory search for every \
+         its graph. Then one memory search for every \
          user in turn (each user's partition loaded, past the resident budget the least \
-         recently used leave memory); RSS is read after it. A start without a snapshot \
+         recently used leave memory); RSS is read after it. Each start with a snapshot \
+         follows a clean stop of the same build (an unmeasured start before it). A start without a snapshot \
          (the first on a new store) builds the graph from the stored vectors; its clean stop \
          saves the snapshot the others load.\n",
         command.join(" "),
