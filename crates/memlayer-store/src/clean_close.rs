@@ -22,6 +22,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::{Deserialize, Serialize};
 
+use crate::store::sync_parent;
+
 /// The stamp's name is the store file's with this added.
 const SUFFIX: &str = ".closed";
 /// Bytes of the file each CRC covers: the unit the hashing threads share out.
@@ -142,15 +144,6 @@ fn unfinished_path(path: &Path) -> PathBuf {
     let mut name = stamp_path(path).into_os_string();
     name.push(".tmp");
     PathBuf::from(name)
-}
-
-/// Makes a creation, rename or removal in the file's directory durable.
-fn sync_parent(path: &Path) -> std::io::Result<()> {
-    let parent = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => Path::new("."),
-    };
-    File::open(parent)?.sync_all()
 }
 
 /// The CRC-32 of every `chunk_bytes` of the first `len` bytes of `file`, read by as many

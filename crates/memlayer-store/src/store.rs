@@ -855,17 +855,24 @@ fn create_new(path: &Path, options: &StoreOptions) -> Result<Option<Database>> {
         Err(err) => return Err(io_error(err)),
     }
     // The new name must be durable before the first write is acknowledged.
+    sync_parent(path).map_err(io_error)?;
+    Ok(Some(db))
+}
+
+/// Makes a creation, rename or removal of a name in `path`'s directory durable. Only Unix
+/// syncs a directory; elsewhere a directory cannot be opened as a file.
+pub(crate) fn sync_parent(path: &Path) -> std::io::Result<()> {
     #[cfg(unix)]
     {
         let parent = match path.parent() {
             Some(parent) if !parent.as_os_str().is_empty() => parent,
             _ => Path::new("."),
         };
-        std::fs::File::open(parent)
-            .and_then(|dir| dir.sync_all())
-            .map_err(io_error)?;
+        std::fs::File::open(parent)?.sync_all()?;
     }
-    Ok(Some(db))
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
 }
 
 fn remove_if_present(path: &Path) -> Result<()> {
