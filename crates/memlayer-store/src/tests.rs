@@ -536,17 +536,7 @@ fn garbage_files_are_refused() {
 }
 
 fn stamp_of(path: &std::path::Path) -> std::path::PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(".closed");
-    name.into()
-}
-
-fn stored_texts(store: &Store) -> Vec<String> {
-    let messages = store
-        .sessions()
-        .messages(&Access::tenant_wide(TENANT), "s", 0, 100)
-        .unwrap();
-    messages.into_iter().map(|m| m.content).collect()
+    crate::store::sibling(path, ".closed")
 }
 
 /// A file memlayer closed cleanly and nobody touched opens without redb's walk of every
@@ -563,7 +553,7 @@ async fn a_file_unchanged_since_its_clean_close_opens_without_the_walk() {
         Some(OpenCheck::UnchangedSinceCleanClose)
     );
     assert!(!stamp_of(&path).exists(), "no stamp while the file is open");
-    assert_eq!(stored_texts(&store).len(), 20);
+    assert_eq!(contents(&store, "s").len(), 20);
     drop(store);
     let store = Store::open_with(&path, StoreOptions::default().with_check_every_page()).unwrap();
     assert_eq!(store.open_check(), Some(OpenCheck::EveryPage), "asked for");
@@ -582,7 +572,7 @@ async fn a_file_written_after_its_clean_close_is_walked_again() {
     std::fs::write(&path, std::fs::read(&path).unwrap()).unwrap();
     let store = Store::open(&path).unwrap();
     assert_eq!(store.open_check(), Some(OpenCheck::EveryPage));
-    assert_eq!(stored_texts(&store).len(), 20);
+    assert_eq!(contents(&store, "s").len(), 20);
     drop(store);
     std::fs::remove_file(stamp_of(&path)).unwrap();
     let store = Store::open(&path).unwrap();
