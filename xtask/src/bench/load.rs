@@ -132,6 +132,10 @@ pub(crate) struct ScenarioResult {
     errors: Errors,
     /// From the end of the warm-up until the last client finished its last request.
     elapsed: Duration,
+    /// The CPU time this process, the load generator, used meanwhile, as a share of one
+    /// core: on a machine whose cores the server shares with it, what it takes from the
+    /// server (`None` where `/proc/self/stat` cannot be read).
+    client_cores: Option<f64>,
 }
 
 /// Runs one scenario: every client sends requests until the deadline, and only requests
@@ -196,6 +200,8 @@ pub(crate) async fn run(
             tokio::spawn(run.requests(measure_from, end))
         })
         .collect();
+    tokio::time::sleep_until(measure_from.into()).await;
+    let cpu_from = own_cpu_time();
     let mut latencies = Vec::new();
     let mut errors = Errors::default();
     for task in tasks {
@@ -204,6 +210,9 @@ pub(crate) async fn run(
         errors.merge(client.errors);
     }
     let elapsed = measure_from.elapsed();
+    let client_cores = cpu_from
+        .zip(own_cpu_time())
+        .map(|(from, to)| to.saturating_sub(from).as_secs_f64() / elapsed.as_secs_f64());
     latencies.sort_unstable();
     Ok(ScenarioResult {
         workload: scenario.workload,
@@ -211,7 +220,25 @@ pub(crate) async fn run(
         latencies,
         errors,
         elapsed,
+        client_cores,
     })
+}
+
+/// The CPU time this process has used so far, all its threads, from `/proc/self/stat`.
+fn own_cpu_time() -> Option<Duration> {
+    cpu_time_of_stat(&std::fs::read_to_string("/proc/self/stat").ok()?)
+}
+
+/// User plus system time of a `/proc/<pid>/stat` line (fields 14 and 15), counted in
+/// 1/100 s: `USER_HZ`, which Linux fixes at 100 for every program whatever its own tick.
+fn cpu_time_of_stat(stat: &str) -> Option<Duration> {
+    // Field 2, the command name, is in parentheses and may hold spaces and parentheses of
+    // its own; field 3 comes after the last `)`.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let mut fields = after_name.split_whitespace().skip(14 - 3);
+    let user: u64 = fields.next()?.parse().ok()?;
+    let system: u64 = fields.next()?.parse().ok()?;
+    Some(Duration::from_millis((user + system) * 10))
 }
 
 /// Runs each of `scenarios` in turn against `servers` (see [`run`]), saying which on stderr.
@@ -447,6 +474,10 @@ pub(crate) fn print_heading(title: &str, machine: &str) -> anyhow::Result<()> {
         std::env::consts::OS,
         std::env::consts::ARCH
     );
+    println!(
+        "- client's cores: the CPU time the load generator (this process) used while it \
+         measured, in cores; on a machine it shares, the server had that much less"
+    );
     Ok(())
 }
 
@@ -456,9 +487,9 @@ pub(crate) fn print_results(heading: &str, results: &[ScenarioResult]) {
     println!("### {heading}");
     println!();
     println!(
-        "| workload | clients | requests | errors | requests/s | p50 ms | p90 ms | p95 ms | p99 ms | max ms |"
+        "| workload | clients | requests | errors | requests/s | p50 ms | p90 ms | p95 ms | p99 ms | max ms | client's cores |"
     );
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for result in results {
         println!("{}", result.table_row());
     }
@@ -485,8 +516,11 @@ impl ScenarioResult {
         let errors = self.error_count();
         let requests = self.latencies.len() as u64 + errors;
         let throughput = self.latencies.len() as f64 / self.elapsed.as_secs_f64();
+        let client_cores = self
+            .client_cores
+            .map_or_else(|| "-".to_owned(), |cores| format!("{cores:.2}"));
         format!(
-            "| {} | {} | {requests} | {errors} | {throughput:.0} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {requests} | {errors} | {throughput:.0} | {} | {} | {} | {} | {} | {client_cores} |",
             self.workload.name(),
             self.clients,
             ms(50.0),
@@ -576,6 +610,7 @@ mod tests {
             latencies: ms(&[1, 3]),
             errors: left,
             elapsed: Duration::from_secs(1),
+            client_cores: Some(0.304),
         };
         assert_eq!(result.error_count(), 3);
         assert_eq!(
@@ -587,7 +622,25 @@ mod tests {
         );
         assert_eq!(
             result.table_row(),
-            "| append | 2 | 5 | 3 | 2 | 1.00 | 3.00 | 3.00 | 3.00 | 3.00 |"
+            "| append | 2 | 5 | 3 | 2 | 1.00 | 3.00 | 3.00 | 3.00 | 3.00 | 0.30 |"
+        );
+    }
+
+    #[test]
+    fn cpu_time_is_read_after_a_command_name_with_spaces_and_parentheses() {
+        // /proc/<pid>/stat of a process named "a) (b c", 250 ticks user, 17 system.
+        let stat = "4242 (a) (b c) S 1 4242 4242 0 -1 4194560 1500 0 0 0 250 17 0 0 20 0 \
+                    9 0 123456 1000000 500 18446744073709551615";
+        assert_eq!(cpu_time_of_stat(stat), Some(Duration::from_millis(2670)));
+        assert_eq!(cpu_time_of_stat("4242 (cut short) S 1"), None);
+        assert_eq!(cpu_time_of_stat("no name at all"), None);
+    }
+
+    #[test]
+    fn this_process_reads_its_own_cpu_time() {
+        assert!(
+            own_cpu_time().is_some(),
+            "/proc/self/stat is readable on Linux"
         );
     }
 }
