@@ -63,6 +63,54 @@ fn the_file_scan_reads_the_files_the_records_are_in() {
     assert!(server.occurrences_in_files("scancontrol7731") > 0);
 }
 
+/// The keyword index is saved in the vector snapshot beside a store file, so a start
+/// recalls by keywords at once; the stems are words of the messages, so an erased message's
+/// stems leave the file with it. Beside PostgreSQL, which keeps text only sealed, no stem is
+/// ever written: the start indexes the texts again instead.
+#[test]
+fn an_erased_messages_stems_leave_the_snapshot() {
+    let mut server = TestServer::start();
+    let word = "zorblaxing";
+    let stems = memlayer_index::Analyzer::default().tokens(word);
+    let [stem] = stems.as_slice() else {
+        panic!("one stem: {stems:?}")
+    };
+    assert_ne!(
+        stem, word,
+        "a stem the scans for whole texts would not find"
+    );
+    append(
+        &server,
+        "chat",
+        "alice",
+        json!([
+            { "role": "user", "content": format!("The spare key hides under the {word} pot.") },
+            { "role": "assistant", "content": "Noted." },
+        ]),
+    );
+    let query = json!({ "session_id": "chat", "query": word, "k": 1 });
+    let (status, found) = server.post("/v1/recall", &query);
+    assert_eq!(status, 200, "{found}");
+    assert_eq!(found["hits"][0]["keyword_rank"], 1, "{found}");
+    server.restart();
+    let snapshot = server.store_path().with_file_name("vectors.idx");
+    let in_snapshot = memlayer_erasure::scan_files(&[&snapshot], stem.as_bytes())
+        .unwrap()
+        .len();
+    if memlayer_tests::on_postgres() {
+        assert_eq!(in_snapshot, 0, "a stem beside a sealed store");
+    } else {
+        assert!(in_snapshot > 0, "the control: the stem was saved");
+    }
+    let (status, found) = server.post("/v1/recall", &query);
+    assert_eq!(status, 200, "{found}");
+    assert_eq!(found["hits"][0]["keyword_rank"], 1, "{found}");
+
+    let (status, receipt) = server.delete("/v1/sessions/chat/messages/0");
+    assert_eq!(status, 200, "{receipt}");
+    server.assert_erased_from_files(stem);
+}
+
 #[test]
 fn an_erased_message_leaves_every_api_and_every_file() {
     let server = TestServer::start();

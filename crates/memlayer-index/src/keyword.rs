@@ -354,6 +354,60 @@ impl<P> KeywordPartitions<P> {
     }
 }
 
+impl<P: Eq + Hash> KeywordPartitions<P> {
+    /// Keeps the documents `keep` accepts (asked with each one's partition and id) and drops
+    /// the rest, and every partition left empty: a start takes out of a snapshot's postings
+    /// what the store no longer holds before anything is served.
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&P, u64) -> bool) {
+        self.partitions.retain(|partition, postings| {
+            let gone: Vec<u64> = postings
+                .documents
+                .keys()
+                .copied()
+                .filter(|&id| !keep(partition, id))
+                .collect();
+            for id in gone {
+                postings.remove(id);
+            }
+            !postings.documents.is_empty()
+        });
+    }
+
+    /// How many documents all partitions hold.
+    pub(crate) fn documents(&self) -> usize {
+        self.partitions
+            .values()
+            .map(|postings| postings.documents.len())
+            .sum()
+    }
+}
+
+#[cfg(feature = "fuzzing")]
+impl<P: Eq + Hash + Clone> KeywordPartitions<P> {
+    /// Each partition's key with its first term (the fuzz target searches them).
+    pub(crate) fn first_terms(&self) -> Vec<(P, String)> {
+        self.partitions
+            .iter()
+            .filter_map(|(key, postings)| {
+                let term = postings.vocabulary.keys().next()?;
+                Some((key.clone(), term.clone()))
+            })
+            .collect()
+    }
+
+    /// [`KeywordPostings::search`] in `partition` for terms analysed already.
+    pub(crate) fn search_terms(
+        &self,
+        partition: &P,
+        terms: &[String],
+        k: usize,
+    ) -> Vec<(u64, f32)> {
+        self.partitions
+            .get(partition)
+            .map_or_else(Vec::new, |postings| postings.search(terms, k, None))
+    }
+}
+
 impl<P: Eq + Hash + Clone> KeywordPostings for KeywordPartitions<P> {
     type Partition = P;
 
@@ -409,6 +463,10 @@ impl<P: Eq + Hash + Clone> KeywordPostings for KeywordPartitions<P> {
         postings.search(&self.analysis.analyzer.tokens(query), k, filter)
     }
 }
+
+mod section;
+
+pub(crate) use section::{KeywordSection, PartitionKey, read_section};
 
 #[cfg(test)]
 mod tests;

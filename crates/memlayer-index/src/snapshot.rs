@@ -5,17 +5,20 @@
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0 | 8 | magic `MLVECIDX` |
-//! | 8 | 4 | format version (3; 1 and 2 are still read) |
+//! | 8 | 4 | format version (4; 1 to 3 are still read) |
 //! | 12 | 4 | dimension `d` |
 //! | 16 | 8 | covered sequence: the store sequence the snapshot includes |
 //! | 24 | 8 | record count `n` |
 //! | 32 | 4 | CRC-32 (IEEE, `crc32fast`) of bytes 0..32 followed by every byte after 36 |
 //! | 36 | `n × (12 + d)` | body: `n` records of id (`u64`), scale (`f32`), then `d` × `i8` codes ([`crate::arena`]) |
+//! | … | 1 | 1 if the keyword section follows, else 0 |
+//! | … | | the keyword partitions' postings (`crate::keyword::section`) |
 //! | … | 1 | 1 if the HNSW graph follows, else 0 |
 //! | … | rest | the graph's neighbour lists over the records ([`crate::graph::Graph::write`]) |
 //!
 //! Versions 1 and 2 held each vector as `d` × `f32` (`8 + 4d` bytes a record) and version 1
-//! no graph flag nor graph; their vectors are quantized as they are read.
+//! no graph flag nor graph; their vectors are quantized as they are read. Versions 1 to 3
+//! have no keyword flag nor section.
 //!
 //! Only live vectors are written: an erased vector is never part of a snapshot, nor is a
 //! link to it. The graph holds record numbers, no vector and no id.
@@ -29,10 +32,13 @@ use crate::arena::{Arena, check_codes};
 use crate::dot::check_unit;
 use crate::error::{IndexError, Result};
 use crate::graph::Graph;
+use crate::keyword::{KeywordSection, read_section};
 
 const MAGIC: [u8; 8] = *b"MLVECIDX";
-/// The version written: quantized vectors and a graph flag.
-const VERSION: u32 = 3;
+/// The version written: quantized vectors, a keyword flag and a graph flag.
+const VERSION: u32 = 4;
+/// Quantized vectors and a graph flag; still read.
+const QUANTIZED_VERSION: u32 = 3;
 /// Vectors as `f32`, and a graph flag; still read.
 const F32_VERSION: u32 = 2;
 /// Vectors as `f32`, no graph; still read.
@@ -52,10 +58,19 @@ pub(crate) struct Snapshot {
     pub(crate) arena: Arena,
     /// The graph, when the file holds one built with the index's parameters.
     pub(crate) graph: Option<Graph>,
+    /// The keyword partitions, when the file holds them.
+    pub(crate) keywords: Option<KeywordSection>,
 }
 
-/// Writes a graph's section into the snapshot being written.
-pub(crate) type GraphWriter<'a> = Box<dyn FnOnce(&mut dyn Write) -> io::Result<()> + 'a>;
+/// Writes a section (the keywords', the graph's) into the snapshot being written.
+pub(crate) type SectionWriter<'a> = Box<dyn FnOnce(&mut dyn Write) -> io::Result<()> + 'a>;
+
+/// The sections after a snapshot's records, each written when present.
+#[derive(Default)]
+pub(crate) struct Sections<'a> {
+    pub(crate) keywords: Option<SectionWriter<'a>>,
+    pub(crate) graph: Option<SectionWriter<'a>>,
+}
 
 /// Writes `records` (id, then a quantized vector's scale and `dimension` codes) to `path`
 /// atomically: into a
@@ -67,10 +82,10 @@ pub(crate) fn write<'a>(
     covered_sequence: u64,
     count: usize,
     records: impl Iterator<Item = (u64, (f32, &'a [i8]))>,
-    graph: Option<GraphWriter<'_>>,
+    sections: Sections<'_>,
 ) -> Result<()> {
     let temp = temp_path(path)?;
-    let result = write_file(&temp, dimension, covered_sequence, count, records, graph)
+    let result = write_file(&temp, dimension, covered_sequence, count, records, sections)
         .and_then(|()| fs::rename(&temp, path).map_err(IndexError::from))
         .and_then(|()| sync_parent(path));
     if result.is_err() {
@@ -110,7 +125,7 @@ fn write_file<'a>(
     covered_sequence: u64,
     count: usize,
     records: impl Iterator<Item = (u64, (f32, &'a [i8]))>,
-    graph: Option<GraphWriter<'_>>,
+    sections: Sections<'_>,
 ) -> Result<()> {
     let dimension_u32 = u32::try_from(dimension).map_err(|_| IndexError::InvalidConfig {
         field: "dimension",
@@ -144,12 +159,14 @@ fn write_file<'a>(
         written += 1;
     }
     debug_assert_eq!(written, count);
-    match graph {
-        Some(graph) => {
-            out.write_all(&[1])?;
-            graph(&mut out)?;
+    for section in [sections.keywords, sections.graph] {
+        match section {
+            Some(section) => {
+                out.write_all(&[1])?;
+                section(&mut out)?;
+            }
+            None => out.write_all(&[0])?,
         }
-        None => out.write_all(&[0])?,
     }
     let crc = out.crc.finalize();
     let mut file = out
@@ -244,7 +261,7 @@ pub(crate) fn parse(source: impl Read, len: u64, config: &VectorConfig) -> Resul
             "format version {version}, this build reads {FIRST_VERSION} to {VERSION}"
         )));
     }
-    let quantized = version == VERSION;
+    let quantized = version >= QUANTIZED_VERSION;
     let file_dimension = u32::from_le_bytes(le(field(12..16)));
     if usize::try_from(file_dimension).ok() != Some(dimension) {
         return Err(corrupted(format!(
@@ -310,11 +327,17 @@ pub(crate) fn parse(source: impl Read, len: u64, config: &VectorConfig) -> Resul
         }
         ids.push(id);
     }
-    let trailer_len = rest_len - (count * record_len) as u64;
+    let mut trailer_len = rest_len - (count * record_len) as u64;
+    let keywords = if version == VERSION {
+        read_keywords(&mut source, &mut trailer_len)
+    } else {
+        Ok(None)
+    };
     let graph = match (version, trailer_len) {
+        _ if keywords.is_err() => Ok(None),
         (FIRST_VERSION, 0) => Ok(None),
-        (F32_VERSION | VERSION, 0) => Err(corrupted("the graph flag is missing".into())),
-        (F32_VERSION | VERSION, _) => {
+        (_, 0) => Err(corrupted("the graph flag is missing".into())),
+        (F32_VERSION..=VERSION, _) => {
             let mut flag = [0u8];
             read_exact(&mut source, &mut flag)?;
             match flag {
@@ -330,6 +353,7 @@ pub(crate) fn parse(source: impl Read, len: u64, config: &VectorConfig) -> Resul
     if source.crc.finalize() != stored_crc {
         return Err(corrupted("checksum mismatch".into()));
     }
+    let keywords = keywords?;
     let graph = graph?;
     if let Some(invalid) = invalid {
         return Err(corrupted(invalid));
@@ -339,7 +363,31 @@ pub(crate) fn parse(source: impl Read, len: u64, config: &VectorConfig) -> Resul
         ids,
         arena,
         graph,
+        keywords,
     })
+}
+
+/// The keyword flag and section of a version 4 file, from the `trailer_len` bytes after its
+/// records, less what they took.
+fn read_keywords(source: &mut impl Read, trailer_len: &mut u64) -> Result<Option<KeywordSection>> {
+    let mut flag = [0u8];
+    if *trailer_len == 0 {
+        return Err(IndexError::Corrupted("the keyword flag is missing".into()));
+    }
+    read_exact(source, &mut flag)?;
+    *trailer_len -= 1;
+    match flag {
+        [0] => Ok(None),
+        [1] => {
+            let mut section = source.take(*trailer_len);
+            let keywords = read_section(&mut section)?;
+            *trailer_len = section.limit();
+            Ok(Some(keywords))
+        }
+        _ => Err(IndexError::Corrupted(
+            "the keyword flag is not 0 or 1".into(),
+        )),
+    }
 }
 
 fn trailing(len: u64) -> IndexError {

@@ -19,6 +19,7 @@ use crate::arena::Arena;
 use crate::dot::check_unit;
 use crate::error::{IndexError, Result};
 use crate::graph::{self, Graph, GraphParams, Vectors};
+use crate::keyword::KeywordSection;
 use crate::lock::IndexLock;
 use crate::snapshot;
 use crate::topk::{IdFilter, TopK, sort_hits};
@@ -488,6 +489,16 @@ impl VectorIndex {
     /// atomically, recording that it covers the store up to `covered_sequence`. Removed
     /// vectors are never written, compacted or not, nor are links to their slots.
     pub fn save(&self, path: impl AsRef<Path>, covered_sequence: u64) -> Result<()> {
+        self.save_with(path.as_ref(), covered_sequence, None)
+    }
+
+    /// [`save`](Self::save), with a keyword section written beside the vectors when given.
+    pub(crate) fn save_with(
+        &self,
+        path: &Path,
+        covered_sequence: u64,
+        keywords: Option<snapshot::SectionWriter<'_>>,
+    ) -> Result<()> {
         let records = (0..self.ids.len())
             .filter(|&slot| self.live[slot])
             .map(|slot| (self.ids[slot], self.arena.get(slot)));
@@ -504,15 +515,15 @@ impl VectorIndex {
                 })
                 .collect();
             Box::new(move |out: &mut dyn std::io::Write| graph.write(out, &ordinal))
-                as snapshot::GraphWriter<'_>
+                as snapshot::SectionWriter<'_>
         });
         snapshot::write(
-            path.as_ref(),
+            path,
             self.config.dimension,
             covered_sequence,
             self.len(),
             records,
-            graph,
+            snapshot::Sections { keywords, graph },
         )
     }
 
@@ -525,9 +536,20 @@ impl VectorIndex {
     /// graph parameters): an index large enough for one that is without it, or whose graph
     /// did not cover every vector, [`needs_graph_work`](Self::needs_graph_work) after loading.
     pub fn load(path: impl AsRef<Path>, config: VectorConfig) -> Result<(Self, u64)> {
+        let (index, covered, _) = Self::load_with_keywords(path.as_ref(), config)?;
+        Ok((index, covered))
+    }
+
+    /// [`load`](Self::load), with the keyword section the file holds, if any.
+    pub(crate) fn load_with_keywords(
+        path: &Path,
+        config: VectorConfig,
+    ) -> Result<(Self, u64, Option<KeywordSection>)> {
         config.validate()?;
-        let snapshot = snapshot::read(path.as_ref(), &config)?;
-        Self::from_snapshot(snapshot, config)
+        let mut snapshot = snapshot::read(path, &config)?;
+        let keywords = snapshot.keywords.take();
+        let (index, covered) = Self::from_snapshot(snapshot, config)?;
+        Ok((index, covered, keywords))
     }
 
     /// The index holding a verified snapshot's vectors (`config` already validated).

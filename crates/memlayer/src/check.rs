@@ -68,8 +68,9 @@ pub(crate) fn run(args: CheckArgs) -> anyhow::Result<()> {
     );
     let embedder = Embedder::open(&assets, EmbedderOptions::default())
         .context("cannot load the embedding model")?;
-    // The check compares vectors only: the keywords, indexed in the background, are never
-    // built without the pipeline, which saves analysing every stored message.
+    // The check compares vectors only. The snapshot's keyword section is verified as it
+    // loads (one that fails a check makes the snapshot unusable); the texts it lacks, past
+    // the few thousand analysed at open, wait for the backfill, which needs the pipeline.
     let snapshot_path = dir.join(SNAPSHOT_FILE);
     let options = RecallOptions::default()
         .with_snapshot(snapshot_path.clone())

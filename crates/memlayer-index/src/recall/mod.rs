@@ -24,9 +24,14 @@
 //! the version still matches, brought up to the stored vectors when it does not (keeping
 //! its graph), and the index is rebuilt from the stored vectors without one. A save
 //! holds the read side of the index lock (searches go on, changes wait) and a mutex of its
-//! own (saves share one temporary file). The keyword index is rebuilt from the messages: at
-//! open, or with [`RecallOptions::keywords_in_background`] by a task beside the pipeline while
-//! queries are answered (they wait a bounded time for it and otherwise say what is missing).
+//! own (saves share one temporary file). Beside a store file the snapshot also holds the
+//! keyword postings, which a start takes as they are for every message the store still has
+//! (a message key is never reused, so its text cannot have changed), dropping the rest; the
+//! texts it lacks are analysed from the messages: at open, or with
+//! [`RecallOptions::keywords_in_background`] (past the first `TEXTS_INDEXED_AT_OPEN`) by a
+//! task beside the pipeline while queries are answered (they wait a bounded time for it and
+//! otherwise say what is missing). The stems are words of the messages, so none is written
+//! beside a store that keeps text sealed (PostgreSQL).
 //! Beside the pipeline a builder grows the graph, without holding the index lock, whenever
 //! the index needs one (after a rebuild from the store, past the threshold); until then
 //! vector searches scan exactly what it does not cover.
@@ -57,8 +62,8 @@ mod query;
 pub use check::IndexCheck;
 
 use crate::hybrid::KeywordPostings;
-use crate::keyword::KeywordPartitions;
-use crate::{HybridIndex, IndexError, IndexLock, Result, VectorConfig, snapshot};
+use crate::keyword::{KeywordPartitions, PartitionKey};
+use crate::{Analyzer, HybridIndex, IndexError, IndexLock, Result, VectorConfig, snapshot};
 pub use pipeline::SnapshotLoad;
 use pipeline::load_vectors;
 
@@ -77,7 +82,8 @@ pub struct RecallOptions {
     /// Analyse the stored messages' text for the keyword index after [`Recall::open`], in
     /// [`Recall::run_pipeline`]'s backfill, instead of inside it. The analysis of every
     /// stored message was most of a large store's start (16 of 16.5 s at 570 MiB);
-    /// `open` still reads every message for its session and filter fields.
+    /// `open` still reads every message for its session and filter fields. Texts the
+    /// snapshot's keyword section holds are not analysed again either way.
     pub keywords_in_background: bool,
     /// This process's name among the nodes following a store several processes share
     /// ([`memlayer_store::EmbeddingFeed::follower_seen`]): keep it across restarts, so that a
@@ -215,6 +221,12 @@ struct Doc {
     timestamp: Timestamp,
 }
 
+/// Texts a start whose snapshot held keywords analyses at open, of messages stored after
+/// the snapshot's save (appends during the last minute before a stop); past them the
+/// backfill takes over after the start. About 15 µs each at the rate the backfill analysed
+/// a million short chat messages (15.5 s, docs/benchmarks.md): at most a third of a second.
+const TEXTS_INDEXED_AT_OPEN: usize = 20_000;
+
 /// A user of a tenant: whose messages one keyword partition holds. Every scope lies within
 /// one user's sessions, so a search reads one partition, and its scores depend on that
 /// user's messages alone: not on other tenants' texts, nor on how many there are.
@@ -232,6 +244,16 @@ struct Owner {
     /// whole, indexing a message names its partition without building a key.
     user: TenantUser,
     agent_id: String,
+}
+
+impl PartitionKey for TenantUser {
+    fn parts(&self) -> [&str; 2] {
+        [&self.tenant, &self.user_id]
+    }
+
+    fn from_parts([tenant, user_id]: [String; 2]) -> Self {
+        Self { tenant, user_id }
+    }
 }
 
 impl Owner {
@@ -357,11 +379,11 @@ impl Recall {
             tracing::info!("removed the unfinished vector snapshot a stopped save left");
         }
         let with_keywords = !options.keywords_in_background;
-        let (indexes, vectors, snapshot_at_open) =
+        let (indexes, vectors, snapshot_at_open, backfilled) =
             Indexes::load(&store, &options, identity.dimension, with_keywords)?;
         let progress = Progress {
             vectors,
-            backfilled: with_keywords,
+            backfilled,
         };
         Ok(Self {
             inner: Arc::new(Inner {
@@ -448,20 +470,35 @@ impl Indexes {
         self.docs.contains_key(&key) || self.hybrid.vectors().contains(key)
     }
 
-    /// The indexes of every message `store` holds, their texts only `with_keywords`, the
-    /// vectors from the snapshot while it is exact; the outbox position they cover (every
-    /// entry up to it has its vectors in them), and what became of the snapshot.
+    /// The indexes of every message `store` holds, the vectors from the snapshot while it is
+    /// exact, the texts from the snapshot's keyword section where it has them, and
+    /// `with_keywords` every other text too (otherwise up to [`TEXTS_INDEXED_AT_OPEN`] of
+    /// them); the outbox position they cover (every entry up to it has its vectors in them),
+    /// what became of the snapshot, and whether every text is in the keyword index.
     fn load(
         store: &Store,
         options: &RecallOptions,
         dimension: usize,
         with_keywords: bool,
-    ) -> Result<(Self, u64, SnapshotLoad)> {
+    ) -> Result<(Self, u64, SnapshotLoad, bool)> {
         // Before the vectors: what was embedded by then is in what they load.
         let covered = store.feed().embedded_through()?;
-        let (vectors, snapshot) = load_vectors(store, options, VectorConfig::new(dimension))?;
+        let (vectors, snapshot, keywords) =
+            load_vectors(store, options, VectorConfig::new(dimension))?;
+        let mut hybrid = HybridIndex::new(vectors);
+        // Stems are kept in a snapshot only beside a store that keeps text in plain (a
+        // file); one found beside a store that keeps it sealed is not used.
+        let keywords = keywords.filter(|_| store.path().is_some());
+        let mut texts_at_open = if keywords.is_some() {
+            TEXTS_INDEXED_AT_OPEN
+        } else {
+            0
+        };
+        if let Some(keywords) = keywords {
+            *hybrid.keywords_mut() = keywords.into_partitions(Analyzer::default());
+        }
         let mut indexes = Self {
-            hybrid: HybridIndex::new(vectors),
+            hybrid,
             docs: BTreeMap::new(),
             owners: HashMap::new(),
             dirty: AtomicBool::new(snapshot != SnapshotLoad::Current),
@@ -472,12 +509,32 @@ impl Indexes {
             let Some((last, _)) = page.last() else { break };
             after = Some(*last);
             for (key, message) in &page {
-                indexes.add_message(*key, message, with_keywords, || {
+                let with_text = with_keywords || texts_at_open > 0;
+                if indexes.add_message(*key, message, with_text, || {
                     Owner::in_store(store, key.session())
-                })?;
+                })? && !with_keywords
+                {
+                    texts_at_open -= 1;
+                }
             }
         }
-        Ok((indexes, covered, snapshot))
+        // What the snapshot holds of messages the store no longer has (erased after its
+        // save, before a crash) goes before anything is served; so does a text in another
+        // partition than its session's owner's.
+        let Self {
+            hybrid,
+            docs,
+            owners,
+            ..
+        } = &mut indexes;
+        hybrid.keywords_mut().retain(|partition, id| {
+            docs.contains_key(&id)
+                && owners
+                    .get(&MessageKey::from_u64(id).session())
+                    .is_some_and(|owner| owner.user == *partition)
+        });
+        let backfilled = with_keywords || hybrid.keywords().documents() == docs.len();
+        Ok((indexes, covered, snapshot, backfilled))
     }
 
     /// Takes message `key` out of every index.
@@ -492,27 +549,30 @@ impl Indexes {
 
     /// Adds a message's filter fields, and its text `with_keywords`, learning its session's
     /// owner on first sight from `owner` (`None`: the session is gone, deleted meanwhile, and
-    /// the message is not indexed).
+    /// the message is not indexed). Returns whether its text was added (it was not there).
     fn add_message(
         &mut self,
         key: MessageKey,
         message: &Message,
         with_keywords: bool,
         owner: impl FnOnce() -> Result<Option<Owner>>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let owner = match self.owners.entry(key.session()) {
             std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
             std::collections::hash_map::Entry::Vacant(entry) => {
                 let Some(owner) = owner()? else {
-                    return Ok(());
+                    return Ok(false);
                 };
                 entry.insert(owner)
             }
         };
-        // Once: a node following a shared store meets its own appends again.
+        // Once: a node following a shared store meets its own appends again, a start the
+        // texts its snapshot held.
         let keywords = self.hybrid.keywords_mut();
-        if with_keywords && !keywords.contains(&owner.user, key.as_u64()) {
+        let added = with_keywords && !keywords.contains(&owner.user, key.as_u64());
+        if added {
             keywords.add(&owner.user, key.as_u64(), &message.content);
+            *self.dirty.get_mut() = true;
         }
         self.docs.insert(
             key.as_u64(),
@@ -521,7 +581,7 @@ impl Indexes {
                 timestamp: message.timestamp,
             },
         );
-        Ok(())
+        Ok(added)
     }
 }
 

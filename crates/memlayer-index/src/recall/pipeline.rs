@@ -16,6 +16,8 @@ use tokio::sync::watch;
 use super::{Indexes, Owner, Recall, RecallOptions};
 use crate::background::pause;
 use crate::hybrid::KeywordPostings;
+use crate::keyword::KeywordSection;
+use crate::snapshot::SectionWriter;
 use crate::{
     GraphBuilt, HybridIndex, IndexError, Result, VectorConfig, VectorIndex, run_graph_builder,
 };
@@ -171,6 +173,7 @@ impl Recall {
             let keywords = indexes.hybrid.keywords_mut();
             if indexes.docs.contains_key(&id) && !keywords.contains(&owner.user, id) {
                 keywords.add(&owner.user, id, &message.content);
+                *indexes.dirty.get_mut() = true;
             }
         }
     }
@@ -417,7 +420,7 @@ impl Recall {
             let dimension = usize::try_from(this.inner.model.dimension).unwrap_or(usize::MAX);
             loop {
                 let read_at = this.erasures_begun();
-                let (mut fresh, covered, _) =
+                let (mut fresh, covered, ..) =
                     Indexes::load(&this.inner.store, &this.inner.options, dimension, true)?;
                 *fresh.dirty.get_mut() = true;
                 let mut indexes = this.write();
@@ -503,7 +506,17 @@ impl Recall {
             // The read side: searches go on while the file is written (at 50,000 vectors it
             // is 84 MB); changes wait, so the index saved is the one `dirty` speaks of.
             let indexes = this.read();
-            indexes.hybrid.vectors().save(path, version)?;
+            // Stems are words of the messages: only where the store keeps text in plain too
+            // (a file), never beside a store that keeps it sealed (PostgreSQL).
+            let keywords = this.inner.store.path().is_some().then(|| {
+                let keywords = indexes.hybrid.keywords();
+                Box::new(move |out: &mut dyn std::io::Write| keywords.write_section(out))
+                    as SectionWriter<'_>
+            });
+            indexes
+                .hybrid
+                .vectors()
+                .save_with(path, version, keywords)?;
             indexes.dirty.store(false, Ordering::Relaxed);
             Ok(())
         })
@@ -560,21 +573,23 @@ pub(super) fn load_vectors(
     store: &Store,
     options: &RecallOptions,
     config: VectorConfig,
-) -> Result<(VectorIndex, SnapshotLoad)> {
+) -> Result<(VectorIndex, SnapshotLoad, Option<KeywordSection>)> {
     let version = store.feed().vectors_version()?;
     let mut stale = None;
     let mut outcome = SnapshotLoad::Absent;
+    let mut keywords = None;
     if let Some(path) = &options.snapshot_path
         && path.exists()
     {
-        match VectorIndex::load(path, config.clone()) {
-            Ok((index, covered)) if covered == version => {
-                return Ok((index, SnapshotLoad::Current));
+        match VectorIndex::load_with_keywords(path, config.clone()) {
+            Ok((index, covered, saved)) if covered == version => {
+                return Ok((index, SnapshotLoad::Current, saved));
             }
-            Ok((index, _)) => {
+            Ok((index, _, saved)) => {
                 tracing::info!("vector snapshot is stale; bringing it up to the stored vectors");
                 stale = Some(index);
                 outcome = SnapshotLoad::Stale;
+                keywords = saved;
             }
             Err(err) => {
                 let reason = err.for_log();
@@ -614,5 +629,5 @@ pub(super) fn load_vectors(
         }
         index.compact();
     }
-    Ok((index, outcome))
+    Ok((index, outcome, keywords))
 }

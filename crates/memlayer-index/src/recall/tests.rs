@@ -599,7 +599,7 @@ async fn a_stale_snapshot_keeps_its_graph_and_takes_the_stores_changes() {
     let lines = boat_lines(60);
     append(&store, "s", "alice", &as_user_lines(&lines[..40])).await;
     embed_pending_with_seeded_vectors(&store, &model, 1).await;
-    let (mut index, snapshot) = load_vectors(&store, &options, config.clone()).unwrap();
+    let (mut index, snapshot, _) = load_vectors(&store, &options, config.clone()).unwrap();
     assert_eq!(snapshot, SnapshotLoad::Absent, "no snapshot yet");
     index.build_graph();
     index
@@ -628,7 +628,7 @@ async fn a_stale_snapshot_keeps_its_graph_and_takes_the_stores_changes() {
         .await
         .unwrap();
 
-    let (loaded, snapshot) = load_vectors(&store, &options, config).unwrap();
+    let (loaded, snapshot, _) = load_vectors(&store, &options, config).unwrap();
     assert_eq!(snapshot, SnapshotLoad::Stale);
     assert!(loaded.has_graph(), "the snapshot's graph was thrown away");
     assert!(
@@ -846,11 +846,9 @@ async fn a_recall_behind_the_backlog_tells_nothing_of_other_tenants_appends() {
     assert!(!notes[0].contains(char::is_numeric), "{}", notes[0]);
 }
 
-/// Opened with its keywords in the background, recall answers before the backfill (by
-/// meaning, saying what is missing), by keywords too once it ran, and a session erased
-/// before the backfill does not come back into the keyword index with it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keywords_backfilled_after_the_start_never_bring_back_an_erased_text() {
+/// Alice's two messages of sessions "kept" and "erased", indexed, and the store stopped
+/// cleanly (its snapshot saved): the store's directory and the embedder.
+async fn kept_and_erased_said() -> (tempfile::TempDir, Embedder) {
     let fixture = Fixture::open(tempfile::tempdir().unwrap(), embedder());
     fixture
         .say(
@@ -868,6 +866,17 @@ async fn keywords_backfilled_after_the_start_never_bring_back_an_erased_text() {
         .await;
     fixture.settle().await;
     let (dir, embedder) = fixture.stop().await;
+    (dir, embedder)
+}
+
+/// Opened with its keywords in the background and a snapshot without them (none, or one of
+/// a release before keywords were saved), recall answers before the backfill (by meaning,
+/// saying what is missing), by keywords too once it ran, and a session erased before the
+/// backfill does not come back into the keyword index with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keywords_backfilled_after_the_start_never_bring_back_an_erased_text() {
+    let (dir, embedder) = kept_and_erased_said().await;
+    std::fs::remove_file(dir.path().join("vectors.idx")).unwrap();
 
     let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
     let mut options = RecallOptions::default()
@@ -942,6 +951,70 @@ async fn keywords_backfilled_after_the_start_never_bring_back_an_erased_text() {
     }
     let _ = stop.send(());
     pipeline.await.unwrap();
+    drop(recall);
+    store.shutdown();
+}
+
+/// A start serves keyword recall from the snapshot's keyword section at once, without a
+/// backfill; a message erased from the store after that snapshot was saved (a crash before
+/// the erasure's rewrite of it) is not served from it, and the next save leaves its words
+/// out of the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_serves_the_snapshots_keywords_but_none_erased_since() {
+    let (dir, embedder) = kept_and_erased_said().await;
+    let snapshot = dir.path().join("vectors.idx");
+    let stems = Analyzer::default().tokens("zanzibarish");
+    let [stem] = stems.as_slice() else {
+        panic!("one stem: {stems:?}")
+    };
+    let holds_stem = |path: &Path| {
+        let bytes = std::fs::read(path).unwrap();
+        bytes
+            .windows(stem.len())
+            .any(|window| window == stem.as_bytes())
+    };
+    assert!(holds_stem(&snapshot), "the control: the stem was saved");
+
+    // The store erases; the process dies before the indexes and the snapshot follow.
+    let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
+    let all = Access::tenant_wide("t");
+    store
+        .take_eraser()
+        .unwrap()
+        .delete_session(&all, "erased")
+        .await
+        .unwrap();
+    store.shutdown();
+    drop(store);
+
+    let store = Store::open(dir.path().join("memlayer.redb")).unwrap();
+    let options = RecallOptions::default()
+        .with_snapshot(&snapshot)
+        .with_keywords_in_background();
+    let recall = Recall::open(store.clone(), embedder, options).unwrap();
+    assert!(
+        !recall.keywords_pending(),
+        "every text came from the snapshot"
+    );
+    let alices = alices_keywords();
+    {
+        let indexes = recall.read();
+        let keywords = indexes.hybrid.keywords();
+        assert_eq!(keywords.documents(), 1);
+        assert!(keywords.search(&alices, "zanzibarish", 10, None).is_empty());
+    }
+    let recalled = recall
+        .recall(query(user("alice"), "ORD-4711 zanzibarish"))
+        .await
+        .unwrap();
+    assert_eq!(recalled.degraded, None);
+    assert_eq!(contents(&recalled), ["My parcel ORD-4711 never arrived."]);
+    assert_eq!(recalled.hits[0].keyword_rank, Some(1));
+    recall.try_save_snapshot().await.unwrap();
+    assert!(
+        !holds_stem(&snapshot),
+        "an erased text's stem left in the file"
+    );
     drop(recall);
     store.shutdown();
 }

@@ -729,7 +729,7 @@ fn snapshots_of_another_shape_are_corrupted() {
         assert_corrupted(&path, config(8, 100));
     };
     edit(0, b"NOTMAGIC");
-    edit(8, &4u32.to_le_bytes());
+    edit(8, &5u32.to_le_bytes());
     // A count far beyond the file: refused before anything is allocated.
     edit(24, &u64::MAX.to_le_bytes());
     edit(24, &(1u64 << 40).to_le_bytes());
@@ -798,8 +798,10 @@ fn well_checksummed_but_invalid_graphs_are_corrupted() {
     assert!(index.has_graph());
     index.save(&path, 1).unwrap();
     let good = std::fs::read(&path).unwrap();
-    let graph = 36 + 2 * (12 + dimension);
-    assert_eq!(good[graph], 1, "the graph follows the records");
+    // The records, then the keyword flag (none: `save` writes vectors only).
+    let graph = 36 + 2 * (12 + dimension) + 1;
+    assert_eq!(good[graph - 1], 0, "no keyword section");
+    assert_eq!(good[graph], 1, "the graph follows");
     // After the flag: nodes (u64), M (u32), entry (u32); then node 0: level, link count.
     let (entry, links) = (graph + 13, graph + 18);
     assert_eq!(u16::from_le_bytes([good[links], good[links + 1]]), 1);
