@@ -7,9 +7,13 @@
 //! messages (one message of the corpus each, in conversations of 50) with a seeded vector
 //! each, then memories with seeded vectors, 10,000 per user (see `recovery-fill` and the
 //! `memory` benchmark for why the vectors are seeded), into a data directory under the target
-//! directory that later runs of the same sizes reuse. Without a vector snapshot there, this
-//! build first starts without one and builds its graph from the stored vectors (a quarter
-//! of an hour at a million); its clean stop saves the snapshot every later start loads. Each measured start (every build
+//! directory that later runs of the same sizes reuse. Without a vector snapshot there, the
+//! first build (the baseline, when there is one: the oldest format, which every later build
+//! reads) first starts without one and builds its graph from the stored vectors (a quarter
+//! of an hour at a million); its clean stop saves the snapshot every later start loads.
+//! Within a run each build then keeps the snapshot its own stops saved (`vectors.idx.build-N`,
+//! put in place before its starts): a newer build's format is one an older build cannot read,
+//! and would rebuild its graph from the vectors. Each measured start (every build
 //! and store cache setting in turn, the baseline first, `--rounds` times) is timed from spawn
 //! until listening, ready, the keywords indexed and the message graph in place; then one
 //! memory search for every user in turn loads each user's partition (past the resident
@@ -147,18 +151,31 @@ pub(crate) fn run(
 
     let mut results = Vec::new();
     if !data_dir.join(SNAPSHOT).exists() {
-        let first = builds.last().expect("this build is measured");
+        let first = builds.first().expect("this build is measured");
         eprintln!("xtask: {}: start without a snapshot", first.name);
         results.push(runtime.block_on(measure(first, &data_dir, &log, users, false))?);
     }
+    for (index, _) in builds.iter().enumerate() {
+        let _ = std::fs::remove_file(own_snapshot(&data_dir, index));
+    }
     for round in 1..=rounds {
-        for build in &builds {
+        for (index, build) in builds.iter().enumerate() {
             eprintln!(
                 "xtask: round {round}: {}: start with the snapshot",
                 build.name
             );
+            let own = own_snapshot(&data_dir, index);
+            if own.exists() {
+                std::fs::copy(&own, data_dir.join(SNAPSHOT))
+                    .context("could not put a build's own snapshot in place")?;
+            }
             results.push(runtime.block_on(measure(build, &data_dir, &log, users, true))?);
+            std::fs::copy(data_dir.join(SNAPSHOT), &own)
+                .context("could not keep a build's own snapshot")?;
         }
+    }
+    for (index, _) in builds.iter().enumerate() {
+        let _ = std::fs::remove_file(own_snapshot(&data_dir, index));
     }
     let load_after = load_average()?;
     println!(
@@ -166,6 +183,11 @@ pub(crate) fn run(
         report(&filled, users, &results, [load_before, load_after])
     );
     Ok(())
+}
+
+/// Where the `index`th build's own snapshot waits between its starts within a run.
+fn own_snapshot(data_dir: &Path, index: usize) -> std::path::PathBuf {
+    data_dir.join(format!("{SNAPSHOT}.build-{index}"))
 }
 
 /// Starts `build`, waits for its graph, sweeps every user's memories once and stops it.
