@@ -65,50 +65,62 @@ fn the_file_scan_reads_the_files_the_records_are_in() {
 
 /// The keyword index is saved in the vector snapshot beside a store file, so a start
 /// recalls by keywords at once; the stems are words of the messages, so an erased message's
-/// stems leave the file with it. Beside PostgreSQL, which keeps text only sealed, no stem is
-/// ever written: the start indexes the texts again instead.
+/// stems leave the file with it (the erasure's save leaves the section out), and the next
+/// save (here the stop's) writes the section again without them. Beside PostgreSQL, which
+/// keeps text only sealed, no stem is ever written: the start indexes the texts again.
 #[test]
 fn an_erased_messages_stems_leave_the_snapshot() {
     let mut server = TestServer::start();
-    let word = "zorblaxing";
-    let stems = memlayer_index::Analyzer::default().tokens(word);
-    let [stem] = stems.as_slice() else {
-        panic!("one stem: {stems:?}")
+    let stem_of = |word: &str| {
+        let stems = memlayer_index::Analyzer::default().tokens(word);
+        let [stem] = stems.as_slice() else {
+            panic!("one stem: {stems:?}")
+        };
+        assert_ne!(
+            stem, word,
+            "a stem the scans for whole texts would not find"
+        );
+        stem.clone()
     };
-    assert_ne!(
-        stem, word,
-        "a stem the scans for whole texts would not find"
-    );
+    let (erased, kept) = (stem_of("zorblaxing"), stem_of("quuxingtons"));
     append(
         &server,
         "chat",
         "alice",
         json!([
-            { "role": "user", "content": format!("The spare key hides under the {word} pot.") },
-            { "role": "assistant", "content": "Noted." },
+            { "role": "user", "content": "The spare key hides under the zorblaxing pot." },
+            { "role": "assistant", "content": "Noted, beside the quuxingtons." },
         ]),
     );
-    let query = json!({ "session_id": "chat", "query": word, "k": 1 });
+    let query = json!({ "session_id": "chat", "query": "zorblaxing", "k": 1 });
     let (status, found) = server.post("/v1/recall", &query);
     assert_eq!(status, 200, "{found}");
     assert_eq!(found["hits"][0]["keyword_rank"], 1, "{found}");
     server.restart();
     let snapshot = server.store_path().with_file_name("vectors.idx");
-    let in_snapshot = memlayer_erasure::scan_files(&[&snapshot], stem.as_bytes())
-        .unwrap()
-        .len();
-    if memlayer_tests::on_postgres() {
-        assert_eq!(in_snapshot, 0, "a stem beside a sealed store");
-    } else {
-        assert!(in_snapshot > 0, "the control: the stem was saved");
-    }
+    let in_snapshot = |stem: &str| {
+        memlayer_erasure::scan_files(&[&snapshot], stem.as_bytes())
+            .unwrap()
+            .len()
+    };
+    // The control: the scan finds the stems the stop saved.
+    let saved = !memlayer_tests::on_postgres();
+    assert_eq!(in_snapshot(&erased) > 0, saved);
+    assert_eq!(in_snapshot(&kept) > 0, saved);
     let (status, found) = server.post("/v1/recall", &query);
     assert_eq!(status, 200, "{found}");
     assert_eq!(found["hits"][0]["keyword_rank"], 1, "{found}");
 
     let (status, receipt) = server.delete("/v1/sessions/chat/messages/0");
     assert_eq!(status, 200, "{receipt}");
-    server.assert_erased_from_files(stem);
+    server.assert_erased_from_files(&erased);
+    server.restart();
+    server.assert_erased_from_files(&erased);
+    assert_eq!(
+        in_snapshot(&kept) > 0,
+        saved,
+        "the next save wrote the rest"
+    );
 }
 
 #[test]

@@ -7,9 +7,10 @@ use crate::{Analyzer, Result, VectorConfig, VectorIndex};
 
 /// Loads `bytes` as a snapshot of `dimension`-dimensional vectors exactly as a start loads a
 /// file, and answers the number of vectors loaded. Damaged input must be an error, never a
-/// panic or an allocation larger than the input; a loaded index must answer searches,
-/// through the graph the file holds (the threshold is 1 so that small inputs keep theirs),
-/// and its keyword partitions must answer a search and take every document out again.
+/// panic or an allocation beyond a small multiple of the input; a loaded index must answer
+/// searches, through the graph the file holds (the threshold is 1 so that small inputs keep
+/// theirs), and its keyword partitions must find each one's terms and give every document
+/// back.
 pub fn load_snapshot(bytes: &[u8], dimension: usize) -> Result<usize> {
     let mut config = VectorConfig::new(dimension);
     config.hnsw_threshold = 1;

@@ -223,8 +223,9 @@ fn sync_parent(path: &Path) -> Result<()> {
 
 /// Reads and verifies the snapshot at `path` written for an index of `config`.
 ///
-/// Every check that can fail reports [`IndexError::Corrupted`]; nothing here panics or
-/// allocates more than the file's actual size, whatever the header claims.
+/// Every check that can fail reports [`IndexError::Corrupted`]; nothing here panics, and
+/// whatever the header or a count claims, what it allocates is bounded by the file's actual
+/// size (twice it at most, for the keyword postings' in-memory form).
 pub(crate) fn read(path: &Path, config: &VectorConfig) -> Result<Snapshot> {
     let file = File::open(path)?;
     let len = file.metadata()?.len();

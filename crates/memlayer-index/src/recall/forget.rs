@@ -183,10 +183,14 @@ impl Recall {
         for tenant in tenants {
             self.inner.embedder.clear_cache(tenant);
         }
-        // The snapshot on disk holds the erased vectors until a save replaces it. Should the
-        // save fail, the old file goes (a start then rebuilds from the store); should that
-        // fail too, so does the erasure, which is retried.
-        if let Err(err) = self.try_save_snapshot().await {
+        // The snapshot on disk holds the erased vectors and words until a save replaces it.
+        // Should the save fail, the old file goes (a start then rebuilds from the store);
+        // should that fail too, so does the erasure, which is retried. The save leaves the
+        // keyword section out, so that the receipt waits for the vectors and the graph only
+        // (the section grew the file by two fifths at a million short messages); the next
+        // periodic save or stop writes it again, and a crash before that costs the next
+        // start its keyword backfill.
+        if let Err(err) = self.try_save_snapshot_with(false).await {
             tracing::warn!(
                 error = %err.for_log(),
                 "could not save the vector index snapshot after an erasure; removing it"

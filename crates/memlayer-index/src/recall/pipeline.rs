@@ -498,7 +498,13 @@ impl Recall {
 
     /// Saves the snapshot of the index as it is now, and says why it could not.
     pub(super) async fn try_save_snapshot(&self) -> Result<()> {
-        self.with_snapshot_file(|this, path| {
+        self.try_save_snapshot_with(true).await
+    }
+
+    /// [`Recall::try_save_snapshot`], `with_keywords` or with the keyword section left out
+    /// (an erasure's save: see `Recall::forget`).
+    pub(super) async fn try_save_snapshot_with(&self, with_keywords: bool) -> Result<()> {
+        self.with_snapshot_file(move |this, path| {
             // The version is read before the index: a change racing the save makes the
             // snapshot look older than it is, which only costs bringing it up to the store's
             // vectors at the next start, never a wrong load.
@@ -508,7 +514,8 @@ impl Recall {
             let indexes = this.read();
             // Stems are words of the messages: only where the store keeps text in plain too
             // (a file), never beside a store that keeps it sealed (PostgreSQL).
-            let keywords = this.inner.store.path().is_some().then(|| {
+            let beside_a_file = this.inner.store.path().is_some();
+            let keywords = (with_keywords && beside_a_file).then(|| {
                 let keywords = indexes.hybrid.keywords();
                 Box::new(move |out: &mut dyn std::io::Write| keywords.write_section(out))
                     as SectionWriter<'_>
@@ -517,7 +524,10 @@ impl Recall {
                 .hybrid
                 .vectors()
                 .save_with(path, version, keywords)?;
-            indexes.dirty.store(false, Ordering::Relaxed);
+            // A file saved without the keywords it could hold is behind the index: the next
+            // save writes them.
+            let left_out = beside_a_file && !with_keywords;
+            indexes.dirty.store(left_out, Ordering::Relaxed);
             Ok(())
         })
         .await

@@ -963,16 +963,7 @@ async fn keywords_backfilled_after_the_start_never_bring_back_an_erased_text() {
 async fn a_start_serves_the_snapshots_keywords_but_none_erased_since() {
     let (dir, embedder) = kept_and_erased_said().await;
     let snapshot = dir.path().join("vectors.idx");
-    let stems = Analyzer::default().tokens("zanzibarish");
-    let [stem] = stems.as_slice() else {
-        panic!("one stem: {stems:?}")
-    };
-    let holds_stem = |path: &Path| {
-        let bytes = std::fs::read(path).unwrap();
-        bytes
-            .windows(stem.len())
-            .any(|window| window == stem.as_bytes())
-    };
+    let holds_stem = |path: &Path| holds_the_stem(path, "zanzibarish");
     assert!(holds_stem(&snapshot), "the control: the stem was saved");
 
     // The store erases; the process dies before the indexes and the snapshot follow.
@@ -1017,6 +1008,62 @@ async fn a_start_serves_the_snapshots_keywords_but_none_erased_since() {
     );
     drop(recall);
     store.shutdown();
+}
+
+/// Whether the file at `path` holds the stem of `word` (a single word) in its bytes.
+fn holds_the_stem(path: &Path, word: &str) -> bool {
+    let stems = Analyzer::default().tokens(word);
+    let [stem] = stems.as_slice() else {
+        panic!("one stem: {stems:?}")
+    };
+    let bytes = std::fs::read(path).unwrap();
+    bytes
+        .windows(stem.len())
+        .any(|window| window == stem.as_bytes())
+}
+
+/// An erasure's save leaves the keyword section out, so that its receipt waits for the
+/// vectors only, and leaves the index to be saved again: the next save writes the keywords,
+/// the erased words not among them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_erasures_save_leaves_the_keywords_to_the_next_save() {
+    let fixture = Fixture::open(tempfile::tempdir().unwrap(), embedder());
+    fixture
+        .say(
+            "kept",
+            "alice",
+            &[(Role::User, "My parcel ORD-4711 never arrived.")],
+        )
+        .await;
+    fixture
+        .say(
+            "erased",
+            "alice",
+            &[(Role::User, "It goes to zanzibarish street.")],
+        )
+        .await;
+    fixture.settle().await;
+    fixture.recall.try_save_snapshot().await.unwrap();
+    let snapshot = fixture._dir.path().join("vectors.idx");
+    let dirty = || {
+        fixture
+            .recall
+            .read()
+            .dirty
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    assert!(holds_the_stem(&snapshot, "parcel") && holds_the_stem(&snapshot, "zanzibarish"));
+    assert!(!dirty());
+
+    fixture.erase_session("erased").await;
+    assert!(!holds_the_stem(&snapshot, "zanzibarish"));
+    assert!(!holds_the_stem(&snapshot, "parcel"), "no keyword section");
+    assert!(dirty(), "the keywords wait for the next save");
+    fixture.recall.try_save_snapshot().await.unwrap();
+    assert!(holds_the_stem(&snapshot, "parcel"));
+    assert!(!holds_the_stem(&snapshot, "zanzibarish"));
+    assert!(!dirty());
+    fixture.stop().await;
 }
 
 /// The keyword hits of `text` in tenant `t`'s `scope`, as a recall's search makes them (its
