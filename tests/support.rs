@@ -455,6 +455,13 @@ impl TestServer {
         }
     }
 
+    /// Stops the server and starts it again on the same store file (on a new port), with
+    /// `change` made to its configuration.
+    pub fn restart_with(&mut self, change: impl FnOnce(&mut ServerConfig)) {
+        change(&mut self.config);
+        self.restart();
+    }
+
     /// Stops the server and starts it again on the same store file (on a new port).
     pub fn restart(&mut self) {
         if self.running.is_some() {

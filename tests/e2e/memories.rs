@@ -477,6 +477,48 @@ fn an_idle_conversation_is_ended_and_merged_by_the_server() {
     );
 }
 
+/// A clean stop waits for the batch of idle conversations being merged, not for every
+/// conversation due: a store's first pass after a long downtime merges thousands, and a stop
+/// that waited for them all hung for minutes (seen at a million messages).
+#[test]
+fn a_stop_waits_for_one_batch_of_idle_conversations_only() {
+    const SESSIONS: usize = 500;
+    let idle_timeout = Duration::from_millis(200);
+    let mut server = TestServer::with_config(ServerConfig {
+        session_idle_timeout: Duration::ZERO,
+        ..memlayer_tests::config()
+    });
+    for session in 0..SESSIONS {
+        let body = json!({ "user_id": "hana", "agent_id": "tutor", "messages": [
+            { "role": "user", "content": format!("Lesson {session}: the dative case.") },
+        ]});
+        let path = format!("/v1/sessions/lesson-{session}/messages");
+        assert_eq!(server.post(&path, &body).0, 201);
+    }
+    let path = "/v1/users/hana/session-memory?agent_id=tutor";
+    let merged = |server: &TestServer| {
+        let (status, memory) = server.get(path);
+        (status == 200).then(|| memory["sessions"].as_array().unwrap().len())
+    };
+    // Every conversation is due at the start after the downtime: one pass takes them all.
+    server.stop();
+    std::thread::sleep(idle_timeout);
+    server.restart_with(|config| config.session_idle_timeout = idle_timeout);
+    // The pass has begun once a conversation is merged.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while merged(&server).is_none() {
+        assert!(Instant::now() < deadline, "no idle conversation was merged");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    server.stop();
+    server.restart_with(|config| config.session_idle_timeout = Duration::ZERO);
+    let at_stop = merged(&server).expect("the merges before the stop are kept");
+    assert!(
+        at_stop < SESSIONS,
+        "the stop waited for all {SESSIONS} conversations due"
+    );
+}
+
 #[test]
 fn a_user_whose_memories_were_all_forgotten_remembers_again() {
     let server = TestServer::start();

@@ -6,6 +6,7 @@
 //! that are due, and the task sleeps until the next one can be: the oldest open session's
 //! activity plus the timeout (nothing appended later can be due earlier).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use memlayer_store::{Access, Store, Timestamp};
@@ -20,17 +21,23 @@ const MAX_SLEEP: Duration = Duration::from_secs(60);
 const MIN_SLEEP: Duration = Duration::from_millis(10);
 
 /// Ends every open session of `store` whose last activity is `timeout` or more before `now`,
-/// and returns how many it merged. A session that cannot be merged (the summariser failed,
-/// the store refused) is logged and stays ended: it is not retried on every pass.
+/// until `stopping` turns true, and returns how many it merged. A session that cannot be
+/// merged (the summariser failed, the store refused) is logged and stays ended: it is not
+/// retried on every pass.
+///
+/// `stopping` is looked at between batches: taking a batch ends its sessions in the store,
+/// so a batch taken is merged whole, and a stop waits for that batch only, never for every
+/// session due (a large store's first pass merged thousands while a clean stop waited).
 pub async fn end_idle_sessions(
     contexts: &ContextBuilder,
     store: &Store,
     timeout: Duration,
     now: Timestamp,
+    stopping: &AtomicBool,
 ) -> Result<usize, MemoryError> {
     let cutoff = Timestamp::from_micros(now.as_micros().saturating_sub(micros(timeout)));
     let mut ended = 0;
-    loop {
+    while !stopping.load(Ordering::Relaxed) {
         let due = store.sessions().take_idle_sessions(cutoff, BATCH).await?;
         if due.is_empty() {
             return Ok(ended);
@@ -49,6 +56,7 @@ pub async fn end_idle_sessions(
             }
         }
     }
+    Ok(ended)
 }
 
 /// Until `shutdown` resolves, ends sessions idle for `timeout` (see [`end_idle_sessions`]).
@@ -65,9 +73,21 @@ pub async fn run_idle_sessions(
             () = &mut shutdown => return,
             () = store.writable() => {}
         }
-        let now = Timestamp::now();
-        if let Err(err) = end_idle_sessions(&contexts, &store, timeout, now).await {
+        let stopping = AtomicBool::new(false);
+        let pass = end_idle_sessions(&contexts, &store, timeout, Timestamp::now(), &stopping);
+        tokio::pin!(pass);
+        let (ended, stop) = tokio::select! {
+            ended = &mut pass => (ended, false),
+            () = &mut shutdown => {
+                stopping.store(true, Ordering::Relaxed);
+                (pass.await, true)
+            }
+        };
+        if let Err(err) = ended {
             tracing::error!(error = %err.for_log(), "ending idle sessions failed; it is retried");
+        }
+        if stop {
+            return;
         }
         let oldest = store
             .read(|store| store.sessions().oldest_open_activity())
