@@ -3,7 +3,7 @@
 
 use crate::keyword::KeywordPartitions;
 use crate::snapshot;
-use crate::{Analyzer, Result, VectorConfig, VectorIndex};
+use crate::{Result, VectorConfig, VectorIndex};
 
 /// Loads `bytes` as a snapshot of `dimension`-dimensional vectors exactly as a start loads a
 /// file, and answers the number of vectors loaded. Damaged input must be an error, never a
@@ -23,7 +23,7 @@ pub fn load_snapshot(bytes: &[u8], dimension: usize) -> Result<usize> {
     let hits = index.search(&query, 10, None)?;
     assert!(hits.len() <= index.len().min(10), "more hits than vectors");
     if let Some(keywords) = keywords {
-        exercise_keywords(keywords.into_partitions(Analyzer::default()));
+        exercise_keywords(keywords.into_partitions());
     }
     Ok(index.len())
 }

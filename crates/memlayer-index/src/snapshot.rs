@@ -66,7 +66,6 @@ pub(crate) struct Snapshot {
 pub(crate) type SectionWriter<'a> = Box<dyn FnOnce(&mut dyn Write) -> io::Result<()> + 'a>;
 
 /// The sections after a snapshot's records, each written when present.
-#[derive(Default)]
 pub(crate) struct Sections<'a> {
     pub(crate) keywords: Option<SectionWriter<'a>>,
     pub(crate) graph: Option<SectionWriter<'a>>,

@@ -155,9 +155,12 @@ pub(crate) fn run(
         eprintln!("xtask: {}: start without a snapshot", first.name);
         results.push(runtime.block_on(measure(first, &data_dir, &log, users, false))?);
     }
-    for (index, _) in builds.iter().enumerate() {
-        let _ = std::fs::remove_file(own_snapshot(&data_dir, index));
-    }
+    let remove_own_snapshots = || {
+        for index in 0..builds.len() {
+            let _ = std::fs::remove_file(own_snapshot(&data_dir, index));
+        }
+    };
+    remove_own_snapshots();
     for round in 1..=rounds {
         for (index, build) in builds.iter().enumerate() {
             eprintln!(
@@ -174,9 +177,7 @@ pub(crate) fn run(
                 .context("could not keep a build's own snapshot")?;
         }
     }
-    for (index, _) in builds.iter().enumerate() {
-        let _ = std::fs::remove_file(own_snapshot(&data_dir, index));
-    }
+    remove_own_snapshots();
     let load_after = load_average()?;
     println!(
         "{}",

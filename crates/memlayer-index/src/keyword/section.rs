@@ -52,13 +52,12 @@ pub(crate) struct KeywordSection {
 }
 
 impl KeywordSection {
-    /// The partitions under keys of type `P`, their documents and queries going through
-    /// `analyzer`.
+    /// The partitions under keys of type `P`, with the default analyzer (the one every
+    /// keyword index of message recall is built with).
     pub(crate) fn into_partitions<P: PartitionKey + Eq + std::hash::Hash>(
         self,
-        analyzer: crate::Analyzer,
     ) -> KeywordPartitions<P> {
-        let mut partitions = KeywordPartitions::new(analyzer);
+        let mut partitions = KeywordPartitions::default();
         partitions.partitions = self
             .partitions
             .into_iter()
@@ -289,7 +288,7 @@ mod tests {
         let mut source = bytes.take(bytes.len() as u64);
         let section = read_section(&mut source)?;
         assert_eq!(source.limit(), 0, "the section is every byte written");
-        Ok(section.into_partitions(crate::Analyzer::default()))
+        Ok(section.into_partitions())
     }
 
     /// Every query's hits, scores included, in every partition.
@@ -372,7 +371,7 @@ mod tests {
                 damaged[at] ^= flip;
                 let mut source = damaged.as_slice().take(damaged.len() as u64);
                 if let Ok(section) = read_section(&mut source) {
-                    let mut read: Partitions = section.into_partitions(crate::Analyzer::default());
+                    let mut read: Partitions = section.into_partitions();
                     read.retain(|_, _| false);
                     assert_eq!(read.documents(), 0);
                 }

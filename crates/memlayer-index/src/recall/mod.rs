@@ -63,7 +63,7 @@ pub use check::IndexCheck;
 
 use crate::hybrid::KeywordPostings;
 use crate::keyword::{KeywordPartitions, PartitionKey};
-use crate::{Analyzer, HybridIndex, IndexError, IndexLock, Result, VectorConfig, snapshot};
+use crate::{HybridIndex, IndexError, IndexLock, Result, VectorConfig, snapshot};
 pub use pipeline::SnapshotLoad;
 use pipeline::load_vectors;
 
@@ -244,6 +244,13 @@ struct Owner {
     /// whole, indexing a message names its partition without building a key.
     user: TenantUser,
     agent_id: String,
+}
+
+/// Whether snapshots beside `store` hold the keyword section. Stems are words of the
+/// messages: only beside a store that keeps text in plain too (a file), never beside one
+/// that keeps it sealed (PostgreSQL).
+fn keywords_in_snapshot(store: &Store) -> bool {
+    store.path().is_some()
 }
 
 impl PartitionKey for TenantUser {
@@ -486,16 +493,15 @@ impl Indexes {
         let (vectors, snapshot, keywords) =
             load_vectors(store, options, VectorConfig::new(dimension))?;
         let mut hybrid = HybridIndex::new(vectors);
-        // Stems are kept in a snapshot only beside a store that keeps text in plain (a
-        // file); one found beside a store that keeps it sealed is not used.
-        let keywords = keywords.filter(|_| store.path().is_some());
+        // One found beside a store that keeps text sealed is not used.
+        let keywords = keywords.filter(|_| keywords_in_snapshot(store));
         let mut texts_at_open = if keywords.is_some() {
             TEXTS_INDEXED_AT_OPEN
         } else {
             0
         };
         if let Some(keywords) = keywords {
-            *hybrid.keywords_mut() = keywords.into_partitions(Analyzer::default());
+            *hybrid.keywords_mut() = keywords.into_partitions();
         }
         let mut indexes = Self {
             hybrid,

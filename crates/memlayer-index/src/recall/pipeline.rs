@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use memlayer_store::{Message, MessageKey, PendingEmbedding, Store, blocking};
 use tokio::sync::watch;
 
-use super::{Indexes, Owner, Recall, RecallOptions};
+use super::{Indexes, Owner, Recall, RecallOptions, keywords_in_snapshot};
 use crate::background::pause;
 use crate::hybrid::KeywordPostings;
 use crate::keyword::KeywordSection;
@@ -512,10 +512,8 @@ impl Recall {
             // The read side: searches go on while the file is written (at 50,000 vectors it
             // is 84 MB); changes wait, so the index saved is the one `dirty` speaks of.
             let indexes = this.read();
-            // Stems are words of the messages: only where the store keeps text in plain too
-            // (a file), never beside a store that keeps it sealed (PostgreSQL).
-            let beside_a_file = this.inner.store.path().is_some();
-            let keywords = (with_keywords && beside_a_file).then(|| {
+            let allowed = keywords_in_snapshot(&this.inner.store);
+            let keywords = (with_keywords && allowed).then(|| {
                 let keywords = indexes.hybrid.keywords();
                 Box::new(move |out: &mut dyn std::io::Write| keywords.write_section(out))
                     as SectionWriter<'_>
@@ -526,7 +524,7 @@ impl Recall {
                 .save_with(path, version, keywords)?;
             // A file saved without the keywords it could hold is behind the index: the next
             // save writes them.
-            let left_out = beside_a_file && !with_keywords;
+            let left_out = allowed && !with_keywords;
             indexes.dirty.store(left_out, Ordering::Relaxed);
             Ok(())
         })

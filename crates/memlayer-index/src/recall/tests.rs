@@ -846,10 +846,8 @@ async fn a_recall_behind_the_backlog_tells_nothing_of_other_tenants_appends() {
     assert!(!notes[0].contains(char::is_numeric), "{}", notes[0]);
 }
 
-/// Alice's two messages of sessions "kept" and "erased", indexed, and the store stopped
-/// cleanly (its snapshot saved): the store's directory and the embedder.
-async fn kept_and_erased_said() -> (tempfile::TempDir, Embedder) {
-    let fixture = Fixture::open(tempfile::tempdir().unwrap(), embedder());
+/// Alice's two messages of sessions "kept" and "erased", said to `fixture` and indexed.
+async fn say_kept_and_erased(fixture: &Fixture) {
     fixture
         .say(
             "kept",
@@ -865,8 +863,14 @@ async fn kept_and_erased_said() -> (tempfile::TempDir, Embedder) {
         )
         .await;
     fixture.settle().await;
-    let (dir, embedder) = fixture.stop().await;
-    (dir, embedder)
+}
+
+/// [`say_kept_and_erased`], then the store stopped cleanly (its snapshot saved): the
+/// store's directory and the embedder.
+async fn kept_and_erased_said() -> (tempfile::TempDir, Embedder) {
+    let fixture = Fixture::open(tempfile::tempdir().unwrap(), embedder());
+    say_kept_and_erased(&fixture).await;
+    fixture.stop().await
 }
 
 /// Opened with its keywords in the background and a snapshot without them (none, or one of
@@ -1012,7 +1016,7 @@ async fn a_start_serves_the_snapshots_keywords_but_none_erased_since() {
 
 /// Whether the file at `path` holds the stem of `word` (a single word) in its bytes.
 fn holds_the_stem(path: &Path, word: &str) -> bool {
-    let stems = Analyzer::default().tokens(word);
+    let stems = crate::Analyzer::default().tokens(word);
     let [stem] = stems.as_slice() else {
         panic!("one stem: {stems:?}")
     };
@@ -1028,21 +1032,7 @@ fn holds_the_stem(path: &Path, word: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_erasures_save_leaves_the_keywords_to_the_next_save() {
     let fixture = Fixture::open(tempfile::tempdir().unwrap(), embedder());
-    fixture
-        .say(
-            "kept",
-            "alice",
-            &[(Role::User, "My parcel ORD-4711 never arrived.")],
-        )
-        .await;
-    fixture
-        .say(
-            "erased",
-            "alice",
-            &[(Role::User, "It goes to zanzibarish street.")],
-        )
-        .await;
-    fixture.settle().await;
+    say_kept_and_erased(&fixture).await;
     fixture.recall.try_save_snapshot().await.unwrap();
     let snapshot = fixture._dir.path().join("vectors.idx");
     let dirty = || {
