@@ -121,8 +121,6 @@ const COMPACTION_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// Longest a reopening waits for reads that were open when it started, holding up new ones
 /// meanwhile; it is tried again a second later, so a short wait serves.
 const REOPEN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
-/// Bound on redb's compaction rounds (each usually moves everything it can).
-const MAX_COMPACTION_ROUNDS: usize = 64;
 
 /// A durable store of sessions, messages and runs in one redb file, or served by another
 /// backend ([`Store::served_by`]: memlayer-postgres) behind the same handles.
@@ -776,12 +774,12 @@ impl Eraser {
         let mut db = file.db.write().unwrap_or_else(PoisonError::into_inner);
         let db = db.as_mut().ok_or_else(|| file.writer.refusal())?;
         let deadline = std::time::Instant::now() + COMPACTION_WAIT;
-        let mut moved = false;
-        // redb compacts in rounds; each round may free more room for the next.
-        for _ in 0..MAX_COMPACTION_ROUNDS {
+        // One call: redb repeats its rounds until one moves nothing, so a second call only
+        // walks every page again to find nothing to move (at a million messages that walk
+        // is seconds during which no read or write can begin).
+        loop {
             match db.compact() {
-                Ok(true) => moved = true,
-                Ok(false) => break,
+                Ok(moved) => return Ok(moved),
                 Err(redb::CompactionError::TransactionInProgress)
                     if std::time::Instant::now() < deadline =>
                 {
@@ -801,7 +799,6 @@ impl Eraser {
                 }
             }
         }
-        Ok(moved)
     }
 }
 
