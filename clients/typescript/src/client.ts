@@ -191,6 +191,18 @@ interface Request<O> {
 
 const DEFAULT_BASE_URL = 'http://127.0.0.1:7700';
 const DEFAULT_TIMEOUT_MS = 30_000;
+/** How often an erasure the server answered `202` is asked after until its receipt. */
+const ERASURE_POLL_MS = 200;
+
+/** Whether an erasure's answer says it is still running (the server answers `202` past half
+ * its request timeout). */
+function stillRunning(answer: unknown): answer is RunningErasure {
+  return (
+    typeof answer === 'object' &&
+    answer !== null &&
+    (answer as { status?: unknown }).status === 'running'
+  );
+}
 
 /** Fills a path template's `{name}`s, each value one percent-encoded segment. */
 function fill(template: string, values: object | undefined): string {
@@ -345,12 +357,14 @@ export class Client {
     });
   }
 
-  /** Erases the session and everything derived from it. */
+  /** Erases the session and everything derived from it; resolves once nothing of it is left
+   * (an erasure still running when the server answers is followed to its end). */
   async deleteSession(sessionId: string, options?: RequestOptions): Promise<void> {
-    await this.request('delete', '/v1/sessions/{session_id}', {
+    const answer = await this.request('delete', '/v1/sessions/{session_id}', {
       path: { session_id: sessionId },
       options,
     });
+    await this.settled(answer, options);
   }
 
   /** One page of sessions, most recently active first (`iterSessions` follows the pages). */
@@ -402,11 +416,12 @@ export class Client {
   }
 
   /** Erases one message and what was derived from it. */
-  eraseMessage(sessionId: string, index: number, options?: RequestOptions): Promise<Receipt> {
-    return this.request('delete', '/v1/sessions/{session_id}/messages/{index}', {
+  async eraseMessage(sessionId: string, index: number, options?: RequestOptions): Promise<Receipt> {
+    const answer = await this.request('delete', '/v1/sessions/{session_id}/messages/{index}', {
       path: { session_id: sessionId, index },
       options,
     });
+    return this.settled(answer, options);
   }
 
   /** Keyword search over the session's whole history, newest first. */
@@ -546,18 +561,23 @@ export class Client {
   }
 
   /** Forgets a memory: an erasure, answered with its receipt. */
-  forget(memoryId: number, options?: RequestOptions): Promise<Receipt> {
-    return this.request('delete', '/v1/memories/{memory_id}', {
+  async forget(memoryId: number, options?: RequestOptions): Promise<Receipt> {
+    const answer = await this.request('delete', '/v1/memories/{memory_id}', {
       path: { memory_id: memoryId },
       options,
     });
+    return this.settled(answer, options);
   }
 
   // Erasure and keys
 
   /** Erases every session, memory and episode of a user: answered with the receipt. */
-  eraseUser(userId: string, options?: RequestOptions): Promise<Receipt> {
-    return this.request('delete', '/v1/users/{user_id}', { path: { user_id: userId }, options });
+  async eraseUser(userId: string, options?: RequestOptions): Promise<Receipt> {
+    const answer = await this.request('delete', '/v1/users/{user_id}', {
+      path: { user_id: userId },
+      options,
+    });
+    return this.settled(answer, options);
   }
 
   /** Erasure receipts, newest first (`tenant_admin` keys). */
@@ -567,6 +587,19 @@ export class Client {
       options,
     });
     return list.erasures;
+  }
+
+  /** An erasure's answer, a `202` followed to the receipt. */
+  private async settled<A>(
+    answer: A | RunningErasure,
+    options: RequestOptions | undefined,
+  ): Promise<Exclude<A, RunningErasure> | Receipt> {
+    let current: A | Receipt | RunningErasure = answer;
+    while (stillRunning(current)) {
+      await new Promise((resolve) => setTimeout(resolve, ERASURE_POLL_MS));
+      current = await this.erasure(current.erasure_id, options);
+    }
+    return current as Exclude<A, RunningErasure> | Receipt;
   }
 
   /** One erasure: its receipt once done, `{ erasure_id, status: "running" }` until then. */

@@ -3,7 +3,7 @@
 //! user and agent, so a model can only reach the memories and history of the conversation
 //! it is in. `POST /v1/sessions/{id}/tools/call` and the run loop both execute calls here.
 
-use memlayer_erasure::{Coordinator, ErasureRequest, Receipt, Target};
+use memlayer_erasure::{Coordinator, ErasureRequest, Receipt, RunningErasure, Target};
 use memlayer_llm::Tool;
 use memlayer_memory::{LongTermMemory, MemoryHit, MemoryQuery, RememberAction, RememberRequest};
 use memlayer_store::{Access, Memory, MemoryKind, Message, Session, Store};
@@ -335,19 +335,38 @@ impl Tools {
         memory_id: u64,
         owner: Option<&str>,
     ) -> Result<Receipt, AgentError> {
+        let request = self.forgetting(tenant, memory_id, owner)?;
+        Ok(self.erasure.erase(request).await?)
+    }
+
+    /// [`Tools::forget`], started: the erasure goes on when the caller stops waiting.
+    pub async fn start_forgetting(
+        &self,
+        tenant: String,
+        memory_id: u64,
+        owner: Option<&str>,
+    ) -> Result<RunningErasure, AgentError> {
+        let request = self.forgetting(tenant, memory_id, owner)?;
+        Ok(self.erasure.start(request).await?)
+    }
+
+    /// The erasure of memory `memory_id`, if `owner` (any user for `None`) has it.
+    fn forgetting(
+        &self,
+        tenant: String,
+        memory_id: u64,
+        owner: Option<&str>,
+    ) -> Result<ErasureRequest, AgentError> {
         let found = self.memories.get(&tenant, memory_id)?;
         if found.is_none_or(|memory| owner.is_some_and(|owner| memory.user_id != owner)) {
             return Err(AgentError::MemoryNotFound { memory_id });
         }
-        Ok(self
-            .erasure
-            .erase(ErasureRequest {
-                tenant,
-                target: Target::Memory { memory_id },
-                requested_by: "api".into(),
-                user_id: owner.map(str::to_owned),
-            })
-            .await?)
+        Ok(ErasureRequest {
+            tenant,
+            target: Target::Memory { memory_id },
+            requested_by: "api".into(),
+            user_id: owner.map(str::to_owned),
+        })
     }
 
     /// `session_search`: case-insensitive keyword search over a session's whole history,

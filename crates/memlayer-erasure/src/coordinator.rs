@@ -203,7 +203,9 @@ impl Coordinator {
     /// before this one (whose lease had run out): waits for it.
     async fn receipt_from_elsewhere(&self, tenant: &str, id: u64) -> Result<Receipt, ErasureError> {
         loop {
-            if let Some(Status::Done(receipt)) = self.status(tenant, id).await? {
+            if let Some(Status::Done(receipt)) =
+                self.status(&Access::tenant_wide(tenant), id).await?
+            {
                 return Ok(*receipt);
             }
             tokio::time::sleep(RECEIPT_POLL).await;
@@ -251,10 +253,14 @@ impl Coordinator {
         Ok(RunningErasure { id, done })
     }
 
-    /// Where erasure `id` of `tenant` stands; `None` if the tenant has no such erasure.
-    pub async fn status(&self, tenant: &str, id: u64) -> Result<Option<Status>, ErasureError> {
+    /// Where erasure `id` stands; `None` unless `access` reaches it: an erasure of its
+    /// tenant, and for a user-scoped access one that acted for that user only.
+    pub async fn status(&self, access: &Access, id: u64) -> Result<Option<Status>, ErasureError> {
         let eraser = self.inner.eraser.clone();
-        let owner = tenant.to_owned();
+        let owner = access.tenant().to_owned();
+        let reaches = |tenant: &str, user: Option<&str>| {
+            tenant == access.tenant() && access.user().is_none_or(|own| user == Some(own))
+        };
         let (receipt, pending) = blocking(move || -> Result<_, StoreError> {
             // The pending job first: a job leaves the pending ones in the commit that writes
             // its receipt and never comes back, so one not pending at the first lookup has
@@ -268,7 +274,9 @@ impl Coordinator {
         })
         .await?;
         if let Some(receipt) = receipt {
-            return Ok(Some(Status::Done(Box::new(decode_receipt(receipt)?))));
+            let receipt = decode_receipt(receipt)?;
+            return Ok(reaches(&receipt.tenant, receipt.user_id.as_deref())
+                .then(|| Status::Done(Box::new(receipt))));
         }
         let Some(document) = pending else {
             return Ok(None);
@@ -278,7 +286,8 @@ impl Coordinator {
                 id,
                 reason: err.to_string(),
             })?;
-        Ok((document.request.tenant == tenant).then_some(Status::Running))
+        let request = &document.request;
+        Ok(reaches(&request.tenant, request.user_id.as_deref()).then_some(Status::Running))
     }
 
     /// Checks `request` and records it as a pending job.

@@ -132,6 +132,9 @@ pub struct Receipt {
     pub target: Target,
     /// Who asked.
     pub requested_by: String,
+    /// The one user it acted for (a user-scoped key's), whose key may read the receipt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
     /// When it was asked (RFC 3339 is the API's business; microseconds here).
     pub requested_at: u64,
     /// When it completed.
@@ -152,6 +155,7 @@ impl Receipt {
             tenant: document.request.tenant.clone(),
             target: document.request.target.clone(),
             requested_by: document.request.requested_by.clone(),
+            user_id: document.request.user_id.clone(),
             requested_at: document.requested_at,
             completed_at: 0,
             counts: Counts::default(),

@@ -874,8 +874,9 @@ async fn a_started_purge_finishes_after_its_caller_stops_waiting() {
     // The caller gives up at once, as an HTTP request past its deadline does.
     drop(running);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let tenant_wide = Access::tenant_wide(TENANT);
     let receipt = loop {
-        match fixture.coordinator.status(TENANT, id).await.unwrap() {
+        match fixture.coordinator.status(&tenant_wide, id).await.unwrap() {
             Some(Status::Done(receipt)) => break receipt,
             Some(Status::Running) if std::time::Instant::now() < deadline => {
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
@@ -886,10 +887,55 @@ async fn a_started_purge_finishes_after_its_caller_stops_waiting() {
     assert_eq!(receipt.counts.sessions, 2);
     assert_eq!(fixture.in_files("canary-started-5150"), 0);
     // Another tenant's erasure, and one that never was, are unknown alike.
-    assert_eq!(fixture.coordinator.status("other", id).await.unwrap(), None);
+    let other_tenant = Access::tenant_wide("other");
     assert_eq!(
-        fixture.coordinator.status(TENANT, id + 1).await.unwrap(),
+        fixture.coordinator.status(&other_tenant, id).await.unwrap(),
         None
     );
+    assert_eq!(
+        fixture
+            .coordinator
+            .status(&tenant_wide, id + 1)
+            .await
+            .unwrap(),
+        None
+    );
+    // A tenant-wide erasure is not any one user's to read.
+    let user = Access::one_user(TENANT, "ann");
+    assert_eq!(fixture.coordinator.status(&user, id).await.unwrap(), None);
+    fixture.close().await;
+}
+
+/// A user-scoped key's erasure is readable by that user's key and the tenant's, by no other
+/// user's: its receipt names the sessions it removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_users_erasure_is_that_users_and_the_tenants_to_read() {
+    let fixture = Fixture::without_pipeline(tempfile::tempdir().unwrap(), embedder());
+    fixture
+        .say("anns-notes", "ann", &lines(&[(Role::User, "my own notes")]))
+        .await;
+    let receipt = fixture
+        .coordinator
+        .erase(ErasureRequest {
+            tenant: TENANT.into(),
+            target: Target::Session {
+                session_id: "anns-notes".into(),
+            },
+            requested_by: "test".into(),
+            user_id: Some("ann".into()),
+        })
+        .await
+        .unwrap();
+    assert_eq!(receipt.counts.sessions, 1);
+    assert_eq!(receipt.user_id.as_deref(), Some("ann"));
+    let status = |access: Access| {
+        let coordinator = fixture.coordinator.clone();
+        async move { coordinator.status(&access, receipt.id).await.unwrap() }
+    };
+    let done = Some(Status::Done(Box::new(receipt.clone())));
+    assert_eq!(status(Access::one_user(TENANT, "ann")).await, done);
+    assert_eq!(status(Access::tenant_wide(TENANT)).await, done);
+    assert_eq!(status(Access::one_user(TENANT, "bob")).await, None);
+    assert_eq!(status(Access::one_user("other", "ann")).await, None);
     fixture.close().await;
 }

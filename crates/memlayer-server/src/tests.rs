@@ -130,11 +130,15 @@ impl Answer {
 
 /// A request with the admin key.
 fn request(method: Method, path: &str, body: Body) -> Request<Body> {
+    request_with_key(ADMIN_KEY, method, path, body)
+}
+
+fn request_with_key(key: &str, method: Method, path: &str, body: Body) -> Request<Body> {
     Request::builder()
         .method(method)
         .uri(path)
         .header(header::CONTENT_TYPE, "application/json")
-        .header(header::AUTHORIZATION, format!("Bearer {ADMIN_KEY}"))
+        .header(header::AUTHORIZATION, format!("Bearer {key}"))
         .body(body)
         .unwrap()
 }
@@ -962,4 +966,78 @@ async fn low_disk_space_is_a_warning_in_the_readiness_probe_and_the_stats() {
             "{stats}"
         );
     }
+}
+
+/// An erasure that outlasts half the request timeout answers `202` with where its receipt
+/// will be, and goes on to its end: here a read held open keeps its compaction waiting (at a
+/// million messages the compaction itself takes that long). Before, the request timeout cut
+/// it off with `503` part-way. The receipt is the asking user's to read, not another user's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_erasure_past_half_the_request_timeout_answers_202_and_finishes() {
+    let fixture = Fixture::with_config(ServerConfig {
+        request_timeout: Duration::from_millis(400),
+        ..ServerConfig::default()
+    });
+    let key_of = |user: &str| {
+        let keys = fixture.store.keys();
+        let new = memlayer_store::NewKey {
+            tenant: "default".into(),
+            role: memlayer_store::KeyRole::User,
+            user_id: Some(user.into()),
+            name: None,
+            expires_at: None,
+        };
+        async move { keys.create_key(new).await.unwrap().secret }
+    };
+    let (ann, bob) = (key_of("ann").await, key_of("bob").await);
+    for (key, user) in [(&ann, "ann"), (&bob, "bob")] {
+        let message = serde_json::json!({
+            "user_id": user, "agent_id": "agent", "role": "user", "content": "hello",
+        });
+        let path = format!("/v1/sessions/{user}s/messages");
+        let body = Body::from(message.to_string());
+        let stored = fixture
+            .send(request_with_key(key, Method::POST, &path, body))
+            .await;
+        assert_eq!(stored.status, StatusCode::CREATED, "{}", stored.text());
+    }
+    let held = fixture
+        .store
+        .sessions()
+        .snapshot(&memlayer_store::Access::tenant_wide("default"), "bobs")
+        .unwrap()
+        .expect("bob's session");
+
+    let deleting = request_with_key(&ann, Method::DELETE, "/v1/sessions/anns", Body::empty());
+    let answer = fixture.send(deleting).await;
+    assert_eq!(answer.status, StatusCode::ACCEPTED, "{}", answer.text());
+    let running = answer.json();
+    assert_eq!(running["status"], "running");
+    let id = running["erasure_id"].as_u64().expect("an erasure id");
+    let location = format!("/v1/admin/erasures/{id}");
+    assert_eq!(answer.header("location"), Some(location.as_str()));
+
+    drop(held);
+    let status =
+        |key: &str| fixture.send(request_with_key(key, Method::GET, &location, Body::empty()));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let receipt = loop {
+        let polled = status(&ann).await;
+        match polled.status {
+            StatusCode::OK => break polled.json(),
+            StatusCode::ACCEPTED if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => panic!("erasure {id}: {other} {}", polled.text()),
+        }
+    };
+    assert_eq!(receipt["counts"]["sessions"], 1, "{receipt}");
+    assert_eq!(receipt["counts"]["messages"], 1, "{receipt}");
+    assert_eq!(receipt["resumed"], false, "not cut off and resumed");
+    status(&bob)
+        .await
+        .assert_error(StatusCode::NOT_FOUND, "erasure_not_found");
+    assert_eq!(status(ADMIN_KEY).await.json(), receipt);
+    let gone = fixture.get("/v1/sessions/anns").await;
+    gone.assert_error(StatusCode::NOT_FOUND, "session_not_found");
 }

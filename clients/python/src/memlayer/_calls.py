@@ -40,7 +40,11 @@ def _key(name: str) -> Any:
     return lambda body: body[name]
 
 
-def _nothing(_body: Any) -> None:
+def still_running(answer: object) -> int | None:
+    """The id of an erasure that answered `202` (still running past half the server's request
+    timeout); None for a receipt or an empty answer."""
+    if isinstance(answer, dict) and answer.get("status") == "running":
+        return int(answer["erasure_id"])
     return None
 
 
@@ -71,8 +75,8 @@ def get_session(session_id: str) -> Call[SessionWithMessages]:
     return Call("GET", f"/v1/sessions/{segment(session_id)}")
 
 
-def delete_session(session_id: str) -> Call[None]:
-    return Call("DELETE", f"/v1/sessions/{segment(session_id)}", parse=_nothing)
+def delete_session(session_id: str) -> Call[RunningErasure | None]:
+    return Call("DELETE", f"/v1/sessions/{segment(session_id)}")
 
 
 def list_sessions(
@@ -147,7 +151,7 @@ def message_pages(
     return Pager(messages(session_id, start=start, limit=limit), following, _key("messages"))
 
 
-def erase_message(session_id: str, index: int) -> Call[Receipt]:
+def erase_message(session_id: str, index: int) -> Call[Receipt | RunningErasure]:
     return Call("DELETE", f"/v1/sessions/{segment(session_id)}/messages/{int(index)}")
 
 
@@ -310,14 +314,14 @@ def get_memory(memory_id: int) -> Call[Memory]:
     return Call("GET", f"/v1/memories/{int(memory_id)}")
 
 
-def forget(memory_id: int) -> Call[Receipt]:
+def forget(memory_id: int) -> Call[Receipt | RunningErasure]:
     return Call("DELETE", f"/v1/memories/{int(memory_id)}")
 
 
 # Erasure and keys
 
 
-def erase_user(user_id: str) -> Call[Receipt]:
+def erase_user(user_id: str) -> Call[Receipt | RunningErasure]:
     return Call("DELETE", f"/v1/users/{segment(user_id)}")
 
 

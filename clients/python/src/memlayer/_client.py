@@ -7,6 +7,9 @@ endpoint are written once; the `iter_*` helpers likewise walk a `Pager` describe
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from typing import (
     Any,
@@ -52,6 +55,8 @@ P = TypeVar("P")
 Item = TypeVar("Item")
 
 USER_AGENT = f"memlayer-python/{__version__}"
+#: How often an erasure the server answered `202` is asked after until its receipt.
+ERASURE_POLL_SECS = 0.2
 
 
 def _settings(
@@ -83,6 +88,14 @@ class _SyncBase:
         except httpx.TransportError as error:
             raise APIConnectionError(0, "connection_error", str(error) or repr(error)) from error
         return read_response(call, response)
+
+    def _erase(self, call: Call[Any]) -> Any:
+        """Sends an erasure and follows a `202` to the receipt (`None` for an empty answer)."""
+        answer = self._send(call)
+        while (erasure_id := _calls.still_running(answer)) is not None:
+            time.sleep(ERASURE_POLL_SECS)
+            answer = self._send(_calls.erasure(erasure_id))
+        return answer
 
     def _iterate(self, pager: Pager[P, Item]) -> Iterator[Item]:
         call: Call[P] | None = pager.first
@@ -122,6 +135,14 @@ class _AsyncBase:
         except httpx.TransportError as error:
             raise APIConnectionError(0, "connection_error", str(error) or repr(error)) from error
         return read_response(call, response)
+
+    async def _erase(self, call: Call[Any]) -> Any:
+        """Sends an erasure and follows a `202` to the receipt (`None` for an empty answer)."""
+        answer = await self._send(call)
+        while (erasure_id := _calls.still_running(answer)) is not None:
+            await asyncio.sleep(ERASURE_POLL_SECS)
+            answer = await self._send(_calls.erasure(erasure_id))
+        return answer
 
     async def _iterate(self, pager: Pager[P, Item]) -> AsyncIterator[Item]:
         call: Call[P] | None = pager.first
@@ -165,8 +186,9 @@ class Client(_SyncBase):
         return self._send(_calls.get_session(session_id))
 
     def delete_session(self, session_id: str) -> None:
-        """Erases the session and everything derived from it."""
-        return self._send(_calls.delete_session(session_id))
+        """Erases the session and everything derived from it; returns once nothing of it is
+        left (an erasure still running when the server answers is followed to its end)."""
+        self._erase(_calls.delete_session(session_id))
 
     def list_sessions(
         self,
@@ -213,7 +235,7 @@ class Client(_SyncBase):
 
     def erase_message(self, session_id: str, index: int) -> Receipt:
         """Erases one message and what was derived from it."""
-        return self._send(_calls.erase_message(session_id, index))
+        return self._erase(_calls.erase_message(session_id, index))
 
     def search(self, session_id: str, q: str, *, limit: int | None = None) -> SearchResults:
         """Keyword search over the session's whole history, newest first."""
@@ -340,11 +362,11 @@ class Client(_SyncBase):
 
     def forget(self, memory_id: int) -> Receipt:
         """Forgets a memory: an erasure, answered with its receipt."""
-        return self._send(_calls.forget(memory_id))
+        return self._erase(_calls.forget(memory_id))
 
     def erase_user(self, user_id: str) -> Receipt:
         """Erases every session, memory and episode of a user."""
-        return self._send(_calls.erase_user(user_id))
+        return self._erase(_calls.erase_user(user_id))
 
     def erasures(self, *, limit: int | None = None) -> list[Receipt]:
         """Erasure receipts, newest first (`tenant_admin` keys)."""
@@ -424,8 +446,9 @@ class AsyncClient(_AsyncBase):
         return await self._send(_calls.get_session(session_id))
 
     async def delete_session(self, session_id: str) -> None:
-        """Erases the session and everything derived from it."""
-        return await self._send(_calls.delete_session(session_id))
+        """Erases the session and everything derived from it; returns once nothing of it is
+        left (an erasure still running when the server answers is followed to its end)."""
+        await self._erase(_calls.delete_session(session_id))
 
     async def list_sessions(
         self,
@@ -472,7 +495,7 @@ class AsyncClient(_AsyncBase):
 
     async def erase_message(self, session_id: str, index: int) -> Receipt:
         """Erases one message and what was derived from it."""
-        return await self._send(_calls.erase_message(session_id, index))
+        return await self._erase(_calls.erase_message(session_id, index))
 
     async def search(self, session_id: str, q: str, *, limit: int | None = None) -> SearchResults:
         """Keyword search over the session's whole history, newest first."""
@@ -603,11 +626,11 @@ class AsyncClient(_AsyncBase):
 
     async def forget(self, memory_id: int) -> Receipt:
         """Forgets a memory: an erasure, answered with its receipt."""
-        return await self._send(_calls.forget(memory_id))
+        return await self._erase(_calls.forget(memory_id))
 
     async def erase_user(self, user_id: str) -> Receipt:
         """Erases every session, memory and episode of a user."""
-        return await self._send(_calls.erase_user(user_id))
+        return await self._erase(_calls.erase_user(user_id))
 
     async def erasures(self, *, limit: int | None = None) -> list[Receipt]:
         """Erasure receipts, newest first (`tenant_admin` keys)."""

@@ -226,7 +226,8 @@ export interface paths {
         /**
          * One erasure
          * @description Its receipt once it finished; `202` with `status: running` while it runs (or waits for
-         *     the maintenance pass to finish it after a failure or a restart).
+         *     the maintenance pass to finish it after a failure or a restart). A tenant's admin and
+         *     service keys read every erasure of the tenant; a user-scoped key only those it asked for.
          */
         get: operations["erasure"];
         put?: never;
@@ -353,7 +354,8 @@ export interface paths {
         post?: never;
         /**
          * Delete an episode
-         * @description Through the erasure coordinator: answers once no byte of it is left.
+         * @description Through the erasure coordinator: answers once no byte of it is left, or with `202` when
+         *     that takes longer than half the request timeout.
          */
         delete: operations["delete_episode"];
         options?: never;
@@ -419,7 +421,8 @@ export interface paths {
         post?: never;
         /**
          * Forget a memory
-         * @description Through the erasure coordinator: answers once no byte of it is left.
+         * @description Through the erasure coordinator: answers once no byte of it is left, or with `202` when
+         *     that takes longer than half the request timeout.
          */
         delete: operations["forget_memory"];
         options?: never;
@@ -521,7 +524,9 @@ export interface paths {
         post?: never;
         /**
          * Delete a session
-         * @description Erases the session and everything it owns (messages, runs, vectors, index entries).
+         * @description Erases the session and everything it owns (messages, runs, vectors, index entries);
+         *     `202` when that takes longer than half the request timeout (see
+         *     `GET /v1/admin/erasures/{erasure_id}`).
          */
         delete: operations["delete_session"];
         options?: never;
@@ -676,8 +681,9 @@ export interface paths {
         /**
          * Erase one message
          * @description Removes the message, its vector, its index entries and a summary that covers it, then
-         *     compacts the store file; answers once no byte of it is left. The other messages keep
-         *     their indices.
+         *     compacts the store file; answers once no byte of it is left, or with `202` when that takes
+         *     longer than half the request timeout (see `GET /v1/admin/erasures/{erasure_id}`). The
+         *     other messages keep their indices.
          */
         delete: operations["erase_message"];
         options?: never;
@@ -795,7 +801,8 @@ export interface paths {
         post?: never;
         /**
          * Erase a user
-         * @description Every session of the user in the tenant, with everything derived from them.
+         * @description Every session of the user in the tenant, with everything derived from them; `202` when
+         *     that takes longer than half the request timeout.
          */
         delete: operations["erase_user"];
         options?: never;
@@ -4678,6 +4685,15 @@ export interface operations {
                     "application/json": components["schemas"]["ReceiptBody"];
                 };
             };
+            /** @description Still running; see Location */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Running"];
+                };
+            };
             /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected) */
             400: {
                 headers: {
@@ -5449,6 +5465,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ReceiptBody"];
+                };
+            };
+            /** @description Still running; see Location */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Running"];
                 };
             };
             /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected) */
@@ -6471,6 +6496,15 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description Still running; see Location */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Running"];
+                };
+            };
             /** @description Deleted */
             204: {
                 headers: {
@@ -7789,6 +7823,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ReceiptBody"];
+                };
+            };
+            /** @description Still running; see Location */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Running"];
                 };
             };
             /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected) */
@@ -9222,6 +9265,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ReceiptBody"];
+                };
+            };
+            /** @description Still running; see Location */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Running"];
                 };
             };
             /** @description `invalid_header`: A header is not visible ASCII. `invalid_path`: A path parameter does not decode (not UTF-8, or not a number where one is expected) */

@@ -6,6 +6,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use memlayer_erasure::Target;
 use memlayer_memory::{ContextSettings, LessonQuery, build_lessons, list_episodes};
 use memlayer_store::{Access, Episode, Outcome, Timestamp};
@@ -251,7 +252,8 @@ errors!(
 
 /// Delete an episode
 ///
-/// Through the erasure coordinator: answers once no byte of it is left.
+/// Through the erasure coordinator: answers once no byte of it is left, or with `202` when
+/// that takes longer than half the request timeout.
 #[utoipa::path(
     delete,
     path = "/v1/episodes/{episode_id}",
@@ -260,6 +262,7 @@ errors!(
     params(("episode_id" = u64, Path, description = "The episode's id")),
     responses(
         (status = 200, description = "Erased", body = ReceiptBody),
+        (status = 202, description = "Still running; see Location", body = crate::api::erasure::Running),
         DeleteEpisodeErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service"])),
@@ -268,7 +271,7 @@ pub(crate) async fn delete(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiPath(episode_id): ApiPath<u64>,
-) -> Result<Json<ReceiptBody>, ApiError> {
+) -> Result<Response, ApiError> {
     let owner = tenant.clone();
     let exists = crate::api::read(&state, move |store| {
         store.memories().episode(&owner, episode_id)
@@ -277,14 +280,13 @@ pub(crate) async fn delete(
     if exists.is_none() {
         return Err(episode_not_found(episode_id));
     }
-    Ok(Json(
-        erase(
-            &state,
-            Access::tenant_wide(tenant),
-            Target::Episode { episode_id },
-        )
-        .await?,
-    ))
+    erase(
+        &state,
+        Access::tenant_wide(tenant),
+        Target::Episode { episode_id },
+    )
+    .await?
+    .answer(|receipt| Ok(Json(receipt).into_response()))
 }
 
 #[derive(Deserialize, IntoParams)]

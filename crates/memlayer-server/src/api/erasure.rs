@@ -6,7 +6,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use memlayer_erasure::{Counts, ErasureRequest, Receipt, Status, Target};
+use memlayer_erasure::{Counts, ErasureRequest, Receipt, RunningErasure, Status, Target};
 use memlayer_store::{Access, StoreError, Timestamp};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -88,24 +88,58 @@ impl From<Receipt> for ReceiptBody {
     }
 }
 
-/// Runs an erasure for the API caller.
-/// Erases `target` within `access`: for a user-scoped key, a session or message of another
-/// user is left alone (checked in the transaction that deletes it).
+/// An erasure the API started: finished, or still running past the time a request waits.
+pub(crate) enum Erased {
+    Done(ReceiptBody),
+    /// Its id; `202` points at its receipt.
+    Running(u64),
+}
+
+impl Erased {
+    /// The answer for the caller: `done`'s for a finished erasure, `202` for a running one.
+    pub(crate) fn answer(
+        self,
+        done: impl FnOnce(ReceiptBody) -> Result<Response, ApiError>,
+    ) -> Result<Response, ApiError> {
+        match self {
+            Self::Done(receipt) => done(receipt),
+            Self::Running(id) => Ok(still_running(id)),
+        }
+    }
+}
+
+/// Erases `target` within `access` for the API caller: for a user-scoped key, a session or
+/// message of another user is left alone (checked in the transaction that deletes it).
 pub(crate) async fn erase(
     state: &AppState,
     access: Access,
     target: Target,
-) -> Result<ReceiptBody, ApiError> {
-    let receipt = state
+) -> Result<Erased, ApiError> {
+    let running = state
         .erasure()
-        .erase(ErasureRequest {
+        .start(ErasureRequest {
             tenant: access.tenant().to_owned(),
             target,
             requested_by: "api".into(),
             user_id: access.user().map(str::to_owned),
         })
         .await?;
-    Ok(receipt.into())
+    wait_for(state, running).await
+}
+
+/// The erasure's receipt if it ends within half the request timeout, which leaves the other
+/// half for what ran before and for answering. Past it the erasure goes on by itself: its
+/// compaction rewrites the whole store file, tens of seconds at a million messages, and an
+/// erasure cut off by the request timeout answered `503` and stopped where it got to.
+pub(crate) async fn wait_for(
+    state: &AppState,
+    mut running: RunningErasure,
+) -> Result<Erased, ApiError> {
+    let answer_within = state.config().request_timeout / 2;
+    match running.outcome_within(answer_within).await {
+        Some(receipt) => Ok(Erased::Done(receipt?.into())),
+        None => Ok(Erased::Running(running.id())),
+    }
 }
 
 /// `404` unless `caller` reaches the session: erasing something that does not exist is
@@ -146,8 +180,9 @@ errors!(
 /// Erase one message
 ///
 /// Removes the message, its vector, its index entries and a summary that covers it, then
-/// compacts the store file; answers once no byte of it is left. The other messages keep
-/// their indices.
+/// compacts the store file; answers once no byte of it is left, or with `202` when that takes
+/// longer than half the request timeout (see `GET /v1/admin/erasures/{erasure_id}`). The
+/// other messages keep their indices.
 #[utoipa::path(
     delete,
     path = "/v1/sessions/{session_id}/messages/{index}",
@@ -158,6 +193,7 @@ errors!(
     ),
     responses(
         (status = 200, description = "Erased", body = ReceiptBody),
+        (status = 202, description = "Still running; see Location", body = Running),
         EraseMessageErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
@@ -166,43 +202,50 @@ pub(crate) async fn erase_message(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath((session_id, index)): ApiPath<(String, u64)>,
-) -> Result<Json<ReceiptBody>, ApiError> {
+) -> Result<Response, ApiError> {
     require_session(&state, &caller, &session_id).await?;
-    let receipt = erase(
+    let erased = erase(
         &state,
         caller.access(),
         Target::Message { session_id, index },
     )
     .await?;
-    if receipt.counts.messages == 0 {
-        return Err(memlayer_store::StoreError::MessageNotFound { index }.into());
-    }
-    Ok(Json(receipt))
+    erased.answer(|receipt| {
+        if receipt.counts.messages == 0 {
+            return Err(memlayer_store::StoreError::MessageNotFound { index }.into());
+        }
+        Ok(Json(receipt).into_response())
+    })
 }
 
 errors!(EraseUserErrors = [KEYED, PATH, USER, WRITES]);
 
 /// Erase a user
 ///
-/// Every session of the user in the tenant, with everything derived from them.
+/// Every session of the user in the tenant, with everything derived from them; `202` when
+/// that takes longer than half the request timeout.
 #[utoipa::path(
     delete,
     path = "/v1/users/{user_id}",
     tag = "erasure",
     params(("user_id" = String, Path, description = "The user's id")),
-    responses((status = 200, description = "Erased (counts are zero if the user had nothing)", body = ReceiptBody), EraseUserErrors),
+    responses(
+        (status = 200, description = "Erased (counts are zero if the user had nothing)", body = ReceiptBody),
+        (status = 202, description = "Still running; see Location", body = Running),
+        EraseUserErrors,
+    ),
     security(("bearerAuth" = ["tenant_admin", "user"])),
 )]
 pub(crate) async fn erase_user(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath(user_id): ApiPath<String>,
-) -> Result<Json<ReceiptBody>, ApiError> {
+) -> Result<Response, ApiError> {
     caller.may_erase_users()?;
     memlayer_store::validate_id("user_id", &user_id)?;
-    Ok(Json(
-        erase(&state, caller.access(), Target::User { user_id }).await?,
-    ))
+    erase(&state, caller.access(), Target::User { user_id })
+        .await?
+        .answer(|receipt| Ok(Json(receipt).into_response()))
 }
 
 #[derive(Serialize, ToSchema)]
@@ -327,17 +370,13 @@ pub(crate) async fn purge(
             format!("older_than_days must be at most {MAX_RETENTION_DAYS}"),
         ));
     }
-    let mut running = state
+    let running = state
         .erasure()
         .start_purge(&project_id, query.older_than_days, "api", Timestamp::now())
         .await?;
-    // Half the request timeout leaves the other half for what ran before and for answering:
-    // a purge cut off by the timeout used to answer 503 and stop where it got to.
-    let answer_within = state.config().request_timeout / 2;
-    match running.outcome_within(answer_within).await {
-        Some(receipt) => Ok(Json(ReceiptBody::from(receipt?)).into_response()),
-        None => Ok(still_running(running.id())),
-    }
+    wait_for(&state, running)
+        .await?
+        .answer(|receipt| Ok(Json(receipt).into_response()))
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -363,7 +402,8 @@ errors!(
 /// One erasure
 ///
 /// Its receipt once it finished; `202` with `status: running` while it runs (or waits for
-/// the maintenance pass to finish it after a failure or a restart).
+/// the maintenance pass to finish it after a failure or a restart). A tenant's admin and
+/// service keys read every erasure of the tenant; a user-scoped key only those it asked for.
 #[utoipa::path(
     get,
     path = "/v1/admin/erasures/{erasure_id}",
@@ -374,16 +414,21 @@ errors!(
         (status = 202, description = "Still running", body = Running),
         ErasureErrors,
     ),
-    security(("bearerAuth" = ["tenant_admin"])),
+    security(("bearerAuth" = ["tenant_admin", "service", "user"])),
 )]
 pub(crate) async fn erasure(
     State(state): State<AppState>,
-    Admin(tenant): Admin,
+    Caller(caller): Caller,
     ApiPath(path): ApiPath<ErasurePath>,
     ApiQuery(query): ApiQuery<ProjectQuery>,
 ) -> Result<Response, ApiError> {
-    let project_id = project(tenant, query.project_id)?;
-    match state.erasure().status(&project_id, path.erasure_id).await? {
+    project(caller.tenant().to_owned(), query.project_id)?;
+    // Whose erasure it is is checked in the read that finds it.
+    match state
+        .erasure()
+        .status(&caller.access(), path.erasure_id)
+        .await?
+    {
         Some(Status::Done(receipt)) => Ok(Json(ReceiptBody::from(*receipt)).into_response()),
         Some(Status::Running) => Ok(still_running(path.erasure_id)),
         None => Err(ApiError::NotFound {

@@ -9,6 +9,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use memlayer_memory::{MemoryHit, MemoryQuery, RememberAction, RememberRequest};
 use memlayer_store::{Access, Memory, MemoryKind, blocking};
 use serde::{Deserialize, Serialize};
@@ -572,7 +573,8 @@ errors!(
 
 /// Forget a memory
 ///
-/// Through the erasure coordinator: answers once no byte of it is left.
+/// Through the erasure coordinator: answers once no byte of it is left, or with `202` when
+/// that takes longer than half the request timeout.
 #[utoipa::path(
     delete,
     path = "/v1/memories/{memory_id}",
@@ -581,6 +583,7 @@ errors!(
     params(("memory_id" = u64, Path, description = "The memory's id")),
     responses(
         (status = 200, description = "Forgotten", body = ReceiptBody),
+        (status = 202, description = "Still running; see Location", body = crate::api::erasure::Running),
         ForgetMemoryErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
@@ -589,26 +592,16 @@ pub(crate) async fn forget(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath(memory_id): ApiPath<u64>,
-) -> Result<Json<ReceiptBody>, ApiError> {
+) -> Result<Response, ApiError> {
     let tenant = caller.tenant().to_owned();
-    Ok(Json(
-        forget_for(&state, tenant, caller.user(), memory_id).await?,
-    ))
-}
-
-/// Forgets a memory of `tenant` that belongs to `user` (any user's for `None`).
-async fn forget_for(
-    state: &AppState,
-    tenant: String,
-    user: Option<&str>,
-    memory_id: u64,
-) -> Result<ReceiptBody, ApiError> {
-    let receipt = state
+    let running = state
         .agent()
         .tools()
-        .forget(tenant, memory_id, user)
+        .start_forgetting(tenant, memory_id, caller.user())
         .await?;
-    Ok(receipt.into())
+    crate::api::erasure::wait_for(&state, running)
+        .await?
+        .answer(|receipt| Ok(Json(receipt).into_response()))
 }
 
 #[derive(Serialize, ToSchema)]

@@ -3,6 +3,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use memlayer_store::{
     Access, Append, MAX_PAGE_SIZE, Metadata, NewMessage, NewRun, NewSession, Role, RunStatus,
     SessionFilter, blocking,
@@ -220,7 +221,9 @@ errors!(DeleteSessionErrors = [KEYED, PATH, SESSION, WRITES]);
 
 /// Delete a session
 ///
-/// Erases the session and everything it owns (messages, runs, vectors, index entries).
+/// Erases the session and everything it owns (messages, runs, vectors, index entries);
+/// `202` when that takes longer than half the request timeout (see
+/// `GET /v1/admin/erasures/{erasure_id}`).
 #[utoipa::path(
     delete,
     path = "/v1/sessions/{session_id}",
@@ -228,6 +231,7 @@ errors!(DeleteSessionErrors = [KEYED, PATH, SESSION, WRITES]);
     params(("session_id" = String, Path, description = "The session's id")),
     responses(
         (status = 204, description = "Deleted"),
+        (status = 202, description = "Still running; see Location", body = crate::api::erasure::Running),
         DeleteSessionErrors,
     ),
     security(("bearerAuth" = ["tenant_admin", "service", "user"])),
@@ -236,12 +240,13 @@ pub(crate) async fn delete_session(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath(session_id): ApiPath<String>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<Response, ApiError> {
     // Through the erasure coordinator: the answer comes once nothing of the session is left,
-    // not even in the file's free pages.
+    // not even in the file's free pages, or says where to find when that is.
     crate::api::erasure::require_session(&state, &caller, &session_id).await?;
-    crate::api::erasure::erase(&state, caller.access(), Target::Session { session_id }).await?;
-    Ok(StatusCode::NO_CONTENT)
+    crate::api::erasure::erase(&state, caller.access(), Target::Session { session_id })
+        .await?
+        .answer(|_| Ok(StatusCode::NO_CONTENT.into_response()))
 }
 
 /// Either one message (`role`, `content`, …) or a batch (`messages`), plus who owns the
