@@ -19,7 +19,12 @@
 //! memory search for every user in turn loads each user's partition (past the resident
 //! budget, the users used least recently leave memory), and the server's RSS is read after
 //! that sweep before it stops. Each start with the snapshot follows an unmeasured start and
-//! clean stop of the same build, as a restart of one version does.
+//! clean stop of the same build, as a restart of one version does. Before each stop, a few
+//! conversations are erased one after another (`DELETE /v1/sessions/{id}`, each a different
+//! one, so the builds erase alike), each timed to its receipt (a `202` is followed to it),
+//! while another client reads a live conversation every 50 ms: the longest of those reads
+//! (and how many the server's request timeout failed) is how long the erasures held up every
+//! other request.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -39,10 +44,15 @@ const MEMORIES_PER_USER: usize = 10_000;
 const SNAPSHOT: &str = "vectors.idx";
 /// Asked of every user's memories in the sweep.
 const QUESTION: &str = "Which food does she like to cook for her friends?";
+/// Conversations erased after each measured start's sweep.
+const ERASURES: usize = 3;
+/// Counts the conversations the runs on a store erased, so that the next run erases others.
+const ERASED_FILE: &str = "erased-sessions";
 
 /// What memlayer-bench's `recovery-fill` printed.
 #[derive(Deserialize)]
 struct Filled {
+    sessions: usize,
     messages: usize,
     memories: usize,
     mean_message_bytes: u64,
@@ -67,6 +77,18 @@ struct Measured {
     sweep: Duration,
     rss_after_sweep_kib: u64,
     peak_rss_kib: u64,
+    erasures: Erasures,
+}
+
+/// The erasures after one start's sweep.
+struct Erasures {
+    /// Each erasure's answer (`202` followed to its receipt: `202→200`) and time from
+    /// request to receipt, or to the answer when that is not one.
+    answers: Vec<(String, Duration)>,
+    /// The longest read of another conversation while they ran.
+    longest_read: Duration,
+    /// Reads of it that failed (the server's request timeout answers `503`).
+    failed_reads: usize,
 }
 
 pub(crate) fn run(
@@ -148,12 +170,16 @@ pub(crate) fn run(
     let filled: Filled = serde_json::from_str(filled.trim())
         .with_context(|| format!("`memlayer-bench recovery-fill` printed {filled:?}"))?;
     let users = filled.memories.div_ceil(MEMORIES_PER_USER);
+    let erased = Erased {
+        file: data_dir.join(ERASED_FILE),
+        sessions: filled.sessions,
+    };
 
     let mut results = Vec::new();
     if !data_dir.join(SNAPSHOT).exists() {
         let first = builds.first().expect("this build is measured");
         eprintln!("xtask: {}: start without a snapshot", first.name);
-        results.push(runtime.block_on(measure(first, &data_dir, &log, users, false))?);
+        results.push(runtime.block_on(measure(first, &data_dir, &log, users, &erased, false))?);
     }
     let remove_own_snapshots = || {
         for index in 0..builds.len() {
@@ -172,7 +198,7 @@ pub(crate) fn run(
                 std::fs::copy(&own, data_dir.join(SNAPSHOT))
                     .context("could not put a build's own snapshot in place")?;
             }
-            results.push(runtime.block_on(measure(build, &data_dir, &log, users, true))?);
+            results.push(runtime.block_on(measure(build, &data_dir, &log, users, &erased, true))?);
             std::fs::copy(data_dir.join(SNAPSHOT), &own)
                 .context("could not keep a build's own snapshot")?;
         }
@@ -197,6 +223,7 @@ async fn measure(
     data_dir: &Path,
     log: &Path,
     users: usize,
+    erased: &Erased,
     snapshot: bool,
 ) -> anyhow::Result<Measured> {
     if !snapshot {
@@ -219,6 +246,7 @@ async fn measure(
     sweep(&server, users).await?;
     let sweep = sweep_start.elapsed();
     let rss_after_sweep_kib = server.rss_kib()?;
+    let erasures = erase(&server, erased).await?;
     let peak_rss_kib = server.peak_rss_kib()?;
     server.stop()?;
     Ok(Measured {
@@ -228,7 +256,110 @@ async fn measure(
         sweep,
         rss_after_sweep_kib,
         peak_rss_kib,
+        erasures,
     })
+}
+
+/// The conversations of the filled store (`recovery-0` …) and how many of them earlier
+/// erasures took, from the last one down.
+struct Erased {
+    file: std::path::PathBuf,
+    sessions: usize,
+}
+
+impl Erased {
+    /// The next conversation to erase, counted as erased.
+    fn next(&self) -> anyhow::Result<String> {
+        let taken: usize = match std::fs::read_to_string(&self.file) {
+            Ok(count) => count
+                .trim()
+                .parse()
+                .context("an unreadable count of erasures")?,
+            Err(_) => 0,
+        };
+        ensure!(
+            taken < self.sessions,
+            "every conversation of the store was erased"
+        );
+        std::fs::write(&self.file, (taken + 1).to_string())?;
+        Ok(format!("recovery-{}", self.sessions - 1 - taken))
+    }
+}
+
+/// Erases [`ERASURES`] conversations one after another, each timed to its receipt, while a
+/// live conversation is read every 50 ms.
+async fn erase(server: &Server, erased: &Erased) -> anyhow::Result<Erasures> {
+    let http = admin_client(Duration::from_secs(120))?;
+    let addr = server.addr();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The first conversation, which the erasures (from the last down) never reach.
+    let reader = tokio::spawn({
+        let (http, stop) = (http.clone(), stop.clone());
+        async move {
+            let (mut longest, mut failed) = (Duration::ZERO, 0);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let sent = Instant::now();
+                let response = http
+                    .get(format!("http://{addr}/v1/sessions/recovery-0"))
+                    .send()
+                    .await?;
+                failed += usize::from(!response.status().is_success());
+                longest = longest.max(sent.elapsed());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            anyhow::Ok((longest, failed))
+        }
+    });
+    let mut answers = Vec::new();
+    for _ in 0..ERASURES {
+        let session = erased.next()?;
+        let sent = Instant::now();
+        let response = http
+            .delete(format!("http://{addr}/v1/sessions/{session}"))
+            .send()
+            .await?;
+        let status = response.status().as_u16();
+        let answer = if status == 202 {
+            let location = response
+                .headers()
+                .get(reqwest::header::LOCATION)
+                .context("a 202 without Location")?
+                .to_str()?
+                .to_owned();
+            format!("202→{}", receipt(&http, addr, &location).await?)
+        } else {
+            status.to_string()
+        };
+        answers.push((answer, sent.elapsed()));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (longest_read, failed_reads) = reader.await.context("the reading client panicked")??;
+    Ok(Erasures {
+        answers,
+        longest_read,
+        failed_reads,
+    })
+}
+
+/// Polls a running erasure's `location` until its receipt; the status it ends with. A `503`
+/// (the poll itself timed out while the compaction held every read up) is polled again.
+async fn receipt(
+    http: &reqwest::Client,
+    addr: std::net::SocketAddr,
+    location: &str,
+) -> anyhow::Result<u16> {
+    loop {
+        let status = http
+            .get(format!("http://{addr}{location}"))
+            .send()
+            .await?
+            .status()
+            .as_u16();
+        if !matches!(status, 202 | 503) {
+            return Ok(status);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// One memory search for every user, in turn; each must find memories.
@@ -286,14 +417,17 @@ fn report(filled: &Filled, users: usize, results: &[Measured], load: [String; 2]
     );
     let _ = writeln!(
         out,
-        "| server | snapshot | listening / ready / keywords / graph s | peak RSS until the graph MiB | memory sweep s | RSS after the sweep MiB | peak RSS MiB |"
+        "| server | snapshot | listening / ready / keywords / graph s | peak RSS until the graph MiB | memory sweep s | RSS after the sweep MiB | peak RSS MiB | conversation erasures: answer, s to receipt | longest other read during them s (failed) |"
     );
-    let _ = writeln!(out, "| --- | --- | --- | ---: | ---: | ---: | ---: |");
+    let _ = writeln!(
+        out,
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: |"
+    );
     for result in results {
         let start = &result.start;
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {:.0} | {:.1} | {:.0} | {:.0} |",
+            "| {} | {} | {} | {:.0} | {:.1} | {:.0} | {:.0} | {} | {:.2} ({}) |",
             result.build,
             if result.snapshot { "loaded" } else { "none" },
             start.times(),
@@ -301,6 +435,15 @@ fn report(filled: &Filled, users: usize, results: &[Measured], load: [String; 2]
             result.sweep.as_secs_f64(),
             mib(result.rss_after_sweep_kib),
             mib(result.peak_rss_kib),
+            result
+                .erasures
+                .answers
+                .iter()
+                .map(|(answer, took)| format!("{answer} {:.1}", took.as_secs_f64()))
+                .collect::<Vec<_>>()
+                .join(", "),
+            result.erasures.longest_read.as_secs_f64(),
+            result.erasures.failed_reads,
         );
     }
     out
