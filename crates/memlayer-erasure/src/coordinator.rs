@@ -178,12 +178,13 @@ impl Coordinator {
 
     /// Runs one erasure to its end and returns its receipt. The job is recorded first: if
     /// the process dies before the receipt is written, [`Coordinator::resume`] finishes it.
-    /// A session or message that does not exist (any more) is not an error for the job
-    /// itself; callers that want `404` for an unknown session check first.
+    /// It runs as a task of its own, so a caller that stops waiting (a request past its
+    /// timeout, a dropped tool call) does not cut it off part-way. A session or message that
+    /// does not exist (any more) is not an error for the job itself; callers that want `404`
+    /// for an unknown session check first.
     pub async fn erase(&self, request: ErasureRequest) -> Result<Receipt, ErasureError> {
-        let (id, document) = self.record(request).await?;
-        let _running = Running::claim(&self.inner.running, id);
-        self.run_recorded(id, &document).await
+        let running = self.start(request).await?;
+        running.done.await.map_err(ErasureError::Task)?
     }
 
     /// Runs job `id`, which this coordinator just recorded, to its receipt: here, or, should

@@ -939,3 +939,56 @@ async fn a_users_erasure_is_that_users_and_the_tenants_to_read() {
     assert_eq!(status(Access::one_user("other", "ann")).await, None);
     fixture.close().await;
 }
+
+/// An erasure whose caller stops waiting goes on to its receipt: here a read held open keeps
+/// its compaction waiting while the caller gives up (before, dropping `erase` dropped the job
+/// part-way, and the maintenance pass finished it as a resumed job counting nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_erasure_whose_caller_stops_waiting_finishes() {
+    let fixture = Fixture::without_pipeline(tempfile::tempdir().unwrap(), embedder());
+    fixture
+        .say(
+            "dropped",
+            "ann",
+            &lines(&[(Role::User, "canary-dropped-9c1")]),
+        )
+        .await;
+    fixture
+        .say("kept", "bob", &lines(&[(Role::User, "kept text")]))
+        .await;
+    let held = fixture
+        .store
+        .sessions()
+        .snapshot(&Access::tenant_wide(TENANT), "kept")
+        .unwrap()
+        .expect("bob's session");
+    let erasing = fixture.coordinator.erase(ErasureRequest {
+        tenant: TENANT.into(),
+        target: Target::Session {
+            session_id: "dropped".into(),
+        },
+        requested_by: "test".into(),
+        user_id: None,
+    });
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), erasing)
+            .await
+            .is_err(),
+        "the held read keeps the compaction waiting"
+    );
+    drop(held);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let receipt = loop {
+        let receipts = fixture.coordinator.receipts(TENANT, 10).await.unwrap();
+        if let Some(receipt) = receipts.into_iter().next() {
+            break receipt;
+        }
+        assert!(std::time::Instant::now() < deadline, "no receipt");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(receipt.counts.sessions, 1);
+    assert_eq!(receipt.counts.messages, 1);
+    assert!(!receipt.resumed);
+    assert_eq!(fixture.in_files("canary-dropped-9c1"), 0);
+    fixture.close().await;
+}
