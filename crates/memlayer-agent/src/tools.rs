@@ -335,8 +335,8 @@ impl Tools {
         memory_id: u64,
         owner: Option<&str>,
     ) -> Result<Receipt, AgentError> {
-        let request = self.forgetting(tenant, memory_id, owner)?;
-        Ok(self.erasure.erase(request).await?)
+        let running = self.start_forgetting(tenant, memory_id, owner).await?;
+        Ok(running.outcome().await?)
     }
 
     /// [`Tools::forget`], started: the erasure goes on when the caller stops waiting.
@@ -346,27 +346,17 @@ impl Tools {
         memory_id: u64,
         owner: Option<&str>,
     ) -> Result<RunningErasure, AgentError> {
-        let request = self.forgetting(tenant, memory_id, owner)?;
-        Ok(self.erasure.start(request).await?)
-    }
-
-    /// The erasure of memory `memory_id`, if `owner` (any user for `None`) has it.
-    fn forgetting(
-        &self,
-        tenant: String,
-        memory_id: u64,
-        owner: Option<&str>,
-    ) -> Result<ErasureRequest, AgentError> {
         let found = self.memories.get(&tenant, memory_id)?;
         if found.is_none_or(|memory| owner.is_some_and(|owner| memory.user_id != owner)) {
             return Err(AgentError::MemoryNotFound { memory_id });
         }
-        Ok(ErasureRequest {
+        let request = ErasureRequest {
             tenant,
             target: Target::Memory { memory_id },
             requested_by: "api".into(),
             user_id: owner.map(str::to_owned),
-        })
+        };
+        Ok(self.erasure.start(request).await?)
     }
 
     /// `session_search`: case-insensitive keyword search over a session's whole history,

@@ -65,6 +65,11 @@ impl RunningErasure {
         let joined = tokio::time::timeout(limit, &mut self.done).await.ok()?;
         Some(joined.map_err(ErasureError::Task).and_then(|r| r))
     }
+
+    /// The erasure's outcome, however long it takes (dropping this does not stop it).
+    pub async fn outcome(self) -> Result<Receipt, ErasureError> {
+        self.done.await.map_err(ErasureError::Task)?
+    }
 }
 
 /// Where an erasure stands.
@@ -183,8 +188,7 @@ impl Coordinator {
     /// does not exist (any more) is not an error for the job itself; callers that want `404`
     /// for an unknown session check first.
     pub async fn erase(&self, request: ErasureRequest) -> Result<Receipt, ErasureError> {
-        let running = self.start(request).await?;
-        running.done.await.map_err(ErasureError::Task)?
+        self.start(request).await?.outcome().await
     }
 
     /// Runs job `id`, which this coordinator just recorded, to its receipt: here, or, should
