@@ -455,14 +455,12 @@ impl LongTermMemory {
         tags: &[String],
         vector: &[f32],
     ) -> Result<(Memory, RememberAction), MemoryError> {
-        let existing = match &request.key {
-            Some(key) => self.inner.store.memories().memory_by_key(
-                request.access.tenant(),
-                &request.user_id,
-                request.agent_id.as_deref(),
-                key,
-            )?,
-            None => self.closest_in_scope(request, text, vector)?,
+        let existing = {
+            let (this, request) = (self.clone(), request.clone());
+            let (text, vector) = (text.to_owned(), vector.to_vec());
+            // Off the async workers: the lookup reads the store, and a user whose partition is
+            // not resident has it loaded and indexed first.
+            blocking(move || this.restated(&request, &text, &vector)).await?
         };
         let now = Timestamp::now();
         let (memory, action) = match existing {
@@ -541,6 +539,25 @@ impl LongTermMemory {
         indexes.evict_past_budget(&[(&memory.tenant, &memory.user_id)]);
         drop(indexes);
         Ok((memory, action))
+    }
+
+    /// The memory `request` restates: the one under its key, or else
+    /// [`Self::closest_in_scope`].
+    fn restated(
+        &self,
+        request: &RememberRequest,
+        text: &str,
+        vector: &[f32],
+    ) -> Result<Option<Memory>, MemoryError> {
+        match &request.key {
+            Some(key) => Ok(self.inner.store.memories().memory_by_key(
+                request.access.tenant(),
+                &request.user_id,
+                request.agent_id.as_deref(),
+                key,
+            )?),
+            None => self.closest_in_scope(request, text, vector),
+        }
     }
 
     /// The memory of the same tenant, user, scope and kind that `text` repeats or
