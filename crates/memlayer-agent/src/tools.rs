@@ -213,6 +213,12 @@ pub enum ToolOutcome {
     Recalled(Vec<MemoryHit>),
     /// `memory_forget`: the erasure's receipt.
     Forgotten(Receipt),
+    /// `memory_forget` still running when [`Tools::with_forget_wait`]'s wait ended: the
+    /// erasure goes on, and its receipt will carry this id.
+    Forgetting {
+        /// The erasure's id.
+        erasure_id: u64,
+    },
     /// `session_search`: the matching messages, newest first.
     Found {
         /// The session searched.
@@ -235,6 +241,8 @@ pub struct Tools {
     store: Store,
     memories: LongTermMemory,
     erasure: Coordinator,
+    /// How long a `memory_forget` waits for its receipt; `None`: until it comes.
+    forget_wait: Option<std::time::Duration>,
 }
 
 impl Tools {
@@ -244,6 +252,17 @@ impl Tools {
             store: erasure.store().clone(),
             memories,
             erasure,
+            forget_wait: None,
+        }
+    }
+
+    /// Tools whose `memory_forget` answers [`ToolOutcome::Forgetting`] once its erasure has
+    /// run `wait` without finishing (a purge of a large store can take longer than a caller
+    /// waits), instead of waiting for the receipt.
+    pub fn with_forget_wait(self, wait: std::time::Duration) -> Self {
+        Self {
+            forget_wait: Some(wait),
+            ..self
         }
     }
 
@@ -291,10 +310,10 @@ impl Tools {
                 .await?,
             ),
             // A model may only forget the memories of the user it talks to.
-            Parsed::Forget(args) => ToolOutcome::Forgotten(
+            Parsed::Forget(args) => {
                 self.forget(tenant, args.memory_id, Some(&session.user_id))
-                    .await?,
-            ),
+                    .await?
+            }
             Parsed::Search(args) => ToolOutcome::Found {
                 messages: self
                     .search_session(access, session.id.clone(), args.query, args.limit)
@@ -328,18 +347,31 @@ impl Tools {
     }
 
     /// Forgets a memory through the erasure coordinator; with `owner`, only one of that
-    /// user's. Answers once no byte of it is left.
-    pub async fn forget(
+    /// user's. Answers the receipt once no byte of it is left, or, past the forget wait,
+    /// the running erasure's id.
+    async fn forget(
         &self,
         tenant: String,
         memory_id: u64,
         owner: Option<&str>,
-    ) -> Result<Receipt, AgentError> {
-        let running = self.start_forgetting(tenant, memory_id, owner).await?;
-        Ok(running.outcome().await?)
+    ) -> Result<ToolOutcome, AgentError> {
+        let mut running = self.start_forgetting(tenant, memory_id, owner).await?;
+        let receipt = match self.forget_wait {
+            None => running.outcome().await,
+            Some(wait) => match running.outcome_within(wait).await {
+                Some(receipt) => receipt,
+                None => {
+                    return Ok(ToolOutcome::Forgetting {
+                        erasure_id: running.id(),
+                    });
+                }
+            },
+        };
+        Ok(ToolOutcome::Forgotten(receipt?))
     }
 
-    /// [`Tools::forget`], started: the erasure goes on when the caller stops waiting.
+    /// A memory's erasure, started (with `owner`, only one of that user's): it goes on when
+    /// the caller stops waiting.
     pub async fn start_forgetting(
         &self,
         tenant: String,

@@ -168,7 +168,9 @@ impl AppState {
         );
         let agent = Agent::new(
             contexts.clone(),
-            Tools::new(erasure.clone(), memories.clone()),
+            // A model's `memory_forget` waits for its receipt as an erasure route does.
+            Tools::new(erasure.clone(), memories.clone())
+                .with_forget_wait(config.request_timeout / 2),
             config.agent_model.clone(),
             config.token_encoding,
             crate::api::tools::render,

@@ -88,6 +88,71 @@ impl Fixture {
     async fn get(&self, path: &str) -> Answer {
         self.send(request(Method::GET, path, Body::empty())).await
     }
+
+    /// A user key of `user`, whose session `{user}s` holds one message. Stored through the
+    /// store, not the API: on a loaded machine an append can outlast a test's short request
+    /// timeout.
+    async fn user_with_session(&self, user: &str) -> String {
+        let new = memlayer_store::NewKey {
+            tenant: "default".into(),
+            role: memlayer_store::KeyRole::User,
+            user_id: Some(user.into()),
+            name: None,
+            expires_at: None,
+        };
+        let key = self.store.keys().create_key(new).await.unwrap().secret;
+        let append = memlayer_store::Append {
+            messages: vec![memlayer_store::NewMessage::new(
+                memlayer_store::Role::User,
+                "hello",
+                1,
+            )],
+            create: Some(memlayer_store::NewSession {
+                user_id: user.into(),
+                agent_id: "agent".into(),
+                ..Default::default()
+            }),
+            idempotency_key: None,
+        };
+        let access = memlayer_store::Access::tenant_wide("default");
+        let session = format!("{user}s");
+        self.store
+            .sessions()
+            .append(&access, &session, append)
+            .await
+            .unwrap();
+        key
+    }
+
+    /// A read of `user`'s session `{user}s`, held open until dropped: an erasure's
+    /// compaction waits for it.
+    fn held_read(&self, user: &str) -> memlayer_store::SessionSnapshot {
+        self.store
+            .sessions()
+            .snapshot(
+                &memlayer_store::Access::tenant_wide("default"),
+                &format!("{user}s"),
+            )
+            .unwrap()
+            .expect("the user's session")
+    }
+
+    /// Polls `location` with `key` until the erasure's receipt.
+    async fn receipt(&self, key: &str, location: &str) -> Value {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let polled = self
+                .send(request_with_key(key, Method::GET, location, Body::empty()))
+                .await;
+            match polled.status {
+                StatusCode::OK => return polled.json(),
+                StatusCode::ACCEPTED if std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                other => panic!("{location}: {other} {}", polled.text()),
+            }
+        }
+    }
 }
 
 struct Answer {
@@ -980,49 +1045,11 @@ async fn an_erasure_past_half_the_request_timeout_answers_202_and_finishes() {
         request_timeout: Duration::from_secs(2),
         ..ServerConfig::default()
     });
-    let key_of = |user: &str| {
-        let keys = fixture.store.keys();
-        let new = memlayer_store::NewKey {
-            tenant: "default".into(),
-            role: memlayer_store::KeyRole::User,
-            user_id: Some(user.into()),
-            name: None,
-            expires_at: None,
-        };
-        async move { keys.create_key(new).await.unwrap().secret }
-    };
-    let (ann, bob) = (key_of("ann").await, key_of("bob").await);
-    // Stored through the store, not the API: on a loaded machine an append can take longer
-    // than this test's short request timeout, and only the erasure is under test.
-    for user in ["ann", "bob"] {
-        let append = memlayer_store::Append {
-            messages: vec![memlayer_store::NewMessage::new(
-                memlayer_store::Role::User,
-                "hello",
-                1,
-            )],
-            create: Some(memlayer_store::NewSession {
-                user_id: user.into(),
-                agent_id: "agent".into(),
-                ..Default::default()
-            }),
-            idempotency_key: None,
-        };
-        let access = memlayer_store::Access::tenant_wide("default");
-        let session = format!("{user}s");
-        fixture
-            .store
-            .sessions()
-            .append(&access, &session, append)
-            .await
-            .unwrap();
-    }
-    let held = fixture
-        .store
-        .sessions()
-        .snapshot(&memlayer_store::Access::tenant_wide("default"), "bobs")
-        .unwrap()
-        .expect("bob's session");
+    let (ann, bob) = (
+        fixture.user_with_session("ann").await,
+        fixture.user_with_session("bob").await,
+    );
+    let held = fixture.held_read("bob");
 
     let deleting = request_with_key(&ann, Method::DELETE, "/v1/sessions/anns", Body::empty());
     let answer = fixture.send(deleting).await;
@@ -1034,26 +1061,69 @@ async fn an_erasure_past_half_the_request_timeout_answers_202_and_finishes() {
     assert_eq!(answer.header("location"), Some(location.as_str()));
 
     drop(held);
-    let status =
-        |key: &str| fixture.send(request_with_key(key, Method::GET, &location, Body::empty()));
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let receipt = loop {
-        let polled = status(&ann).await;
-        match polled.status {
-            StatusCode::OK => break polled.json(),
-            StatusCode::ACCEPTED if std::time::Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            other => panic!("erasure {id}: {other} {}", polled.text()),
-        }
-    };
+    let receipt = fixture.receipt(&ann, &location).await;
     assert_eq!(receipt["counts"]["sessions"], 1, "{receipt}");
     assert_eq!(receipt["counts"]["messages"], 1, "{receipt}");
     assert_eq!(receipt["resumed"], false, "not cut off and resumed");
+    let status =
+        |key: &str| fixture.send(request_with_key(key, Method::GET, &location, Body::empty()));
     status(&bob)
         .await
         .assert_error(StatusCode::NOT_FOUND, "erasure_not_found");
     assert_eq!(status(ADMIN_KEY).await.json(), receipt);
     let gone = fixture.get("/v1/sessions/anns").await;
     gone.assert_error(StatusCode::NOT_FOUND, "session_not_found");
+}
+
+/// A model's `memory_forget` (MCP's `tools/call` runs the same code) answers as an erasure
+/// route does: past half the request timeout its result is `{erasure_id, status: "running"}`
+/// and the erasure goes on to a receipt the session's user reads. Before, the call waited for
+/// the receipt, which at a million messages came after the request timeout's `503`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forget_tool_call_past_half_the_request_timeout_answers_running() {
+    let fixture = Fixture::with_config(ServerConfig {
+        request_timeout: Duration::from_secs(4),
+        ..ServerConfig::default()
+    });
+    let (ann, _bob) = (
+        fixture.user_with_session("ann").await,
+        fixture.user_with_session("bob").await,
+    );
+    let call = |name: &str, arguments: Value| {
+        let body = serde_json::json!({ "name": name, "arguments": arguments });
+        let path = "/v1/sessions/anns/tools/call";
+        fixture.send(request_with_key(
+            &ann,
+            Method::POST,
+            path,
+            Body::from(body.to_string()),
+        ))
+    };
+    let arguments = serde_json::json!({ "text": "ann keeps bees", "type": "fact" });
+    let remembered = call("memory_remember", arguments).await;
+    assert_eq!(remembered.status, StatusCode::OK, "{}", remembered.text());
+    let memory_id = remembered.json()["result"]["memory"]["memory_id"].clone();
+    let held = fixture.held_read("bob");
+
+    let forgetting = call(
+        "memory_forget",
+        serde_json::json!({ "memory_id": memory_id }),
+    )
+    .await;
+    assert_eq!(forgetting.status, StatusCode::OK, "{}", forgetting.text());
+    let result = &forgetting.json()["result"];
+    assert_eq!(result["status"], "running", "{result}");
+    let id = result["erasure_id"].as_u64().expect("an erasure id");
+
+    drop(held);
+    let receipt = fixture
+        .receipt(&ann, &format!("/v1/admin/erasures/{id}"))
+        .await;
+    assert_eq!(receipt["counts"]["memories"], 1, "{receipt}");
+    let again = call(
+        "memory_forget",
+        serde_json::json!({ "memory_id": memory_id }),
+    )
+    .await;
+    again.assert_error(StatusCode::NOT_FOUND, "memory_not_found");
 }

@@ -2112,7 +2112,11 @@ export interface components {
             /** @description The result as JSON text, ready to send back as the `tool` message's content. */
             content: string;
             name: string;
-            /** @description The result. */
+            /**
+             * @description The result: the shape of the matching memory or session endpoint's answer
+             *     (`memory_forget`: the erasure's receipt, or `{erasure_id, status: "running"}` when it
+             *     outlasts half the request timeout).
+             */
             result: Record<string, unknown>;
         };
         Tools: {

@@ -323,17 +323,22 @@ pub(crate) struct Running {
     status: &'static str,
 }
 
+impl Running {
+    pub(crate) fn of(erasure_id: u64) -> Self {
+        Self {
+            erasure_id,
+            status: "running",
+        }
+    }
+}
+
 /// `202 Accepted` for an erasure still running, pointing at where its receipt will be.
 fn still_running(erasure_id: u64) -> Response {
     let location = format!("/v1/admin/erasures/{erasure_id}");
-    let body = Running {
-        erasure_id,
-        status: "running",
-    };
     (
         StatusCode::ACCEPTED,
         [(header::LOCATION, location)],
-        Json(body),
+        Json(Running::of(erasure_id)),
     )
         .into_response()
 }

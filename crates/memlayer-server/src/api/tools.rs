@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use crate::api::erasure::ReceiptBody;
+use crate::api::erasure::{ReceiptBody, Running};
 use crate::api::memories::{MemoryHits, Remembered};
 use crate::api::read;
 use crate::api::sessions::{Cleared, SearchResults};
@@ -65,7 +65,9 @@ pub(crate) struct ToolCall {
 #[derive(Serialize, ToSchema)]
 pub(crate) struct ToolResult {
     name: String,
-    /// The result.
+    /// The result: the shape of the matching memory or session endpoint's answer
+    /// (`memory_forget`: the erasure's receipt, or `{erasure_id, status: "running"}` when it
+    /// outlasts half the request timeout).
     #[schema(value_type = Object)]
     result: Value,
     /// The result as JSON text, ready to send back as the `tool` message's content.
@@ -168,6 +170,7 @@ pub(crate) fn render(outcome: ToolOutcome) -> Value {
         }
         ToolOutcome::Recalled(hits) => serde_json::to_value(MemoryHits::new(hits)),
         ToolOutcome::Forgotten(receipt) => serde_json::to_value(ReceiptBody::from(receipt)),
+        ToolOutcome::Forgetting { erasure_id } => serde_json::to_value(Running::of(erasure_id)),
         ToolOutcome::Found {
             session_id,
             messages,
