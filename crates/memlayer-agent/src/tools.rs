@@ -356,18 +356,15 @@ impl Tools {
         owner: Option<&str>,
     ) -> Result<ToolOutcome, AgentError> {
         let mut running = self.start_forgetting(tenant, memory_id, owner).await?;
-        let receipt = match self.forget_wait {
-            None => running.outcome().await,
-            Some(wait) => match running.outcome_within(wait).await {
-                Some(receipt) => receipt,
-                None => {
-                    return Ok(ToolOutcome::Forgetting {
-                        erasure_id: running.id(),
-                    });
-                }
-            },
+        let erasure_id = running.id();
+        let ended = match self.forget_wait {
+            Some(wait) => running.outcome_within(wait).await,
+            None => Some(running.outcome().await),
         };
-        Ok(ToolOutcome::Forgotten(receipt?))
+        Ok(match ended {
+            Some(receipt) => ToolOutcome::Forgotten(receipt?),
+            None => ToolOutcome::Forgetting { erasure_id },
+        })
     }
 
     /// A memory's erasure, started (with `owner`, only one of that user's): it goes on when

@@ -87,6 +87,17 @@ pub const DEFAULT_RATE_LIMIT: RateLimit = RateLimit {
     burst: NonZeroU32::new(200).unwrap(),
 };
 
+impl ServerConfig {
+    /// How long a request waits for an erasure it started (a route's, or a model's
+    /// `memory_forget`): half the request timeout, which leaves the other half for what ran
+    /// before and for answering. Past it the erasure goes on by itself: its compaction
+    /// rewrites the whole store file, tens of seconds at a million messages, and an erasure
+    /// cut off by the request timeout answered `503` and stopped where it got to.
+    pub(crate) fn erasure_wait(&self) -> Duration {
+        self.request_timeout / 2
+    }
+}
+
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
@@ -168,9 +179,7 @@ impl AppState {
         );
         let agent = Agent::new(
             contexts.clone(),
-            // A model's `memory_forget` waits for its receipt as an erasure route does.
-            Tools::new(erasure.clone(), memories.clone())
-                .with_forget_wait(config.request_timeout / 2),
+            Tools::new(erasure.clone(), memories.clone()).with_forget_wait(config.erasure_wait()),
             config.agent_model.clone(),
             config.token_encoding,
             crate::api::tools::render,

@@ -127,16 +127,13 @@ pub(crate) async fn erase(
     wait_for(state, running).await
 }
 
-/// The erasure's receipt if it ends within half the request timeout, which leaves the other
-/// half for what ran before and for answering. Past it the erasure goes on by itself: its
-/// compaction rewrites the whole store file, tens of seconds at a million messages, and an
-/// erasure cut off by the request timeout answered `503` and stopped where it got to.
+/// The erasure's receipt if it ends within [`crate::ServerConfig::erasure_wait`]; past it
+/// the erasure goes on by itself.
 pub(crate) async fn wait_for(
     state: &AppState,
     mut running: RunningErasure,
 ) -> Result<Erased, ApiError> {
-    let answer_within = state.config().request_timeout / 2;
-    match running.outcome_within(answer_within).await {
+    match running.outcome_within(state.config().erasure_wait()).await {
         Some(receipt) => Ok(Erased::Done(receipt?.into())),
         None => Ok(Erased::Running(running.id())),
     }
