@@ -11,7 +11,11 @@ use super::client::{Answer, ClientState, Http, Op, SHARED_SESSIONS};
 
 /// Settles `state.uncertain`: an append is retried with its idempotency key (so it must end
 /// up stored exactly once), any other operation is looked up. An erasure found applied must
-/// be complete, which the byte scan and the index check verify.
+/// be complete, which the byte scan and the index check verify; one found not applied is
+/// repeated, as a client repeats a request left unanswered. It may not be applied *yet*:
+/// when the database dies alone, the commit recording its job can land while the answer is
+/// lost, and the still running server finishes that job by itself a little later, so
+/// "not applied" cannot be a settled state of an erasure.
 pub(crate) async fn settle(http: &Http, state: &mut ClientState) {
     let Some(op) = state.uncertain.take() else {
         return;
@@ -25,19 +29,13 @@ pub(crate) async fn settle(http: &Http, state: &mut ClientState) {
         return;
     }
     let violation = match op {
-        Op::Append { .. } => match http.perform(state, &op).await {
-            Answer::Done(answer) => {
-                state.acknowledge(op, &answer);
-                None
-            }
-            Answer::Refused(status, body) => Some(format!("retry refused ({status}): {body}")),
-            Answer::Lost | Answer::Recorded(_) => Some("retry unanswered".to_owned()),
-        },
+        Op::Append { .. } => retry(http, state, op).await,
         Op::EraseMessage { ref session, index } => match messages(http, state, session).await {
-            Ok(Some(stored)) => {
-                if !stored.iter().any(|(i, _)| *i == index) {
-                    state.message_erased(session, index);
-                }
+            Ok(Some(stored)) if stored.iter().any(|(i, _)| *i == index) => {
+                retry(http, state, op).await
+            }
+            Ok(Some(_)) => {
+                state.message_erased(session, index);
                 None
             }
             Ok(None) => Some(format!("{session} is gone")),
@@ -49,7 +47,7 @@ pub(crate) async fn settle(http: &Http, state: &mut ClientState) {
                     state.session_deleted(session);
                     None
                 }
-                Ok(Some(_)) => None,
+                Ok(Some(_)) => retry(http, state, op).await,
                 Err(err) => Some(err),
             }
         }
@@ -70,7 +68,7 @@ pub(crate) async fn settle(http: &Http, state: &mut ClientState) {
                 state.forgotten(id);
                 None
             }
-            Ok(Some(_)) => None,
+            Ok(Some(_)) => retry(http, state, op).await,
             Err(err) => Some(err),
         },
         Op::Purge => match session_ids(http, state).await {
@@ -81,7 +79,7 @@ pub(crate) async fn settle(http: &Http, state: &mut ClientState) {
                     state.acknowledge(Op::Purge, &Value::Null);
                     None
                 } else if left == known {
-                    None
+                    retry(http, state, op).await
                 } else {
                     Some(format!(
                         "half a purge: {left:?} of {known:?} are left after the restart"
@@ -97,6 +95,31 @@ pub(crate) async fn settle(http: &Http, state: &mut ClientState) {
             "client {}: settling the operation in flight at the kill: {violation}",
             state.id
         ));
+    }
+}
+
+/// Sends `op` again; a repeated erasure whose target is gone already (the job the lost answer
+/// recorded got there first) is applied all the same.
+async fn retry(http: &Http, state: &mut ClientState, op: Op) -> Option<String> {
+    let erasure = !matches!(op, Op::Append { .. });
+    match http.perform(state, &op).await {
+        Answer::Done(answer) => {
+            state.acknowledge(op, &answer);
+            None
+        }
+        Answer::Refused(404, _) if erasure => {
+            state.acknowledge(op, &Value::Null);
+            None
+        }
+        Answer::Recorded(id) => {
+            let unfinished = finished(http, state, id).await.err();
+            if unfinished.is_none() {
+                state.acknowledge(op, &Value::Null);
+            }
+            unfinished
+        }
+        Answer::Refused(status, body) => Some(format!("retry refused ({status}): {body}")),
+        Answer::Lost => Some("retry unanswered".to_owned()),
     }
 }
 
