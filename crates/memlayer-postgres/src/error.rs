@@ -63,7 +63,7 @@ pub enum PostgresError {
         /// Why it is refused.
         detail: String,
     },
-    /// The operating system's random number generator failed (a data key or a nonce).
+    /// The operating system's random number generator failed (a new id).
     #[error("the operating system's random number generator failed: {source}")]
     Random {
         /// Why.

@@ -36,6 +36,7 @@ mod memories;
 mod migrate;
 mod model;
 mod record;
+pub mod seal;
 mod session_memory;
 mod sessions;
 mod snapshot;
