@@ -392,8 +392,17 @@ impl Http {
             return Answer::Lost;
         };
         let status = response.status().as_u16();
-        let Ok(body) = response.json::<Value>().await else {
+        let Ok(bytes) = response.bytes().await else {
             return Answer::Lost;
+        };
+        // A `204` (a deleted session) has no body.
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            match serde_json::from_slice(&bytes) {
+                Ok(body) => body,
+                Err(_) => return Answer::Lost,
+            }
         };
         match status {
             200..300 => Answer::Done(body),
