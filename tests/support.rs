@@ -293,8 +293,19 @@ impl TestServer {
             .len()
     }
 
-    /// Before an erasure: the store file holds `text` (the control: the scan sees what is
-    /// stored); on PostgreSQL no file of the cluster does, as content is stored only sealed.
+    /// Before the erasure of a session's content (its messages, runs, summary): no file holds
+    /// `text` in plain, as both backends store it only sealed (the erasure destroys its key).
+    pub fn assert_stored_sealed(&self, text: &str) {
+        assert_eq!(
+            self.occurrences_in_files(text),
+            0,
+            "{text:?} is stored sealed, never in plain"
+        );
+    }
+
+    /// Before the erasure of a memory's text: the store file holds `text` (the control: the
+    /// scan sees what is stored); on PostgreSQL no file of the cluster does, as content is
+    /// stored only sealed.
     pub fn assert_stored(&self, text: &str) {
         let found = self.occurrences_in_files(text);
         if self.database.is_some() {

@@ -152,7 +152,7 @@ fn an_erased_message_leaves_every_api_and_every_file() {
     );
     let summary = &summarised["messages"][0]["content"];
     assert!(summary.to_string().contains(canary), "{summary}");
-    server.assert_stored(canary);
+    server.assert_stored_sealed(canary);
     assert!(!visible(&server, "chat", "alice", canary).is_empty());
 
     let (status, receipt) = server.delete("/v1/sessions/chat/messages/2");
@@ -244,7 +244,7 @@ fn copies_of_an_erased_message_in_runs_and_idempotency_records_go_with_it() {
         409,
         "conflict",
     );
-    server.assert_stored(canary);
+    server.assert_stored_sealed(canary);
 
     let (status, receipt) = server.delete("/v1/sessions/chat/messages/0");
     assert_eq!(status, 200, "{receipt}");

@@ -491,6 +491,8 @@ impl Coordinator {
                 .memories
                 .forget_orphaned(&self.inner.eraser)
                 .await?;
+            // And may have come between a commit and the destruction of the key it retired.
+            self.inner.eraser.destroy_orphaned_keys().await?;
         }
 
         match &document.request.target {

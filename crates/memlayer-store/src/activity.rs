@@ -361,6 +361,7 @@ mod tests {
             last_role: None,
             load_from: 0,
             erased: 0,
+            key: None,
         }
     }
 

@@ -7,6 +7,11 @@
 //! erased *after* a backup stays in that backup: backups are for the operator to rotate.)
 //! The destination is another database, not this store's, so writing it does not go through
 //! the writer thread.
+//!
+//! A backup is one file, with no key file beside it: what the store keeps sealed
+//! (`sealing.rs`) is opened on the way and copied plain, as a store before sealing kept it
+//! (sessions without a key; idempotency digests, which were keyed, forgotten). A store opened
+//! from a backup serves it so, and seals the sessions it creates.
 
 use std::fs::File;
 use std::sync::Arc;
@@ -17,7 +22,11 @@ use redb::{
     WriteTransaction,
 };
 
-use crate::tables::{TableVisitor, for_each_table};
+use crate::data_keys::DataKeys;
+use crate::erasure::forget_session_digests;
+use crate::record::{Record, SessionRecord};
+use crate::sealing::{Sealer, rewrite_session};
+use crate::tables::{SESSIONS, TableVisitor, for_each_table};
 use crate::{Result, Store, StoreError};
 
 /// What a backup copied.
@@ -53,6 +62,7 @@ impl Store {
         };
         for_each_table(&mut copy)?;
         let mut backup = copy.backup;
+        unseal(&txn, source.keys())?;
         txn.commit()?;
         drop(target);
         backup.bytes = size
@@ -61,6 +71,36 @@ impl Store {
             .len();
         Ok(backup)
     }
+}
+
+/// Stores every sealed session of `txn` plain.
+fn unseal(txn: &WriteTransaction, keys: &DataKeys) -> Result<()> {
+    let mut sessions = txn.open_table(SESSIONS)?;
+    let sealed = sessions
+        .iter()?
+        .filter_map(|entry| {
+            let decoded = entry.map_err(StoreError::from).and_then(|(key, value)| {
+                let (tenant, session_id) = key.value();
+                let record = SessionRecord::decode(value.value())?;
+                Ok(((tenant.to_owned(), session_id.to_owned()), record))
+            });
+            match decoded {
+                Ok((_, ref record)) if record.key.is_none() => None,
+                other => Some(other),
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    for ((tenant, session_id), mut record) in sealed {
+        let sid = record.sid;
+        rewrite_session(txn, keys, sid, &Sealer::plain(sid), false)?;
+        forget_session_digests(txn, sid)?;
+        record.key = None;
+        sessions.insert(
+            (tenant.as_str(), session_id.as_str()),
+            record.encode().as_slice(),
+        )?;
+    }
+    Ok(())
 }
 
 struct CopyTables<'a> {

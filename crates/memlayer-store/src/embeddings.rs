@@ -16,9 +16,8 @@ use crate::model::{
     Access, EmbeddingModel, FollowedFeed, FollowerRecord, MessageKey, PendingEmbedding, SessionRef,
     StoredVector, Timestamp,
 };
-use crate::record::{
-    MessageRecord, ModelRecord, OutboxRecord, Record, SessionRecord, VectorRecord,
-};
+use crate::record::{ModelRecord, OutboxRecord, Record, SessionRecord, VectorRecord};
+use crate::sealing::{Opener, Sealer, outline, retry_destroyed};
 use crate::sessions::{
     enqueue_for_embedding, message_from_record, read_session_record, remove_range,
 };
@@ -62,6 +61,10 @@ impl EmbeddingFeed<'_> {
         if let Some(backend) = self.store.backend() {
             return wait(backend.feed().pending_embeddings(max_messages));
         }
+        retry_destroyed(|| self.read_pending(max_messages))
+    }
+
+    fn read_pending(self, max_messages: usize) -> Result<Vec<PendingEmbedding>> {
         let txn = self.store.begin_read()?;
         let outbox = txn.open_table(OUTBOX)?;
         let keys = txn.open_table(SESSION_KEYS)?;
@@ -83,10 +86,11 @@ impl EmbeddingFeed<'_> {
             });
             let mut batch = Vec::new();
             let end = record.first_index + record.count;
+            let mut opener = Opener::new(txn.keys(), record.sid);
             for item in messages.range((record.sid, record.first_index)..(record.sid, end))? {
                 let (key, value) = item?;
                 let (sid, index) = key.value();
-                let message = message_from_record(index, MessageRecord::decode(value.value())?)?;
+                let message = message_from_record(index, opener.message(index, value.value())?)?;
                 batch.push((MessageKey::new(sid, index), message));
             }
             collected += batch.len();
@@ -122,6 +126,7 @@ impl EmbeddingFeed<'_> {
             return backend.feed().store_embeddings(model, done, vectors).await;
         }
         model.check_vectors(&vectors)?;
+        let keys = self.store.data_keys()?;
         self.store
             .write(move |txn| {
                 let model_id = register_model(txn, &model)?;
@@ -131,14 +136,18 @@ impl EmbeddingFeed<'_> {
                     let Some(message) = messages.get((key.session(), key.index()))? else {
                         continue;
                     };
-                    let message = MessageRecord::decode(message.value())?;
+                    let outline = outline(message.value())?;
                     let record = VectorRecord {
                         model: model_id,
-                        role: message.role,
-                        timestamp: message.timestamp,
+                        role: outline.role,
+                        timestamp: outline.timestamp,
                         components,
                     };
-                    table.insert((key.session(), key.index()), record.encode().as_slice())?;
+                    // Sealed under the key its message is sealed under: the session's current
+                    // one, since a re-key seals all of a session's values again at once.
+                    let sealer = Sealer::of(&keys, key.session(), outline.key)?;
+                    let stored = sealer.vector(key.index(), &record)?;
+                    table.insert((key.session(), key.index()), stored.as_slice())?;
                 }
                 let mut outbox = txn.open_table(OUTBOX)?;
                 for seq in done {
@@ -173,14 +182,19 @@ impl EmbeddingFeed<'_> {
         if let Some(backend) = self.store.backend() {
             return wait(backend.feed().vectors(after, limit));
         }
+        retry_destroyed(|| self.read_vectors(after, limit))
+    }
+
+    fn read_vectors(self, after: Option<MessageKey>, limit: usize) -> Result<Vec<StoredVector>> {
         let txn = self.store.begin_read()?;
         let table = txn.open_table(VECTORS)?;
+        let mut opener = Opener::new(txn.keys(), 0);
         keys_after(&table, after)?
             .take(limit)
             .map(|entry| {
                 let (key, value) = entry?;
                 let (sid, index) = key.value();
-                let record = VectorRecord::decode(value.value())?;
+                let record = opener.of(sid).vector(index, value.value())?;
                 Ok(StoredVector {
                     key: MessageKey::new(sid, index),
                     role: record.role,
@@ -346,17 +360,23 @@ impl EmbeddingFeed<'_> {
         if let Some(backend) = self.store.backend() {
             return wait(backend.feed().all_messages(after, limit));
         }
-        let txn = self.store.begin_read()?;
-        let table = txn.open_table(MESSAGES)?;
-        keys_after(&table, after)?
-            .take(limit)
-            .map(|entry| {
-                let (key, value) = entry?;
-                let (sid, index) = key.value();
-                let message = message_from_record(index, MessageRecord::decode(value.value())?)?;
-                Ok((MessageKey::new(sid, index), message))
-            })
-            .collect()
+        retry_destroyed(|| {
+            let txn = self.store.begin_read()?;
+            let table = txn.open_table(MESSAGES)?;
+            let mut opener = Opener::new(txn.keys(), 0);
+            keys_after(&table, after)?
+                .take(limit)
+                .map(|entry| {
+                    let (key, value) = entry?;
+                    let (sid, index) = key.value();
+                    let stored = opener.of(sid).message(index, value.value())?;
+                    Ok((
+                        MessageKey::new(sid, index),
+                        message_from_record(index, stored)?,
+                    ))
+                })
+                .collect()
+        })
     }
 
     /// The messages behind index hits, in the order given; `None` for a message that no
@@ -365,18 +385,23 @@ impl EmbeddingFeed<'_> {
         if let Some(backend) = self.store.backend() {
             return wait(backend.feed().messages_by_key(keys));
         }
-        let txn = self.store.begin_read()?;
-        let messages = txn.open_table(MESSAGES)?;
-        keys.iter()
-            .map(|key| {
-                messages
-                    .get((key.session(), key.index()))?
-                    .map(|value| {
-                        message_from_record(key.index(), MessageRecord::decode(value.value())?)
-                    })
-                    .transpose()
-            })
-            .collect()
+        retry_destroyed(|| {
+            let txn = self.store.begin_read()?;
+            let messages = txn.open_table(MESSAGES)?;
+            let mut opener = Opener::new(txn.keys(), 0);
+            keys.iter()
+                .map(|key| {
+                    messages
+                        .get((key.session(), key.index()))?
+                        .map(|value| {
+                            let opener = opener.of(key.session());
+                            let stored = opener.message(key.index(), value.value())?;
+                            message_from_record(key.index(), stored)
+                        })
+                        .transpose()
+                })
+                .collect()
+        })
     }
 
     /// Deletes every vector and queues every message for embedding again: `memlayer reindex`,

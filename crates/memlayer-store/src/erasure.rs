@@ -12,15 +12,17 @@ use std::time::Duration;
 use redb::{ReadableTable, ReadableTableMetadata, WriteTransaction};
 use serde_json::Value;
 
+use crate::data_keys::{DataKeys, KeyOwner};
 use crate::ids::{next_seq, random_id, unused_id};
 use crate::model::{Access, MAX_MESSAGES_PER_SESSION, Timestamp, validate_id};
-use crate::record::{ERASED_DIGEST, IdempotencyRecord, Record, RunRecord, SummaryRecord};
+use crate::record::{ERASED_DIGEST, IdempotencyRecord, Record, RunRecord, SessionRecord};
+use crate::sealing::{KeyRef, Sealer, rewrite_session, summary_range};
 use crate::sessions::read_session_record;
-use crate::store::{Eraser, Sessions, Tenants, wait};
+use crate::store::{Eraser, Freed, Sessions, Tenants, wait};
 use crate::tables::{
     ERASURE_IDS, ERASURE_JOBS, ERASURE_RECEIPT_SEQS, ERASURE_RECEIPTS, IDEMPOTENCY, MESSAGES,
-    NEXT_JOB_SEQ_KEY, RETENTION, RUNS, SESSION_ACTIVITY, SESSION_COUNTS, SESSIONS, SUMMARIES,
-    VECTORS, scope,
+    NEXT_JOB_SEQ_KEY, RETENTION, RUNS, SESSION_ACTIVITY, SESSION_COUNTS, SESSION_KEYS, SESSIONS,
+    SUMMARIES, VECTORS, scope,
 };
 use crate::{Result, Store, StoreError};
 
@@ -121,6 +123,52 @@ fn forget_digests(txn: &WriteTransaction, sid: u64, index: u64) -> Result<()> {
     Ok(())
 }
 
+/// Seals every value session `record` keeps under a new data key, created (and synced) in the
+/// key file before this transaction commits, after message erasure removed one: what the old
+/// key sealed, wherever its bytes are left, is noise once the caller destroys it after the
+/// commit. The runs' free text is dropped on the way (as [`redact_runs`] does, and for the
+/// same reason), and every idempotency digest is forgotten (each was keyed with the old key;
+/// see [`forget_digests`]). Returns how many runs had free text.
+fn reseal(
+    txn: &WriteTransaction,
+    keys: &DataKeys,
+    record: &mut SessionRecord,
+    old: KeyRef,
+) -> Result<u64> {
+    let sid = record.sid;
+    let generation = old.generation.checked_add(1).ok_or_else(|| {
+        StoreError::Conflict("the session was re-keyed as often as it can be".into())
+    })?;
+    let (slot, data_key) = keys
+        .create(&[KeyOwner { sid, generation }])?
+        .pop()
+        .expect("one key for one owner");
+    let new = KeyRef { slot, generation };
+    let redacted = rewrite_session(txn, keys, sid, &Sealer::new(sid, new, data_key), true)?;
+    forget_session_digests(txn, sid)?;
+    record.key = Some(new);
+    Ok(redacted)
+}
+
+/// Replaces the request digest of every idempotent append of session `sid` with
+/// [`ERASED_DIGEST`]: the digests were keyed with a key the session no longer has.
+pub(crate) fn forget_session_digests(txn: &WriteTransaction, sid: u64) -> Result<()> {
+    let mut digests = txn.open_table(IDEMPOTENCY)?;
+    let forgotten = digests
+        .range((sid, "")..(sid + 1, ""))?
+        .map(|entry| {
+            let (key, value) = entry?;
+            let mut record = IdempotencyRecord::decode(value.value())?;
+            record.request_digest = ERASED_DIGEST;
+            Ok((key.value().1.to_owned(), record))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    for (key, record) in forgotten {
+        digests.insert((sid, key.as_str()), record.encode().as_slice())?;
+    }
+    Ok(())
+}
+
 impl Store {
     /// [`Store::record_job`] with ids from `draw` (tests force collisions with it).
     pub(crate) async fn record_job_drawing(
@@ -170,21 +218,15 @@ impl Eraser {
         }
         MessageErased::check_request(access, session_id, index)?;
         let (access, session_id) = (access.clone(), session_id.to_owned());
-        self.store
-            .write_alone(move |txn| {
+        let keys = self.store.data_keys()?;
+        let (erased, retired) = self
+            .store
+            .erase_alone(move |txn| {
                 let mut sessions = txn.open_table(SESSIONS)?;
                 let mut record = read_session_record(&sessions, &access, &session_id)?
                     .ok_or_else(|| StoreError::session_not_found(&session_id))?;
                 let sid = record.sid;
                 let message = txn.open_table(MESSAGES)?.remove((sid, index))?.is_some();
-                if message {
-                    // Whoever read the session before must not trust that read any more.
-                    record.erased += 1;
-                    sessions.insert(
-                        (access.tenant(), session_id.as_str()),
-                        record.encode().as_slice(),
-                    )?;
-                }
                 let vector = txn.open_table(VECTORS)?.remove((sid, index))?.is_some();
                 if vector {
                     crate::embeddings::bump_vectors_version(txn)?;
@@ -195,25 +237,97 @@ impl Eraser {
                     &record.user_id,
                     Some(&session_id),
                 )?;
-                let runs_redacted = redact_runs(txn, sid)?;
-                forget_digests(txn, sid, index)?;
-                let mut summaries = txn.open_table(SUMMARIES)?;
-                let covers = summaries
+                let covers = txn
+                    .open_table(SUMMARIES)?
                     .get(sid)?
-                    .map(|value| SummaryRecord::decode(value.value()))
+                    .map(|value| summary_range(value.value()))
                     .transpose()?
-                    .is_some_and(|s| (s.first_index..=s.last_index).contains(&index));
+                    .is_some_and(|(first, last)| (first..=last).contains(&index));
                 if covers {
-                    summaries.remove(sid)?;
+                    txn.open_table(SUMMARIES)?.remove(sid)?;
                 }
-                Ok(MessageErased {
+                let (runs_redacted, retired) = match (record.key, message) {
+                    (Some(old), true) => {
+                        let redacted = reseal(txn, &keys, &mut record, old)?;
+                        (redacted, Some(old))
+                    }
+                    // Erased before: the re-key then already redacted and forgot.
+                    (Some(_), false) => (0, None),
+                    (None, _) => {
+                        let redacted = redact_runs(txn, sid)?;
+                        forget_digests(txn, sid, index)?;
+                        (redacted, None)
+                    }
+                };
+                if message {
+                    // Whoever read the session before must not trust that read any more.
+                    record.erased += 1;
+                    sessions.insert(
+                        (access.tenant(), session_id.as_str()),
+                        record.encode().as_slice(),
+                    )?;
+                }
+                let erased = MessageErased {
                     sid,
                     message,
                     vector,
                     summary: covers,
                     session_memories,
                     runs_redacted,
-                })
+                };
+                // A session memory is plain text; so is all of a session stored before the
+                // file sealed (no key), and whatever a message erased before left.
+                let freed = if retired.is_some() && session_memories == 0 {
+                    Freed::Sealed
+                } else {
+                    Freed::PlainText
+                };
+                Ok(((erased, retired), freed))
+            })
+            .await?;
+        if let Some(old) = retired {
+            // Committed: every value of the session is sealed under the new key now; the old
+            // one goes at the compaction that ends the erasure, once earlier reads are over.
+            self.store.retire_key(old.slot, old.owner(erased.sid))?;
+        }
+        Ok(erased)
+    }
+
+    /// Destroys every data key no session names, and returns how many: a crash between an
+    /// erasure's commit and the destruction of the key it retired left one, as did a crash
+    /// between a key's creation and the commit that was to name it. A resumed erasure runs it.
+    pub async fn destroy_orphaned_keys(&self) -> Result<u64> {
+        if self.store.backend().is_some() {
+            return Ok(0);
+        }
+        let keys = self.store.data_keys()?;
+        // On the writer thread: every key a write creates is named in that write's
+        // transaction, which this one sees or follows.
+        self.store
+            .write(move |txn| {
+                let names = txn.open_table(SESSION_KEYS)?;
+                let sessions = txn.open_table(SESSIONS)?;
+                let mut orphans = Vec::new();
+                for (slot, owner) in keys.owners()? {
+                    let named = match names.get(owner.sid)? {
+                        Some(name) => {
+                            let (tenant, session_id) = name.value();
+                            let all = Access::tenant_wide(tenant);
+                            read_session_record(&sessions, &all, session_id)?
+                                .and_then(|record| record.key)
+                                == Some(KeyRef {
+                                    slot,
+                                    generation: owner.generation,
+                                })
+                        }
+                        None => false,
+                    };
+                    if !named {
+                        orphans.push((slot, owner));
+                    }
+                }
+                keys.destroy(&orphans)?;
+                Ok(orphans.len() as u64)
             })
             .await
     }

@@ -95,6 +95,23 @@ pub enum StoreError {
         /// What redb found.
         detail: String,
     },
+    /// The key file beside the store file (the data keys sealed values open under) could
+    /// not be read or written.
+    #[error("key file {}: {source}", path.display())]
+    KeyFile {
+        /// The key file.
+        path: std::path::PathBuf,
+        /// The I/O error.
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    /// A sealed value's data key was destroyed: an erasure took what it sealed after this
+    /// read's snapshot was taken.
+    #[error("the data key in slot {slot} was destroyed")]
+    KeyDestroyed {
+        /// The key's slot in the key file.
+        slot: u64,
+    },
     /// A backup could not be written to its file.
     #[error("cannot write the backup: {0}")]
     Backup(Arc<std::io::Error>),
@@ -205,6 +222,8 @@ impl StoreError {
             ),
             Self::NewerFormat { .. }
             | Self::DamagedFile { .. }
+            | Self::KeyFile { .. }
+            | Self::KeyDestroyed { .. }
             | Self::Backup(_)
             | Self::Storage(_)
             | Self::Closed
@@ -229,7 +248,7 @@ impl StoreError {
                 redb::Error::PreviousIo => Some(DiskFault::Failed),
                 _ => None,
             },
-            Self::Backup(io) => Some(DiskFault::of(io)),
+            Self::Backup(io) | Self::KeyFile { source: io, .. } => Some(DiskFault::of(io)),
             _ => None,
         }
     }
@@ -242,6 +261,7 @@ impl StoreError {
         matches!(
             self,
             Self::Storage(_)
+                | Self::KeyFile { .. }
                 | Self::Corrupted { .. }
                 | Self::NewerFormat { .. }
                 | Self::DamagedFile { .. }

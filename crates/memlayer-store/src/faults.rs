@@ -650,6 +650,19 @@ fn assert_gone(image: &[u8], trace: &Trace, what: &str) {
     }
 }
 
+/// The key file beside the store file at `path`.
+fn key_file(path: &Path) -> PathBuf {
+    crate::store::sibling(path, crate::store::KEY_FILE_SUFFIX)
+}
+
+/// Removes the store file at `path` and its key file, if the store got as far as one.
+fn remove_store(path: &Path) {
+    std::fs::remove_file(path).unwrap();
+    if let Err(err) = std::fs::remove_file(key_file(path)) {
+        assert_eq!(err.kind(), std::io::ErrorKind::NotFound, "{err}");
+    }
+}
+
 /// Writes `image` to a fresh file and returns its path.
 fn image_file(dir: &Path, name: &str, image: &[u8]) -> PathBuf {
     let path = dir.join(name);
@@ -674,7 +687,7 @@ fn every_io_failure_leaves_acknowledged_writes_and_whole_groups() {
             }
             drop(disk);
             check_reopened(&path, &trace, &rt, &what);
-            std::fs::remove_file(&path).unwrap();
+            remove_store(&path);
         }
         assert!(failed_groups > 0, "{commit:?}: no fault hit a group commit");
     }
@@ -706,11 +719,13 @@ fn every_power_loss_keeps_what_was_acknowledged() {
                 let what = format!("k={k} ({commit:?}, {name} after power loss)");
                 assert_gone(&image, &trace, &what);
                 let crashed = image_file(dir.path(), &format!("crash-{k}-{name}.redb"), &image);
+                // The key file is a real file, each key synced before a commit names it.
+                std::fs::copy(key_file(&path), key_file(&crashed)).unwrap();
                 check_reopened(&crashed, &trace, &rt, &what);
-                std::fs::remove_file(&crashed).unwrap();
+                remove_store(&crashed);
             }
             drop(disk);
-            std::fs::remove_file(&path).unwrap();
+            remove_store(&path);
         }
     }
 }
@@ -733,7 +748,7 @@ fn an_interrupted_creation_never_stops_the_next_start() {
                 ("torn", disk.crash_image(Survivors::Torn(k))),
             ];
             drop(disk);
-            std::fs::remove_file(&begun).unwrap();
+            remove_store(&begun);
             for (name, image) in images {
                 let what = format!("k={k} ({fault:?}, {name})");
                 let data = tempfile::tempdir_in(dir.path()).unwrap();
@@ -745,8 +760,16 @@ fn an_interrupted_creation_never_stops_the_next_start() {
                     .map(|entry| entry.unwrap().file_name())
                     .collect();
                 names.sort();
-                // The store, and the stamp its clean close left.
-                assert_eq!(names, ["memlayer.redb", "memlayer.redb.closed"], "{what}");
+                // The store, the stamp its clean close left and its key file.
+                assert_eq!(
+                    names,
+                    [
+                        "memlayer.redb",
+                        "memlayer.redb.closed",
+                        "memlayer.redb.keys"
+                    ],
+                    "{what}"
+                );
             }
         }
     }
@@ -906,7 +929,7 @@ fn every_full_or_failing_disk_is_recovered_from_without_a_restart() {
             store.shutdown();
             drop(store);
             drop(disk);
-            std::fs::remove_file(&path).unwrap();
+            remove_store(&path);
         }
     }
     assert!(refused > 0, "no fault made the store refuse writes");

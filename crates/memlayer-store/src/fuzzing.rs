@@ -14,6 +14,9 @@ use crate::record::{
     IdempotencyRecord, MessageRecord, ModelRecord, OutboxRecord, Record, RunRecord, SessionRecord,
     SummaryRecord, VectorRecord,
 };
+use crate::sealing::{
+    SealedMessageRecord, SealedRunRecord, SealedSummaryRecord, SealedVectorRecord, outline,
+};
 use crate::session_memory::SessionMemoryRecord;
 use crate::{
     Access, Append, Memory, MemoryKind, Metadata, NewMessage, NewRun, NewSession, ReplacedText,
@@ -36,6 +39,21 @@ pub fn decode_records(bytes: &[u8]) {
     check::<MemoryRecord>(bytes);
     check::<SessionMemoryRecord>(bytes);
     check::<EpisodeRecord>(bytes);
+    check::<SealedMessageRecord>(bytes);
+    check::<SealedVectorRecord>(bytes);
+    check::<SealedRunRecord>(bytes);
+    check::<SealedSummaryRecord>(bytes);
+    // The outline of a message, sealed or plain, read without decoding it whole.
+    let _ = outline(bytes);
+}
+
+/// Reads `bytes` as a key file: refused, or every slot a key, free or torn (never a panic),
+/// and the free ones never more than the slots.
+pub fn scan_key_file(bytes: &[u8]) {
+    if let Ok(scan) = crate::data_keys::scan(bytes) {
+        assert!(scan.free.len() as u64 <= scan.count);
+        assert!(scan.torn.iter().all(|slot| scan.free.contains(slot)));
+    }
 }
 
 fn check<R: Record>(bytes: &[u8]) {

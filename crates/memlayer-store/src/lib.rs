@@ -21,6 +21,7 @@ mod clean_close;
 #[cfg(any(test, feature = "conformance"))]
 #[doc(hidden)]
 pub mod conformance;
+mod data_keys;
 mod embeddings;
 mod episodes;
 mod erasure;
@@ -35,8 +36,10 @@ mod keys;
 mod memories;
 mod migrate;
 mod model;
+mod readers;
 mod record;
 pub mod seal;
+mod sealing;
 mod session_memory;
 mod sessions;
 mod snapshot;

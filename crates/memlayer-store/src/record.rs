@@ -9,6 +9,7 @@
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
 use crate::model::{Metadata, Role, RunStatus};
+use crate::sealing::KeyRef;
 use crate::{Result, StoreError};
 
 /// Decoding refuses length prefixes beyond this, so a damaged record cannot make the decoder
@@ -63,6 +64,11 @@ pub(crate) trait Record: Serialize + DeserializeOwned {
     }
 }
 
+/// `value` in bincode, as [`decode_body`] reads it.
+pub(crate) fn encode_body(value: &impl Serialize) -> Vec<u8> {
+    bincode::serde::encode_to_vec(value, bincode_config()).expect("encoding into a Vec cannot fail")
+}
+
 /// Decodes one whole bincode body; trailing bytes are corruption.
 pub(crate) fn decode_body<T: DeserializeOwned>(what: &'static str, body: &[u8]) -> Result<T> {
     let corrupted = |detail: String| StoreError::Corrupted { what, detail };
@@ -97,31 +103,40 @@ pub(crate) struct SessionRecord {
     /// of the session before can be known to still hold without reading it again: messages
     /// are never changed, only appended after `next_index` or erased.
     pub(crate) erased: u64,
+    /// The data key its new values are sealed under (version 4, `sealing.rs`); `None` for a
+    /// session stored before, whose values are plain.
+    pub(crate) key: Option<KeyRef>,
 }
 
 impl Record for SessionRecord {
-    const VERSION: u8 = 3;
+    const VERSION: u8 = 4;
     const NAME: &'static str = "session record";
 
     fn upgrade(version: u8, body: &[u8]) -> Result<Self> {
-        let v2 = match version {
-            1 => {
-                let v1: SessionRecordV1 = decode_body(Self::NAME, body)?;
-                SessionRecordV2 {
-                    sid: v1.sid,
-                    user_id: v1.user_id,
-                    agent_id: v1.agent_id,
-                    flow_id: v1.flow_id,
-                    created_at: v1.created_at,
-                    updated_at: v1.updated_at,
-                    metadata: v1.metadata,
-                    next_index: v1.next_index,
-                    next_run: v1.next_run,
-                    last_role: v1.last_role,
-                    load_from: 0,
+        let v3 = match version {
+            1 | 2 => {
+                let v2: SessionRecordV2 = match version {
+                    1 => decode_body::<SessionRecordV1>(Self::NAME, body)?.into(),
+                    _ => decode_body(Self::NAME, body)?,
+                };
+                // Erasures before version 3 were not counted. Counting from 0 is sound: the
+                // count is only compared with itself, read earlier from the same record.
+                SessionRecordV3 {
+                    sid: v2.sid,
+                    user_id: v2.user_id,
+                    agent_id: v2.agent_id,
+                    flow_id: v2.flow_id,
+                    created_at: v2.created_at,
+                    updated_at: v2.updated_at,
+                    metadata: v2.metadata,
+                    next_index: v2.next_index,
+                    next_run: v2.next_run,
+                    last_role: v2.last_role,
+                    load_from: v2.load_from,
+                    erased: 0,
                 }
             }
-            2 => decode_body(Self::NAME, body)?,
+            3 => decode_body(Self::NAME, body)?,
             other => {
                 return Err(StoreError::Corrupted {
                     what: Self::NAME,
@@ -129,22 +144,56 @@ impl Record for SessionRecord {
                 });
             }
         };
-        // Erasures before version 3 were not counted. Counting from 0 is sound: the count
-        // is only compared with itself, read earlier from the same record.
         Ok(Self {
-            sid: v2.sid,
-            user_id: v2.user_id,
-            agent_id: v2.agent_id,
-            flow_id: v2.flow_id,
-            created_at: v2.created_at,
-            updated_at: v2.updated_at,
-            metadata: v2.metadata,
-            next_index: v2.next_index,
-            next_run: v2.next_run,
-            last_role: v2.last_role,
-            load_from: v2.load_from,
-            erased: 0,
+            sid: v3.sid,
+            user_id: v3.user_id,
+            agent_id: v3.agent_id,
+            flow_id: v3.flow_id,
+            created_at: v3.created_at,
+            updated_at: v3.updated_at,
+            metadata: v3.metadata,
+            next_index: v3.next_index,
+            next_run: v3.next_run,
+            last_role: v3.last_role,
+            load_from: v3.load_from,
+            erased: v3.erased,
+            key: None,
         })
+    }
+}
+
+/// `SessionRecord` as version 3 wrote it: without `key`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SessionRecordV3 {
+    pub(crate) sid: u64,
+    pub(crate) user_id: String,
+    pub(crate) agent_id: String,
+    pub(crate) flow_id: Option<String>,
+    pub(crate) created_at: u64,
+    pub(crate) updated_at: u64,
+    pub(crate) metadata: String,
+    pub(crate) next_index: u64,
+    pub(crate) next_run: u64,
+    pub(crate) last_role: Option<Role>,
+    pub(crate) load_from: u64,
+    pub(crate) erased: u64,
+}
+
+impl From<SessionRecordV1> for SessionRecordV2 {
+    fn from(v1: SessionRecordV1) -> Self {
+        Self {
+            sid: v1.sid,
+            user_id: v1.user_id,
+            agent_id: v1.agent_id,
+            flow_id: v1.flow_id,
+            created_at: v1.created_at,
+            updated_at: v1.updated_at,
+            metadata: v1.metadata,
+            next_index: v1.next_index,
+            next_run: v1.next_run,
+            last_role: v1.last_role,
+            load_from: 0,
+        }
     }
 }
 

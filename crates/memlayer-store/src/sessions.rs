@@ -4,6 +4,7 @@
 
 use redb::{ReadableTable, Table, WriteTransaction};
 
+use crate::data_keys::{DataKeys, KeyOwner};
 use crate::model::{
     Access, Append, Appended, Message, NewMessage, NewRun, NewSession, Page, Role, Run,
     SearchQuery, Session, SessionFilter, SessionState, StoredSummary, Timestamp, validate_id,
@@ -13,6 +14,7 @@ use crate::record::{
     ERASED_DIGEST, IdempotencyRecord, MessageRecord, OutboxRecord, Record, RunRecord,
     SessionRecord, SummaryRecord, metadata_from_text,
 };
+use crate::sealing::{KeyRef, Opener, Sealer, summary_range};
 use crate::snapshot::{SessionSnapshot, SessionVersion};
 use crate::tables::{
     IDEMPOTENCY, MESSAGES, META, NEXT_OUTBOX_SEQ_KEY, NEXT_SID_KEY, OUTBOX, RUN_IDS, RUNS,
@@ -40,6 +42,7 @@ impl Sessions<'_> {
         }
         let session_id = new.checked_session_id(access, session_id)?;
         let tenant = access.tenant().to_owned();
+        let keys = self.store.data_keys()?;
         self.store
             .write(move |txn| {
                 let mut sessions = txn.open_table(SESSIONS)?;
@@ -49,7 +52,8 @@ impl Sessions<'_> {
                 {
                     return Err(StoreError::session_id_taken(&session_id));
                 }
-                let record = new_session_record(txn, &tenant, &session_id, &new, Timestamp::now())?;
+                let (record, _) =
+                    new_session_record(txn, &keys, &tenant, &session_id, &new, Timestamp::now())?;
                 sessions.insert(
                     (tenant.as_str(), session_id.as_str()),
                     record.encode().as_slice(),
@@ -82,8 +86,9 @@ impl Sessions<'_> {
                 append.check(access, session_id)?;
                 let access = access.clone();
                 let session_id = session_id.to_owned();
+                let keys = self.store.data_keys()?;
                 self.store
-                    .write(move |txn| apply_append(txn, &access, &session_id, append))
+                    .write(move |txn| apply_append(txn, &keys, &access, &session_id, append))
                     .await?
             }
         };
@@ -101,8 +106,9 @@ impl Sessions<'_> {
         run.check(access, session_id)?;
         let access = access.clone();
         let session_id = session_id.to_owned();
+        let keys = self.store.data_keys()?;
         self.store
-            .write(move |txn| apply_record_run(txn, &access, &session_id, run))
+            .write(move |txn| apply_record_run(txn, &keys, &access, &session_id, run))
             .await
     }
 
@@ -150,6 +156,7 @@ impl Sessions<'_> {
         let query = SearchQuery::parse(query)?;
         let (txn, record) = self.store.read_existing_session(access, session_id)?;
         let messages = txn.open_table(MESSAGES)?;
+        let mut opener = Opener::new(txn.keys(), record.sid);
         let mut hits = Vec::new();
         for entry in messages
             .range((record.sid, 0)..(record.sid, record.next_index))?
@@ -159,9 +166,10 @@ impl Sessions<'_> {
                 break;
             }
             let (key, value) = entry?;
-            let stored = MessageRecord::decode(value.value())?;
+            let index = key.value().1;
+            let stored = opener.message(index, value.value())?;
             if query.matches(&stored.content) {
-                hits.push(message_from_record(key.value().1, stored)?);
+                hits.push(message_from_record(index, stored)?);
             }
         }
         Ok(hits)
@@ -198,6 +206,7 @@ impl Sessions<'_> {
         StoredSummary::check_new(access, session_id, &text)?;
         let access = access.clone();
         let session_id = session_id.to_owned();
+        let keys = self.store.data_keys()?;
         self.store
             .write(move |txn| {
                 let sessions = txn.open_table(SESSIONS)?;
@@ -210,9 +219,8 @@ impl Sessions<'_> {
                 // moves the checkpoint back.
                 let current = summaries
                     .get(record.sid)?
-                    .map(|value| SummaryRecord::decode(value.value()))
+                    .map(|value| summary_range(value.value()))
                     .transpose()?;
-                let current = current.map(|c| (c.first_index, c.last_index));
                 if StoredSummary::keeps_current(current, record.load_from, last_index) {
                     return Ok(());
                 }
@@ -222,7 +230,8 @@ impl Sessions<'_> {
                     last_index,
                     created_at: Timestamp::now().as_micros(),
                 };
-                summaries.insert(record.sid, stored.encode().as_slice())?;
+                let sealer = Sealer::of(&keys, record.sid, record.key)?;
+                summaries.insert(record.sid, sealer.summary(&stored)?.as_slice())?;
                 Ok(())
             })
             .await
@@ -274,9 +283,13 @@ impl Sessions<'_> {
         let (txn, record) = self.store.read_existing_session(access, session_id)?;
         let runs = txn.open_table(RUNS)?;
         let from = from.min(record.next_run);
+        let mut opener = Opener::new(txn.keys(), record.sid);
         runs.range((record.sid, from)..(record.sid, record.next_run))?
             .take(limit)
-            .map(|entry| run_from_record(RunRecord::decode(entry?.1.value())?))
+            .map(|entry| {
+                let (key, value) = entry?;
+                run_from_record(opener.run(key.value().1, value.value())?)
+            })
             .collect()
     }
 
@@ -366,13 +379,16 @@ pub(crate) fn read_session_record(
         .filter(|record| access.sees(&record.user_id)))
 }
 
+/// A new session's record, and the sealer of its values under its first data key, created
+/// (and synced) in the key file before the transaction that stores the record commits.
 fn new_session_record(
     txn: &WriteTransaction,
+    keys: &DataKeys,
     tenant: &str,
     session_id: &str,
     new: &NewSession,
     now: Timestamp,
-) -> Result<SessionRecord> {
+) -> Result<(SessionRecord, Sealer)> {
     let mut meta = txn.open_table(META)?;
     let sid = meta.get(NEXT_SID_KEY)?.map_or(1, |v| v.value());
     if sid >= MAX_SESSIONS {
@@ -384,7 +400,13 @@ fn new_session_record(
     meta.insert(NEXT_SID_KEY, sid + 1)?;
     txn.open_table(SESSION_KEYS)?
         .insert(sid, (tenant, session_id))?;
-    Ok(SessionRecord {
+    let owner = KeyOwner { sid, generation: 0 };
+    let (slot, data_key) = keys.create(&[owner])?.pop().expect("one key for one owner");
+    let key = KeyRef {
+        slot,
+        generation: owner.generation,
+    };
+    let record = SessionRecord {
         sid,
         user_id: new.user_id.clone(),
         agent_id: new.agent_id.clone(),
@@ -397,11 +419,14 @@ fn new_session_record(
         last_role: None,
         load_from: 0,
         erased: 0,
-    })
+        key: Some(key),
+    };
+    Ok((record, Sealer::new(sid, key, data_key)))
 }
 
 fn apply_append(
     txn: &WriteTransaction,
+    keys: &DataKeys,
     access: &Access,
     session_id: &str,
     append: Append,
@@ -421,13 +446,14 @@ fn apply_append(
         {
             return Err(StoreError::session_id_taken(session_id));
         }
-        if let (Some(key), Some(digest)) = (&append.idempotency_key, &digest)
+        if let (Some(key), Some(digest)) = (&append.idempotency_key, digest)
             && let Some(previous) = txn
                 .open_table(IDEMPOTENCY)?
                 .get((record.sid, key.as_str()))?
         {
             let previous = IdempotencyRecord::decode(previous.value())?;
-            if &previous.request_digest != digest && previous.request_digest != ERASED_DIGEST {
+            let digest = Sealer::of(keys, record.sid, record.key)?.request_digest(digest);
+            if previous.request_digest != digest && previous.request_digest != ERASED_DIGEST {
                 return Err(StoreError::idempotency_key_reused(key));
             }
             return Ok(Appended {
@@ -442,8 +468,11 @@ fn apply_append(
         }
     }
     let now = Timestamp::now();
-    let (mut record, created_session) = match existing {
-        Some(record) => (record, false),
+    let (mut record, sealer, created_session) = match existing {
+        Some(record) => {
+            let sealer = Sealer::of(keys, record.sid, record.key)?;
+            (record, sealer, false)
+        }
         // Another user's session under this id: taken, as for any other owner.
         None if sessions.get((tenant, session_id))?.is_some() => {
             return Err(match append.create {
@@ -453,9 +482,10 @@ fn apply_append(
         }
         None => match &append.create {
             Some(owner) => {
-                let record = new_session_record(txn, tenant, session_id, owner, now)?;
+                let (record, sealer) =
+                    new_session_record(txn, keys, tenant, session_id, owner, now)?;
                 crate::activity::add(txn, tenant, session_id, &record)?;
-                (record, true)
+                (record, sealer, true)
             }
             None => return Err(StoreError::session_not_found(session_id)),
         },
@@ -468,10 +498,8 @@ fn apply_append(
         for (offset, message) in append.messages.into_iter().enumerate() {
             let index = first_index + offset as u64;
             record.last_role = Some(message.role);
-            messages.insert(
-                (record.sid, index),
-                message_record(message, now).encode().as_slice(),
-            )?;
+            let stored = sealer.message(index, &message_record(message, now))?;
+            messages.insert((record.sid, index), stored.as_slice())?;
         }
     }
     record.next_index += count;
@@ -479,7 +507,7 @@ fn apply_append(
     crate::activity::touch(txn, tenant, session_id, &mut record, now)?;
     if let (Some(key), Some(request_digest)) = (&append.idempotency_key, digest) {
         let outcome = IdempotencyRecord {
-            request_digest,
+            request_digest: sealer.request_digest(request_digest),
             first_index,
             count,
             created_session,
@@ -519,6 +547,7 @@ pub(crate) fn enqueue_for_embedding(
 
 fn apply_record_run(
     txn: &WriteTransaction,
+    keys: &DataKeys,
     access: &Access,
     session_id: &str,
     run: NewRun,
@@ -547,19 +576,22 @@ fn apply_record_run(
         redacted: false,
     };
     run_ids.insert((record.sid, stored.run_id.as_str()), seq)?;
+    let sealed = Sealer::of(keys, record.sid, record.key)?.run(seq, &stored)?;
     txn.open_table(RUNS)?
-        .insert((record.sid, seq), stored.encode().as_slice())?;
+        .insert((record.sid, seq), sealed.as_slice())?;
     record.next_run += 1;
     crate::activity::touch(txn, tenant, session_id, &mut record, now)?;
     sessions.insert((tenant, session_id), record.encode().as_slice())?;
     run_from_record(stored)
 }
 
+/// Deletes the session; returns what went with it and the key its values were sealed under,
+/// for the caller to destroy once this commits.
 fn apply_delete_session(
     txn: &WriteTransaction,
     access: &Access,
     session_id: &str,
-) -> Result<SessionDeleted> {
+) -> Result<(SessionDeleted, Option<KeyRef>)> {
     let tenant = access.tenant();
     let mut sessions = txn.open_table(SESSIONS)?;
     let record = read_session_record(&sessions, access, session_id)?
@@ -587,12 +619,13 @@ fn apply_delete_session(
         &record.user_id,
         Some(session_id),
     )?;
-    Ok(SessionDeleted {
+    let deleted = SessionDeleted {
         sid,
         messages,
         episodes,
         session_memories,
-    })
+    };
+    Ok((deleted, record.key))
 }
 
 /// What deleting a session removed besides the session itself.
@@ -755,8 +788,13 @@ impl Eraser {
         validate_id("session_id", session_id)?;
         let access = access.clone();
         let session_id = session_id.to_owned();
-        self.store
+        let (deleted, key) = self
+            .store
             .write_alone(move |txn| apply_delete_session(txn, &access, &session_id))
-            .await
+            .await?;
+        if let Some(key) = key {
+            self.store.retire_key(key.slot, key.owner(deleted.sid))?;
+        }
+        Ok(deleted)
     }
 }

@@ -5,13 +5,14 @@
 
 use redb::ReadOnlyTable;
 
-use crate::Result;
 use crate::backend::SessionView;
 use crate::model::{Access, Message, Role, Session, StoredSummary, Timestamp, validate_id};
-use crate::record::{MessageRecord, Record, SessionRecord, SummaryRecord};
+use crate::record::SessionRecord;
+use crate::sealing::{Opener, outline};
 use crate::sessions::{message_from_record, read_session_record, session_from_record};
 use crate::store::{ReadTxn, Sessions, wait};
 use crate::tables::{MESSAGES, SESSIONS, SUMMARIES};
+use crate::{Result, StoreError};
 
 /// A message without its content and metadata: what windowing and token budgets need.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,14 +136,17 @@ impl SessionSnapshot {
             Reads::Backend(view) => return wait(view.messages(from, limit)),
         };
         let sid = self.sid();
+        let mut opener = Opener::new(txn.keys(), sid);
         messages_table(txn)?
             .range((sid, from)..(sid, self.session.message_count))?
             .take(limit)
             .map(|entry| {
                 let (key, value) = entry?;
-                message_from_record(key.value().1, MessageRecord::decode(value.value())?)
+                let index = key.value().1;
+                message_from_record(index, opener.message(index, value.value())?)
             })
-            .collect()
+            .collect::<Result<_>>()
+            .map_err(|err| self.changed(err))
     }
 
     /// The outline of every message from index `from` on, in index order.
@@ -156,12 +160,12 @@ impl SessionSnapshot {
             .range((sid, from)..(sid, self.session.message_count))?
             .map(|entry| {
                 let (key, value) = entry?;
-                let (role, timestamp, token_count) = MessageRecord::decode_outline(value.value())?;
+                let outline = outline(value.value())?;
                 Ok(MessageOutline {
                     index: key.value().1,
-                    role,
-                    timestamp: Timestamp::from_micros(timestamp),
-                    token_count,
+                    role: outline.role,
+                    timestamp: Timestamp::from_micros(outline.timestamp),
+                    token_count: outline.token_count,
                 })
             })
             .collect()
@@ -174,13 +178,14 @@ impl SessionSnapshot {
             Reads::Backend(view) => return wait(view.messages_at(indices)),
         };
         let table = messages_table(txn)?;
+        let mut opener = Opener::new(txn.keys(), self.sid());
         let mut found = Vec::with_capacity(indices.len());
         for &index in indices {
             if let Some(value) = table.get((self.sid(), index))? {
-                found.push(message_from_record(
-                    index,
-                    MessageRecord::decode(value.value())?,
-                )?);
+                let stored = opener
+                    .message(index, value.value())
+                    .map_err(|err| self.changed(err))?;
+                found.push(message_from_record(index, stored)?);
             }
         }
         Ok(found)
@@ -195,7 +200,9 @@ impl SessionSnapshot {
         txn.open_table(SUMMARIES)?
             .get(self.sid())?
             .map(|value| {
-                let stored = SummaryRecord::decode(value.value())?;
+                let stored = Opener::new(txn.keys(), self.sid())
+                    .summary(value.value())
+                    .map_err(|err| self.changed(err))?;
                 Ok(StoredSummary {
                     text: stored.text,
                     first_index: stored.first_index,
@@ -204,6 +211,19 @@ impl SessionSnapshot {
                 })
             })
             .transpose()
+    }
+}
+
+impl SessionSnapshot {
+    /// A key destroyed after this snapshot was taken: an erasure re-keyed or deleted the
+    /// session since, so what it read no longer holds.
+    fn changed(&self, err: StoreError) -> StoreError {
+        match err {
+            StoreError::KeyDestroyed { .. } => StoreError::SessionChanged {
+                session_id: self.session.id.clone(),
+            },
+            other => other,
+        }
     }
 }
 

@@ -2,13 +2,15 @@
 //! reads (run on the caller's thread in a redb read transaction, never blocking writes).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, PoisonError, RwLock, TryLockError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, TryLockError};
 
 use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, WriteTransaction};
 
 use crate::backend::Backend;
 use crate::clean_close;
+use crate::data_keys::{DataKeys, KeyOwner};
+use crate::readers::{OpenRead, Readers};
 use crate::tables::{FORMAT_VERSION, FORMAT_VERSION_KEY, META, NEXT_OUTBOX_SEQ_KEY, NEXT_SID_KEY};
 use crate::writer::Writer;
 use crate::{DiskFault, Result, StoreError};
@@ -177,9 +179,21 @@ struct RedbFile {
     opened: OpenCheck,
     writer: Writer,
     /// Read transactions open now ([`ReadTxn`]). Invariant: [`Store::recover`] closes the
-    /// database only while it is zero, since the reopened database would not know of an
-    /// older snapshot and could reuse the pages it still reads.
-    open_reads: Arc<AtomicUsize>,
+    /// database only while there is none, since the reopened database would not know of an
+    /// older snapshot and could reuse the pages it still reads; a retired key is destroyed
+    /// only once the reads begun before its retirement ended (or [`COMPACTION_WAIT`] passed:
+    /// such a read is then told the session changed).
+    readers: Arc<Readers>,
+    /// Data keys (slot and owner) retired by committed erasures, destroyed by the next
+    /// [`Eraser::compact`].
+    retired: Mutex<Vec<(u64, KeyOwner)>>,
+    /// The data keys of the file's sealed values (`data_keys.rs`), in a file of their own
+    /// beside it: [`KEY_FILE_SUFFIX`].
+    keys: Arc<DataKeys>,
+    /// Whether an erasure committed since the last compaction left plain text in freed pages
+    /// ([`Store::erase_alone`]). Set at the open of an existing file: an erasure may have
+    /// committed before the process ended and its compaction not.
+    plaintext_freed: AtomicBool,
 }
 
 impl Drop for RedbFile {
@@ -202,10 +216,19 @@ impl Drop for RedbFile {
     }
 }
 
-/// A read transaction of the store, counted while it lives ([`RedbFile::open_reads`]).
+/// A read transaction of the store, counted while it lives ([`RedbFile::readers`]), with
+/// the key file its sealed values open under.
 pub(crate) struct ReadTxn {
     txn: ReadTransaction,
+    keys: Arc<DataKeys>,
     _open: OpenRead,
+}
+
+impl ReadTxn {
+    /// The key file.
+    pub(crate) fn keys(&self) -> &DataKeys {
+        &self.keys
+    }
 }
 
 impl std::ops::Deref for ReadTxn {
@@ -213,15 +236,6 @@ impl std::ops::Deref for ReadTxn {
 
     fn deref(&self) -> &ReadTransaction {
         &self.txn
-    }
-}
-
-/// One count of [`RedbFile::open_reads`], given back on drop.
-struct OpenRead(Arc<AtomicUsize>);
-
-impl Drop for OpenRead {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -342,13 +356,28 @@ impl Store {
         opened: OpenCheck,
     ) -> Result<Self> {
         prepare(&db, options.commit)?;
-        let db = Arc::new(RwLock::new(Some(db)));
-        let writer = Writer::spawn(Arc::clone(&db), options.commit).map_err(|err| {
-            StoreError::InvalidInput {
-                field: "writer thread",
-                reason: err.to_string(),
+        let key_file = sibling(&path, KEY_FILE_SUFFIX);
+        if opened == OpenCheck::Created {
+            // Keys of a store file that is gone name sessions of no file: never reused.
+            match std::fs::remove_file(&key_file) {
+                Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(StoreError::KeyFile {
+                        path: key_file,
+                        source: err.into(),
+                    });
+                }
+                _ => {}
             }
-        })?;
+        }
+        let keys = Arc::new(DataKeys::open(&key_file)?);
+        let db = Arc::new(RwLock::new(Some(db)));
+        let writer =
+            Writer::spawn(Arc::clone(&db), options.commit, Arc::clone(&keys)).map_err(|err| {
+                StoreError::InvalidInput {
+                    field: "writer thread",
+                    reason: err.to_string(),
+                }
+            })?;
         Ok(Self::with(ServedBy::File(RedbFile {
             db,
             path,
@@ -356,7 +385,10 @@ impl Store {
             commit: options.commit,
             opened,
             writer,
-            open_reads: Arc::new(AtomicUsize::new(0)),
+            readers: Arc::default(),
+            retired: Mutex::default(),
+            keys,
+            plaintext_freed: AtomicBool::new(opened != OpenCheck::Created),
         })))
     }
 
@@ -466,6 +498,22 @@ impl Store {
         Self::begin_read_of(file, &db)
     }
 
+    /// Retires `owner`'s data key in `slot` after an erasure committed: the next
+    /// [`Eraser::compact`] destroys it.
+    pub(crate) fn retire_key(&self, slot: u64, owner: KeyOwner) -> Result<()> {
+        let file = self.file(FILE_ONLY)?;
+        file.retired
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((slot, owner));
+        Ok(())
+    }
+
+    /// The key file, for the writes that seal.
+    pub(crate) fn data_keys(&self) -> Result<Arc<DataKeys>> {
+        Ok(Arc::clone(&self.file(FILE_ONLY)?.keys))
+    }
+
     /// [`Self::begin_read`] if it need not wait: `None` while a reopening holds the file
     /// ([`Self::recover`]), which may take as long as redb's repair. For the reads an async
     /// worker makes itself.
@@ -490,10 +538,10 @@ impl Store {
         let db = db.as_ref().ok_or_else(|| file.writer.refusal())?;
         // Counted under the lock, so that a reopening, which holds it exclusively, sees every
         // read that began before it.
-        file.open_reads.fetch_add(1, Ordering::AcqRel);
-        let open = OpenRead(Arc::clone(&file.open_reads));
+        let open = file.readers.begin();
         Ok(ReadTxn {
             txn: db.begin_read()?,
+            keys: Arc::clone(&file.keys),
             _open: open,
         })
     }
@@ -511,12 +559,33 @@ impl Store {
     /// [`Writer::submit_alone`] for why) and waits until it is durably committed. Within it,
     /// remove several entries of one table with one range removal (`retain_in`), which
     /// rebuilds each page once, never with one `remove` after another.
+    ///
+    /// What it removes is taken to be plain text, which stays in freed pages until the next
+    /// [`Eraser::compact`]; [`Self::erase_alone`] is for erasures that may not need one.
     pub(crate) async fn write_alone<T, F>(&self, work: F) -> Result<T>
     where
         F: FnOnce(&WriteTransaction) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
-        self.file(FILE_ONLY)?.writer.submit_alone(work).await
+        self.erase_alone(move |txn| work(txn).map(|done| (done, Freed::PlainText)))
+            .await
+    }
+
+    /// [`Self::write_alone`] for an erasure that says what it left in freed pages: plain text
+    /// (a compaction must overwrite it) or only values sealed under keys it destroys.
+    pub(crate) async fn erase_alone<T, F>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(&WriteTransaction) -> Result<(T, Freed)> + Send + 'static,
+        T: Send + 'static,
+    {
+        let file = self.file(FILE_ONLY)?;
+        let (done, freed) = file.writer.submit_alone(work).await?;
+        if freed == Freed::PlainText {
+            // After the commit: a compaction that cleared the mark before it would not have
+            // covered these deletions.
+            file.plaintext_freed.store(true, Ordering::SeqCst);
+        }
+        Ok(done)
     }
 
     /// Changes after every successful commit: derived-data workers (the embedding pipeline)
@@ -645,7 +714,7 @@ impl Store {
         // No read begins while the lock is held, so those open drain; reads are short. A
         // long one (a backup streaming) makes this try again at the next call.
         let deadline = std::time::Instant::now() + REOPEN_WAIT;
-        while file.open_reads.load(Ordering::Acquire) > 0 {
+        while file.readers.open() > 0 {
             if std::time::Instant::now() >= deadline {
                 return Ok(Recovery::Waiting(StoreError::Busy(
                     "reads stayed open; the store is reopened once they end".into(),
@@ -713,6 +782,18 @@ struct Medium {
     stamps_clean_close: bool,
 }
 
+/// What an erasure left in the pages it freed ([`Store::erase_alone`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Freed {
+    /// Plain text: bytes to overwrite by compacting the file.
+    PlainText,
+    /// Only values sealed under keys the erasure destroys once it committed.
+    Sealed,
+}
+
+/// The key file's name is the store file's with this added.
+pub(crate) const KEY_FILE_SUFFIX: &str = ".keys";
+
 /// Bytes the disk probe writes: room for the reopening's repair and the first commits after
 /// it, so that a disk with a few pages free is not reopened only to fill up again at once.
 const PROBE_BYTES: usize = 1 << 20;
@@ -762,7 +843,8 @@ impl Eraser {
     /// does not zero a freed page, so until compaction an erased message's bytes stay in the
     /// file. New reads and writes wait while it runs; reads already open are waited for (at
     /// most `COMPACTION_WAIT`), after which it fails with [`StoreError::Busy`] and can be
-    /// retried. Returns whether anything was moved.
+    /// retried. Returns whether anything was moved. Nothing to do (no wait) when every
+    /// erasure since the last compaction left only sealed values whose keys it destroyed.
     pub fn compact(&self) -> Result<bool> {
         let file = match &self.store.inner.served_by {
             ServedBy::File(file) => file,
@@ -771,6 +853,41 @@ impl Eraser {
         if let Some(refusal) = file.writer.broken() {
             return Err(refusal);
         }
+        let retired =
+            std::mem::take(&mut *file.retired.lock().unwrap_or_else(PoisonError::into_inner));
+        if !retired.is_empty() {
+            // Reads begun before an erasure may still open what the retired key sealed; later
+            // ones find the session under its new key.
+            if !file.readers.wait_for_earlier(COMPACTION_WAIT) {
+                file.retired
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .extend(retired);
+                return Err(StoreError::Busy(
+                    "reads stayed open during a key's destruction".into(),
+                ));
+            }
+            if let Err(err) = file.keys.destroy(&retired) {
+                file.retired
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .extend(retired);
+                return Err(err);
+            }
+        }
+        if !file.plaintext_freed.swap(false, Ordering::SeqCst) {
+            // Every erasure since the last compaction left only values sealed under the keys
+            // just destroyed.
+            return Ok(false);
+        }
+        let compacted = Self::compact_file(file);
+        if compacted.is_err() {
+            file.plaintext_freed.store(true, Ordering::SeqCst);
+        }
+        compacted
+    }
+
+    fn compact_file(file: &RedbFile) -> Result<bool> {
         let mut db = file.db.write().unwrap_or_else(PoisonError::into_inner);
         let db = db.as_mut().ok_or_else(|| file.writer.refusal())?;
         let deadline = std::time::Instant::now() + COMPACTION_WAIT;

@@ -36,7 +36,7 @@ pub(crate) const NEXT_SID_KEY: &str = "next_sid";
 
 /// The storage format this build writes. Opening a file with a larger value fails; a file
 /// with a smaller one is migrated at open (`migrate.rs`).
-pub(crate) const FORMAT_VERSION: u64 = 5;
+pub(crate) const FORMAT_VERSION: u64 = 6;
 
 /// The listing scope that matches a filter.
 pub(crate) fn scope(user_id: Option<&str>, agent_id: Option<&str>) -> String {

@@ -458,9 +458,10 @@ async fn closed_store_with(dir: &TempDir, content: &str) -> std::path::PathBuf {
             .append(
                 &Access::tenant_wide(TENANT),
                 "s",
+                // The content is sealed; its owner's id is stored plain.
                 append_of(
                     vec![message(Role::User, &format!("{content} {turn}"))],
-                    Some(owner("u", "a")),
+                    Some(owner(content, "a")),
                 ),
             )
             .await
@@ -503,10 +504,10 @@ async fn truncated_files_are_refused_naming_the_file() {
     }
 }
 
-/// Bytes altered inside stored messages fail the page checksums when the file is opened,
-/// so altered content is never served.
+/// Bytes altered inside stored records fail the page checksums when the file is opened,
+/// so altered data is never served.
 #[tokio::test]
-async fn altered_message_bytes_are_refused_at_open() {
+async fn altered_record_bytes_are_refused_at_open() {
     let dir = tempfile::tempdir().unwrap();
     let marker = "canary-7f3a";
     let path = closed_store_with(&dir, marker).await;
@@ -2982,4 +2983,106 @@ async fn the_page_cache_stays_within_the_size_the_store_was_opened_with() {
         }
         store.shutdown();
     }
+}
+
+/// A message erasure in a sealed session re-seals what is left under a new key and destroys
+/// the old one at the compaction that ends it, which then has no file to rewrite: no byte of
+/// the old key is left in the key file, and the erased text was never in the store file.
+#[tokio::test]
+async fn a_message_erasure_destroys_its_sessions_old_key_instead_of_compacting() {
+    let (dir, store) = open();
+    let all = Access::tenant_wide(TENANT);
+    let texts = ["keepcanary0x", "erasedcanary1x", "keepcanary2x"];
+    let messages = texts.map(|text| message(Role::User, text)).to_vec();
+    let append = append_of(messages, Some(owner("u", "a")));
+    store.sessions().append(&all, "s", append).await.unwrap();
+    let keys = store.data_keys().unwrap();
+    let [(slot, before)] = keys.owners().unwrap()[..] else {
+        panic!("one key for one session");
+    };
+    let old = keys.key(slot, before).unwrap();
+    let snapshot = store.sessions().snapshot(&all, "s").unwrap().unwrap();
+
+    store.eraser().erase_message(&all, "s", 1).await.unwrap();
+    assert_eq!(
+        contents(&store, "s"),
+        [texts[0], texts[2]],
+        "the rest reads under the new key"
+    );
+    let read_before = snapshot.messages_at(&[1]).unwrap();
+    assert_eq!(
+        read_before[0].content, texts[1],
+        "a snapshot taken before still reads it"
+    );
+    let key_file = crate::store::sibling(
+        &dir.path().join("memlayer.redb"),
+        crate::store::KEY_FILE_SUFFIX,
+    );
+    let in_key_file = || {
+        std::fs::read(&key_file)
+            .unwrap()
+            .windows(old.bytes().len())
+            .any(|w| w == old.bytes())
+    };
+    assert!(in_key_file(), "the old key stays until the compaction");
+    // The compaction waits for reads begun before the erasure.
+    let compaction = {
+        let store = store.clone();
+        std::thread::spawn(move || store.eraser().compact())
+    };
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(!compaction.is_finished(), "it waits for the snapshot");
+    drop(snapshot);
+    assert!(!compaction.join().unwrap().unwrap(), "no file compaction");
+    assert!(!in_key_file(), "the old key's bytes are overwritten");
+    let owners = keys.owners().unwrap();
+    assert_eq!(owners.len(), 1);
+    assert_eq!(owners[0].1.generation, before.generation + 1);
+    let file = std::fs::read(dir.path().join("memlayer.redb")).unwrap();
+    for text in texts {
+        assert!(
+            !file.windows(text.len()).any(|w| w == text.as_bytes()),
+            "{text} is sealed"
+        );
+    }
+    assert_eq!(contents(&store, "s"), [texts[0], texts[2]]);
+}
+
+/// A backup holds no key: its sessions are plain, and an erasure in one of them compacts the
+/// file as before sealing.
+#[tokio::test]
+async fn a_backup_is_plain_and_its_erasures_compact() {
+    let (dir, store) = open();
+    let all = Access::tenant_wide(TENANT);
+    let texts = ["plaincanary0x", "plaincanary1x"];
+    let append = append_of(
+        texts.map(|t| message(Role::User, t)).to_vec(),
+        Some(owner("u", "a")),
+    );
+    store.sessions().append(&all, "s", append).await.unwrap();
+    let path = dir.path().join("backup.redb");
+    store
+        .backup(std::fs::File::create_new(&path).unwrap())
+        .unwrap();
+    let file = std::fs::read(&path).unwrap();
+    assert!(
+        texts
+            .iter()
+            .all(|t| file.windows(t.len()).any(|w| w == t.as_bytes()))
+    );
+
+    let restored = Store::open(&path).unwrap();
+    assert_eq!(contents(&restored, "s"), texts);
+    restored.eraser().erase_message(&all, "s", 0).await.unwrap();
+    assert!(
+        restored.eraser().compact().unwrap(),
+        "the file is compacted"
+    );
+    let file = std::fs::read(&path).unwrap();
+    assert!(
+        !file
+            .windows(texts[0].len())
+            .any(|w| w == texts[0].as_bytes())
+    );
+    assert_eq!(contents(&restored, "s"), [texts[1]]);
 }

@@ -17,6 +17,7 @@ use std::thread::JoinHandle;
 use redb::{Database, WriteTransaction};
 use tokio::sync::{oneshot, watch};
 
+use crate::data_keys::DataKeys;
 use crate::{CommitMode, Result, StoreError};
 
 /// Most jobs in one commit. Bounds the latency a job can add to the others in its group.
@@ -90,9 +91,12 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
+    /// Starts the writer of `db`; the jobs create data keys in `keys`, which it syncs before
+    /// each commit.
     pub(crate) fn spawn(
         db: Arc<RwLock<Option<Database>>>,
         commit: CommitMode,
+        keys: Arc<DataKeys>,
     ) -> std::io::Result<Self> {
         let (jobs, queue) = mpsc::channel();
         let (committed, commits) = watch::channel(0);
@@ -100,7 +104,7 @@ impl Writer {
         let thread_broken = Arc::clone(&broken);
         let thread = std::thread::Builder::new()
             .name("memlayer-writer".into())
-            .spawn(move || run(&db, commit, &queue, &committed, &thread_broken))?;
+            .spawn(move || run(&db, commit, &keys, &queue, &committed, &thread_broken))?;
         Ok(Self {
             broken,
             commit,
@@ -222,6 +226,7 @@ impl Drop for Writer {
 fn run(
     db: &RwLock<Option<Database>>,
     commit: CommitMode,
+    keys: &DataKeys,
     queue: &Receiver<Box<dyn Job>>,
     committed: &watch::Sender<u64>,
     broken: &watch::Sender<Option<StoreError>>,
@@ -252,7 +257,7 @@ fn run(
         // exclusively, wait until no write transaction is live.
         let database = db.read().unwrap_or_else(PoisonError::into_inner);
         let committed_ok = match (refused(broken), database.as_ref()) {
-            (None, Some(database)) => commit_group(database, commit, group, broken),
+            (None, Some(database)) => commit_group(database, commit, keys, group, broken),
             (refusal, _) => {
                 let refusal = refusal.unwrap_or(StoreError::Closed);
                 for job in group {
@@ -304,10 +309,11 @@ fn refused(broken: &watch::Sender<Option<StoreError>>) -> Option<StoreError> {
 fn commit_group(
     db: &Database,
     commit: CommitMode,
+    keys: &DataKeys,
     mut group: Vec<Box<dyn Job>>,
     broken: &watch::Sender<Option<StoreError>>,
 ) -> bool {
-    let failure = apply_and_commit(db, commit, &mut group).err();
+    let failure = apply_and_commit(db, commit, keys, &mut group).err();
     if let Some(failure) = &failure {
         // Before the replies: a caller told of the failure finds the readiness probe agreeing.
         probe(db, commit, failure, broken);
@@ -318,7 +324,12 @@ fn commit_group(
     failure.is_none()
 }
 
-fn apply_and_commit(db: &Database, commit: CommitMode, group: &mut [Box<dyn Job>]) -> Result<()> {
+fn apply_and_commit(
+    db: &Database,
+    commit: CommitMode,
+    keys: &DataKeys,
+    group: &mut [Box<dyn Job>],
+) -> Result<()> {
     let txn = begin(db, commit)?;
     for job in group.iter_mut() {
         if let Some(err) = job.apply(&txn) {
@@ -327,6 +338,9 @@ fn apply_and_commit(db: &Database, commit: CommitMode, group: &mut [Box<dyn Job>
             return Err(err);
         }
     }
+    // The keys the group created reach the disk before the commit that names them, all in
+    // one sync.
+    keys.sync()?;
     txn.commit()?;
     Ok(())
 }

@@ -243,7 +243,7 @@ fn a_damaged_store_file_stops_the_start_naming_the_file() {
     let body = json!({
         "role": "user",
         "content": "canary-store-bytes",
-        "user_id": "u",
+        "user_id": "canary-user-bytes",
         "agent_id": "a",
     });
     assert_eq!(post(&format!("{url}/v1/sessions/s/messages"), &body).0, 201);
@@ -264,10 +264,11 @@ fn a_damaged_store_file_stops_the_start_naming_the_file() {
 
     let store = store_file(temp.path());
     let intact = std::fs::read(&store).unwrap();
+    // The content is stored sealed; the owner's id is plain.
     let marker = intact
-        .windows(b"canary-store-bytes".len())
-        .position(|window| window == b"canary-store-bytes")
-        .expect("the message is in the file");
+        .windows(b"canary-user-bytes".len())
+        .position(|window| window == b"canary-user-bytes")
+        .expect("the session's owner is in the file");
     let mut altered = intact.clone();
     altered[marker] ^= 0x20;
     for (damage, bytes) in [
