@@ -182,27 +182,40 @@ impl EmbeddingFeed<'_> {
         if let Some(backend) = self.store.backend() {
             return wait(backend.feed().vectors(after, limit));
         }
-        retry_destroyed(|| self.read_vectors(after, limit))
+        self.walk(VECTORS, after, limit, |opener, key, value| {
+            let record = opener.vector(key.index(), value)?;
+            Ok(StoredVector {
+                key,
+                role: record.role,
+                timestamp: Timestamp::from_micros(record.timestamp),
+                components: record.components,
+            })
+        })
     }
 
-    fn read_vectors(self, after: Option<MessageKey>, limit: usize) -> Result<Vec<StoredVector>> {
-        let txn = self.store.begin_read()?;
-        let table = txn.open_table(VECTORS)?;
-        let mut opener = Opener::new(txn.keys(), 0);
-        keys_after(&table, after)?
-            .take(limit)
-            .map(|entry| {
-                let (key, value) = entry?;
-                let (sid, index) = key.value();
-                let record = opener.of(sid).vector(index, value.value())?;
-                Ok(StoredVector {
-                    key: MessageKey::new(sid, index),
-                    role: record.role,
-                    timestamp: Timestamp::from_micros(record.timestamp),
-                    components: record.components,
+    /// Up to `limit` values of `table` (keyed by message) in key order, starting after
+    /// `after`, each opened by `read` with an opener at its session; from a new snapshot when
+    /// an erasure destroyed a key the first one needed.
+    fn walk<T>(
+        self,
+        table: redb::TableDefinition<(u64, u64), &'static [u8]>,
+        after: Option<MessageKey>,
+        limit: usize,
+        mut read: impl FnMut(&mut Opener<'_>, MessageKey, &[u8]) -> Result<T>,
+    ) -> Result<Vec<T>> {
+        retry_destroyed(|| {
+            let txn = self.store.begin_read()?;
+            let table = txn.open_table(table)?;
+            let mut opener = Opener::new(txn.keys(), 0);
+            keys_after(&table, after)?
+                .take(limit)
+                .map(|entry| {
+                    let (key, value) = entry?;
+                    let (sid, index) = key.value();
+                    read(opener.of(sid), MessageKey::new(sid, index), value.value())
                 })
-            })
-            .collect()
+                .collect()
+        })
     }
 
     /// The session a key's message belongs to, or `None` if it was deleted.
@@ -360,22 +373,9 @@ impl EmbeddingFeed<'_> {
         if let Some(backend) = self.store.backend() {
             return wait(backend.feed().all_messages(after, limit));
         }
-        retry_destroyed(|| {
-            let txn = self.store.begin_read()?;
-            let table = txn.open_table(MESSAGES)?;
-            let mut opener = Opener::new(txn.keys(), 0);
-            keys_after(&table, after)?
-                .take(limit)
-                .map(|entry| {
-                    let (key, value) = entry?;
-                    let (sid, index) = key.value();
-                    let stored = opener.of(sid).message(index, value.value())?;
-                    Ok((
-                        MessageKey::new(sid, index),
-                        message_from_record(index, stored)?,
-                    ))
-                })
-                .collect()
+        self.walk(MESSAGES, after, limit, |opener, key, value| {
+            let stored = opener.message(key.index(), value)?;
+            Ok((key, message_from_record(key.index(), stored)?))
         })
     }
 
