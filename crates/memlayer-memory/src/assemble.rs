@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::MemoryError;
 use crate::entities::FactSheet;
-use crate::history::{Exchange, History, Window, message_tokens};
+use crate::history::{Exchange, History, Window, message_tokens, saturating_sum};
 use crate::lessons::Lessons;
 use crate::render::{ContextMessage, Layer, capped_list, earlier_questions, role_name};
 use crate::summary::Summary;
@@ -576,10 +576,12 @@ pub fn summary_split(
     settings: &ContextSettings,
 ) -> Option<usize> {
     let history = History::new(messages);
-    let instructions: u32 = history.system.iter().map(|m| message_tokens(m)).sum();
-    let exchanges: u32 = history.exchanges.iter().map(Exchange::tokens).sum();
+    let instructions = saturating_sum(history.system.iter().map(|m| message_tokens(m)));
+    let exchanges = saturating_sum(history.exchanges.iter().map(Exchange::tokens));
     let budget = settings.budget();
-    if instructions + summary_tokens + exchanges <= budget {
+    if u64::from(instructions) + u64::from(summary_tokens) + u64::from(exchanges)
+        <= u64::from(budget)
+    {
         return None;
     }
     let recent_budget =

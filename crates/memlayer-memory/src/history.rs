@@ -30,9 +30,10 @@ impl<'a> Exchange<'a> {
         self.messages.first().filter(|m| m.role == Role::User)
     }
 
-    /// Tokens the whole exchange costs.
+    /// Tokens the whole exchange costs (at most `u32::MAX`: token counts are the client's,
+    /// and such an exchange fits no budget anyway).
     pub fn tokens(&self) -> u32 {
-        self.messages.iter().map(message_tokens).sum()
+        saturating_sum(self.messages.iter().map(message_tokens))
     }
 }
 
@@ -128,27 +129,51 @@ impl<'a> Window<'a> {
     /// tokens. The newest exchange is dropped too if it alone does not fit: a budget is a
     /// promise, and the caller reports what was dropped.
     pub fn drop_overflow(mut self, budget: u32) -> Self {
-        let mut total: u32 = self.recent.iter().map(Exchange::tokens).sum();
+        let mut total: u64 = self.recent.iter().map(|e| u64::from(e.tokens())).sum();
         let mut dropped = 0;
         for exchange in &self.recent {
-            if total <= budget {
+            if total <= u64::from(budget) {
                 break;
             }
-            total -= exchange.tokens();
+            total -= u64::from(exchange.tokens());
             dropped += 1;
         }
         self.older.extend(self.recent.drain(..dropped));
         self
     }
 
-    /// Tokens of the kept exchanges.
+    /// Tokens of the kept exchanges (at most `u32::MAX`).
     pub fn tokens(&self) -> u32 {
-        self.recent.iter().map(Exchange::tokens).sum()
+        saturating_sum(self.recent.iter().map(Exchange::tokens))
     }
+}
+
+/// The sum of `counts`, at most `u32::MAX`: counts come from clients, and a plain sum of
+/// large ones overflowed (a panic in a debug build).
+pub(crate) fn saturating_sum(counts: impl Iterator<Item = u32>) -> u32 {
+    counts.fold(0, u32::saturating_add)
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn token_counts_past_u32_saturate_instead_of_overflowing() {
+        use memlayer_store::{Message, Role, Timestamp};
+        let huge = |index, role| Message {
+            index,
+            role,
+            content: "x".into(),
+            metadata: Default::default(),
+            timestamp: Timestamp::from_micros(0),
+            token_count: u32::MAX - 1,
+        };
+        let messages = [huge(0, Role::User), huge(1, Role::Assistant)];
+        let history = super::History::new(&messages);
+        assert_eq!(history.exchanges[0].tokens(), u32::MAX);
+        let kept = super::Window::full(&history).drop_overflow(1000);
+        assert_eq!(kept.tokens(), 0, "the exchange fits no budget");
+    }
+
     use super::*;
     use memlayer_store::Timestamp;
     use proptest::prelude::*;
